@@ -1,0 +1,30 @@
+// Helpers shared by the test binaries.
+#pragma once
+
+#include <string>
+
+namespace tessera::test {
+
+// Path of the default model when present, else "" (tests that need it call GTEST_SKIP only outside CI: under
+// CI=true a missing model is a failure, since `make test` fetches it first).
+std::string default_model_or_skip_reason(std::string* reason);
+// tests/data/<rel>
+std::string data_path(const std::string& rel);
+// Runs a shell command, returns its exit status; stdout+stderr captured into *out.
+int run_command(const std::string& cmd, std::string* out);
+// The built `tessera` executable.
+std::string cli_path();
+
+}  // namespace tessera::test
+
+// Skips (locally) or fails (CI) when the default model is missing; binds `var` to its path.
+#define TESSERA_REQUIRE_DEFAULT_MODEL(var)                                   \
+  std::string var;                                                           \
+  do {                                                                       \
+    std::string why_;                                                        \
+    var = ::tessera::test::default_model_or_skip_reason(&why_);              \
+    if (var.empty()) {                                                       \
+      if (std::getenv("CI") != nullptr) FAIL() << why_;                      \
+      GTEST_SKIP() << why_;                                                  \
+    }                                                                        \
+  } while (0)
