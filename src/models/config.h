@@ -12,7 +12,8 @@ class File;
 }
 
 struct RopeScaling {
-  std::string type = "none";  // "none", "linear", "llama3", "yarn" (yarn: read, not yet supported by the kernels)
+  // "none", "linear", "llama3" (computed smoothing), "freqs" (GGUF rope_freqs.weight divisors), "yarn" (read only)
+  std::string type = "none";
   float factor = 1.0f;
   float low_freq_factor = 1.0f;    // llama3
   float high_freq_factor = 4.0f;   // llama3

@@ -1,4 +1,5 @@
-// Scalar IEEE half and bfloat16 conversions, bit-exact with GGML and numpy (round to nearest even).
+// Scalar IEEE half and bfloat16 conversions, bit-exact with GGML and numpy (round to nearest even) for every value
+// but NaN payloads: NaNs come out quiet (numpy keeps the payload bits).
 #pragma once
 
 #include <cstdint>

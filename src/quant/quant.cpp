@@ -35,6 +35,12 @@ void bf16_from_float(const float* src, void* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
 }
 
+// Float -> int truncation defined for every input. A plain cast of inf, NaN or a value beyond int's range is
+// undefined behaviour; the quantizers meet those when 1/d overflows for a block of float subnormals (or on inf/NaN
+// inputs). gguf-py's numpy cast (cvttss2si on x86) yields 0 for them, which we keep: the block's fp16 scale is 0
+// in the subnormal case, so the codes do not matter for the values.
+inline int trunc_to_int(float v) { return v > -0x1p31f && v < 0x1p31f ? static_cast<int>(v) : 0; }
+
 void q4_0_to_float(const void* src, float* dst, int64_t n) {
   const auto* b = static_cast<const BlockQ4_0*>(src);
   for (int64_t i = 0; i < n / kQK; ++i, ++b, dst += kQK) {
@@ -60,9 +66,8 @@ void q4_0_from_float(const float* src, void* dst, int64_t n) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b->d = f32_to_fp16(d);
     for (int j = 0; j < kQK / 2; ++j) {
-      const auto q0 = static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(src[j] * id + 8.5f))));
-      const auto q1 =
-          static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(src[j + kQK / 2] * id + 8.5f))));
+      const auto q0 = static_cast<uint8_t>(std::min(15, trunc_to_int(src[j] * id + 8.5f)));
+      const auto q1 = static_cast<uint8_t>(std::min(15, trunc_to_int(src[j + kQK / 2] * id + 8.5f)));
       b->qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
     }
   }
@@ -92,9 +97,8 @@ void q4_1_from_float(const float* src, void* dst, int64_t n) {
     b->d = f32_to_fp16(d);
     b->m = f32_to_fp16(lo);
     for (int j = 0; j < kQK / 2; ++j) {
-      const auto q0 = static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>((src[j] - lo) * id + 0.5f))));
-      const auto q1 = static_cast<uint8_t>(
-          std::min(15, static_cast<int>(static_cast<int8_t>((src[j + kQK / 2] - lo) * id + 0.5f))));
+      const auto q0 = static_cast<uint8_t>(std::min(15, trunc_to_int((src[j] - lo) * id + 0.5f)));
+      const auto q1 = static_cast<uint8_t>(std::min(15, trunc_to_int((src[j + kQK / 2] - lo) * id + 0.5f)));
       b->qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
     }
   }
@@ -115,7 +119,7 @@ void q8_0_from_float(const float* src, void* dst, int64_t n) {
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b->d = f32_to_fp16(d);
-    for (int j = 0; j < kQK; ++j) b->qs[j] = static_cast<int8_t>(std::round(src[j] * id));
+    for (int j = 0; j < kQK; ++j) b->qs[j] = static_cast<int8_t>(trunc_to_int(std::round(src[j] * id)));
   }
 }
 

@@ -1,0 +1,111 @@
+// ModelConfig from GGUF metadata, and the consistency checks every loader runs.
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "formats/gguf.h"
+#include "models/config.h"
+
+namespace tessera {
+
+void ModelConfig::validate(const std::string& source) const {
+  TESSERA_CHECK(!architecture.empty(), "{}: architecture is not set", source);
+  auto positive = [&](int64_t v, const char* what) {
+    TESSERA_CHECK(v > 0, "{}: {} must be positive (got {})", source, what, v);
+  };
+  positive(n_layers, "layer count");
+  positive(n_embd, "embedding width");
+  positive(n_head, "head count");
+  positive(n_head_kv, "kv head count");
+  positive(head_dim, "head dimension");
+  positive(n_ff, "feed-forward width");
+  positive(n_vocab, "vocabulary size");
+  // Limits far above any real Llama; they keep a hostile file from making later size products overflow.
+  TESSERA_CHECK(n_layers <= 4096 && n_embd <= (1 << 20) && n_ff <= (1 << 22) && n_vocab <= (1 << 24) &&
+                    head_dim <= 4096 && n_head <= 4096,
+                "{}: hyperparameters are implausibly large (layers {}, width {}, ffn {}, vocab {})", source, n_layers,
+                n_embd, n_ff, n_vocab);
+  TESSERA_CHECK(n_head % n_head_kv == 0, "{}: head count {} is not a multiple of the kv head count {}", source, n_head,
+                n_head_kv);
+  TESSERA_CHECK(rope_dim > 0 && rope_dim <= head_dim && rope_dim % 2 == 0,
+                "{}: rope dimension {} must be even and at most the head dimension {}", source, rope_dim, head_dim);
+  TESSERA_CHECK(std::isfinite(rope_base) && rope_base > 0, "{}: rope base {} is not a positive number", source,
+                rope_base);
+  TESSERA_CHECK(std::isfinite(norm_eps) && norm_eps > 0 && norm_eps < 1, "{}: norm epsilon {} is out of range", source,
+                norm_eps);
+  TESSERA_CHECK(n_ctx_train >= 0, "{}: context length {} is negative", source, n_ctx_train);
+  TESSERA_CHECK(std::isfinite(rope_scaling.factor) && rope_scaling.factor > 0,
+                "{}: rope scaling factor {} is not a positive number", source, rope_scaling.factor);
+}
+
+namespace {
+
+int64_t require_int(const gguf::File& f, const std::string& key) {
+  auto v = f.get_uint(key);
+  TESSERA_CHECK(v.has_value(), "{}: required metadata key '{}' is missing", f.path(), key);
+  TESSERA_CHECK(*v <= static_cast<uint64_t>(INT64_MAX / 2), "{}: metadata '{}' = {} is out of range", f.path(), key,
+                *v);
+  return static_cast<int64_t>(*v);
+}
+
+int64_t opt_int(const gguf::File& f, const std::string& key, int64_t dflt) {
+  auto v = f.get_uint(key);
+  if (!v) return dflt;
+  TESSERA_CHECK(*v <= static_cast<uint64_t>(INT64_MAX / 2), "{}: metadata '{}' = {} is out of range", f.path(), key,
+                *v);
+  return static_cast<int64_t>(*v);
+}
+
+float opt_float(const gguf::File& f, const std::string& key, float dflt) {
+  auto v = f.get_float(key);
+  return v ? static_cast<float>(*v) : dflt;
+}
+
+}  // namespace
+
+ModelConfig config_from_gguf(const gguf::File& f) {
+  ModelConfig c;
+  auto arch = f.get_string("general.architecture");
+  TESSERA_CHECK(arch.has_value(), "{}: metadata key 'general.architecture' is missing", f.path());
+  c.architecture = std::string(*arch);
+  TESSERA_CHECK(c.architecture == "llama" || c.architecture == "mistral",
+                "{}: architecture '{}' is not supported yet (supported: llama, mistral)", f.path(), c.architecture);
+  if (auto name = f.get_string("general.name")) c.name = std::string(*name);
+  const std::string a = c.architecture + ".";
+  c.n_layers = require_int(f, a + "block_count");
+  c.n_embd = require_int(f, a + "embedding_length");
+  c.n_ff = require_int(f, a + "feed_forward_length");
+  c.n_head = require_int(f, a + "attention.head_count");
+  c.n_head_kv = opt_int(f, a + "attention.head_count_kv", c.n_head);
+  c.n_ctx_train = opt_int(f, a + "context_length", 0);
+  TESSERA_CHECK(c.n_head > 0, "{}: head count must be positive", f.path());
+  c.head_dim = opt_int(f, a + "attention.key_length", c.n_embd / c.n_head);
+  c.rope_dim = opt_int(f, a + "rope.dimension_count", c.head_dim);
+  c.rope_base = opt_float(f, a + "rope.freq_base", 10000.0f);
+  c.norm_eps = opt_float(f, a + "attention.layer_norm_rms_epsilon", 1e-5f);
+  c.sliding_window = opt_int(f, a + "attention.sliding_window", 0);
+
+  // Vocabulary: the metadata key when present, else the token list, else the embedding's row count.
+  c.n_vocab = opt_int(f, a + "vocab_size", 0);
+  if (c.n_vocab == 0) {
+    if (const gguf::Value* toks = f.find("tokenizer.ggml.tokens"); toks != nullptr && toks->is_array())
+      c.n_vocab = static_cast<int64_t>(toks->len);
+  }
+  const TensorView* embd = f.find_tensor("token_embd.weight");
+  TESSERA_CHECK(embd != nullptr, "{}: tensor 'token_embd.weight' is missing", f.path());
+  if (c.n_vocab == 0 && embd->shape.size() == 2) c.n_vocab = embd->shape[0];
+  c.tied_output = f.find_tensor("output.weight") == nullptr;
+
+  if (auto type = f.get_string(a + "rope.scaling.type")) {
+    c.rope_scaling.type = std::string(*type);
+    c.rope_scaling.factor = opt_float(f, a + "rope.scaling.factor", 1.0f);
+    c.rope_scaling.original_context = opt_int(f, a + "rope.scaling.original_context_length", 0);
+  }
+  // Llama 3.x GGUFs carry llama3 scaling as a rope_freqs.weight tensor of per-dimension divisors.
+  if (f.find_tensor("rope_freqs.weight") != nullptr && c.rope_scaling.type == "none") c.rope_scaling.type = "freqs";
+  c.rope_neox = false;  // GGUF's converter permutes q/k for the "normal" (adjacent pairs) rotation
+  c.validate(f.path());
+  return c;
+}
+
+}  // namespace tessera
