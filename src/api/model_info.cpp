@@ -1,11 +1,16 @@
 // tessera::inspect_model: everything a model file says about itself, from the mapped file (no tensor data is read).
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "formats/safetensors.h"
 #include "models/config.h"
 #include "tessera/model_info.h"
 
@@ -103,6 +108,52 @@ ModelInfo inspect_gguf(const std::string& path) {
   return info;
 }
 
+// A Hugging Face model: config.json keys and __metadata__ as metadata, tokenizer facts from tokenizer.json's own fields
+// (kind "hf-<model type>", size = highest id + 1) so inspect works even for tokenizers Tessera cannot run.
+ModelInfo inspect_safetensors(const std::string& path) {
+  safetensors::Model m = safetensors::Model::open(path);
+  ModelInfo info;
+  info.path = path;
+  info.format = "safetensors";
+  for (const auto& [k, v] : m.config_json().items()) {
+    std::string s = v.dump();
+    info.metadata.emplace_back("config." + k, s.size() > 80 ? s.substr(0, 80) + "..." : s);
+  }
+  for (const auto& [k, v] : m.metadata()) info.metadata.emplace_back("safetensors." + k, v);
+  fill_tensors(info, m.tensors());
+  fill_config(info, config_from_hf(m.config_json(), m.config_path()));
+  info.tokenizer_kind = "none";
+  if (!m.tokenizer_path().empty()) {
+    nlohmann::json tok;
+    safetensors::read_json_file(m.tokenizer_path(), &tok);
+    const nlohmann::json* model = tok.is_object() && tok.contains("model") ? &tok["model"] : nullptr;
+    std::string type = model != nullptr && model->is_object() ? model->value("type", "unknown") : "unknown";
+    std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return std::tolower(c); });
+    info.tokenizer_kind = "hf-" + type;
+    int64_t max_id = -1;
+    auto see = [&](const nlohmann::json& id) {
+      if (id.is_number_integer()) max_id = std::max(max_id, id.get<int64_t>());
+    };
+    if (model != nullptr && model->is_object() && model->contains("vocab")) {
+      const nlohmann::json& vocab = (*model)["vocab"];
+      if (vocab.is_object())
+        for (const auto& [k, id] : vocab.items()) see(id);
+      else if (vocab.is_array())
+        max_id = static_cast<int64_t>(vocab.size()) - 1;  // Unigram: [piece, score] pairs in id order
+    }
+    if (tok.is_object() && tok.contains("added_tokens") && tok["added_tokens"].is_array())
+      for (const auto& a : tok["added_tokens"])
+        if (a.is_object() && a.contains("id")) see(a["id"]);
+    info.tokenizer_vocab = max_id + 1;
+  }
+  if (!m.tokenizer_config_path().empty()) {
+    nlohmann::json tc;
+    safetensors::read_json_file(m.tokenizer_config_path(), &tc);
+    info.has_chat_template = tc.is_object() && tc.contains("chat_template") && !tc["chat_template"].is_null();
+  }
+  return info;
+}
+
 bool has_suffix(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
@@ -113,7 +164,7 @@ ModelInfo inspect_model(const std::string& path) {
   std::error_code ec;
   TESSERA_CHECK(fs::exists(path, ec), "{}: no such file or directory", path);
   if (fs::is_directory(path, ec) || has_suffix(path, ".safetensors") || has_suffix(path, ".json"))
-    fail("{}: safetensors models are not supported by inspect yet", path);
+    return inspect_safetensors(path);
   return inspect_gguf(path);
 }
 
