@@ -1,0 +1,21 @@
+// Device-side helpers of the CUDA benchmark: random fills (timing on zeros can run faster than real data) and a
+// read-only bandwidth probe (the GEMVs only read, so pure reads are their natural ceiling next to the copy).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tessera::cuda::bench {
+
+enum class FillKind { F32, F16, BF16, BYTES };
+
+// Fills `count` elements (bytes for BYTES) with hash-random values in [lo, hi) (ignored for BYTES).
+void fill_random(FillKind kind, void* p, size_t count, float lo, float hi, uint64_t seed, cudaStream_t stream);
+
+// Reads `bytes` (a multiple of 16) with 16-byte loads and writes one word per block to `sink` ([blocks] words) so the
+// reads cannot be optimized away. Returns the number of blocks launched (sink must hold that many).
+int read_all(const void* p, size_t bytes, uint32_t* sink, int blocks, cudaStream_t stream);
+
+}  // namespace tessera::cuda::bench

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# One command for the GPU machine: build (Release, sm_90a) or take the carried build, run every GPU test (also under
+# compute-sanitizer), run the kernel benchmarks and the PyTorch peer, and write a summary under $OUT.
+#
+# Prepare here first: scripts/make_gpu_bundle.sh [--prebuilt build-cuda]   (fills the git-ignored .gpu-deps/)
+# Then, through the device tool, with carry [".gpu-deps"]:
+#   set -o pipefail; scripts/gpu_check.sh 2>&1 | tee $OUT/log
+# Options: --build (build there, the default; falls back to the prebuilt binaries if the build fails)
+#          --prebuilt (skip the build, use .gpu-deps/prebuilt)   --quick (fewer benchmark shapes)
+#          --all-configs (time every GEMV launch shape)          --no-sanitizer   --no-peer
+# Outputs in $OUT (at most 8 files come back): summary.md, build.log, tests.log, sanitizer.log, bench.log,
+# bench.json, peer.json (and the caller's log).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+OUT=${OUT:-$root/build-gpu/out}
+mkdir -p "$OUT"
+mode=build
+bench_args=()
+sanitizer=1
+peer=1
+quick=0
+for a in "$@"; do
+  case "$a" in
+    --build) mode=build ;;
+    --prebuilt) mode=prebuilt ;;
+    --quick) bench_args+=(--quick); quick=1 ;;
+    --all-configs) bench_args+=(--all-configs) ;;
+    --no-sanitizer) sanitizer=0 ;;
+    --no-peer) peer=0 ;;
+    *) echo "gpu_check: unknown option $a" >&2; exit 2 ;;
+  esac
+done
+summary="$OUT/summary.md"
+: > "$summary"
+say() { echo "$*" | tee -a "$summary"; }
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+status=0
+
+say "# gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+say ""
+say "## Environment"
+{
+  echo '```'
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu \
+    --format=csv 2>&1 | head -3
+  nvcc --version 2>&1 | tail -2
+  cmake --version 2>&1 | head -1
+  (g++ --version 2>&1 || echo "no g++") | head -1
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1
+  uname -r
+  echo '```'
+} >> "$summary"
+cat "$summary"
+
+deps="$root/.gpu-deps"
+test_bin=""
+bench_bin=""
+lib_path=""
+if [ "$mode" = build ]; then
+  stamp "building (Release, sm_90a) in build-gpu"
+  arch_lib="$deps/lib/x86_64-linux-gnu"
+  if [ -d "$deps" ] && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA_ARCHS=90a-real \
+      -DCMAKE_PREFIX_PATH="$deps" -Dfmt_DIR="$arch_lib/cmake/fmt" -DGTest_DIR="$arch_lib/cmake/GTest" \
+      -Dnlohmann_json_DIR="$deps/share/cmake/nlohmann_json" -DCLI11_DIR="$deps/share/cmake/CLI11" \
+      -DPKG_CONFIG_EXECUTABLE="$deps/bin/pkg-config" -DTESSERA_FUZZ=OFF > "$OUT/build.log" 2>&1 &&
+     cmake --build build-gpu --target test_backends_cuda tessera_bench_cuda -j "$(nproc)" >> "$OUT/build.log" 2>&1; then
+    test_bin=build-gpu/tests/test_backends_cuda
+    bench_bin=build-gpu/bin/tessera_bench_cuda
+    lib_path="$arch_lib"
+    say "- build: built here ($(( $(date +%s) - t0 ))s since start)"
+  else
+    say "- build: FAILED here (see build.log); falling back to the prebuilt binaries"
+    tail -30 "$OUT/build.log"
+    mode=prebuilt
+  fi
+fi
+if [ "$mode" = prebuilt ]; then
+  if [ -x "$deps/prebuilt/bin/test_backends_cuda" ]; then
+    test_bin="$deps/prebuilt/bin/test_backends_cuda"
+    bench_bin="$deps/prebuilt/bin/tessera_bench_cuda"
+    lib_path="$deps/prebuilt/lib"
+    say "- build: prebuilt binaries ($(head -1 "$deps/prebuilt/INFO" 2>/dev/null))"
+  else
+    say "- build: no binaries (no .gpu-deps/prebuilt either); nothing to run"
+    exit 1
+  fi
+fi
+export LD_LIBRARY_PATH="$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export TESSERA_SOURCE_DIR="$root"
+
+stamp "GPU tests"
+"$test_bin" --gtest_color=no > "$OUT/tests.log" 2>&1
+rc=$?
+passed=$(grep -c '^\[       OK \]' "$OUT/tests.log")
+failed=$(grep -c '^\[  FAILED  \] .*([0-9]* ms)$' "$OUT/tests.log")
+skipped=$(grep -c '^\[  SKIPPED \] .*([0-9]* ms)$' "$OUT/tests.log")
+say "- tests: exit $rc, $passed passed, $failed failed, $skipped skipped (tests.log)"
+[ "$rc" -ne 0 ] && status=1 && grep -E '^\[  FAILED  \]|Failure|error' "$OUT/tests.log" | head -20
+
+stamp "kernel benchmarks"
+"$bench_bin" --json "$OUT/bench.json" "${bench_args[@]}" > "$OUT/bench.log" 2>&1
+rc=$?
+say "- bench: exit $rc (bench.log, bench.json)"
+[ "$rc" -ne 0 ] && status=1 && tail -20 "$OUT/bench.log"
+
+if [ "$peer" = 1 ]; then
+  stamp "PyTorch peer (F.linear, one token)"
+  peer_args=(--json "$OUT/peer.json")
+  [ "$quick" = 1 ] && peer_args+=(--quick)
+  PYTHONUNBUFFERED=1 timeout 300 python3 bench/cuda/torch_peer.py "${peer_args[@]}" >> "$OUT/bench.log" 2>&1
+  say "- PyTorch peer: exit $? (end of bench.log, peer.json)"
+fi
+
+if [ "$sanitizer" = 1 ] && command -v compute-sanitizer > /dev/null; then
+  stamp "compute-sanitizer (memcheck on all tests; racecheck on the shared-memory kernels)"
+  {
+    echo "== memcheck"
+    timeout 180 compute-sanitizer --tool memcheck --error-exitcode 99 "$test_bin" --gtest_color=no \
+      --gtest_brief=1
+    echo "memcheck exit $?"
+    echo "== racecheck"
+    timeout 90 compute-sanitizer --tool racecheck --error-exitcode 99 "$test_bin" --gtest_color=no --gtest_brief=1 \
+      --gtest_filter='CudaAttention.Decode*:CudaOps.Argmax*:CudaOps.Rmsnorm*:CudaGemv.DefaultConfig*'
+    echo "racecheck exit $?"
+  } > "$OUT/sanitizer.log" 2>&1
+  say "- sanitizer: $(grep -E '^(memcheck|racecheck) exit' "$OUT/sanitizer.log" | tr '\n' ' ')$(grep -m1 'ERROR SUMMARY' "$OUT/sanitizer.log")"
+  grep -q -E '^(memcheck|racecheck) exit [^0]' "$OUT/sanitizer.log" && status=1
+fi
+
+# Later steps of the CUDA backend issue plug in here; each prints nothing until it exists.
+# TODO(cuda-executor): HF oracle — logits of a random-weight Llama (save_pretrained) vs `tessera run --device cuda`.
+# TODO(cuda-executor): decode benchmark — `tessera bench --device cuda` tok/s on Llama-3-8B-shaped bf16/q8_0/q4_0.
+# TODO(cuda-executor): PyTorch decode peers — HF transformers eager and torch.compile tok/s in the same run.
+say "- not run yet (no code): HF logits oracle, decode tok/s, PyTorch decode peers (TODO hooks in gpu_check.sh)"
+
+say ""
+say "## Benchmarks"
+say '```'
+sed -n '1,400p' "$OUT/bench.log" | grep -v '^$' >> "$summary"
+say '```'
+stamp "done, status $status"
+echo
+grep -E 'ceilings|^(bf16|f16|f32|q8_0|q4_0|q4_1) .*(4096x14336|14336x4096)|^llama3|^smollm|^rmsnorm|decode step|projected|tok/s|^torch|copy' "$OUT/bench.log"
+exit $status

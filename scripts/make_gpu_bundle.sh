@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Packs what a CUDA build needs on the GPU machine into .gpu-deps/ (git-ignored), to be named in the device tool's
+# `carry`. That machine has nvcc 13.0, CMake, ninja, g++ and python3 with torch, but none of Debian's -dev packages.
+#
+# Usage (here, in the repository root):
+#   scripts/make_gpu_bundle.sh                    # build dependencies only (scripts/gpu_check.sh builds there)
+#   scripts/make_gpu_bundle.sh --prebuilt DIR     # also the GPU test and bench binaries built here in DIR
+#                                                 # (e.g. build-cuda), as a fallback when the build there fails
+#
+# Two ways to run on the GPU machine, both prepared here:
+#  1. Build there (the default of gpu_check.sh): the Debian packages' own files, copied with their layout under
+#     .gpu-deps/ (usr/ stripped): headers, CMake package configs (they compute their prefix relative to themselves, so
+#     CMAKE_PREFIX_PATH=.gpu-deps finds them), libgtest.a, libfmt.so, libpcre2-8.so, and pkgconf for
+#     pkg_check_modules (with .pc files rewritten to a relocatable prefix). Robust to the GPU machine's newer g++/glibc.
+#  2. Prebuilt (--prebuilt): binaries built here for sm_90a plus the shared libraries they need that the GPU machine
+#     lacks (libfmt, libcudart of this same CUDA 13.0). glibc and libstdc++ there are newer than here, so binaries
+#     built here run there; no compile time is spent on the device. cuBLASLt (linked, unused so far) comes from the
+#     CUDA toolkit there.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+dest="$root/.gpu-deps"
+prebuilt=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prebuilt) prebuilt="$2"; shift 2 ;;
+    *) echo "usage: $0 [--prebuilt BUILD_DIR]" >&2; exit 2 ;;
+  esac
+done
+
+rm -rf "$dest"
+mkdir -p "$dest"
+pkgs=(libfmt-dev libfmt9 libgtest-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libpcre2-8-0 pkgconf-bin libpkgconf3)
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    echo "make_gpu_bundle: Debian package $p is not installed here (run scripts/setup.sh)" >&2
+    exit 1
+  fi
+  dpkg -L "$p" | grep -v -E '^/usr/share/(doc|man|lintian|info)/' | while read -r f; do
+    if [ -f "$f" ] || [ -L "$f" ]; then
+      rel="${f#/usr/}"
+      mkdir -p "$dest/$(dirname "$rel")"
+      cp -a "$f" "$dest/$rel"
+    fi
+  done
+done
+
+# pkg-config files: make the prefix relative to the .pc file (lib/x86_64-linux-gnu/pkgconfig -> three levels up).
+for pc in "$dest"/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
+  sed -i 's|^prefix=/usr$|prefix=${pcfiledir}/../../..|' "$pc"
+done
+# pkgconf needs its own library next to it.
+mkdir -p "$dest/bin"
+cat > "$dest/bin/pkg-config" <<'EOF'
+#!/bin/sh
+here=$(cd "$(dirname "$0")/.." && pwd)
+LD_LIBRARY_PATH="$here/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+PKG_CONFIG_LIBDIR="$here/lib/x86_64-linux-gnu/pkgconfig" exec "$here/bin/pkgconf" "$@"
+EOF
+chmod +x "$dest/bin/pkg-config"
+
+if [ -n "$prebuilt" ]; then
+  bin="$dest/prebuilt/bin"
+  lib="$dest/prebuilt/lib"
+  mkdir -p "$bin" "$lib"
+  for t in tests/test_backends_cuda bin/tessera_bench_cuda; do
+    if [ ! -x "$prebuilt/$t" ]; then
+      echo "make_gpu_bundle: $prebuilt/$t is missing (cmake --build $prebuilt --target test_backends_cuda tessera_bench_cuda)" >&2
+      exit 1
+    fi
+    cp "$prebuilt/$t" "$bin/"
+  done
+  # Shared libraries the binaries load that the GPU machine may lack: everything ldd resolves outside the system
+  # directories and the CUDA driver.
+  for so in $(ldd "$bin"/* | awk '/=> \//{print $3}' | sort -u); do
+    case "$so" in
+      */libfmt.so*|*/libcudart.so*) cp -L "$so" "$lib/" ;;
+    esac
+  done
+  { echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) from $prebuilt at commit $(git -C "$root" rev-parse --short HEAD)"
+    (cd "$bin" && sha256sum ./*); } > "$dest/prebuilt/INFO"
+fi
+echo "make_gpu_bundle: $(du -sh "$dest" | cut -f1) in $dest"

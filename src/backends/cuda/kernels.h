@@ -1,0 +1,182 @@
+// CUDA kernels for batch-1 decode (T = 1), the foundation of the CUDA backend. Decode is memory-bound: every weight
+// byte is read once per token, so each kernel is judged by the bytes it moves over the measured copy bandwidth
+// (bench/cuda/bench_kernels, docs/CUDA_NOTES.md).
+//
+// Conventions (docs/ARCHITECTURE.md): a linear layer computes y[T, N] = x[T, K] · Wᵀ with W row-major [N, K].
+// All pointers are device pointers unless a parameter says `host`. Every function checks its arguments on the host
+// (tessera::Error with one sentence), launches on `stream` and checks the launch; none synchronizes. Values a CUDA
+// graph must not bake in (the token position, token ids) are read from device memory.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <vector_types.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/cuda/memory.h"
+#include "core/dtype.h"
+
+namespace tessera::cuda {
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Weights
+
+enum class GemvLayout : uint8_t {
+  ROWS = 0,  // f32/f16/bf16: the file's row-major [N, K] values
+  SPLIT_Q,   // q8_0/q4_0/q4_1: quants and scales in two arrays (below), so quants load as aligned 16-byte vectors
+};
+
+// A weight matrix on the device in the layout the GEMV kernels read. GGUF's 18/20/34-byte blocks are not 16-byte
+// aligned, so upload splits them: quants [N, K] int8 (q8_0) or [N, K/2] nibble bytes (q4_0, q4_1; each 16-byte group
+// keeps GGUF's order: low nibbles are elements 0..15 of the block, high nibbles 16..31) and scales [N, K/32] fp16 d
+// (q8_0, q4_0) or [N, K/32] (fp16 d, fp16 m) pairs (q4_1). Same bytes as the file, no padding.
+struct DeviceWeight {
+  DType dtype = DType::F32;
+  int64_t n = 0;  // output features (rows of W)
+  int64_t k = 0;  // input features
+  GemvLayout layout = GemvLayout::ROWS;
+  DeviceBuffer quants;  // float formats: [n, k] values
+  DeviceBuffer scales;  // quantized formats only
+  // Bytes one GEMV must read: the roofline's numerator.
+  uint64_t bytes() const { return quants.bytes() + scales.bytes(); }
+};
+
+// f32, f16, bf16, q8_0, q4_0, q4_1.
+bool gemv_supports(DType dtype);
+
+// Uploads host W [n, k] (dtype, row-major, GGUF block layout) and repacks it. Fails on an unsupported dtype, on
+// k % 8 != 0 (float formats: rows must start 16-byte aligned) or k % 32 != 0 (quantized), or on n, k outside int32.
+DeviceWeight upload_weight(DType dtype, const void* host, int64_t n, int64_t k);
+
+// ---------------------------------------------------------------------------------------------------------------------
+// GEMV: y[N] = W[N, K] · x[K] (T = 1), f32 output.
+
+// The activation as the GEMVs read it. Float weights read `f32`. Quantized weights read x quantized to 8 bits per
+// block of 32 (integer dot products, as llama.cpp and the CPU backend do): q8 = round(x / d) with d = max|x| / 127 per
+// block, and ds = (d, d * sum(q)) (the sum serves q4_0's -8 offset and q4_1's min). One quantized x serves every GEMV
+// that shares the input (q, k, v; gate, up); rmsnorm and swiglu can write it directly.
+struct GemvInput {
+  const float* f32 = nullptr;     // [K]
+  const int8_t* q8 = nullptr;     // [K]
+  const float2* q8_ds = nullptr;  // [K/32]
+  // Float weights only: RMSNorm fused into the GEMV. When set, y = W · (x / sqrt(mean(x^2) + norm_eps) ⊙ norm_w):
+  // every block streams all of x anyway, so it sums x^2 on the way and scales its rows at the end (the rmsnorm
+  // launch before the q|k|v and gate|up GEMVs disappears).
+  const float* norm_w = nullptr;  // [K]
+  float norm_eps = 0.0f;
+};
+
+// A launch shape: threads per block, weight rows per block, loads in flight per row (unroll), and whether each step
+// prefetches the next one's weights into L2. Exposed so the benchmark can time every variant; callers normally pass
+// nullptr and get gemv_default_config.
+struct GemvConfig {
+  int threads = 0;
+  int rows = 0;
+  int unroll = 0;
+  int prefetch = 0;
+};
+const std::vector<GemvConfig>& gemv_configs();
+GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k);
+
+// accumulate: y += W·x instead of y = W·x, which fuses the residual add after the attention-output and FFN-down
+// projections into their GEMVs (one launch and one pass over the residual less, per projection).
+void gemv(const DeviceWeight& w, const GemvInput& x, float* y /*[N]*/, cudaStream_t stream,
+          const GemvConfig* config = nullptr, bool accumulate = false);
+
+// x [K] f32 -> q8 [K] + ds [K/32] as GemvInput describes. K % 32 == 0.
+void quantize_q8(const float* x /*[K]*/, int8_t* q8 /*[K]*/, float2* ds /*[K/32]*/, int64_t k, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Normalization and elementwise ops
+
+// y[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * w. y may equal x. When q8 and ds are given (d % 32 == 0), y is
+// also written quantized for the next quantized GEMV (saves one launch and one pass over y).
+void rmsnorm(const float* x /*[t, d]*/, const float* w /*[d]*/, float* y /*[t, d]*/, int64_t t, int64_t d, float eps,
+             cudaStream_t stream, int8_t* q8 = nullptr /*[t, d]*/, float2* ds = nullptr /*[t, d/32]*/);
+
+// out = silu(gate) * up. out may equal gate or up. Optional quantized copy as in rmsnorm (n % 32 == 0).
+void swiglu(const float* gate /*[n]*/, const float* up /*[n]*/, float* out /*[n]*/, int64_t n, cudaStream_t stream,
+            int8_t* q8 = nullptr /*[n]*/, float2* ds = nullptr /*[n/32]*/);
+
+// y += x (residual connection).
+void add(float* y /*[n]*/, const float* x /*[n]*/, int64_t n, cudaStream_t stream);
+
+// out[i, :] = table[ids[i], :] as f32, for any GemvLayout table (tied embeddings share the output weight). An id
+// outside [0, table.n) yields a row of NaNs (the device cannot throw; the runtime validates ids on the host first).
+void embedding(const DeviceWeight& table /*[n_vocab, d]*/, const int32_t* ids /*[t]*/, float* out /*[t, d]*/, int64_t t,
+               cudaStream_t stream);
+
+// Index of the largest value (the first on ties, NaNs skipped; 0 when all are NaN), written to out[0]. One launch:
+// blocks reduce their slice and the last block to finish reduces the blocks' results.
+class ArgmaxWorkspace {
+ public:
+  explicit ArgmaxWorkspace(int64_t max_n);
+  int64_t max_n() const { return max_n_; }
+  int blocks() const { return blocks_; }
+  unsigned long long* partials() const { return partials_.as<unsigned long long>(); }
+  unsigned int* counter() const { return counter_.as<unsigned int>(); }
+
+ private:
+  int64_t max_n_ = 0;
+  int blocks_ = 0;
+  DeviceBuffer partials_;  // [blocks] packed (value, index) keys
+  DeviceBuffer counter_;   // blocks finished; zero between launches (the last block resets it)
+};
+void argmax(const float* x /*[n]*/, int64_t n, int32_t* out /*[1]*/, ArgmaxWorkspace& ws, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Attention (one query token)
+
+// KV cache of one layer: element (kv head h, position p, i) of K at k[(h * n_ctx + p) * hd + i], V likewise
+// (head-major [n_kv, n_ctx, hd]: one block streams one head's positions contiguously). F16 or BF16.
+struct KvCacheView {
+  DType dtype = DType::F16;
+  void* k = nullptr;  // [n_kv, n_ctx, hd]
+  void* v = nullptr;  // [n_kv, n_ctx, hd]
+  int64_t n_ctx = 0;  // positions the cache holds
+  int64_t n_kv = 0;
+  int64_t hd = 0;
+};
+
+// Rotary embedding of this token's q and k at position pos[0], fused with storing k and v into the cache at that
+// position (rounded to the cache dtype). theta_i = pos * inv_freq[i], i < rope_dim / 2; the first rope_dim elements of
+// every head rotate, the rest pass through. neox == false: pairs (x[2i], x[2i+1]); true: (x[i], x[i + rope_dim/2]).
+// q is rotated in place. A pos outside [0, n_ctx) stores nothing and sets q to NaN.
+void rope_store_kv(float* q /*[n_head, hd]*/, const float* k /*[n_kv, hd]*/, const float* v /*[n_kv, hd]*/,
+                   const KvCacheView& cache, const int32_t* pos /*[1]*/, int64_t n_head, int64_t rope_dim,
+                   const float* inv_freq /*[rope_dim/2]*/, bool neox, cudaStream_t stream);
+
+// Split-K decode attention (flash-decoding): the positions [0, pos] are cut into chunks; one block per (chunk, kv head)
+// computes all of that head's query heads (GQA: query head h reads kv head h / (n_head / n_kv)) with an online
+// softmax, and the last block to finish for a kv head combines the chunks' partial results (no second launch).
+// Sized once for the cache's n_ctx so a CUDA graph can replay it at any position: blocks past the current position
+// return at once.
+class AttnWorkspace {
+ public:
+  // For n_head query heads over `cache`: max_splits() chunks per kv head, enough for one wave of two blocks per SM
+  // (at most 256, and at most ceil(n_ctx / 64)). At run time [0, pos] is cut into at most max_splits() chunks of a
+  // multiple of 64 positions (64 while the context is short), each looped over in tiles.
+  AttnWorkspace(int64_t n_head, const KvCacheView& cache);
+  int max_splits() const { return max_splits_; }
+  int64_t n_head() const { return n_head_; }
+  int64_t hd() const { return hd_; }
+  float* partial_out() const { return out_.as<float>(); }
+  float2* partial_ml() const { return ml_.as<float2>(); }
+  unsigned int* counters() const { return counters_.as<unsigned int>(); }
+
+ private:
+  int64_t n_head_ = 0;
+  int64_t hd_ = 0;
+  int max_splits_ = 0;
+  DeviceBuffer out_;       // [n_head, max_splits, hd] unnormalized sum of exp(s - m) * v
+  DeviceBuffer ml_;        // [n_head, max_splits] (max score m, sum of exp(s - m))
+  DeviceBuffer counters_;  // [n_head] chunks finished per (kv head, head tile); zero between launches
+};
+
+// out[h, :] = softmax(scale * q[h, :] · K[0..pos, kvh, :]ᵀ) · V[0..pos, kvh, :]. hd in {64, 128, 256}. A pos outside
+// [0, n_ctx) yields NaNs.
+void attn_decode(const float* q /*[n_head, hd]*/, const KvCacheView& cache, const int32_t* pos /*[1]*/,
+                 float* out /*[n_head, hd]*/, int64_t n_head, float scale, AttnWorkspace& ws, cudaStream_t stream);
+
+}  // namespace tessera::cuda

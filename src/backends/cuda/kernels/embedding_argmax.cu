@@ -1,0 +1,180 @@
+// Embedding lookup (first op of a decode step) and argmax over the vocabulary (greedy sampling, last op). Both read
+// little (one table row; one logits vector) but sit on the critical path of every token, so each is one launch.
+#include <algorithm>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/common.cuh"
+
+namespace tessera::cuda {
+namespace detail {
+namespace {
+
+constexpr int kEmbThreads = 256;
+constexpr int kArgmaxThreads = 512;
+
+// Element i of row `row` of a table in its GemvLayout.
+template <DType D>
+__device__ __forceinline__ float table_value(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
+                                             size_t row, int k, int i) {
+  if constexpr (D == DType::F32) {
+    return reinterpret_cast<const float*>(quants)[row * k + i];
+  } else if constexpr (D == DType::F16) {
+    return __half2float(reinterpret_cast<const __half*>(quants)[row * k + i]);
+  } else if constexpr (D == DType::BF16) {
+    return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(quants)[row * k + i]);
+  } else {
+    const size_t b = row * (k / kQ) + i / kQ;  // block index over the whole table
+    const int j = i % kQ;
+    if constexpr (D == DType::Q8_0) {
+      const float d = __half2float(reinterpret_cast<const __half*>(scales)[b]);
+      return d * static_cast<float>(reinterpret_cast<const int8_t*>(quants)[row * k + i]);
+    } else {
+      const uint8_t byte = quants[b * (kQ / 2) + (j % (kQ / 2))];
+      const int q = j < kQ / 2 ? (byte & 0x0F) : (byte >> 4);
+      if constexpr (D == DType::Q4_0) {
+        const float d = __half2float(reinterpret_cast<const __half*>(scales)[b]);
+        return d * static_cast<float>(q - 8);
+      } else {
+        const float2 dm = __half22float2(reinterpret_cast<const __half2*>(scales)[b]);
+        return dm.x * static_cast<float>(q) + dm.y;
+      }
+    }
+  }
+}
+
+template <DType D>
+__global__ void __launch_bounds__(kEmbThreads)
+    embedding_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales, int n_vocab, int k,
+                     const int32_t* __restrict__ ids /*[t]*/, float* __restrict__ out /*[t, k]*/) {
+  const int token = blockIdx.y;
+  const int i = blockIdx.x * kEmbThreads + threadIdx.x;
+  if (i >= k) return;
+  const int32_t id = ids[token];
+  float* o = out + static_cast<size_t>(token) * k;
+  if (id < 0 || id >= n_vocab) {
+    o[i] = __int_as_float(0x7fc00000);  // NaN: a bad id must not read outside the table, and must show
+    return;
+  }
+  o[i] = table_value<D>(quants, scales, static_cast<size_t>(id), k, i);
+}
+
+// A (value, index) key whose unsigned order is "larger value, then smaller index": the float's bits made monotonic
+// in the high word, the complemented index in the low word. -0 is folded into +0 so they tie like == does. 0 means
+// "no value" (every real value's key is larger).
+__device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
+  uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<unsigned long long>(u) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(i));
+}
+
+__device__ __forceinline__ unsigned long long block_max_key(unsigned long long key) {
+  __shared__ unsigned long long part[kArgmaxThreads / kWarp];
+#pragma unroll
+  for (int off = kWarp / 2; off > 0; off >>= 1) {
+    const unsigned long long o = __shfl_xor_sync(0xffffffffu, key, off);
+    key = o > key ? o : key;
+  }
+  const int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp;
+  if (lane == 0) part[warp] = key;
+  __syncthreads();
+  if (warp == 0) {
+    key = lane < kArgmaxThreads / kWarp ? part[lane] : 0ull;
+#pragma unroll
+    for (int off = kWarp / 2; off > 0; off >>= 1) {
+      const unsigned long long o = __shfl_xor_sync(0xffffffffu, key, off);
+      key = o > key ? o : key;
+    }
+  }
+  return key;  // valid in thread 0
+}
+
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_kernel(const float* __restrict__ x, int n, unsigned long long* partials, unsigned int* counter,
+                  int32_t* out) {
+  unsigned long long best = 0;
+  for (int i = blockIdx.x * kArgmaxThreads + threadIdx.x; i < n; i += gridDim.x * kArgmaxThreads) {
+    const float v = x[i];
+    if (!isnan(v)) {
+      const unsigned long long key = argmax_key(v, i);
+      best = key > best ? key : best;
+    }
+  }
+  best = block_max_key(best);
+  __shared__ bool is_last;
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = best;
+    __threadfence();  // publish this block's key before the counter says it is there
+    is_last = atomicAdd(counter, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  best = 0;
+  for (int j = threadIdx.x; j < static_cast<int>(gridDim.x); j += kArgmaxThreads) {
+    const unsigned long long key = __ldcg(partials + j);  // L2, never a stale L1 line
+    best = key > best ? key : best;
+  }
+  best = block_max_key(best);
+  if (threadIdx.x == 0) {
+    out[0] = best == 0 ? 0 : static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(best & 0xFFFFFFFFu));
+    *counter = 0;  // ready for the next launch (a CUDA graph replays this kernel without a memset)
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+void embedding(const DeviceWeight& table, const int32_t* ids, float* out, int64_t t, cudaStream_t stream) {
+  TESSERA_CUDA_REQUIRE(gemv_supports(table.dtype) && !table.quants.empty(),
+                       "embedding: the table is empty or its dtype is not supported on CUDA");
+  TESSERA_CUDA_REQUIRE(ids && out, "embedding: a pointer argument is null");
+  TESSERA_CUDA_REQUIRE(t > 0 && t <= 65535, "embedding: token count " + detail::num(t) + " is outside 1..65535");
+  const dim3 grid(detail::ceil_div(table.k, detail::kEmbThreads), static_cast<unsigned>(t));
+  const int n = static_cast<int>(table.n), k = static_cast<int>(table.k);
+  const auto* q = table.quants.as<uint8_t>();
+  const auto* s = table.scales.as<uint8_t>();
+  switch (table.dtype) {
+    case DType::F32:
+      detail::embedding_kernel<DType::F32><<<grid, detail::kEmbThreads, 0, stream>>>(q, s, n, k, ids, out);
+      break;
+    case DType::F16:
+      detail::embedding_kernel<DType::F16><<<grid, detail::kEmbThreads, 0, stream>>>(q, s, n, k, ids, out);
+      break;
+    case DType::BF16:
+      detail::embedding_kernel<DType::BF16><<<grid, detail::kEmbThreads, 0, stream>>>(q, s, n, k, ids, out);
+      break;
+    case DType::Q8_0:
+      detail::embedding_kernel<DType::Q8_0><<<grid, detail::kEmbThreads, 0, stream>>>(q, s, n, k, ids, out);
+      break;
+    case DType::Q4_0:
+      detail::embedding_kernel<DType::Q4_0><<<grid, detail::kEmbThreads, 0, stream>>>(q, s, n, k, ids, out);
+      break;
+    default:
+      detail::embedding_kernel<DType::Q4_1><<<grid, detail::kEmbThreads, 0, stream>>>(q, s, n, k, ids, out);
+      break;
+  }
+  TESSERA_CUDA_CHECK_LAUNCH("embedding_kernel");
+}
+
+ArgmaxWorkspace::ArgmaxWorkspace(int64_t max_n) : max_n_(max_n) {
+  TESSERA_CUDA_REQUIRE(max_n > 0 && max_n < (int64_t{1} << 31),
+                       "argmax: size " + detail::num(max_n) + " is outside 1..2^31-1");
+  // Two blocks per SM are enough to stream a logits vector; more would only lengthen the final reduction.
+  blocks_ = std::max(1, std::min(detail::ceil_div(max_n, detail::kArgmaxThreads * 4), 2 * detail::sm_count()));
+  partials_ = DeviceBuffer(sizeof(unsigned long long) * blocks_);
+  counter_ = DeviceBuffer(sizeof(unsigned int));
+  counter_.fill_bytes(0);
+}
+
+void argmax(const float* x, int64_t n, int32_t* out, ArgmaxWorkspace& ws, cudaStream_t stream) {
+  TESSERA_CUDA_REQUIRE(x && out, "argmax: a pointer argument is null");
+  TESSERA_CUDA_REQUIRE(n > 0 && n <= ws.max_n(), "argmax: size " + detail::num(n) + " is outside 1.." +
+                                                     detail::num(ws.max_n()) + " (the workspace's size)");
+  const int blocks = std::min(ws.blocks(), detail::ceil_div(n, detail::kArgmaxThreads * 4));
+  detail::argmax_kernel<<<blocks, detail::kArgmaxThreads, 0, stream>>>(x, static_cast<int>(n), ws.partials(),
+                                                                       ws.counter(), out);
+  TESSERA_CUDA_CHECK_LAUNCH("argmax_kernel");
+}
+
+}  // namespace tessera::cuda

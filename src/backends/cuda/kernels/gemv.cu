@@ -1,0 +1,118 @@
+// GEMV for batch-1 decode: y[N] = W[N, K] · x[K], every weight byte read exactly once.
+//
+// Decode is bound by weight bytes over memory bandwidth, so the kernels are built around the loads:
+//  - each thread issues 16-byte weight loads (ld.global.nc.L1::no_allocate: streamed, never evicting x from L1),
+//    coalesced along K across the block (consecutive threads read consecutive 16-byte vectors of a row);
+//  - a block owns ROWS rows, and each thread issues ROWS * UNROLL loads before the first use, so enough bytes are in
+//    flight (Little's law: ~3 TB/s * ~0.7 us latency ≈ 2 MB across the chip, ~16 KB per SM). ptxas may still
+//    interleave loads with FMAs to save registers (seen in the SASS); occupancy then carries the bytes in flight;
+//  - ROWS > 1 reuses each x vector (read from L1) for several rows, which keeps L1 traffic under the weight traffic;
+//  - partial sums are reduced with warp shuffles, then across warps in shared memory.
+// Quantized weights multiply 8-bit quants by the q8-quantized activation with dp4a (4 int8 products per
+// instruction), so dequantization costs a few integer instructions per 32 weights instead of 32 float conversions.
+// This file: launch-shape choice and host dispatch; the kernels are in gemv_float.cu and gemv_quant.cu.
+#include "backends/cuda/kernels/gemv_common.cuh"
+
+namespace tessera::cuda {
+namespace detail {
+
+int sm_count() {
+  static int cached = [] {
+    int dev = 0, n = 0;
+    TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  return cached;
+}
+
+namespace {
+
+int shape_index(const GemvConfig& c) {
+  for (int i = 0; i < kNumShapes; ++i)
+    if (kShapes[i].threads == c.threads && kShapes[i].rows == c.rows && kShapes[i].unroll == c.unroll &&
+        kShapes[i].prefetch == c.prefetch)
+      return i;
+  return -1;
+}
+
+}  // namespace
+}  // namespace detail
+
+const std::vector<GemvConfig>& gemv_configs() {
+  static const std::vector<GemvConfig> configs = [] {
+    std::vector<GemvConfig> v;
+    for (const auto& s : detail::kShapes) v.push_back({s.threads, s.rows, s.unroll, s.prefetch});
+    return v;
+  }();
+  return configs;
+}
+
+bool gemv_supports(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+      return true;
+    default:
+      return false;
+  }
+}
+
+GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
+  // Picked from the H100 sweeps of every shape in the table (docs/CUDA_NOTES.md, runs 1-3): at the issue's large
+  // shapes each choice is within ~3% of the sweep's best (q8_0/q4 at 4096x14336 within ~5%).
+  const bool quant = dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q4_1;
+  if (quant) {
+    const int64_t blocks = k / detail::kQ;  // 32-blocks per row
+    // Long rows (ffn_down) or many short rows: 64 threads, so a block walks its two rows in several steps.
+    if (blocks >= 256 || (n >= 8192 && blocks <= 64)) return {64, 2, 2, 0};
+    // 4-bit rows of k <= 4096 are only 2 KB: four of them per block (runs 2-3: 3-5% faster than two at n >= 4096).
+    if ((dtype == DType::Q4_0 || dtype == DType::Q4_1) && blocks <= 128 && n >= 4096) return {128, 4, 2, 0};
+    return {128, 2, 2, 0};
+  }
+  const int64_t vectors = k * (dtype == DType::F32 ? 4 : 2) / 16;  // 16-byte loads per row
+  if (vectors >= 384) return {256, 2, 2, 0};
+  if (vectors >= 128) return {128, 2, 2, 0};
+  return {128, 4, 2, 0};  // short rows: latency-bound; four rows per block keep the block count low
+}
+
+void gemv(const DeviceWeight& w, const GemvInput& x, float* y, cudaStream_t stream, const GemvConfig* config,
+          bool accumulate) {
+  using detail::num;
+  TESSERA_CUDA_REQUIRE(gemv_supports(w.dtype),
+                       "gemv: weight dtype " + std::string(dtype_name(w.dtype)) + " is not supported on CUDA");
+  TESSERA_CUDA_REQUIRE(w.n > 0 && w.k > 0 && !w.quants.empty(), "gemv: the weight is empty (was it uploaded?)");
+  TESSERA_CUDA_REQUIRE(y != nullptr, "gemv: output pointer is null");
+  const GemvConfig c = config ? *config : gemv_default_config(w.dtype, w.n, w.k);
+  const int index = detail::shape_index(c);
+  TESSERA_CUDA_REQUIRE(index >= 0, "gemv: launch config (threads " + num(c.threads) + ", rows " + num(c.rows) +
+                                       ", unroll " + num(c.unroll) + ", prefetch " + num(c.prefetch) +
+                                       ") is not one of gemv_configs()");
+  const detail::LaunchArgs a{&w, &x, y, stream, accumulate};
+  switch (w.dtype) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+      TESSERA_CUDA_REQUIRE(x.f32 != nullptr && detail::aligned16(x.f32),
+                           "gemv: float weights need a 16-byte aligned f32 activation");
+      TESSERA_CUDA_REQUIRE(x.norm_w == nullptr || detail::aligned16(x.norm_w),
+                           "gemv: the fused RMSNorm weight must be 16-byte aligned");
+      detail::launch_gemv_float(index, a);
+      break;
+    default:
+      TESSERA_CUDA_REQUIRE(x.norm_w == nullptr,
+                           "gemv: the fused RMSNorm needs float weights (quantized weights read "
+                           "x already normalized and quantized: rmsnorm with a q8 output)");
+      TESSERA_CUDA_REQUIRE(
+          x.q8 != nullptr && x.q8_ds != nullptr && detail::aligned16(x.q8) && detail::aligned16(x.q8_ds),
+          "gemv: quantized weights need the q8 activation (16-byte aligned; see quantize_q8)");
+      detail::launch_gemv_quant(index, a);
+      break;
+  }
+}
+
+}  // namespace tessera::cuda

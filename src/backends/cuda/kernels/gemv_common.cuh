@@ -1,0 +1,110 @@
+// Pieces shared by the GEMV kernels (gemv_float.cu, gemv_quant.cu) and their host dispatch (gemv.cu).
+#pragma once
+
+#include <utility>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/common.cuh"
+
+namespace tessera::cuda::detail {
+
+__device__ __forceinline__ uint32_t ld_stream4(const void* p) {
+  uint32_t v;
+  asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t ld_stream2(const void* p) {
+  unsigned short v;
+  asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  return v;
+}
+
+// Asks L2 to fetch the line holding p (no register, no fault on an address past the end): bytes in flight for the
+// next step without holding them in registers.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// The block-wide sum of v, returned to every thread (two barriers; only for the fused RMSNorm's sum of squares).
+template <int THREADS>
+__device__ __forceinline__ float block_sum_all(float v) {
+  constexpr int kWarps = THREADS / kWarp;
+  v = warp_sum(v);
+  if constexpr (kWarps == 1) {
+    return v;
+  } else {
+    __shared__ float part[kWarps];
+    __shared__ float total;
+    const int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp;
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+      float t = lane < kWarps ? part[lane] : 0.0f;
+      t = warp_sum(t);
+      if (lane == 0) total = t;
+    }
+    __syncthreads();
+    return total;
+  }
+}
+
+// Sums acc[r] over the block and stores y[row0 + r] = scale * sum (rows past n are dropped).
+template <int THREADS, int ROWS>
+__device__ __forceinline__ void block_sum_store(float (&acc)[ROWS], float* __restrict__ y, int row0, int n,
+                                                bool accumulate, float scale = 1.0f) {
+  constexpr int kWarps = THREADS / kWarp;
+  const int lane = threadIdx.x & (kWarp - 1);
+  const int warp = threadIdx.x / kWarp;
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) acc[r] = warp_sum(acc[r]);
+  if constexpr (kWarps == 1) {
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r)
+        if (row0 + r < n) y[row0 + r] = accumulate ? y[row0 + r] + acc[r] * scale : acc[r] * scale;
+    }
+  } else {
+    __shared__ float part[ROWS][kWarps];
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) part[r][warp] = acc[r];
+    }
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        float v = lane < kWarps ? part[r][lane] : 0.0f;
+        v = warp_sum(v);
+        if (lane == 0 && row0 + r < n) y[row0 + r] = accumulate ? y[row0 + r] + v * scale : v * scale;
+      }
+    }
+  }
+}
+
+// Every launch shape the benchmark can time: threads per block, rows per block, loads in flight per row, and whether
+// each step prefetches the next step's weights into L2. gemv_default_config picks from these by shape
+// (docs/CUDA_NOTES.md has the measurements behind the choice).
+struct Shape {
+  int threads, rows, unroll, prefetch;
+};
+constexpr Shape kShapes[] = {
+    {64, 1, 4, 0},  {128, 1, 4, 0}, {256, 1, 4, 0}, {128, 1, 8, 0}, {256, 1, 8, 0}, {64, 2, 2, 0},  {128, 2, 2, 0},
+    {256, 2, 2, 0}, {128, 2, 4, 0}, {256, 2, 4, 0}, {64, 4, 2, 0},  {128, 4, 1, 0}, {256, 4, 1, 0}, {128, 4, 2, 0},
+    {256, 4, 2, 0}, {64, 2, 2, 1},  {128, 2, 2, 1}, {256, 2, 2, 1}, {128, 4, 2, 1}, {64, 1, 4, 1},
+};
+constexpr int kNumShapes = static_cast<int>(sizeof(kShapes) / sizeof(kShapes[0]));
+
+struct LaunchArgs {
+  const DeviceWeight* w;
+  const GemvInput* x;
+  float* y;
+  cudaStream_t stream;
+  bool accumulate;
+};
+
+// Launches the kernel of w->dtype with shape kShapes[index] (defined in gemv_float.cu and gemv_quant.cu, so the two
+// families compile in parallel).
+void launch_gemv_float(int index, const LaunchArgs& a);
+void launch_gemv_quant(int index, const LaunchArgs& a);
+
+}  // namespace tessera::cuda::detail

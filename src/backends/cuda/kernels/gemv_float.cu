@@ -1,0 +1,162 @@
+// GEMV kernels for float weights (f32, f16, bf16): y[N] = W[N, K] · x[K] with f32 x and f32 accumulation.
+// Why the kernels look the way they do: see gemv.cu.
+#include "backends/cuda/kernels/gemv_common.cuh"
+
+namespace tessera::cuda::detail {
+namespace {
+
+// Float formats: 16 bytes hold 4 (f32) or 8 (f16, bf16) elements.
+template <DType D>
+struct FloatFmt;
+template <>
+struct FloatFmt<DType::F32> {
+  static constexpr int kElems = 4;
+  __device__ static void to_float(const uint4& v, float (&f)[4]) {
+    f[0] = __uint_as_float(v.x), f[1] = __uint_as_float(v.y), f[2] = __uint_as_float(v.z), f[3] = __uint_as_float(v.w);
+  }
+};
+template <>
+struct FloatFmt<DType::F16> {
+  static constexpr int kElems = 8;
+  __device__ static void to_float(const uint4& v, float (&f)[8]) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 p = half2_to_float2(w[i]);
+      f[2 * i] = p.x, f[2 * i + 1] = p.y;
+    }
+  }
+};
+template <>
+struct FloatFmt<DType::BF16> {
+  static constexpr int kElems = 8;
+  __device__ static void to_float(const uint4& v, float (&f)[8]) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f[2 * i] = bf16_lo(w[i]), f[2 * i + 1] = bf16_hi(w[i]);
+  }
+};
+
+// acc[r] += w[r] · x over one 16-byte vector of each row (E elements of x at xp). With the fused RMSNorm (nw, the
+// norm weight at the same offset, non-null) x is multiplied by nw first and ss collects the raw x squared.
+template <typename F, int ROWS, bool NORM>
+__device__ __forceinline__ void float_step(const uint4 (&wv)[ROWS], const float* __restrict__ xp,
+                                           const float* __restrict__ nw, float (&acc)[ROWS], float& ss) {
+  constexpr int E = F::kElems;
+  float xf[E];
+#pragma unroll
+  for (int j = 0; j < E / 4; ++j) {
+    const float4 v = __ldg(reinterpret_cast<const float4*>(xp) + j);
+    xf[4 * j] = v.x, xf[4 * j + 1] = v.y, xf[4 * j + 2] = v.z, xf[4 * j + 3] = v.w;
+  }
+  if constexpr (NORM) {
+#pragma unroll
+    for (int j = 0; j < E / 4; ++j) {
+      const float4 g = __ldg(reinterpret_cast<const float4*>(nw) + j);
+      ss = fmaf(xf[4 * j], xf[4 * j], ss), xf[4 * j] *= g.x;
+      ss = fmaf(xf[4 * j + 1], xf[4 * j + 1], ss), xf[4 * j + 1] *= g.y;
+      ss = fmaf(xf[4 * j + 2], xf[4 * j + 2], ss), xf[4 * j + 2] *= g.z;
+      ss = fmaf(xf[4 * j + 3], xf[4 * j + 3], ss), xf[4 * j + 3] *= g.w;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    float wf[E];
+    F::to_float(wv[r], wf);
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[r] = fmaf(wf[e], xf[e], acc[r]);
+  }
+}
+
+// NORM is a template parameter, not a run-time flag: as a flag (run 3) the plain kernel lost 2-6% at the issue's
+// shapes, ptxas scheduling the loads around the never-taken branch.
+template <DType D, int THREADS, int ROWS, int UNROLL, int PF, bool NORM>
+__global__ void __launch_bounds__(THREADS)
+    gemv_float_kernel(const uint8_t* __restrict__ w /*[n, k]*/, const float* __restrict__ x /*[k]*/,
+                      float* __restrict__ y /*[n]*/, int n, int k, bool accumulate,
+                      const float* __restrict__ norm_w /*[k] or null*/, float norm_eps) {
+  using F = FloatFmt<D>;
+  constexpr int E = F::kElems;
+  constexpr int kElemBytes = 16 / E;
+  constexpr int kStep = THREADS * E;
+  const int row0 = blockIdx.x * ROWS;
+  const uint8_t* wr[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) wr[r] = w + static_cast<size_t>(min(row0 + r, n - 1)) * k * kElemBytes;
+  float acc[ROWS] = {};
+  float ss = 0.0f;  // sum of x^2 for the fused RMSNorm (every block streams all of x, so it can norm by itself)
+  // Full steps: UNROLL * ROWS unconditional loads, all issued before the first use. (An earlier version guarded each
+  // load with idx < k; ptxas then interleaved loads with the FMAs, leaving one or two loads in flight per thread.)
+  int base = threadIdx.x * E;
+  for (; base + (UNROLL - 1) * kStep < k; base += kStep * UNROLL) {
+    if constexpr (PF > 0) {
+      const int next = base + PF * kStep * UNROLL;
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r)
+          if (next + u * kStep < k) prefetch_l2(wr[r] + static_cast<size_t>(next + u * kStep) * kElemBytes);
+    }
+    uint4 wv[UNROLL][ROWS];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) wv[u][r] = ld_stream16(wr[r] + static_cast<size_t>(base + u * kStep) * kElemBytes);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+      float_step<F, ROWS, NORM>(wv[u], x + base + u * kStep, NORM ? norm_w + base + u * kStep : nullptr, acc, ss);
+  }
+  // The rest of the row: fewer than UNROLL vectors per thread.
+  for (; base < k; base += kStep) {
+    uint4 wv[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) wv[r] = ld_stream16(wr[r] + static_cast<size_t>(base) * kElemBytes);
+    float_step<F, ROWS, NORM>(wv, x + base, NORM ? norm_w + base : nullptr, acc, ss);
+  }
+  // Correctly rounded 1/sqrt, as the rmsnorm kernel: the fused and unfused paths differ only in summation order.
+  if constexpr (NORM) {
+    const float scale = 1.0f / sqrtf(block_sum_all<THREADS>(ss) / static_cast<float>(k) + norm_eps);
+    block_sum_store<THREADS, ROWS>(acc, y, row0, n, accumulate, scale);
+  } else {
+    block_sum_store<THREADS, ROWS>(acc, y, row0, n, accumulate);
+  }
+}
+
+template <DType D, int I>
+void launch_shape(const LaunchArgs& a) {
+  constexpr Shape s = kShapes[I];
+  const int n = static_cast<int>(a.w->n), k = static_cast<int>(a.w->k);
+  const dim3 grid(ceil_div(n, s.rows));
+  if (a.x->norm_w)
+    gemv_float_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, true><<<grid, s.threads, 0, a.stream>>>(
+        a.w->quants.as<uint8_t>(), a.x->f32, a.y, n, k, a.accumulate, a.x->norm_w, a.x->norm_eps);
+  else
+    gemv_float_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, false>
+        <<<grid, s.threads, 0, a.stream>>>(a.w->quants.as<uint8_t>(), a.x->f32, a.y, n, k, a.accumulate, nullptr, 0.0f);
+  TESSERA_CUDA_CHECK_LAUNCH("gemv_float_kernel");
+}
+
+template <DType D, size_t... I>
+void launch_indexed(int index, const LaunchArgs& a, std::index_sequence<I...>) {
+  ((index == static_cast<int>(I) ? launch_shape<D, static_cast<int>(I)>(a) : void()), ...);
+}
+
+}  // namespace
+
+void launch_gemv_float(int index, const LaunchArgs& a) {
+  switch (a.w->dtype) {
+    case DType::F32:
+      launch_indexed<DType::F32>(index, a, std::make_index_sequence<kNumShapes>{});
+      break;
+    case DType::F16:
+      launch_indexed<DType::F16>(index, a, std::make_index_sequence<kNumShapes>{});
+      break;
+    case DType::BF16:
+      launch_indexed<DType::BF16>(index, a, std::make_index_sequence<kNumShapes>{});
+      break;
+    default:
+      fail_message("gemv: no float kernel for this dtype");
+  }
+}
+
+}  // namespace tessera::cuda::detail

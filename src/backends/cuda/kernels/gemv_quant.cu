@@ -1,0 +1,167 @@
+// GEMV kernels for quantized weights (q8_0, q4_0, q4_1) in the SPLIT_Q layout, against the q8-quantized activation:
+// dp4a multiplies 4 int8 pairs per instruction, so a 32-weight block costs a few integer instructions instead of 32
+// float conversions and FMAs. Why the kernels look the way they do: see gemv.cu.
+#include "backends/cuda/kernels/gemv_common.cuh"
+
+namespace tessera::cuda::detail {
+namespace {
+
+// Quantized formats, one block of 32 weights per thread per row per step. QB: quant bytes per block.
+template <DType D>
+struct QuantFmt;
+template <>
+struct QuantFmt<DType::Q8_0> {
+  static constexpr int kQuantBytes = 32;
+  static constexpr int kScaleBytes = 2;
+};
+template <>
+struct QuantFmt<DType::Q4_0> {
+  static constexpr int kQuantBytes = 16;
+  static constexpr int kScaleBytes = 2;
+};
+template <>
+struct QuantFmt<DType::Q4_1> {
+  static constexpr int kQuantBytes = 16;
+  static constexpr int kScaleBytes = 4;
+};
+
+// One 32-block's contribution: w quants (QB bytes as uint4s), its scale bits, the activation's 32 int8 (8 words)
+// and (d, d * sum q).
+template <DType D>
+__device__ __forceinline__ float block_dot(const uint4 (&wq)[QuantFmt<D>::kQuantBytes / 16], uint32_t scale,
+                                           const int (&xq)[8], float2 xds) {
+  int sumi = 0;
+  if constexpr (D == DType::Q8_0) {
+    const int w[8] = {int(wq[0].x), int(wq[0].y), int(wq[0].z), int(wq[0].w),
+                      int(wq[1].x), int(wq[1].y), int(wq[1].z), int(wq[1].w)};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sumi = __dp4a(w[i], xq[i], sumi);
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(scale))) * xds.x * static_cast<float>(sumi);
+  } else {
+    // Byte j of the 16 holds element j (low nibble) and j + 16 (high nibble); word i covers elements 4i..4i+3.
+    const uint32_t w[4] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      sumi = __dp4a(static_cast<int>(w[i] & 0x0F0F0F0Fu), xq[i], sumi);
+      sumi = __dp4a(static_cast<int>((w[i] >> 4) & 0x0F0F0F0Fu), xq[i + 4], sumi);
+    }
+    if constexpr (D == DType::Q4_0) {
+      // sum d_w (q_w - 8) d_x q_x = d_w (d_x sum(q_w q_x) - 8 d_x sum(q_x))
+      const float dw = __half2float(__ushort_as_half(static_cast<unsigned short>(scale)));
+      return dw * (xds.x * static_cast<float>(sumi) - 8.0f * xds.y);
+    } else {
+      // sum (d_w q_w + m_w) d_x q_x = d_w d_x sum(q_w q_x) + m_w d_x sum(q_x)
+      const float2 dm = half2_to_float2(scale);
+      return dm.x * xds.x * static_cast<float>(sumi) + dm.y * xds.y;
+    }
+  }
+}
+
+template <int QB, int SB>
+__device__ __forceinline__ void load_block(const uint8_t* qrow, const uint8_t* srow, int b, uint4 (&wv)[QB / 16],
+                                           uint32_t& sc) {
+#pragma unroll
+  for (int v = 0; v < QB / 16; ++v) wv[v] = ld_stream16(qrow + static_cast<size_t>(b) * QB + 16 * v);
+  if constexpr (SB == 2)
+    sc = ld_stream2(srow + static_cast<size_t>(b) * SB);
+  else
+    sc = ld_stream4(srow + static_cast<size_t>(b) * SB);
+}
+
+// acc[r] += block b of row r · block b of x.
+template <DType D, int ROWS>
+__device__ __forceinline__ void quant_step(const uint4 (&wv)[ROWS][QuantFmt<D>::kQuantBytes / 16],
+                                           const uint32_t (&sc)[ROWS], const int8_t* __restrict__ xq,
+                                           const float2* __restrict__ xds, int b, float (&acc)[ROWS]) {
+  const int4 x0 = __ldg(reinterpret_cast<const int4*>(xq) + 2 * b);
+  const int4 x1 = __ldg(reinterpret_cast<const int4*>(xq) + 2 * b + 1);
+  const int xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+  const float2 ds = __ldg(xds + b);
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) acc[r] += block_dot<D>(wv[r], sc[r], xv, ds);
+}
+
+template <DType D, int THREADS, int ROWS, int UNROLL, int PF>
+__global__ void __launch_bounds__(THREADS)
+    gemv_quant_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
+                      const int8_t* __restrict__ xq /*[k]*/, const float2* __restrict__ xds /*[k/32]*/,
+                      float* __restrict__ y /*[n]*/, int n, int k, bool accumulate) {
+  using Q = QuantFmt<D>;
+  constexpr int QB = Q::kQuantBytes;
+  constexpr int SB = Q::kScaleBytes;
+  constexpr int V = QB / 16;
+  const int nb = k / kQ;
+  const int row0 = blockIdx.x * ROWS;
+  const uint8_t* qr[ROWS];
+  const uint8_t* sr[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const size_t row = static_cast<size_t>(min(row0 + r, n - 1));
+    qr[r] = quants + row * nb * QB;
+    sr[r] = scales + row * nb * SB;
+  }
+  float acc[ROWS] = {};
+  // Full steps with unconditional loads (see gemv_float_kernel), then the remaining blocks one step at a time.
+  int b = threadIdx.x;
+  for (; b + (UNROLL - 1) * THREADS < nb; b += THREADS * UNROLL) {
+    if constexpr (PF > 0) {
+      const int next = b + PF * THREADS * UNROLL;
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r)
+          if (next + u * THREADS < nb) prefetch_l2(qr[r] + static_cast<size_t>(next + u * THREADS) * QB);
+    }
+    uint4 wv[UNROLL][ROWS][V];
+    uint32_t sc[UNROLL][ROWS];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) load_block<QB, SB>(qr[r], sr[r], b + u * THREADS, wv[u][r], sc[u][r]);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) quant_step<D, ROWS>(wv[u], sc[u], xq, xds, b + u * THREADS, acc);
+  }
+  for (; b < nb; b += THREADS) {
+    uint4 wv[ROWS][V];
+    uint32_t sc[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) load_block<QB, SB>(qr[r], sr[r], b, wv[r], sc[r]);
+    quant_step<D, ROWS>(wv, sc, xq, xds, b, acc);
+  }
+  block_sum_store<THREADS, ROWS>(acc, y, row0, n, accumulate);
+}
+
+template <DType D, int I>
+void launch_shape(const LaunchArgs& a) {
+  constexpr Shape s = kShapes[I];
+  const int n = static_cast<int>(a.w->n), k = static_cast<int>(a.w->k);
+  const dim3 grid(ceil_div(n, s.rows));
+  gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch><<<grid, s.threads, 0, a.stream>>>(
+      a.w->quants.as<uint8_t>(), a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, a.accumulate);
+  TESSERA_CUDA_CHECK_LAUNCH("gemv_quant_kernel");
+}
+
+template <DType D, size_t... I>
+void launch_indexed(int index, const LaunchArgs& a, std::index_sequence<I...>) {
+  ((index == static_cast<int>(I) ? launch_shape<D, static_cast<int>(I)>(a) : void()), ...);
+}
+
+}  // namespace
+
+void launch_gemv_quant(int index, const LaunchArgs& a) {
+  switch (a.w->dtype) {
+    case DType::Q8_0:
+      launch_indexed<DType::Q8_0>(index, a, std::make_index_sequence<kNumShapes>{});
+      break;
+    case DType::Q4_0:
+      launch_indexed<DType::Q4_0>(index, a, std::make_index_sequence<kNumShapes>{});
+      break;
+    case DType::Q4_1:
+      launch_indexed<DType::Q4_1>(index, a, std::make_index_sequence<kNumShapes>{});
+      break;
+    default:
+      fail_message("gemv: no quant kernel for this dtype");
+  }
+}
+
+}  // namespace tessera::cuda::detail

@@ -1,0 +1,151 @@
+#include "cuda_test_util.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "quant/half.h"
+#include "quant/quant.h"
+
+namespace tessera::cuda::test {
+
+std::string gpu_skip_reason() {
+  static const std::string reason = [] {
+    std::string why;
+    const auto devices = list_devices(&why);
+    if (devices.empty()) return "no CUDA GPU here (" + why + ")";
+    if (devices[0].cc_major < 9)
+      return "GPU 0 (" + devices[0].name + ") is older than compute capability 9.0, which the kernels are built for";
+    set_device(0);
+    return std::string();
+  }();
+  return reason;
+}
+
+uint32_t test_seed() {
+  if (const char* s = std::getenv("TESSERA_TEST_SEED")) return static_cast<uint32_t>(std::strtoul(s, nullptr, 10));
+  const uint32_t seed = std::random_device{}();
+  ::testing::Test::RecordProperty("seed", std::to_string(seed));
+  std::printf("[ seed     ] TESSERA_TEST_SEED=%u\n", seed);
+  return seed;
+}
+
+std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+void quantize_q8_ref(const float* x, int8_t* q8, float2* ds, int64_t k) {
+  for (int64_t b = 0; b < k / 32; ++b) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[b * 32 + j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      const int q = static_cast<int>(std::roundf(x[b * 32 + j] * id));
+      q8[b * 32 + j] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    ds[b] = float2{d, d * static_cast<float>(sum)};
+  }
+}
+
+std::vector<uint8_t> random_weight(std::mt19937& rng, DType dtype, int64_t n, int64_t k) {
+  const uint64_t row_bytes = *dtype_row_bytes(dtype, static_cast<uint64_t>(k));
+  std::vector<uint8_t> w(row_bytes * n);
+  // Rows of different scales (as trained weights have), so per-block scales vary.
+  std::uniform_real_distribution<float> row_scale(0.05f, 2.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    auto row = random_floats(rng, static_cast<size_t>(k));
+    const float s = row_scale(rng);
+    for (auto& x : row) x *= s;
+    quantize_row(dtype, row.data(), w.data() + i * row_bytes, k);
+  }
+  return w;
+}
+
+void gemv_ref(DType dtype, const std::vector<uint8_t>& w, int64_t n, int64_t k, const float* x, std::vector<double>& y,
+              std::vector<double>& mag, const float* dx, std::vector<double>* absw_dx) {
+  const uint64_t row_bytes = *dtype_row_bytes(dtype, static_cast<uint64_t>(k));
+  y.assign(n, 0.0);
+  mag.assign(n, 0.0);
+  if (absw_dx) absw_dx->assign(n, 0.0);
+  std::vector<float> row(k);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* src = w.data() + i * row_bytes;
+    dequantize_row(dtype, src, row.data(), k);
+    double acc = 0, m = 0, e = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const double wx = static_cast<double>(row[j]) * x[j];
+      acc += wx;
+      double term = std::fabs(wx);
+      const int64_t b = j / 32, jj = j % 32;
+      if (dtype == DType::Q4_0) {
+        const uint8_t* blk = src + b * 18;
+        const double d = fp16_to_f32(static_cast<uint16_t>(blk[0] | (blk[1] << 8)));
+        const int q = jj < 16 ? (blk[2 + jj] & 15) : (blk[2 + jj - 16] >> 4);
+        term = std::fabs(d) * (q + 8) * std::fabs(x[j]);
+      } else if (dtype == DType::Q4_1) {
+        const uint8_t* blk = src + b * 20;
+        const double d = fp16_to_f32(static_cast<uint16_t>(blk[0] | (blk[1] << 8)));
+        const double mn = fp16_to_f32(static_cast<uint16_t>(blk[2] | (blk[3] << 8)));
+        const int q = jj < 16 ? (blk[4 + jj] & 15) : (blk[4 + jj - 16] >> 4);
+        term = (std::fabs(d) * q + std::fabs(mn)) * std::fabs(x[j]);
+      }
+      m += term;
+      if (dx) e += std::fabs(row[j]) * dx[b] * 0.5;
+    }
+    y[i] = acc;
+    mag[i] = m;
+    if (absw_dx) (*absw_dx)[i] = e;
+  }
+}
+
+void rmsnorm_ref(const float* x, const float* w, double* y, int64_t t, int64_t d, float eps) {
+  for (int64_t i = 0; i < t; ++i) {
+    double ss = 0;
+    for (int64_t j = 0; j < d; ++j) ss += static_cast<double>(x[i * d + j]) * x[i * d + j];
+    const double r = 1.0 / std::sqrt(ss / static_cast<double>(d) + eps);
+    for (int64_t j = 0; j < d; ++j) y[i * d + j] = x[i * d + j] * r * w[j];
+  }
+}
+
+void rope_head_ref(const float* x, double* out, int64_t hd, int64_t rope_dim, int32_t pos, const float* inv_freq,
+                   bool neox) {
+  for (int64_t e = 0; e < hd; ++e) out[e] = x[e];
+  const int64_t half = rope_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float theta = static_cast<float>(pos) * inv_freq[i];
+    const double c = std::cos(static_cast<double>(theta)), s = std::sin(static_cast<double>(theta));
+    const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+    out[a] = x[a] * c - x[b] * s;
+    out[b] = x[a] * s + x[b] * c;
+  }
+}
+
+void attn_decode_ref(const float* q, const std::vector<float>& k, const std::vector<float>& v, int64_t n_ctx,
+                     int64_t n_head, int64_t n_kv, int64_t hd, int32_t pos, float scale, std::vector<double>& out) {
+  out.assign(n_head * hd, 0.0);
+  const int64_t group = n_head / n_kv;
+  std::vector<double> s(pos + 1);
+  for (int64_t h = 0; h < n_head; ++h) {
+    const int64_t kvh = h / group;
+    double m = -INFINITY;
+    for (int64_t p = 0; p <= pos; ++p) {
+      double dot = 0;
+      for (int64_t i = 0; i < hd; ++i) dot += static_cast<double>(q[h * hd + i]) * k[(kvh * n_ctx + p) * hd + i];
+      s[p] = dot * scale;
+      m = std::fmax(m, s[p]);
+    }
+    double l = 0;
+    for (int64_t p = 0; p <= pos; ++p) l += (s[p] = std::exp(s[p] - m));
+    for (int64_t p = 0; p <= pos; ++p)
+      for (int64_t i = 0; i < hd; ++i) out[h * hd + i] += s[p] / l * v[(kvh * n_ctx + p) * hd + i];
+  }
+}
+
+}  // namespace tessera::cuda::test

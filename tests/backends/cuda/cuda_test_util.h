@@ -1,0 +1,86 @@
+// Shared pieces of the CUDA kernel tests: GPU detection (skip cleanly where there is none: CI builds these tests and
+// runs them on a machine without a GPU), fresh random inputs, NaN-poisoned device buffers, and the plain-loop CPU
+// references every kernel is compared with.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/device_info.h"
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/memory.h"
+#include "core/dtype.h"
+
+namespace tessera::cuda::test {
+
+// "" when a usable GPU (compute capability >= 9.0, what the kernels are built for) is present, else why not.
+std::string gpu_skip_reason();
+
+// Seed for this test's random inputs: fresh each run (TESSERA_TEST_SEED pins it to reproduce a failure).
+uint32_t test_seed();
+
+}  // namespace tessera::cuda::test
+
+// Skips the test when there is no GPU; prints the seed so a failure can be replayed.
+#define TESSERA_REQUIRE_GPU()                                          \
+  do {                                                                 \
+    const std::string why_ = ::tessera::cuda::test::gpu_skip_reason(); \
+    if (!why_.empty()) GTEST_SKIP() << why_;                           \
+  } while (0)
+
+namespace tessera::cuda::test {
+
+std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f);
+
+// A device buffer filled with `host`, or of `count` elements poisoned with NaN bytes (0xFF in every byte is a NaN
+// float), so an element the kernel fails to write shows up as NaN and fails every tolerance check.
+template <typename T>
+DeviceBuffer to_device(const std::vector<T>& host) {
+  DeviceBuffer b(host.size() * sizeof(T));
+  b.upload(host.data(), host.size() * sizeof(T));
+  return b;
+}
+inline DeviceBuffer poisoned(size_t bytes) {
+  DeviceBuffer b(bytes);
+  b.fill_bytes(0xFF);
+  return b;
+}
+template <typename T>
+std::vector<T> to_host(const DeviceBuffer& b, size_t count) {
+  std::vector<T> out(count);
+  b.download(out.data(), count * sizeof(T));
+  return out;
+}
+
+// ---- References (plain loops, double accumulation) ----
+
+// Host twin of the device q8 activation quantizer: same IEEE operations in the same order, so the result is
+// bit-identical (the tests check that).
+void quantize_q8_ref(const float* x, int8_t* q8, float2* ds, int64_t k);
+
+// A random weight [n, k] in `dtype` (GGUF layout), made by quantizing random floats with quant/quant.h.
+std::vector<uint8_t> random_weight(std::mt19937& rng, DType dtype, int64_t n, int64_t k);
+
+// y[i] = sum_j w[i, j] * x[j] over the dequantized weight (quant/quant.h), in double. mag[i] = sum_j |terms| that the
+// kernel's float arithmetic rounds: for q4_0 |d| (|q| + 8) |x| (its -8 offset is applied after the integer dot), for
+// q4_1 (|d q| + |m|) |x|, else |w x|. absw_dx[i] = sum_j |w[i, j]| * dx(j) / 2, the most that x's q8 rounding (half a
+// step dx of its block) can move y[i]; pass dx = nullptr to skip it.
+void gemv_ref(DType dtype, const std::vector<uint8_t>& w, int64_t n, int64_t k, const float* x, std::vector<double>& y,
+              std::vector<double>& mag, const float* dx = nullptr, std::vector<double>* absw_dx = nullptr);
+
+void rmsnorm_ref(const float* x, const float* w, double* y, int64_t t, int64_t d, float eps);
+
+// Rotates one head [hd] as rope_store_kv does (theta = float(pos) * inv_freq[i], rotation in double).
+void rope_head_ref(const float* x, double* out, int64_t hd, int64_t rope_dim, int32_t pos, const float* inv_freq,
+                   bool neox);
+
+// out[h, :] for one query token over cache positions [0, pos]; k and v are the cache's values as floats
+// [n_kv, n_ctx, hd].
+void attn_decode_ref(const float* q, const std::vector<float>& k, const std::vector<float>& v, int64_t n_ctx,
+                     int64_t n_head, int64_t n_kv, int64_t hd, int32_t pos, float scale, std::vector<double>& out);
+
+}  // namespace tessera::cuda::test

@@ -1,0 +1,219 @@
+// GEMV kernels against the double-precision reference, for every weight format and every launch shape the benchmark
+// can pick, on fresh random inputs with NaN-poisoned outputs.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/error.h"
+#include "cuda_test_util.h"
+
+namespace tessera::cuda::test {
+namespace {
+
+const DType kFormats[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1};
+
+bool is_quant(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
+
+// Checks one GEMV launch. Tolerances:
+//  - against the reference evaluated on the x the kernel multiplies (x itself for float formats, x's q8 dequantization
+//    for quantized formats): only f32 rounding differs. Each thread sums at most k / threads products in sequence,
+//    then a tree of <= 8 levels adds the threads; the worst-case bound is (that length) * 2^-24 * mag, with mag the
+//    sum of |terms| the kernel rounds (cuda_test_util.h). 1e-5 * mag covers k / threads <= 160 (every shape here).
+//  - quantized formats, also against the reference on the original f32 x: plus at most sum |w| * dx / 2, the most
+//    x's rounding to q8 can move the result (a rigorous bound, not a fitted one).
+void check_gemv(DType dtype, int64_t n, int64_t k, const GemvConfig* config, std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " config="
+                                    << (config ? config->threads : 0) << "/" << (config ? config->rows : 0) << "/"
+                                    << (config ? config->unroll : 0) << "/" << (config ? config->prefetch : 0));
+  const auto w_host = random_weight(rng, dtype, n, k);
+  const auto x = random_floats(rng, static_cast<size_t>(k));
+  DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
+  ASSERT_EQ(w.bytes(), *dtype_row_bytes(dtype, static_cast<uint64_t>(k)) * n);
+  DeviceBuffer xd = to_device(x);
+  DeviceBuffer q8 = poisoned(k), ds = poisoned(sizeof(float2) * (k / 32));
+  DeviceBuffer yd = poisoned(sizeof(float) * n);
+  GemvInput in;
+  in.f32 = xd.as<float>();
+  std::vector<float> x_eff = x;  // what the kernel multiplies
+  std::vector<float> dx;
+  if (is_quant(dtype)) {
+    quantize_q8(xd.as<float>(), q8.as<int8_t>(), ds.as<float2>(), k, nullptr);
+    in.q8 = q8.as<int8_t>();
+    in.q8_ds = ds.as<float2>();
+    // The device quantization must equal the host twin bit for bit (the reference below relies on it).
+    std::vector<int8_t> q_ref(k);
+    std::vector<float2> ds_ref(k / 32);
+    quantize_q8_ref(x.data(), q_ref.data(), ds_ref.data(), k);
+    const auto q_dev = to_host<int8_t>(q8, k);
+    const auto ds_dev = to_host<float2>(ds, k / 32);
+    ASSERT_EQ(q_dev, q_ref);
+    for (int64_t b = 0; b < k / 32; ++b) {
+      ASSERT_EQ(ds_dev[b].x, ds_ref[b].x) << "block " << b;
+      ASSERT_EQ(ds_dev[b].y, ds_ref[b].y) << "block " << b;
+      dx.push_back(ds_ref[b].x);
+      for (int j = 0; j < 32; ++j) x_eff[b * 32 + j] = ds_ref[b].x * q_ref[b * 32 + j];
+    }
+  }
+  gemv(w, in, yd.as<float>(), nullptr, config);
+  synchronize();
+  const auto y = to_host<float>(yd, n);
+
+  std::vector<double> ref, mag, ref_x, mag_x, absw_dx;
+  gemv_ref(dtype, w_host, n, k, x_eff.data(), ref, mag);
+  if (is_quant(dtype)) gemv_ref(dtype, w_host, n, k, x.data(), ref_x, mag_x, dx.data(), &absw_dx);
+  int bad = 0;
+  for (int64_t i = 0; i < n && bad < 5; ++i) {
+    const double err = std::fabs(y[i] - ref[i]);
+    if (!(err <= 1e-5 * mag[i] + 1e-30)) {
+      ADD_FAILURE() << "row " << i << ": got " << y[i] << ", want " << ref[i] << " (tolerance " << 1e-5 * mag[i] << ")";
+      ++bad;
+    }
+    if (is_quant(dtype)) {
+      const double tol = absw_dx[i] * (1 + 1e-6) + 1e-5 * mag[i];
+      if (!(std::fabs(y[i] - ref_x[i]) <= tol)) {
+        ADD_FAILURE() << "row " << i << ": got " << y[i] << ", f32-x reference " << ref_x[i] << " (tolerance " << tol
+                      << ")";
+        ++bad;
+      }
+    }
+  }
+}
+
+TEST(CudaGemv, EveryFormatAndConfigMatchesReference) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  // k covers: one partial pass of the smallest block (k=64), tails that leave some unrolled loads idle (576, 1056),
+  // and several full passes (4096). n covers a partial last block of rows (odd n, n < rows per block).
+  const int64_t shapes[][2] = {{1, 64}, {3, 576}, {37, 1056}, {130, 4096}};
+  for (DType dtype : kFormats) {
+    for (const auto& s : shapes) {
+      for (const GemvConfig& c : gemv_configs()) {
+        check_gemv(dtype, s[0], s[1], &c, rng);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(CudaGemv, DefaultConfigAtModelShapes) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  // SmolLM2-135M (576, 1536) and Llama-3-8B-like widths, where the default heuristic picks different shapes.
+  const int64_t shapes[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {1024, 4096}, {4096, 1024}, {512, 14336}};
+  for (DType dtype : kFormats)
+    for (const auto& s : shapes) check_gemv(dtype, s[0], s[1], nullptr, rng);
+}
+
+TEST(CudaGemv, FusedRmsnormMatchesNormThenGemv) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const int64_t shapes[][2] = {{37, 576}, {64, 4096}};
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    for (const auto& sh : shapes) {
+      const int64_t n = sh[0], k = sh[1];
+      const auto w_host = random_weight(rng, dtype, n, k);
+      const auto x = random_floats(rng, k, -3.0f, 3.0f), g = random_floats(rng, k, 0.5f, 1.5f);
+      DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
+      DeviceBuffer xd = to_device(x), gd = to_device(g);
+      // The reference: rmsnorm in double, rounded to f32 (what the unfused rmsnorm kernel would hand the GEMV).
+      std::vector<double> xn_d(k);
+      rmsnorm_ref(x.data(), g.data(), xn_d.data(), 1, k, 1e-5f);
+      std::vector<float> xn(xn_d.begin(), xn_d.end());
+      std::vector<double> ref, mag;
+      gemv_ref(dtype, w_host, n, k, xn.data(), ref, mag);
+      for (const GemvConfig& c : gemv_configs()) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " config=" << c.threads
+                                          << "/" << c.rows << "/" << c.unroll << "/" << c.prefetch);
+        DeviceBuffer yd = poisoned(sizeof(float) * n);
+        GemvInput in;
+        in.f32 = xd.as<float>();
+        in.norm_w = gd.as<float>();
+        in.norm_eps = 1e-5f;
+        gemv(w, in, yd.as<float>(), nullptr, &c);
+        synchronize();
+        const auto y = to_host<float>(yd, n);
+        // As check_gemv's bound, plus the scale: the kernel sums x^2 in another order than the reference and
+        // multiplies the row sum by 1/rms once instead of each x: a few ulp of the result (2e-6 relative).
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_NEAR(y[i], ref[i], 1e-5 * mag[i] + 2e-6 * std::fabs(ref[i]) + 1e-30) << "row " << i;
+      }
+    }
+  }
+}
+
+TEST(CudaGemv, AccumulateAddsToOutput) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (DType dtype : {DType::BF16, DType::Q4_1}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const int64_t n = 300, k = 1024;
+    const auto w_host = random_weight(rng, dtype, n, k);
+    const auto x = random_floats(rng, k), y0 = random_floats(rng, n);
+    DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
+    DeviceBuffer xd = to_device(x), q8 = poisoned(k), ds = poisoned(sizeof(float2) * (k / 32));
+    DeviceBuffer y_plain = poisoned(sizeof(float) * n), y_acc = to_device(y0);
+    GemvInput in;
+    in.f32 = xd.as<float>();
+    quantize_q8(xd.as<float>(), q8.as<int8_t>(), ds.as<float2>(), k, nullptr);
+    in.q8 = q8.as<int8_t>();
+    in.q8_ds = ds.as<float2>();
+    gemv(w, in, y_plain.as<float>(), nullptr);
+    gemv(w, in, y_acc.as<float>(), nullptr, nullptr, /*accumulate=*/true);
+    synchronize();
+    const auto a = to_host<float>(y_plain, n), b = to_host<float>(y_acc, n);
+    // The same block sums, then one f32 addition: exactly y0 + W·x as the plain launch computes it.
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(b[i], y0[i] + a[i]) << "row " << i;
+  }
+}
+
+TEST(CudaGemv, QuantizeQ8HandlesZeroBlocks) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  auto x = random_floats(rng, 256);
+  for (int j = 32; j < 64; ++j) x[j] = 0.0f;  // an all-zero block must give d = 0 and q = 0, not NaN
+  DeviceBuffer xd = to_device(x), q8 = poisoned(256), ds = poisoned(sizeof(float2) * 8);
+  quantize_q8(xd.as<float>(), q8.as<int8_t>(), ds.as<float2>(), 256, nullptr);
+  synchronize();
+  std::vector<int8_t> q_ref(256);
+  std::vector<float2> ds_ref(8);
+  quantize_q8_ref(x.data(), q_ref.data(), ds_ref.data(), 256);
+  EXPECT_EQ(to_host<int8_t>(q8, 256), q_ref);
+  const auto ds_dev = to_host<float2>(ds, 8);
+  for (int b = 0; b < 8; ++b) {
+    EXPECT_EQ(ds_dev[b].x, ds_ref[b].x);
+    EXPECT_EQ(ds_dev[b].y, ds_ref[b].y);
+  }
+  EXPECT_EQ(ds_dev[1].x, 0.0f);
+}
+
+// Argument checks run before any CUDA call, so these run on machines without a GPU too.
+TEST(CudaGemv, UploadRejectsBadShapesAndTypes) {
+  std::vector<uint8_t> host(4096);
+  EXPECT_THROW(upload_weight(DType::Q4_K, host.data(), 1, 256), Error);
+  EXPECT_THROW(upload_weight(DType::Q4_0, host.data(), 2, 48), Error);  // k not a multiple of 32
+  EXPECT_THROW(upload_weight(DType::BF16, host.data(), 2, 12), Error);  // rows not 16-byte aligned
+  EXPECT_THROW(upload_weight(DType::F32, host.data(), 0, 8), Error);
+  EXPECT_THROW(upload_weight(DType::F32, nullptr, 1, 8), Error);
+  EXPECT_FALSE(gemv_supports(DType::Q6_K));
+  EXPECT_TRUE(gemv_supports(DType::Q4_1));
+}
+
+TEST(CudaGemv, RejectsMissingActivation) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const auto w_host = random_weight(rng, DType::Q4_0, 8, 64);
+  DeviceWeight w = upload_weight(DType::Q4_0, w_host.data(), 8, 64);
+  DeviceBuffer x = poisoned(64 * sizeof(float)), y = poisoned(8 * sizeof(float));
+  GemvInput in;
+  in.f32 = x.as<float>();  // a quantized weight needs the q8 activation
+  EXPECT_THROW(gemv(w, in, y.as<float>(), nullptr), Error);
+  GemvConfig bogus{96, 3, 1, 0};
+  in.q8 = reinterpret_cast<const int8_t*>(x.get());
+  in.q8_ds = reinterpret_cast<const float2*>(y.get());
+  EXPECT_THROW(gemv(w, in, y.as<float>(), nullptr, &bogus), Error);
+  in.norm_w = x.as<float>();  // the fused RMSNorm is for float weights only
+  EXPECT_THROW(gemv(w, in, y.as<float>(), nullptr), Error);
+}
+
+}  // namespace
+}  // namespace tessera::cuda::test

@@ -1,0 +1,170 @@
+// RMSNorm, SwiGLU, residual add, embedding and argmax kernels against plain-loop references.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "quant/quant.h"
+
+namespace tessera::cuda::test {
+namespace {
+
+// A quantized copy written by a kernel must equal the host quantizer applied to the same kernel's f32 output.
+void expect_q8_of(const std::vector<float>& y, const DeviceBuffer& q8, const DeviceBuffer& ds, int64_t n) {
+  std::vector<int8_t> q_ref(n);
+  std::vector<float2> ds_ref(n / 32);
+  quantize_q8_ref(y.data(), q_ref.data(), ds_ref.data(), n);
+  EXPECT_EQ(to_host<int8_t>(q8, n), q_ref);
+  const auto ds_dev = to_host<float2>(ds, n / 32);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    EXPECT_EQ(ds_dev[b].x, ds_ref[b].x) << "block " << b;
+    EXPECT_EQ(ds_dev[b].y, ds_ref[b].y) << "block " << b;
+  }
+}
+
+TEST(CudaOps, RmsnormMatchesReference) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  // d = 6 takes the scalar kernel (d % 4 != 0); the others the register kernel with 1, 2 and 4 vectors per thread.
+  for (const int64_t d : {6, 64, 576, 1000, 4096, 8192, 16384}) {
+    for (const int64_t t : {1, 3}) {
+      for (const bool quant : {false, true}) {
+        if (quant && d % 32 != 0) continue;
+        SCOPED_TRACE(::testing::Message() << "d=" << d << " t=" << t << " quant=" << quant);
+        const auto x = random_floats(rng, t * d, -3.0f, 3.0f);
+        const auto w = random_floats(rng, d, 0.5f, 1.5f);
+        DeviceBuffer xd = to_device(x), wd = to_device(w), yd = poisoned(sizeof(float) * t * d);
+        DeviceBuffer q8 = poisoned(t * d), ds = poisoned(sizeof(float2) * (t * d / 32 + 1));
+        rmsnorm(xd.as<float>(), wd.as<float>(), yd.as<float>(), t, d, 1e-5f, nullptr, quant ? q8.as<int8_t>() : nullptr,
+                quant ? ds.as<float2>() : nullptr);
+        synchronize();
+        const auto y = to_host<float>(yd, t * d);
+        std::vector<double> ref(t * d);
+        rmsnorm_ref(x.data(), w.data(), ref.data(), t, d, 1e-5f);
+        // f32 sum of squares (relative error ~ log2(d) * 2^-24) and three rounded products: 1e-5 relative is
+        // ample; the absolute floor covers elements near zero.
+        for (int64_t i = 0; i < t * d; ++i)
+          ASSERT_NEAR(y[i], ref[i], 1e-5 * std::fabs(ref[i]) + 1e-7) << "element " << i;
+        if (quant) expect_q8_of(y, q8, ds, t * d);
+      }
+    }
+  }
+}
+
+TEST(CudaOps, RmsnormInPlace) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const int64_t d = 576;
+  const auto x = random_floats(rng, d), w = random_floats(rng, d);
+  DeviceBuffer xd = to_device(x), wd = to_device(w);
+  rmsnorm(xd.as<float>(), wd.as<float>(), xd.as<float>(), 1, d, 1e-6f, nullptr);
+  synchronize();
+  const auto y = to_host<float>(xd, d);
+  std::vector<double> ref(d);
+  rmsnorm_ref(x.data(), w.data(), ref.data(), 1, d, 1e-6f);
+  for (int64_t i = 0; i < d; ++i) ASSERT_NEAR(y[i], ref[i], 1e-5 * std::fabs(ref[i]) + 1e-7);
+}
+
+TEST(CudaOps, SwigluAndAddMatchReference) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const int64_t n : {32, 1000, 14336}) {
+    for (const bool quant : {false, true}) {
+      if (quant && n % 32 != 0) continue;
+      SCOPED_TRACE(::testing::Message() << "n=" << n << " quant=" << quant);
+      const auto g = random_floats(rng, n, -8.0f, 8.0f), u = random_floats(rng, n, -2.0f, 2.0f);
+      DeviceBuffer gd = to_device(g), ud = to_device(u), od = poisoned(sizeof(float) * n);
+      DeviceBuffer q8 = poisoned(n), ds = poisoned(sizeof(float2) * (n / 32 + 1));
+      swiglu(gd.as<float>(), ud.as<float>(), od.as<float>(), n, nullptr, quant ? q8.as<int8_t>() : nullptr,
+             quant ? ds.as<float2>() : nullptr);
+      synchronize();
+      const auto o = to_host<float>(od, n);
+      // expf is within 2 ulp; one division and one product add 1 ulp each.
+      for (int64_t i = 0; i < n; ++i) {
+        const double ref = g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * u[i];
+        ASSERT_NEAR(o[i], ref, 1e-6 * std::fabs(ref) + 1e-30) << "element " << i;
+      }
+      if (quant) expect_q8_of(o, q8, ds, n);
+    }
+    // add: y += x is one correctly rounded f32 addition, so it must match the host's addition exactly. n = 1000 with
+    // an offset pointer exercises the scalar path, the others the float4 path.
+    const auto a = random_floats(rng, n), b = random_floats(rng, n);
+    DeviceBuffer ad = to_device(a), bd = to_device(b);
+    const int64_t off = n == 1000 ? 1 : 0;
+    add(ad.as<float>() + off, bd.as<float>() + off, n - off, nullptr);
+    synchronize();
+    const auto y = to_host<float>(ad, n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], i < off ? a[i] : a[i] + b[i]) << "element " << i;
+  }
+}
+
+TEST(CudaOps, EmbeddingMatchesDequantizedRows) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const int64_t n_vocab = 300, d = 576;
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const auto table = random_weight(rng, dtype, n_vocab, d);
+    DeviceWeight w = upload_weight(dtype, table.data(), n_vocab, d);
+    const std::vector<int32_t> ids = {0, 299, 17, 17, -1, 300};  // the last two are out of range
+    DeviceBuffer idd = to_device(ids), out = poisoned(sizeof(float) * ids.size() * d);
+    embedding(w, idd.as<int32_t>(), out.as<float>(), static_cast<int64_t>(ids.size()), nullptr);
+    synchronize();
+    const auto o = to_host<float>(out, ids.size() * d);
+    const uint64_t row_bytes = *dtype_row_bytes(dtype, d);
+    std::vector<float> row(d);
+    for (size_t t = 0; t < ids.size(); ++t) {
+      const bool valid = ids[t] >= 0 && ids[t] < n_vocab;
+      if (valid) dequantize_row(dtype, table.data() + ids[t] * row_bytes, row.data(), d);
+      for (int64_t i = 0; i < d; ++i) {
+        // Dequantization is exact in f32 except q4_1's d * q + m, which the device may fuse into one rounding.
+        if (valid)
+          ASSERT_NEAR(o[t * d + i], row[i], dtype == DType::Q4_1 ? 1e-6 * std::fabs(row[i]) + 1e-7 : 0.0)
+              << "token " << t << " element " << i;
+        else
+          ASSERT_TRUE(std::isnan(o[t * d + i])) << "token " << t << " element " << i;
+      }
+    }
+  }
+}
+
+int32_t argmax_ref(const std::vector<float>& x) {
+  int32_t best = -1;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!std::isnan(x[i]) && (best < 0 || x[i] > x[best])) best = static_cast<int32_t>(i);
+  return best < 0 ? 0 : best;
+}
+
+TEST(CudaOps, ArgmaxFirstMaxSkippingNans) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  ArgmaxWorkspace ws(200000);
+  DeviceBuffer out = poisoned(sizeof(int32_t));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto run = [&](const std::vector<float>& x) {
+    DeviceBuffer xd = to_device(x);
+    argmax(xd.as<float>(), static_cast<int64_t>(x.size()), out.as<int32_t>(), ws, nullptr);
+    synchronize();
+    return to_host<int32_t>(out, 1)[0];
+  };
+  for (const int64_t n : {1, 100, 49152, 128256, 200000}) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    auto x = random_floats(rng, n, -30.0f, 30.0f);
+    EXPECT_EQ(run(x), argmax_ref(x));
+    // Ties resolve to the first index, also across blocks; NaNs are skipped even where they sit at the maximum.
+    std::uniform_int_distribution<int64_t> pick(0, n - 1);
+    const int64_t a = pick(rng), b = pick(rng);
+    x[a] = x[b] = 100.0f;
+    EXPECT_EQ(run(x), std::min(a, b));
+    x[pick(rng)] = nan;
+    x[0] = nan;
+    EXPECT_EQ(run(x), argmax_ref(x));
+  }
+  EXPECT_EQ(run({-0.0f, 0.0f, -1.0f}), 0);  // -0 == +0: the first wins
+  EXPECT_EQ(run({-5.0f, -std::numeric_limits<float>::infinity(), -4.0f}), 2);
+  EXPECT_EQ(run({nan, nan}), 0);
+}
+
+}  // namespace
+}  // namespace tessera::cuda::test
