@@ -1,6 +1,7 @@
 // tessera inspect: format, hyperparameters, tokenizer, tensor table and totals of a model file.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "command.h"
@@ -77,9 +78,11 @@ void print_text(const ModelInfo& m, bool show_metadata) {
     for (const auto& [k, v] : m.metadata) fmt::print("  {:<44} {}\n", k, v);
   }
   fmt::print("\ntensors ({})\n", m.tensors.size());
-  fmt::print("  {:<36} {:<6} {:<16} {:>12}\n", "name", "dtype", "shape", "bytes");
+  size_t w = 4;  // Hugging Face names run longer than GGUF's: size the column to the longest
+  for (const auto& t : m.tensors) w = std::max(w, t.name.size());
+  fmt::print("  {:<{}} {:<6} {:<16} {:>12}\n", "name", w, "dtype", "shape", "bytes");
   for (const auto& t : m.tensors)
-    fmt::print("  {:<36} {:<6} {:<16} {:>12}\n", t.name, t.dtype, shape_str(t.shape), t.bytes);
+    fmt::print("  {:<{}} {:<6} {:<16} {:>12}\n", t.name, w, t.dtype, shape_str(t.shape), t.bytes);
   fmt::print("\ntotals        {:.2f}M parameters, {}\n", m.n_params / 1e6, human_bytes(m.n_bytes));
   for (const auto& [dt, b] : m.bytes_by_dtype)
     fmt::print("  {:<6} {:>12} params  {:>12}\n", dt, m.params_by_dtype.at(dt), human_bytes(b));

@@ -1,0 +1,55 @@
+// Helpers shared by the tokenizer tests: golden files store token ids packed as base64 of little-endian uint16
+// (python/make_tokenizer_golden.py pack()), about a third of their size as JSON arrays.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tessera/tokenizer.h"
+#include "test_util.h"
+
+namespace tessera::test {
+
+inline std::vector<TokenId> unpack_ids(const std::string& b64) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  std::vector<uint8_t> bytes;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (const char c : b64) {
+    if (c == '=') break;
+    const int v = value(c);
+    if (v < 0) throw std::runtime_error("bad base64 in golden file");
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      bytes.push_back(static_cast<uint8_t>(acc >> bits));
+    }
+  }
+  std::vector<TokenId> ids(bytes.size() / 2);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = bytes[2 * i] | (bytes[2 * i + 1] << 8);
+  return ids;
+}
+
+inline nlohmann::json load_tokenizer_json(const std::string& rel) {
+  std::ifstream f(data_path(rel), std::ios::binary);
+  if (!f.good()) throw std::runtime_error("missing test data " + rel);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return nlohmann::json::parse(ss.str());
+}
+
+}  // namespace tessera::test
