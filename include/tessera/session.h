@@ -1,0 +1,132 @@
+// Public API: a Session runs a Model: it owns the KV cache, evaluates tokens (prefill in chunks, decode one at a
+// time), exposes logits, and generates text with a sampler chain.
+//
+//   tessera::Model m = tessera::Model::load("");
+//   tessera::Session s(m, {.n_threads = 2});
+//   tessera::GenerateOptions g;
+//   g.max_tokens = 64;
+//   g.sampling.temperature = 0;  // greedy
+//   auto r = s.generate("The capital of France is", g, [](std::string_view piece) { fputs(...); return true; });
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/graph.h"
+#include "tessera/model.h"
+
+namespace tessera {
+
+struct SessionOptions {
+  int64_t n_ctx = 0;      // context in tokens; 0: the model's trained context (Mistral: its sliding window)
+  int64_t n_batch = 512;  // prefill chunk: tokens evaluated per forward pass
+  int n_threads = 0;      // 0: one per hardware thread
+  // The f32 reference path: every op runs its scalar reference kernel on weights dequantized to f32, with no 8-bit
+  // activation quantization and an f32 KV cache. Slow; for checking against independent implementations.
+  bool reference = false;
+  std::string kv_dtype;   // "f16" or "f32"; "" means f16 (f32 in reference mode)
+};
+
+inline constexpr uint64_t kRandomSeed = ~uint64_t{0};
+
+// The sampler chain, applied in this order: penalties, top-k, top-p, min-p, temperature, random draw.
+struct SamplingOptions {
+  float temperature = 0.8f;       // <= 0: greedy (argmax after penalties)
+  int32_t top_k = 40;             // <= 0: off
+  float top_p = 0.95f;            // >= 1: off
+  float min_p = 0.05f;            // <= 0: off; keeps tokens with p >= min_p * p_max
+  float repeat_penalty = 1.0f;    // 1: off; logit / penalty if positive, * penalty if negative
+  float frequency_penalty = 0.0f; // logit -= count * frequency_penalty
+  float presence_penalty = 0.0f;  // logit -= presence_penalty if the token occurred
+  int32_t penalty_last_n = 64;    // tokens of context the penalties look at; -1: all of it, 0: none
+  uint64_t seed = kRandomSeed;    // kRandomSeed: a fresh random seed (reported in the result)
+};
+
+struct GenerateOptions {
+  int64_t max_tokens = 256;        // < 0: until end of generation or a full context
+  SamplingOptions sampling;
+  std::vector<std::string> stop;   // stop strings; the text ends before the first one found
+  bool ignore_eos = false;         // keep going past end-of-generation tokens
+  bool render_special = false;     // include control tokens' text in the output
+};
+
+enum class StopReason { END_OF_GENERATION, STOP_STRING, MAX_TOKENS, CONTEXT_FULL, CALLBACK };
+std::string_view stop_reason_name(StopReason r);  // "eos", "stop", "length", "context_full", "callback"
+
+struct Timings {
+  int64_t prompt_tokens = 0;      // tokens evaluated before the first sample
+  double prompt_ms = 0;
+  int64_t generated_tokens = 0;   // tokens sampled
+  double generate_ms = 0;         // sampling plus the forward passes of generated tokens
+  uint64_t peak_rss_bytes = 0;    // of the process, so far
+  double prompt_tokens_per_s() const { return prompt_ms > 0 ? prompt_tokens * 1000.0 / prompt_ms : 0; }
+  double generated_tokens_per_s() const { return generate_ms > 0 ? generated_tokens * 1000.0 / generate_ms : 0; }
+};
+
+struct GenerateResult {
+  std::string text;               // generated text (stop string excluded)
+  std::vector<int32_t> tokens;    // generated ids (an end-of-generation token excluded)
+  StopReason stop_reason = StopReason::MAX_TOKENS;
+  Timings timings;
+  uint64_t seed = 0;              // the seed the sampler used
+};
+
+// Receives text as it is generated (always whole UTF-8 characters); return false to stop.
+using TextCallback = std::function<bool(std::string_view piece)>;
+
+class Session {
+ public:
+  explicit Session(const Model& model, const SessionOptions& options = {});
+  ~Session();
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+
+  const Model& model() const;
+  int64_t n_ctx() const;
+  int64_t n_batch() const;
+  int n_threads() const;
+  bool reference() const;
+  std::string kv_dtype() const;
+  int64_t n_vocab() const;
+
+  // The context: tokens evaluated so far (their keys and values are in the cache).
+  const std::vector<int32_t>& tokens() const;
+  int64_t n_past() const;
+  // Forgets everything after the first n tokens (the cache is reused for what is kept).
+  void truncate(int64_t n);
+  void reset() { truncate(0); }
+
+  // Appends `ids` to the context (prefill in chunks of n_batch) and returns the logits [n_vocab] of the last one,
+  // valid until the next call. Error when ids would overflow the context or an id is outside the vocabulary.
+  std::span<const float> eval(std::span<const int32_t> ids);
+  std::span<const float> decode(int32_t id) { return eval(std::span<const int32_t>(&id, 1)); }
+  std::span<const float> logits() const;  // of the last evaluated token ([] before any)
+  // Appends `ids` and returns the logits of every one of them: [ids.size() * n_vocab], row-major.
+  std::vector<float> eval_all_logits(std::span<const int32_t> ids);
+
+  // Appends `prompt` to the context (tokenized; BOS as the model asks when the context is empty; control-token text
+  // such as "<|im_start|>" is parsed) and generates. The generated tokens stay in the context, so a later call
+  // continues the conversation; only a token that ended generation (end-of-generation, stop string, callback, full
+  // context) is not evaluated.
+  GenerateResult generate(std::string_view prompt, const GenerateOptions& options, const TextCallback& on_text = {});
+  GenerateResult generate_tokens(std::span<const int32_t> prompt, const GenerateOptions& options,
+                                 const TextCallback& on_text = {});
+
+  // The graph this session runs for `n_tokens` tokens at position `n_past` (shapes, FLOPs, bytes).
+  GraphView graph(int64_t n_tokens, int64_t n_past = 0) const;
+  // Accumulated per-node wall time in ns of plans run while profiling is on (index = node id of graph(T)).
+  void set_profiling(bool on);
+  std::vector<uint64_t> profile_ns(int64_t n_tokens) const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,80 @@
+#include "api/model_impl.h"
+#include "core/error.h"
+#include "runtime/session.h"
+#include "tessera/session.h"
+
+namespace tessera {
+
+std::string_view stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::END_OF_GENERATION: return "eos";
+    case StopReason::STOP_STRING: return "stop";
+    case StopReason::MAX_TOKENS: return "length";
+    case StopReason::CONTEXT_FULL: return "context_full";
+    case StopReason::CALLBACK: return "callback";
+  }
+  return "?";
+}
+
+struct Session::Impl {
+  Model model;
+  SessionOptions options;
+  std::unique_ptr<runtime::Engine> engine;
+};
+
+Session::Session(const Model& model, const SessionOptions& options) : impl_(std::make_unique<Impl>()) {
+  TESSERA_CHECK(model.loaded(), "no model is loaded");
+  impl_->model = model;
+  impl_->options = options;
+  const Model::Impl& m = *model.impl();
+  const runtime::EngineOptions eo = runtime::resolve_options(options, m.weights.config());
+  impl_->engine = std::make_unique<runtime::Engine>(m.weights, m.weight_cache, eo);
+}
+
+Session::~Session() = default;
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+
+const Model& Session::model() const { return impl_->model; }
+int64_t Session::n_ctx() const { return impl_->engine->n_ctx(); }
+int64_t Session::n_batch() const { return impl_->engine->options().n_batch; }
+int Session::n_threads() const { return impl_->engine->n_threads(); }
+bool Session::reference() const { return impl_->engine->options().reference; }
+std::string Session::kv_dtype() const { return std::string(dtype_name(impl_->engine->options().kv_dtype)); }
+int64_t Session::n_vocab() const { return impl_->engine->n_vocab(); }
+const std::vector<int32_t>& Session::tokens() const { return impl_->engine->tokens(); }
+int64_t Session::n_past() const { return impl_->engine->n_past(); }
+void Session::truncate(int64_t n) { impl_->engine->truncate(n); }
+std::span<const float> Session::eval(std::span<const int32_t> ids) { return impl_->engine->eval(ids); }
+std::span<const float> Session::logits() const { return impl_->engine->logits(); }
+
+std::vector<float> Session::eval_all_logits(std::span<const int32_t> ids) {
+  std::vector<float> out(ids.size() * static_cast<size_t>(n_vocab()));
+  impl_->engine->eval(ids, out.data());
+  return out;
+}
+
+GenerateResult Session::generate(std::string_view prompt, const GenerateOptions& options, const TextCallback& on_text) {
+  const Tokenizer& tok = impl_->model.tokenizer();
+  // BOS only at the start of a context; control-token text in the prompt (chat markup) becomes those tokens.
+  const std::vector<int32_t> ids = tok.encode(prompt, /*add_special=*/n_past() == 0, /*parse_special=*/true);
+  TESSERA_CHECK(!ids.empty() || n_past() > 0, "the prompt is empty");
+  return generate_tokens(ids, options, on_text);
+}
+
+GenerateResult Session::generate_tokens(std::span<const int32_t> prompt, const GenerateOptions& options,
+                                        const TextCallback& on_text) {
+  const Tokenizer* tok = impl_->model.has_tokenizer() ? &impl_->model.tokenizer() : nullptr;
+  return runtime::generate(*impl_->engine, tok, prompt, options, on_text);
+}
+
+GraphView Session::graph(int64_t n_tokens, int64_t n_past) const {
+  TESSERA_CHECK(n_tokens > 0 && n_past >= 0 && n_past + n_tokens <= n_ctx(),
+                "{} tokens at position {} do not fit the context of {}", n_tokens, n_past, n_ctx());
+  return make_graph_view(impl_->engine->build_graph(n_tokens, n_past, false));
+}
+
+void Session::set_profiling(bool on) { impl_->engine->set_profiling(on); }
+std::vector<uint64_t> Session::profile_ns(int64_t n_tokens) const { return impl_->engine->profile_ns(n_tokens); }
+
+}  // namespace tessera

@@ -1,0 +1,321 @@
+// Plan compilation: weight preparation, activation memory planning, cache binding.
+#include "backends/cpu/backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include "backends/cpu/plan_step.h"
+#include "core/error.h"
+#include "quant/half.h"
+#include "quant/quant.h"
+
+namespace tessera::cpu {
+
+using graph::Op;
+using graph::Tensor;
+using graph::TensorKind;
+
+// ---------------------------------------------------------------------------------------------------------------------
+// WeightCache
+
+const PackedWeight& WeightCache::get(const Tensor& w) {
+  TESSERA_CHECK(w.kind == TensorKind::WEIGHT && w.shape.size() == 2 && w.data != nullptr,
+                "cpu backend: '{}' is not a bound 2-D weight", w.name);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = map_.find(w.data);
+  if (it != map_.end()) return *it->second;
+  const int64_t n = w.shape[0], k = w.shape[1];
+  DType dtype = w.dtype;
+  const void* data = w.data;
+  if (!matmul_supports(dtype)) {
+    // No kernel reads this format yet: keep it usable (slower, 2 bytes per weight) rather than refuse the model.
+    TESSERA_CHECK(can_dequantize(dtype), "cpu backend: weight '{}' has dtype {}, which cannot be read", w.name,
+                  dtype_name(dtype));
+    auto half = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(n * k));
+    std::vector<float> row(static_cast<size_t>(k));
+    const uint64_t row_bytes = w.nbytes() / static_cast<uint64_t>(n);
+    for (int64_t r = 0; r < n; ++r) {
+      dequantize_row(dtype, static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(r) * row_bytes, row.data(), k);
+      for (int64_t i = 0; i < k; ++i) (*half)[static_cast<size_t>(r * k + i)] = f32_to_fp16(row[static_cast<size_t>(i)]);
+    }
+    bytes_ += half->size() * 2;
+    data = half->data();
+    dtype = DType::F16;
+    converted_.push_back(std::move(half));
+  }
+  auto pw = std::make_unique<PackedWeight>(prepare_weight(dtype, data, n, k));
+  bytes_ += pw->packed_bytes;
+  return *map_.emplace(w.data, std::move(pw)).first->second;
+}
+
+uint64_t WeightCache::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Plan
+
+Plan::Plan() = default;
+
+Plan::~Plan() {
+  if (arena_ != nullptr) ::operator delete(arena_, std::align_val_t{64});
+}
+
+void* Plan::input(std::string_view name) {
+  for (const auto& [n, id] : input_ids_)
+    if (n == name) return static_cast<uint8_t*>(arena_) + offsets_[static_cast<size_t>(id)];
+  fail("plan: the graph has no input named '{}'", name);
+}
+
+const float* Plan::output(std::string_view name) const {
+  const int id = graph_.find_tensor(name);
+  TESSERA_CHECK(id >= 0 && offsets_[static_cast<size_t>(id)] >= 0 && graph_.tensor(id).dtype == DType::F32,
+                "plan: '{}' is not an f32 activation of the graph", name);
+  return reinterpret_cast<const float*>(static_cast<const uint8_t*>(arena_) + offsets_[static_cast<size_t>(id)]);
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Compilation
+
+CpuBackend::CpuBackend(const BackendOptions& options, std::shared_ptr<WeightCache> weights)
+    : options_(options), weights_(std::move(weights)), pool_(options.n_threads) {
+  if (!weights_) weights_ = std::make_shared<WeightCache>();
+}
+
+bool CpuBackend::supports(const graph::Node& n, const graph::Graph& g) const {
+  const auto in = [&](size_t i) -> const Tensor& { return g.tensor(n.inputs.at(i)); };
+  switch (n.op) {
+    case Op::EMBED:
+      return can_dequantize(in(0).dtype) && in(0).shape[1] % dtype_info(in(0).dtype).block_size == 0;
+    case Op::MATMUL:
+      if (options_.reference || !matmul_supports(in(1).dtype))
+        return can_dequantize(in(1).dtype) && in(1).shape[1] % dtype_info(in(1).dtype).block_size == 0;
+      return true;
+    case Op::RMSNORM:
+    case Op::ROPE:
+    case Op::ADD:
+    case Op::SWIGLU:
+    case Op::LAST_ROW:
+      return true;
+    case Op::KV_STORE:
+    case Op::ATTENTION: {
+      const DType d = in(1).dtype;
+      return d == DType::F16 || d == DType::F32;
+    }
+  }
+  return false;
+}
+
+namespace {
+
+constexpr uint64_t kAlign = 64;
+uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// Activation memory: tensors get arena offsets in node order; a tensor's storage is released after its last
+// reader, and an elementwise op writes over an input that dies with it (ROPE, ADD, SWIGLU and RMSNORM kernels are
+// in-place safe). Freed blocks are reused best-fit, so a llama graph needs a handful of [T, max(E, F)] blocks however
+// many layers it has. Inputs and graph outputs keep their own blocks.
+struct MemoryPlan {
+  std::vector<int64_t> offsets;     // per tensor, -1 when it has no storage of its own
+  std::vector<int> in_place_input;  // per node: the input whose storage the output took, -1 if none
+  uint64_t total = 0;
+};
+
+MemoryPlan plan_memory(const graph::Graph& g) {
+  const size_t nt = g.tensors().size(), nn = g.nodes().size();
+  MemoryPlan mp;
+  mp.offsets.assign(nt, -1);
+  mp.in_place_input.assign(nn, -1);
+  std::vector<int> last_use(nt, -1);
+  for (size_t i = 0; i < nn; ++i)
+    for (int t : g.nodes()[i].inputs) last_use[static_cast<size_t>(t)] = static_cast<int>(i);
+  struct Block {
+    uint64_t offset, size;
+    bool free;
+  };
+  std::vector<Block> blocks;
+  std::vector<int> block_of(nt, -1);
+  const auto give = [&](int t, uint64_t size) {
+    int best = -1;
+    for (size_t b = 0; b < blocks.size(); ++b)
+      if (blocks[b].free && blocks[b].size >= size &&
+          (best < 0 || blocks[b].size < blocks[static_cast<size_t>(best)].size))
+        best = static_cast<int>(b);
+    if (best < 0) {
+      blocks.push_back(Block{mp.total, size, false});
+      mp.total += size;
+      best = static_cast<int>(blocks.size() - 1);
+    }
+    blocks[static_cast<size_t>(best)].free = false;
+    block_of[static_cast<size_t>(t)] = best;
+    mp.offsets[static_cast<size_t>(t)] = static_cast<int64_t>(blocks[static_cast<size_t>(best)].offset);
+  };
+  const auto release = [&](int t) {
+    blocks[static_cast<size_t>(block_of[static_cast<size_t>(t)])].free = true;
+    block_of[static_cast<size_t>(t)] = -1;
+  };
+  const auto dies_here = [&](int t, size_t node) {
+    const Tensor& x = g.tensor(t);
+    return x.kind == TensorKind::ACTIVATION && !x.is_output && last_use[static_cast<size_t>(t)] == static_cast<int>(node) &&
+           block_of[static_cast<size_t>(t)] >= 0;
+  };
+  for (size_t i = 0; i < nt; ++i)
+    if (g.tensors()[i].kind == TensorKind::INPUT) give(static_cast<int>(i), align_up(g.tensors()[i].nbytes()));
+  for (size_t i = 0; i < nn; ++i) {
+    const graph::Node& n = g.nodes()[i];
+    const Tensor& out = g.tensor(n.output);
+    if (n.op != Op::KV_STORE) {
+      std::vector<int> candidates;
+      if (n.op == Op::ROPE || n.op == Op::RMSNORM) candidates = {n.inputs[0]};
+      if ((n.op == Op::ADD || n.op == Op::SWIGLU) && n.inputs[0] != n.inputs[1]) candidates = {n.inputs[0], n.inputs[1]};
+      int reuse = -1;
+      for (int c : candidates)
+        if (dies_here(c, i) && g.tensor(c).nbytes() == out.nbytes()) {
+          reuse = c;
+          break;
+        }
+      if (reuse >= 0) {
+        block_of[static_cast<size_t>(n.output)] = block_of[static_cast<size_t>(reuse)];
+        mp.offsets[static_cast<size_t>(n.output)] = mp.offsets[static_cast<size_t>(reuse)];
+        block_of[static_cast<size_t>(reuse)] = -1;  // the block now belongs to the output
+        mp.in_place_input[i] = reuse;
+      } else {
+        give(n.output, align_up(out.nbytes()));
+      }
+    }
+    for (int t : n.inputs)
+      if (dies_here(t, i)) release(t);
+    if (last_use[static_cast<size_t>(n.output)] < 0 && !out.is_output && block_of[static_cast<size_t>(n.output)] >= 0)
+      release(n.output);  // an output nobody reads (hand-built graphs)
+  }
+  return mp;
+}
+
+}  // namespace
+
+std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vector<StateBinding>& state) {
+  auto plan = std::make_unique<Plan>();
+  plan->graph_ = g;
+  const graph::Graph& pg = plan->graph_;
+  for (const graph::Node& n : pg.nodes())
+    TESSERA_CHECK(supports(n, pg), "cpu backend: node '{}' ({}) is not supported with these inputs", n.name,
+                  graph::op_name(n.op));
+  MemoryPlan mp = plan_memory(pg);
+  plan->offsets_ = mp.offsets;
+  plan->arena_bytes_ = std::max<uint64_t>(mp.total, kAlign);
+  plan->arena_ = ::operator new(plan->arena_bytes_, std::align_val_t{64});
+  uint8_t* arena = static_cast<uint8_t*>(plan->arena_);
+  for (size_t i = 0; i < pg.tensors().size(); ++i) {
+    if (pg.tensors()[i].kind != TensorKind::INPUT) continue;
+    plan->input_ids_.emplace_back(pg.tensors()[i].name, static_cast<int>(i));
+    // Inputs start zeroed so a caller that forgets one reads valid ids (0), never garbage.
+    std::memset(arena + mp.offsets[i], 0, pg.tensors()[i].nbytes());
+  }
+
+  // KV caches: bound by name to the session's storage.
+  std::unordered_map<int, KvView> caches;
+  for (size_t i = 0; i < pg.tensors().size(); ++i) {
+    const Tensor& t = pg.tensors()[i];
+    if (t.kind != TensorKind::KV_CACHE) continue;
+    void* data = nullptr;
+    for (const StateBinding& b : state)
+      if (b.name == t.name) data = b.data;
+    TESSERA_CHECK(data != nullptr, "cpu backend: kv cache '{}' is not bound to any storage", t.name);
+    caches[static_cast<int>(i)] = kv_head_major(t.dtype, data, t.shape[1], t.shape[0], t.shape[2]);
+  }
+  const auto act = [&](int id) -> float* {
+    const int64_t off = mp.offsets[static_cast<size_t>(id)];
+    TESSERA_CHECK(off >= 0, "cpu backend: tensor '{}' has no storage", pg.tensor(id).name);
+    return reinterpret_cast<float*>(arena + off);
+  };
+  const auto cache_of = [&](int id) {
+    const Tensor& t = pg.tensor(id);
+    const int root = t.alias >= 0 ? t.alias : id;
+    auto it = caches.find(root);
+    TESSERA_CHECK(it != caches.end(), "cpu backend: '{}' is not a kv cache", t.name);
+    return it->second;
+  };
+
+  for (size_t i = 0; i < pg.nodes().size(); ++i) {
+    const graph::Node& n = pg.nodes()[i];
+    const auto in = [&](size_t j) -> const Tensor& { return pg.tensor(n.inputs[j]); };
+    Plan::Step s;
+    s.op = n.op;
+    s.node = static_cast<int>(i);
+    s.p = n.params;
+    if (n.op != Op::KV_STORE) s.y = act(n.output);
+    switch (n.op) {
+      case Op::EMBED:
+        s.w_dtype = in(0).dtype;
+        s.w_raw = in(0).data;
+        TESSERA_CHECK(s.w_raw != nullptr, "cpu backend: embedding '{}' has no data", in(0).name);
+        s.ids = reinterpret_cast<const int32_t*>(act(n.inputs[1]));
+        s.n = in(0).shape[0];
+        s.k = in(0).shape[1];
+        s.t = in(1).shape[0];
+        break;
+      case Op::RMSNORM:
+        s.a = act(n.inputs[0]);
+        s.wf = static_cast<const float*>(in(1).data);
+        TESSERA_CHECK(s.wf != nullptr, "cpu backend: norm weight '{}' has no data", in(1).name);
+        s.t = in(0).shape[0];
+        s.k = in(0).shape[1];
+        break;
+      case Op::MATMUL:
+        s.a = act(n.inputs[0]);
+        s.w_dtype = in(1).dtype;
+        s.w_raw = in(1).data;
+        TESSERA_CHECK(s.w_raw != nullptr, "cpu backend: weight '{}' has no data", in(1).name);
+        if (!options_.reference) s.w = &weights_->get(in(1));
+        s.t = in(0).shape[0];
+        s.n = in(1).shape[0];
+        s.k = in(1).shape[1];
+        break;
+      case Op::ROPE:
+        s.a = act(n.inputs[0]);
+        s.copy_a = mp.in_place_input[i] != n.inputs[0];
+        s.ids = reinterpret_cast<const int32_t*>(act(n.inputs[1]));
+        s.wf = static_cast<const float*>(in(2).data);
+        s.t = in(0).shape[0];
+        s.k = in(0).shape[1];
+        break;
+      case Op::KV_STORE:
+        s.a = act(n.inputs[0]);
+        s.kv_k = cache_of(n.inputs[1]);
+        s.t = in(0).shape[0];
+        break;
+      case Op::ATTENTION:
+        s.a = act(n.inputs[0]);
+        s.kv_k = cache_of(n.inputs[1]);
+        s.kv_v = cache_of(n.inputs[2]);
+        s.t = in(0).shape[0];
+        break;
+      case Op::ADD:
+        // The kernel computes y += x: with y in input 1's storage the operands swap (addition commutes).
+        s.a = act(n.inputs[0]);
+        s.b = act(n.inputs[1]);
+        if (mp.in_place_input[i] == n.inputs[1]) std::swap(s.a, s.b);
+        s.copy_a = mp.in_place_input[i] < 0;
+        s.t = in(0).shape[0];
+        s.n = in(0).numel() / std::max<int64_t>(s.t, 1);
+        break;
+      case Op::SWIGLU:  // the kernel may write over gate or up
+        s.a = act(n.inputs[0]);
+        s.b = act(n.inputs[1]);
+        s.t = in(0).shape[0];
+        s.n = in(0).numel() / std::max<int64_t>(s.t, 1);
+        break;
+      case Op::LAST_ROW:
+        s.a = act(n.inputs[0]);
+        s.t = in(0).shape[0];
+        s.k = in(0).shape[1];
+        break;
+    }
+    plan->steps_.push_back(s);
+  }
+  return plan;
+}
+
+}  // namespace tessera::cpu

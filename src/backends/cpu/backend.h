@@ -1,0 +1,101 @@
+// The CPU backend: compiles a graph into a plan (weights prepared, activation memory planned once per graph) and
+// executes it with the kernels of kernels.h on a persistent thread pool.
+//
+// Two modes. Fast: SIMD kernels, repacked weights, 8-bit activation quantization inside quantized matmuls.
+// Reference: every op runs its scalar `_ref` kernel (weights dequantized to f32, dot products in double, no
+// activation quantization); work is still split over threads by token, which does not change any result.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "core/thread_pool.h"
+#include "graph/graph.h"
+
+namespace tessera::cpu {
+
+struct BackendOptions {
+  int n_threads = 0;       // 0: one per hardware thread
+  bool reference = false;  // scalar reference kernels (see above)
+};
+
+// Matmul weights prepared for the fast kernels, shared by every plan and session of one model: the repacked copy
+// of a weight is made once. Weights in a dtype the matmul kernels lack (K-quants, ...) are converted once to f16.
+// Thread-safe.
+class WeightCache {
+ public:
+  const PackedWeight& get(const graph::Tensor& w);  // w: a 2-D WEIGHT tensor [N, K] with data
+  uint64_t bytes() const;                            // bytes of repacked or converted copies held
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<const void*, std::unique_ptr<PackedWeight>> map_;
+  std::vector<std::shared_ptr<std::vector<uint16_t>>> converted_;
+  uint64_t bytes_ = 0;
+};
+
+// Persistent tensors the session owns, bound to graph KV_CACHE tensors by name.
+struct StateBinding {
+  std::string name;
+  void* data = nullptr;
+};
+
+// A compiled graph. Inputs are written into the plan's own storage before execute(); outputs are read after.
+class Plan {
+ public:
+  Plan();
+  ~Plan();
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+
+  const graph::Graph& graph() const { return graph_; }
+  // Storage of an INPUT tensor (e.g. "tokens", "positions": i32 [T]); Error when there is none of that name.
+  void* input(std::string_view name);
+  const float* output(std::string_view name) const;  // an f32 ACTIVATION tensor
+  uint64_t arena_bytes() const { return arena_bytes_; }
+  // When set (size = nodes), execute() adds each node's wall time in nanoseconds (for `tessera profile`).
+  std::vector<uint64_t>* node_ns = nullptr;
+
+  struct Step;
+
+ private:
+  friend class CpuBackend;
+  graph::Graph graph_;
+  std::vector<Step> steps_;
+  std::vector<int64_t> offsets_;  // per tensor: byte offset in the arena, -1 when it has none
+  void* arena_ = nullptr;         // 64-byte aligned
+  uint64_t arena_bytes_ = 0;
+  std::vector<std::pair<std::string, int>> input_ids_;  // INPUT tensors by name
+};
+
+class CpuBackend {
+ public:
+  CpuBackend(const BackendOptions& options, std::shared_ptr<WeightCache> weights);
+
+  // Whether this backend runs the node (shape and dtype included); compile() fails on the first it cannot.
+  bool supports(const graph::Node& node, const graph::Graph& g) const;
+  // Prepares weights, plans activation memory and binds the caches. Error naming the node or tensor at fault.
+  std::unique_ptr<Plan> compile(const graph::Graph& g, const std::vector<StateBinding>& state);
+  // Runs the plan for tokens at positions [n_past, n_past + T): the caches must hold positions [0, n_past).
+  // Token ids are checked against the vocabulary before any work is done.
+  void execute(Plan& plan, int64_t n_past);
+
+  ThreadPool& pool() { return pool_; }
+  int n_threads() const { return pool_.n_threads(); }
+  bool reference() const { return options_.reference; }
+  const BackendOptions& options() const { return options_; }
+
+ private:
+  void run_step(const Plan::Step& s, int64_t n_past);
+  BackendOptions options_;
+  std::shared_ptr<WeightCache> weights_;
+  ThreadPool pool_;
+};
+
+}  // namespace tessera::cpu

@@ -1,0 +1,180 @@
+// Graph IR: the forward pass of a model as named nodes over named tensors, each node carrying its shapes, dtype,
+// FLOPs and bytes. Builders (models/) emit it; backends compile it into an execution plan; `tessera graph` and
+// `tessera profile` print it.
+//
+// A graph is built for a fixed number of tokens T at a position P: T fixes every activation shape, P only changes the
+// attention cost (the keys a chunk reads), so one graph per T is executed at any P. The KV cache is explicit: each
+// layer's cache tensors are graph inputs, and the nodes that store this chunk's keys and values output the updated
+// caches (same storage, updated in place), which attention then reads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace tessera::graph {
+
+// Compute ops. Matmul follows the project convention y[T, N] = x[T, K] · Wᵀ with W row-major [N, K].
+enum class Op : uint8_t {
+  EMBED,      // (table[V, E], ids[T]) -> [T, E]: rows of the embedding table as f32
+  RMSNORM,    // (x[T, E], w[E]) -> [T, E]
+  MATMUL,     // (x[T, K], W[N, K]) -> [T, N]
+  ROPE,       // (x[T, H*D], positions[T], inv_freq[R/2]) -> [T, H*D]: rotary embedding of each head
+  KV_STORE,   // (x[T, Hkv*D], cache[Hkv, C, D]) -> cache: writes rows P..P+T-1 (in place)
+  ATTENTION,  // (q[T, H*D], cache_k, cache_v) -> [T, H*D]: causal GQA attention over positions [0, P+t]
+  ADD,        // (a[T, E], b[T, E]) -> [T, E]
+  SWIGLU,     // (gate[T, F], up[T, F]) -> [T, F]: silu(gate) * up
+  LAST_ROW,   // (x[T, E]) -> [1, E]: only the last token goes on to the output projection
+};
+std::string_view op_name(Op op);
+// Op class for totals: "matmul", "attention", "norm", "rope", "elementwise", "embedding", "kv_cache", "copy".
+std::string_view op_class(Op op);
+
+enum class TensorKind : uint8_t {
+  INPUT,       // fed per call: token ids, positions
+  WEIGHT,      // constant: model weights (bound to the mapped file) and derived constants (rope inverse frequencies)
+  KV_CACHE,    // persistent state owned by the session
+  ACTIVATION,  // produced by a node
+};
+std::string_view tensor_kind_name(TensorKind k);
+
+struct Tensor {
+  std::string name;
+  TensorKind kind = TensorKind::ACTIVATION;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;  // row-major, outermost first
+  int producer = -1;           // node index, -1 for a leaf (INPUT, WEIGHT, KV_CACHE)
+  int alias = -1;              // tensor whose storage this one is (a KV_STORE output is its cache), -1 if its own
+  bool is_output = false;      // read by the caller after execution (logits, updated caches)
+  const void* data = nullptr;  // WEIGHT: the bytes (mapped file or graph-owned); nullptr in display-only graphs
+
+  int64_t numel() const;
+  uint64_t nbytes() const;  // exact bytes in `dtype`
+};
+
+// Parameters of the ops that need more than their input shapes.
+struct OpParams {
+  float eps = 0;            // RMSNORM
+  int64_t n_head = 0;       // ROPE (heads of its input), ATTENTION (query heads)
+  int64_t n_head_kv = 0;    // ATTENTION, KV_STORE
+  int64_t head_dim = 0;     // ROPE, ATTENTION, KV_STORE
+  int64_t rope_dim = 0;     // ROPE: rotated dims per head
+  bool rope_neox = false;   // ROPE: pairs (i, i + R/2) instead of (2i, 2i+1)
+  float attn_scale = 0;     // ATTENTION: usually 1/sqrt(head_dim)
+};
+
+// What part of the model a node computes; names follow shared/DESIGN.md.
+enum class Role : uint8_t {
+  NONE,
+  TOKEN_EMBD,
+  ATTN_NORM,
+  ATTN_Q,
+  ATTN_K,
+  ATTN_V,
+  ROPE_Q,
+  ROPE_K,
+  CACHE_K,
+  CACHE_V,
+  ATTN,
+  ATTN_O,
+  ATTN_RESIDUAL,
+  FFN_NORM,
+  FFN_GATE,
+  FFN_UP,
+  FFN_ACT,
+  FFN_DOWN,
+  FFN_RESIDUAL,
+  LAST_TOKEN,
+  OUTPUT_NORM,
+  OUTPUT,
+};
+std::string_view role_name(Role r);
+
+struct Node {
+  std::string name;  // unique, e.g. "blk.3.attn_q"; also the name of its output tensor
+  Op op = Op::ADD;
+  Role role = Role::NONE;
+  int layer = -1;       // transformer block index, -1 outside the blocks
+  std::string block;    // "embd", "attn", "ffn", "output"
+  std::vector<int> inputs;  // tensor ids, in the op's argument order
+  int output = -1;          // tensor id
+  OpParams params;
+  uint64_t flops = 0;  // floating-point operations (a multiply-add counts 2)
+  uint64_t bytes = 0;  // bytes read and written, each tensor once (weights included)
+};
+
+struct Edge {
+  int from_tensor;  // the tensor carried
+  int from_node;    // producer, -1 for a leaf tensor
+  int to_node;
+};
+
+struct OpClassTotal {
+  std::string op_class;
+  uint64_t nodes = 0, flops = 0, bytes = 0;
+};
+
+struct Totals {
+  uint64_t nodes = 0, flops = 0, bytes = 0;
+  uint64_t matmul_flops = 0, matmul_bytes = 0;
+  uint64_t weight_bytes = 0;  // distinct weight tensors read once
+  std::vector<OpClassTotal> by_class;  // sorted by FLOPs, descending
+  double matmul_flop_share() const { return flops ? double(matmul_flops) / double(flops) : 0.0; }
+  double matmul_byte_share() const { return bytes ? double(matmul_bytes) / double(bytes) : 0.0; }
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(int64_t n_tokens, int64_t n_past) : n_tokens_(n_tokens), n_past_(n_past) {}
+
+  int64_t n_tokens() const { return n_tokens_; }
+  int64_t n_past() const { return n_past_; }
+  std::string model_name;  // shown in headers of printed graphs
+
+  // Leaves. Names must be unique (Error otherwise).
+  int add_input(std::string name, DType dtype, std::vector<int64_t> shape);
+  int add_weight(std::string name, DType dtype, std::vector<int64_t> shape, const void* data);
+  // A weight whose values the graph computes and owns (e.g. rope inverse frequencies), f32 [n].
+  int add_constant(std::string name, std::vector<float> values);
+  int add_kv_cache(std::string name, DType dtype, std::vector<int64_t> shape);
+
+  // Appends a node whose output tensor is named after it; checks the inputs' shapes against the op (Error on a
+  // mismatch, naming the node) and fills in the output shape, FLOPs and bytes. Returns the output tensor id.
+  int add_node(std::string name, Op op, Role role, int layer, std::string block, std::vector<int> inputs,
+               OpParams params = {});
+  // Marks a tensor as a graph output.
+  void mark_output(int tensor) { tensors_.at(static_cast<size_t>(tensor)).is_output = true; }
+
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const Tensor& tensor(int id) const { return tensors_.at(static_cast<size_t>(id)); }
+  const Node& node(int id) const { return nodes_.at(static_cast<size_t>(id)); }
+  int find_tensor(std::string_view name) const;  // -1 when absent
+  int find_node(std::string_view name) const;    // -1 when absent
+
+  // Every (tensor, producer, consumer) pair, leaves included, in node order.
+  std::vector<Edge> edges() const;
+  Totals totals() const;
+
+ private:
+  int add_tensor(Tensor t);
+  void compute_shape_and_cost(Node& n, std::vector<int64_t>* out_shape, DType* out_dtype) const;
+
+  int64_t n_tokens_ = 0;
+  int64_t n_past_ = 0;
+  std::vector<Tensor> tensors_;
+  std::vector<Node> nodes_;
+  std::unordered_map<std::string, int> tensor_index_;
+  std::unordered_map<std::string, int> node_index_;
+  std::vector<std::shared_ptr<std::vector<float>>> constants_;  // storage of add_constant tensors
+};
+
+std::string shape_string(const std::vector<int64_t>& shape);  // "[1, 576]"
+
+}  // namespace tessera::graph

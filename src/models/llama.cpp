@@ -1,0 +1,129 @@
+#include "models/llama.h"
+
+#include <cmath>
+#include <numbers>
+#include <string>
+
+#include "core/error.h"
+
+namespace tessera {
+
+using graph::Op;
+using graph::Role;
+
+std::vector<float> rope_inv_freq(const ModelConfig& c, const float* freq_factors) {
+  const int64_t half = c.rope_dim / 2;
+  std::vector<float> inv(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    inv[static_cast<size_t>(i)] =
+        static_cast<float>(1.0 / std::pow(double(c.rope_base), double(2 * i) / double(c.rope_dim)));
+  const RopeScaling& s = c.rope_scaling;
+  if (freq_factors != nullptr) {
+    for (int64_t i = 0; i < half; ++i) {
+      TESSERA_CHECK(std::isfinite(freq_factors[i]) && freq_factors[i] > 0,
+                    "rope_freqs.weight: factor {} = {} is not a positive number", i, freq_factors[i]);
+      inv[static_cast<size_t>(i)] /= freq_factors[i];
+    }
+  } else if (s.type == "llama3") {
+    TESSERA_CHECK(s.original_context > 0 && s.high_freq_factor > s.low_freq_factor,
+                  "llama3 rope scaling needs original_max_position_embeddings and high_freq_factor > low_freq_factor");
+    const double old_ctx = double(s.original_context);
+    const double low_wavelen = old_ctx / s.low_freq_factor;
+    const double high_wavelen = old_ctx / s.high_freq_factor;
+    for (float& f : inv) {
+      const double wavelen = 2 * std::numbers::pi / f;
+      if (wavelen < high_wavelen) continue;  // high frequencies keep their value
+      if (wavelen > low_wavelen) {
+        f = static_cast<float>(f / s.factor);
+      } else {
+        const double smooth = (old_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        f = static_cast<float>((1 - smooth) * f / s.factor + smooth * f);
+      }
+    }
+  } else if (s.type != "none" && s.type != "freqs" && s.type != "linear") {
+    fail("rope scaling '{}' is not supported yet (supported: none, linear, llama3)", s.type);
+  }
+  if (s.type == "linear")
+    for (float& f : inv) f /= s.factor;
+  return inv;
+}
+
+graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o) {
+  const ModelConfig& c = w.config();
+  TESSERA_CHECK(o.n_tokens > 0, "llama graph: the token count must be positive (got {})", o.n_tokens);
+  TESSERA_CHECK(o.n_past >= 0, "llama graph: the position must not be negative (got {})", o.n_past);
+  const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : o.n_past + o.n_tokens;
+  TESSERA_CHECK(o.n_past + o.n_tokens <= n_ctx, "llama graph: {} tokens at position {} do not fit a context of {}",
+                o.n_tokens, o.n_past, n_ctx);
+  const int64_t T = o.n_tokens, E = c.n_embd, H = c.n_head, Hkv = c.n_head_kv, D = c.head_dim, F = c.n_ff;
+  const int64_t V = c.n_vocab;
+
+  graph::Graph g(T, o.n_past);
+  g.model_name = c.name.empty() ? c.architecture : c.name;
+  const auto weight = [&](const std::string& name, std::vector<int64_t> shape) {
+    const TensorView& t = w.require(name, shape);
+    return g.add_weight(name, t.dtype, t.shape, t.data);
+  };
+
+  const int tokens = g.add_input("tokens", DType::I32, {T});
+  const int positions = g.add_input("positions", DType::I32, {T});
+  const TensorView* freqs = w.find("rope_freqs.weight");
+  if (freqs != nullptr) w.require("rope_freqs.weight", {c.rope_dim / 2});
+  const int inv_freq = g.add_constant(
+      "rope_inv_freq", rope_inv_freq(c, freqs ? reinterpret_cast<const float*>(freqs->data) : nullptr));
+
+  const int embd = weight("token_embd.weight", {V, E});
+  int x = g.add_node("token_embd", Op::EMBED, Role::TOKEN_EMBD, -1, "embd", {embd, tokens});
+
+  graph::OpParams rope_q{.n_head = H, .head_dim = D, .rope_dim = c.rope_dim, .rope_neox = c.rope_neox};
+  graph::OpParams rope_k = rope_q;
+  rope_k.n_head = Hkv;
+  const graph::OpParams norm{.eps = c.norm_eps};
+  const graph::OpParams kv{.n_head_kv = Hkv, .head_dim = D};
+  const graph::OpParams attn{.n_head = H, .n_head_kv = Hkv, .head_dim = D,
+                             .attn_scale = static_cast<float>(1.0 / std::sqrt(double(D)))};
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    TESSERA_CHECK(w.find(p + "attn_q.bias") == nullptr,
+                  "{}: tensor '{}attn_q.bias' found: attention biases are not part of the llama family", w.path(), p);
+    const int cache_k = g.add_kv_cache(p + "cache_k", o.kv_dtype, {Hkv, n_ctx, D});
+    const int cache_v = g.add_kv_cache(p + "cache_v", o.kv_dtype, {Hkv, n_ctx, D});
+
+    int h = g.add_node(p + "attn_norm", Op::RMSNORM, Role::ATTN_NORM, l, "attn", {x, weight(p + "attn_norm.weight", {E})},
+                       norm);
+    int q = g.add_node(p + "attn_q", Op::MATMUL, Role::ATTN_Q, l, "attn", {h, weight(p + "attn_q.weight", {H * D, E})});
+    int k = g.add_node(p + "attn_k", Op::MATMUL, Role::ATTN_K, l, "attn", {h, weight(p + "attn_k.weight", {Hkv * D, E})});
+    int v = g.add_node(p + "attn_v", Op::MATMUL, Role::ATTN_V, l, "attn", {h, weight(p + "attn_v.weight", {Hkv * D, E})});
+    q = g.add_node(p + "rope_q", Op::ROPE, Role::ROPE_Q, l, "attn", {q, positions, inv_freq}, rope_q);
+    k = g.add_node(p + "rope_k", Op::ROPE, Role::ROPE_K, l, "attn", {k, positions, inv_freq}, rope_k);
+    const int ck = g.add_node(p + "cache_k_store", Op::KV_STORE, Role::CACHE_K, l, "attn", {k, cache_k}, kv);
+    const int cv = g.add_node(p + "cache_v_store", Op::KV_STORE, Role::CACHE_V, l, "attn", {v, cache_v}, kv);
+    g.mark_output(ck);
+    g.mark_output(cv);
+    const int a = g.add_node(p + "attn", Op::ATTENTION, Role::ATTN, l, "attn", {q, ck, cv}, attn);
+    const int ao = g.add_node(p + "attn_output", Op::MATMUL, Role::ATTN_O, l, "attn",
+                              {a, weight(p + "attn_output.weight", {E, H * D})});
+    x = g.add_node(p + "attn_residual", Op::ADD, Role::ATTN_RESIDUAL, l, "attn", {x, ao});
+
+    h = g.add_node(p + "ffn_norm", Op::RMSNORM, Role::FFN_NORM, l, "ffn", {x, weight(p + "ffn_norm.weight", {E})}, norm);
+    const int gate = g.add_node(p + "ffn_gate", Op::MATMUL, Role::FFN_GATE, l, "ffn",
+                                {h, weight(p + "ffn_gate.weight", {F, E})});
+    const int up = g.add_node(p + "ffn_up", Op::MATMUL, Role::FFN_UP, l, "ffn", {h, weight(p + "ffn_up.weight", {F, E})});
+    const int act = g.add_node(p + "ffn_act", Op::SWIGLU, Role::FFN_ACT, l, "ffn", {gate, up});
+    const int down = g.add_node(p + "ffn_down", Op::MATMUL, Role::FFN_DOWN, l, "ffn",
+                                {act, weight(p + "ffn_down.weight", {E, F})});
+    x = g.add_node(p + "ffn_residual", Op::ADD, Role::FFN_RESIDUAL, l, "ffn", {x, down});
+  }
+
+  // Only the last token's logits drive generation: skipping the others saves 2·T·V·E FLOPs per prefill chunk.
+  if (!o.all_logits && T > 1) x = g.add_node("last_token", Op::LAST_ROW, Role::LAST_TOKEN, -1, "output", {x});
+  x = g.add_node("output_norm", Op::RMSNORM, Role::OUTPUT_NORM, -1, "output", {x, weight("output_norm.weight", {E})},
+                 norm);
+  const int out_w = c.tied_output ? embd : weight("output.weight", {V, E});
+  const int logits = g.add_node("output", Op::MATMUL, Role::OUTPUT, -1, "output", {x, out_w});
+  g.mark_output(logits);
+  return g;
+}
+
+}  // namespace tessera

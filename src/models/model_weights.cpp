@@ -1,0 +1,131 @@
+#include "models/model_weights.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "formats/gguf.h"
+#include "formats/safetensors.h"
+#include "graph/graph.h"
+#include "quant/quant.h"
+
+namespace tessera {
+
+struct ModelWeights::State {
+  ModelConfig config;
+  std::string path, format;
+  std::shared_ptr<gguf::File> gguf;
+  std::shared_ptr<safetensors::Model> st;
+  std::vector<TensorView> tensors;  // GGUF names
+  std::unordered_map<std::string, size_t> index;
+  std::vector<std::shared_ptr<std::vector<float>>> owned;  // f32 copies of 1-D weights
+};
+
+namespace {
+
+bool looks_like_gguf(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return false;
+  std::ifstream f(path, std::ios::binary);
+  char magic[4] = {};
+  return f.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+// 1-D weights feed f32-only kernels (norms) or the rope setup: convert them once to aligned f32.
+void to_f32_where_needed(ModelWeights::State& s) {
+  for (TensorView& t : s.tensors) {
+    if (t.shape.size() != 1 || t.data == nullptr) continue;
+    const bool aligned = reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0;
+    if (t.dtype == DType::F32 && aligned) continue;
+    TESSERA_CHECK(can_dequantize(t.dtype), "{}: tensor '{}' has dtype {}, which cannot be converted to f32", s.path,
+                  t.name, dtype_name(t.dtype));
+    auto buf = std::make_shared<std::vector<float>>(static_cast<size_t>(t.shape[0]));
+    dequantize_row(t.dtype, t.data, buf->data(), t.shape[0]);
+    t.dtype = DType::F32;
+    t.data = reinterpret_cast<const uint8_t*>(buf->data());
+    t.nbytes = buf->size() * sizeof(float);
+    s.owned.push_back(std::move(buf));
+  }
+}
+
+void build_index(ModelWeights::State& s) {
+  for (size_t i = 0; i < s.tensors.size(); ++i) {
+    const bool fresh = s.index.emplace(s.tensors[i].name, i).second;
+    TESSERA_CHECK(fresh, "{}: tensor '{}' appears twice", s.path, s.tensors[i].name);
+  }
+}
+
+}  // namespace
+
+ModelWeights ModelWeights::open(const std::string& path) {
+  auto s = std::make_shared<State>();
+  s->path = path;
+  if (looks_like_gguf(path)) {
+    s->format = "gguf";
+    s->gguf = std::make_shared<gguf::File>(gguf::File::open(path));
+    s->config = config_from_gguf(*s->gguf);
+    s->tensors = s->gguf->tensors();
+  } else {
+    s->format = "safetensors";
+    s->st = std::make_shared<safetensors::Model>(safetensors::Model::open(path));
+    s->config = config_from_hf(s->st->config_json(), s->st->config_path());
+    for (const TensorView& t : s->st->tensors()) {
+      std::string name = safetensors::hf_to_gguf_name(t.name);
+      if (name.empty()) continue;  // buffers such as rotary_emb.inv_freq
+      TensorView v = t;
+      v.name = std::move(name);
+      s->tensors.push_back(std::move(v));
+    }
+    // Checkpoints with tie_word_embeddings may still ship lm_head.weight; config_from_hf decides, the file confirms.
+    if (s->config.tied_output) {
+      std::erase_if(s->tensors, [](const TensorView& t) { return t.name == "output.weight"; });
+    } else {
+      bool has_output = false;
+      for (const TensorView& t : s->tensors) has_output |= t.name == "output.weight";
+      if (!has_output) s->config.tied_output = true;
+    }
+  }
+  build_index(*s);
+  to_f32_where_needed(*s);
+  ModelWeights w;
+  w.s_ = std::move(s);
+  return w;
+}
+
+ModelWeights ModelWeights::from_views(ModelConfig config, std::vector<TensorView> views, std::string name) {
+  auto s = std::make_shared<State>();
+  s->path = std::move(name);
+  s->format = "memory";
+  s->config = std::move(config);
+  s->tensors = std::move(views);
+  build_index(*s);
+  to_f32_where_needed(*s);
+  ModelWeights w;
+  w.s_ = std::move(s);
+  return w;
+}
+
+const ModelConfig& ModelWeights::config() const { return s_->config; }
+const std::string& ModelWeights::path() const { return s_->path; }
+const std::string& ModelWeights::format() const { return s_->format; }
+const std::vector<TensorView>& ModelWeights::tensors() const { return s_->tensors; }
+const gguf::File* ModelWeights::gguf_file() const { return s_->gguf.get(); }
+const safetensors::Model* ModelWeights::safetensors() const { return s_->st.get(); }
+
+const TensorView* ModelWeights::find(std::string_view gguf_name) const {
+  auto it = s_->index.find(std::string(gguf_name));
+  return it == s_->index.end() ? nullptr : &s_->tensors[it->second];
+}
+
+const TensorView& ModelWeights::require(std::string_view gguf_name, const std::vector<int64_t>& shape) const {
+  const TensorView* t = find(gguf_name);
+  TESSERA_CHECK(t != nullptr, "{}: tensor '{}' is missing", s_->path, gguf_name);
+  TESSERA_CHECK(t->shape == shape, "{}: tensor '{}' has shape {}, expected {}", s_->path, gguf_name,
+                graph::shape_string(t->shape), graph::shape_string(shape));
+  return *t;
+}
+
+}  // namespace tessera

@@ -1,0 +1,44 @@
+// The sampler chain: penalties, then greedy argmax or top-k, top-p, min-p, temperature and a seeded random draw.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "tessera/session.h"
+
+namespace tessera::runtime {
+
+struct Candidate {
+  int32_t id;
+  float logit;
+  float p;  // probability after the chain (set by candidates())
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingOptions& options);
+
+  // Picks the next token from logits [n_vocab]; `history` is the context so far (the penalties read its tail).
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  // The tokens the draw chooses from and their probabilities (sorted by probability, descending), after every
+  // filter and the temperature. Greedy sampling returns the argmax alone with p = 1.
+  const std::vector<Candidate>& candidates(std::span<const float> logits, std::span<const int32_t> history);
+
+  uint64_t seed() const { return seed_; }
+  const SamplingOptions& options() const { return o_; }
+
+ private:
+  void apply_penalties(std::span<const int32_t> history);
+  double uniform();  // [0, 1), from 53 random bits: the same on every platform for a given seed
+
+  SamplingOptions o_;
+  uint64_t seed_;
+  std::mt19937_64 rng_;
+  std::vector<Candidate> cands_;
+  std::vector<float> logits_;    // penalized copy [n_vocab]
+  std::vector<int32_t> window_;  // the tokens the penalties look at, sorted
+};
+
+}  // namespace tessera::runtime
