@@ -1,0 +1,109 @@
+// `tessera profile`: per-node times of prefill and decode on the default model add up to the measured wall time
+// (within 10%), the op-class and matmul-role tables cover every node, the work matches `tessera graph`; text output.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "test_util.h"
+
+namespace {
+
+using nlohmann::json;
+using tessera::test::cli_path;
+using tessera::test::run_command;
+
+int run_stdout(const std::string& args, std::string* out) {
+  return run_command("{ " + cli_path() + " " + args + " 2>/dev/null; }", out);
+}
+
+json run_json(const std::string& args) {
+  std::string out;
+  const int rc = run_stdout(args, &out);
+  EXPECT_EQ(rc, 0) << args << "\n" << out;
+  return rc == 0 ? json::parse(out) : json();
+}
+
+double sum_of(const json& rows, const char* key) {
+  double s = 0;
+  for (const json& r : rows) s += r[key].get<double>();
+  return s;
+}
+
+void check_phase(const json& p, const std::string& what) {
+  SCOPED_TRACE(what);
+  const double wall = p["wall_ms"].get<double>(), node = p["node_ms"].get<double>();
+  ASSERT_GT(wall, 0);
+  // The per-node times must account for the measured total: nothing large runs outside the timed nodes.
+  EXPECT_LT(std::fabs(node - wall), 0.10 * wall) << "node sum " << node << " ms, wall " << wall << " ms";
+  EXPECT_NEAR(sum_of(p["nodes"], "ms"), node, 1e-6 * node + 1e-9);
+  EXPECT_NEAR(sum_of(p["classes"], "ms"), node, 1e-6 * node + 1e-9);
+  EXPECT_NEAR(sum_of(p["classes"], "share"), 1.0, 1e-9);
+  std::set<std::string> classes, roles;
+  for (const json& c : p["classes"]) classes.insert(c["name"].get<std::string>());
+  for (const json& r : p["matmul_roles"]) roles.insert(r["name"].get<std::string>());
+  for (const char* c : {"matmul", "attention", "norm", "rope", "elementwise", "embedding", "kv_cache"})
+    EXPECT_TRUE(classes.count(c)) << c;
+  EXPECT_EQ(roles, (std::set<std::string>{"attn_q", "attn_k", "attn_v", "attn_o", "ffn_gate", "ffn_up", "ffn_down",
+                                          "output"}));
+  double matmul_ms = 0;
+  for (const json& c : p["classes"])
+    if (c["name"] == "matmul") matmul_ms = c["ms"].get<double>();
+  EXPECT_NEAR(sum_of(p["matmul_roles"], "ms"), matmul_ms, 1e-6 * matmul_ms + 1e-9);
+}
+
+TEST(ProfileCli, NodeTimesAddUpToTheWallTime) {
+  TESSERA_REQUIRE_DEFAULT_MODEL(model);
+  const int n_gen = 8;
+  const json j = run_json("profile -m " + model + " -n " + std::to_string(n_gen) + " -t 2 --json --no-ceilings");
+  ASSERT_TRUE(j.contains("prefill") && j.contains("decode"));
+  check_phase(j["prefill"], "prefill");
+  check_phase(j["decode"], "decode");
+  const int64_t p = j["prefill"]["tokens"].get<int64_t>();
+  ASSERT_GT(p, 1);
+  EXPECT_EQ(j["decode"]["tokens"], n_gen);
+
+  // The work matches `tessera graph`: prefill is one chunk at position 0, decode steps at positions p .. p+n-1
+  // (attention grows linearly with the position, so the mean of the first and last step is exact).
+  const json gp = run_json("graph -m " + model + " --format json --tokens " + std::to_string(p));
+  EXPECT_EQ(j["prefill"]["nodes"].size(), gp["nodes"].size());
+  EXPECT_NEAR(sum_of(j["prefill"]["nodes"], "flops"), gp["totals"]["flops"].get<double>(), 0.5);
+  const json g0 = run_json("graph -m " + model + " --format json --tokens 1 --past " + std::to_string(p));
+  const json g1 = run_json("graph -m " + model + " --format json --tokens 1 --past " + std::to_string(p + n_gen - 1));
+  EXPECT_EQ(j["decode"]["nodes"].size(), g0["nodes"].size());
+  const double expect = n_gen * 0.5 * (g0["totals"]["flops"].get<double>() + g1["totals"]["flops"].get<double>());
+  EXPECT_NEAR(sum_of(j["decode"]["nodes"], "flops"), expect, 1e-9 * expect);
+}
+
+TEST(ProfileCli, ChunkedPrefillAndText) {
+  TESSERA_REQUIRE_DEFAULT_MODEL(model);
+  // 40 random ids in chunks of 16, 16 and 8: every chunk's work and time is counted once.
+  const json j = run_json("profile -m " + model + " --prompt-tokens 40 -b 16 -n 2 -t 2 --json --no-ceilings");
+  EXPECT_EQ(j["prefill"]["chunks"], (std::vector<int>{16, 16, 8}));
+  check_phase(j["prefill"], "chunked prefill");
+  double expect = 0;
+  for (int past : {0, 16, 32}) {
+    const json g = run_json("graph -m " + model + " --format json --tokens " + std::to_string(past == 32 ? 8 : 16) +
+                            " --past " + std::to_string(past));
+    expect += g["totals"]["flops"].get<double>();
+  }
+  EXPECT_NEAR(sum_of(j["prefill"]["nodes"], "flops"), expect, 1e-9 * expect);
+
+  std::string out;
+  ASSERT_EQ(run_stdout("profile -m " + model + " -n 2 -t 2 --ceiling-mib 64", &out), 0) << out;
+  for (const char* s : {"prefill:", "decode:", "node times sum to", "share", "GFLOP/s", "GB/s", "% roof", "matmul",
+                        "ffn_down", "attn_q", "attention", "read bandwidth"})
+    EXPECT_NE(out.find(s), std::string::npos) << s << "\n" << out;
+}
+
+TEST(ProfileCli, BadFlags) {
+  for (const std::string& args : {std::string("profile --device cuda"), std::string("profile -n -1"),
+                                  std::string("profile -p hi --prompt-tokens 4"), std::string("profile -b 0")}) {
+    std::string out;
+    EXPECT_EQ(run_command(cli_path() + " " + args, &out), 1) << args << "\n" << out;
+    EXPECT_EQ(out.rfind("tessera: error: ", 0), 0u) << args << "\n" << out;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,286 @@
+// tessera bench: llama-bench-like throughput. pp<P> evaluates P random token ids on a fresh context (one forward
+// pass per --batch chunk); tg<N> decodes N tokens one at a time from an empty context. Each test runs once to warm
+// up, then -r times; rows report the median tok/s and its spread, the achieved GB/s of weight bytes and TFLOP/s,
+// peak memory, and the measured limit next to them. --ceilings measures only the limits.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "bench_util.h"
+#include "command.h"
+#include "tessera/bench.h"
+#include "tessera/error.h"
+#include "tessera/random_model.h"
+#include "tessera/session.h"
+
+namespace tessera::cli {
+namespace {
+
+struct BenchFlags {
+  ModelSource src;
+  int64_t n_prompt = 512;
+  int64_t n_gen = 128;
+  int repeats = 5;
+  int threads = 0;
+  std::string device = "cpu";
+  int64_t batch = 512;
+  std::string kv_type = "f16";
+  bool json = false;
+  bool ceilings_only = false;
+  bool no_ceilings = false;
+  int64_t ceiling_mib = 1024;
+  std::string write_model;
+  bool list_archs = false;
+};
+
+struct Row {
+  std::string test;  // "pp512", "tg128"
+  int64_t n_prompt = 0, n_gen = 0;
+  std::vector<double> seconds;  // per repeat
+  double flops = 0;             // per run
+  double weight_bytes = 0;      // per run
+  uint64_t peak_host = 0;       // after this test
+};
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::vector<int32_t> random_ids(int64_t n, int64_t n_vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(n_vocab - 1));
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int32_t& x : v) x = d(rng);
+  return v;
+}
+
+// One warm-up run (weights paged in, plans compiled, caches warm), then `repeats` timed runs.
+std::vector<double> time_runs(int repeats, const std::function<void()>& run) {
+  std::vector<double> s;
+  for (int r = -1; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r >= 0) s.push_back(dt);
+  }
+  return s;
+}
+
+void validate(const BenchFlags& f) {
+  check_device(f.device);
+  if (f.repeats < 1 || f.repeats > 1000) throw Error(fmt::format("-r {} must be between 1 and 1000", f.repeats));
+  if (f.threads < 0) throw Error(fmt::format("-t {} must not be negative (0: all cores)", f.threads));
+  if (f.ceiling_mib < 1) throw Error(fmt::format("--ceiling-mib {} must be positive", f.ceiling_mib));
+  if (f.ceilings_only) return;
+  if (f.n_prompt < 0 || f.n_gen < 0) throw Error("-p and -n must not be negative");
+  if (f.n_prompt == 0 && f.n_gen == 0) throw Error("nothing to measure: -p and -n are both 0");
+  if (f.batch < 1) throw Error(fmt::format("--batch {} must be positive", f.batch));
+}
+
+Ceilings measure_limits(const BenchFlags& f, const std::vector<std::string>& dtypes) {
+  CeilingOptions co;
+  co.device = f.device;
+  co.n_threads = f.threads;
+  co.buffer_bytes = static_cast<uint64_t>(f.ceiling_mib) << 20;
+  co.repeats = f.repeats;
+  co.gemm_dtypes = dtypes;
+  fmt::print(stderr, "tessera: measuring ceilings (bandwidth over {}, GEMM rates)...\n", human_bytes(co.buffer_bytes));
+  return measure_ceilings(co);
+}
+
+int run_ceilings(const BenchFlags& f) {
+  const Ceilings c = measure_limits(f, {});
+  if (f.json) {
+    fmt::print("{}\n", ceilings_json(c).dump(2));
+  } else {
+    print_ceilings(c);
+  }
+  return 0;
+}
+
+int run(const BenchFlags& f) {
+  if (f.list_archs) {
+    for (const RandomModelPreset& p : random_model_presets())
+      fmt::print("{:<16} {:<20} layers {:>3}  width {:>5}  heads {:>3}/{:<3} ffn {:>6}  vocab {:>6}{}\n", p.name,
+                 p.description, p.spec.n_layers, p.spec.n_embd, p.spec.n_head, p.spec.n_head_kv, p.spec.n_ff,
+                 p.spec.n_vocab, p.spec.tied_output ? "  tied" : "");
+    return 0;
+  }
+  validate(f);
+  if (f.ceilings_only) return run_ceilings(f);
+  if (!f.write_model.empty()) {
+    if (!f.src.random_weights || f.src.arch.empty())
+      throw Error("--write-model writes a synthetic model: it needs --arch NAME --random-weights");
+    write_random_model({f.src.arch, f.src.dtype, f.src.seed, f.src.layers, ""}, f.write_model);
+    fmt::print("{}\n", f.write_model);
+    return 0;
+  }
+
+  const Model model = load_model_source(f.src, false);
+  if (f.src.random_weights) reset_peak_host_bytes();  // the pool of random weights is gone; it is no part of a run
+  SessionOptions so;
+  so.n_ctx = std::max<int64_t>(std::max(f.n_prompt, f.n_gen), 1);
+  so.n_batch = f.batch;
+  so.n_threads = f.threads;
+  so.kv_dtype = f.kv_type;
+  Session session(model, so);
+  const int64_t n_vocab = session.n_vocab();
+  const WorkCost decode0 = work_cost(session.graph(1, 0));
+  const uint64_t model_bytes = session.graph(1, 0).totals().weight_bytes;
+
+  std::vector<Row> rows;
+  if (f.n_prompt > 0) {
+    Row r{"pp" + std::to_string(f.n_prompt), f.n_prompt, 0, {}, 0, 0, 0};
+    for (int64_t done = 0; done < f.n_prompt;) {
+      const int64_t chunk = std::min(session.n_batch(), f.n_prompt - done);
+      const WorkCost w = work_cost(session.graph(chunk, done));
+      r.flops += double(w.flops);
+      r.weight_bytes += double(w.weight_bytes);
+      done += chunk;
+    }
+    const std::vector<int32_t> ids = random_ids(f.n_prompt, n_vocab, 1234);
+    fmt::print(stderr, "tessera: {} (1 warm-up + {} repeats)\n", r.test, f.repeats);
+    r.seconds = time_runs(f.repeats, [&] {
+      session.reset();
+      session.eval(ids);
+    });
+    r.peak_host = peak_host_bytes();
+    rows.push_back(std::move(r));
+  }
+  if (f.n_gen > 0) {
+    Row r{"tg" + std::to_string(f.n_gen), 0, f.n_gen, {}, 0, 0, 0};
+    // Only attention depends on the position, and linearly: the mean of the first and last step is exact.
+    const WorkCost last = work_cost(session.graph(1, f.n_gen - 1));
+    r.flops = double(f.n_gen) * 0.5 * double(decode0.flops + last.flops);
+    r.weight_bytes = double(f.n_gen) * double(decode0.weight_bytes);
+    const std::vector<int32_t> ids = random_ids(f.n_gen, n_vocab, 4321);
+    fmt::print(stderr, "tessera: {} (1 warm-up + {} repeats)\n", r.test, f.repeats);
+    r.seconds = time_runs(f.repeats, [&] {
+      session.reset();
+      for (int32_t id : ids) session.decode(id);
+    });
+    r.peak_host = peak_host_bytes();
+    rows.push_back(std::move(r));
+  }
+
+  // After the model runs: the ceiling buffers would otherwise count in the peak memory reported above.
+  Ceilings c;
+  const std::string mm_dtype = decode0.matmul_dtype.empty() ? "f32" : cpu_matmul_dtype(decode0.matmul_dtype);
+  if (!f.no_ceilings) c = measure_limits(f, {mm_dtype});
+  const double limit_gbps = c.read_gbps(), limit_tflops = c.gemm_tflops(mm_dtype);
+
+  const std::string date = utc_now();
+  nlohmann::json out = nlohmann::json::array();
+  for (const Row& r : rows) {
+    const int64_t tokens = r.n_prompt + r.n_gen;
+    std::vector<double> tps;
+    for (double s : r.seconds) tps.push_back(double(tokens) / s);
+    const Stats st = summarize(tps);
+    const Stats ms = summarize(r.seconds);
+    const double runs_per_s = st.median / double(tokens);
+    const double gbps = r.weight_bytes * runs_per_s / 1e9, tflops = r.flops * runs_per_s / 1e12;
+    const bool is_pp = r.n_prompt > 0;
+    const double limit = is_pp ? limit_tflops : limit_gbps;
+    nlohmann::json j = {
+        {"test", r.test},
+        {"model", model_label(model)},
+        {"model_path", model.path()},
+        {"random_weights", f.src.random_weights},
+        {"arch", f.src.random_weights ? f.src.arch : model.spec().architecture},
+        {"weight_dtype", decode0.matmul_dtype},
+        {"model_bytes", model_bytes},
+        {"device", f.device},
+        {"n_threads", session.n_threads()},
+        {"n_batch", session.n_batch()},
+        {"kv_type", session.kv_dtype()},
+        {"n_prompt", r.n_prompt},
+        {"n_gen", r.n_gen},
+        {"repeats", st.n},
+        {"tok_s", st.median},
+        {"tok_s_stddev", st.stddev},
+        {"tok_s_min", st.min},
+        {"tok_s_max", st.max},
+        {"samples_tok_s", tps},
+        {"ms_median", ms.median * 1e3},
+        {"flops_per_run", r.flops},
+        {"weight_bytes_per_run", r.weight_bytes},
+        {"gbps", gbps},
+        {"tflops", tflops},
+        {"peak_host_bytes", r.peak_host},
+        {"peak_device_bytes", nullptr},
+        {"limit_kind", is_pp ? "gemm" : "read_bandwidth"},
+        {"limit", limit > 0 ? nlohmann::json(limit) : nlohmann::json(nullptr)},
+        {"limit_unit", is_pp ? "tflops" : "gbps"},
+        {"fraction_of_limit", limit > 0 ? nlohmann::json((is_pp ? tflops : gbps) / limit) : nlohmann::json(nullptr)},
+        {"date", date}};
+    out.push_back(std::move(j));
+  }
+
+  if (f.json) {
+    fmt::print("{}\n", out.dump(2));
+    return 0;
+  }
+  fmt::print("model   {} ({}), {} of weights, {} matmuls\n", model_label(model), model.path(), human_bytes(model_bytes),
+             decode0.matmul_dtype);
+  fmt::print("device  {}, {} threads, batch {}, kv {}; {} repeats after 1 warm-up\n\n", f.device, session.n_threads(),
+             session.n_batch(), session.kv_dtype(), f.repeats);
+  fmt::print("| {:<7} | {:>20} | {:>9} | {:>8} | {:>8} | {:>10} |\n", "test", "tok/s (median ± sd)", "ms/run", "GB/s",
+             "TFLOP/s", "% of limit");
+  fmt::print("| {:-<7} | {:->20} | {:->9} | {:->8} | {:->8} | {:->10} |\n", "", "", "", "", "", "");
+  for (const nlohmann::json& j : out) {
+    const std::string pct =
+        j["fraction_of_limit"].is_null() ? "-" : fmt::format("{:.1f}", 100.0 * j["fraction_of_limit"].get<double>());
+    fmt::print("| {:<7} | {:>10.2f} ± {:<7.2f} | {:>9.1f} | {:>8.2f} | {:>8.4f} | {:>10} |\n",
+               j["test"].get<std::string>(), j["tok_s"].get<double>(), j["tok_s_stddev"].get<double>(),
+               j["ms_median"].get<double>(), j["gbps"].get<double>(), j["tflops"].get<double>(), pct);
+  }
+  uint64_t peak = 0;
+  for (const Row& r : rows) peak = std::max(peak, r.peak_host);
+  fmt::print("\npeak host memory {}; device memory n/a ({})\n", human_bytes(peak), f.device);
+  if (!f.no_ceilings) {
+    fmt::print("limits: tg <- read bandwidth {:.2f} GB/s; pp <- tessera {} GEMM {:.1f} GFLOP/s", limit_gbps, mm_dtype,
+               limit_tflops * 1e3);
+    if (c.fma_peak_tflops() > 0) fmt::print(" (f32 FMA peak {:.1f} GFLOP/s)", c.fma_peak_tflops() * 1e3);
+    fmt::print("\n");
+  }
+  return 0;
+}
+
+const int registered = register_command(
+    {"bench", "Measure prefill (pp) and decode (tg) speed with GB/s, TFLOP/s and the machine's limits",
+     [](CLI::App& app) -> Runner {
+       auto f = std::make_shared<BenchFlags>();
+       add_model_source_flags(app, f->src);
+       app.add_option("-p,--n-prompt", f->n_prompt, "Prompt tokens of the pp test (0: skip it; default 512)");
+       app.add_option("-n,--n-gen", f->n_gen, "Generated tokens of the tg test (0: skip it; default 128)");
+       app.add_option("-r,--repeats", f->repeats, "Timed repeats of each test after one warm-up (default 5)");
+       app.add_option("-t,--threads", f->threads, "Threads (default: all cores)");
+       app.add_option("--device", f->device, "cpu (default) or cuda");
+       app.add_option("-b,--batch", f->batch,
+                      "Prefill chunk: tokens per forward pass (n_batch, default 512). Batched decode of several "
+                      "sequences is not supported yet");
+       app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default) or f32");
+       app.add_flag("--json", f->json, "Print a JSON array of rows (test, tok_s, tok_s_stddev, gbps, tflops, ...)");
+       app.add_flag("--ceilings", f->ceilings_only,
+                    "Measure only this machine's limits: memory bandwidth and GEMM rate per dtype");
+       app.add_flag("--no-ceilings", f->no_ceilings, "Skip measuring the limits next to the rows");
+       app.add_option("--ceiling-mib", f->ceiling_mib,
+                      "Buffer size of the bandwidth ceiling in MiB (default 1024; smaller ones fit in caches)");
+       app.add_option("--write-model", f->write_model,
+                      "Write the synthetic model (--arch, --random-weights) to this GGUF file and exit");
+       app.add_flag("--list-archs", f->list_archs, "List the synthetic model presets and exit");
+       return [f] { return run(*f); };
+     }});
+
+}  // namespace
+}  // namespace tessera::cli

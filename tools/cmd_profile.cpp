@@ -1,0 +1,343 @@
+// tessera profile: where the time goes. Runs a prefill of the prompt and N greedy decode steps with per-node timing
+// on, then reports, for prefill and decode separately, the time per op class and per matmul role (q, k, v, o, gate,
+// up, down, output), their share, the achieved GFLOP/s and GB/s, and the fraction of this machine's roofline. The
+// wall time of each phase is printed next to the sum of its node times, so the breakdown can be trusted.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+#include "bench_util.h"
+#include "command.h"
+#include "tessera/bench.h"
+#include "tessera/error.h"
+#include "tessera/session.h"
+
+namespace tessera::cli {
+namespace {
+
+// A fixed, ordinary English paragraph (about 100 tokens), so profiles of different runs do the same work.
+constexpr const char* kDefaultPrompt =
+    "The history of computing is a story of trading one scarce resource for another. Early machines were limited by "
+    "the speed of their arithmetic units, so engineers counted every multiplication. Today the arithmetic is cheap "
+    "and the bottleneck is moving data: a modern processor can perform hundreds of operations in the time it takes "
+    "to fetch a single value from main memory. Understanding where a program spends its time therefore means "
+    "measuring both the work it does and the bytes it moves.";
+
+struct ProfileFlags {
+  ModelSource src;
+  std::string prompt;
+  int64_t prompt_tokens = 0;
+  int64_t n_gen = 32;
+  int threads = 0;
+  std::string device = "cpu";
+  int64_t batch = 512;
+  bool json = false;
+  bool no_ceilings = false;
+  int64_t ceiling_mib = 1024;
+  bool all_nodes = false;
+};
+
+// One node's totals over a phase (summed over prefill chunks or decode steps).
+struct NodeAgg {
+  std::string name, op, op_class, role, weight_dtype;
+  int layer = -1;
+  uint64_t ns = 0;
+  double flops = 0, bytes = 0;
+};
+
+struct Phase {
+  std::string name;  // "prefill" or "decode"
+  int64_t tokens = 0;
+  std::vector<int64_t> chunks;  // prefill chunk sizes, in order
+  double wall_s = 0;
+  std::vector<NodeAgg> nodes;  // in graph order
+};
+
+// Adds graph `g`'s costs (times `weight`) and, when `ns` is non-null, its node times into `agg` (keyed by name).
+void accumulate(std::vector<NodeAgg>& agg, std::map<std::string, size_t>& index, const GraphView& g,
+                const std::vector<uint64_t>* ns, double weight) {
+  for (const GraphNode& n : g.nodes()) {
+    auto [it, fresh] = index.emplace(n.name, agg.size());
+    if (fresh) {
+      NodeAgg a{n.name, n.op, n.op_class, n.role, "", n.layer, 0, 0, 0};
+      if (n.op == "matmul" && n.input_dtypes.size() > 1) a.weight_dtype = n.input_dtypes[1];
+      agg.push_back(std::move(a));
+    }
+    NodeAgg& a = agg[it->second];
+    a.flops += weight * double(n.flops);
+    a.bytes += weight * double(n.bytes);
+    if (ns != nullptr && static_cast<size_t>(n.id) < ns->size()) a.ns += (*ns)[static_cast<size_t>(n.id)];
+  }
+}
+
+struct Row {
+  std::string key;  // op class or matmul role
+  uint64_t ns = 0;
+  double flops = 0, bytes = 0;
+  std::string dtype;  // matmul rows: the weight dtype holding most bytes
+  std::map<std::string, double> dtype_bytes;
+  int count = 0;
+};
+
+// Rows by op class and by matmul role, each sorted by time (descending).
+std::pair<std::vector<Row>, std::vector<Row>> group(const std::vector<NodeAgg>& nodes) {
+  std::map<std::string, Row> classes, roles;
+  for (const NodeAgg& n : nodes) {
+    for (Row* r : {&classes[n.op_class], n.op == "matmul" ? &roles[n.role] : nullptr}) {
+      if (r == nullptr) continue;
+      r->ns += n.ns;
+      r->flops += n.flops;
+      r->bytes += n.bytes;
+      r->count++;
+      if (!n.weight_dtype.empty()) r->dtype_bytes[n.weight_dtype] += n.bytes;
+    }
+  }
+  const auto finish = [](std::map<std::string, Row>& m) {
+    std::vector<Row> v;
+    for (auto& [k, r] : m) {
+      r.key = k;
+      double best = -1;
+      for (const auto& [d, b] : r.dtype_bytes)
+        if (b > best) best = b, r.dtype = d;
+      v.push_back(r);
+    }
+    std::sort(v.begin(), v.end(), [](const Row& a, const Row& b) { return a.ns > b.ns; });
+    return v;
+  };
+  return {finish(classes), finish(roles)};
+}
+
+struct Limits {
+  const Ceilings* c = nullptr;
+  RoofShare share(const Row& r) const {
+    if (c == nullptr) return {};
+    const double peak = r.dtype.empty() ? c->fma_peak_tflops() : c->gemm_tflops(cpu_matmul_dtype(r.dtype));
+    return roof_share(r.flops, r.bytes, double(r.ns) * 1e-9, peak, c->read_gbps());
+  }
+};
+
+nlohmann::json row_json(const Row& r, uint64_t total_ns, const Limits& lim) {
+  const double s = double(r.ns) * 1e-9;
+  const RoofShare rs = lim.share(r);
+  nlohmann::json j = {{"name", r.key},
+                      {"nodes", r.count},
+                      {"ms", double(r.ns) * 1e-6},
+                      {"share", total_ns ? double(r.ns) / double(total_ns) : 0.0},
+                      {"flops", r.flops},
+                      {"bytes", r.bytes},
+                      {"gflops", s > 0 ? r.flops / s / 1e9 : 0.0},
+                      {"gbps", s > 0 ? r.bytes / s / 1e9 : 0.0},
+                      {"bound", rs.bound},
+                      {"fraction_of_limit", lim.c ? nlohmann::json(rs.fraction) : nlohmann::json(nullptr)}};
+  if (!r.dtype.empty()) j["weight_dtype"] = r.dtype;
+  return j;
+}
+
+nlohmann::json phase_json(const Phase& p, const Limits& lim) {
+  uint64_t total = 0;
+  for (const NodeAgg& n : p.nodes) total += n.ns;
+  const auto [classes, roles] = group(p.nodes);
+  nlohmann::json j = {{"tokens", p.tokens},
+                      {"wall_ms", p.wall_s * 1e3},
+                      {"node_ms", double(total) * 1e-6},
+                      {"tok_s", p.wall_s > 0 ? double(p.tokens) / p.wall_s : 0.0},
+                      {"classes", nlohmann::json::array()},
+                      {"matmul_roles", nlohmann::json::array()},
+                      {"nodes", nlohmann::json::array()}};
+  if (!p.chunks.empty()) j["chunks"] = p.chunks;
+  for (const Row& r : classes) j["classes"].push_back(row_json(r, total, lim));
+  for (const Row& r : roles) j["matmul_roles"].push_back(row_json(r, total, lim));
+  for (const NodeAgg& n : p.nodes)
+    j["nodes"].push_back({{"name", n.name},
+                          {"op", n.op},
+                          {"class", n.op_class},
+                          {"role", n.role},
+                          {"layer", n.layer},
+                          {"ms", double(n.ns) * 1e-6},
+                          {"flops", n.flops},
+                          {"bytes", n.bytes}});
+  return j;
+}
+
+void print_phase(const nlohmann::json& j, const std::string& name, bool all_nodes) {
+  const double wall = j["wall_ms"].get<double>(), node = j["node_ms"].get<double>();
+  std::string chunks;
+  if (j.contains("chunks"))
+    for (const auto& c : j["chunks"]) chunks += (chunks.empty() ? "" : "+") + std::to_string(c.get<int64_t>());
+  fmt::print("\n{}: {} tokens{} in {:.2f} ms ({:.2f} tok/s); node times sum to {:.2f} ms ({:.1f}% of the wall time)\n",
+             name, j["tokens"].get<int64_t>(), chunks.empty() ? "" : " (chunks " + chunks + ")", wall,
+             j["tok_s"].get<double>(), node, wall > 0 ? 100.0 * node / wall : 0.0);
+  fmt::print("  {:<16} {:>10} {:>7} {:>10} {:>9} {:>7}  {}\n", "class / role", "time ms", "share", "GFLOP/s", "GB/s",
+             "% roof", "bound");
+  const auto line = [](const nlohmann::json& r, const std::string& indent) {
+    const std::string pct =
+        r["fraction_of_limit"].is_null() ? "-" : fmt::format("{:.1f}", 100.0 * r["fraction_of_limit"].get<double>());
+    fmt::print("  {:<16} {:>10.3f} {:>6.1f}% {:>10.2f} {:>9.2f} {:>7}  {}\n", indent + r["name"].get<std::string>(),
+               r["ms"].get<double>(), 100.0 * r["share"].get<double>(), r["gflops"].get<double>(),
+               r["gbps"].get<double>(), pct, r["bound"].get<std::string>());
+  };
+  for (const auto& c : j["classes"]) {
+    line(c, "");
+    if (c["name"] == "matmul")
+      for (const auto& r : j["matmul_roles"]) line(r, "  ");
+  }
+  std::vector<nlohmann::json> nodes(j["nodes"].begin(), j["nodes"].end());
+  std::stable_sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) {
+    return a["ms"].template get<double>() > b["ms"].template get<double>();
+  });
+  const size_t shown = all_nodes ? nodes.size() : std::min<size_t>(nodes.size(), 8);
+  fmt::print("  {} nodes{}:\n", all_nodes ? "all" : "slowest",
+             all_nodes ? "" : fmt::format(" ({} of {})", shown, nodes.size()));
+  for (size_t i = 0; i < shown; ++i)
+    fmt::print("    {:<24} {:<10} {:>10.3f} ms\n", nodes[i]["name"].get<std::string>(),
+               nodes[i]["op"].get<std::string>(), nodes[i]["ms"].get<double>());
+}
+
+int32_t argmax(std::span<const float> x) {
+  return static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());
+}
+
+int run(const ProfileFlags& f) {
+  check_device(f.device);
+  if (f.n_gen < 0) throw Error(fmt::format("-n {} must not be negative", f.n_gen));
+  if (f.prompt_tokens < 0) throw Error(fmt::format("--prompt-tokens {} must not be negative", f.prompt_tokens));
+  if (f.batch < 1) throw Error(fmt::format("--batch {} must be positive", f.batch));
+  if (f.threads < 0) throw Error(fmt::format("-t {} must not be negative (0: all cores)", f.threads));
+  if (f.ceiling_mib < 1) throw Error(fmt::format("--ceiling-mib {} must be positive", f.ceiling_mib));
+  if (f.prompt_tokens > 0 && !f.prompt.empty())
+    throw Error("give the prompt as -p TEXT or --prompt-tokens N, not both");
+
+  // Synthetic models have no real vocabulary: they get random ids unless asked otherwise.
+  const int64_t n_random = f.prompt_tokens > 0 ? f.prompt_tokens : (f.src.random_weights ? 128 : 0);
+  const Model model = load_model_source(f.src, n_random == 0);
+  std::vector<int32_t> ids;
+  if (n_random > 0) {
+    std::mt19937 rng(1234);
+    std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(model.spec().n_vocab - 1));
+    for (int64_t i = 0; i < n_random; ++i) ids.push_back(d(rng));
+  } else {
+    ids = model.tokenizer().encode(f.prompt.empty() ? kDefaultPrompt : f.prompt, true, false);
+    if (ids.empty()) throw Error("the prompt has no tokens");
+  }
+  const int64_t n_prompt = static_cast<int64_t>(ids.size());
+
+  SessionOptions so;
+  so.n_ctx = n_prompt + f.n_gen + 1;
+  so.n_batch = f.batch;
+  so.n_threads = f.threads;
+  Session session(model, so);
+
+  // Warm-up (weights paged in, plans compiled), not profiled.
+  int32_t next = argmax(session.eval(ids));
+  for (int64_t i = 0; i < std::min<int64_t>(f.n_gen, 2); ++i) next = argmax(session.decode(next));
+  session.reset();
+
+  session.set_profiling(true);
+  Phase pre{"prefill", n_prompt, {}, 0, {}};
+  std::map<std::string, size_t> pre_index;
+  auto t0 = std::chrono::steady_clock::now();
+  next = argmax(session.eval(ids));
+  pre.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Snapshots: a chunk size's times accumulate over every plan run of that size, decode's (1) included.
+  std::map<int64_t, std::vector<uint64_t>> after_prefill;
+  for (int64_t done = 0; done < n_prompt;) {
+    const int64_t chunk = std::min(session.n_batch(), n_prompt - done);
+    pre.chunks.push_back(chunk);
+    if (!after_prefill.count(chunk)) after_prefill[chunk] = session.profile_ns(chunk);
+    done += chunk;
+  }
+  // Costs per chunk at its position; each chunk size's times are added once.
+  std::set<int64_t> timed;
+  for (int64_t done = 0, c = 0; done < n_prompt; done += pre.chunks[size_t(c)], ++c) {
+    const int64_t chunk = pre.chunks[size_t(c)];
+    const bool first = timed.insert(chunk).second;
+    accumulate(pre.nodes, pre_index, session.graph(chunk, done), first ? &after_prefill[chunk] : nullptr, 1.0);
+  }
+
+  Phase dec{"decode", f.n_gen, {}, 0, {}};
+  for (int64_t i = 0; i < f.n_gen; ++i) {
+    t0 = std::chrono::steady_clock::now();
+    std::span<const float> logits = session.decode(next);
+    dec.wall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    next = argmax(logits);  // outside the timed region: sampling is not part of the graph
+  }
+  session.set_profiling(false);
+  if (f.n_gen > 0) {
+    std::vector<uint64_t> ns = session.profile_ns(1);
+    if (auto it = after_prefill.find(1); it != after_prefill.end())
+      for (size_t i = 0; i < ns.size() && i < it->second.size(); ++i) ns[i] -= it->second[i];
+    // Only attention's cost depends on the position, and linearly: the mean of the first and last step is exact.
+    std::map<std::string, size_t> dec_index;
+    const double half = 0.5 * double(f.n_gen);
+    accumulate(dec.nodes, dec_index, session.graph(1, n_prompt), &ns, half);
+    accumulate(dec.nodes, dec_index, session.graph(1, n_prompt + f.n_gen - 1), nullptr, half);
+  }
+
+  Ceilings c;
+  Limits lim;
+  if (!f.no_ceilings) {
+    std::set<std::string> dtypes;
+    for (const NodeAgg& n : pre.nodes)
+      if (!n.weight_dtype.empty()) dtypes.insert(cpu_matmul_dtype(n.weight_dtype));
+    CeilingOptions co;
+    co.device = f.device;
+    co.n_threads = session.n_threads();
+    co.buffer_bytes = static_cast<uint64_t>(f.ceiling_mib) << 20;
+    co.repeats = 3;
+    co.gemm_dtypes.assign(dtypes.begin(), dtypes.end());
+    fmt::print(stderr, "tessera: measuring ceilings (bandwidth over {}, GEMM rates)...\n",
+               human_bytes(co.buffer_bytes));
+    c = measure_ceilings(co);
+    lim.c = &c;
+  }
+
+  nlohmann::json out = {{"model", model_label(model)},
+                        {"model_path", model.path()},
+                        {"device", f.device},
+                        {"n_threads", session.n_threads()},
+                        {"n_batch", session.n_batch()},
+                        {"prefill", phase_json(pre, lim)},
+                        {"ceilings", lim.c ? ceilings_json(c) : nlohmann::json(nullptr)}};
+  if (f.n_gen > 0) out["decode"] = phase_json(dec, lim);
+  if (f.json) {
+    fmt::print("{}\n", out.dump(2));
+    return 0;
+  }
+  fmt::print("model {} ({}); {}, {} threads\n", model_label(model), model.path(), f.device, session.n_threads());
+  if (lim.c) {
+    fmt::print("limits: read bandwidth {:.2f} GB/s", c.read_gbps());
+    for (const GemmCeiling& g : c.gemm)
+      if (g.kernel == "tessera") fmt::print("; {} GEMM {:.1f} GFLOP/s", g.dtype, g.tflops.median * 1e3);
+    if (c.fma_peak_tflops() > 0) fmt::print("; f32 FMA peak {:.1f} GFLOP/s", c.fma_peak_tflops() * 1e3);
+    fmt::print("\n");
+  }
+  print_phase(out["prefill"], "prefill", f.all_nodes);
+  if (f.n_gen > 0) print_phase(out["decode"], "decode", f.all_nodes);
+  return 0;
+}
+
+const int registered = register_command(
+    {"profile", "Time every node of prefill and decode; totals per op class and matmul role against the limits",
+     [](CLI::App& app) -> Runner {
+       auto f = std::make_shared<ProfileFlags>();
+       add_model_source_flags(app, f->src);
+       app.add_option("-p,--prompt", f->prompt, "Prompt text (default: a fixed English paragraph)");
+       app.add_option("--prompt-tokens", f->prompt_tokens, "Use this many random token ids as the prompt instead");
+       app.add_option("-n,--n-gen", f->n_gen, "Decode steps (greedy; default 32)");
+       app.add_option("-t,--threads", f->threads, "Threads (default: all cores)");
+       app.add_option("--device", f->device, "cpu (default) or cuda");
+       app.add_option("-b,--batch", f->batch, "Prefill chunk: tokens per forward pass (default 512)");
+       app.add_flag("--json", f->json, "Print one JSON object (prefill and decode: classes, matmul roles, nodes)");
+       app.add_flag("--no-ceilings", f->no_ceilings, "Skip measuring the limits (no roofline column)");
+       app.add_option("--ceiling-mib", f->ceiling_mib, "Buffer size of the bandwidth ceiling in MiB (default 1024)");
+       app.add_flag("--nodes", f->all_nodes, "List every node's time, not only the slowest");
+       return [f] { return run(*f); };
+     }});
+
+}  // namespace
+}  // namespace tessera::cli
