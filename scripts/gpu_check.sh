@@ -9,7 +9,7 @@
 #          --prebuilt (skip the build, use .gpu-deps/prebuilt)   --quick (fewer benchmark shapes)
 #          --all-configs (time every GEMV launch shape)          --no-sanitizer   --no-peer
 # Outputs in $OUT (at most 8 files come back): summary.md, build.log, tests.log, sanitizer.log, bench.log,
-# bench.json, peer.json (and the caller's log).
+# bench.json, peer.json (GEMV peer; decode peers under "decode") and the caller's log.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -129,11 +129,23 @@ if [ "$sanitizer" = 1 ] && command -v compute-sanitizer > /dev/null; then
   grep -q -E '^(memcheck|racecheck) exit [^0]' "$OUT/sanitizer.log" && status=1
 fi
 
+# PyTorch decode peers (HF transformers eager generate, gpt-fast-style static cache + torch.compile) on bf16 Llama
+# shapes; ~3.5 min for the three models (--quick: Llama-3-8B shape only). Rows go under "decode" in peer.json (at most
+# 8 files come back from $OUT), the table to bench.log.
+if [ "$peer" = 1 ]; then
+  stamp "PyTorch decode peers (HF eager, torch.compile)"
+  decode_args=(--json "$OUT/peer.json" --json-key decode)
+  [ "$quick" = 1 ] && decode_args+=(--models llama3-8b)
+  PYTHONUNBUFFERED=1 timeout 420 python3 bench/peer/torch_decode.py "${decode_args[@]}" >> "$OUT/bench.log" 2>&1
+  say "- PyTorch decode peers: exit $? (end of bench.log, \"decode\" in peer.json)"
+fi
+
 # Later steps of the CUDA backend issue plug in here; each prints nothing until it exists.
 # TODO(cuda-executor): HF oracle — logits of a random-weight Llama (save_pretrained) vs `tessera run --device cuda`.
+#   python3 python/hf_oracle.py --out /tmp/hf_oracle writes the models and references; Tessera dumps
+#   <dump>/<case>/<prompt>.npy; python3 python/hf_oracle.py --ref /tmp/hf_oracle --compare <dump> gives the verdicts.
 # TODO(cuda-executor): decode benchmark — `tessera bench --device cuda` tok/s on Llama-3-8B-shaped bf16/q8_0/q4_0.
-# TODO(cuda-executor): PyTorch decode peers — HF transformers eager and torch.compile tok/s in the same run.
-say "- not run yet (no code): HF logits oracle, decode tok/s, PyTorch decode peers (TODO hooks in gpu_check.sh)"
+say "- not run yet (no code): HF logits oracle, decode tok/s (TODO hooks in gpu_check.sh)"
 
 say ""
 say "## Benchmarks"
