@@ -49,10 +49,13 @@ int run(RunFlags& f) {
     text = render_chat(chat_template_for(model.tokenizer(), f.g.chat_template), msgs, true);
   }
   TextCallback stream;
+  // Whether the streamed text ended a line: the stats go to stderr, so stdout must end its line first.
+  bool at_line_start = true;
   if (!f.json)
-    stream = [](std::string_view piece) {
+    stream = [&at_line_start](std::string_view piece) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
+      if (!piece.empty()) at_line_start = piece.back() == '\n';
       return true;
     };
   const GenerateResult r = session.generate(text, f.g.gen, stream);
@@ -75,7 +78,7 @@ int run(RunFlags& f) {
                     {"generated_tokens_per_s", t.generated_tokens_per_s()},
                     {"peak_rss_bytes", t.peak_rss_bytes}};
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  } else if (!r.text.empty() && r.text.back() != '\n') {
+  } else if (!at_line_start) {
     std::fputc('\n', stdout);
   }
   std::fflush(stdout);
