@@ -57,6 +57,7 @@ cat "$summary"
 deps="$root/.gpu-deps"
 test_bin=""
 bench_bin=""
+cli_bin=""
 lib_path=""
 if [ "$mode" = build ]; then
   stamp "building (Release, sm_90a) in build-gpu"
@@ -65,9 +66,10 @@ if [ "$mode" = build ]; then
       -DCMAKE_PREFIX_PATH="$deps" -Dfmt_DIR="$arch_lib/cmake/fmt" -DGTest_DIR="$arch_lib/cmake/GTest" \
       -Dnlohmann_json_DIR="$deps/share/cmake/nlohmann_json" -DCLI11_DIR="$deps/share/cmake/CLI11" \
       -DPKG_CONFIG_EXECUTABLE="$deps/bin/pkg-config" -DTESSERA_FUZZ=OFF > "$OUT/build.log" 2>&1 &&
-     cmake --build build-gpu --target test_backends_cuda tessera_bench_cuda -j "$(nproc)" >> "$OUT/build.log" 2>&1; then
+     cmake --build build-gpu --target test_backends_cuda tessera_bench_cuda tessera_cli -j "$(nproc)" >> "$OUT/build.log" 2>&1; then
     test_bin=build-gpu/tests/test_backends_cuda
     bench_bin=build-gpu/bin/tessera_bench_cuda
+    cli_bin=build-gpu/bin/tessera
     lib_path="$arch_lib"
     say "- build: built here ($(( $(date +%s) - t0 ))s since start)"
   else
@@ -80,6 +82,7 @@ if [ "$mode" = prebuilt ]; then
   if [ -x "$deps/prebuilt/bin/test_backends_cuda" ]; then
     test_bin="$deps/prebuilt/bin/test_backends_cuda"
     bench_bin="$deps/prebuilt/bin/tessera_bench_cuda"
+    [ -x "$deps/prebuilt/bin/tessera" ] && cli_bin="$deps/prebuilt/bin/tessera"
     lib_path="$deps/prebuilt/lib"
     say "- build: prebuilt binaries ($(head -1 "$deps/prebuilt/INFO" 2>/dev/null))"
   else
@@ -91,7 +94,7 @@ export LD_LIBRARY_PATH="$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export TESSERA_SOURCE_DIR="$root"
 
 stamp "GPU tests"
-"$test_bin" --gtest_color=no > "$OUT/tests.log" 2>&1
+timeout 240 "$test_bin" --gtest_color=no > "$OUT/tests.log" 2>&1
 rc=$?
 passed=$(grep -c '^\[       OK \]' "$OUT/tests.log")
 failed=$(grep -c '^\[  FAILED  \] .*([0-9]* ms)$' "$OUT/tests.log")
@@ -144,9 +147,52 @@ fi
 # TODO(cuda-executor): HF oracle — logits of a random-weight Llama (save_pretrained) vs `tessera run --device cuda`.
 #   python3 python/hf_oracle.py --out /tmp/hf_oracle writes the models and references; Tessera dumps
 #   <dump>/<case>/<prompt>.npy; python3 python/hf_oracle.py --ref /tmp/hf_oracle --compare <dump> gives the verdicts.
-# TODO(cuda-executor): decode benchmark — `tessera bench --device cuda` tok/s on Llama-3-8B-shaped bf16/q8_0/q4_0.
-say "- not run yet (no code): HF logits oracle, decode tok/s (TODO hooks in gpu_check.sh)"
-
+# Whole-model decode on the CUDA backend: `tessera bench --device cuda` (prompt token by token through the decode
+# graph, then generation, one captured CUDA graph per step) on synthetic models and the default model when present.
+# Rows go under "tessera_decode" in peer.json (no new file: at most 8 come back), a table to bench.log.
+decode_specs=${TESSERA_DECODE_SPECS:-"llama3-8b:bf16 llama3-8b:q8_0 llama3-8b:q4_0 llama3.2-1b:bf16 smollm2-135m:bf16 smollm2-135m:q4_1"}
+if [ -n "$cli_bin" ]; then
+  stamp "decode benchmarks (tessera bench --device cuda)"
+  dec_dir=$(mktemp -d)
+  i=0
+  for spec in $decode_specs; do
+    i=$((i + 1))
+    timeout 240 "$cli_bin" bench --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" \
+      -p 128 -n 256 -r 3 --no-ceilings --json > "$dec_dir/$i.json" 2>> "$OUT/bench.log"
+    say "- decode bench $spec: exit $?"
+  done
+  default_model="$HOME/.cache/tessera/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+  if [ -f "$default_model" ]; then
+    i=$((i + 1))
+    timeout 120 "$cli_bin" bench --device cuda -m "$default_model" -p 128 -n 256 -r 3 --no-ceilings --json \
+      > "$dec_dir/$i.json" 2>> "$OUT/bench.log"
+    say "- decode bench default model: exit $?"
+  else
+    say "- decode bench default model: skipped (not on this machine)"
+  fi
+  python3 - "$OUT/peer.json" "$dec_dir" >> "$OUT/bench.log" 2>&1 <<'PY'
+import json, os, sys
+path, d = sys.argv[1], sys.argv[2]
+rows = []
+for f in sorted(os.listdir(d), key=lambda n: int(n.split(".")[0])):
+    try:
+        rows += json.load(open(os.path.join(d, f)))
+    except Exception as e:
+        print(f"decode bench {f}: no JSON ({e})")
+doc = json.load(open(path)) if os.path.exists(path) else {}
+if not isinstance(doc, dict):
+    doc = {"gemv": doc}
+doc["tessera_decode"] = rows
+json.dump(doc, open(path, "w"), indent=1)
+print("tessera decode (--device cuda)")
+for r in rows:
+    print(f"tessera {r.get('arch')} {r.get('weight_dtype')} {r.get('test')}: {r.get('tok_s', 0):.1f} tok/s, "
+          f"{r.get('gbps', 0):.0f} GB/s of weights")
+PY
+  rm -rf "$dec_dir"
+else
+  say "- decode bench: no tessera CLI binary"
+fi
 say ""
 say "## Benchmarks"
 say '```'
@@ -154,5 +200,5 @@ sed -n '1,400p' "$OUT/bench.log" | grep -v '^$' >> "$summary"
 say '```'
 stamp "done, status $status"
 echo
-grep -E 'ceilings|^(bf16|f16|f32|q8_0|q4_0|q4_1) .*(4096x14336|14336x4096)|^llama3|^smollm|^rmsnorm|decode step|projected|tok/s|^torch|copy' "$OUT/bench.log"
+grep -E '^tessera |ceilings|^(bf16|f16|f32|q8_0|q4_0|q4_1) .*(4096x14336|14336x4096)|^llama3|^smollm|^rmsnorm|decode step|projected|tok/s|^torch|copy' "$OUT/bench.log"
 exit $status

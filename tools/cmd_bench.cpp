@@ -77,7 +77,12 @@ std::vector<double> time_runs(int repeats, const std::function<void()>& run) {
 }
 
 void validate(const BenchFlags& f) {
+#ifdef TESSERA_HAVE_CUDA
+  // Whole-model runs go through the session's CUDA backend; ceilings (--ceilings) are measured on the CPU only.
+  if (f.device != "cuda" || f.ceilings_only) check_device(f.device);
+#else
   check_device(f.device);
+#endif
   if (f.repeats < 1 || f.repeats > 1000) throw Error(fmt::format("-r {} must be between 1 and 1000", f.repeats));
   if (f.threads < 0) throw Error(fmt::format("-t {} must not be negative (0: all cores)", f.threads));
   if (f.ceiling_mib < 1) throw Error(fmt::format("--ceiling-mib {} must be positive", f.ceiling_mib));
@@ -133,6 +138,7 @@ int run(const BenchFlags& f) {
   so.n_batch = f.batch;
   so.n_threads = f.threads;
   so.kv_dtype = f.kv_type;
+  so.device = f.device;
   Session session(model, so);
   const int64_t n_vocab = session.n_vocab();
   const WorkCost decode0 = work_cost(session.graph(1, 0));
@@ -176,7 +182,7 @@ int run(const BenchFlags& f) {
   // After the model runs: the ceiling buffers would otherwise count in the peak memory reported above.
   Ceilings c;
   const std::string mm_dtype = decode0.matmul_dtype.empty() ? "f32" : cpu_matmul_dtype(decode0.matmul_dtype);
-  if (!f.no_ceilings) c = measure_limits(f, {mm_dtype});
+  if (!f.no_ceilings && f.device != "cuda") c = measure_limits(f, {mm_dtype});
   const double limit_gbps = c.read_gbps(), limit_tflops = c.gemm_tflops(mm_dtype);
 
   const std::string date = utc_now();
@@ -247,7 +253,7 @@ int run(const BenchFlags& f) {
   uint64_t peak = 0;
   for (const Row& r : rows) peak = std::max(peak, r.peak_host);
   fmt::print("\npeak host memory {}; device memory n/a ({})\n", human_bytes(peak), f.device);
-  if (!f.no_ceilings) {
+  if (!f.no_ceilings && f.device != "cuda") {
     fmt::print("limits: tg <- read bandwidth {:.2f} GB/s; pp <- tessera {} GEMM {:.1f} GFLOP/s", limit_gbps, mm_dtype,
                limit_tflops * 1e3);
     if (c.fma_peak_tflops() > 0) fmt::print(" (f32 FMA peak {:.1f} GFLOP/s)", c.fma_peak_tflops() * 1e3);

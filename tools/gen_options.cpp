@@ -15,6 +15,7 @@ void add_gen_flags(CLI::App& app, GenFlags& f) {
   app.add_flag("--reference", f.session.reference,
                "Run the scalar f32 reference kernels (slow; for checking against other implementations)");
   app.add_option("--kv-type", f.session.kv_dtype, "KV cache type: f16 (default) or f32");
+  app.add_option("--device", f.session.device, "cpu (default) or cuda (decode on the GPU, prompts token by token)");
   app.add_option("-n,--n-predict", f.gen.max_tokens, "Tokens to generate, -1 for no limit (default 256)");
   app.add_option("--temp", f.gen.sampling.temperature, "Temperature; 0 is greedy (default 0.8)");
   app.add_option("--top-k", f.gen.sampling.top_k, "Top-k, 0 = off (default 40)");

@@ -30,6 +30,8 @@ struct SessionOptions {
   // activation quantization and an f32 KV cache. Slow; for checking against independent implementations.
   bool reference = false;
   std::string kv_dtype;   // "f16" or "f32"; "" means f16 (f32 in reference mode)
+  // "cpu", or "cuda": decode on the GPU (one token at a time, prompts too; needs a build with CUDA and a GPU).
+  std::string device = "cpu";
 };
 
 inline constexpr uint64_t kRandomSeed = ~uint64_t{0};

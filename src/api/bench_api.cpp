@@ -86,12 +86,12 @@ void check_device(const std::string& device) {
   if (device == "cuda") {
 #ifdef TESSERA_HAVE_CUDA
     fail(
-        "--device cuda is not available yet in bench and profile: the CUDA backend does not run whole models yet "
-        "(use --device cpu)");
+        "--device cuda is not available yet for bench --ceilings and profile (bench and run decode on CUDA; use "
+        "--device cpu here)");
 #else
     fail(
         "--device cuda: this tessera was not built with CUDA support (configure with -DTESSERA_CUDA=ON on a machine "
-        "with nvcc; the CUDA backend is not available yet in bench and profile either)");
+        "with nvcc)");
 #endif
   }
   fail("unknown device '{}' (expected cpu or cuda)", device);

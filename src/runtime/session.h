@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "backends/cpu/backend.h"
+#ifdef TESSERA_HAVE_CUDA
+#include "backends/cuda/backend_cuda.h"
+#endif
 #include "models/model_weights.h"
 #include "runtime/kv_cache.h"
 #include "tessera/session.h"
@@ -22,6 +25,7 @@ struct EngineOptions {
   int n_threads = 0;
   bool reference = false;
   DType kv_dtype = DType::F16;
+  bool cuda = false;  // run on the CUDA backend (decode path, token by token)
 };
 
 // Resolves SessionOptions against the model (defaults, limits); Error naming the bad option.
@@ -62,6 +66,9 @@ class Engine {
   std::vector<float> logits_;                         // [n_vocab] of the last token
   bool has_logits_ = false;
   bool profiling_ = false;
+#ifdef TESSERA_HAVE_CUDA
+  std::unique_ptr<cuda::CudaDecoder> cuda_;
+#endif
 };
 
 // Appends the prompt ids and generates (see tessera::Session::generate_tokens). `tokenizer` may be null: the text

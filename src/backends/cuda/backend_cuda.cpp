@@ -1,0 +1,521 @@
+// CudaDecoder: compiles a T = 1 graph into a list of kernel launches over fixed device pointers, then runs them plainly
+// or as a captured CUDA graph. ROPE and KV_STORE emit no launch of their own: the attention node launches the fused
+// rope_store_kv (which rotates q in place and stores the rotated k and v) before attn_decode, so the graph's
+// rope/store/attention triple becomes two launches. Quantized matmuls read an 8-bit copy of their input written by
+// the producing rmsnorm or swiglu (or one quantize_q8 launch), shared by every matmul reading that tensor.
+#include "backends/cuda/backend_cuda.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device_info.h"
+#include "backends/cuda/kernels.h"
+#include "core/error.h"
+#include "quant/quant.h"
+
+namespace tessera::cuda {
+
+using graph::Op;
+
+namespace {
+
+bool is_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
+
+}  // namespace
+
+bool cuda_available(std::string* why) {
+  std::string reason;
+  const std::vector<DeviceInfo> devs = list_devices(&reason);
+  if (devs.empty() && why != nullptr) *why = reason.empty() ? "no CUDA device was found" : reason;
+  return !devs.empty();
+}
+
+struct CudaDecoder::Impl {
+  struct Q8 {
+    DeviceBuffer q8, ds;
+    bool written = false;  // a launch that writes it has been emitted
+  };
+  // Fused rope + store + attention of one layer, resolved from the graph's ROPE/KV_STORE/ATTENTION nodes.
+  struct RopeInfo {
+    int src = -1;  // tensor rotated (the matmul output)
+    int inv_freq = -1;
+    graph::OpParams p;
+  };
+
+  graph::Graph g;  // a copy: node and tensor metadata for error messages
+  CudaBackendOptions options;
+  cudaStream_t stream = nullptr;
+  std::vector<DeviceBuffer> owned;
+  std::vector<void*> ptr;                                 // per tensor: device storage
+  std::unordered_map<const void*, DeviceWeight> weights;  // by host data pointer (tied embeddings share)
+  std::unordered_map<int, Q8> q8;                         // by activation tensor id
+  std::unordered_map<int, RopeInfo> rope;                 // by ROPE output tensor id
+  std::unordered_map<int, int> kv_src;                    // KV_STORE output tensor -> stored tensor
+  std::vector<std::unique_ptr<AttnWorkspace>> attn_ws;
+  std::vector<std::function<void(cudaStream_t)>> launches;
+  std::vector<std::vector<int>> consumers;            // per tensor: consuming node ids
+  std::vector<bool> done;                             // per node: already emitted by a fused launch
+  std::vector<std::unique_ptr<DeviceWeight>> merged;  // stacked weights of merged GEMVs
+  bool fuse = true;                                   // merge GEMVs and fold residual adds (TESSERA_CUDA_FUSE=0: off)
+  int tokens_id = -1, positions_id = -1, logits_id = -1;
+  int64_t vocab = 0, ctx = 0, embd_rows = 0;
+  int32_t* host_io = nullptr;    // pinned: [0] token, [1] position, [2] argmax
+  float* host_logits = nullptr;  // pinned [vocab]
+  std::unique_ptr<ArgmaxWorkspace> argmax_ws;
+  DeviceBuffer argmax_out;
+  cudaGraph_t cgraph = nullptr;
+  cudaGraphExec_t cexec = nullptr;
+  bool captured = false, capture_failed = false;
+  int steps = 0;
+  uint64_t bytes = 0;
+
+  void* alloc(size_t n) {
+    owned.emplace_back(n);
+    bytes += n;
+    return owned.back().get();
+  }
+  [[noreturn]] void unsupported(const graph::Node& n, const std::string& why) {
+    fail("cuda backend: node '{}' ({}) cannot run on the GPU: {}", n.name, graph::op_name(n.op), why);
+  }
+  const DeviceWeight& weight(const graph::Node& n, int tid) {
+    const graph::Tensor& t = g.tensor(tid);
+    if (t.kind != graph::TensorKind::WEIGHT || t.data == nullptr || t.shape.size() != 2)
+      unsupported(n, "its weight '" + t.name + "' is not a 2-D weight with data");
+    auto it = weights.find(t.data);
+    if (it != weights.end()) return it->second;
+    if (!gemv_supports(t.dtype))
+      unsupported(n, "weight '" + t.name + "' is " + std::string(dtype_name(t.dtype)) +
+                         "; the CUDA kernels support f32, f16, bf16, q8_0, q4_0 and q4_1");
+    DeviceWeight w = upload_weight(t.dtype, t.data, t.shape[0], t.shape[1]);
+    bytes += w.bytes();
+    return weights.emplace(t.data, std::move(w)).first->second;
+  }
+  // A 1-D weight (norm weight, rope frequencies) as f32 on the device.
+  float* vector_f32(const graph::Node& n, int tid) {
+    if (ptr[static_cast<size_t>(tid)] != nullptr) return static_cast<float*>(ptr[static_cast<size_t>(tid)]);
+    const graph::Tensor& t = g.tensor(tid);
+    if (t.data == nullptr || !can_dequantize(t.dtype)) unsupported(n, "weight '" + t.name + "' cannot be read as f32");
+    std::vector<float> host(static_cast<size_t>(t.numel()));
+    dequantize_row(t.dtype, t.data, host.data(), t.numel());
+    void* d = alloc(host.size() * sizeof(float));
+    TESSERA_CUDA_CHECK(cudaMemcpy(d, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+    ptr[static_cast<size_t>(tid)] = d;
+    return static_cast<float*>(d);
+  }
+  // The ADD node that matmul `id` may accumulate into: its output's only reader is ADD(a, output), in place on a (a
+  // is an activation whose last reader is that ADD, and every other reader of a runs before the matmul). -1 if none.
+  int residual_add_target(int id) const {
+    if (!fuse) return -1;
+    const int out = g.node(id).output;
+    const auto& co = consumers[static_cast<size_t>(out)];
+    if (co.size() != 1) return -1;
+    const graph::Node& r = g.node(co[0]);
+    if (r.op != Op::ADD || r.inputs.size() != 2 || r.inputs[1] != out || r.inputs[0] == out) return -1;
+    const int a = r.inputs[0];
+    const graph::Tensor& at = g.tensor(a);
+    if (at.kind != graph::TensorKind::ACTIVATION || at.is_output || ptr[static_cast<size_t>(a)] == nullptr) return -1;
+    if (at.numel() != g.tensor(out).numel()) return -1;
+    const auto& ca = consumers[static_cast<size_t>(a)];
+    if (ca.empty() || ca.back() != co[0]) return -1;
+    for (int c : ca)
+      if (c != co[0] && c > id) return -1;
+    return co[0];
+  }
+  float* act(int tid) { return static_cast<float*>(ptr[static_cast<size_t>(tid)]); }
+  // Whether a quantized matmul reads tensor `tid` (then its producer writes the 8-bit copy too).
+  bool feeds_quantized_matmul(int tid) const {
+    for (int c : consumers[static_cast<size_t>(tid)]) {
+      const graph::Node& n = g.node(c);
+      if (n.op == Op::MATMUL && n.inputs[0] == tid && is_quantized(g.tensor(n.inputs[1]).dtype)) return true;
+    }
+    return false;
+  }
+  Q8& q8_of(int tid) {
+    auto it = q8.find(tid);
+    if (it != q8.end()) return it->second;
+    const int64_t k = g.tensor(tid).numel();
+    Q8 b;
+    b.q8 = DeviceBuffer(static_cast<size_t>(k));
+    b.ds = DeviceBuffer(static_cast<size_t>(k / 32) * sizeof(float2));
+    bytes += b.q8.bytes() + b.ds.bytes();
+    return q8.emplace(tid, std::move(b)).first->second;
+  }
+
+  void compile();
+  void compile_node(int id);
+  void run_launches() {
+    for (auto& f : launches) f(stream);
+  }
+  void step(int32_t token, int64_t pos);
+};
+
+void CudaDecoder::Impl::compile() {
+  TESSERA_CHECK(g.n_tokens() == 1, "cuda backend: only one-token (decode) graphs run on the GPU, not {} tokens",
+                g.n_tokens());
+  ptr.assign(g.tensors().size(), nullptr);
+  done.assign(g.nodes().size(), false);
+  consumers.assign(g.tensors().size(), {});
+  for (size_t i = 0; i < g.nodes().size(); ++i)
+    for (int t : g.nodes()[i].inputs) consumers[static_cast<size_t>(t)].push_back(static_cast<int>(i));
+  for (size_t i = 0; i < g.tensors().size(); ++i) {
+    const graph::Tensor& t = g.tensors()[i];
+    if (t.kind == graph::TensorKind::INPUT) {
+      TESSERA_CHECK(t.dtype == DType::I32 && t.numel() == 1, "cuda backend: input '{}' must be one i32", t.name);
+      ptr[i] = alloc(sizeof(int32_t));
+      if (t.name == "tokens")
+        tokens_id = static_cast<int>(i);
+      else if (t.name == "positions")
+        positions_id = static_cast<int>(i);
+      else
+        fail("cuda backend: graph input '{}' is unknown (tokens and positions are)", t.name);
+    } else if (t.kind == graph::TensorKind::KV_CACHE) {
+      TESSERA_CHECK(t.dtype == DType::F16 || t.dtype == DType::BF16,
+                    "cuda backend: KV cache '{}' is {}; the GPU cache is f16 or bf16", t.name, dtype_name(t.dtype));
+      TESSERA_CHECK(t.shape.size() == 3, "cuda backend: KV cache '{}' must be [n_kv, n_ctx, head_dim]", t.name);
+      ptr[i] = alloc(t.nbytes());
+      TESSERA_CUDA_CHECK(cudaMemset(ptr[i], 0, t.nbytes()));
+      ctx = t.shape[1];
+    }
+  }
+  TESSERA_CHECK(tokens_id >= 0, "cuda backend: the graph has no 'tokens' input");
+  for (size_t i = 0; i < g.nodes().size(); ++i) compile_node(static_cast<int>(i));
+  for (const auto& [out, src] : kv_src) {
+    bool read = false;
+    for (int c : consumers[static_cast<size_t>(out)]) read |= g.node(c).op == Op::ATTENTION;
+    TESSERA_CHECK(read, "cuda backend: cache store '{}' is not followed by attention (stores are fused into it)",
+                  g.tensor(out).name);
+  }
+  logits_id = g.find_tensor("output");
+  TESSERA_CHECK(logits_id >= 0 && g.tensor(logits_id).dtype == DType::F32,
+                "cuda backend: the graph has no f32 'output' tensor (the logits)");
+  vocab = g.tensor(logits_id).numel();
+  TESSERA_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_io), 4 * sizeof(int32_t), cudaHostAllocDefault));
+  TESSERA_CUDA_CHECK(
+      cudaHostAlloc(reinterpret_cast<void**>(&host_logits), static_cast<size_t>(vocab) * sizeof(float), 0));
+  argmax_ws = std::make_unique<ArgmaxWorkspace>(vocab);
+  argmax_out = DeviceBuffer(sizeof(int32_t));
+}
+
+void CudaDecoder::Impl::compile_node(int id) {
+  const graph::Node& n = g.node(id);
+  const int out = n.output;
+  const graph::Tensor& ot = g.tensor(out);
+  const auto in = [&](size_t i) { return n.inputs.at(i); };
+  const auto new_act = [&]() {
+    if (ot.dtype != DType::F32) unsupported(n, "its output is not f32");
+    ptr[static_cast<size_t>(out)] = alloc(ot.nbytes());
+    return act(out);
+  };
+  switch (n.op) {
+    case Op::EMBED: {
+      const DeviceWeight& w = weight(n, in(0));
+      embd_rows = w.n;
+      const auto* ids = static_cast<const int32_t*>(ptr[static_cast<size_t>(in(1))]);
+      float* y = new_act();
+      const DeviceWeight* wp = &w;
+      launches.push_back([=](cudaStream_t s) { embedding(*wp, ids, y, 1, s); });
+      return;
+    }
+    case Op::RMSNORM: {
+      const float* x = act(in(0));
+      const float* w = vector_f32(n, in(1));
+      float* y = new_act();
+      const int64_t d = ot.numel();
+      int8_t* q = nullptr;
+      float2* ds = nullptr;
+      if (d % 32 == 0 && feeds_quantized_matmul(out)) {
+        Q8& b = q8_of(out);
+        b.written = true;
+        q = b.q8.as<int8_t>();
+        ds = b.ds.as<float2>();
+      }
+      const float eps = n.params.eps;
+      launches.push_back([=](cudaStream_t s) { rmsnorm(x, w, y, 1, d, eps, s, q, ds); });
+      return;
+    }
+    case Op::MATMUL: {
+      if (done[static_cast<size_t>(id)]) return;  // computed by an earlier merged GEMV
+      const graph::Tensor& w0 = g.tensor(in(1));
+      // Matmuls sharing this input and weight format (q|k|v, gate|up) run as one GEMV over the stacked weights:
+      // fewer launches, and the small matrices stream at the big one's efficiency.
+      std::vector<int> group{id};
+      if (fuse && w0.shape.size() == 2 && w0.data != nullptr)
+        for (int c : consumers[static_cast<size_t>(in(0))]) {
+          if (c <= id) continue;
+          const graph::Node& m = g.node(c);
+          if (m.op != Op::MATMUL || m.inputs.at(0) != in(0)) continue;
+          const graph::Tensor& wt = g.tensor(m.inputs.at(1));
+          if (wt.dtype == w0.dtype && wt.shape.size() == 2 && wt.shape[1] == w0.shape[1] && wt.data != nullptr &&
+              wt.kind == graph::TensorKind::WEIGHT && g.tensor(m.output).dtype == DType::F32)
+            group.push_back(c);
+        }
+      const DeviceWeight* wp = nullptr;
+      if (group.size() == 1) {
+        wp = &weight(n, in(1));
+      } else {
+        if (!gemv_supports(w0.dtype))
+          unsupported(n, "weight '" + w0.name + "' is " + std::string(dtype_name(w0.dtype)) +
+                             "; the CUDA kernels support f32, f16, bf16, q8_0, q4_0 and q4_1");
+        int64_t rows = 0;
+        uint64_t total = 0;
+        for (int c : group) {
+          rows += g.tensor(g.node(c).inputs[1]).shape[0];
+          total += g.tensor(g.node(c).inputs[1]).nbytes();
+        }
+        std::vector<uint8_t> stacked(total);  // row-major [N, K] in any format: stacking rows appends bytes
+        uint64_t at = 0;
+        for (int c : group) {
+          const graph::Tensor& wt = g.tensor(g.node(c).inputs[1]);
+          std::memcpy(stacked.data() + at, wt.data, wt.nbytes());
+          at += wt.nbytes();
+        }
+        merged.push_back(std::make_unique<DeviceWeight>(upload_weight(w0.dtype, stacked.data(), rows, w0.shape[1])));
+        bytes += merged.back()->bytes();
+        wp = merged.back().get();
+      }
+      GemvInput x;
+      if (is_quantized(wp->dtype)) {
+        Q8& b = q8_of(in(0));
+        if (!b.written) {
+          const float* xf = act(in(0));
+          int8_t* q = b.q8.as<int8_t>();
+          float2* ds = b.ds.as<float2>();
+          const int64_t k = wp->k;
+          launches.push_back([=](cudaStream_t s) { quantize_q8(xf, q, ds, k, s); });
+          b.written = true;
+        }
+        x.q8 = b.q8.as<int8_t>();
+        x.q8_ds = b.ds.as<float2>();
+      } else {
+        x.f32 = act(in(0));
+      }
+      float* y = nullptr;
+      bool accumulate = false;
+      if (group.size() > 1) {
+        y = static_cast<float*>(alloc(static_cast<size_t>(wp->n) * sizeof(float)));
+        int64_t off = 0;
+        for (int c : group) {
+          const graph::Node& m = g.node(c);
+          if (g.tensor(m.output).numel() != g.tensor(m.inputs[1]).shape[0]) unsupported(m, "it is not one token");
+          ptr[static_cast<size_t>(m.output)] = y + off;
+          off += g.tensor(m.inputs[1]).shape[0];
+          done[static_cast<size_t>(c)] = true;
+        }
+      } else if (const int r = residual_add_target(id); r >= 0 && act(in(0)) != act(g.node(r).inputs[0])) {
+        // y = a + W·x written as a += W·x: the residual add disappears into the GEMV.
+        y = act(g.node(r).inputs[0]);
+        ptr[static_cast<size_t>(out)] = y;
+        accumulate = true;
+        done[static_cast<size_t>(r)] = true;
+      } else {
+        y = new_act();
+      }
+      launches.push_back([=](cudaStream_t s) { gemv(*wp, x, y, s, nullptr, accumulate); });
+      return;
+    }
+    case Op::ROPE: {
+      // Rotated in place by the attention's fused launch: the output shares the input's storage, so nothing else
+      // may read the unrotated input.
+      if (consumers[static_cast<size_t>(in(0))].size() != 1)
+        unsupported(n, "its input is read by other nodes too (rope is fused into attention)");
+      if (in(1) != positions_id) unsupported(n, "its positions are not the graph's 'positions' input");
+      ptr[static_cast<size_t>(out)] = ptr[static_cast<size_t>(in(0))];
+      rope[out] = RopeInfo{in(0), in(2), n.params};
+      vector_f32(n, in(2));
+      return;
+    }
+    case Op::KV_STORE:
+      ptr[static_cast<size_t>(out)] = ptr[static_cast<size_t>(in(1))];
+      kv_src[out] = in(0);
+      return;
+    case Op::ATTENTION: {
+      const int q = in(0), ck = in(1), cv = in(2);
+      const auto rq = rope.find(q);
+      const auto sk = kv_src.find(ck);
+      const auto sv = kv_src.find(cv);
+      if (rq == rope.end() || sk == kv_src.end() || sv == kv_src.end())
+        unsupported(n, "its query must come from a rope node and its caches from cache stores");
+      const auto rk = rope.find(sk->second);
+      if (rk == rope.end() || rope.count(sv->second) != 0)
+        unsupported(n, "the stored keys must be rotated and the stored values not");
+      if (rk->second.inv_freq != rq->second.inv_freq || rk->second.p.rope_dim != rq->second.p.rope_dim ||
+          rk->second.p.rope_neox != rq->second.p.rope_neox)
+        unsupported(n, "its query and key rotations differ");
+      if (consumers[static_cast<size_t>(sk->second)].size() != 1)
+        unsupported(n, "the rotated keys are read by other nodes too");
+      const graph::Tensor& kt = g.tensor(ck);
+      KvCacheView cache;
+      cache.dtype = kt.dtype;
+      cache.k = ptr[static_cast<size_t>(ck)];
+      cache.v = ptr[static_cast<size_t>(cv)];
+      cache.n_kv = kt.shape[0];
+      cache.n_ctx = kt.shape[1];
+      cache.hd = kt.shape[2];
+      const int64_t n_head = n.params.n_head;
+      if (n.params.head_dim != cache.hd || n.params.n_head_kv != cache.n_kv)
+        unsupported(n, "its head sizes disagree with its cache");
+      if (attn_ws.empty() || attn_ws.back()->n_head() != n_head || attn_ws.back()->hd() != cache.hd)
+        attn_ws.push_back(std::make_unique<AttnWorkspace>(n_head, cache));
+      AttnWorkspace* ws = attn_ws.back().get();
+      float* qp = act(rq->second.src);
+      const float* kp = act(rk->second.src);
+      const float* vp = act(sv->second);
+      const auto* pos = static_cast<const int32_t*>(ptr[static_cast<size_t>(positions_id)]);
+      const float* inv_freq = act(rq->second.inv_freq);
+      const int64_t rope_dim = rq->second.p.rope_dim;
+      const bool neox = rq->second.p.rope_neox;
+      const float scale = n.params.attn_scale;
+      float* y = new_act();
+      launches.push_back([=](cudaStream_t s) {
+        rope_store_kv(qp, kp, vp, cache, pos, n_head, rope_dim, inv_freq, neox, s);
+        attn_decode(qp, cache, pos, y, n_head, scale, *ws, s);
+      });
+      return;
+    }
+    case Op::ADD: {
+      if (done[static_cast<size_t>(id)]) {  // accumulated by the GEMV producing its second operand
+        ptr[static_cast<size_t>(out)] = ptr[static_cast<size_t>(in(0))];
+        return;
+      }
+      // In place on the first operand when this is its last reader (the residual stream), else copy then add.
+      const int a = in(0), b = in(1);
+      const auto& ca = consumers[static_cast<size_t>(a)];
+      const bool last_reader = g.tensor(a).kind == graph::TensorKind::ACTIVATION && !g.tensor(a).is_output &&
+                               !ca.empty() && ca.back() == id && a != b;
+      const float* bp = act(b);
+      const int64_t count = ot.numel();
+      if (last_reader) {
+        float* y = act(a);
+        ptr[static_cast<size_t>(out)] = y;
+        launches.push_back([=](cudaStream_t s) { add(y, bp, count, s); });
+      } else {
+        const float* ap = act(a);
+        float* y = new_act();
+        launches.push_back([=](cudaStream_t s) {
+          TESSERA_CUDA_CHECK(
+              cudaMemcpyAsync(y, ap, static_cast<size_t>(count) * sizeof(float), cudaMemcpyDeviceToDevice, s));
+          add(y, bp, count, s);
+        });
+      }
+      return;
+    }
+    case Op::SWIGLU: {
+      const float* gp = act(in(0));
+      const float* up = act(in(1));
+      float* y = new_act();
+      const int64_t count = ot.numel();
+      int8_t* q = nullptr;
+      float2* ds = nullptr;
+      if (count % 32 == 0 && feeds_quantized_matmul(out)) {
+        Q8& b = q8_of(out);
+        b.written = true;
+        q = b.q8.as<int8_t>();
+        ds = b.ds.as<float2>();
+      }
+      launches.push_back([=](cudaStream_t s) { swiglu(gp, up, y, count, s, q, ds); });
+      return;
+    }
+    case Op::LAST_ROW:
+      ptr[static_cast<size_t>(out)] = ptr[static_cast<size_t>(in(0))];  // T = 1: the last row is the only one
+      return;
+  }
+  unsupported(n, "the op has no CUDA kernel");
+}
+
+void CudaDecoder::Impl::step(int32_t token, int64_t pos) {
+  TESSERA_CHECK(token >= 0 && token < embd_rows, "token id {} is outside the vocabulary of {} tokens", token,
+                embd_rows);
+  TESSERA_CHECK(pos >= 0 && pos < ctx, "the context is full: position {} is outside the cache of {} tokens", pos, ctx);
+  host_io[0] = token;
+  host_io[1] = static_cast<int32_t>(pos);
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(ptr[static_cast<size_t>(tokens_id)], &host_io[0], sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, stream));
+  if (positions_id >= 0)
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(ptr[static_cast<size_t>(positions_id)], &host_io[1], sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, stream));
+  // The first step runs plainly (kernel attributes get set, faults show up uncaptured); the second captures.
+  if (options.use_graph && !captured && !capture_failed && steps >= 1) {
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    bool ok = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+    if (ok) {
+      try {
+        run_launches();
+      } catch (const Error&) {
+        ok = false;
+      }
+      cudaGraph_t gr = nullptr;
+      ok = cudaStreamEndCapture(stream, &gr) == cudaSuccess && ok;
+      if (ok) ok = cudaGraphInstantiate(&cexec, gr, 0) == cudaSuccess;
+      cgraph = gr;
+    }
+    if (!ok) {
+      (void)cudaGetLastError();
+      capture_failed = true;
+    } else {
+      captured = true;
+    }
+  }
+  if (captured)
+    TESSERA_CUDA_CHECK(cudaGraphLaunch(cexec, stream));
+  else
+    run_launches();
+  ++steps;
+}
+
+CudaDecoder::CudaDecoder(const graph::Graph& g, const CudaBackendOptions& options) : impl_(std::make_unique<Impl>()) {
+  std::string why;
+  TESSERA_CHECK(cuda_available(&why), "device 'cuda' is not available: {}", why);
+  set_device(options.device);
+  impl_->g = g;
+  impl_->options = options;
+  if (const char* e = std::getenv("TESSERA_CUDA_GRAPH"); e != nullptr && std::string(e) == "0")
+    impl_->options.use_graph = false;
+  if (const char* e = std::getenv("TESSERA_CUDA_FUSE"); e != nullptr && std::string(e) == "0") impl_->fuse = false;
+  TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+  impl_->compile();
+  synchronize();
+}
+
+CudaDecoder::~CudaDecoder() {
+  // Destructors must not throw: release what exists and ignore the runtime's answers.
+  if (!impl_) return;
+  if (impl_->stream != nullptr) (void)cudaStreamSynchronize(impl_->stream);
+  if (impl_->cexec != nullptr) (void)cudaGraphExecDestroy(impl_->cexec);
+  if (impl_->cgraph != nullptr) (void)cudaGraphDestroy(impl_->cgraph);
+  if (impl_->host_io != nullptr) (void)cudaFreeHost(impl_->host_io);
+  if (impl_->host_logits != nullptr) (void)cudaFreeHost(impl_->host_logits);
+  if (impl_->stream != nullptr) (void)cudaStreamDestroy(impl_->stream);
+}
+
+std::span<const float> CudaDecoder::decode(int32_t token, int64_t pos) {
+  Impl& m = *impl_;
+  m.step(token, pos);
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.host_logits, m.act(m.logits_id), static_cast<size_t>(m.vocab) * sizeof(float),
+                                     cudaMemcpyDeviceToHost, m.stream));
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  return {m.host_logits, static_cast<size_t>(m.vocab)};
+}
+
+int32_t CudaDecoder::decode_argmax(int32_t token, int64_t pos) {
+  Impl& m = *impl_;
+  m.step(token, pos);
+  argmax(m.act(m.logits_id), m.vocab, m.argmax_out.as<int32_t>(), *m.argmax_ws, m.stream);
+  TESSERA_CUDA_CHECK(
+      cudaMemcpyAsync(&m.host_io[2], m.argmax_out.get(), sizeof(int32_t), cudaMemcpyDeviceToHost, m.stream));
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  return m.host_io[2];
+}
+
+int64_t CudaDecoder::n_vocab() const { return impl_->vocab; }
+int64_t CudaDecoder::n_ctx() const { return impl_->ctx; }
+bool CudaDecoder::graph_captured() const { return impl_->captured; }
+uint64_t CudaDecoder::device_bytes() const { return impl_->bytes; }
+
+}  // namespace tessera::cuda
