@@ -137,6 +137,10 @@ struct KvCacheView {
   int64_t n_ctx = 0;  // positions the cache holds
   int64_t n_kv = 0;
   int64_t hd = 0;
+  // Sequences (batched decode): slot s's cache starts at element s * n_kv * n_ctx * hd of k and v, i.e. the caches
+  // are [n_seq, n_kv, n_ctx, hd]. The single-token kernels above use slot 0.
+  int64_t n_seq = 1;
+  int64_t seq_stride() const { return n_kv * n_ctx * hd; }
 };
 
 // Rotary embedding of this token's q and k at position pos[0], fused with storing k and v into the cache at that

@@ -1,0 +1,91 @@
+// CUDA kernels for T > 1 rows: prefill chunks (T consecutive positions of one sequence) and batched decode (row r is
+// the next token of sequence slot seq[r] at position pos[r]). Same conventions as kernels.h: y[T, N] = x[T, K] · Wᵀ,
+// device pointers, host-side argument checks with one-sentence tessera::Error, launches on `stream`, no sync.
+// Row-wise ops (rmsnorm, swiglu, add, embedding, quantize_q8 over t*k values) are kernels.h's, which take t already.
+//
+// Owners: matmul/GemmWorkspace -> gemm.cpp + kernels/gemm_*.cu; rope_store_kv_rows and attn_decode_rows ->
+// kernels/rope_kv.cu and kernels/attn_decode.cu; attn_prefill -> kernels/attn_prefill.cu.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "backends/cuda/kernels.h"
+
+namespace tessera::cuda {
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Matmul for T rows
+
+// Everything matmul needs besides its operands, allocated once per executor so that a CUDA graph can capture
+// matmul calls (no allocation, no handle creation inside): the cuBLASLt handle and workspace, the activation
+// converted to the weight's 16-bit type [max_t, max_k], and for quantized weights a dequantization scratch of
+// max_quant_nk elements (0: none needed) used by the paths that dequantize a whole matrix before a cuBLASLt GEMM.
+class GemmWorkspace {
+ public:
+  GemmWorkspace(int64_t max_t, int64_t max_k, int64_t max_quant_nk);
+  ~GemmWorkspace();
+  GemmWorkspace(const GemmWorkspace&) = delete;
+  GemmWorkspace& operator=(const GemmWorkspace&) = delete;
+  int64_t max_t() const;
+  int64_t max_k() const;
+  struct Impl;
+  Impl& impl() const { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// y[t, N] = x[t, K] · W[N, K]ᵀ (accumulate: y += ...), f32 in and out, for every DeviceWeight format. t == 1 is
+// kernels.h's gemv; small t reads the weights once for all rows (batched decode is memory-bound); large t goes through
+// cuBLASLt (bf16/f16 inputs, f32 accumulate; f32 weights in full f32). Quantized weights are never kept dequantized:
+// see gemm.cpp for which path serves which t and why. Error when t > ws.max_t() or K > ws.max_k().
+void matmul(const DeviceWeight& w, const float* x /*[t, K]*/, float* y /*[t, N]*/, int64_t t, GemmWorkspace& ws,
+            cudaStream_t stream, bool accumulate = false);
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Rotary embedding + cache store for T rows
+
+// Row r of q [t, ld_q] holds n_head heads (q[r * ld_q + h * hd + i]); k and v rows [t, ld_kv] hold n_kv heads (ld_q,
+// ld_kv >= the heads' width, so the q|k|v columns of one merged matmul output can be passed with ld = its width).
+// Row r rotates q and k at position pos[r] (theta_i = pos * inv_freq[i], as rope_store_kv) and stores k and v into
+// the cache of slot seq[r] (seq == nullptr: slot 0) at pos[r]. q is rotated in place. A row whose pos is outside
+// [0, n_ctx) or whose slot is outside [0, n_seq) stores nothing and sets its q to NaN.
+void rope_store_kv_rows(float* q, int64_t ld_q, const float* k, const float* v, int64_t ld_kv, const KvCacheView& cache,
+                        const int32_t* pos /*[t]*/, const int32_t* seq /*[t] or nullptr*/, int64_t t, int64_t n_head,
+                        int64_t rope_dim, const float* inv_freq /*[rope_dim/2]*/, bool neox, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Attention for T rows
+
+// Batched decode: row r attends with q row r (n_head heads, stride ld_q) over positions [0, pos[r]] of slot seq[r]
+// (nullptr: slot 0) and writes out [t, n_head * hd]. Split-K as attn_decode; `ws` sized for max_t rows. Graph-safe:
+// pos and seq are read on the device. Invalid pos/slot: NaNs for that row.
+class AttnRowsWorkspace {
+ public:
+  AttnRowsWorkspace(int64_t max_t, int64_t n_head, const KvCacheView& cache);
+  ~AttnRowsWorkspace();
+  AttnRowsWorkspace(const AttnRowsWorkspace&) = delete;
+  AttnRowsWorkspace& operator=(const AttnRowsWorkspace&) = delete;
+  int64_t max_t() const;
+  struct Impl;
+  Impl& impl() const { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+void attn_decode_rows(const float* q, int64_t ld_q, const KvCacheView& cache, const int32_t* pos /*[t]*/,
+                      const int32_t* seq /*[t] or nullptr*/, int64_t t, float* out /*[t, n_head * hd]*/, int64_t n_head,
+                      float scale, AttnRowsWorkspace& ws, cudaStream_t stream);
+
+// Causal prefill attention, FlashAttention style (tiles of queries and keys in shared memory, online softmax, tensor
+// cores, no T×T matrix in memory), GQA. The t query rows are positions p0 .. p0 + t - 1 of slot `seq` whose keys and
+// values (rotated, rounded to the cache dtype) are already in the cache for positions [0, p0 + t): row i attends to
+// [0, p0 + i]. This also serves chunked prefill (p0 > 0: earlier chunks are in the cache). q [t, ld_q] f32 (rotated),
+// out [t, n_head * hd] f32. hd in {64, 128}. Error when p0 + t > n_ctx or seq outside [0, n_seq).
+void attn_prefill(const float* q, int64_t ld_q, const KvCacheView& cache, int64_t seq, int64_t p0, int64_t t,
+                  float* out, int64_t n_head, float scale, cudaStream_t stream);
+
+}  // namespace tessera::cuda
