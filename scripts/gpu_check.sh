@@ -1,36 +1,64 @@
 #!/usr/bin/env bash
-# One command for the GPU machine: build (Release, sm_90a) or take the carried build, run every GPU test (also under
-# compute-sanitizer), run the kernel benchmarks and the PyTorch peer, and write a summary under $OUT.
+# One command for the GPU machine: build (Release, sm_90a), run every GPU test (also under compute-sanitizer), the
+# end-to-end check against HF transformers, the benchmarks (kernels, decode, prefill, batched decode, ceilings,
+# profile) and the PyTorch peers, and write a summary under $OUT.
 #
-# Prepare here first: scripts/make_gpu_bundle.sh [--prebuilt build-cuda]   (fills the git-ignored .gpu-deps/)
+# Prepare here first: scripts/make_gpu_bundle.sh   (fills the git-ignored .gpu-deps/)
 # Then, through the device tool, with carry [".gpu-deps"]:
 #   set -o pipefail; scripts/gpu_check.sh 2>&1 | tee $OUT/log
-# Options: --build (build there, the default; falls back to the prebuilt binaries if the build fails)
-#          --prebuilt (skip the build, use .gpu-deps/prebuilt)   --quick (fewer benchmark shapes)
-#          --all-configs (time every GEMV launch shape)          --no-sanitizer   --no-peer
-# Outputs in $OUT (at most 8 files come back): summary.md, build.log, tests.log, sanitizer.log, bench.log,
-# bench.json, peer.json (GEMV peer; decode peers under "decode") and the caller's log.
+# A full run takes longer than one device call (10 minutes): split it with --only, back to back (the build directory
+# stays on a machine kept warm between calls, so the second call does not rebuild):
+#   scripts/gpu_check.sh --only tests,hf,kernels          # correctness first
+#   scripts/gpu_check.sh --only decode,prefill,batch,ceilings,profile,peer
+# Phases: tests (GPU tests; + sanitizer unless --no-sanitizer), hf (HF-transformers oracle vs tessera logits),
+#   kernels (kernel benchmarks), decode (tessera bench --device cuda, batch 1), prefill (pp2048), batch (--batch 8, 32),
+#   ceilings (tessera bench --ceilings --device cuda), profile (tessera profile --device cuda), peer (PyTorch peers).
+# The default model (98 MB) is larger than one call may carry: scripts/gpu_model_parts.sh splits it here into
+# .gpu-model-0/ and .gpu-model-1/; a first call carrying .gpu-model-0 runs `scripts/gpu_check.sh --stage-model`, the
+# next (carrying .gpu-model-1) assembles and checks it, and the tests and benchmarks then use it.
+# Outputs in $OUT (at most 8 files come back): summary.md, tests.log (build, tests, sanitizer), hf.log, bench.log,
+# results.json (every tessera row), peer.json (PyTorch rows), profile.txt, and the caller's log.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 OUT=${OUT:-$root/build-gpu/out}
 mkdir -p "$OUT"
-mode=build
-bench_args=()
+phases="tests,hf,kernels,decode,prefill,batch,ceilings,profile,peer"
 sanitizer=1
-peer=1
 quick=0
+stage_model=0
 for a in "$@"; do
   case "$a" in
-    --build) mode=build ;;
-    --prebuilt) mode=prebuilt ;;
-    --quick) bench_args+=(--quick); quick=1 ;;
-    --all-configs) bench_args+=(--all-configs) ;;
+    --only=*) phases="${a#--only=}" ;;
+    --only) shift_next=1 ;;
+    --quick) quick=1 ;;
     --no-sanitizer) sanitizer=0 ;;
-    --no-peer) peer=0 ;;
-    *) echo "gpu_check: unknown option $a" >&2; exit 2 ;;
+    --no-peer) phases=$(echo "$phases" | sed 's/,\?peer//') ;;
+    --stage-model) stage_model=1 ;;
+    *)
+      if [ "${shift_next:-0}" = 1 ]; then phases="$a"; shift_next=0
+      else echo "gpu_check: unknown option $a" >&2; exit 2; fi ;;
   esac
 done
+has() { case ",$phases," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+
+parts="$HOME/.cache/tessera/parts"
+default_model="$HOME/.cache/tessera/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [ "$stage_model" = 1 ]; then
+  mkdir -p "$parts" && cp .gpu-model-0/part "$parts/part0" && echo "staged the first half of the default model"
+  exit $?
+fi
+if [ -f .gpu-model-1/part ] && [ -f "$parts/part0" ] && [ ! -f "$default_model" ]; then
+  mkdir -p "$(dirname "$default_model")"
+  cat "$parts/part0" .gpu-model-1/part > "$default_model.tmp"
+  if [ "$(sha256sum "$default_model.tmp" | cut -d' ' -f1)" = "$(cat .gpu-model-1/sha256)" ]; then
+    mv "$default_model.tmp" "$default_model"
+  else
+    echo "gpu_check: the assembled default model has the wrong sha256; not used" >&2
+    rm -f "$default_model.tmp"
+  fi
+fi
+
 summary="$OUT/summary.md"
 : > "$summary"
 say() { echo "$*" | tee -a "$summary"; }
@@ -38,167 +66,209 @@ t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 status=0
 
-say "# gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-say ""
-say "## Environment"
+say "# gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) phases=$phases"
 {
   echo '```'
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu \
     --format=csv 2>&1 | head -3
-  nvcc --version 2>&1 | tail -2
-  cmake --version 2>&1 | head -1
-  (g++ --version 2>&1 || echo "no g++") | head -1
-  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1
-  uname -r
+  nvcc --version 2>&1 | tail -1
+  python3 -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)' 2>&1 | tail -1
   echo '```'
 } >> "$summary"
 cat "$summary"
+[ -f "$default_model" ] && say "- default model: present" || say "- default model: absent (tests that need it skip)"
 
 deps="$root/.gpu-deps"
-test_bin=""
-bench_bin=""
-cli_bin=""
-lib_path=""
-if [ "$mode" = build ]; then
-  stamp "building (Release, sm_90a) in build-gpu"
-  arch_lib="$deps/lib/x86_64-linux-gnu"
-  if [ -d "$deps" ] && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA_ARCHS=90a-real \
-      -DCMAKE_PREFIX_PATH="$deps" -Dfmt_DIR="$arch_lib/cmake/fmt" -DGTest_DIR="$arch_lib/cmake/GTest" \
-      -Dnlohmann_json_DIR="$deps/share/cmake/nlohmann_json" -DCLI11_DIR="$deps/share/cmake/CLI11" \
-      -DPKG_CONFIG_EXECUTABLE="$deps/bin/pkg-config" -DTESSERA_FUZZ=OFF > "$OUT/build.log" 2>&1 &&
-     cmake --build build-gpu --target test_backends_cuda tessera_bench_cuda tessera_cli -j "$(nproc)" >> "$OUT/build.log" 2>&1; then
-    test_bin=build-gpu/tests/test_backends_cuda
-    bench_bin=build-gpu/bin/tessera_bench_cuda
-    cli_bin=build-gpu/bin/tessera
-    lib_path="$arch_lib"
-    say "- build: built here ($(( $(date +%s) - t0 ))s since start)"
-  else
-    say "- build: FAILED here (see build.log); falling back to the prebuilt binaries"
-    tail -30 "$OUT/build.log"
-    mode=prebuilt
-  fi
-fi
-if [ "$mode" = prebuilt ]; then
-  if [ -x "$deps/prebuilt/bin/test_backends_cuda" ]; then
-    test_bin="$deps/prebuilt/bin/test_backends_cuda"
-    bench_bin="$deps/prebuilt/bin/tessera_bench_cuda"
-    [ -x "$deps/prebuilt/bin/tessera" ] && cli_bin="$deps/prebuilt/bin/tessera"
-    lib_path="$deps/prebuilt/lib"
-    say "- build: prebuilt binaries ($(head -1 "$deps/prebuilt/INFO" 2>/dev/null))"
-  else
-    say "- build: no binaries (no .gpu-deps/prebuilt either); nothing to run"
-    exit 1
-  fi
-fi
-export LD_LIBRARY_PATH="$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export TESSERA_SOURCE_DIR="$root"
-
-stamp "GPU tests"
-timeout 240 "$test_bin" --gtest_color=no > "$OUT/tests.log" 2>&1
-rc=$?
-passed=$(grep -c '^\[       OK \]' "$OUT/tests.log")
-failed=$(grep -c '^\[  FAILED  \] .*([0-9]* ms)$' "$OUT/tests.log")
-skipped=$(grep -c '^\[  SKIPPED \] .*([0-9]* ms)$' "$OUT/tests.log")
-say "- tests: exit $rc, $passed passed, $failed failed, $skipped skipped (tests.log)"
-[ "$rc" -ne 0 ] && status=1 && grep -E '^\[  FAILED  \]|Failure|error' "$OUT/tests.log" | head -20
-
-stamp "kernel benchmarks"
-"$bench_bin" --json "$OUT/bench.json" "${bench_args[@]}" > "$OUT/bench.log" 2>&1
-rc=$?
-say "- bench: exit $rc (bench.log, bench.json)"
-[ "$rc" -ne 0 ] && status=1 && tail -20 "$OUT/bench.log"
-
-if [ "$peer" = 1 ]; then
-  stamp "PyTorch peer (F.linear, one token)"
-  peer_args=(--json "$OUT/peer.json")
-  [ "$quick" = 1 ] && peer_args+=(--quick)
-  PYTHONUNBUFFERED=1 timeout 300 python3 bench/cuda/torch_peer.py "${peer_args[@]}" >> "$OUT/bench.log" 2>&1
-  say "- PyTorch peer: exit $? (end of bench.log, peer.json)"
-fi
-
-if [ "$sanitizer" = 1 ] && command -v compute-sanitizer > /dev/null; then
-  stamp "compute-sanitizer (memcheck on all tests; racecheck on the shared-memory kernels)"
-  {
-    echo "== memcheck"
-    timeout 180 compute-sanitizer --tool memcheck --error-exitcode 99 "$test_bin" --gtest_color=no \
-      --gtest_brief=1
-    echo "memcheck exit $?"
-    echo "== racecheck"
-    timeout 90 compute-sanitizer --tool racecheck --error-exitcode 99 "$test_bin" --gtest_color=no --gtest_brief=1 \
-      --gtest_filter='CudaAttention.Decode*:CudaOps.Argmax*:CudaOps.Rmsnorm*:CudaGemv.DefaultConfig*'
-    echo "racecheck exit $?"
-  } > "$OUT/sanitizer.log" 2>&1
-  say "- sanitizer: $(grep -E '^(memcheck|racecheck) exit' "$OUT/sanitizer.log" | tr '\n' ' ')$(grep -m1 'ERROR SUMMARY' "$OUT/sanitizer.log")"
-  grep -q -E '^(memcheck|racecheck) exit [^0]' "$OUT/sanitizer.log" && status=1
-fi
-
-# PyTorch decode peers (HF transformers eager generate, gpt-fast-style static cache + torch.compile) on bf16 Llama
-# shapes; ~3.5 min for the three models (--quick: Llama-3-8B shape only). Rows go under "decode" in peer.json (at most
-# 8 files come back from $OUT), the table to bench.log.
-if [ "$peer" = 1 ]; then
-  stamp "PyTorch decode peers (HF eager, torch.compile)"
-  decode_args=(--json "$OUT/peer.json" --json-key decode)
-  [ "$quick" = 1 ] && decode_args+=(--models llama3-8b)
-  PYTHONUNBUFFERED=1 timeout 420 python3 bench/peer/torch_decode.py "${decode_args[@]}" >> "$OUT/bench.log" 2>&1
-  say "- PyTorch decode peers: exit $? (end of bench.log, \"decode\" in peer.json)"
-fi
-
-# Later steps of the CUDA backend issue plug in here; each prints nothing until it exists.
-# TODO(cuda-executor): HF oracle — logits of a random-weight Llama (save_pretrained) vs `tessera run --device cuda`.
-#   python3 python/hf_oracle.py --out /tmp/hf_oracle writes the models and references; Tessera dumps
-#   <dump>/<case>/<prompt>.npy; python3 python/hf_oracle.py --ref /tmp/hf_oracle --compare <dump> gives the verdicts.
-# Whole-model decode on the CUDA backend: `tessera bench --device cuda` (prompt token by token through the decode
-# graph, then generation, one captured CUDA graph per step) on synthetic models and the default model when present.
-# Rows go under "tessera_decode" in peer.json (no new file: at most 8 come back), a table to bench.log.
-decode_specs=${TESSERA_DECODE_SPECS:-"llama3-8b:bf16 llama3-8b:q8_0 llama3-8b:q4_0 llama3.2-1b:bf16 smollm2-135m:bf16 smollm2-135m:q4_1"}
-if [ -n "$cli_bin" ]; then
-  stamp "decode benchmarks (tessera bench --device cuda)"
-  dec_dir=$(mktemp -d)
-  i=0
-  for spec in $decode_specs; do
-    i=$((i + 1))
-    timeout 240 "$cli_bin" bench --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" \
-      -p 128 -n 256 -r 3 --no-ceilings --json > "$dec_dir/$i.json" 2>> "$OUT/bench.log"
-    say "- decode bench $spec: exit $?"
-  done
-  default_model="$HOME/.cache/tessera/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-  if [ -f "$default_model" ]; then
-    i=$((i + 1))
-    timeout 120 "$cli_bin" bench --device cuda -m "$default_model" -p 128 -n 256 -r 3 --no-ceilings --json \
-      > "$dec_dir/$i.json" 2>> "$OUT/bench.log"
-    say "- decode bench default model: exit $?"
-  else
-    say "- decode bench default model: skipped (not on this machine)"
-  fi
-  python3 - "$OUT/peer.json" "$dec_dir" >> "$OUT/bench.log" 2>&1 <<'PY'
-import json, os, sys
-path, d = sys.argv[1], sys.argv[2]
-rows = []
-for f in sorted(os.listdir(d), key=lambda n: int(n.split(".")[0])):
-    try:
-        rows += json.load(open(os.path.join(d, f)))
-    except Exception as e:
-        print(f"decode bench {f}: no JSON ({e})")
-doc = json.load(open(path)) if os.path.exists(path) else {}
-if not isinstance(doc, dict):
-    doc = {"gemv": doc}
-doc["tessera_decode"] = rows
-json.dump(doc, open(path, "w"), indent=1)
-print("tessera decode (--device cuda)")
-for r in rows:
-    print(f"tessera {r.get('arch')} {r.get('weight_dtype')} {r.get('test')}: {r.get('tok_s', 0):.1f} tok/s, "
-          f"{r.get('gbps', 0):.0f} GB/s of weights")
-PY
-  rm -rf "$dec_dir"
+arch_lib="$deps/lib/x86_64-linux-gnu"
+logt="$OUT/tests.log"
+: > "$logt"
+stamp "building (Release, sm_90a) in build-gpu"
+targets="test_backends_cuda tessera_cli tessera_bench_cuda"
+for t in tessera_bench_gemm tessera_bench_attention; do grep -q "$t" bench/cuda/CMakeLists.txt && targets="$targets $t"; done
+if cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA_ARCHS=90a-real \
+    -DCMAKE_PREFIX_PATH="$deps" -Dfmt_DIR="$arch_lib/cmake/fmt" -DGTest_DIR="$arch_lib/cmake/GTest" \
+    -Dnlohmann_json_DIR="$deps/share/cmake/nlohmann_json" -DCLI11_DIR="$deps/share/cmake/CLI11" \
+    -DPKG_CONFIG_EXECUTABLE="$deps/bin/pkg-config" -DTESSERA_FUZZ=OFF -DTESSERA_BENCH=OFF >> "$logt" 2>&1 &&
+   cmake --build build-gpu --target $targets -j "$(nproc)" >> "$logt" 2>&1; then
+  say "- build: ok ($(( $(date +%s) - t0 ))s)"
 else
-  say "- decode bench: no tessera CLI binary"
+  say "- build: FAILED (tests.log)"
+  grep -E "error|FAILED" "$logt" | head -30
+  exit 1
 fi
+export LD_LIBRARY_PATH="$arch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export TESSERA_SOURCE_DIR="$root"
+bin=build-gpu/bin
+cli=$bin/tessera
+test_bin=build-gpu/tests/test_backends_cuda
+bench_log="$OUT/bench.log"
+results="$OUT/results.json"
+rows_dir=$(mktemp -d)
+nrow=0
+# tessera bench ... --json, rows collected into results.json under a phase key.
+tbench() {
+  local phase=$1; shift
+  nrow=$((nrow + 1))
+  echo "## tessera bench $*" >> "$bench_log"
+  timeout 300 "$cli" bench "$@" --json > "$rows_dir/$phase.$nrow.json" 2>> "$bench_log"
+  local rc=$?
+  python3 - "$rows_dir/$phase.$nrow.json" >> "$bench_log" 2>&1 <<'PY'
+import json, sys
+try:
+    rows = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"  (no JSON: {e})"); sys.exit()
+for r in rows if isinstance(rows, list) else [rows]:
+    print(f"  {r.get('arch') or r.get('model','')} {r.get('weight_dtype','')} {r.get('test','')} batch={r.get('batch',1)}: "
+          f"{r.get('tok_s', 0):.1f} tok/s, {r.get('gbps', 0):.0f} GB/s, {r.get('tflops', 0):.1f} TFLOP/s")
+PY
+  say "- $phase: bench $* -> exit $rc"
+}
+
+if has tests; then
+  stamp "GPU tests"
+  echo "== tests" >> "$logt"
+  timeout 300 "$test_bin" --gtest_color=no >> "$logt" 2>&1
+  rc=$?
+  passed=$(grep -c '^\[       OK \]' "$logt")
+  failed=$(grep -c '^\[  FAILED  \] .*([0-9]* ms)$' "$logt")
+  skipped=$(grep -c '^\[  SKIPPED \] .*([0-9]* ms)$' "$logt")
+  say "- tests: exit $rc, $passed passed, $failed failed, $skipped skipped (tests.log)"
+  [ "$rc" -ne 0 ] && status=1 && grep -E '^\[  FAILED  \]' "$logt" | head -30 | tee -a "$summary"
+  if [ "$sanitizer" = 1 ] && command -v compute-sanitizer > /dev/null; then
+    stamp "compute-sanitizer"
+    {
+      echo "== memcheck"
+      timeout 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$test_bin" --gtest_color=no --gtest_brief=1 \
+        --gtest_filter='-*Default*:*Long*'
+      echo "memcheck exit $?"
+      echo "== racecheck"
+      timeout 100 compute-sanitizer --tool racecheck --error-exitcode 99 "$test_bin" --gtest_color=no --gtest_brief=1 \
+        --gtest_filter='CudaAttention.Decode*:CudaOps.Argmax*:CudaOps.Rmsnorm*:CudaAttnPrefill.*:CudaRows.*'
+      echo "racecheck exit $?"
+    } >> "$logt" 2>&1
+    say "- sanitizer: $(grep -E '^(memcheck|racecheck) exit' "$logt" | tr '\n' ' ')"
+    grep -q -E '^(memcheck|racecheck) exit [^0]' "$logt" && status=1
+  fi
+fi
+
+if has hf; then
+  stamp "HF-transformers oracle"
+  hlog="$OUT/hf.log"
+  oracle=/tmp/hf_oracle
+  models=smollm2-135m,llama3.2-1b
+  [ "$quick" = 1 ] && models=smollm2-135m
+  if [ ! -f "$oracle/manifest.json" ]; then
+    PYTHONUNBUFFERED=1 timeout 400 python3 python/hf_oracle.py --out "$oracle" --device cuda --models "$models" \
+      --dtypes bf16,f32 --long >> "$hlog" 2>&1
+    say "- hf oracle generation: exit $?"
+  fi
+  for mode in single batched; do
+    dump=/tmp/hf_dump_$mode
+    rm -rf "$dump"
+    for case_dir in "$oracle"/*/; do
+      [ -f "$case_dir/prompts.json" ] || continue
+      case_name=$(basename "$case_dir")
+      extra=()
+      [ "$mode" = batched ] && extra=(--batched)
+      if [ "$mode" = batched ]; then
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d['prompts']=[p for p in d['prompts'] if p['name'].startswith('batch')]; json.dump(d, open(sys.argv[2],'w'))" \
+          "$case_dir/prompts.json" /tmp/batch_prompts.json
+        pf=/tmp/batch_prompts.json
+      else
+        pf="$case_dir/prompts.json"
+      fi
+      echo "== $mode $case_name" >> "$hlog"
+      timeout 300 "$cli" logits -m "$case_dir" --prompts "$pf" --out "$dump/$case_name" --device cuda -c 4096 \
+        "${extra[@]}" >> "$hlog" 2>&1
+      echo "tessera logits exit $?" >> "$hlog"
+    done
+    python3 python/hf_oracle.py --ref "$oracle" --compare "$dump" >> "$hlog" 2>&1
+    rc=$?
+    say "- hf oracle ($mode, --device cuda): compare exit $rc"
+    grep -E "PASS|FAIL" "$hlog" | tail -8 | sed 's/^/    /' | tee -a "$summary"
+    [ "$rc" -ne 0 ] && status=1
+  done
+fi
+
+if has kernels; then
+  stamp "kernel benchmarks"
+  kq=(); [ "$quick" = 1 ] && kq=(--quick)
+  echo "## tessera_bench_cuda" >> "$bench_log"
+  timeout 200 $bin/tessera_bench_cuda --json "$rows_dir/kernels.gemv.json" "${kq[@]}" >> "$bench_log" 2>&1
+  say "- kernels: gemv bench exit $?"
+  for b in tessera_bench_gemm tessera_bench_attention; do
+    if [ -x "$bin/$b" ]; then
+      echo "## $b" >> "$bench_log"
+      timeout 200 "$bin/$b" --json "$rows_dir/kernels.$b.json" >> "$bench_log" 2>&1
+      say "- kernels: $b exit $?"
+    fi
+  done
+fi
+
+specs_decode=${TESSERA_DECODE_SPECS:-"llama3-8b:bf16 llama3-8b:q8_0 llama3-8b:q4_1 llama3-8b:q4_0 llama3.2-1b:bf16 smollm2-135m:bf16"}
+if has decode; then
+  stamp "decode (batch 1)"
+  for spec in $specs_decode; do
+    tbench decode --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 128 -n 256 -r 3 --no-ceilings
+  done
+  tbench decode --device cuda --arch llama3-8b --random-weights --dtype bf16 -p 4096 -n 64 -r 2 --no-ceilings
+  [ -f "$default_model" ] && tbench decode --device cuda -m "$default_model" -p 128 -n 256 -r 3 --no-ceilings
+fi
+if has prefill; then
+  stamp "prefill"
+  for spec in llama3-8b:bf16 llama3-8b:q8_0 llama3-8b:q4_0 llama3.2-1b:bf16; do
+    tbench prefill --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 2048 -n 0 -ub 2048 -r 3 --no-ceilings
+  done
+fi
+if has batch; then
+  stamp "batched decode"
+  for b in 8 32; do
+    for spec in llama3-8b:bf16 llama3.2-1b:bf16; do
+      tbench batch --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 128 -n 128 --batch "$b" -r 3 --no-ceilings
+    done
+  done
+fi
+if has ceilings; then
+  stamp "ceilings"
+  echo "## tessera bench --ceilings --device cuda" >> "$bench_log"
+  timeout 200 "$cli" bench --ceilings --device cuda -r 5 >> "$bench_log" 2>&1
+  say "- ceilings: exit $?"
+fi
+if has profile; then
+  stamp "profile"
+  for spec in smollm2-135m:bf16 llama3-8b:bf16; do
+    echo "## tessera profile --device cuda $spec" >> "$OUT/profile.txt"
+    timeout 200 "$cli" profile --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" --prompt-tokens 512 -n 64 \
+      >> "$OUT/profile.txt" 2>&1
+    say "- profile $spec: exit $?"
+  done
+fi
+
+if has peer; then
+  stamp "PyTorch peers"
+  pargs=(--json "$OUT/peer.json" --json-key decode --batch 1,8,32 --prefill --sdpa)
+  [ "$quick" = 1 ] && pargs=(--json "$OUT/peer.json" --json-key decode --models llama3-8b)
+  PYTHONUNBUFFERED=1 timeout 480 python3 bench/peer/torch_decode.py "${pargs[@]}" >> "$bench_log" 2>&1
+  say "- PyTorch peers: exit $? (bench.log, peer.json)"
+fi
+
+python3 - "$results" "$rows_dir" <<'PY'
+import json, os, sys
+out, d = sys.argv[1], sys.argv[2]
+doc = {}
+for f in sorted(os.listdir(d)):
+    phase = f.split(".")[0]
+    try:
+        doc.setdefault(phase, []).append(json.load(open(os.path.join(d, f))))
+    except Exception:
+        pass
+json.dump(doc, open(out, "w"), indent=1)
+PY
+rm -rf "$rows_dir"
 say ""
-say "## Benchmarks"
-say '```'
-sed -n '1,400p' "$OUT/bench.log" | grep -v '^$' >> "$summary"
-say '```'
+say "## Benchmarks (bench.log)"
+grep -E '^  |tok/s|TFLOP|GB/s' "$bench_log" 2>/dev/null | head -150 >> "$summary"
 stamp "done, status $status"
-echo
-grep -E '^tessera |ceilings|^(bf16|f16|f32|q8_0|q4_0|q4_1) .*(4096x14336|14336x4096)|^llama3|^smollm|^rmsnorm|decode step|projected|tok/s|^torch|copy' "$OUT/bench.log"
+grep -E '^  ' "$bench_log" 2>/dev/null | head -60
 exit $status
