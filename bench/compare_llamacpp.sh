@@ -59,14 +59,14 @@ fi
 [ -n "$model" ] || model=${TESSERA_MODEL:-${TESSERA_HOME:-$HOME/.cache/tessera/models}/SmolLM2-135M-Instruct.Q4_1.gguf}
 [ -f "$model" ] || { echo "compare_llamacpp: model $model not found (scripts/fetch_model.sh fetches the default)" >&2; exit 1; }
 
-# The same work: same tests, threads, prefill chunk (llama.cpp's n_batch and n_ubatch = tessera's --batch), f16 KV.
+# The same work: same tests, threads, prefill chunk (llama.cpp's n_batch and n_ubatch = tessera's --ubatch), f16 KV.
 for i in $(seq 1 "$rounds"); do
   echo "compare_llamacpp: round $i/$rounds: llama-bench" >&2
   "$bin/llama-bench" -m "$model" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$repeats" -b "$batch" -ub "$batch" \
     -ctk f16 -ctv f16 -o json > "$tmp/llama_$i.json" 2> "$tmp/llama_$i.log" ||
     { cat "$tmp/llama_$i.log" >&2; exit 1; }
   echo "compare_llamacpp: round $i/$rounds: tessera bench" >&2
-  "$tessera" bench -m "$model" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$repeats" -b "$batch" --kv-type f16 \
+  "$tessera" bench -m "$model" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$repeats" --ubatch "$batch" --kv-type f16 \
     --no-ceilings --json > "$tmp/tessera_$i.json" 2> "$tmp/tessera_$i.log" ||
     { cat "$tmp/tessera_$i.log" >&2; exit 1; }
 done

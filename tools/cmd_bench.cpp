@@ -1,5 +1,6 @@
 // tessera bench: llama-bench-like throughput. pp<P> evaluates P random token ids on a fresh context (one forward
-// pass per --batch chunk); tg<N> decodes N tokens one at a time from an empty context. Each test runs once to warm
+// pass per --ubatch chunk); tg<N> decodes N tokens one at a time from an empty context, or with --batch B > 1 advances B
+// sequences together (B tokens per step, rows named tg<N>xB, B·N tokens per run). Each test runs once to warm
 // up, then -r times; rows report the median tok/s and its spread, the achieved GB/s of weight bytes and TFLOP/s,
 // peak memory, and the measured limit next to them. --ceilings measures only the limits.
 #include <fmt/core.h>
@@ -28,7 +29,8 @@ struct BenchFlags {
   int repeats = 5;
   int threads = 0;
   std::string device = "cpu";
-  int64_t batch = 512;
+  int64_t ubatch = 512;  // prefill chunk (n_batch)
+  int64_t batch = 1;     // sequences decoded together by tg
   std::string kv_type = "f16";
   bool json = false;
   bool ceilings_only = false;
@@ -45,6 +47,7 @@ struct Row {
   double flops = 0;             // per run
   double weight_bytes = 0;      // per run
   uint64_t peak_host = 0;       // after this test
+  int64_t batch = 1;            // sequences per decode step (tg); tokens per run = n_prompt + n_gen * batch
 };
 
 std::string utc_now() {
@@ -89,7 +92,8 @@ void validate(const BenchFlags& f) {
   if (f.ceilings_only) return;
   if (f.n_prompt < 0 || f.n_gen < 0) throw Error("-p and -n must not be negative");
   if (f.n_prompt == 0 && f.n_gen == 0) throw Error("nothing to measure: -p and -n are both 0");
-  if (f.batch < 1) throw Error(fmt::format("--batch {} must be positive", f.batch));
+  if (f.ubatch < 1) throw Error(fmt::format("-ub {} must be positive", f.ubatch));
+  if (f.batch < 1 || f.batch > 1024) throw Error(fmt::format("--batch {} must be between 1 and 1024", f.batch));
 }
 
 Ceilings measure_limits(const BenchFlags& f, const std::vector<std::string>& dtypes) {
@@ -135,7 +139,8 @@ int run(const BenchFlags& f) {
   if (f.src.random_weights) reset_peak_host_bytes();  // the pool of random weights is gone; it is no part of a run
   SessionOptions so;
   so.n_ctx = std::max<int64_t>(std::max(f.n_prompt, f.n_gen), 1);
-  so.n_batch = f.batch;
+  so.n_batch = f.ubatch;
+  so.n_seq = f.batch;
   so.n_threads = f.threads;
   so.kv_dtype = f.kv_type;
   so.device = f.device;
@@ -164,16 +169,26 @@ int run(const BenchFlags& f) {
     rows.push_back(std::move(r));
   }
   if (f.n_gen > 0) {
-    Row r{"tg" + std::to_string(f.n_gen), 0, f.n_gen, {}, 0, 0, 0};
-    // Only attention depends on the position, and linearly: the mean of the first and last step is exact.
+    const int64_t b = f.batch;
+    Row r{"tg" + std::to_string(f.n_gen) + (b > 1 ? "x" + std::to_string(b) : ""), 0, f.n_gen, {}, 0, 0, 0, b};
+    // Only attention depends on the position, and linearly: the mean of the first and last step is exact. A batched
+    // step reads the weights once for all B rows.
     const WorkCost last = work_cost(session.graph(1, f.n_gen - 1));
-    r.flops = double(f.n_gen) * 0.5 * double(decode0.flops + last.flops);
+    r.flops = double(b) * double(f.n_gen) * 0.5 * double(decode0.flops + last.flops);
     r.weight_bytes = double(f.n_gen) * double(decode0.weight_bytes);
-    const std::vector<int32_t> ids = random_ids(f.n_gen, n_vocab, 4321);
+    const std::vector<int32_t> ids = random_ids(f.n_gen * b, n_vocab, 4321);
+    std::vector<int32_t> seqs(static_cast<size_t>(b));
+    for (int64_t s = 0; s < b; ++s) seqs[static_cast<size_t>(s)] = static_cast<int32_t>(s);
     fmt::print(stderr, "tessera: {} (1 warm-up + {} repeats)\n", r.test, f.repeats);
     r.seconds = time_runs(f.repeats, [&] {
-      session.reset();
-      for (int32_t id : ids) session.decode(id);
+      for (int64_t s = 0; s < b; ++s) session.truncate(s, 0);
+      if (b == 1) {
+        for (int32_t id : ids) session.decode(id);
+        return;
+      }
+      for (int64_t i = 0; i < f.n_gen; ++i)
+        session.decode_batch(std::span<const int32_t>(ids).subspan(static_cast<size_t>(i * b), static_cast<size_t>(b)),
+                             seqs);
     });
     r.peak_host = peak_host_bytes();
     rows.push_back(std::move(r));
@@ -188,7 +203,7 @@ int run(const BenchFlags& f) {
   const std::string date = utc_now();
   nlohmann::json out = nlohmann::json::array();
   for (const Row& r : rows) {
-    const int64_t tokens = r.n_prompt + r.n_gen;
+    const int64_t tokens = r.n_prompt + r.n_gen * r.batch;
     std::vector<double> tps;
     for (double s : r.seconds) tps.push_back(double(tokens) / s);
     const Stats st = summarize(tps);
@@ -208,6 +223,7 @@ int run(const BenchFlags& f) {
         {"device", f.device},
         {"n_threads", session.n_threads()},
         {"n_batch", session.n_batch()},
+        {"batch", r.batch},
         {"kv_type", session.kv_dtype()},
         {"n_prompt", r.n_prompt},
         {"n_gen", r.n_gen},
@@ -238,8 +254,8 @@ int run(const BenchFlags& f) {
   }
   fmt::print("model   {} ({}), {} of weights, {} matmuls\n", model_label(model), model.path(), human_bytes(model_bytes),
              decode0.matmul_dtype);
-  fmt::print("device  {}, {} threads, batch {}, kv {}; {} repeats after 1 warm-up\n\n", f.device, session.n_threads(),
-             session.n_batch(), session.kv_dtype(), f.repeats);
+  fmt::print("device  {}, {} threads, ubatch {}, batch {}, kv {}; {} repeats after 1 warm-up\n\n", f.device,
+             session.n_threads(), session.n_batch(), f.batch, session.kv_dtype(), f.repeats);
   fmt::print("| {:<7} | {:>20} | {:>9} | {:>8} | {:>8} | {:>10} |\n", "test", "tok/s (median ± sd)", "ms/run", "GB/s",
              "TFLOP/s", "% of limit");
   fmt::print("| {:-<7} | {:->20} | {:->9} | {:->8} | {:->8} | {:->10} |\n", "", "", "", "", "", "");
@@ -272,9 +288,9 @@ const int registered = register_command(
        app.add_option("-r,--repeats", f->repeats, "Timed repeats of each test after one warm-up (default 5)");
        app.add_option("-t,--threads", f->threads, "Threads (default: all cores)");
        app.add_option("--device", f->device, "cpu (default) or cuda");
+       app.add_option("--ub,--ubatch", f->ubatch, "Prefill chunk: tokens per forward pass of pp (n_batch, default 512)");
        app.add_option("-b,--batch", f->batch,
-                      "Prefill chunk: tokens per forward pass (n_batch, default 512). Batched decode of several "
-                      "sequences is not supported yet");
+                      "Sequences decoded together by tg (default 1): rows tg<N>xB report B*N tokens/s");
        app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default) or f32");
        app.add_flag("--json", f->json, "Print a JSON array of rows (test, tok_s, tok_s_stddev, gbps, tflops, ...)");
        app.add_flag("--ceilings", f->ceilings_only,

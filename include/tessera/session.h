@@ -30,8 +30,11 @@ struct SessionOptions {
   // activation quantization and an f32 KV cache. Slow; for checking against independent implementations.
   bool reference = false;
   std::string kv_dtype;   // "f16" or "f32"; "" means f16 (f32 in reference mode)
-  // "cpu", or "cuda": decode on the GPU (one token at a time, prompts too; needs a build with CUDA and a GPU).
+  // "cpu", or "cuda": run on the GPU (prefill in chunks, decode, batched decode; needs a build with CUDA and a GPU).
   std::string device = "cpu";
+  // Sequences (KV cache slots) this session holds: independent contexts that decode_batch advances together. The
+  // single-sequence calls (eval, decode, generate, tokens, ...) act on slot 0.
+  int64_t n_seq = 1;
 };
 
 inline constexpr uint64_t kRandomSeed = ~uint64_t{0};
@@ -118,6 +121,24 @@ class Session {
   GenerateResult generate(std::string_view prompt, const GenerateOptions& options, const TextCallback& on_text = {});
   GenerateResult generate_tokens(std::span<const int32_t> prompt, const GenerateOptions& options,
                                  const TextCallback& on_text = {});
+
+  // ---- Several sequences (slots 0 .. n_seq - 1). Error for a slot outside that range.
+  int64_t n_seq() const;
+  int64_t n_past(int64_t seq) const;
+  const std::vector<int32_t>& tokens(int64_t seq) const;
+  void truncate(int64_t seq, int64_t n);
+  // Appends ids to sequence `seq` (prefill in chunks); returns the last logits [n_vocab], or with all_logits=true
+  // every row's [ids.size() * n_vocab].
+  std::vector<float> eval_seq(int64_t seq, std::span<const int32_t> ids, bool all_logits);
+  // One token for each of several distinct sequences at once: tokens[i] is appended to seqs[i]. Returns logits
+  // [tokens.size() * n_vocab] row-major, valid until the next call. Error for a repeated or unknown slot, a full
+  // context or a token outside the vocabulary (then nothing is evaluated).
+  std::span<const float> decode_batch(std::span<const int32_t> tokens, std::span<const int32_t> seqs);
+  // Generates for several prompts together (prompt i in slot i, reset first; at most n_seq prompts): prefill each,
+  // then batched decode steps until every sequence stops. Sequence i samples with seed + i (fresh seeds when the
+  // seed is kRandomSeed); stop strings and end-of-generation apply per sequence.
+  std::vector<GenerateResult> generate_batch(std::span<const std::vector<int32_t>> prompts,
+                                             const GenerateOptions& options);
 
   // The graph this session runs for `n_tokens` tokens at position `n_past` (shapes, FLOPs, bytes).
   GraphView graph(int64_t n_tokens, int64_t n_past = 0) const;

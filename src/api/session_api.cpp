@@ -74,6 +74,31 @@ GraphView Session::graph(int64_t n_tokens, int64_t n_past) const {
   return make_graph_view(impl_->engine->build_graph(n_tokens, n_past, false));
 }
 
+int64_t Session::n_seq() const { return impl_->engine->n_seq(); }
+int64_t Session::n_past(int64_t seq) const { return impl_->engine->n_past(seq); }
+const std::vector<int32_t>& Session::tokens(int64_t seq) const { return impl_->engine->tokens(seq); }
+void Session::truncate(int64_t seq, int64_t n) { impl_->engine->truncate(seq, n); }
+
+std::vector<float> Session::eval_seq(int64_t seq, std::span<const int32_t> ids, bool all_logits) {
+  if (all_logits) {
+    std::vector<float> out(ids.size() * static_cast<size_t>(n_vocab()));
+    impl_->engine->eval_seq(seq, ids, out.data());
+    return out;
+  }
+  const std::span<const float> l = impl_->engine->eval_seq(seq, ids);
+  return {l.begin(), l.end()};
+}
+
+std::span<const float> Session::decode_batch(std::span<const int32_t> tokens, std::span<const int32_t> seqs) {
+  return impl_->engine->decode_batch(tokens, seqs);
+}
+
+std::vector<GenerateResult> Session::generate_batch(std::span<const std::vector<int32_t>> prompts,
+                                                    const GenerateOptions& options) {
+  const Tokenizer* tok = impl_->model.has_tokenizer() ? &impl_->model.tokenizer() : nullptr;
+  return runtime::generate_batch(*impl_->engine, tok, prompts, options);
+}
+
 void Session::set_profiling(bool on) { impl_->engine->set_profiling(on); }
 std::vector<uint64_t> Session::profile_ns(int64_t n_tokens) const { return impl_->engine->profile_ns(n_tokens); }
 

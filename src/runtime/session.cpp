@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "core/error.h"
 #include "models/llama.h"
@@ -15,6 +16,7 @@ namespace tessera::runtime {
 namespace {
 
 constexpr int64_t kMaxBatch = 1 << 14;
+constexpr int64_t kMaxSeq = 1024;
 constexpr int64_t kDefaultCtxWithoutMetadata = 4096;
 // Plans kept beyond the decode and full-batch ones (prompt remainders of other lengths).
 constexpr size_t kMaxPlans = 6;
@@ -54,6 +56,8 @@ EngineOptions resolve_options(const SessionOptions& o, const ModelConfig& c) {
                 o.n_threads);
   e.n_threads = o.n_threads;
   e.reference = o.reference;
+  TESSERA_CHECK(o.n_seq >= 1 && o.n_seq <= kMaxSeq, "sequence count {} must be between 1 and {}", o.n_seq, kMaxSeq);
+  e.n_seq = o.n_seq;
   if (o.kv_dtype.empty()) {
     e.kv_dtype = o.reference ? DType::F32 : DType::F16;
   } else if (o.kv_dtype == "f16") {
@@ -83,19 +87,25 @@ EngineOptions resolve_options(const SessionOptions& o, const ModelConfig& c) {
 Engine::Engine(ModelWeights weights, std::shared_ptr<cpu::WeightCache> cache, const EngineOptions& options)
     : w_(std::move(weights)),
       o_(options),
-      backend_(cpu::BackendOptions{options.n_threads, options.reference}, std::move(cache)),
-      kv_(w_.config().n_layers, w_.config().n_head_kv, options.n_ctx, w_.config().head_dim, options.kv_dtype) {
-  logits_.assign(static_cast<size_t>(w_.config().n_vocab), 0.0f);
+      backend_(cpu::BackendOptions{options.n_threads, options.reference}, std::move(cache)) {
+  const size_t n_seq = static_cast<size_t>(o_.n_seq);
+  tokens_.resize(n_seq);
+  logits_.assign(n_seq, std::vector<float>(static_cast<size_t>(w_.config().n_vocab), 0.0f));
+  has_logits_.assign(n_seq, false);
 #ifdef TESSERA_HAVE_CUDA
   if (o_.cuda) {
     // Uploading every weight now keeps it out of the first prompt's timing.
-    cuda_ = std::make_unique<cuda::CudaDecoder>(build_graph(1, 0, false));
+    cuda_shared_ = std::make_shared<cuda::CudaShared>(o_.n_seq, std::max(o_.n_batch, o_.n_seq));
+    cuda_ = std::make_unique<cuda::CudaDecoder>(build_graph(1, 0, false), cuda_shared_);
     return;
   }
 #endif
+  const ModelConfig& c = w_.config();
+  for (size_t s = 0; s < n_seq; ++s)
+    kv_.push_back(std::make_unique<KvCache>(c.n_layers, c.n_head_kv, o_.n_ctx, c.head_dim, o_.kv_dtype));
   // Compiling the decode plan prepares (repacks) every weight now, so the first prompt's timing measures the
   // forward pass alone.
-  plan_for(1, false);
+  plan_for(1, false, 0);
 }
 
 graph::Graph Engine::build_graph(int64_t n_tokens, int64_t n_past, bool all_logits) const {
@@ -106,77 +116,162 @@ graph::Graph Engine::build_graph(int64_t n_tokens, int64_t n_past, bool all_logi
                                                  .all_logits = all_logits});
 }
 
-cpu::Plan& Engine::plan_for(int64_t n_tokens, bool all_logits) {
-  const auto key = std::make_pair(n_tokens, all_logits);
+void Engine::check_seq(int64_t seq) const {
+  TESSERA_CHECK(seq >= 0 && seq < o_.n_seq, "sequence {} is outside the {} sequences of this session", seq,
+                o_.n_seq);
+}
+
+const std::vector<int32_t>& Engine::tokens(int64_t seq) const {
+  check_seq(seq);
+  return tokens_[static_cast<size_t>(seq)];
+}
+
+std::vector<uint64_t>* Engine::profile_slot(int64_t n_tokens) { return profiling_ ? &profile_[n_tokens] : nullptr; }
+
+cpu::Plan& Engine::plan_for(int64_t n_tokens, bool all_logits, int64_t seq) {
+  const auto key = std::make_tuple(n_tokens, all_logits, seq);
   auto it = plans_.find(key);
   if (it == plans_.end()) {
-    if (plans_.size() >= kMaxPlans)
-      for (auto p = plans_.begin(); p != plans_.end();)
-        p = (p->first == std::make_pair(int64_t{1}, false) || p->first == std::make_pair(o_.n_batch, false))
-                ? std::next(p)
-                : plans_.erase(p);
-    it = plans_.emplace(key, backend_.compile(build_graph(n_tokens, 0, all_logits), kv_.bindings())).first;
+    // Decode plans of every slot and slot 0's full-batch plan stay; other chunk sizes come and go.
+    if (plans_.size() >= kMaxPlans + static_cast<size_t>(o_.n_seq))
+      for (auto p = plans_.begin(); p != plans_.end();) {
+        const auto [t, all, s] = p->first;
+        p = ((t == 1 && !all) || (t == o_.n_batch && !all && s == 0)) ? std::next(p) : plans_.erase(p);
+      }
+    it = plans_
+             .emplace(key, backend_.compile(build_graph(n_tokens, 0, all_logits),
+                                            kv_[static_cast<size_t>(seq)]->bindings()))
+             .first;
   }
   cpu::Plan& plan = *it->second;
-  if (profiling_) {
-    auto& v = profile_[n_tokens];
-    v.resize(plan.graph().nodes().size());
-    plan.node_ns = &v;
+  if (std::vector<uint64_t>* v = profile_slot(n_tokens)) {
+    v->resize(plan.graph().nodes().size());
+    plan.node_ns = v;
   } else {
     plan.node_ns = nullptr;
   }
   return plan;
 }
 
-std::span<const float> Engine::eval(std::span<const int32_t> ids, float* all) {
+#ifdef TESSERA_HAVE_CUDA
+cuda::CudaRowsExecutor& Engine::cuda_batch(int64_t rows) {
+  auto& e = cuda_batch_[rows];
+  if (!e) e = std::make_unique<cuda::CudaRowsExecutor>(build_graph(rows, 0, true), cuda::RowsMode::BATCH, cuda_shared_);
+  return *e;
+}
+
+std::span<const float> Engine::cuda_chunk(int64_t seq, std::span<const int32_t> ids, bool all) {
+  const int64_t t = static_cast<int64_t>(ids.size());
+  const int64_t pos = n_past(seq);
+  if (t == 1 && seq == 0) {  // the decoder: merged GEMVs, CUDA graph replay
+    cuda_->set_profile(profile_slot(1));
+    return cuda_->decode(ids[0], pos);
+  }
+  if (t == 1) {  // another slot: a one-row batched decode step
+    cuda::CudaRowsExecutor& e = cuda_batch(1);
+    e.set_profile(profile_slot(1));
+    const int32_t s = static_cast<int32_t>(seq), p = static_cast<int32_t>(pos);
+    return e.decode_rows(ids, std::span<const int32_t>(&s, 1), std::span<const int32_t>(&p, 1));
+  }
+  // One executor compiled for n_batch rows serves every chunk length t <= n_batch and every position.
+  auto& e = cuda_prefill_[all ? 1 : 0];
+  if (!e) e = std::make_unique<cuda::CudaRowsExecutor>(build_graph(o_.n_batch, 0, all), cuda::RowsMode::PREFILL,
+                                                       cuda_shared_);
+  e->set_profile(profile_slot(t));
+  return e->prefill(ids, seq, pos);
+}
+#endif
+
+std::span<const float> Engine::eval_seq(int64_t seq, std::span<const int32_t> ids, float* all) {
+  check_seq(seq);
   TESSERA_CHECK(!ids.empty(), "nothing to evaluate: the token list is empty");
   const int64_t n = static_cast<int64_t>(ids.size());
-  TESSERA_CHECK(n_past() + n <= o_.n_ctx,
+  TESSERA_CHECK(n_past(seq) + n <= o_.n_ctx,
                 "the context is full: {} more tokens do not fit after {} of {} (raise the context size with -c)", n,
-                n_past(), o_.n_ctx);
+                n_past(seq), o_.n_ctx);
   const int64_t vocab = n_vocab();
   for (int32_t id : ids)
     TESSERA_CHECK(id >= 0 && id < vocab, "token id {} is outside the vocabulary of {} tokens", id, vocab);
-#ifdef TESSERA_HAVE_CUDA
-  if (cuda_) {
-    // The GPU runs the one-token decode graph only, so a prompt goes through it token by token.
-    for (int64_t i = 0; i < n; ++i) {
-      has_logits_ = false;
-      const std::span<const float> out = cuda_->decode(ids[static_cast<size_t>(i)], n_past());
-      tokens_.push_back(ids[static_cast<size_t>(i)]);
-      if (all != nullptr) std::memcpy(all + i * vocab, out.data(), static_cast<size_t>(vocab) * sizeof(float));
-      if (i == n - 1) std::memcpy(logits_.data(), out.data(), static_cast<size_t>(vocab) * sizeof(float));
-    }
-    has_logits_ = true;
-    return logits_;
-  }
-#endif
+  const size_t s = static_cast<size_t>(seq);
+  std::vector<int32_t>& toks = tokens_[s];
   for (int64_t done = 0; done < n;) {
     const int64_t chunk = std::min(o_.n_batch, n - done);
-    cpu::Plan& plan = plan_for(chunk, all != nullptr);
-    std::memcpy(plan.input("tokens"), ids.data() + done, static_cast<size_t>(chunk) * sizeof(int32_t));
-    has_logits_ = false;
-    backend_.execute(plan, n_past());
-    tokens_.insert(tokens_.end(), ids.begin() + done, ids.begin() + done + chunk);
-    const float* out = plan.output("output");
+    const std::span<const int32_t> part = ids.subspan(static_cast<size_t>(done), static_cast<size_t>(chunk));
+    has_logits_[s] = false;
+    const float* out = nullptr;
+#ifdef TESSERA_HAVE_CUDA
+    if (cuda_) out = cuda_chunk(seq, part, all != nullptr).data();
+#endif
+    if (out == nullptr) {
+      cpu::Plan& plan = plan_for(chunk, all != nullptr, seq);
+      std::memcpy(plan.input("tokens"), part.data(), static_cast<size_t>(chunk) * sizeof(int32_t));
+      backend_.execute(plan, n_past(seq));
+      out = plan.output("output");
+    }
+    toks.insert(toks.end(), part.begin(), part.end());
+    // A one-token chunk's logits are its only row, whichever graph ran it.
     const int64_t rows = all != nullptr ? chunk : 1;
     if (all != nullptr) std::memcpy(all + done * vocab, out, static_cast<size_t>(chunk * vocab) * sizeof(float));
-    std::memcpy(logits_.data(), out + (rows - 1) * vocab, static_cast<size_t>(vocab) * sizeof(float));
-    has_logits_ = true;
+    std::memcpy(logits_[s].data(), out + (rows - 1) * vocab, static_cast<size_t>(vocab) * sizeof(float));
+    has_logits_[s] = true;
     done += chunk;
   }
-  return logits_;
+  return logits_[s];
 }
 
-std::span<const float> Engine::logits() const {
-  return has_logits_ ? std::span<const float>(logits_) : std::span<const float>();
+std::span<const float> Engine::decode_batch(std::span<const int32_t> ids, std::span<const int32_t> seqs) {
+  TESSERA_CHECK(!ids.empty(), "nothing to decode: the token list is empty");
+  TESSERA_CHECK(ids.size() == seqs.size(), "batched decode got {} tokens for {} sequences", ids.size(), seqs.size());
+  const int64_t b = static_cast<int64_t>(ids.size());
+  TESSERA_CHECK(b <= o_.n_seq, "batched decode of {} tokens exceeds the {} sequences of this session", b, o_.n_seq);
+  const int64_t vocab = n_vocab();
+  std::vector<bool> seen(static_cast<size_t>(o_.n_seq), false);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    check_seq(seqs[i]);
+    TESSERA_CHECK(!seen[static_cast<size_t>(seqs[i])], "sequence {} appears twice in one batched decode step", seqs[i]);
+    seen[static_cast<size_t>(seqs[i])] = true;
+    TESSERA_CHECK(ids[i] >= 0 && ids[i] < vocab, "token id {} is outside the vocabulary of {} tokens", ids[i], vocab);
+    TESSERA_CHECK(n_past(seqs[i]) < o_.n_ctx, "the context of sequence {} is full ({} tokens)", seqs[i], o_.n_ctx);
+  }
+  batch_logits_.resize(static_cast<size_t>(b * vocab));
+#ifdef TESSERA_HAVE_CUDA
+  if (cuda_) {
+    std::vector<int32_t> pos(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) pos[i] = static_cast<int32_t>(n_past(seqs[i]));
+    for (int32_t sq : seqs) has_logits_[static_cast<size_t>(sq)] = false;
+    const std::span<const float> out = cuda_batch(b).decode_rows(ids, seqs, pos);
+    std::memcpy(batch_logits_.data(), out.data(), batch_logits_.size() * sizeof(float));
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const size_t sq = static_cast<size_t>(seqs[i]);
+      tokens_[sq].push_back(ids[i]);
+      std::memcpy(logits_[sq].data(), out.data() + i * static_cast<size_t>(vocab),
+                  static_cast<size_t>(vocab) * sizeof(float));
+      has_logits_[sq] = true;
+    }
+    return batch_logits_;
+  }
+#endif
+  // The CPU runs the rows one after another (correct, not fast): each through its slot's decode plan.
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::span<const float> l = eval_seq(seqs[i], ids.subspan(i, 1));
+    std::memcpy(batch_logits_.data() + i * static_cast<size_t>(vocab), l.data(),
+                static_cast<size_t>(vocab) * sizeof(float));
+  }
+  return batch_logits_;
 }
 
-void Engine::truncate(int64_t n) {
+std::span<const float> Engine::logits(int64_t seq) const {
+  check_seq(seq);
+  const size_t s = static_cast<size_t>(seq);
+  return has_logits_[s] ? std::span<const float>(logits_[s]) : std::span<const float>();
+}
+
+void Engine::truncate(int64_t seq, int64_t n) {
+  check_seq(seq);
   TESSERA_CHECK(n >= 0, "cannot keep {} tokens", n);
-  if (n >= n_past()) return;
-  tokens_.resize(static_cast<size_t>(n));
-  has_logits_ = false;  // the logits belonged to a token that is gone
+  if (n >= n_past(seq)) return;
+  tokens_[static_cast<size_t>(seq)].resize(static_cast<size_t>(n));
+  has_logits_[static_cast<size_t>(seq)] = false;  // the logits belonged to a token that is gone
 }
 
 std::vector<uint64_t> Engine::profile_ns(int64_t n_tokens) const {
@@ -201,87 +296,167 @@ size_t held_back(const std::string& text, const std::vector<std::string>& stops)
   return hold;
 }
 
+// One sequence's generation state: sampling, end-of-generation, stop strings (text held back while it may still
+// begin one), streaming. The caller evaluates each token next() returns and feeds back the logits that follow.
+class Generation {
+ public:
+  Generation(const Tokenizer* tokenizer, const GenerateOptions& options, const SamplingOptions& sampling,
+             const TextCallback* on_text)
+      : options_(options), tokenizer_(tokenizer), sampler_(sampling), on_text_(on_text) {
+    r_.seed = sampler_.seed();
+    for (const std::string& s : options.stop)
+      if (!s.empty()) stops_.push_back(s);
+    for (const std::string& s : stops_) longest_stop_ = std::max(longest_stop_, s.size());
+    if (tokenizer != nullptr) decoder_.emplace(*tokenizer, options.render_special);
+    r_.stop_reason = StopReason::MAX_TOKENS;
+  }
+
+  GenerateResult& result() { return r_; }
+
+  // Samples the next token from `logits` (penalties look at `context`); the token to evaluate next, or none when the
+  // generation stopped (the reason is in the result). `full`: the context has no room for another token.
+  std::optional<int32_t> next(std::span<const float> logits, const std::vector<int32_t>& context, bool full) {
+    if (options_.max_tokens >= 0 && static_cast<int64_t>(r_.tokens.size()) >= options_.max_tokens) {
+      r_.stop_reason = StopReason::MAX_TOKENS;
+      return std::nullopt;
+    }
+    const int32_t id = sampler_.sample(logits, context);
+    if (!options_.ignore_eos && tokenizer_ != nullptr && tokenizer_->is_eog(id)) {
+      r_.stop_reason = StopReason::END_OF_GENERATION;
+      return std::nullopt;
+    }
+    r_.tokens.push_back(id);
+    if (decoder_) {
+      const size_t before = r_.text.size();
+      r_.text += decoder_->push(id);
+      if (!stops_.empty()) {
+        const size_t from = before >= longest_stop_ ? before - longest_stop_ + 1 : 0;
+        size_t at = std::string::npos;
+        for (const std::string& s : stops_) at = std::min(at, r_.text.find(s, from));
+        if (at != std::string::npos) {
+          r_.text.resize(at);
+          emit_upto(at);
+          stopped_by_string_ = true;
+          r_.stop_reason = StopReason::STOP_STRING;
+          return std::nullopt;
+        }
+      }
+      if (!emit_upto(r_.text.size() - held_back(r_.text, stops_))) {
+        r_.stop_reason = StopReason::CALLBACK;
+        return std::nullopt;
+      }
+    }
+    if (full) {
+      r_.stop_reason = StopReason::CONTEXT_FULL;
+      return std::nullopt;
+    }
+    return id;
+  }
+
+  // Flushes held-back text and fills the timings (generate_ms measured from t_gen).
+  GenerateResult finish(std::chrono::steady_clock::time_point t_gen) {
+    if (decoder_ && !stopped_by_string_) {
+      r_.text += decoder_->flush();
+      if (r_.stop_reason != StopReason::CALLBACK) emit_upto(r_.text.size());
+    }
+    r_.timings.generated_tokens = static_cast<int64_t>(r_.tokens.size());
+    r_.timings.generate_ms = ms_since(t_gen);
+    r_.timings.peak_rss_bytes = peak_rss_bytes();
+    return std::move(r_);
+  }
+
+ private:
+  bool emit_upto(size_t end) {
+    if (end <= emitted_) return true;
+    const bool go_on =
+        on_text_ == nullptr || !*on_text_ || (*on_text_)(std::string_view(r_.text).substr(emitted_, end - emitted_));
+    emitted_ = end;
+    return go_on;
+  }
+
+  const GenerateOptions& options_;
+  const Tokenizer* tokenizer_;
+  Sampler sampler_;
+  const TextCallback* on_text_;
+  std::vector<std::string> stops_;
+  size_t longest_stop_ = 0;
+  std::optional<StreamDecoder> decoder_;
+  size_t emitted_ = 0;
+  bool stopped_by_string_ = false;
+  GenerateResult r_;
+};
+
 }  // namespace
 
 GenerateResult generate(Engine& engine, const Tokenizer* tokenizer, std::span<const int32_t> prompt,
                         const GenerateOptions& options, const TextCallback& on_text) {
-  GenerateResult r;
-  Sampler sampler(options.sampling);
-  r.seed = sampler.seed();
-  std::vector<std::string> stops;
-  for (const std::string& s : options.stop)
-    if (!s.empty()) stops.push_back(s);
-  size_t longest_stop = 0;
-  for (const std::string& s : stops) longest_stop = std::max(longest_stop, s.size());
-
+  Generation gen(tokenizer, options, options.sampling, &on_text);
   const auto t_prompt = std::chrono::steady_clock::now();
   std::span<const float> logits;
   if (!prompt.empty()) {
     logits = engine.eval(prompt);
-    r.timings.prompt_tokens = static_cast<int64_t>(prompt.size());
+    gen.result().timings.prompt_tokens = static_cast<int64_t>(prompt.size());
   } else {
     logits = engine.logits();
     TESSERA_CHECK(!logits.empty(), "nothing to generate from: the prompt is empty and so is the context");
   }
-  r.timings.prompt_ms = ms_since(t_prompt);
+  gen.result().timings.prompt_ms = ms_since(t_prompt);
 
   const auto t_gen = std::chrono::steady_clock::now();
-  std::optional<StreamDecoder> decoder;
-  if (tokenizer != nullptr) decoder.emplace(*tokenizer, options.render_special);
-  size_t emitted = 0;
-  bool stopped_by_string = false;
-  const auto emit_upto = [&](size_t end) {
-    if (end <= emitted) return true;
-    const bool go_on = !on_text || on_text(std::string_view(r.text).substr(emitted, end - emitted));
-    emitted = end;
-    return go_on;
-  };
-  r.stop_reason = StopReason::MAX_TOKENS;
-  for (;;) {
-    if (options.max_tokens >= 0 && static_cast<int64_t>(r.tokens.size()) >= options.max_tokens) {
-      r.stop_reason = StopReason::MAX_TOKENS;
-      break;
-    }
-    const int32_t id = sampler.sample(logits, engine.tokens());
-    if (!options.ignore_eos && tokenizer != nullptr && tokenizer->is_eog(id)) {
-      r.stop_reason = StopReason::END_OF_GENERATION;
-      break;
-    }
-    r.tokens.push_back(id);
-    if (decoder) {
-      const size_t before = r.text.size();
-      r.text += decoder->push(id);
-      if (!stops.empty()) {
-        const size_t from = before >= longest_stop ? before - longest_stop + 1 : 0;
-        size_t at = std::string::npos;
-        for (const std::string& s : stops) at = std::min(at, r.text.find(s, from));
-        if (at != std::string::npos) {
-          r.text.resize(at);
-          emit_upto(at);
-          stopped_by_string = true;
-          r.stop_reason = StopReason::STOP_STRING;
-          break;
-        }
-      }
-      if (!emit_upto(r.text.size() - held_back(r.text, stops))) {
-        r.stop_reason = StopReason::CALLBACK;
-        break;
-      }
-    }
-    if (engine.n_past() >= engine.n_ctx()) {
-      r.stop_reason = StopReason::CONTEXT_FULL;
-      break;
-    }
-    logits = engine.eval(std::span<const int32_t>(&id, 1));
+  while (const std::optional<int32_t> id = gen.next(logits, engine.tokens(), engine.n_past() >= engine.n_ctx()))
+    logits = engine.eval(std::span<const int32_t>(&*id, 1));
+  return gen.finish(t_gen);
+}
+
+std::vector<GenerateResult> generate_batch(Engine& engine, const Tokenizer* tokenizer,
+                                           std::span<const std::vector<int32_t>> prompts,
+                                           const GenerateOptions& options) {
+  const int64_t b = static_cast<int64_t>(prompts.size());
+  TESSERA_CHECK(b >= 1, "nothing to generate: no prompts were given");
+  TESSERA_CHECK(b <= engine.n_seq(), "{} prompts exceed the {} sequences of this session (raise n_seq)", b,
+                engine.n_seq());
+  for (int64_t i = 0; i < b; ++i)
+    TESSERA_CHECK(!prompts[static_cast<size_t>(i)].empty(), "prompt {} of the batch is empty", i);
+  std::vector<std::unique_ptr<Generation>> gens;
+  std::vector<std::vector<float>> logits(static_cast<size_t>(b));
+  for (int64_t i = 0; i < b; ++i) {
+    SamplingOptions so = options.sampling;
+    if (so.seed != kRandomSeed) so.seed += static_cast<uint64_t>(i);
+    gens.push_back(std::make_unique<Generation>(tokenizer, options, so, nullptr));
+    engine.truncate(i, 0);
+    const auto t_prompt = std::chrono::steady_clock::now();
+    const std::span<const float> l = engine.eval_seq(i, prompts[static_cast<size_t>(i)]);
+    logits[static_cast<size_t>(i)].assign(l.begin(), l.end());
+    Timings& t = gens.back()->result().timings;
+    t.prompt_tokens = static_cast<int64_t>(prompts[static_cast<size_t>(i)].size());
+    t.prompt_ms = ms_since(t_prompt);
   }
-  if (decoder && !stopped_by_string) {
-    r.text += decoder->flush();
-    if (r.stop_reason != StopReason::CALLBACK) emit_upto(r.text.size());
+  const auto t_gen = std::chrono::steady_clock::now();
+  std::vector<GenerateResult> results(static_cast<size_t>(b));
+  std::vector<int32_t> active(static_cast<size_t>(b));
+  for (int64_t i = 0; i < b; ++i) active[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  const int64_t vocab = engine.n_vocab();
+  while (!active.empty()) {
+    std::vector<int32_t> ids, seqs;
+    for (int32_t i : active) {
+      const size_t k = static_cast<size_t>(i);
+      const std::optional<int32_t> id =
+          gens[k]->next(logits[k], engine.tokens(i), engine.n_past(i) >= engine.n_ctx());
+      if (id) {
+        ids.push_back(*id);
+        seqs.push_back(i);
+      } else {
+        results[k] = gens[k]->finish(t_gen);
+      }
+    }
+    active = seqs;
+    if (ids.empty()) break;
+    const std::span<const float> out = engine.decode_batch(ids, seqs);
+    for (size_t r = 0; r < seqs.size(); ++r)
+      logits[static_cast<size_t>(seqs[r])].assign(out.begin() + static_cast<ptrdiff_t>(r * vocab),
+                                                  out.begin() + static_cast<ptrdiff_t>((r + 1) * vocab));
   }
-  r.timings.generated_tokens = static_cast<int64_t>(r.tokens.size());
-  r.timings.generate_ms = ms_since(t_gen);
-  r.timings.peak_rss_bytes = peak_rss_bytes();
-  return r;
+  return results;
 }
 
 }  // namespace tessera::runtime

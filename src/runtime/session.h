@@ -1,11 +1,13 @@
-// The engine behind tessera::Session: KV cache, plans per chunk size, prefill in chunks, decode; and the generation
-// loop (sampling, end-of-generation and stop strings, streaming, a full context).
+// The engine behind tessera::Session: KV caches (one per sequence slot), plans per chunk size, prefill in chunks,
+// decode, batched decode of several slots; and the generation loops (sampling, end-of-generation and stop strings,
+// streaming, a full context), for one sequence or several together.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "backends/cpu/backend.h"
@@ -25,7 +27,8 @@ struct EngineOptions {
   int n_threads = 0;
   bool reference = false;
   DType kv_dtype = DType::F16;
-  bool cuda = false;  // run on the CUDA backend (decode path, token by token)
+  bool cuda = false;  // run on the CUDA backend (prefill executor, decoder, batched decode)
+  int64_t n_seq = 1;  // sequence slots, each with its own cache and tokens
 };
 
 // Resolves SessionOptions against the model (defaults, limits); Error naming the bad option.
@@ -39,35 +42,54 @@ class Engine {
   const ModelWeights& weights() const { return w_; }
   int64_t n_ctx() const { return o_.n_ctx; }
   int64_t n_vocab() const { return w_.config().n_vocab; }
-  int64_t n_past() const { return static_cast<int64_t>(tokens_.size()); }
-  const std::vector<int32_t>& tokens() const { return tokens_; }
+  int64_t n_seq() const { return o_.n_seq; }
+  // Slot 0 unless a slot is given; Error for a slot outside [0, n_seq).
+  int64_t n_past(int64_t seq = 0) const { return static_cast<int64_t>(tokens(seq).size()); }
+  const std::vector<int32_t>& tokens(int64_t seq = 0) const;
   int n_threads() const { return backend_.n_threads(); }
 
-  // Appends ids at n_past in chunks of n_batch. Returns the last token's logits [n_vocab]. With `all` set, also
-  // writes the logits of every token into all [ids.size() * n_vocab].
-  std::span<const float> eval(std::span<const int32_t> ids, float* all = nullptr);
-  std::span<const float> logits() const;
-  void truncate(int64_t n);
+  // Appends ids to slot 0 (eval) or `seq` at its n_past in chunks of n_batch. Returns the last token's logits
+  // [n_vocab]. With `all` set, also writes the logits of every token into all [ids.size() * n_vocab].
+  std::span<const float> eval(std::span<const int32_t> ids, float* all = nullptr) { return eval_seq(0, ids, all); }
+  std::span<const float> eval_seq(int64_t seq, std::span<const int32_t> ids, float* all = nullptr);
+  // tokens[i] appended to slot seqs[i] (distinct slots), all in one step. Returns logits [B * n_vocab], row-major,
+  // valid until the next call.
+  std::span<const float> decode_batch(std::span<const int32_t> tokens, std::span<const int32_t> seqs);
+  std::span<const float> logits(int64_t seq = 0) const;
+  void truncate(int64_t n) { truncate(0, n); }
+  void truncate(int64_t seq, int64_t n);
 
   graph::Graph build_graph(int64_t n_tokens, int64_t n_past, bool all_logits) const;
   void set_profiling(bool on) { profiling_ = on; }
   std::vector<uint64_t> profile_ns(int64_t n_tokens) const;
 
  private:
-  cpu::Plan& plan_for(int64_t n_tokens, bool all_logits);
+  cpu::Plan& plan_for(int64_t n_tokens, bool all_logits, int64_t seq);
+  void check_seq(int64_t seq) const;
+  std::vector<uint64_t>* profile_slot(int64_t n_tokens);
+#ifdef TESSERA_HAVE_CUDA
+  // One chunk of slot `seq` on the GPU: the decoder (slot 0, one token), a one-row batch (other slots) or the
+  // prefill executor. Returns the logits of every row (all) or of the last.
+  std::span<const float> cuda_chunk(int64_t seq, std::span<const int32_t> ids, bool all);
+  cuda::CudaRowsExecutor& cuda_batch(int64_t rows);
+#endif
 
   ModelWeights w_;
   EngineOptions o_;
   cpu::CpuBackend backend_;
-  KvCache kv_;
-  std::vector<int32_t> tokens_;
-  std::map<std::pair<int64_t, bool>, std::unique_ptr<cpu::Plan>> plans_;
-  std::map<int64_t, std::vector<uint64_t>> profile_;  // by chunk size
-  std::vector<float> logits_;                         // [n_vocab] of the last token
-  bool has_logits_ = false;
+  std::vector<std::unique_ptr<KvCache>> kv_;  // per slot (CPU only)
+  std::vector<std::vector<int32_t>> tokens_;  // per slot
+  std::map<std::tuple<int64_t, bool, int64_t>, std::unique_ptr<cpu::Plan>> plans_;  // by (tokens, all, slot)
+  std::map<int64_t, std::vector<uint64_t>> profile_;                                // by chunk size
+  std::vector<std::vector<float>> logits_;  // per slot: [n_vocab] of its last token
+  std::vector<bool> has_logits_;
+  std::vector<float> batch_logits_;  // [B, n_vocab] of the last decode_batch
   bool profiling_ = false;
 #ifdef TESSERA_HAVE_CUDA
+  std::shared_ptr<cuda::CudaShared> cuda_shared_;
   std::unique_ptr<cuda::CudaDecoder> cuda_;
+  std::unique_ptr<cuda::CudaRowsExecutor> cuda_prefill_[2];  // last-row and all-row logits
+  std::map<int64_t, std::unique_ptr<cuda::CudaRowsExecutor>> cuda_batch_;  // by rows
 #endif
 };
 
@@ -75,6 +97,13 @@ class Engine {
 // is then empty and stop strings are not checked.
 GenerateResult generate(Engine& engine, const Tokenizer* tokenizer, std::span<const int32_t> prompt,
                         const GenerateOptions& options, const TextCallback& on_text);
+
+// Prompt i goes to slot i (reset first; prompts.size() <= n_seq, none empty); after each prompt's prefill, batched
+// decode steps advance every sequence still going until all have stopped. Sequence i samples with seed + i (a fresh
+// seed each when the seed is kRandomSeed).
+std::vector<GenerateResult> generate_batch(Engine& engine, const Tokenizer* tokenizer,
+                                           std::span<const std::vector<int32_t>> prompts,
+                                           const GenerateOptions& options);
 
 uint64_t peak_rss_bytes();
 

@@ -16,6 +16,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_info.h"
+#include "backends/cuda/executor_common.h"
 #include "backends/cuda/kernels.h"
 #include "core/error.h"
 #include "quant/quant.h"
@@ -23,12 +24,6 @@
 namespace tessera::cuda {
 
 using graph::Op;
-
-namespace {
-
-bool is_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
-
-}  // namespace
 
 bool cuda_available(std::string* why) {
   std::string reason;
@@ -50,20 +45,22 @@ struct CudaDecoder::Impl {
   };
 
   graph::Graph g;  // a copy: node and tensor metadata for error messages
+  std::shared_ptr<CudaShared> shared_owner;
+  CudaShared::Impl* sh = nullptr;  // weights, caches, stream
   CudaBackendOptions options;
   cudaStream_t stream = nullptr;
   std::vector<DeviceBuffer> owned;
-  std::vector<void*> ptr;                                 // per tensor: device storage
-  std::unordered_map<const void*, DeviceWeight> weights;  // by host data pointer (tied embeddings share)
-  std::unordered_map<int, Q8> q8;                         // by activation tensor id
+  std::vector<void*> ptr;          // per tensor: device storage
+  std::unordered_map<int, Q8> q8;  // by activation tensor id
   std::unordered_map<int, RopeInfo> rope;                 // by ROPE output tensor id
   std::unordered_map<int, int> kv_src;                    // KV_STORE output tensor -> stored tensor
   std::vector<std::unique_ptr<AttnWorkspace>> attn_ws;
-  std::vector<std::function<void(cudaStream_t)>> launches;
-  std::vector<std::vector<int>> consumers;            // per tensor: consuming node ids
-  std::vector<bool> done;                             // per node: already emitted by a fused launch
-  std::vector<std::unique_ptr<DeviceWeight>> merged;  // stacked weights of merged GEMVs
-  bool fuse = true;                                   // merge GEMVs and fold residual adds (TESSERA_CUDA_FUSE=0: off)
+  std::vector<Launch> launches;
+  LaunchRunner runner;
+  std::vector<uint64_t>* profile = nullptr;
+  std::vector<std::vector<int>> consumers;  // per tensor: consuming node ids
+  std::vector<bool> done;                   // per node: already emitted by a fused launch
+  bool fuse = true;                         // merge GEMVs and fold residual adds (TESSERA_CUDA_FUSE=0: off)
   int tokens_id = -1, positions_id = -1, logits_id = -1;
   int64_t vocab = 0, ctx = 0, embd_rows = 0;
   int32_t* host_io = nullptr;    // pinned: [0] token, [1] position, [2] argmax
@@ -81,22 +78,8 @@ struct CudaDecoder::Impl {
     bytes += n;
     return owned.back().get();
   }
-  [[noreturn]] void unsupported(const graph::Node& n, const std::string& why) {
-    fail("cuda backend: node '{}' ({}) cannot run on the GPU: {}", n.name, graph::op_name(n.op), why);
-  }
-  const DeviceWeight& weight(const graph::Node& n, int tid) {
-    const graph::Tensor& t = g.tensor(tid);
-    if (t.kind != graph::TensorKind::WEIGHT || t.data == nullptr || t.shape.size() != 2)
-      unsupported(n, "its weight '" + t.name + "' is not a 2-D weight with data");
-    auto it = weights.find(t.data);
-    if (it != weights.end()) return it->second;
-    if (!gemv_supports(t.dtype))
-      unsupported(n, "weight '" + t.name + "' is " + std::string(dtype_name(t.dtype)) +
-                         "; the CUDA kernels support f32, f16, bf16, q8_0, q4_0 and q4_1");
-    DeviceWeight w = upload_weight(t.dtype, t.data, t.shape[0], t.shape[1]);
-    bytes += w.bytes();
-    return weights.emplace(t.data, std::move(w)).first->second;
-  }
+  [[noreturn]] void unsupported(const graph::Node& n, const std::string& why) { CudaShared::Impl::unsupported(n, why); }
+  const DeviceWeight& weight(const graph::Node& n, int tid) { return sh->weight(n, g.tensor(tid)); }
   // A 1-D weight (norm weight, rope frequencies) as f32 on the device.
   float* vector_f32(const graph::Node& n, int tid) {
     if (ptr[static_cast<size_t>(tid)] != nullptr) return static_cast<float*>(ptr[static_cast<size_t>(tid)]);
@@ -133,7 +116,7 @@ struct CudaDecoder::Impl {
   bool feeds_quantized_matmul(int tid) const {
     for (int c : consumers[static_cast<size_t>(tid)]) {
       const graph::Node& n = g.node(c);
-      if (n.op == Op::MATMUL && n.inputs[0] == tid && is_quantized(g.tensor(n.inputs[1]).dtype)) return true;
+      if (n.op == Op::MATMUL && n.inputs[0] == tid && is_quantized_dtype(g.tensor(n.inputs[1]).dtype)) return true;
     }
     return false;
   }
@@ -150,9 +133,6 @@ struct CudaDecoder::Impl {
 
   void compile();
   void compile_node(int id);
-  void run_launches() {
-    for (auto& f : launches) f(stream);
-  }
   void step(int32_t token, int64_t pos);
 };
 
@@ -176,11 +156,7 @@ void CudaDecoder::Impl::compile() {
       else
         fail("cuda backend: graph input '{}' is unknown (tokens and positions are)", t.name);
     } else if (t.kind == graph::TensorKind::KV_CACHE) {
-      TESSERA_CHECK(t.dtype == DType::F16 || t.dtype == DType::BF16,
-                    "cuda backend: KV cache '{}' is {}; the GPU cache is f16 or bf16", t.name, dtype_name(t.dtype));
-      TESSERA_CHECK(t.shape.size() == 3, "cuda backend: KV cache '{}' must be [n_kv, n_ctx, head_dim]", t.name);
-      ptr[i] = alloc(t.nbytes());
-      TESSERA_CUDA_CHECK(cudaMemset(ptr[i], 0, t.nbytes()));
+      ptr[i] = sh->cache(t);  // slot 0 of the shared cache
       ctx = t.shape[1];
     }
   }
@@ -220,7 +196,7 @@ void CudaDecoder::Impl::compile_node(int id) {
       const auto* ids = static_cast<const int32_t*>(ptr[static_cast<size_t>(in(1))]);
       float* y = new_act();
       const DeviceWeight* wp = &w;
-      launches.push_back([=](cudaStream_t s) { embedding(*wp, ids, y, 1, s); });
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { embedding(*wp, ids, y, 1, s); }});
       return;
     }
     case Op::RMSNORM: {
@@ -237,7 +213,7 @@ void CudaDecoder::Impl::compile_node(int id) {
         ds = b.ds.as<float2>();
       }
       const float eps = n.params.eps;
-      launches.push_back([=](cudaStream_t s) { rmsnorm(x, w, y, 1, d, eps, s, q, ds); });
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { rmsnorm(x, w, y, 1, d, eps, s, q, ds); }});
       return;
     }
     case Op::MATMUL: {
@@ -260,35 +236,19 @@ void CudaDecoder::Impl::compile_node(int id) {
       if (group.size() == 1) {
         wp = &weight(n, in(1));
       } else {
-        if (!gemv_supports(w0.dtype))
-          unsupported(n, "weight '" + w0.name + "' is " + std::string(dtype_name(w0.dtype)) +
-                             "; the CUDA kernels support f32, f16, bf16, q8_0, q4_0 and q4_1");
-        int64_t rows = 0;
-        uint64_t total = 0;
-        for (int c : group) {
-          rows += g.tensor(g.node(c).inputs[1]).shape[0];
-          total += g.tensor(g.node(c).inputs[1]).nbytes();
-        }
-        std::vector<uint8_t> stacked(total);  // row-major [N, K] in any format: stacking rows appends bytes
-        uint64_t at = 0;
-        for (int c : group) {
-          const graph::Tensor& wt = g.tensor(g.node(c).inputs[1]);
-          std::memcpy(stacked.data() + at, wt.data, wt.nbytes());
-          at += wt.nbytes();
-        }
-        merged.push_back(std::make_unique<DeviceWeight>(upload_weight(w0.dtype, stacked.data(), rows, w0.shape[1])));
-        bytes += merged.back()->bytes();
-        wp = merged.back().get();
+        std::vector<const graph::Tensor*> members;
+        for (int c : group) members.push_back(&g.tensor(g.node(c).inputs[1]));
+        wp = &sh->stack(n, members);
       }
       GemvInput x;
-      if (is_quantized(wp->dtype)) {
+      if (is_quantized_dtype(wp->dtype)) {
         Q8& b = q8_of(in(0));
         if (!b.written) {
           const float* xf = act(in(0));
           int8_t* q = b.q8.as<int8_t>();
           float2* ds = b.ds.as<float2>();
           const int64_t k = wp->k;
-          launches.push_back([=](cudaStream_t s) { quantize_q8(xf, q, ds, k, s); });
+          launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { quantize_q8(xf, q, ds, k, s); }});
           b.written = true;
         }
         x.q8 = b.q8.as<int8_t>();
@@ -317,7 +277,7 @@ void CudaDecoder::Impl::compile_node(int id) {
       } else {
         y = new_act();
       }
-      launches.push_back([=](cudaStream_t s) { gemv(*wp, x, y, s, nullptr, accumulate); });
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { gemv(*wp, x, y, s, nullptr, accumulate); }});
       return;
     }
     case Op::ROPE: {
@@ -358,6 +318,7 @@ void CudaDecoder::Impl::compile_node(int id) {
       cache.n_kv = kt.shape[0];
       cache.n_ctx = kt.shape[1];
       cache.hd = kt.shape[2];
+      cache.n_seq = sh->n_seq;
       const int64_t n_head = n.params.n_head;
       if (n.params.head_dim != cache.hd || n.params.n_head_kv != cache.n_kv)
         unsupported(n, "its head sizes disagree with its cache");
@@ -373,10 +334,10 @@ void CudaDecoder::Impl::compile_node(int id) {
       const bool neox = rq->second.p.rope_neox;
       const float scale = n.params.attn_scale;
       float* y = new_act();
-      launches.push_back([=](cudaStream_t s) {
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
         rope_store_kv(qp, kp, vp, cache, pos, n_head, rope_dim, inv_freq, neox, s);
         attn_decode(qp, cache, pos, y, n_head, scale, *ws, s);
-      });
+      }});
       return;
     }
     case Op::ADD: {
@@ -394,15 +355,15 @@ void CudaDecoder::Impl::compile_node(int id) {
       if (last_reader) {
         float* y = act(a);
         ptr[static_cast<size_t>(out)] = y;
-        launches.push_back([=](cudaStream_t s) { add(y, bp, count, s); });
+        launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { add(y, bp, count, s); }});
       } else {
         const float* ap = act(a);
         float* y = new_act();
-        launches.push_back([=](cudaStream_t s) {
+        launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
           TESSERA_CUDA_CHECK(
               cudaMemcpyAsync(y, ap, static_cast<size_t>(count) * sizeof(float), cudaMemcpyDeviceToDevice, s));
           add(y, bp, count, s);
-        });
+        }});
       }
       return;
     }
@@ -419,7 +380,7 @@ void CudaDecoder::Impl::compile_node(int id) {
         q = b.q8.as<int8_t>();
         ds = b.ds.as<float2>();
       }
-      launches.push_back([=](cudaStream_t s) { swiglu(gp, up, y, count, s, q, ds); });
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { swiglu(gp, up, y, count, s, q, ds); }});
       return;
     }
     case Op::LAST_ROW:
@@ -440,45 +401,31 @@ void CudaDecoder::Impl::step(int32_t token, int64_t pos) {
   if (positions_id >= 0)
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(ptr[static_cast<size_t>(positions_id)], &host_io[1], sizeof(int32_t),
                                        cudaMemcpyHostToDevice, stream));
+  if (profile != nullptr) {  // timed launch by launch: no graph replay
+    runner.run(launches, stream, RunArgs{}, profile);
+    ++steps;
+    return;
+  }
   // The first step runs plainly (kernel attributes get set, faults show up uncaptured); the second captures.
   if (options.use_graph && !captured && !capture_failed && steps >= 1) {
-    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
-    bool ok = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
-    if (ok) {
-      try {
-        run_launches();
-      } catch (const Error&) {
-        ok = false;
-      }
-      cudaGraph_t gr = nullptr;
-      ok = cudaStreamEndCapture(stream, &gr) == cudaSuccess && ok;
-      if (ok) ok = cudaGraphInstantiate(&cexec, gr, 0) == cudaSuccess;
-      cgraph = gr;
-    }
-    if (!ok) {
-      (void)cudaGetLastError();
-      capture_failed = true;
-    } else {
-      captured = true;
-    }
+    captured = capture_graph(launches, stream, RunArgs{}, &cgraph, &cexec);
+    capture_failed = !captured;
   }
   if (captured)
     TESSERA_CUDA_CHECK(cudaGraphLaunch(cexec, stream));
   else
-    run_launches();
+    runner.run(launches, stream, RunArgs{}, nullptr);
   ++steps;
 }
 
-CudaDecoder::CudaDecoder(const graph::Graph& g, const CudaBackendOptions& options) : impl_(std::make_unique<Impl>()) {
-  std::string why;
-  TESSERA_CHECK(cuda_available(&why), "device 'cuda' is not available: {}", why);
-  set_device(options.device);
+CudaDecoder::CudaDecoder(const graph::Graph& g, std::shared_ptr<CudaShared> shared, const CudaBackendOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->sh = &shared_impl(shared, options);
+  impl_->shared_owner = std::move(shared);
   impl_->g = g;
-  impl_->options = options;
-  if (const char* e = std::getenv("TESSERA_CUDA_GRAPH"); e != nullptr && std::string(e) == "0")
-    impl_->options.use_graph = false;
-  if (const char* e = std::getenv("TESSERA_CUDA_FUSE"); e != nullptr && std::string(e) == "0") impl_->fuse = false;
-  TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+  impl_->options = impl_->sh->options;
+  impl_->fuse = impl_->sh->fuse;
+  impl_->stream = impl_->sh->stream;
   impl_->compile();
   synchronize();
 }
@@ -491,7 +438,11 @@ CudaDecoder::~CudaDecoder() {
   if (impl_->cgraph != nullptr) (void)cudaGraphDestroy(impl_->cgraph);
   if (impl_->host_io != nullptr) (void)cudaFreeHost(impl_->host_io);
   if (impl_->host_logits != nullptr) (void)cudaFreeHost(impl_->host_logits);
-  if (impl_->stream != nullptr) (void)cudaStreamDestroy(impl_->stream);
+}
+
+void CudaDecoder::set_profile(std::vector<uint64_t>* node_ns) {
+  if (node_ns != nullptr && node_ns->size() < impl_->g.nodes().size()) node_ns->resize(impl_->g.nodes().size());
+  impl_->profile = node_ns;
 }
 
 std::span<const float> CudaDecoder::decode(int32_t token, int64_t pos) {
@@ -516,6 +467,6 @@ int32_t CudaDecoder::decode_argmax(int32_t token, int64_t pos) {
 int64_t CudaDecoder::n_vocab() const { return impl_->vocab; }
 int64_t CudaDecoder::n_ctx() const { return impl_->ctx; }
 bool CudaDecoder::graph_captured() const { return impl_->captured; }
-uint64_t CudaDecoder::device_bytes() const { return impl_->bytes; }
+uint64_t CudaDecoder::device_bytes() const { return impl_->bytes + impl_->sh->bytes; }
 
 }  // namespace tessera::cuda

@@ -1,0 +1,88 @@
+// Internals shared by the CUDA executors (backend_cuda.cpp, executor_rows.cpp): CudaShared's state, the launch list
+// with graph node ids, per-node profiling with events, and CUDA graph capture.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/cuda/backend_cuda.h"
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels_rows.h"
+#include "backends/cuda/memory.h"
+
+namespace tessera::cuda {
+
+bool is_quantized_dtype(DType t);
+
+struct CudaShared::Impl {
+  int64_t n_seq = 1;
+  int64_t max_rows = 1;
+  CudaBackendOptions options;
+  bool fuse = true;  // merge matmuls sharing an input and fold residual adds (TESSERA_CUDA_FUSE=0: off)
+  cudaStream_t stream = nullptr;
+  std::unordered_map<const void*, DeviceWeight> weights;                    // by host data pointer
+  std::map<std::vector<const void*>, std::unique_ptr<DeviceWeight>> stacks;  // by member weights' host pointers
+  struct Cache {
+    DType dtype = DType::F16;
+    int64_t n_kv = 0, n_ctx = 0, hd = 0;
+    DeviceBuffer data;  // [n_seq, n_kv, n_ctx, hd]
+  };
+  std::map<std::string, Cache> caches;  // by graph tensor name
+  std::unique_ptr<GemmWorkspace> gemm;  // created by the first rows executor
+  uint64_t bytes = 0;
+
+  // Error text prefix for a node that cannot run: "cuda backend: node 'x' (op) cannot run on the GPU: why".
+  [[noreturn]] static void unsupported(const graph::Node& n, const std::string& why);
+  // The device copy of a 2-D weight (uploaded on first use).
+  const DeviceWeight& weight(const graph::Node& n, const graph::Tensor& t);
+  // The weights of `members` (same dtype and K) stacked row-wise as one matrix (uploaded on first use).
+  const DeviceWeight& stack(const graph::Node& n, const std::vector<const graph::Tensor*>& members);
+  // Device storage of KV_CACHE tensor t (every slot): allocated zeroed the first time its name is seen.
+  void* cache(const graph::Tensor& t);
+  // The matmul workspace, grown to (max_rows, max_k, max_quant_nk) if it is smaller. Only before any executor has
+  // captured a graph over it: callers size it at compile time.
+  GemmWorkspace& gemm_workspace(int64_t max_k, int64_t max_quant_nk);
+  int64_t gemm_k = 0, gemm_nk = 0;
+  uint64_t gemm_generation = 0;  // bumped when the workspace is replaced: graphs captured over the old one are stale
+};
+
+// Run-time values of one step that the launches read on the host (PREFILL passes t, p0 and the slot; BATCH t only).
+struct RunArgs {
+  int64_t t = 1;
+  int64_t p0 = 0;
+  int64_t seq = 0;
+};
+
+struct Launch {
+  int node = -1;  // graph node whose time this launch is
+  std::function<void(cudaStream_t, const RunArgs&)> fn;
+};
+
+// Runs the launches plainly; with `profile`, records an event after each and adds the elapsed ns to its node
+// (synchronizes the stream).
+class LaunchRunner {
+ public:
+  ~LaunchRunner();
+  void run(const std::vector<Launch>& launches, cudaStream_t stream, const RunArgs& args,
+           std::vector<uint64_t>* profile);
+
+ private:
+  std::vector<cudaEvent_t> events_;
+};
+
+// Captures the launches on `stream` into an executable graph; false (and the runtime's error cleared) when capture
+// or instantiation fails, in which case the caller keeps launching plainly.
+bool capture_graph(const std::vector<Launch>& launches, cudaStream_t stream, const RunArgs& args, cudaGraph_t* graph,
+                   cudaGraphExec_t* exec);
+
+// The shared state of `shared`, or of a fresh private one-slot CudaShared stored into `shared`.
+CudaShared::Impl& shared_impl(std::shared_ptr<CudaShared>& shared, const CudaBackendOptions& options);
+
+}  // namespace tessera::cuda

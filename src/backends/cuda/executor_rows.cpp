@@ -1,0 +1,607 @@
+// CudaRowsExecutor: compiles a T-row graph into launches over fixed device pointers. Row counts are run-time values
+// (PREFILL runs any t <= T; the node shapes of the graph scale with it), so every launch receives RunArgs.
+//
+// What differs from the one-token decoder (backend_cuda.cpp):
+// - matmuls go through kernels_rows.h's matmul (f32 activations for every weight format: no 8-bit copies here);
+// - only matmuls whose outputs feed rope/cache stores are merged (q|k|v): their [t, Nq + Nk + Nv] output is read with
+//   a row stride by rope_store_kv_rows and the attention kernels; gate|up stay separate because swiglu reads
+//   contiguous rows;
+// - activations are recycled: a buffer returns to a free list after the last node reading it (fused readers such as
+//   the attention reading q, k and v through rope/store nodes count), so T = 512 rows of a 32-layer model need a few
+//   layers' worth of activations, not all of them.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "backends/cuda/backend_cuda.h"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/executor_common.h"
+#include "core/error.h"
+#include "quant/quant.h"
+
+namespace tessera::cuda {
+
+using graph::Op;
+
+struct CudaRowsExecutor::Impl {
+  struct RopeInfo {
+    int src = -1;
+    int inv_freq = -1;
+    graph::OpParams p;
+  };
+  struct Storage {
+    DeviceBuffer buf;
+    int last_use = -1;  // last node reading it (INT_MAX: an output)
+    bool live = false;
+  };
+
+  graph::Graph g;
+  RowsMode mode = RowsMode::PREFILL;
+  std::shared_ptr<CudaShared> shared_owner;
+  CudaShared::Impl* sh = nullptr;
+  cudaStream_t stream = nullptr;
+  int64_t T = 0;
+  bool fuse = true;
+
+  std::vector<std::unique_ptr<Storage>> storages;
+  std::vector<int> storage_of;  // per tensor: its storage, -1 when it has none (inputs, caches, weights)
+  std::vector<float*> ptr;      // per tensor: device address of row 0
+  std::vector<int64_t> ld;      // per tensor: elements between rows (> width for a slice of a merged output)
+  std::vector<bool> scaled;     // per tensor: its row count is the run's t (else the shape's)
+  std::vector<std::vector<int>> consumers;
+  std::vector<bool> done;
+  std::unordered_map<int, RopeInfo> rope;
+  std::unordered_map<int, int> kv_src;
+  std::vector<DeviceBuffer> owned;
+  std::unique_ptr<AttnRowsWorkspace> attn_ws;
+  uint64_t gemm_generation = 0;  // of the workspace the captured graph was recorded over
+
+  std::vector<Launch> launches;
+  LaunchRunner runner;
+  std::vector<uint64_t>* profile = nullptr;
+  int tokens_id = -1, positions_id = -1, logits_id = -1;
+  int64_t vocab = 0, embd_rows = 0, ctx = 0, out_rows = 1;
+  DeviceBuffer seq_dev;          // [T] i32 slot of every row
+  int32_t* host_io = nullptr;    // pinned [3 * T]: ids, positions, slots
+  float* host_logits = nullptr;  // pinned [out_rows, vocab]
+  cudaGraph_t cgraph = nullptr;
+  cudaGraphExec_t cexec = nullptr;
+  bool captured = false, capture_failed = false;
+  int steps = 0;
+  uint64_t bytes = 0;
+
+  [[noreturn]] void unsupported(const graph::Node& n, const std::string& why) { CudaShared::Impl::unsupported(n, why); }
+  int64_t width(int tid) const {
+    const graph::Tensor& t = g.tensor(tid);
+    return t.shape.empty() || t.shape[0] == 0 ? t.numel() : t.numel() / t.shape[0];
+  }
+  int64_t rows_of(int tid, int64_t t) const { return scaled[static_cast<size_t>(tid)] ? t : g.tensor(tid).shape[0]; }
+  float* act(int tid) const { return ptr[static_cast<size_t>(tid)]; }
+  bool contiguous(int tid) const { return ld[static_cast<size_t>(tid)] == width(tid); }
+
+  // The last node that reads tensor `tid`, directly or through the rope/store nodes fused into a later attention.
+  int reads_until(int tid, bool top = true) const {
+    const graph::Tensor& t = g.tensor(tid);
+    if (top && t.is_output && t.kind == graph::TensorKind::ACTIVATION && t.alias < 0) return INT_MAX;
+    int m = -1;
+    for (int c : consumers[static_cast<size_t>(tid)]) {
+      m = std::max(m, c);
+      const Op op = g.node(c).op;
+      if (op == Op::ROPE || op == Op::KV_STORE) m = std::max(m, reads_until(g.node(c).output, false));
+    }
+    return m;
+  }
+  float* new_storage(int tid, int64_t elems) {
+    const size_t need = static_cast<size_t>(elems) * sizeof(float);
+    int best = -1;
+    for (size_t s = 0; s < storages.size(); ++s) {
+      const Storage& st = *storages[s];
+      if (!st.live && st.buf.bytes() >= need && (best < 0 || st.buf.bytes() < storages[size_t(best)]->buf.bytes()))
+        best = static_cast<int>(s);
+    }
+    if (best < 0) {
+      storages.push_back(std::make_unique<Storage>());
+      storages.back()->buf = DeviceBuffer(need);
+      bytes += need;
+      best = static_cast<int>(storages.size() - 1);
+    }
+    Storage& st = *storages[static_cast<size_t>(best)];
+    st.live = true;
+    st.last_use = reads_until(tid);
+    storage_of[static_cast<size_t>(tid)] = best;
+    return st.buf.as<float>();
+  }
+  float* new_act(const graph::Node& n, int tid) {
+    if (g.tensor(tid).dtype != DType::F32) unsupported(n, "its output is not f32");
+    ptr[static_cast<size_t>(tid)] = new_storage(tid, g.tensor(tid).numel());
+    ld[static_cast<size_t>(tid)] = width(tid);
+    return act(tid);
+  }
+  // Tensor `tid` lives in `src`'s storage at element offset `off` with `src`'s row stride (or `stride` when given).
+  void alias(int tid, int src, int64_t off = 0, int64_t stride = -1) {
+    ptr[static_cast<size_t>(tid)] = act(src) + off;
+    ld[static_cast<size_t>(tid)] = stride >= 0 ? stride : ld[static_cast<size_t>(src)];
+    const int s = storage_of[static_cast<size_t>(src)];
+    storage_of[static_cast<size_t>(tid)] = s;
+    if (s >= 0) storages[static_cast<size_t>(s)]->last_use = std::max(storages[size_t(s)]->last_use, reads_until(tid));
+  }
+  void release_after(int id) {
+    for (auto& s : storages)
+      if (s->live && s->last_use <= id) s->live = false;
+  }
+  float* vector_f32(const graph::Node& n, int tid) {
+    if (ptr[static_cast<size_t>(tid)] != nullptr) return act(tid);
+    const graph::Tensor& t = g.tensor(tid);
+    if (t.data == nullptr || !can_dequantize(t.dtype)) unsupported(n, "weight '" + t.name + "' cannot be read as f32");
+    std::vector<float> host(static_cast<size_t>(t.numel()));
+    dequantize_row(t.dtype, t.data, host.data(), t.numel());
+    owned.emplace_back(host.size() * sizeof(float));
+    owned.back().upload(host.data(), host.size() * sizeof(float));
+    bytes += owned.back().bytes();
+    ptr[static_cast<size_t>(tid)] = owned.back().as<float>();
+    return act(tid);
+  }
+  void need_contiguous(const graph::Node& n, int tid) {
+    if (!contiguous(tid)) unsupported(n, "its input '" + g.tensor(tid).name + "' is a strided slice");
+  }
+  int residual_add_target(int id) const;
+  void size_gemm();
+  void compile();
+  void compile_node(int id);
+  void copy_logits(int64_t rows);
+};
+
+int CudaRowsExecutor::Impl::residual_add_target(int id) const {
+  if (!fuse) return -1;
+  const int out = g.node(id).output;
+  const auto& co = consumers[static_cast<size_t>(out)];
+  if (co.size() != 1) return -1;
+  const graph::Node& r = g.node(co[0]);
+  if (r.op != Op::ADD || r.inputs.size() != 2 || r.inputs[1] != out || r.inputs[0] == out) return -1;
+  const int a = r.inputs[0];
+  const graph::Tensor& at = g.tensor(a);
+  if (at.kind != graph::TensorKind::ACTIVATION || at.is_output || act(a) == nullptr || !contiguous(a)) return -1;
+  if (at.numel() != g.tensor(out).numel() || scaled[size_t(a)] != scaled[size_t(out)]) return -1;
+  const auto& ca = consumers[static_cast<size_t>(a)];
+  if (ca.empty() || ca.back() != co[0]) return -1;
+  for (int c : ca)
+    if (c != co[0] && c > id) return -1;
+  return co[0];
+}
+
+// One workspace serves every executor (they share the stream): sized for the widest K and, for quantized weights, the
+// largest matrix a merged matmul may stack (every matmul reading the same input, summed).
+void CudaRowsExecutor::Impl::size_gemm() {
+  int64_t max_k = 0, max_nk = 0;
+  std::unordered_map<int, int64_t> nk_by_input;
+  for (const graph::Node& n : g.nodes()) {
+    if (n.op != Op::MATMUL) continue;
+    const graph::Tensor& w = g.tensor(n.inputs.at(1));
+    if (w.shape.size() != 2) continue;
+    max_k = std::max(max_k, w.shape[1]);
+    if (is_quantized_dtype(w.dtype)) {
+      int64_t& s = nk_by_input[n.inputs[0]];
+      s += w.shape[0] * w.shape[1];
+      max_nk = std::max(max_nk, s);
+    }
+  }
+  sh->gemm_workspace(max_k, max_nk);
+  gemm_generation = sh->gemm_generation;
+}
+
+void CudaRowsExecutor::Impl::compile() {
+  T = g.n_tokens();
+  TESSERA_CHECK(T >= 1 && T <= sh->max_rows, "cuda backend: a graph of {} rows exceeds the {} rows the engine allows",
+                T, sh->max_rows);
+  const size_t nt = g.tensors().size();
+  storage_of.assign(nt, -1);
+  ptr.assign(nt, nullptr);
+  ld.assign(nt, 0);
+  scaled.assign(nt, false);
+  done.assign(g.nodes().size(), false);
+  consumers.assign(nt, {});
+  for (size_t i = 0; i < g.nodes().size(); ++i)
+    for (int t : g.nodes()[i].inputs) consumers[static_cast<size_t>(t)].push_back(static_cast<int>(i));
+  for (size_t i = 0; i < nt; ++i) {
+    const graph::Tensor& t = g.tensors()[i];
+    if (t.kind == graph::TensorKind::INPUT) {
+      TESSERA_CHECK(t.dtype == DType::I32 && t.numel() == T, "cuda backend: input '{}' must be {} i32", t.name, T);
+      owned.emplace_back(static_cast<size_t>(T) * sizeof(int32_t));
+      TESSERA_CUDA_CHECK(cudaMemset(owned.back().get(), 0, owned.back().bytes()));
+      ptr[i] = owned.back().as<float>();  // i32 storage; never read as float
+      scaled[i] = true;
+      if (t.name == "tokens")
+        tokens_id = static_cast<int>(i);
+      else if (t.name == "positions")
+        positions_id = static_cast<int>(i);
+      else
+        fail("cuda backend: graph input '{}' is unknown (tokens and positions are)", t.name);
+    } else if (t.kind == graph::TensorKind::KV_CACHE) {
+      ptr[i] = static_cast<float*>(sh->cache(t));  // every slot; views add the slot offset
+      ctx = t.shape[1];
+    }
+  }
+  TESSERA_CHECK(tokens_id >= 0 && positions_id >= 0, "cuda backend: the graph lacks its 'tokens' or 'positions' input");
+  for (const graph::Node& n : g.nodes())
+    if (n.op != Op::LAST_ROW && n.op != Op::KV_STORE && !n.inputs.empty())
+      scaled[static_cast<size_t>(n.output)] = scaled[static_cast<size_t>(n.inputs[n.op == Op::EMBED ? 1 : 0])];
+  seq_dev = DeviceBuffer(static_cast<size_t>(T) * sizeof(int32_t));
+  TESSERA_CUDA_CHECK(cudaMemset(seq_dev.get(), 0, seq_dev.bytes()));
+  size_gemm();
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    compile_node(static_cast<int>(i));
+    release_after(static_cast<int>(i));
+  }
+  for (const auto& [out, src] : kv_src) {
+    bool read = false;
+    for (int c : consumers[static_cast<size_t>(out)]) read |= g.node(c).op == Op::ATTENTION;
+    TESSERA_CHECK(read, "cuda backend: cache store '{}' is not followed by attention (stores are fused into it)",
+                  g.tensor(out).name);
+  }
+  logits_id = g.find_tensor("output");
+  TESSERA_CHECK(logits_id >= 0 && g.tensor(logits_id).dtype == DType::F32 && act(logits_id) != nullptr,
+                "cuda backend: the graph has no f32 'output' tensor (the logits)");
+  vocab = width(logits_id);
+  out_rows = g.tensor(logits_id).shape[0];
+  TESSERA_CHECK(mode == RowsMode::PREFILL || out_rows == T,
+                "cuda backend: a batched-decode graph must give every row's logits ({} rows, not {})", T, out_rows);
+  TESSERA_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_io), static_cast<size_t>(3 * T) * sizeof(int32_t),
+                                   cudaHostAllocDefault));
+  TESSERA_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_logits),
+                                   static_cast<size_t>(out_rows * vocab) * sizeof(float), cudaHostAllocDefault));
+}
+
+void CudaRowsExecutor::Impl::compile_node(int id) {
+  const graph::Node& n = g.node(id);
+  const int out = n.output;
+  const auto in = [&](size_t i) { return n.inputs.at(i); };
+  switch (n.op) {
+    case Op::EMBED: {
+      const DeviceWeight* wp = &sh->weight(n, g.tensor(in(0)));
+      embd_rows = wp->n;
+      const auto* ids = reinterpret_cast<const int32_t*>(act(in(1)));
+      float* y = new_act(n, out);
+      const bool sc = scaled[size_t(out)];
+      const int64_t fixed = g.tensor(out).shape[0];
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) { embedding(*wp, ids, y, sc ? a.t : fixed, s); }});
+      return;
+    }
+    case Op::RMSNORM: {
+      need_contiguous(n, in(0));
+      const float* x = act(in(0));
+      const float* w = vector_f32(n, in(1));
+      float* y = new_act(n, out);
+      const int64_t d = width(out), fixed = g.tensor(out).shape[0];
+      const bool sc = scaled[size_t(out)];
+      const float eps = n.params.eps;
+      launches.push_back(
+          {id, [=](cudaStream_t s, const RunArgs& a) { rmsnorm(x, w, y, sc ? a.t : fixed, d, eps, s); }});
+      return;
+    }
+    case Op::MATMUL: {
+      if (done[static_cast<size_t>(id)]) return;  // computed by an earlier merged matmul
+      need_contiguous(n, in(0));
+      const graph::Tensor& w0 = g.tensor(in(1));
+      // Matmuls sharing this input whose outputs only feed rope/cache stores (q, k, v) run as one matmul over the
+      // stacked weights: one pass over x, one launch, and the attention kernels read the slices with a row stride.
+      const auto feeds_attention_only = [&](int node) {
+        const auto& co = consumers[static_cast<size_t>(g.node(node).output)];
+        if (co.empty()) return false;
+        for (int c : co)
+          if (g.node(c).op != Op::ROPE && g.node(c).op != Op::KV_STORE) return false;
+        return true;
+      };
+      std::vector<int> group{id};
+      if (fuse && w0.shape.size() == 2 && w0.data != nullptr && feeds_attention_only(id))
+        for (int c : consumers[static_cast<size_t>(in(0))]) {
+          if (c <= id) continue;
+          const graph::Node& m = g.node(c);
+          if (m.op != Op::MATMUL || m.inputs.at(0) != in(0) || !feeds_attention_only(c)) continue;
+          const graph::Tensor& wt = g.tensor(m.inputs.at(1));
+          if (wt.dtype == w0.dtype && wt.shape.size() == 2 && wt.shape[1] == w0.shape[1] && wt.data != nullptr &&
+              wt.kind == graph::TensorKind::WEIGHT && g.tensor(m.output).dtype == DType::F32)
+            group.push_back(c);
+        }
+      const DeviceWeight* wp = nullptr;
+      if (group.size() == 1) {
+        wp = &sh->weight(n, w0);
+      } else {
+        std::vector<const graph::Tensor*> members;
+        for (int c : group) members.push_back(&g.tensor(g.node(c).inputs[1]));
+        wp = &sh->stack(n, members);
+      }
+      const float* x = act(in(0));
+      const bool sc = scaled[size_t(in(0))];
+      const int64_t fixed = g.tensor(in(0)).shape[0];
+      float* y = nullptr;
+      bool accumulate = false;
+      if (group.size() > 1) {
+        // One storage [T, N_total]; member outputs are column slices of it.
+        const int first = g.node(group[0]).output;
+        y = new_storage(first, T * wp->n);
+        ptr[static_cast<size_t>(first)] = y;
+        ld[static_cast<size_t>(first)] = wp->n;
+        int64_t off = 0;
+        for (int c : group) {
+          const graph::Node& m = g.node(c);
+          if (width(m.output) != g.tensor(m.inputs[1]).shape[0] || g.tensor(m.output).shape[0] != T)
+            unsupported(m, "its output is not [T, N]");
+          alias(m.output, first, off, wp->n);  // the first member aliases itself at offset 0
+          off += g.tensor(m.inputs[1]).shape[0];
+          done[static_cast<size_t>(c)] = true;
+        }
+      } else if (const int r = residual_add_target(id); r >= 0 && act(in(0)) != act(g.node(r).inputs[0])) {
+        // y = a + x·Wᵀ written as a += x·Wᵀ: the residual add disappears into the matmul.
+        const int a = g.node(r).inputs[0];
+        alias(out, a);
+        y = act(out);
+        accumulate = true;
+        done[static_cast<size_t>(r)] = true;
+      } else {
+        y = new_act(n, out);
+      }
+      // The workspace is looked up at run time: a later executor may have replaced it with a larger one.
+      CudaShared::Impl* shp = sh;
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                            matmul(*wp, x, y, sc ? a.t : fixed, *shp->gemm, s, accumulate);
+                          }});
+      return;
+    }
+    case Op::ROPE: {
+      // Rotated in place by the attention's fused launch (rope_store_kv_rows): nothing else may read the input.
+      if (consumers[static_cast<size_t>(in(0))].size() != 1)
+        unsupported(n, "its input is read by other nodes too (rope is fused into attention)");
+      if (in(1) != positions_id) unsupported(n, "its positions are not the graph's 'positions' input");
+      alias(out, in(0));
+      rope[out] = RopeInfo{in(0), in(2), n.params};
+      vector_f32(n, in(2));
+      return;
+    }
+    case Op::KV_STORE:
+      ptr[static_cast<size_t>(out)] = act(in(1));
+      kv_src[out] = in(0);
+      return;
+    case Op::ATTENTION: {
+      const int q = in(0), ck = in(1), cv = in(2);
+      const auto rq = rope.find(q);
+      const auto sk = kv_src.find(ck);
+      const auto sv = kv_src.find(cv);
+      if (rq == rope.end() || sk == kv_src.end() || sv == kv_src.end())
+        unsupported(n, "its query must come from a rope node and its caches from cache stores");
+      const auto rk = rope.find(sk->second);
+      if (rk == rope.end() || rope.count(sv->second) != 0)
+        unsupported(n, "the stored keys must be rotated and the stored values not");
+      if (rk->second.inv_freq != rq->second.inv_freq || rk->second.p.rope_dim != rq->second.p.rope_dim ||
+          rk->second.p.rope_neox != rq->second.p.rope_neox)
+        unsupported(n, "its query and key rotations differ");
+      if (consumers[static_cast<size_t>(sk->second)].size() != 1)
+        unsupported(n, "the rotated keys are read by other nodes too");
+      const int qs = rq->second.src, ks = rk->second.src, vs = sv->second;
+      if (ld[size_t(ks)] != ld[size_t(vs)]) unsupported(n, "its keys and values have different row strides");
+      const graph::Tensor& kt = g.tensor(ck);
+      KvCacheView cache;
+      cache.dtype = kt.dtype;
+      cache.k = act(ck);
+      cache.v = act(cv);
+      cache.n_kv = kt.shape[0];
+      cache.n_ctx = kt.shape[1];
+      cache.hd = kt.shape[2];
+      cache.n_seq = sh->n_seq;
+      const int64_t n_head = n.params.n_head;
+      if (n.params.head_dim != cache.hd || n.params.n_head_kv != cache.n_kv)
+        unsupported(n, "its head sizes disagree with its cache");
+      float* qp = act(qs);
+      const float* kp = act(ks);
+      const float* vp = act(vs);
+      const int64_t ld_q = ld[size_t(qs)], ld_kv = ld[size_t(ks)];
+      const auto* pos = reinterpret_cast<const int32_t*>(act(positions_id));
+      const int32_t* seq = seq_dev.as<int32_t>();
+      const float* inv_freq = act(rq->second.inv_freq);
+      const int64_t rope_dim = rq->second.p.rope_dim;
+      const bool neox = rq->second.p.rope_neox;
+      const float scale = n.params.attn_scale;
+      float* y = new_act(n, out);
+      if (mode == RowsMode::PREFILL) {
+        launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                              rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim,
+                                                 inv_freq, neox, s);
+                              attn_prefill(qp, ld_q, cache, a.seq, a.p0, a.t, y, n_head, scale, s);
+                            }});
+      } else {
+        if (!attn_ws) attn_ws = std::make_unique<AttnRowsWorkspace>(T, n_head, cache);
+        AttnRowsWorkspace* ws = attn_ws.get();
+        launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                              rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim,
+                                                 inv_freq, neox, s);
+                              attn_decode_rows(qp, ld_q, cache, pos, seq, a.t, y, n_head, scale, *ws, s);
+                            }});
+      }
+      return;
+    }
+    case Op::ADD: {
+      if (done[static_cast<size_t>(id)]) {  // accumulated by the matmul producing its second operand
+        alias(out, in(0));
+        return;
+      }
+      const int a = in(0), b = in(1);
+      need_contiguous(n, a);
+      need_contiguous(n, b);
+      const auto& ca = consumers[static_cast<size_t>(a)];
+      const bool last_reader = g.tensor(a).kind == graph::TensorKind::ACTIVATION && !g.tensor(a).is_output &&
+                               !ca.empty() && ca.back() == id && a != b && storage_of[size_t(a)] >= 0;
+      const float* bp = act(b);
+      const int64_t w = width(out), fixed = g.tensor(out).shape[0];
+      const bool sc = scaled[size_t(out)];
+      if (last_reader) {  // in place on the residual stream
+        alias(out, a);
+        float* y = act(out);
+        launches.push_back({id, [=](cudaStream_t s, const RunArgs& r) { add(y, bp, (sc ? r.t : fixed) * w, s); }});
+      } else {
+        const float* ap = act(a);
+        float* y = new_act(n, out);
+        launches.push_back({id, [=](cudaStream_t s, const RunArgs& r) {
+                              const int64_t count = (sc ? r.t : fixed) * w;
+                              TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, ap, static_cast<size_t>(count) * sizeof(float),
+                                                                 cudaMemcpyDeviceToDevice, s));
+                              add(y, bp, count, s);
+                            }});
+      }
+      return;
+    }
+    case Op::SWIGLU: {
+      need_contiguous(n, in(0));
+      need_contiguous(n, in(1));
+      const float* gp = act(in(0));
+      const float* up = act(in(1));
+      float* y = new_act(n, out);
+      const int64_t w = width(out), fixed = g.tensor(out).shape[0];
+      const bool sc = scaled[size_t(out)];
+      launches.push_back(
+          {id, [=](cudaStream_t s, const RunArgs& a) { swiglu(gp, up, y, (sc ? a.t : fixed) * w, s); }});
+      return;
+    }
+    case Op::LAST_ROW: {
+      // The chunk's last row is row t - 1, known only at run time: one small copy.
+      need_contiguous(n, in(0));
+      const float* x = act(in(0));
+      const bool sc = scaled[size_t(in(0))];
+      const int64_t w = width(in(0)), fixed = g.tensor(in(0)).shape[0];
+      float* y = new_act(n, out);
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                            const int64_t last = (sc ? a.t : fixed) - 1;
+                            TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, x + last * w, static_cast<size_t>(w) * sizeof(float),
+                                                               cudaMemcpyDeviceToDevice, s));
+                          }});
+      return;
+    }
+  }
+  unsupported(n, "the op has no CUDA kernel");
+}
+
+void CudaRowsExecutor::Impl::copy_logits(int64_t rows) {
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(host_logits, act(logits_id), static_cast<size_t>(rows * vocab) * sizeof(float),
+                                     cudaMemcpyDeviceToHost, stream));
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+CudaRowsExecutor::CudaRowsExecutor(const graph::Graph& g, RowsMode mode, std::shared_ptr<CudaShared> shared)
+    : impl_(std::make_unique<Impl>()) {
+  TESSERA_CHECK(shared != nullptr, "cuda backend: a rows executor needs the engine's shared device state");
+  impl_->sh = &shared->impl();
+  impl_->shared_owner = std::move(shared);
+  impl_->g = g;
+  impl_->mode = mode;
+  impl_->fuse = impl_->sh->fuse;
+  impl_->stream = impl_->sh->stream;
+  impl_->compile();
+  synchronize();
+}
+
+CudaRowsExecutor::~CudaRowsExecutor() {
+  if (!impl_) return;
+  if (impl_->stream != nullptr) (void)cudaStreamSynchronize(impl_->stream);
+  if (impl_->cexec != nullptr) (void)cudaGraphExecDestroy(impl_->cexec);
+  if (impl_->cgraph != nullptr) (void)cudaGraphDestroy(impl_->cgraph);
+  if (impl_->host_io != nullptr) (void)cudaFreeHost(impl_->host_io);
+  if (impl_->host_logits != nullptr) (void)cudaFreeHost(impl_->host_logits);
+}
+
+std::span<const float> CudaRowsExecutor::prefill(std::span<const int32_t> ids, int64_t seq, int64_t p0) {
+  Impl& m = *impl_;
+  TESSERA_CHECK(m.mode == RowsMode::PREFILL, "cuda backend: prefill() called on a batched-decode executor");
+  const int64_t t = static_cast<int64_t>(ids.size());
+  TESSERA_CHECK(t >= 1 && t <= m.T, "cuda backend: a prefill chunk of {} tokens does not fit this executor's {} rows",
+                t, m.T);
+  TESSERA_CHECK(seq >= 0 && seq < m.sh->n_seq, "sequence {} is outside the {} sequences of this session", seq,
+                m.sh->n_seq);
+  TESSERA_CHECK(p0 >= 0 && p0 + t <= m.ctx, "the context is full: {} tokens at position {} do not fit {} positions", t,
+                p0, m.ctx);
+  for (int32_t id : ids)
+    TESSERA_CHECK(id >= 0 && id < m.embd_rows, "token id {} is outside the vocabulary of {} tokens", id, m.embd_rows);
+  int32_t* h_ids = m.host_io;
+  int32_t* h_pos = m.host_io + m.T;
+  int32_t* h_seq = m.host_io + 2 * m.T;
+  for (int64_t i = 0; i < t; ++i) {
+    h_ids[i] = ids[static_cast<size_t>(i)];
+    h_pos[i] = static_cast<int32_t>(p0 + i);
+    h_seq[i] = static_cast<int32_t>(seq);
+  }
+  const size_t nb = static_cast<size_t>(t) * sizeof(int32_t);
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.act(m.tokens_id), h_ids, nb, cudaMemcpyHostToDevice, m.stream));
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.act(m.positions_id), h_pos, nb, cudaMemcpyHostToDevice, m.stream));
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.seq_dev.get(), h_seq, nb, cudaMemcpyHostToDevice, m.stream));
+  // Prefill runs plainly: chunk length and position vary per call, and its launches are few and long.
+  m.runner.run(m.launches, m.stream, RunArgs{t, p0, seq}, m.profile);
+  const int64_t rows = m.scaled[size_t(m.logits_id)] ? t : m.out_rows;
+  m.copy_logits(rows);
+  ++m.steps;
+  return {m.host_logits, static_cast<size_t>(rows * m.vocab)};
+}
+
+std::span<const float> CudaRowsExecutor::decode_rows(std::span<const int32_t> ids, std::span<const int32_t> seqs,
+                                                     std::span<const int32_t> pos) {
+  Impl& m = *impl_;
+  TESSERA_CHECK(m.mode == RowsMode::BATCH, "cuda backend: decode_rows() called on a prefill executor");
+  TESSERA_CHECK(static_cast<int64_t>(ids.size()) == m.T && seqs.size() == ids.size() && pos.size() == ids.size(),
+                "cuda backend: batched decode of {} rows got {} tokens, {} sequences and {} positions", m.T,
+                ids.size(), seqs.size(), pos.size());
+  std::unordered_set<int32_t> seen;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    TESSERA_CHECK(ids[i] >= 0 && ids[i] < m.embd_rows, "token id {} is outside the vocabulary of {} tokens", ids[i],
+                  m.embd_rows);
+    TESSERA_CHECK(seqs[i] >= 0 && seqs[i] < m.sh->n_seq, "sequence {} is outside the {} sequences of this session",
+                  seqs[i], m.sh->n_seq);
+    TESSERA_CHECK(seen.insert(seqs[i]).second, "sequence {} appears twice in one batched decode step", seqs[i]);
+    TESSERA_CHECK(pos[i] >= 0 && pos[i] < m.ctx, "the context of sequence {} is full: position {} is outside {}",
+                  seqs[i], pos[i], m.ctx);
+  }
+  const size_t nb = ids.size() * sizeof(int32_t);
+  std::memcpy(m.host_io, ids.data(), nb);
+  std::memcpy(m.host_io + m.T, pos.data(), nb);
+  std::memcpy(m.host_io + 2 * m.T, seqs.data(), nb);
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.act(m.tokens_id), m.host_io, nb, cudaMemcpyHostToDevice, m.stream));
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.act(m.positions_id), m.host_io + m.T, nb, cudaMemcpyHostToDevice, m.stream));
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.seq_dev.get(), m.host_io + 2 * m.T, nb, cudaMemcpyHostToDevice, m.stream));
+  const RunArgs args{m.T, 0, 0};
+  if (m.profile != nullptr) {
+    m.runner.run(m.launches, m.stream, args, m.profile);
+  } else {
+    if (m.captured && m.gemm_generation != m.sh->gemm_generation) {  // the workspace it captured is gone
+      (void)cudaGraphExecDestroy(m.cexec);
+      (void)cudaGraphDestroy(m.cgraph);
+      m.cexec = nullptr;
+      m.cgraph = nullptr;
+      m.captured = false;
+    }
+    m.gemm_generation = m.sh->gemm_generation;
+    // The first step runs plainly (kernel attributes get set, faults show up uncaptured); the second captures.
+    if (m.sh->options.use_graph && !m.captured && !m.capture_failed && m.steps >= 1) {
+      m.captured = capture_graph(m.launches, m.stream, args, &m.cgraph, &m.cexec);
+      m.capture_failed = !m.captured;
+    }
+    if (m.captured)
+      TESSERA_CUDA_CHECK(cudaGraphLaunch(m.cexec, m.stream));
+    else
+      m.runner.run(m.launches, m.stream, args, nullptr);
+  }
+  m.copy_logits(m.T);
+  ++m.steps;
+  return {m.host_logits, static_cast<size_t>(m.T * m.vocab)};
+}
+
+void CudaRowsExecutor::set_profile(std::vector<uint64_t>* node_ns) {
+  if (node_ns != nullptr && node_ns->size() < impl_->g.nodes().size()) node_ns->resize(impl_->g.nodes().size());
+  impl_->profile = node_ns;
+}
+
+RowsMode CudaRowsExecutor::mode() const { return impl_->mode; }
+int64_t CudaRowsExecutor::rows() const { return impl_->T; }
+int64_t CudaRowsExecutor::n_vocab() const { return impl_->vocab; }
+bool CudaRowsExecutor::graph_captured() const { return impl_->captured; }
+uint64_t CudaRowsExecutor::device_bytes() const { return impl_->bytes; }
+
+}  // namespace tessera::cuda

@@ -1,0 +1,178 @@
+// CudaShared (weights, stacks, caches, stream, matmul workspace), per-node profiling and CUDA graph capture.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/executor_common.h"
+#include "core/error.h"
+
+namespace tessera::cuda {
+
+bool is_quantized_dtype(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
+
+void CudaShared::Impl::unsupported(const graph::Node& n, const std::string& why) {
+  fail("cuda backend: node '{}' ({}) cannot run on the GPU: {}", n.name, graph::op_name(n.op), why);
+}
+
+const DeviceWeight& CudaShared::Impl::weight(const graph::Node& n, const graph::Tensor& t) {
+  if (t.kind != graph::TensorKind::WEIGHT || t.data == nullptr || t.shape.size() != 2)
+    unsupported(n, "its weight '" + t.name + "' is not a 2-D weight with data");
+  auto it = weights.find(t.data);
+  if (it != weights.end()) return it->second;
+  if (!gemv_supports(t.dtype))
+    unsupported(n, "weight '" + t.name + "' is " + std::string(dtype_name(t.dtype)) +
+                       "; the CUDA kernels support f32, f16, bf16, q8_0, q4_0 and q4_1");
+  DeviceWeight w = upload_weight(t.dtype, t.data, t.shape[0], t.shape[1]);
+  bytes += w.bytes();
+  return weights.emplace(t.data, std::move(w)).first->second;
+}
+
+const DeviceWeight& CudaShared::Impl::stack(const graph::Node& n, const std::vector<const graph::Tensor*>& members) {
+  std::vector<const void*> key;
+  for (const graph::Tensor* t : members) key.push_back(t->data);
+  auto it = stacks.find(key);
+  if (it != stacks.end()) return *it->second;
+  const graph::Tensor& w0 = *members.front();
+  if (!gemv_supports(w0.dtype))
+    unsupported(n, "weight '" + w0.name + "' is " + std::string(dtype_name(w0.dtype)) +
+                       "; the CUDA kernels support f32, f16, bf16, q8_0, q4_0 and q4_1");
+  int64_t rows = 0;
+  uint64_t total = 0;
+  for (const graph::Tensor* t : members) {
+    rows += t->shape[0];
+    total += t->nbytes();
+  }
+  std::vector<uint8_t> stacked(total);  // row-major [N, K] in any format: stacking rows appends bytes
+  uint64_t at = 0;
+  for (const graph::Tensor* t : members) {
+    std::memcpy(stacked.data() + at, t->data, t->nbytes());
+    at += t->nbytes();
+  }
+  auto w = std::make_unique<DeviceWeight>(upload_weight(w0.dtype, stacked.data(), rows, w0.shape[1]));
+  bytes += w->bytes();
+  return *stacks.emplace(std::move(key), std::move(w)).first->second;
+}
+
+void* CudaShared::Impl::cache(const graph::Tensor& t) {
+  TESSERA_CHECK(t.dtype == DType::F16 || t.dtype == DType::BF16,
+                "cuda backend: KV cache '{}' is {}; the GPU cache is f16 or bf16", t.name, dtype_name(t.dtype));
+  TESSERA_CHECK(t.shape.size() == 3, "cuda backend: KV cache '{}' must be [n_kv, n_ctx, head_dim]", t.name);
+  auto it = caches.find(t.name);
+  if (it != caches.end()) {
+    const Cache& c = it->second;
+    TESSERA_CHECK(c.dtype == t.dtype && c.n_kv == t.shape[0] && c.n_ctx == t.shape[1] && c.hd == t.shape[2],
+                  "cuda backend: KV cache '{}' has another shape or type than the graph that created it", t.name);
+    return c.data.get();
+  }
+  Cache c;
+  c.dtype = t.dtype;
+  c.n_kv = t.shape[0];
+  c.n_ctx = t.shape[1];
+  c.hd = t.shape[2];
+  const size_t n = static_cast<size_t>(t.nbytes()) * static_cast<size_t>(n_seq);
+  c.data = DeviceBuffer(n);
+  TESSERA_CUDA_CHECK(cudaMemset(c.data.get(), 0, n));
+  bytes += n;
+  return caches.emplace(t.name, std::move(c)).first->second.data.get();
+}
+
+GemmWorkspace& CudaShared::Impl::gemm_workspace(int64_t max_k, int64_t max_quant_nk) {
+  if (!gemm || max_k > gemm_k || max_quant_nk > gemm_nk) {
+    gemm_k = std::max(gemm_k, max_k);
+    gemm_nk = std::max(gemm_nk, max_quant_nk);
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old workspace may still be in use
+    gemm.reset();
+    gemm = std::make_unique<GemmWorkspace>(max_rows, gemm_k, gemm_nk);
+    ++gemm_generation;
+  }
+  return *gemm;
+}
+
+CudaShared::Impl& shared_impl(std::shared_ptr<CudaShared>& shared, const CudaBackendOptions& options) {
+  if (!shared) shared = std::make_shared<CudaShared>(1, 1, options);
+  return shared->impl();
+}
+
+CudaShared::CudaShared(int64_t n_seq, int64_t max_rows, const CudaBackendOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  TESSERA_CHECK(n_seq >= 1, "cuda backend: the sequence count {} must be positive", n_seq);
+  TESSERA_CHECK(max_rows >= 1, "cuda backend: the row count {} must be positive", max_rows);
+  std::string why;
+  TESSERA_CHECK(cuda_available(&why), "device 'cuda' is not available: {}", why);
+  set_device(options.device);
+  impl_->n_seq = n_seq;
+  impl_->max_rows = max_rows;
+  impl_->options = options;
+  if (const char* e = std::getenv("TESSERA_CUDA_GRAPH"); e != nullptr && std::string(e) == "0")
+    impl_->options.use_graph = false;
+  if (const char* e = std::getenv("TESSERA_CUDA_FUSE"); e != nullptr && std::string(e) == "0") impl_->fuse = false;
+  TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+}
+
+CudaShared::~CudaShared() {
+  if (!impl_ || impl_->stream == nullptr) return;
+  (void)cudaStreamSynchronize(impl_->stream);
+  impl_->gemm.reset();
+  (void)cudaStreamDestroy(impl_->stream);
+}
+
+int64_t CudaShared::n_seq() const { return impl_->n_seq; }
+int64_t CudaShared::max_rows() const { return impl_->max_rows; }
+const CudaBackendOptions& CudaShared::options() const { return impl_->options; }
+uint64_t CudaShared::device_bytes() const { return impl_->bytes; }
+
+LaunchRunner::~LaunchRunner() {
+  for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
+}
+
+void LaunchRunner::run(const std::vector<Launch>& launches, cudaStream_t stream, const RunArgs& args,
+                       std::vector<uint64_t>* profile) {
+  if (profile == nullptr) {
+    for (const Launch& l : launches) l.fn(stream, args);
+    return;
+  }
+  while (events_.size() < launches.size() + 1) {
+    cudaEvent_t e = nullptr;
+    TESSERA_CUDA_CHECK(cudaEventCreate(&e));
+    events_.push_back(e);
+  }
+  TESSERA_CUDA_CHECK(cudaEventRecord(events_[0], stream));
+  for (size_t i = 0; i < launches.size(); ++i) {
+    launches[i].fn(stream, args);
+    TESSERA_CUDA_CHECK(cudaEventRecord(events_[i + 1], stream));
+  }
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (size_t i = 0; i < launches.size(); ++i) {
+    float ms = 0;
+    TESSERA_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
+    const size_t node = static_cast<size_t>(launches[i].node);
+    if (node < profile->size()) (*profile)[node] += static_cast<uint64_t>(double(ms) * 1e6);
+  }
+}
+
+bool capture_graph(const std::vector<Launch>& launches, cudaStream_t stream, const RunArgs& args, cudaGraph_t* graph,
+                   cudaGraphExec_t* exec) {
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  bool ok = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+  if (ok) {
+    try {
+      for (const Launch& l : launches) l.fn(stream, args);
+    } catch (const Error&) {
+      ok = false;
+    }
+    cudaGraph_t gr = nullptr;
+    ok = cudaStreamEndCapture(stream, &gr) == cudaSuccess && ok;
+    if (ok) ok = cudaGraphInstantiate(exec, gr, 0) == cudaSuccess;
+    if (gr != nullptr) {
+      if (ok)
+        *graph = gr;
+      else
+        (void)cudaGraphDestroy(gr);
+    }
+  }
+  if (!ok) (void)cudaGetLastError();
+  return ok;
+}
+
+}  // namespace tessera::cuda
