@@ -88,7 +88,7 @@ for t in tessera_bench_gemm tessera_bench_attention; do grep -q "$t" bench/cuda/
 if cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA_ARCHS=90a-real \
     -DCMAKE_PREFIX_PATH="$deps" -Dfmt_DIR="$arch_lib/cmake/fmt" -DGTest_DIR="$arch_lib/cmake/GTest" \
     -Dnlohmann_json_DIR="$deps/share/cmake/nlohmann_json" -DCLI11_DIR="$deps/share/cmake/CLI11" \
-    -DPKG_CONFIG_EXECUTABLE="$deps/bin/pkg-config" -DTESSERA_FUZZ=OFF -DTESSERA_BENCH=OFF >> "$logt" 2>&1 &&
+    -DPKG_CONFIG_EXECUTABLE="$deps/bin/pkg-config" -DTESSERA_FUZZ=OFF >> "$logt" 2>&1 &&
    cmake --build build-gpu --target $targets -j "$(nproc)" >> "$logt" 2>&1; then
   say "- build: ok ($(( $(date +%s) - t0 ))s)"
 else
@@ -218,7 +218,7 @@ fi
 if has prefill; then
   stamp "prefill"
   for spec in llama3-8b:bf16 llama3-8b:q8_0 llama3-8b:q4_0 llama3.2-1b:bf16; do
-    tbench prefill --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 2048 -n 0 -ub 2048 -r 3 --no-ceilings
+    tbench prefill --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 2048 -n 0 --ubatch 2048 -r 3 --no-ceilings
   done
 fi
 if has batch; then

@@ -230,6 +230,7 @@ int run(const ProfileFlags& f) {
   so.n_ctx = n_prompt + f.n_gen + 1;
   so.n_batch = f.batch;
   so.n_threads = f.threads;
+  so.device = f.device;
   Session session(model, so);
 
   // Warm-up (weights paged in, plans compiled), not profiled.
@@ -283,7 +284,8 @@ int run(const ProfileFlags& f) {
   if (!f.no_ceilings) {
     std::set<std::string> dtypes;
     for (const NodeAgg& n : pre.nodes)
-      if (!n.weight_dtype.empty()) dtypes.insert(cpu_matmul_dtype(n.weight_dtype));
+      if (!n.weight_dtype.empty())
+        dtypes.insert(f.device == "cuda" ? n.weight_dtype : cpu_matmul_dtype(n.weight_dtype));
     CeilingOptions co;
     co.device = f.device;
     co.n_threads = session.n_threads();
