@@ -5,9 +5,11 @@
 // over rotating copies of the inputs, so weights that fit the 50 MB L2 are still read from memory (the rotation
 // covers 4x the L2); replays are timed with events; the median over replays is reported with its min and max.
 //
-// Usage: tessera_bench_cuda [--json FILE] [--all-configs] [--quick] [--reps N]
+// Usage: tessera_bench_cuda [--json FILE] [--all-configs] [--quick] [--reps N] [--only LIST]
 //   --all-configs  time every GEMV launch shape, not only the default (for tuning gemv_default_config)
 //   --quick        fewer shapes (a smoke run)
+//   --only LIST    only these parts, comma-separated: gemv, small, attention, projection, chain (the decode chain
+//                  runs under --quick only when named here)
 #include <cuda_runtime_api.h>
 #include <fmt/core.h>
 
@@ -39,6 +41,7 @@ struct Options {
   bool all_configs = false;
   bool quick = false;
   int reps = 20;
+  std::string only;  // ",gemv,chain," etc.; empty: every part
 };
 
 struct Timing {
@@ -488,140 +491,165 @@ void Bench::projection() {
 // GEMV, swiglu, down GEMV accumulating), final rmsnorm, output GEMV, argmax. Random weights (all 32 layers are
 // distinct memory, so nothing is served from L2 that a real model would not). The position lives in device memory,
 // so one graph serves every context length. This is the kernels' decode speed; the executor must add nothing to it.
+// SmolLM2-135M's shapes too (30 small layers: launch gaps, not bytes, bound it), each with Programmatic Dependent
+// Launch off and on (set_pdl), to show what PDL saves per kernel.
 void Bench::decode_chain() {
-  const int64_t d = 4096, ff = 14336, n_head = 32, n_kv = 8, hd = 128, vocab = 128256, n_ctx = 4096;
-  const int layers = 32;
-  fmt::print("\nLlama-3-8B decode step from the kernels, one CUDA graph, {} layers (target: bf16 >= 185 tok/s)\n",
-             layers);
+  struct Model {
+    const char* name;
+    int64_t d, ff, n_head, n_kv, hd, vocab;
+    int layers;
+    std::vector<DType> dtypes;
+  };
+  const Model models[] = {{"Llama-3-8B", 4096, 14336, 32, 8, 128, 128256, 32, {DType::BF16, DType::Q8_0, DType::Q4_0}},
+                          {"SmolLM2-135M", 576, 1536, 9, 3, 64, 49152, 30, {DType::BF16, DType::Q8_0}}};
   json chain = json::array();
-  for (const DType dtype : {DType::BF16, DType::Q8_0, DType::Q4_0}) {
-    const bool quant = is_quant(dtype);
-    auto make = [&](int64_t n, int64_t k) {
-      DeviceWeight w;
-      w.dtype = dtype;
-      w.n = n;
-      w.k = k;
-      if (quant) {
-        w.layout = GemvLayout::SPLIT_Q;
-        w.quants = DeviceBuffer(dtype == DType::Q8_0 ? n * k : n * k / 2);
-        w.scales = DeviceBuffer(n * k / 32 * 2);
-        fill_random(FillKind::BYTES, w.quants.get(), w.quants.bytes(), 0, 0, seed_++, stream_);
-        fill_random(FillKind::F16, w.scales.get(), w.scales.bytes() / 2, -0.002f, 0.002f, seed_++, stream_);
-      } else {
-        w.quants = DeviceBuffer(2 * n * k);
-        fill_random(FillKind::BF16, w.quants.get(), n * k, -0.02f, 0.02f, seed_++, stream_);
-      }
-      return w;
-    };
-    struct Layer {
-      DeviceWeight qkv, o, gateup, down;
-      DeviceBuffer norm1, norm2, kc, vc;
-    };
-    std::vector<Layer> ls(layers);
-    uint64_t weight_bytes = 0;
-    for (auto& l : ls) {
-      l.qkv = make(d + 2 * n_kv * hd, d);
-      l.o = make(d, d);
-      l.gateup = make(2 * ff, d);
-      l.down = make(d, ff);
-      weight_bytes += l.qkv.bytes() + l.o.bytes() + l.gateup.bytes() + l.down.bytes();
-      l.norm1 = DeviceBuffer(sizeof(float) * d);
-      l.norm2 = DeviceBuffer(sizeof(float) * d);
-      fill_random(FillKind::F32, l.norm1.get(), d, 0.9f, 1.1f, seed_++, stream_);
-      fill_random(FillKind::F32, l.norm2.get(), d, 0.9f, 1.1f, seed_++, stream_);
-      l.kc = DeviceBuffer(2 * n_kv * n_ctx * hd);
-      l.vc = DeviceBuffer(2 * n_kv * n_ctx * hd);
-      fill_random(FillKind::BF16, l.kc.get(), n_kv * n_ctx * hd, -1.0f, 1.0f, seed_++, stream_);
-      fill_random(FillKind::BF16, l.vc.get(), n_kv * n_ctx * hd, -1.0f, 1.0f, seed_++, stream_);
-    }
-    DeviceWeight head = make(vocab, d);
-    weight_bytes += head.bytes();
-    DeviceWeight embd;
-    embd.dtype = DType::BF16;
-    embd.n = vocab;
-    embd.k = d;
-    embd.quants = DeviceBuffer(2 * vocab * d);
-    fill_random(FillKind::BF16, embd.quants.get(), vocab * d, -0.05f, 0.05f, seed_++, stream_);
-    DeviceBuffer h(sizeof(float) * d), xn(sizeof(float) * d), qkv(sizeof(float) * (d + 2 * n_kv * hd));
-    DeviceBuffer attn(sizeof(float) * d), gu(sizeof(float) * 2 * ff), act(sizeof(float) * ff);
-    DeviceBuffer q8(ff), ds(sizeof(float2) * ff / 32), logits(sizeof(float) * vocab), token(4), pos(4), inv(4 * hd / 2);
-    DeviceBuffer final_norm(sizeof(float) * d);
-    fill_random(FillKind::F32, final_norm.get(), d, 0.9f, 1.1f, seed_++, stream_);
-    fill_random(FillKind::F32, inv.get(), hd / 2, 0.0f, 1.0f, seed_++, stream_);
-    const int32_t tok0 = 9906;
-    token.upload(&tok0, 4);
-    ArgmaxWorkspace aws(vocab);
-    const KvCacheView shape{DType::BF16, ls[0].kc.get(), ls[0].vc.get(), n_ctx, n_kv, hd};
-    AttnWorkspace ws(n_head, shape);
-    GemvInput xin, ain;
-    if (quant) {
-      xin.q8 = ain.q8 = q8.as<int8_t>();
-      xin.q8_ds = ain.q8_ds = ds.as<float2>();
-    } else {
-      xin.f32 = xn.as<float>();
-      ain.f32 = attn.as<float>();
-    }
-    int8_t* yq = quant ? q8.as<int8_t>() : nullptr;
-    float2* yds = quant ? ds.as<float2>() : nullptr;
-    GemvInput act_in = xin;
-    if (!quant) act_in.f32 = act.as<float>();
-    // Float weights fold each RMSNorm into the GEMV that reads its output (GemvInput::norm_w); quantized weights
-    // need x normalized before it is quantized, so they keep the rmsnorm launch (with its q8 output).
-    auto normed = [&](const DeviceBuffer& g) {
-      if (quant) return xin;
-      GemvInput in;
-      in.f32 = h.as<float>();
-      in.norm_w = g.as<float>();
-      in.norm_eps = 1e-5f;
-      return in;
-    };
-    auto norm = [&](const DeviceBuffer& g) {
-      if (quant) rmsnorm(h.as<float>(), g.as<float>(), xn.as<float>(), 1, d, 1e-5f, stream_, yq, yds);
-    };
-    auto step = [&](int) {
-      embedding(embd, token.as<int32_t>(), h.as<float>(), 1, stream_);
+  for (const Model& m : models) {
+    const int64_t d = m.d, ff = m.ff, n_head = m.n_head, n_kv = m.n_kv, hd = m.hd, vocab = m.vocab, n_ctx = 4096;
+    const int layers = m.layers;
+    fmt::print(
+        "\n{} decode step from the kernels, one CUDA graph, {} layers (targets: 8B bf16 >= 185, 135M bf16 >= "
+        "2500 tok/s)\n",
+        m.name, layers);
+    for (const DType dtype : m.dtypes) {
+      const bool quant = is_quant(dtype);
+      // Launches per token: embedding; per layer q|k|v, rope, attention, o, gate|up, swiglu, down (quantized weights
+      // add two rmsnorms and a quantize_q8); final output GEMV and argmax (+ rmsnorm).
+      const int kernels = 1 + layers * (quant ? 10 : 7) + (quant ? 3 : 2);
+      auto make = [&](int64_t n, int64_t k) {
+        DeviceWeight w;
+        w.dtype = dtype;
+        w.n = n;
+        w.k = k;
+        if (quant) {
+          w.layout = GemvLayout::SPLIT_Q;
+          w.quants = DeviceBuffer(dtype == DType::Q8_0 ? n * k : n * k / 2);
+          w.scales = DeviceBuffer(n * k / 32 * 2);
+          fill_random(FillKind::BYTES, w.quants.get(), w.quants.bytes(), 0, 0, seed_++, stream_);
+          fill_random(FillKind::F16, w.scales.get(), w.scales.bytes() / 2, -0.002f, 0.002f, seed_++, stream_);
+        } else {
+          w.quants = DeviceBuffer(2 * n * k);
+          fill_random(FillKind::BF16, w.quants.get(), n * k, -0.02f, 0.02f, seed_++, stream_);
+        }
+        return w;
+      };
+      struct Layer {
+        DeviceWeight qkv, o, gateup, down;
+        DeviceBuffer norm1, norm2, kc, vc;
+      };
+      std::vector<Layer> ls(layers);
+      uint64_t weight_bytes = 0;
       for (auto& l : ls) {
-        const KvCacheView cache{DType::BF16, l.kc.get(), l.vc.get(), n_ctx, n_kv, hd};
-        norm(l.norm1);
-        gemv(l.qkv, normed(l.norm1), qkv.as<float>(), stream_);
-        rope_store_kv(qkv.as<float>(), qkv.as<float>() + d, qkv.as<float>() + d + n_kv * hd, cache, pos.as<int32_t>(),
-                      n_head, hd, inv.as<float>(), false, stream_);
-        attn_decode(qkv.as<float>(), cache, pos.as<int32_t>(), attn.as<float>(), n_head, 0.08838835f, ws, stream_);
-        if (quant) quantize_q8(attn.as<float>(), q8.as<int8_t>(), ds.as<float2>(), d, stream_);
-        gemv(l.o, ain, h.as<float>(), stream_, nullptr, /*accumulate=*/true);
-        norm(l.norm2);
-        gemv(l.gateup, normed(l.norm2), gu.as<float>(), stream_);
-        swiglu(gu.as<float>(), gu.as<float>() + ff, act.as<float>(), ff, stream_, yq, yds);
-        gemv(l.down, act_in, h.as<float>(), stream_, nullptr, /*accumulate=*/true);
+        l.qkv = make(d + 2 * n_kv * hd, d);
+        l.o = make(d, d);
+        l.gateup = make(2 * ff, d);
+        l.down = make(d, ff);
+        weight_bytes += l.qkv.bytes() + l.o.bytes() + l.gateup.bytes() + l.down.bytes();
+        l.norm1 = DeviceBuffer(sizeof(float) * d);
+        l.norm2 = DeviceBuffer(sizeof(float) * d);
+        fill_random(FillKind::F32, l.norm1.get(), d, 0.9f, 1.1f, seed_++, stream_);
+        fill_random(FillKind::F32, l.norm2.get(), d, 0.9f, 1.1f, seed_++, stream_);
+        l.kc = DeviceBuffer(2 * n_kv * n_ctx * hd);
+        l.vc = DeviceBuffer(2 * n_kv * n_ctx * hd);
+        fill_random(FillKind::BF16, l.kc.get(), n_kv * n_ctx * hd, -1.0f, 1.0f, seed_++, stream_);
+        fill_random(FillKind::BF16, l.vc.get(), n_kv * n_ctx * hd, -1.0f, 1.0f, seed_++, stream_);
       }
-      norm(final_norm);
-      gemv(head, normed(final_norm), logits.as<float>(), stream_);
-      argmax(logits.as<float>(), vocab, token.as<int32_t>(), aws, stream_);
-    };
-    for (const int32_t ctx : {512, 4096}) {
-      const int32_t p = ctx - 1;
-      pos.upload(&p, 4);
+      DeviceWeight head = make(vocab, d);
+      weight_bytes += head.bytes();
+      DeviceWeight embd;
+      embd.dtype = DType::BF16;
+      embd.n = vocab;
+      embd.k = d;
+      embd.quants = DeviceBuffer(2 * vocab * d);
+      fill_random(FillKind::BF16, embd.quants.get(), vocab * d, -0.05f, 0.05f, seed_++, stream_);
+      DeviceBuffer h(sizeof(float) * d), xn(sizeof(float) * d), qkv(sizeof(float) * (d + 2 * n_kv * hd));
+      DeviceBuffer attn(sizeof(float) * d), gu(sizeof(float) * 2 * ff), act(sizeof(float) * ff);
+      DeviceBuffer q8(ff), ds(sizeof(float2) * ff / 32), logits(sizeof(float) * vocab), token(4), pos(4),
+          inv(4 * hd / 2);
+      DeviceBuffer final_norm(sizeof(float) * d);
+      fill_random(FillKind::F32, final_norm.get(), d, 0.9f, 1.1f, seed_++, stream_);
+      fill_random(FillKind::F32, inv.get(), hd / 2, 0.0f, 1.0f, seed_++, stream_);
+      const int32_t tok0 = 9906;
       token.upload(&tok0, 4);
-      synchronize();
-      const Timing t = time_graph(step, 1);
-      const double gbps = weight_bytes / (t.us * 1e-6) / 1e9;
-      fmt::print(
-          "  {:<5} ctx {:>4}: {:>7.0f} us/token = {:>5.1f} tok/s ({:.2f} GB of weights at {:.0f} GB/s, "
-          "{:.1f}% of copy)\n",
-          dtype_name(dtype), ctx, t.us, 1e6 / t.us, weight_bytes / 1e9, gbps, 100 * gbps / copy_gbps_);
-      chain.push_back({{"dtype", dtype_name(dtype)},
-                       {"ctx", ctx},
-                       {"us_per_token", t.us},
-                       {"tok_s", 1e6 / t.us},
-                       {"min_us", t.min_us},
-                       {"max_us", t.max_us},
-                       {"weight_bytes", weight_bytes},
-                       {"gbps", gbps}});
+      ArgmaxWorkspace aws(vocab);
+      const KvCacheView shape{DType::BF16, ls[0].kc.get(), ls[0].vc.get(), n_ctx, n_kv, hd};
+      AttnWorkspace ws(n_head, shape);
+      GemvInput xin, ain;
+      if (quant) {
+        xin.q8 = ain.q8 = q8.as<int8_t>();
+        xin.q8_ds = ain.q8_ds = ds.as<float2>();
+      } else {
+        xin.f32 = xn.as<float>();
+        ain.f32 = attn.as<float>();
+      }
+      int8_t* yq = quant ? q8.as<int8_t>() : nullptr;
+      float2* yds = quant ? ds.as<float2>() : nullptr;
+      GemvInput act_in = xin;
+      if (!quant) act_in.f32 = act.as<float>();
+      // Float weights fold each RMSNorm into the GEMV that reads its output (GemvInput::norm_w); quantized weights
+      // need x normalized before it is quantized, so they keep the rmsnorm launch (with its q8 output).
+      auto normed = [&](const DeviceBuffer& g) {
+        if (quant) return xin;
+        GemvInput in;
+        in.f32 = h.as<float>();
+        in.norm_w = g.as<float>();
+        in.norm_eps = 1e-5f;
+        return in;
+      };
+      auto norm = [&](const DeviceBuffer& g) {
+        if (quant) rmsnorm(h.as<float>(), g.as<float>(), xn.as<float>(), 1, d, 1e-5f, stream_, yq, yds);
+      };
+      auto step = [&](int) {
+        embedding(embd, token.as<int32_t>(), h.as<float>(), 1, stream_);
+        for (auto& l : ls) {
+          const KvCacheView cache{DType::BF16, l.kc.get(), l.vc.get(), n_ctx, n_kv, hd};
+          norm(l.norm1);
+          gemv(l.qkv, normed(l.norm1), qkv.as<float>(), stream_);
+          rope_store_kv(qkv.as<float>(), qkv.as<float>() + d, qkv.as<float>() + d + n_kv * hd, cache, pos.as<int32_t>(),
+                        n_head, hd, inv.as<float>(), false, stream_);
+          attn_decode(qkv.as<float>(), cache, pos.as<int32_t>(), attn.as<float>(), n_head, 0.08838835f, ws, stream_);
+          if (quant) quantize_q8(attn.as<float>(), q8.as<int8_t>(), ds.as<float2>(), d, stream_);
+          gemv(l.o, ain, h.as<float>(), stream_, nullptr, /*accumulate=*/true);
+          norm(l.norm2);
+          gemv(l.gateup, normed(l.norm2), gu.as<float>(), stream_);
+          swiglu(gu.as<float>(), gu.as<float>() + ff, act.as<float>(), ff, stream_, yq, yds);
+          gemv(l.down, act_in, h.as<float>(), stream_, nullptr, /*accumulate=*/true);
+        }
+        norm(final_norm);
+        gemv(head, normed(final_norm), logits.as<float>(), stream_);
+        argmax(logits.as<float>(), vocab, token.as<int32_t>(), aws, stream_);
+      };
+      for (const int32_t ctx : {512, 4096})
+        for (const bool pdl : {false, true}) {
+          set_pdl(pdl);  // read at launch, so at capture: each setting gets its own graph
+          const int32_t p = ctx - 1;
+          pos.upload(&p, 4);
+          token.upload(&tok0, 4);
+          synchronize();
+          const Timing t = time_graph(step, 1);
+          const double gbps = weight_bytes / (t.us * 1e-6) / 1e9;
+          fmt::print(
+              "  {:<5} ctx {:>4} pdl {}: {:>7.0f} us/token = {:>6.1f} tok/s ({:.2f} GB of weights at {:.0f} GB/s, "
+              "{:.1f}% of copy)\n",
+              dtype_name(dtype), ctx, pdl ? "on " : "off", t.us, 1e6 / t.us, weight_bytes / 1e9, gbps,
+              100 * gbps / copy_gbps_);
+          chain.push_back({{"model", m.name},
+                           {"pdl", pdl},
+                           {"kernels", kernels},
+                           {"dtype", dtype_name(dtype)},
+                           {"ctx", ctx},
+                           {"us_per_token", t.us},
+                           {"tok_s", 1e6 / t.us},
+                           {"min_us", t.min_us},
+                           {"max_us", t.max_us},
+                           {"weight_bytes", weight_bytes},
+                           {"gbps", gbps}});
+        }
+      int32_t tok = -1;
+      token.download(&tok, 4);
+      if (tok < 0 || tok >= vocab) fail("bench: decode chain produced token {} outside the vocabulary", tok);
     }
-    int32_t tok = -1;
-    token.download(&tok, 4);
-    if (tok < 0 || tok >= vocab) fail("bench: decode chain produced token {} outside the vocabulary", tok);
   }
+  set_pdl(true);
   out_["decode_chain"] = chain;
 }
 
@@ -650,10 +678,13 @@ int main(int argc, char** argv) {
       opt.all_configs = true;
     } else if (a == "--quick") {
       opt.quick = true;
+    } else if (a == "--only" && i + 1 < argc) {
+      opt.only = "," + std::string(argv[++i]) + ",";
     } else if (a == "--reps" && i + 1 < argc) {
       opt.reps = std::max(3, std::atoi(argv[++i]));
     } else {
-      fmt::print(stderr, "usage: tessera_bench_cuda [--json FILE] [--all-configs] [--quick] [--reps N]\n");
+      fmt::print(stderr,
+                 "usage: tessera_bench_cuda [--json FILE] [--all-configs] [--quick] [--reps N] [--only LIST]\n");
       return 2;
     }
   }
@@ -665,11 +696,14 @@ int main(int argc, char** argv) {
     }
     Bench b(opt);
     b.ceilings();
-    b.gemv_suite();
-    b.small_ops();
-    b.attention();
-    b.projection();
-    if (!opt.quick) b.decode_chain();
+    auto want = [&](const char* part) {
+      return opt.only.empty() || opt.only.find("," + std::string(part) + ",") != std::string::npos;
+    };
+    if (want("gemv")) b.gemv_suite();
+    if (want("small")) b.small_ops();
+    if (want("attention")) b.attention();
+    if (want("projection")) b.projection();
+    if (want("chain") && (!opt.quick || !opt.only.empty())) b.decode_chain();
     b.write_json();
   } catch (const std::exception& e) {
     fmt::print(stderr, "tessera_bench_cuda: {}\n", e.what());

@@ -20,6 +20,16 @@
 namespace tessera::cuda {
 
 // ---------------------------------------------------------------------------------------------------------------------
+// Launch mode
+
+// Programmatic Dependent Launch for every kernel of this header and kernels_rows.h's rope/attention rows kernels: the
+// next kernel launches while the previous one finishes, hiding most of the ~2 us launch gap between dependent kernels
+// (kernels/common.cuh says how). Process-wide; read at each launch, so set it before capturing a CUDA graph. Default:
+// on, unless env TESSERA_CUDA_PDL=0. set_pdl overrides the environment.
+void set_pdl(bool on);
+bool pdl_enabled();
+
+// ---------------------------------------------------------------------------------------------------------------------
 // Weights
 
 enum class GemvLayout : uint8_t {

@@ -38,6 +38,16 @@ std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo, float hi
   return v;
 }
 
+float cache_to_float(DType dtype, uint16_t bits) { return dtype == DType::F16 ? fp16_to_f32(bits) : bf16_to_f32(bits); }
+uint16_t float_to_cache(DType dtype, float v) { return dtype == DType::F16 ? f32_to_fp16(v) : f32_to_bf16(v); }
+
+std::vector<float> llama_inv_freq(int64_t rope_dim, double base) {
+  std::vector<float> f(rope_dim / 2);
+  for (int64_t i = 0; i < rope_dim / 2; ++i)
+    f[i] = static_cast<float>(std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(rope_dim)));
+  return f;
+}
+
 void quantize_q8_ref(const float* x, int8_t* q8, float2* ds, int64_t k) {
   for (int64_t b = 0; b < k / 32; ++b) {
     float amax = 0.0f;

@@ -56,6 +56,13 @@ std::vector<T> to_host(const DeviceBuffer& b, size_t count) {
   return out;
 }
 
+// KV-cache element bits (f16 or bf16) <-> float, rounding to nearest even as the kernels do.
+float cache_to_float(DType dtype, uint16_t bits);
+uint16_t float_to_cache(DType dtype, float v);
+
+// RoPE frequencies base^(-2i / rope_dim), i < rope_dim / 2 (Llama's).
+std::vector<float> llama_inv_freq(int64_t rope_dim, double base);
+
 // ---- References (plain loops, double accumulation) ----
 
 // Host twin of the device q8 activation quantizer: same IEEE operations in the same order, so the result is

@@ -5,20 +5,9 @@
 
 #include "core/error.h"
 #include "cuda_test_util.h"
-#include "quant/half.h"
 
 namespace tessera::cuda::test {
 namespace {
-
-float cache_to_float(DType dtype, uint16_t bits) { return dtype == DType::F16 ? fp16_to_f32(bits) : bf16_to_f32(bits); }
-uint16_t float_to_cache(DType dtype, float v) { return dtype == DType::F16 ? f32_to_fp16(v) : f32_to_bf16(v); }
-
-std::vector<float> llama_inv_freq(int64_t rope_dim, double base) {
-  std::vector<float> f(rope_dim / 2);
-  for (int64_t i = 0; i < rope_dim / 2; ++i)
-    f[i] = static_cast<float>(std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(rope_dim)));
-  return f;
-}
 
 struct RopeCase {
   DType dtype;

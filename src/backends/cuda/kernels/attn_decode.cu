@@ -11,12 +11,16 @@
 // a grid of 64-position chunks over the whole cache (three waves of blocks) and a combine that still walked the
 // chunks serially. v3 (this): a one-wave grid (two blocks per SM), 8 positions per thread per tile, and a combine
 // with 8 float4 loads in flight per thread.
+// Batched decode (attn_decode_rows) is the same kernel with a row dimension folded into grid z: row r reads its own
+// q row, position pos[r] and cache slot seq[r], and owns its own partials and tickets. With t rows the chunks per kv
+// head shrink (about max_splits / t, at least 1) so the grid stays about one wave.
 #include <algorithm>
 #include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels_rows.h"
 
 namespace tessera::cuda {
 namespace detail {
@@ -55,17 +59,21 @@ int head_tile(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ?
 // exp(a - b) that is 0 when a is -inf (an empty state), also when b is -inf too (instead of NaN).
 __device__ __forceinline__ float exp_diff(float a, float b) { return a == -INFINITY ? 0.0f : expf(a - b); }
 
-// Grid (max_splits, n_kv, ceil(group / G)); each block handles up to G query heads of one kv head over one chunk.
+// Grid (splits, n_kv, tiles * t) with tiles = ceil(group / G); each block handles up to G query heads of one kv head
+// of one row over one chunk.
 // Lanes: HD/8 lanes (a sub-group) hold one position's 8-element slices (16-byte loads), so a warp covers 32/(HD/8)
 // positions per step. Each sub-group keeps its own online-softmax state (m, l and its lanes' slices of o); sub-groups
 // and warps merge at the end.
 template <typename T, int HD, int G>
 __global__ void __launch_bounds__(kAttnThreads, 1)
-    attn_split_kernel(const float* __restrict__ q /*[n_head, HD]*/, const T* __restrict__ kc,
-                      const T* __restrict__ vc /*[n_kv, n_ctx, HD]*/, const int32_t* __restrict__ pos_ptr, int n_ctx,
-                      int group, float scale, int max_splits, float* __restrict__ part_out /*[n_head, splits, HD]*/,
-                      float2* __restrict__ part_ml /*[n_head, splits]*/, unsigned int* __restrict__ counters,
-                      float* __restrict__ out /*[n_head, HD]*/) {
+    attn_split_kernel(const float* __restrict__ q /*[t, ld_q]*/, size_t ld_q, const T* __restrict__ kc,
+                      const T* __restrict__ vc /*[n_seq, n_kv, n_ctx, HD]*/,
+                      const int32_t* __restrict__ pos_ptr /*[t]*/, const int32_t* __restrict__ seq_ptr /*[t] or null*/,
+                      int n_ctx, int n_seq, int group, int tiles, float scale, int max_splits,
+                      float* __restrict__ part_out /*[t, n_head, splits, HD]*/,
+                      float2* __restrict__ part_ml /*[t, n_head, splits]*/,
+                      unsigned int* __restrict__ counters /*[t, n_kv, tiles]*/,
+                      float* __restrict__ out /*[t, n_head, HD]*/) {
   constexpr int LPP = HD / 8;           // lanes per position
   constexpr int PPW = kWarp / LPP;      // positions per warp step
   constexpr int PG = kAttnWarps * PPW;  // positions per block step
@@ -77,11 +85,19 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
   __shared__ float s_w[G][kMaxSplits];
   __shared__ bool s_last;
 
+  pdl_wait();
   const int kvh = blockIdx.y;
-  const int head0 = kvh * group + blockIdx.z * G;
-  const int nh = min(G, group - static_cast<int>(blockIdx.z) * G);
-  const int pos = *pos_ptr;
-  if (pos < 0 || pos >= n_ctx) {
+  const int row = blockIdx.z / tiles, tile = blockIdx.z % tiles;
+  const int n_kv = gridDim.y, n_head = n_kv * group;
+  const int head0 = kvh * group + tile * G;
+  const int nh = min(G, group - tile * G);
+  q += row * ld_q;
+  out += static_cast<size_t>(row) * n_head * HD;
+  part_out += static_cast<size_t>(row) * n_head * max_splits * HD;
+  part_ml += static_cast<size_t>(row) * n_head * max_splits;
+  const int pos = pos_ptr[row];
+  const int slot = seq_ptr ? seq_ptr[row] : 0;
+  if (pos < 0 || pos >= n_ctx || slot < 0 || slot >= n_seq) {
     if (blockIdx.x == 0)
       for (int i = threadIdx.x; i < nh * HD; i += kAttnThreads)
         out[static_cast<size_t>(head0) * HD + i] = __int_as_float(0x7fc00000);
@@ -96,7 +112,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
   const int n_splits = (ctx + chunk - 1) / chunk;
   const int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp;
   const int ld = lane % LPP, sub = lane / LPP;
-  const size_t row0 = static_cast<size_t>(kvh) * n_ctx + start;
+  const size_t row0 = (static_cast<size_t>(slot) * n_kv + kvh) * n_ctx + start;
   const T* kbase = kc + row0 * HD + ld * 8;
   const T* vbase = vc + row0 * HD + ld * 8;
 
@@ -217,7 +233,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
   // The last chunk to finish for this (kv head, head tile) combines all chunks.
   __threadfence();  // publish this block's partials before taking a ticket
   __syncthreads();
-  unsigned int* counter = counters + kvh * gridDim.z + blockIdx.z;
+  unsigned int* counter = counters + (static_cast<size_t>(row) * n_kv + kvh) * tiles + tile;
   if (threadIdx.x == 0) s_last = atomicAdd(counter, 1u) == static_cast<unsigned>(n_splits - 1);
   __syncthreads();
   if (!s_last) return;
@@ -270,47 +286,74 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch (CUDA graph replays skip any memset)
 }
 
+// One launch's arguments, shared by attn_decode (t = 1) and attn_decode_rows.
+struct AttnArgs {
+  const float* q;
+  size_t ld_q;
+  const int32_t* pos;
+  const int32_t* seq;
+  int t;
+  float* out;
+  int64_t n_head;
+  float scale;
+  int splits;
+  float* part_out;
+  float2* part_ml;
+  unsigned int* counters;
+  cudaStream_t stream;
+};
+
 template <typename T, int HD, int G>
-void launch_split(const float* q, const KvCacheView& c, const int32_t* pos, float* out, int group, float scale,
-                  AttnWorkspace& ws, cudaStream_t stream) {
-  const dim3 grid(ws.max_splits(), static_cast<unsigned>(c.n_kv), static_cast<unsigned>((group + G - 1) / G));
-  attn_split_kernel<T, HD, G><<<grid, kAttnThreads, 0, stream>>>(
-      q, static_cast<const T*>(c.k), static_cast<const T*>(c.v), pos, static_cast<int>(c.n_ctx), group, scale,
-      ws.max_splits(), ws.partial_out(), ws.partial_ml(), ws.counters(), out);
-  TESSERA_CUDA_CHECK_LAUNCH("attn_split_kernel");
+void launch_split(const KvCacheView& c, const AttnArgs& a, int group) {
+  const int tiles = (group + G - 1) / G;
+  const dim3 grid(a.splits, static_cast<unsigned>(c.n_kv), static_cast<unsigned>(tiles * a.t));
+  launch("attn_split_kernel", attn_split_kernel<T, HD, G>, grid, dim3(kAttnThreads), 0, a.stream, a.q, a.ld_q,
+         static_cast<const T*>(c.k), static_cast<const T*>(c.v), a.pos, a.seq, static_cast<int>(c.n_ctx),
+         static_cast<int>(c.n_seq), group, tiles, a.scale, a.splits, a.part_out, a.part_ml, a.counters, a.out);
 }
 
 template <typename T, int HD>
-void launch_hd(const float* q, const KvCacheView& c, const int32_t* pos, float* out, int64_t n_head, float scale,
-               AttnWorkspace& ws, cudaStream_t stream) {
-  const int group = static_cast<int>(n_head / c.n_kv);
+void launch_hd(const KvCacheView& c, const AttnArgs& a) {
+  const int group = static_cast<int>(a.n_head / c.n_kv);
   // The smallest head tile that holds the group (groups over 8 take several tiles): fewer idle registers.
   if (head_tile(group) == 1)
-    launch_split<T, HD, 1>(q, c, pos, out, group, scale, ws, stream);
+    launch_split<T, HD, 1>(c, a, group);
   else if (head_tile(group) == 2)
-    launch_split<T, HD, 2>(q, c, pos, out, group, scale, ws, stream);
+    launch_split<T, HD, 2>(c, a, group);
   else if (head_tile(group) == 4)
-    launch_split<T, HD, 4>(q, c, pos, out, group, scale, ws, stream);
+    launch_split<T, HD, 4>(c, a, group);
   else
-    launch_split<T, HD, 8>(q, c, pos, out, group, scale, ws, stream);
+    launch_split<T, HD, 8>(c, a, group);
 }
 
 template <typename T>
-void launch_typed(const float* q, const KvCacheView& c, const int32_t* pos, float* out, int64_t n_head, float scale,
-                  AttnWorkspace& ws, cudaStream_t stream) {
-  if (c.hd == 64) launch_hd<T, 64>(q, c, pos, out, n_head, scale, ws, stream);
-  if (c.hd == 128) launch_hd<T, 128>(q, c, pos, out, n_head, scale, ws, stream);
-  if (c.hd == 256) launch_hd<T, 256>(q, c, pos, out, n_head, scale, ws, stream);
+void launch_typed(const KvCacheView& c, const AttnArgs& a) {
+  if (c.hd == 64) launch_hd<T, 64>(c, a);
+  if (c.hd == 128) launch_hd<T, 128>(c, a);
+  if (c.hd == 256) launch_hd<T, 256>(c, a);
 }
 
-// Chunks per kv head: one wave of two blocks per SM (v2 sized the grid by chunks of 64 at the full cache: 1024 blocks
-// for an 8k cache, three waves of mostly idle blocks), never more chunks of 64 than the cache holds, at most 256.
-int attn_max_splits(int64_t n_head, const KvCacheView& c) {
+void launch_attn(const KvCacheView& c, const AttnArgs& a) {
+  if (c.dtype == DType::F16)
+    launch_typed<__half>(c, a);
+  else
+    launch_typed<__nv_bfloat16>(c, a);
+}
+
+int head_tiles(int64_t n_head, const KvCacheView& c) {
   const int group = static_cast<int>(n_head / c.n_kv);
-  const int64_t tiles = c.n_kv * ((group + head_tile(group) - 1) / head_tile(group));
-  const int fill = ceil_div(2 * sm_count(), tiles);
+  return (group + head_tile(group) - 1) / head_tile(group);
+}
+
+// Chunks per kv head for t rows: one wave of two blocks per SM over all rows (v2 sized the grid by chunks of 64 at
+// the full cache: 1024 blocks for an 8k cache, three waves of mostly idle blocks), never more chunks of 64 than the
+// cache holds, at most 256.
+int attn_splits(int64_t n_head, const KvCacheView& c, int64_t t) {
+  const int64_t blocks = c.n_kv * head_tiles(n_head, c) * t;
+  const int fill = ceil_div(2 * sm_count(), blocks);
   return std::max(1, std::min({kMaxSplits, fill, ceil_div(c.n_ctx, kMinChunk)}));
 }
+int attn_max_splits(int64_t n_head, const KvCacheView& c) { return attn_splits(n_head, c, 1); }
 
 void require_cache(const char* op, const KvCacheView& c, int64_t n_head) {
   const std::string o(op);
@@ -339,14 +382,83 @@ void attn_decode(const float* q, const KvCacheView& cache, const int32_t* pos, f
                  AttnWorkspace& ws, cudaStream_t stream) {
   detail::require_cache("attn_decode", cache, n_head);
   TESSERA_CUDA_REQUIRE(q && pos && out, "attn_decode: a pointer argument is null");
-  TESSERA_CUDA_REQUIRE(detail::aligned16(q), "attn_decode: q must be 16-byte aligned");
+  TESSERA_CUDA_REQUIRE(detail::aligned16(q) && detail::aligned16(out),
+                       "attn_decode: q and out must be 16-byte aligned");
   TESSERA_CUDA_REQUIRE(
       ws.n_head() == n_head && ws.hd() == cache.hd && ws.max_splits() == detail::attn_max_splits(n_head, cache),
       "attn_decode: the workspace was made for another head count, head size or context size");
-  if (cache.dtype == DType::F16)
-    detail::launch_typed<__half>(q, cache, pos, out, n_head, scale, ws, stream);
-  else
-    detail::launch_typed<__nv_bfloat16>(q, cache, pos, out, n_head, scale, ws, stream);
+  const detail::AttnArgs a{q,
+                           static_cast<size_t>(n_head * cache.hd),
+                           pos,
+                           nullptr,
+                           1,
+                           out,
+                           n_head,
+                           scale,
+                           ws.max_splits(),
+                           ws.partial_out(),
+                           ws.partial_ml(),
+                           ws.counters(),
+                           stream};
+  detail::launch_attn(cache, a);
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Batched decode
+
+struct AttnRowsWorkspace::Impl {
+  int64_t max_t = 0, n_head = 0, n_kv = 0, hd = 0, n_ctx = 0;
+  int64_t capacity = 0;   // max over t <= max_t of t * attn_splits(t): chunk partials per head
+  DeviceBuffer out;       // [capacity, n_head, hd] unnormalized partial outputs
+  DeviceBuffer ml;        // [capacity, n_head] (max score, sum of exp)
+  DeviceBuffer counters;  // [max_t, n_kv, head tiles] chunks finished; zero between launches
+};
+
+AttnRowsWorkspace::AttnRowsWorkspace(int64_t max_t, int64_t n_head, const KvCacheView& cache)
+    : impl_(std::make_unique<Impl>()) {
+  detail::require_cache("attention rows workspace", cache, n_head);
+  TESSERA_CUDA_REQUIRE(max_t > 0 && max_t * detail::head_tiles(n_head, cache) <= 65535,
+                       "attention rows workspace: row count " + detail::num(max_t) + " is outside 1..65535 / tiles");
+  Impl& w = *impl_;
+  w.max_t = max_t, w.n_head = n_head, w.n_kv = cache.n_kv, w.hd = cache.hd, w.n_ctx = cache.n_ctx;
+  for (int64_t t = 1; t <= max_t; ++t) w.capacity = std::max(w.capacity, t * detail::attn_splits(n_head, cache, t));
+  w.out = DeviceBuffer(sizeof(float) * static_cast<size_t>(w.capacity * n_head * cache.hd));
+  w.ml = DeviceBuffer(sizeof(float2) * static_cast<size_t>(w.capacity * n_head));
+  w.counters = DeviceBuffer(sizeof(unsigned int) * static_cast<size_t>(max_t * n_head));  // >= n_kv * head tiles
+  w.counters.fill_bytes(0);
+}
+AttnRowsWorkspace::~AttnRowsWorkspace() = default;
+int64_t AttnRowsWorkspace::max_t() const { return impl_->max_t; }
+
+void attn_decode_rows(const float* q, int64_t ld_q, const KvCacheView& cache, const int32_t* pos, const int32_t* seq,
+                      int64_t t, float* out, int64_t n_head, float scale, AttnRowsWorkspace& ws, cudaStream_t stream) {
+  using detail::num;
+  detail::require_cache("attn_decode_rows", cache, n_head);
+  const AttnRowsWorkspace::Impl& w = ws.impl();
+  TESSERA_CUDA_REQUIRE(q && pos && out, "attn_decode_rows: a pointer argument is null");
+  TESSERA_CUDA_REQUIRE(t > 0 && t <= w.max_t, "attn_decode_rows: row count " + num(t) + " is outside 1.." +
+                                                  num(w.max_t) + " (the workspace's size)");
+  TESSERA_CUDA_REQUIRE(w.n_head == n_head && w.n_kv == cache.n_kv && w.hd == cache.hd && w.n_ctx == cache.n_ctx,
+                       "attn_decode_rows: the workspace was made for another head count, head size or context size");
+  TESSERA_CUDA_REQUIRE(cache.n_seq > 0 && cache.n_seq < (int64_t{1} << 31), "attn_decode_rows: n_seq is invalid");
+  TESSERA_CUDA_REQUIRE(ld_q >= n_head * cache.hd && ld_q % 4 == 0 && detail::aligned16(q) && detail::aligned16(out),
+                       "attn_decode_rows: q and out must be 16-byte aligned and ld_q " + num(ld_q) +
+                           " a multiple of 4 of at least the heads' width");
+  const int splits = detail::attn_splits(n_head, cache, t);
+  const detail::AttnArgs a{q,
+                           static_cast<size_t>(ld_q),
+                           pos,
+                           seq,
+                           static_cast<int>(t),
+                           out,
+                           n_head,
+                           scale,
+                           splits,
+                           w.out.as<float>(),
+                           w.ml.as<float2>(),
+                           w.counters.as<unsigned int>(),
+                           stream};
+  detail::launch_attn(cache, a);
 }
 
 }  // namespace tessera::cuda

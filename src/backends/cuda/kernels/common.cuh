@@ -7,6 +7,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels.h"
 
 namespace tessera::cuda::detail {
 
@@ -72,5 +76,44 @@ inline std::string num(int64_t v) { return std::to_string(v); }
 
 // The current device's multiprocessor count (cached per process; Tessera drives one device per process).
 int sm_count();
+
+// ---- Programmatic Dependent Launch (PDL) ----
+// Decode runs ~300 small kernels per token; between two dependent kernels the GPU drains the first grid, flushes its
+// memory and only then starts launching the second (~2 us, even inside a CUDA graph). With PDL the next kernel is
+// launched while the previous one still runs: its blocks do what depends on nothing (the GEMVs prefetch their weights
+// into L2), then wait in pdl_wait() until the previous grid has finished and its writes are visible.
+//
+// Every kernel launched through launch() must call pdl_wait() before its first read of anything an earlier kernel
+// wrote AND before its first global write, in every block (blocks that return early call it first too): kernel N+1's
+// wait covers kernel N only, so the chain is ordered only if every kernel waits before it can finish.
+
+// Waits until the grid this one depends on has completed and its memory is visible, then lets the next grid in the
+// stream start launching (its blocks then occupy free slots and run their own pre-wait part). Triggering after the
+// wait, not before, keeps at most one grid waiting behind the running one. A no-op without the PDL attribute.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) through cudaLaunchKernelEx with the programmatic-stream-serialization
+// attribute when PDL is on (CUDA graphs capture it as a programmatic edge), checked like TESSERA_CUDA_CHECK_LAUNCH.
+template <typename... KArgs, typename... Args>
+void launch(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  check_cuda(cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(std::forward<Args>(args))...), name, __FILE__,
+             __LINE__);
+}
 
 }  // namespace tessera::cuda::detail

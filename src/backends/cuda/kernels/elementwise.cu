@@ -14,6 +14,7 @@ constexpr int kEltThreads = 256;
 __global__ void __launch_bounds__(kNormThreads)
     rmsnorm_kernel(const float* x /*[t, d]*/, const float* __restrict__ w /*[d]*/, float* y /*[t, d]*/, int d,
                    float eps, int8_t* __restrict__ q8 /*[t, d] or null*/, float2* __restrict__ ds /*[t, d/32]*/) {
+  pdl_wait();
   const size_t row = blockIdx.x;
   const float* xr = x + row * d;
   float* yr = y + row * d;
@@ -50,6 +51,7 @@ template <int VPT>
 __global__ void __launch_bounds__(1024)
     rmsnorm_vec_kernel(const float4* x /*[t, d/4]*/, const float4* __restrict__ w, float4* y, int d4, float eps,
                        int8_t* __restrict__ q8 /*[t, d] or null*/, float2* __restrict__ ds /*[t, d/32]*/) {
+  pdl_wait();
   const size_t row = blockIdx.x;
   const float4* xr = x + row * d4;
   float4 v[VPT];
@@ -107,6 +109,7 @@ __global__ void __launch_bounds__(1024)
 
 __global__ void __launch_bounds__(kEltThreads)
     quantize_q8_kernel(const float* __restrict__ x /*[k]*/, int8_t* __restrict__ q8, float2* __restrict__ ds, int k) {
+  pdl_wait();
   const int i = blockIdx.x * kEltThreads + threadIdx.x;  // k % 32 == 0: whole warps are in or out together
   if (i - static_cast<int>(threadIdx.x & (kWarp - 1)) >= k) return;
   q8[i] = quantize_lane_q8(x[i], ds + i / kQ);
@@ -116,6 +119,7 @@ __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f +
 
 __global__ void __launch_bounds__(kEltThreads) swiglu_kernel(const float* gate, const float* up, float* out, int n,
                                                              int8_t* __restrict__ q8, float2* __restrict__ ds) {
+  pdl_wait();
   const int i = blockIdx.x * kEltThreads + threadIdx.x;
   if (q8) {  // n % 32 == 0: whole warps are in or out together
     if (i - static_cast<int>(threadIdx.x & (kWarp - 1)) >= n) return;
@@ -128,11 +132,13 @@ __global__ void __launch_bounds__(kEltThreads) swiglu_kernel(const float* gate, 
 }
 
 __global__ void __launch_bounds__(kEltThreads) add_kernel(float* y, const float* x, int n) {
+  pdl_wait();
   const int i = blockIdx.x * kEltThreads + threadIdx.x;
   if (i < n) y[i] += x[i];
 }
 
 __global__ void __launch_bounds__(kEltThreads) add4_kernel(float4* y, const float4* x, int n4) {
+  pdl_wait();
   const int i = blockIdx.x * kEltThreads + threadIdx.x;
   if (i < n4) {
     float4 a = y[i];
@@ -177,49 +183,44 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t t, int64_t d, flo
     const auto* wv = reinterpret_cast<const float4*>(w);
     auto* yv = reinterpret_cast<float4*>(y);
     const unsigned grid = static_cast<unsigned>(t);
-    if (vpt == 1)
-      detail::rmsnorm_vec_kernel<1><<<grid, threads, 0, stream>>>(xv, wv, yv, static_cast<int>(d4), eps, q8, ds);
-    else if (vpt == 2)
-      detail::rmsnorm_vec_kernel<2><<<grid, threads, 0, stream>>>(xv, wv, yv, static_cast<int>(d4), eps, q8, ds);
-    else
-      detail::rmsnorm_vec_kernel<4><<<grid, threads, 0, stream>>>(xv, wv, yv, static_cast<int>(d4), eps, q8, ds);
-    TESSERA_CUDA_CHECK_LAUNCH("rmsnorm_vec_kernel");
+    auto* kernel = vpt == 1   ? detail::rmsnorm_vec_kernel<1>
+                   : vpt == 2 ? detail::rmsnorm_vec_kernel<2>
+                              : detail::rmsnorm_vec_kernel<4>;
+    detail::launch("rmsnorm_vec_kernel", kernel, dim3(grid), dim3(threads), 0, stream, xv, wv, yv, static_cast<int>(d4),
+                   eps, q8, ds);
     return;
   }
-  detail::rmsnorm_kernel<<<static_cast<unsigned>(t), detail::kNormThreads, 0, stream>>>(x, w, y, static_cast<int>(d),
-                                                                                        eps, q8, ds);
-  TESSERA_CUDA_CHECK_LAUNCH("rmsnorm_kernel");
+  detail::launch("rmsnorm_kernel", detail::rmsnorm_kernel, dim3(static_cast<unsigned>(t)), dim3(detail::kNormThreads),
+                 0, stream, x, w, y, static_cast<int>(d), eps, q8, ds);
 }
 
 void quantize_q8(const float* x, int8_t* q8, float2* ds, int64_t k, cudaStream_t stream) {
   detail::require_size("quantize_q8", k);
   TESSERA_CUDA_REQUIRE(x && q8 && ds, "quantize_q8: a pointer argument is null");
   TESSERA_CUDA_REQUIRE(k % detail::kQ == 0, "quantize_q8: length " + detail::num(k) + " is not a multiple of 32");
-  detail::quantize_q8_kernel<<<detail::ceil_div(k, detail::kEltThreads), detail::kEltThreads, 0, stream>>>(
-      x, q8, ds, static_cast<int>(k));
-  TESSERA_CUDA_CHECK_LAUNCH("quantize_q8_kernel");
+  detail::launch("quantize_q8_kernel", detail::quantize_q8_kernel, dim3(detail::ceil_div(k, detail::kEltThreads)),
+                 dim3(detail::kEltThreads), 0, stream, x, q8, ds, static_cast<int>(k));
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream, int8_t* q8, float2* ds) {
   detail::require_size("swiglu", n);
   TESSERA_CUDA_REQUIRE(gate && up && out, "swiglu: a pointer argument is null");
   detail::require_q8_pair("swiglu", q8, ds, n);
-  detail::swiglu_kernel<<<detail::ceil_div(n, detail::kEltThreads), detail::kEltThreads, 0, stream>>>(
-      gate, up, out, static_cast<int>(n), q8, ds);
-  TESSERA_CUDA_CHECK_LAUNCH("swiglu_kernel");
+  detail::launch("swiglu_kernel", detail::swiglu_kernel, dim3(detail::ceil_div(n, detail::kEltThreads)),
+                 dim3(detail::kEltThreads), 0, stream, gate, up, out, static_cast<int>(n), q8, ds);
 }
 
 void add(float* y, const float* x, int64_t n, cudaStream_t stream) {
   detail::require_size("add", n);
   TESSERA_CUDA_REQUIRE(x && y, "add: a pointer argument is null");
   if (n % 4 == 0 && detail::aligned16(x) && detail::aligned16(y)) {
-    detail::add4_kernel<<<detail::ceil_div(n / 4, detail::kEltThreads), detail::kEltThreads, 0, stream>>>(
-        reinterpret_cast<float4*>(y), reinterpret_cast<const float4*>(x), static_cast<int>(n / 4));
+    detail::launch("add4_kernel", detail::add4_kernel, dim3(detail::ceil_div(n / 4, detail::kEltThreads)),
+                   dim3(detail::kEltThreads), 0, stream, reinterpret_cast<float4*>(y),
+                   reinterpret_cast<const float4*>(x), static_cast<int>(n / 4));
   } else {
-    detail::add_kernel<<<detail::ceil_div(n, detail::kEltThreads), detail::kEltThreads, 0, stream>>>(
-        y, x, static_cast<int>(n));
+    detail::launch("add_kernel", detail::add_kernel, dim3(detail::ceil_div(n, detail::kEltThreads)),
+                   dim3(detail::kEltThreads), 0, stream, y, x, static_cast<int>(n));
   }
-  TESSERA_CUDA_CHECK_LAUNCH("add_kernel");
 }
 
 }  // namespace tessera::cuda

@@ -47,6 +47,7 @@ template <DType D>
 __global__ void __launch_bounds__(kEmbThreads)
     embedding_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales, int n_vocab, int k,
                      const int32_t* __restrict__ ids /*[t]*/, float* __restrict__ out /*[t, k]*/) {
+  pdl_wait();
   const int token = blockIdx.y;
   const int i = blockIdx.x * kEmbThreads + threadIdx.x;
   if (i >= k) return;
@@ -92,6 +93,7 @@ __device__ __forceinline__ unsigned long long block_max_key(unsigned long long k
 __global__ void __launch_bounds__(kArgmaxThreads)
     argmax_kernel(const float* __restrict__ x, int n, unsigned long long* partials, unsigned int* counter,
                   int32_t* out) {
+  pdl_wait();
   unsigned long long best = 0;
   for (int i = blockIdx.x * kArgmaxThreads + threadIdx.x; i < n; i += gridDim.x * kArgmaxThreads) {
     const float v = x[i];
@@ -134,27 +136,27 @@ void embedding(const DeviceWeight& table, const int32_t* ids, float* out, int64_
   const int n = static_cast<int>(table.n), k = static_cast<int>(table.k);
   const auto* q = table.quants.as<uint8_t>();
   const auto* s = table.scales.as<uint8_t>();
+  auto* kernel = detail::embedding_kernel<DType::Q4_1>;
   switch (table.dtype) {
     case DType::F32:
-      detail::embedding_kernel<DType::F32><<<grid, detail::kEmbThreads, 0, stream>>>(q, s, n, k, ids, out);
+      kernel = detail::embedding_kernel<DType::F32>;
       break;
     case DType::F16:
-      detail::embedding_kernel<DType::F16><<<grid, detail::kEmbThreads, 0, stream>>>(q, s, n, k, ids, out);
+      kernel = detail::embedding_kernel<DType::F16>;
       break;
     case DType::BF16:
-      detail::embedding_kernel<DType::BF16><<<grid, detail::kEmbThreads, 0, stream>>>(q, s, n, k, ids, out);
+      kernel = detail::embedding_kernel<DType::BF16>;
       break;
     case DType::Q8_0:
-      detail::embedding_kernel<DType::Q8_0><<<grid, detail::kEmbThreads, 0, stream>>>(q, s, n, k, ids, out);
+      kernel = detail::embedding_kernel<DType::Q8_0>;
       break;
     case DType::Q4_0:
-      detail::embedding_kernel<DType::Q4_0><<<grid, detail::kEmbThreads, 0, stream>>>(q, s, n, k, ids, out);
+      kernel = detail::embedding_kernel<DType::Q4_0>;
       break;
     default:
-      detail::embedding_kernel<DType::Q4_1><<<grid, detail::kEmbThreads, 0, stream>>>(q, s, n, k, ids, out);
       break;
   }
-  TESSERA_CUDA_CHECK_LAUNCH("embedding_kernel");
+  detail::launch("embedding_kernel", kernel, grid, dim3(detail::kEmbThreads), 0, stream, q, s, n, k, ids, out);
 }
 
 ArgmaxWorkspace::ArgmaxWorkspace(int64_t max_n) : max_n_(max_n) {
@@ -172,9 +174,8 @@ void argmax(const float* x, int64_t n, int32_t* out, ArgmaxWorkspace& ws, cudaSt
   TESSERA_CUDA_REQUIRE(n > 0 && n <= ws.max_n(), "argmax: size " + detail::num(n) + " is outside 1.." +
                                                      detail::num(ws.max_n()) + " (the workspace's size)");
   const int blocks = std::min(ws.blocks(), detail::ceil_div(n, detail::kArgmaxThreads * 4));
-  detail::argmax_kernel<<<blocks, detail::kArgmaxThreads, 0, stream>>>(x, static_cast<int>(n), ws.partials(),
-                                                                       ws.counter(), out);
-  TESSERA_CUDA_CHECK_LAUNCH("argmax_kernel");
+  detail::launch("argmax_kernel", detail::argmax_kernel, dim3(blocks), dim3(detail::kArgmaxThreads), 0, stream, x,
+                 static_cast<int>(n), ws.partials(), ws.counter(), out);
 }
 
 }  // namespace tessera::cuda

@@ -11,9 +11,29 @@
 // Quantized weights multiply 8-bit quants by the q8-quantized activation with dp4a (4 int8 products per
 // instruction), so dequantization costs a few integer instructions per 32 weights instead of 32 float conversions.
 // This file: launch-shape choice and host dispatch; the kernels are in gemv_float.cu and gemv_quant.cu.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #include "backends/cuda/kernels/gemv_common.cuh"
 
 namespace tessera::cuda {
+namespace {
+std::atomic<int> g_pdl{-1};  // -1: not set, follow the environment
+}  // namespace
+
+void set_pdl(bool on) { g_pdl.store(on ? 1 : 0, std::memory_order_relaxed); }
+
+bool pdl_enabled() {
+  const int v = g_pdl.load(std::memory_order_relaxed);
+  if (v >= 0) return v == 1;
+  static const bool from_env = [] {
+    const char* e = std::getenv("TESSERA_CUDA_PDL");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return from_env;
+}
+
 namespace detail {
 
 int sm_count() {

@@ -83,6 +83,8 @@ __global__ void __launch_bounds__(THREADS)
   const uint8_t* wr[ROWS];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) wr[r] = w + static_cast<size_t>(min(row0 + r, n - 1)) * k * kElemBytes;
+  prefetch_block_l2<THREADS>(wr[0], static_cast<size_t>(min(ROWS, n - row0)) * k * kElemBytes);
+  pdl_wait();
   float acc[ROWS] = {};
   float ss = 0.0f;  // sum of x^2 for the fused RMSNorm (every block streams all of x, so it can norm by itself)
   // Full steps: UNROLL * ROWS unconditional loads, all issued before the first use. (An earlier version guarded each
@@ -128,12 +130,12 @@ void launch_shape(const LaunchArgs& a) {
   const int n = static_cast<int>(a.w->n), k = static_cast<int>(a.w->k);
   const dim3 grid(ceil_div(n, s.rows));
   if (a.x->norm_w)
-    gemv_float_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, true><<<grid, s.threads, 0, a.stream>>>(
-        a.w->quants.as<uint8_t>(), a.x->f32, a.y, n, k, a.accumulate, a.x->norm_w, a.x->norm_eps);
+    launch("gemv_float_kernel", gemv_float_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, true>, grid,
+           dim3(s.threads), 0, a.stream, a.w->quants.as<uint8_t>(), a.x->f32, a.y, n, k, a.accumulate, a.x->norm_w,
+           a.x->norm_eps);
   else
-    gemv_float_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, false>
-        <<<grid, s.threads, 0, a.stream>>>(a.w->quants.as<uint8_t>(), a.x->f32, a.y, n, k, a.accumulate, nullptr, 0.0f);
-  TESSERA_CUDA_CHECK_LAUNCH("gemv_float_kernel");
+    launch("gemv_float_kernel", gemv_float_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, false>, grid,
+           dim3(s.threads), 0, a.stream, a.w->quants.as<uint8_t>(), a.x->f32, a.y, n, k, a.accumulate, nullptr, 0.0f);
 }
 
 template <DType D, size_t... I>

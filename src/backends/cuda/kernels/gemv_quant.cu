@@ -100,6 +100,10 @@ __global__ void __launch_bounds__(THREADS)
     qr[r] = quants + row * nb * QB;
     sr[r] = scales + row * nb * SB;
   }
+  const int rows_here = min(ROWS, n - row0);
+  prefetch_block_l2<THREADS>(qr[0], static_cast<size_t>(rows_here) * nb * QB);
+  prefetch_block_l2<THREADS>(sr[0], static_cast<size_t>(rows_here) * nb * SB);
+  pdl_wait();
   float acc[ROWS] = {};
   // Full steps with unconditional loads (see gemv_float_kernel), then the remaining blocks one step at a time.
   int b = threadIdx.x;
@@ -136,9 +140,8 @@ void launch_shape(const LaunchArgs& a) {
   constexpr Shape s = kShapes[I];
   const int n = static_cast<int>(a.w->n), k = static_cast<int>(a.w->k);
   const dim3 grid(ceil_div(n, s.rows));
-  gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch><<<grid, s.threads, 0, a.stream>>>(
-      a.w->quants.as<uint8_t>(), a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, a.accumulate);
-  TESSERA_CUDA_CHECK_LAUNCH("gemv_quant_kernel");
+  launch("gemv_quant_kernel", gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch>, grid, dim3(s.threads), 0,
+         a.stream, a.w->quants.as<uint8_t>(), a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, a.accumulate);
 }
 
 template <DType D, size_t... I>

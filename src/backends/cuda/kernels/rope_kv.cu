@@ -1,17 +1,24 @@
-// RoPE for one decode token, fused with storing k and v into the KV cache: one launch instead of three, and k never
-// goes back to memory in f32 after its rotation.
+// RoPE for the decode token(s), fused with storing k and v into the KV cache: one launch instead of three, and k never
+// goes back to memory in f32 after its rotation. One kernel serves one token (rope_store_kv), batched decode (rows in
+// different cache slots and positions) and prefill (t consecutive positions of one slot).
+//
+// v1 (one block per head, the head staged in shared memory) launched n_head + 2 n_kv blocks for one token; for a
+// 2048-row prefill that is ~100k tiny blocks. v2 (this): one thread per rotation pair (two elements), so a row is
+// (n_head + 2 n_kv) * hd / 2 independent items and the grid is (ceil(items / 128), t): no shared memory, no barrier.
 #include <algorithm>
 #include <cstdint>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels_rows.h"
 
 namespace tessera::cuda {
 namespace detail {
 namespace {
 
 constexpr int kMaxHd = 512;
+constexpr int kRopeThreads = 128;
 
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
@@ -24,53 +31,91 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
-// Blocks [0, n_head): q heads; [n_head, n_head + n_kv): k heads; then n_kv v heads (copied, not rotated).
+// Grid (ceil(items / kRopeThreads), t). Item i of row r is pair j = i % (hd/2) of head slot i / (hd/2): slots
+// [0, n_head) are q heads, then n_kv k heads, then n_kv v heads (copied, not rotated). Pair j holds elements (a, b):
+// rotated pairs are (2j, 2j+1) (neox: (j, j + rope_dim/2)) for j < rope_dim/2; the rest pass through.
 template <typename T>
-__global__ void rope_store_kv_kernel(float* q /*[n_head, hd]*/, const float* __restrict__ k /*[n_kv, hd]*/,
-                                     const float* __restrict__ v /*[n_kv, hd]*/, T* __restrict__ kc,
-                                     T* __restrict__ vc /*[n_kv, n_ctx, hd]*/, const int32_t* __restrict__ pos_ptr,
-                                     int n_head, int n_kv, int hd, int n_ctx, int rope_dim,
-                                     const float* __restrict__ inv_freq /*[rope_dim/2]*/, bool neox) {
-  __shared__ float xs[kMaxHd];
-  const int pos = *pos_ptr;
-  const bool valid = pos >= 0 && pos < n_ctx;
-  const int head = blockIdx.x;
+__global__ void __launch_bounds__(kRopeThreads)
+    rope_store_kv_kernel(float* q /*[t, ld_q]*/, const float* __restrict__ k /*[t, ld_kv]*/,
+                         const float* __restrict__ v /*[t, ld_kv]*/, size_t ld_q, size_t ld_kv, T* __restrict__ kc,
+                         T* __restrict__ vc /*[n_seq, n_kv, n_ctx, hd]*/, const int32_t* __restrict__ pos_ptr /*[t]*/,
+                         const int32_t* __restrict__ seq_ptr /*[t] or null*/, int n_head, int n_kv, int hd, int n_ctx,
+                         int n_seq, int rope_dim, const float* __restrict__ inv_freq /*[rope_dim/2]*/, bool neox) {
+  pdl_wait();
+  const int half_hd = hd / 2;
+  const int item = blockIdx.x * kRopeThreads + threadIdx.x;
+  if (item >= (n_head + 2 * n_kv) * half_hd) return;
+  const size_t row = blockIdx.y;
+  const int head = item / half_hd, j = item % half_hd;
+  const int pos = pos_ptr[row];
+  const int slot = seq_ptr ? seq_ptr[row] : 0;
+  const bool valid = pos >= 0 && pos < n_ctx && slot >= 0 && slot < n_seq;
   const bool is_q = head < n_head;
   const bool is_v = head >= n_head + n_kv;
   const int kvh = is_q ? 0 : (is_v ? head - n_head - n_kv : head - n_head);
-  const float* src = is_q ? q + static_cast<size_t>(head) * hd : (is_v ? v : k) + static_cast<size_t>(kvh) * hd;
+  const int half_rd = rope_dim / 2;
+  const bool rotate = !is_v && j < half_rd;
+  const int a = rotate ? (neox ? j : 2 * j) : (neox && !is_v ? rope_dim + 2 * (j - half_rd) : 2 * j);
+  const int b = rotate && neox ? j + half_rd : a + 1;
+  float* qrow = q + row * ld_q + static_cast<size_t>(head) * hd;
   if (!valid) {
-    if (is_q)
-      for (int e = threadIdx.x; e < hd; e += blockDim.x)
-        q[static_cast<size_t>(head) * hd + e] = __int_as_float(0x7fc00000);
+    if (is_q) qrow[a] = qrow[b] = __int_as_float(0x7fc00000);
     return;
   }
-  T* cache_row = (is_v ? vc : kc) + (static_cast<size_t>(kvh) * n_ctx + pos) * hd;
-  if (is_v) {
-    for (int e = threadIdx.x; e < hd; e += blockDim.x) cache_row[e] = from_float<T>(src[e]);
+  const float* src = is_q ? qrow : (is_v ? v : k) + row * ld_kv + static_cast<size_t>(kvh) * hd;
+  float xa = src[a], xb = src[b];
+  if (rotate) {
+    // The pair (a, b) rotates by theta: a' = a cos - b sin, b' = a sin + b cos.
+    const float theta = static_cast<float>(pos) * inv_freq[j];
+    float s, c;
+    sincosf(theta, &s, &c);  // the accurate version: theta reaches thousands of radians at long contexts
+    const float ra = xa * c - xb * s, rb = xa * s + xb * c;
+    xa = ra, xb = rb;
+  }
+  if (is_q) {
+    qrow[a] = xa, qrow[b] = xb;
     return;
   }
-  for (int e = threadIdx.x; e < hd; e += blockDim.x) xs[e] = src[e];
-  __syncthreads();
-  const int half_dim = rope_dim / 2;
-  for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-    float out = xs[e];
-    if (e < rope_dim) {
-      // The pair (a, b) rotates by theta: a' = a cos - b sin, b' = a sin + b cos.
-      const int i = neox ? e % half_dim : e / 2;
-      const bool first = neox ? e < half_dim : (e & 1) == 0;
-      const int ia = neox ? i : 2 * i;
-      const int ib = neox ? i + half_dim : 2 * i + 1;
-      const float theta = static_cast<float>(pos) * inv_freq[i];
-      float s, c;
-      sincosf(theta, &s, &c);  // the accurate version: theta reaches thousands of radians at long contexts
-      out = first ? xs[ia] * c - xs[ib] * s : xs[ia] * s + xs[ib] * c;
-    }
-    if (is_q)
-      q[static_cast<size_t>(head) * hd + e] = out;
-    else
-      cache_row[e] = from_float<T>(out);
-  }
+  T* dst = (is_v ? vc : kc) + ((static_cast<size_t>(slot) * n_kv + kvh) * n_ctx + pos) * hd;
+  dst[a] = from_float<T>(xa);
+  dst[b] = from_float<T>(xb);
+}
+
+void rope_rows(const char* op, float* q, int64_t ld_q, const float* k, const float* v, int64_t ld_kv,
+               const KvCacheView& cache, const int32_t* pos, const int32_t* seq, int64_t t, int64_t n_head,
+               int64_t rope_dim, const float* inv_freq, bool neox, cudaStream_t stream) {
+  const std::string o(op);
+  TESSERA_CUDA_REQUIRE(q && k && v && pos && cache.k && cache.v, o + ": a pointer argument is null");
+  TESSERA_CUDA_REQUIRE(cache.dtype == DType::F16 || cache.dtype == DType::BF16,
+                       o + ": the KV cache must be f16 or bf16");
+  TESSERA_CUDA_REQUIRE(cache.hd > 0 && cache.hd <= kMaxHd && cache.hd % 2 == 0,
+                       o + ": head size " + num(cache.hd) + " is not an even number in 2..512");
+  TESSERA_CUDA_REQUIRE(rope_dim >= 0 && rope_dim % 2 == 0 && rope_dim <= cache.hd,
+                       o + ": rope_dim " + num(rope_dim) + " must be even and at most the head size");
+  TESSERA_CUDA_REQUIRE(rope_dim == 0 || inv_freq != nullptr, o + ": inv_freq is null");
+  TESSERA_CUDA_REQUIRE(n_head > 0 && cache.n_kv > 0 && n_head % cache.n_kv == 0 && n_head + 2 * cache.n_kv < 65536,
+                       o + ": " + num(n_head) + " query heads do not group over " + num(cache.n_kv) + " kv heads");
+  TESSERA_CUDA_REQUIRE(cache.n_seq > 0 && cache.n_seq < (int64_t{1} << 31) && cache.n_ctx > 0 &&
+                           cache.n_ctx < (int64_t{1} << 31) &&
+                           cache.n_seq * cache.n_ctx * cache.n_kv * cache.hd < (int64_t{1} << 40),
+                       o + ": the cache size is invalid");
+  TESSERA_CUDA_REQUIRE(t > 0 && t <= 65535, o + ": row count " + num(t) + " is outside 1..65535");
+  TESSERA_CUDA_REQUIRE(
+      ld_q >= n_head * cache.hd && ld_kv >= cache.n_kv * cache.hd,
+      o + ": the row strides ld_q " + num(ld_q) + " and ld_kv " + num(ld_kv) + " are smaller than the heads' widths");
+  const int64_t items = (n_head + 2 * cache.n_kv) * (cache.hd / 2);
+  const dim3 grid(ceil_div(items, kRopeThreads), static_cast<unsigned>(t));
+  const int nh = static_cast<int>(n_head), nkv = static_cast<int>(cache.n_kv), hd = static_cast<int>(cache.hd);
+  const int nctx = static_cast<int>(cache.n_ctx), nseq = static_cast<int>(cache.n_seq), rd = static_cast<int>(rope_dim);
+  const auto lq = static_cast<size_t>(ld_q), lkv = static_cast<size_t>(ld_kv);
+  if (cache.dtype == DType::F16)
+    launch("rope_store_kv_kernel", rope_store_kv_kernel<__half>, grid, dim3(kRopeThreads), 0, stream, q, k, v, lq, lkv,
+           static_cast<__half*>(cache.k), static_cast<__half*>(cache.v), pos, seq, nh, nkv, hd, nctx, nseq, rd,
+           inv_freq, neox);
+  else
+    launch("rope_store_kv_kernel", rope_store_kv_kernel<__nv_bfloat16>, grid, dim3(kRopeThreads), 0, stream, q, k, v,
+           lq, lkv, static_cast<__nv_bfloat16*>(cache.k), static_cast<__nv_bfloat16*>(cache.v), pos, seq, nh, nkv, hd,
+           nctx, nseq, rd, inv_freq, neox);
 }
 
 }  // namespace
@@ -78,34 +123,15 @@ __global__ void rope_store_kv_kernel(float* q /*[n_head, hd]*/, const float* __r
 
 void rope_store_kv(float* q, const float* k, const float* v, const KvCacheView& cache, const int32_t* pos,
                    int64_t n_head, int64_t rope_dim, const float* inv_freq, bool neox, cudaStream_t stream) {
-  using detail::num;
-  TESSERA_CUDA_REQUIRE(q && k && v && pos && cache.k && cache.v, "rope_store_kv: a pointer argument is null");
-  TESSERA_CUDA_REQUIRE(cache.dtype == DType::F16 || cache.dtype == DType::BF16,
-                       "rope_store_kv: the KV cache must be f16 or bf16");
-  TESSERA_CUDA_REQUIRE(cache.hd > 0 && cache.hd <= detail::kMaxHd,
-                       "rope_store_kv: head size " + num(cache.hd) + " is outside 1..512");
-  TESSERA_CUDA_REQUIRE(rope_dim >= 0 && rope_dim % 2 == 0 && rope_dim <= cache.hd,
-                       "rope_store_kv: rope_dim " + num(rope_dim) + " must be even and at most the head size");
-  TESSERA_CUDA_REQUIRE(rope_dim == 0 || inv_freq != nullptr, "rope_store_kv: inv_freq is null");
-  TESSERA_CUDA_REQUIRE(
-      n_head > 0 && cache.n_kv > 0 && n_head % cache.n_kv == 0 && n_head + 2 * cache.n_kv < 65536,
-      "rope_store_kv: " + num(n_head) + " query heads do not group over " + num(cache.n_kv) + " kv heads");
-  TESSERA_CUDA_REQUIRE(cache.n_ctx > 0 && cache.n_ctx * cache.n_kv * cache.hd < (int64_t{1} << 40),
-                       "rope_store_kv: the cache size is invalid");
-  const int threads = std::max(32, std::min(256, static_cast<int>((cache.hd + 31) / 32 * 32)));
-  const unsigned blocks = static_cast<unsigned>(n_head + 2 * cache.n_kv);
-  const int nh = static_cast<int>(n_head), nkv = static_cast<int>(cache.n_kv), hd = static_cast<int>(cache.hd);
-  const int nctx = static_cast<int>(std::min<int64_t>(cache.n_ctx, INT32_MAX)), rd = static_cast<int>(rope_dim);
-  if (cache.dtype == DType::F16) {
-    detail::rope_store_kv_kernel<__half><<<blocks, threads, 0, stream>>>(q, k, v, static_cast<__half*>(cache.k),
-                                                                         static_cast<__half*>(cache.v), pos, nh, nkv,
-                                                                         hd, nctx, rd, inv_freq, neox);
-  } else {
-    detail::rope_store_kv_kernel<__nv_bfloat16><<<blocks, threads, 0, stream>>>(
-        q, k, v, static_cast<__nv_bfloat16*>(cache.k), static_cast<__nv_bfloat16*>(cache.v), pos, nh, nkv, hd, nctx, rd,
-        inv_freq, neox);
-  }
-  TESSERA_CUDA_CHECK_LAUNCH("rope_store_kv_kernel");
+  detail::rope_rows("rope_store_kv", q, n_head * cache.hd, k, v, cache.n_kv * cache.hd, cache, pos, nullptr, 1, n_head,
+                    rope_dim, inv_freq, neox, stream);
+}
+
+void rope_store_kv_rows(float* q, int64_t ld_q, const float* k, const float* v, int64_t ld_kv, const KvCacheView& cache,
+                        const int32_t* pos, const int32_t* seq, int64_t t, int64_t n_head, int64_t rope_dim,
+                        const float* inv_freq, bool neox, cudaStream_t stream) {
+  detail::rope_rows("rope_store_kv_rows", q, ld_q, k, v, ld_kv, cache, pos, seq, t, n_head, rope_dim, inv_freq, neox,
+                    stream);
 }
 
 }  // namespace tessera::cuda

@@ -1,0 +1,363 @@
+// The T-row decode kernels of kernels_rows.h (rope_store_kv_rows, attn_decode_rows) against double-precision
+// references: rows at their own positions in their own cache slots, rows with an invalid position or slot (NaN in
+// that row only), strided q rows, workspace reuse across row counts, and CUDA-graph replays with new positions.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "backends/cuda/kernels_rows.h"
+#include "core/error.h"
+#include "cuda_test_util.h"
+
+namespace tessera::cuda::test {
+namespace {
+
+constexpr int64_t kSeqs = 4;
+
+// Positions and slots for t rows over [0, n_ctx) x [0, kSeqs): the first rows take position 0 and n_ctx - 1, rows 1
+// and 2 share a slot (different positions), no two rows share a (slot, position) (rope stores would race). With
+// `invalid`, four rows (t >= 8) get a bad position (n_ctx, -1) or slot (kSeqs, -1).
+struct Rows {
+  std::vector<int32_t> pos, seq;
+  std::vector<bool> valid;
+};
+Rows make_rows(std::mt19937& rng, int64_t t, int64_t n_ctx, bool invalid) {
+  Rows r;
+  std::set<std::pair<int32_t, int32_t>> used;
+  std::uniform_int_distribution<int32_t> pd(0, static_cast<int32_t>(n_ctx - 1)), sd(0, kSeqs - 1);
+  for (int64_t i = 0; i < t; ++i) {
+    int32_t p = 0, s = 0;
+    do {
+      p = i == 0 ? 0 : i == 1 ? static_cast<int32_t>(n_ctx - 1) : pd(rng);
+      s = i == 2 ? r.seq[1] : sd(rng);
+    } while (used.count({s, p}) != 0);
+    used.insert({s, p});
+    r.pos.push_back(p), r.seq.push_back(s), r.valid.push_back(true);
+  }
+  if (invalid && t >= 8) {
+    r.pos[3] = static_cast<int32_t>(n_ctx), r.pos[4] = -1, r.seq[5] = kSeqs, r.seq[6] = -1;
+    for (int i = 3; i <= 6; ++i) r.valid[i] = false;
+  }
+  return r;
+}
+
+struct RopeCase {
+  DType dtype;
+  int64_t n_head, n_kv, hd, rope_dim;
+  bool neox;
+};
+
+// q, k and v as the columns of one merged [t, width] matmul output (ld_q = ld_kv = width > the heads' width, the pad
+// columns NaN), the rows in `rows` (seq == nullptr when `slot0`: prefill's consecutive rows of slot 0).
+void check_rope_rows(const RopeCase& c, int64_t t, bool slot0, std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " heads " << c.n_head << "/" << c.n_kv << " hd " << c.hd
+                                    << " rope_dim " << c.rope_dim << " neox " << c.neox << " t " << t
+                                    << (slot0 ? " slot 0" : ""));
+  const int64_t n_ctx = 64, hd = c.hd;
+  const int64_t qw = c.n_head * hd, kvw = c.n_kv * hd, width = qw + 2 * kvw + 8;
+  Rows rows;
+  if (slot0) {
+    const int32_t p0 = static_cast<int32_t>(n_ctx - t);  // the last row lands on n_ctx - 1
+    for (int64_t i = 0; i < t; ++i) rows.pos.push_back(p0 + static_cast<int32_t>(i)), rows.valid.push_back(true);
+    rows.seq.assign(t, 0);
+  } else {
+    rows = make_rows(rng, t, n_ctx, true);
+  }
+  auto qkv = random_floats(rng, static_cast<size_t>(t * width), -2.0f, 2.0f);
+  for (int64_t r = 0; r < t; ++r)
+    for (int64_t e = qw + 2 * kvw; e < width; ++e) qkv[r * width + e] = std::nanf("");
+  const auto inv_freq = llama_inv_freq(c.rope_dim, 10000.0);
+  DeviceBuffer qkv_d = to_device(qkv), f_d = to_device(inv_freq);
+  DeviceBuffer pos_d = to_device(rows.pos), seq_d = to_device(rows.seq);
+  const size_t cache_elems = static_cast<size_t>(kSeqs * c.n_kv * n_ctx * hd);
+  DeviceBuffer kc = poisoned(2 * cache_elems), vc = poisoned(2 * cache_elems);
+  const KvCacheView cache{c.dtype, kc.get(), vc.get(), n_ctx, c.n_kv, hd, kSeqs};
+  float* q = qkv_d.as<float>();
+  rope_store_kv_rows(q, width, q + qw, q + qw + kvw, width, cache, pos_d.as<int32_t>(),
+                     slot0 ? nullptr : seq_d.as<int32_t>(), t, c.n_head, c.rope_dim, f_d.as<float>(), c.neox, nullptr);
+  synchronize();
+  const auto out = to_host<float>(qkv_d, qkv.size());
+  const auto kc_h = to_host<uint16_t>(kc, cache_elems), vc_h = to_host<uint16_t>(vc, cache_elems);
+  std::vector<bool> written(static_cast<size_t>(kSeqs * n_ctx), false);
+  std::vector<double> ref(hd);
+  // Tolerances as in test_attention.cpp's RopeStoreKvMatchesReference (inputs within +-2).
+  const double rel = c.dtype == DType::F16 ? 0x1.0p-11 : 0x1.0p-8;
+  for (int64_t r = 0; r < t; ++r) {
+    const float* in = &qkv[r * width];
+    const float* o = &out[r * width];
+    for (int64_t e = qw; e < width; ++e)  // k, v and the pad are inputs: untouched (NaN pad compares by bits)
+      ASSERT_EQ(std::isnan(o[e]) ? 1 : o[e], std::isnan(in[e]) ? 1 : in[e]) << "row " << r << " column " << e;
+    if (!rows.valid[r]) {
+      for (int64_t e = 0; e < qw; ++e) ASSERT_TRUE(std::isnan(o[e])) << "invalid row " << r << " e " << e;
+      continue;
+    }
+    const int32_t p = rows.pos[r], s = rows.seq[r];
+    written[s * n_ctx + p] = true;
+    for (int64_t h = 0; h < c.n_head; ++h) {
+      rope_head_ref(in + h * hd, ref.data(), hd, c.rope_dim, p, inv_freq.data(), c.neox);
+      for (int64_t e = 0; e < hd; ++e) ASSERT_NEAR(o[h * hd + e], ref[e], 2e-6) << "row " << r << " q head " << h;
+    }
+    for (int64_t h = 0; h < c.n_kv; ++h) {
+      rope_head_ref(in + qw + h * hd, ref.data(), hd, c.rope_dim, p, inv_freq.data(), c.neox);
+      const size_t at = static_cast<size_t>(((s * c.n_kv + h) * n_ctx + p) * hd);
+      for (int64_t e = 0; e < hd; ++e) {
+        ASSERT_NEAR(cache_to_float(c.dtype, kc_h[at + e]), ref[e], rel * std::fabs(ref[e]) + 6e-6)
+            << "row " << r << " k head " << h << " e " << e;
+        ASSERT_EQ(vc_h[at + e], float_to_cache(c.dtype, in[qw + kvw + h * hd + e]))
+            << "row " << r << " v head " << h << " e " << e;
+      }
+    }
+  }
+  // Every (slot, position) no valid row owns is still poison: invalid rows stored nothing, and nothing strayed.
+  for (int64_t s = 0; s < kSeqs; ++s)
+    for (int64_t h = 0; h < c.n_kv; ++h)
+      for (int64_t p = 0; p < n_ctx; ++p) {
+        if (written[s * n_ctx + p]) continue;
+        const size_t at = static_cast<size_t>(((s * c.n_kv + h) * n_ctx + p) * hd);
+        for (int64_t e = 0; e < hd; ++e) {
+          ASSERT_EQ(kc_h[at + e], 0xFFFF) << "slot " << s << " position " << p;
+          ASSERT_EQ(vc_h[at + e], 0xFFFF) << "slot " << s << " position " << p;
+        }
+      }
+}
+
+TEST(CudaRows, RopeStoreKvRowsMatchesReference) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const RopeCase cases[] = {
+      {DType::F16, 9, 3, 64, 64, false},     // SmolLM2-135M heads
+      {DType::BF16, 32, 8, 128, 128, true},  // Llama-3-8B heads, neox pairs
+      {DType::F16, 8, 2, 128, 64, true},     // partial rotation
+      {DType::BF16, 4, 2, 64, 32, false},    // partial rotation, interleaved pairs
+  };
+  for (const RopeCase& c : cases)
+    for (int64_t t : {1, 3, 8, 32}) {
+      check_rope_rows(c, t, false, rng);
+      check_rope_rows(c, t, true, rng);
+    }
+}
+
+TEST(CudaRows, RopeStoreKvRowsRejectsBadArguments) {
+  TESSERA_REQUIRE_GPU();
+  const int64_t n_head = 2, hd = 64, n_ctx = 8;
+  DeviceBuffer q(4 * n_head * hd * 4), kc(2 * n_ctx * hd), vc(2 * n_ctx * hd), f(4 * hd / 2), pos(16);
+  float* qp = q.as<float>();
+  const KvCacheView cache{DType::F16, kc.get(), vc.get(), n_ctx, 1, hd};
+  const int32_t* pp = pos.as<int32_t>();
+  // ld_q narrower than the q heads
+  EXPECT_THROW(rope_store_kv_rows(qp, hd, qp, qp, hd, cache, pp, nullptr, 1, n_head, hd, f.as<float>(), false, nullptr),
+               Error);
+  // no rows
+  EXPECT_THROW(
+      rope_store_kv_rows(qp, n_head * hd, qp, qp, hd, cache, pp, nullptr, 0, n_head, hd, f.as<float>(), false, nullptr),
+      Error);
+  KvCacheView no_seqs = cache;
+  no_seqs.n_seq = 0;
+  EXPECT_THROW(rope_store_kv_rows(qp, n_head * hd, qp, qp, hd, no_seqs, pp, nullptr, 1, n_head, hd, f.as<float>(),
+                                  false, nullptr),
+               Error);
+}
+
+struct AttnCase {
+  DType dtype;
+  int64_t n_head, n_kv, hd, n_ctx;
+};
+
+// One cache of kSeqs slots, filled with random values up to the largest position any valid row of `rows` uses in
+// each slot; the rest is NaN poison that no row may read.
+struct Cache {
+  std::vector<uint16_t> k, v;
+  std::vector<float> kf, vf;
+};
+Cache random_cache(const AttnCase& c, const Rows& rows, std::mt19937& rng) {
+  const size_t elems = static_cast<size_t>(kSeqs * c.n_kv * c.n_ctx * c.hd);
+  Cache ch{std::vector<uint16_t>(elems, 0xFFFF), std::vector<uint16_t>(elems, 0xFFFF), std::vector<float>(elems),
+           std::vector<float>(elems)};
+  std::vector<int32_t> last(kSeqs, -1);
+  for (size_t r = 0; r < rows.pos.size(); ++r)
+    if (rows.valid[r]) last[rows.seq[r]] = std::max(last[rows.seq[r]], rows.pos[r]);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t s = 0; s < kSeqs; ++s)
+    for (int64_t h = 0; h < c.n_kv; ++h)
+      for (int64_t p = 0; p <= last[s]; ++p)
+        for (int64_t i = 0; i < c.hd; ++i) {
+          const size_t at = static_cast<size_t>(((s * c.n_kv + h) * c.n_ctx + p) * c.hd + i);
+          ch.k[at] = float_to_cache(c.dtype, normal(rng));
+          ch.v[at] = float_to_cache(c.dtype, normal(rng));
+        }
+  for (size_t i = 0; i < elems; ++i)
+    ch.kf[i] = cache_to_float(c.dtype, ch.k[i]), ch.vf[i] = cache_to_float(c.dtype, ch.v[i]);
+  return ch;
+}
+
+// Checks out [t, n_head * hd] against attn_decode_ref per row (slot s's part of the cache); invalid rows all NaN.
+void check_attn_out(const AttnCase& c, const Rows& rows, const std::vector<float>& q, int64_t ld_q,
+                    const std::vector<float>& kf, const std::vector<float>& vf, float scale,
+                    const std::vector<float>& out) {
+  const int64_t width = c.n_head * c.hd;
+  const size_t slot_elems = static_cast<size_t>(c.n_kv * c.n_ctx * c.hd);
+  std::vector<double> ref;
+  for (size_t r = 0; r < rows.pos.size(); ++r) {
+    const float* o = &out[r * width];
+    if (!rows.valid[r]) {
+      for (int64_t i = 0; i < width; ++i) ASSERT_TRUE(std::isnan(o[i])) << "invalid row " << r << " element " << i;
+      continue;
+    }
+    const size_t off = static_cast<size_t>(rows.seq[r]) * slot_elems;
+    const std::vector<float> ks(kf.begin() + off, kf.begin() + off + slot_elems);
+    const std::vector<float> vs(vf.begin() + off, vf.begin() + off + slot_elems);
+    attn_decode_ref(&q[r * ld_q], ks, vs, c.n_ctx, c.n_head, c.n_kv, c.hd, rows.pos[r], scale, ref);
+    // Tolerance as in test_attention.cpp's DecodeMatchesReference.
+    for (int64_t i = 0; i < width; ++i)
+      ASSERT_NEAR(o[i], ref[i], 2e-5) << "row " << r << " (pos " << rows.pos[r] << ", slot " << rows.seq[r] << ") head "
+                                      << i / c.hd << " dim " << i % c.hd;
+  }
+}
+
+void check_attn_rows(const AttnCase& c, std::mt19937& rng) {
+  constexpr int64_t kMaxT = 32;
+  const KvCacheView shape{c.dtype, nullptr, nullptr, c.n_ctx, c.n_kv, c.hd, kSeqs};
+  DeviceBuffer kc(2 * static_cast<size_t>(kSeqs * c.n_kv * c.n_ctx * c.hd)), vc(kc.bytes());
+  KvCacheView cache = shape;
+  cache.k = kc.get(), cache.v = vc.get();
+  AttnRowsWorkspace ws(kMaxT, c.n_head, cache);  // one workspace serves every row count up to kMaxT
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+  const int64_t ld_q = c.n_head * c.hd + 12;  // a multiple of 4 wider than the heads; the pad holds NaN
+  for (int64_t t : {1, 3, 8, 32}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " heads " << c.n_head << "/" << c.n_kv << " hd " << c.hd
+                                      << " n_ctx " << c.n_ctx << " t " << t);
+    const Rows rows = make_rows(rng, t, c.n_ctx, true);
+    const Cache ch = random_cache(c, rows, rng);
+    kc.upload(ch.k.data(), 2 * ch.k.size()), vc.upload(ch.v.data(), 2 * ch.v.size());
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> q(static_cast<size_t>(t * ld_q), std::nanf(""));
+    for (int64_t r = 0; r < t; ++r)
+      for (int64_t i = 0; i < c.n_head * c.hd; ++i) q[r * ld_q + i] = normal(rng);
+    DeviceBuffer q_d = to_device(q), pos_d = to_device(rows.pos), seq_d = to_device(rows.seq);
+    DeviceBuffer out = poisoned(sizeof(float) * t * c.n_head * c.hd);
+    attn_decode_rows(q_d.as<float>(), ld_q, cache, pos_d.as<int32_t>(), seq_d.as<int32_t>(), t, out.as<float>(),
+                     c.n_head, scale, ws, nullptr);
+    synchronize();
+    check_attn_out(c, rows, q, ld_q, ch.kf, ch.vf, scale, to_host<float>(out, t * c.n_head * c.hd));
+  }
+}
+
+TEST(CudaRows, AttnDecodeRowsMatchesReference) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const AttnCase cases[] = {
+      {DType::F16, 9, 3, 64, 300},     // SmolLM2-135M heads (GQA 9/3: a head tile of 4 with one idle head)
+      {DType::BF16, 32, 8, 128, 700},  // Llama-3-8B heads
+      {DType::BF16, 9, 3, 64, 1100},   // several chunks per row at small t
+      {DType::F16, 32, 8, 128, 130},   // chunk boundary (2 x 64 + 2)
+      {DType::F16, 12, 1, 128, 200},   // a group of 12: two head tiles per row
+  };
+  for (const AttnCase& c : cases) check_attn_rows(c, rng);
+}
+
+TEST(CudaRows, AttnDecodeRowsWithoutSeqUsesSlotZero) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const AttnCase c{DType::BF16, 9, 3, 64, 200};
+  Rows rows;
+  rows.pos = {0, 57, 199}, rows.seq = {0, 0, 0}, rows.valid = {true, true, true};
+  const Cache ch = random_cache(c, rows, rng);
+  DeviceBuffer kc = to_device(ch.k), vc = to_device(ch.v);
+  const KvCacheView cache{c.dtype, kc.get(), vc.get(), c.n_ctx, c.n_kv, c.hd, kSeqs};
+  AttnRowsWorkspace ws(3, c.n_head, cache);
+  const int64_t ld_q = c.n_head * c.hd;
+  const auto q = random_floats(rng, static_cast<size_t>(3 * ld_q), -2.0f, 2.0f);
+  DeviceBuffer q_d = to_device(q), pos_d = to_device(rows.pos), out = poisoned(sizeof(float) * q.size());
+  const float scale = 0.125f;
+  attn_decode_rows(q_d.as<float>(), ld_q, cache, pos_d.as<int32_t>(), nullptr, 3, out.as<float>(), c.n_head, scale, ws,
+                   nullptr);
+  synchronize();
+  check_attn_out(c, rows, q, ld_q, ch.kf, ch.vf, scale, to_host<float>(out, q.size()));
+  // More rows than the workspace holds, or a workspace for another cache: one clear error.
+  EXPECT_THROW(attn_decode_rows(q_d.as<float>(), ld_q, cache, pos_d.as<int32_t>(), nullptr, 4, out.as<float>(),
+                                c.n_head, scale, ws, nullptr),
+               Error);
+  KvCacheView longer = cache;
+  longer.n_ctx = 2 * c.n_ctx;
+  EXPECT_THROW(attn_decode_rows(q_d.as<float>(), ld_q, longer, pos_d.as<int32_t>(), nullptr, 3, out.as<float>(),
+                                c.n_head, scale, ws, nullptr),
+               Error);
+}
+
+// Rope/store then attention for t rows, captured once into a CUDA graph and replayed with new q/k/v, positions and
+// slots written to the same device buffers between replays (as the executor does), with PDL on and off.
+TEST(CudaRows, GraphReplayReadsPositionsOnTheDevice) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const AttnCase c{DType::F16, 32, 8, 128, 256};
+  const RopeCase rc{c.dtype, c.n_head, c.n_kv, c.hd, c.hd, false};
+  const int64_t t = 8, qw = c.n_head * c.hd, kvw = c.n_kv * c.hd, width = qw + 2 * kvw;
+  const size_t cache_elems = static_cast<size_t>(kSeqs * c.n_kv * c.n_ctx * c.hd);
+  const auto inv_freq = llama_inv_freq(c.hd, 500000.0);
+  DeviceBuffer qkv_d(sizeof(float) * t * width), pos_d(sizeof(int32_t) * t), seq_d(sizeof(int32_t) * t);
+  DeviceBuffer f_d = to_device(inv_freq), out = poisoned(sizeof(float) * t * qw);
+  DeviceBuffer kc(2 * cache_elems), vc(2 * cache_elems);
+  const KvCacheView cache{c.dtype, kc.get(), vc.get(), c.n_ctx, c.n_kv, c.hd, kSeqs};
+  AttnRowsWorkspace ws(t, c.n_head, cache);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+  for (bool pdl : {true, false}) {
+    SCOPED_TRACE(pdl ? "PDL on" : "PDL off");
+    set_pdl(pdl);
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    float* q = qkv_d.as<float>();
+    rope_store_kv_rows(q, width, q + qw, q + qw + kvw, width, cache, pos_d.as<int32_t>(), seq_d.as<int32_t>(), t,
+                       c.n_head, c.hd, f_d.as<float>(), rc.neox, stream);
+    attn_decode_rows(q, width, cache, pos_d.as<int32_t>(), seq_d.as<int32_t>(), t, out.as<float>(), c.n_head, scale, ws,
+                     stream);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int replay = 0; replay < 3; ++replay) {
+      SCOPED_TRACE(::testing::Message() << "replay " << replay);
+      const Rows rows = make_rows(rng, t, c.n_ctx, replay == 1);
+      // Earlier positions of each row's slot hold random values; the row's own position is written by the graph.
+      Cache ch = random_cache(c, rows, rng);
+      kc.upload(ch.k.data(), 2 * cache_elems), vc.upload(ch.v.data(), 2 * cache_elems);
+      const auto qkv = random_floats(rng, static_cast<size_t>(t * width), -2.0f, 2.0f);
+      qkv_d.upload(qkv.data(), sizeof(float) * qkv.size());
+      pos_d.upload(rows.pos.data(), sizeof(int32_t) * t), seq_d.upload(rows.seq.data(), sizeof(int32_t) * t);
+      out.fill_bytes(0xFF);
+      synchronize();  // the plain copies and memsets above are on the legacy stream, the graph on `stream`
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      // The graph's rope must match the reference (q rotated in place, k/v stored at each row's position) ...
+      const auto q_dev = to_host<float>(qkv_d, qkv.size());
+      const auto kc_h = to_host<uint16_t>(kc, cache_elems), vc_h = to_host<uint16_t>(vc, cache_elems);
+      std::vector<double> ref(c.hd);
+      for (int64_t r = 0; r < t; ++r) {
+        if (!rows.valid[r]) continue;
+        for (int64_t h = 0; h < c.n_head; h += 7) {
+          rope_head_ref(&qkv[r * width + h * c.hd], ref.data(), c.hd, c.hd, rows.pos[r], inv_freq.data(), false);
+          for (int64_t e = 0; e < c.hd; ++e) ASSERT_NEAR(q_dev[r * width + h * c.hd + e], ref[e], 2e-6);
+        }
+        const size_t at = static_cast<size_t>(((rows.seq[r] * c.n_kv) * c.n_ctx + rows.pos[r]) * c.hd);
+        for (int64_t e = 0; e < c.hd; ++e)
+          ASSERT_EQ(vc_h[at + e], float_to_cache(c.dtype, qkv[r * width + qw + kvw + e]));
+      }
+      // ... and attention reads that cache (the stored rows included) with the rotated q at the new positions.
+      for (size_t i = 0; i < cache_elems; ++i)
+        ch.kf[i] = cache_to_float(c.dtype, kc_h[i]), ch.vf[i] = cache_to_float(c.dtype, vc_h[i]);
+      check_attn_out(c, rows, q_dev, width, ch.kf, ch.vf, scale, to_host<float>(out, t * qw));
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+  set_pdl(true);
+}
+
+}  // namespace
+}  // namespace tessera::cuda::test
