@@ -117,7 +117,7 @@ TINY_MODELS = ["tiny", "tiny-llama3"]
 
 # Sanity limits for a random model's reference (checked at generation, failing it): a model whose top-1 is (nearly)
 # the same token everywhere, or (nearly) always the input token itself, cannot tell a correct forward from a wrong one.
-MIN_DISTINCT_TOP1 = 0.15   # distinct top-1 ids / min(positions, vocab), all prompts (SmolLM2: 0.38, 1B: 0.99)
+MIN_DISTINCT_TOP1 = 0.15   # distinct top-1 ids / min(positions, vocab), prompts of <= 256 tokens (SmolLM2: 0.38, 1B: 0.99)
 MAX_COPY_TOP1 = 0.90       # positions whose top-1 is the token just fed
 
 
@@ -428,10 +428,15 @@ def generate_case(torch, model, name: str, dtype: str, spec: dict, prompts: list
         for p in prompts:
             write_npy(os.path.join(d, p["name"] + ".npy"), hf[p["name"]])
 
-    top1_all = [t for s in stats for t in s["top1"]]
-    n_pos = len(top1_all)
+    # Distinct top-1 over the short prompts: deep into a 2048-token random context the attention averages over many
+    # positions and the hidden state settles, so the long prompt's top-1 repeats by construction (SmolLM2's shape:
+    # 7% distinct over all prompts with --long, 38% without), which says nothing about the model's usefulness as a
+    # check.
+    top1_all = [t for p, s in zip(prompts, stats) if len(p["ids"]) <= 256 for t in s["top1"]]
+    n_pos = sum(len(s["top1"]) for s in stats)
     gaps = sorted(g for s in stats for g in s["gap_rel"])
-    sanity = {"positions": n_pos, "distinct_top1_frac": len(set(top1_all)) / min(n_pos, spec["vocab_size"]),
+    sanity = {"positions": n_pos,
+              "distinct_top1_frac": len(set(top1_all)) / max(1, min(len(top1_all), spec["vocab_size"])),
               "copy_top1_frac": sum(s["copy"] for s in stats) / n_pos,
               "mean_entropy_nats": float(np.mean([e for s in stats for e in s["entropy"]])),
               "log_vocab": math.log(spec["vocab_size"]),

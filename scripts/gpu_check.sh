@@ -10,12 +10,12 @@
 # stays on a machine kept warm between calls, so the second call does not rebuild):
 #   scripts/gpu_check.sh --only tests,hf,kernels          # correctness first
 #   scripts/gpu_check.sh --only decode,prefill,batch,ceilings,profile,peer
-# Phases: tests (GPU tests; + sanitizer unless --no-sanitizer), hf (HF-transformers oracle vs tessera logits),
+# Phases: tests (GPU tests; + sanitizer unless --no-sanitizer), default (only the default-model tests), hf (HF-transformers oracle vs tessera logits),
 #   kernels (kernel benchmarks), decode (tessera bench --device cuda, batch 1), prefill (pp2048), batch (--batch 8, 32),
 #   ceilings (tessera bench --ceilings --device cuda), profile (tessera profile --device cuda), peer (PyTorch peers).
 # The default model (98 MB) is larger than one call may carry: scripts/gpu_model_parts.sh splits it here into
-# .gpu-model-0/ and .gpu-model-1/; a first call carrying .gpu-model-0 runs `scripts/gpu_check.sh --stage-model`, the
-# next (carrying .gpu-model-1) assembles and checks it, and the tests and benchmarks then use it.
+# .gpu-model-0/ and .gpu-model-1/; a first call carrying .gpu-model-0 adds --stage-model (it stores that half, then
+# runs its phases), the next (carrying .gpu-model-1) assembles and checks the file, and its phases use it.
 # Outputs in $OUT (at most 8 files come back): summary.md, tests.log (build, tests, sanitizer), hf.log, bench.log,
 # results.json (every tessera row), peer.json (PyTorch rows), profile.txt, and the caller's log.
 set -uo pipefail
@@ -46,7 +46,6 @@ parts="$HOME/.cache/tessera/parts"
 default_model="$HOME/.cache/tessera/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 if [ "$stage_model" = 1 ]; then
   mkdir -p "$parts" && cp .gpu-model-0/part "$parts/part0" && echo "staged the first half of the default model"
-  exit $?
 fi
 if [ -f .gpu-model-1/part ] && [ -f "$parts/part0" ] && [ ! -f "$default_model" ]; then
   mkdir -p "$(dirname "$default_model")"
@@ -150,6 +149,15 @@ if has tests; then
     say "- sanitizer: $(grep -E '^(memcheck|racecheck) exit' "$logt" | tr '\n' ' ')"
     grep -q -E '^(memcheck|racecheck) exit [^0]' "$logt" && status=1
   fi
+fi
+
+if has default && ! has tests; then
+  stamp "GPU tests on the default model"
+  echo "== default-model tests" >> "$logt"
+  timeout 200 "$test_bin" --gtest_color=no --gtest_filter='*Default*' >> "$logt" 2>&1
+  rc=$?
+  say "- default-model tests: exit $rc, $(grep -c '^\[       OK \]' "$logt") passed, $(grep -c '^\[  SKIPPED \] .*([0-9]* ms)$' "$logt") skipped"
+  [ "$rc" -ne 0 ] && status=1 && grep -E '^\[  FAILED  \]|Failure' "$logt" | head -10 | tee -a "$summary"
 fi
 
 if has hf; then

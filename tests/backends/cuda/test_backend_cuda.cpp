@@ -104,17 +104,69 @@ TEST_P(CudaBackendDtype, MatchesCpuOnSyntheticModel) {
 INSTANTIATE_TEST_SUITE_P(Formats, CudaBackendDtype, ::testing::Values("bf16", "f16", "q8_0", "q4_0", "q4_1"),
                          [](const auto& info) { return info.param; });
 
+// The default model (Q4_1, 30 layers) on a real prompt followed by random ids: both the CPU fast path and the CUDA
+// path quantize activations to 8 bits, independently, so they are judged against the CPU f32 reference path (f32
+// weights dequantized, f32 activations and cache), not against each other. Measured on the CPU: the fast path's
+// relative L2 error against the reference is ~1% at the median step and up to ~13% at the worst step of this input
+// (random ids make flat, ill-conditioned steps), with top-1 equal to the reference's at ~95% of steps. The CUDA path
+// must be as close to the reference as the CPU fast path is (median within 1.5x + 2e-3, worst within 1.5x, top-1
+// agreement no more than 3 points lower), whether the prompt goes through prefill or token by token.
 TEST(CudaBackend, MatchesCpuOnDefaultModel) {
   TESSERA_REQUIRE_GPU();
   TESSERA_REQUIRE_DEFAULT_MODEL(path);
   const Model m = Model::load(path);
-  const std::vector<int32_t> prompt =
-      m.tokenizer().encode("The capital of France is Paris, and the capital of", true, false);
-  std::vector<int32_t> ids = prompt;
+  std::vector<int32_t> ids = m.tokenizer().encode("The capital of France is Paris, and the capital of", true, false);
   const std::vector<int32_t> more = random_ids(64, 49152, 5);
   ids.insert(ids.end(), more.begin(), more.end());
-  const Compare c = compare_sessions(m, ids, 3e-2);
-  expect_close(c, 3e-2, "default model");
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const auto logits_of = [&](SessionOptions o, bool prefill) {
+    o.n_ctx = n + 8;
+    Session s(m, o);
+    std::vector<float> all;
+    if (prefill) return s.eval_all_logits(ids);
+    for (int32_t id : ids) {
+      const std::span<const float> l = s.decode(id);
+      all.insert(all.end(), l.begin(), l.end());
+    }
+    return all;
+  };
+  const std::vector<float> ref = logits_of({.n_threads = 2, .reference = true}, false);
+  const std::vector<float> cpu = logits_of({.n_threads = 2}, false);
+  const size_t v = ref.size() / static_cast<size_t>(n);
+  struct Err {
+    double median = 0, worst = 0, top1 = 0;
+  };
+  const auto err = [&](const std::vector<float>& x) {
+    std::vector<double> rel;
+    int agree = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      const float* a = x.data() + static_cast<size_t>(t) * v;
+      const float* r = ref.data() + static_cast<size_t>(t) * v;
+      double num = 0, den = 0;
+      for (size_t i = 0; i < v; ++i) {
+        EXPECT_TRUE(std::isfinite(a[i])) << "logit " << i << " at step " << t;
+        num += (double(a[i]) - r[i]) * (double(a[i]) - r[i]);
+        den += double(r[i]) * r[i];
+      }
+      rel.push_back(std::sqrt(num / std::max(den, 1e-30)));
+      agree += std::max_element(a, a + v) - a == std::max_element(r, r + v) - r ? 1 : 0;
+    }
+    std::sort(rel.begin(), rel.end());
+    return Err{rel[rel.size() / 2], rel.back(), double(agree) / double(n)};
+  };
+  const Err e_cpu = err(cpu);
+  std::cout << "default model, CPU fast path vs reference: median " << e_cpu.median << ", worst " << e_cpu.worst
+            << ", top-1 " << e_cpu.top1 << "\n";
+  for (const bool prefill : {false, true}) {
+    const std::vector<float> gpu = logits_of({.n_threads = 2, .device = "cuda"}, prefill);
+    ASSERT_EQ(gpu.size(), ref.size());
+    const Err e = err(gpu);
+    const std::string what = std::string("default model on cuda, ") + (prefill ? "prefill" : "token by token");
+    std::cout << what << " vs reference: median " << e.median << ", worst " << e.worst << ", top-1 " << e.top1 << "\n";
+    EXPECT_LE(e.median, 1.5 * e_cpu.median + 2e-3) << what;
+    EXPECT_LE(e.worst, 1.5 * e_cpu.worst) << what;
+    EXPECT_GE(e.top1, e_cpu.top1 - 0.03) << what;
+  }
 }
 
 // Greedy generation through the captured CUDA graph gives the same tokens as plain launches: the graph reads the
