@@ -1,0 +1,149 @@
+// Causal prefill attention (attn_prefill, kernels_rows.h) against a double-precision CPU reference on the same
+// 16-bit-rounded q, K and V, for every launch shape the kernel has.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/kernels/attn_prefill_variants.h"
+#include "backends/cuda/kernels_rows.h"
+#include "core/error.h"
+#include "cuda_test_util.h"
+#include "quant/half.h"
+
+namespace tessera::cuda::test {
+namespace {
+
+float cache_to_float(DType dtype, uint16_t bits) { return dtype == DType::F16 ? fp16_to_f32(bits) : bf16_to_f32(bits); }
+uint16_t float_to_cache(DType dtype, float v) { return dtype == DType::F16 ? f32_to_fp16(v) : f32_to_bf16(v); }
+
+struct PrefillCase {
+  DType dtype;
+  int64_t hd, n_head, n_kv, t, p0, seq;
+};
+
+// Row i of out against attn_decode_ref at position p0 + i, row by row: a masking error at one position of one row
+// would vanish in a norm over 513 rows.
+void check_prefill(const PrefillCase& c, std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " hd " << c.hd << " heads " << c.n_head << "/" << c.n_kv
+                                    << " t " << c.t << " p0 " << c.p0 << " seq " << c.seq);
+  const int64_t n_seq = 2, n_ctx = c.p0 + c.t + 5;  // 5 positions past the chunk: poisoned, never to be read
+  const int64_t slot = c.n_kv * n_ctx * c.hd;
+  std::vector<uint16_t> kc_h(n_seq * slot, 0xFFFF), vc_h(n_seq * slot, 0xFFFF);  // 0xFFFF: NaN in f16 and bf16
+  std::vector<float> kf(slot), vf(slot);  // slot c.seq as floats [n_kv, n_ctx, hd]
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t s = 0; s < n_seq; ++s)  // the other slot holds different data of the same kind
+    for (int64_t h = 0; h < c.n_kv; ++h)
+      for (int64_t p = 0; p < c.p0 + c.t; ++p)
+        for (int64_t i = 0; i < c.hd; ++i) {
+          const size_t at = static_cast<size_t>(s * slot + (h * n_ctx + p) * c.hd + i);
+          kc_h[at] = float_to_cache(c.dtype, normal(rng));
+          vc_h[at] = float_to_cache(c.dtype, normal(rng));
+          if (s == c.seq)
+            kf[at - s * slot] = cache_to_float(c.dtype, kc_h[at]),
+                        vf[at - s * slot] = cache_to_float(c.dtype, vc_h[at]);
+        }
+  // q rows as the merged q|k|v matmul output leaves them: ld_q spans the k and v columns too, which hold NaN here
+  // (the kernel must read only the q columns).
+  const int64_t width = c.n_head * c.hd, ld_q = width + 2 * c.n_kv * c.hd;
+  std::vector<float> q(c.t * ld_q, NAN), q_rounded(c.t * width);
+  for (int64_t r = 0; r < c.t; ++r)
+    for (int64_t i = 0; i < width; ++i) {
+      q[r * ld_q + i] = 2.0f * normal(rng);  // scores ~N(0, 4): softmaxes with a few dominant keys
+      q_rounded[r * width + i] = cache_to_float(c.dtype, float_to_cache(c.dtype, q[r * ld_q + i]));
+    }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+  std::vector<std::vector<double>> ref(c.t);
+  for (int64_t r = 0; r < c.t; ++r)
+    attn_decode_ref(&q_rounded[r * width], kf, vf, n_ctx, c.n_head, c.n_kv, c.hd, static_cast<int32_t>(c.p0 + r), scale,
+                    ref[r]);
+
+  DeviceBuffer qd = to_device(q), kc = to_device(kc_h), vc = to_device(vc_h);
+  KvCacheView cache{c.dtype, kc.get(), vc.get(), n_ctx, c.n_kv, c.hd};
+  cache.n_seq = n_seq;
+  // The error sources are P rounded to 16 bits for the P·V product (relative 2^-9 for bf16, 2^-12 for f16, random in
+  // sign so they largely cancel over a row), ex2.approx (2 ulp) and f32 sums; q, K and V are rounded identically on
+  // both sides. Measured headroom is several times; an off-by-one in masking moves a row by ~1/n_keys ~> 1e-3
+  // relative, far more for short rows.
+  const double limit = c.dtype == DType::BF16 ? 1e-2 : 3e-3;
+  double worst_all = 0;
+  for (int variant = -1; variant < detail::attn_prefill_variant_count(); ++variant) {
+    SCOPED_TRACE(variant < 0 ? std::string("attn_prefill") : detail::attn_prefill_variant_name(variant, c.hd));
+    DeviceBuffer out = poisoned(sizeof(float) * c.t * width);
+    if (variant < 0)
+      attn_prefill(qd.as<float>(), ld_q, cache, c.seq, c.p0, c.t, out.as<float>(), c.n_head, scale, nullptr);
+    else
+      detail::attn_prefill_variant(variant, qd.as<float>(), ld_q, cache, c.seq, c.p0, c.t, out.as<float>(), c.n_head,
+                                   scale, nullptr);
+    synchronize();
+    const auto o = to_host<float>(out, c.t * width);
+    double worst = 0;
+    for (int64_t r = 0; r < c.t; ++r) {
+      double err = 0, norm = 0;
+      for (int64_t i = 0; i < width; ++i) {
+        const double d = o[r * width + i] - ref[r][i];
+        err += d * d, norm += ref[r][i] * ref[r][i];
+      }
+      const double rel = std::sqrt(err / norm);
+      ASSERT_TRUE(rel <= limit) << "row " << r << " (position " << c.p0 + r << "): relative error " << rel;
+      worst = std::max(worst, rel);
+    }
+    worst_all = std::max(worst_all, worst);
+  }
+  // The headroom, for the log: the worst row over all launch shapes against the limit.
+  std::printf("  %s hd %lld heads %lld/%lld t %lld p0 %lld seq %lld: worst row error %.2e (limit %.0e)\n",
+              std::string(dtype_name(c.dtype)).c_str(), static_cast<long long>(c.hd), static_cast<long long>(c.n_head),
+              static_cast<long long>(c.n_kv), static_cast<long long>(c.t), static_cast<long long>(c.p0),
+              static_cast<long long>(c.seq), worst_all, limit);
+}
+
+TEST(CudaAttnPrefill, MatchesReference) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const int64_t hds[] = {64, 128};
+  const int64_t heads[][2] = {{9, 3}, {32, 8}, {4, 4}};
+  const int64_t ts[] = {1, 7, 64, 200, 513};
+  const int64_t p0s[] = {0, 37, 300};
+  // Every (t, p0) pair once per dtype; head size, head layout and slot cycle through them so that each value meets
+  // several of the others (the full cross product would take the double reference minutes).
+  for (DType dtype : {DType::BF16, DType::F16})
+    for (int i = 0; i < 15; ++i) {
+      const int k = i + (dtype == DType::F16 ? 1 : 0);
+      const PrefillCase c{dtype,     hds[k % 2], heads[k % 3][0],   heads[k % 3][1],
+                          ts[i % 5], p0s[i / 5], k % 4 == 3 ? 0 : 1};
+      check_prefill(c, rng);
+    }
+}
+
+TEST(CudaAttnPrefill, RejectsBadArguments) {
+  TESSERA_REQUIRE_GPU();
+  const int64_t n_ctx = 64, hd = 64, n_kv = 2, n_head = 4;
+  DeviceBuffer kc(2 * 2 * n_kv * n_ctx * hd), vc(2 * 2 * n_kv * n_ctx * hd);
+  DeviceBuffer q(sizeof(float) * n_ctx * n_head * hd), out(sizeof(float) * n_ctx * n_head * hd);
+  KvCacheView cache{DType::BF16, kc.get(), vc.get(), n_ctx, n_kv, hd};
+  cache.n_seq = 2;
+  const int64_t ld = n_head * hd;
+  auto call = [&](const KvCacheView& c, int64_t seq, int64_t p0, int64_t t, int64_t heads) {
+    attn_prefill(q.as<float>(), ld, c, seq, p0, t, out.as<float>(), heads, 0.125f, nullptr);
+  };
+  EXPECT_NO_THROW(call(cache, 1, 10, 54, n_head));  // exactly fills the cache
+  synchronize();
+  EXPECT_THROW(call(cache, 1, 10, 55, n_head), Error);  // p0 + t > n_ctx
+  EXPECT_THROW(call(cache, 0, 64, 1, n_head), Error);
+  EXPECT_THROW(call(cache, 2, 0, 8, n_head), Error);  // slot outside [0, n_seq)
+  EXPECT_THROW(call(cache, -1, 0, 8, n_head), Error);
+  EXPECT_THROW(call(cache, 0, 0, 8, 3), Error);  // 3 query heads over 2 kv heads
+  KvCacheView bad = cache;
+  bad.hd = 96;
+  EXPECT_THROW(call(bad, 0, 0, 8, n_head), Error);
+  bad = cache;
+  bad.dtype = DType::F32;
+  EXPECT_THROW(call(bad, 0, 0, 8, n_head), Error);
+  EXPECT_THROW(attn_prefill(q.as<float>(), ld - 4, cache, 0, 0, 8, out.as<float>(), n_head, 0.125f, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace tessera::cuda::test
