@@ -220,19 +220,20 @@ if has decode; then
   for spec in $specs_decode; do
     tbench decode --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 128 -n 256 -r 3 --no-ceilings
   done
-  tbench decode --device cuda --arch llama3-8b --random-weights --dtype bf16 -p 4096 -n 64 -r 2 --no-ceilings
+  [ -n "${TESSERA_LONG_CTX:-1}" ] && [ "${TESSERA_LONG_CTX:-1}" != 0 ] &&
+    tbench decode --device cuda --arch llama3-8b --random-weights --dtype bf16 -p 4096 -n 64 -r 2 --no-ceilings
   [ -f "$default_model" ] && tbench decode --device cuda -m "$default_model" -p 128 -n 256 -r 3 --no-ceilings
 fi
 if has prefill; then
   stamp "prefill"
-  for spec in llama3-8b:bf16 llama3-8b:q8_0 llama3-8b:q4_0 llama3.2-1b:bf16; do
+  for spec in ${TESSERA_PREFILL_SPECS:-llama3-8b:bf16 llama3-8b:q8_0 llama3-8b:q4_0 llama3.2-1b:bf16}; do
     tbench prefill --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 2048 -n 0 --ubatch 2048 -r 3 --no-ceilings
   done
 fi
 if has batch; then
   stamp "batched decode"
   for b in 8 32; do
-    for spec in llama3-8b:bf16 llama3.2-1b:bf16; do
+    for spec in ${TESSERA_BATCH_SPECS:-llama3-8b:bf16 llama3.2-1b:bf16}; do
       tbench batch --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 128 -n 128 --batch "$b" -r 3 --no-ceilings
     done
   done
@@ -245,7 +246,7 @@ if has ceilings; then
 fi
 if has profile; then
   stamp "profile"
-  for spec in smollm2-135m:bf16 llama3-8b:bf16; do
+  for spec in ${TESSERA_PROFILE_SPECS:-smollm2-135m:bf16 llama3-8b:bf16}; do
     echo "## tessera profile --device cuda $spec" >> "$OUT/profile.txt"
     timeout 200 "$cli" profile --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" --prompt-tokens 512 -n 64 \
       >> "$OUT/profile.txt" 2>&1
@@ -256,6 +257,9 @@ fi
 if has peer; then
   stamp "PyTorch peers"
   pargs=(--json "$OUT/peer.json" --json-key decode --batch 1,8,32 --prefill --sdpa)
+  [ -n "${TESSERA_PEER_MODELS:-}" ] && pargs+=(--models "$TESSERA_PEER_MODELS")
+  # shellcheck disable=SC2206
+  [ -n "${TESSERA_PEER_ARGS:-}" ] && pargs+=($TESSERA_PEER_ARGS)
   [ "$quick" = 1 ] && pargs=(--json "$OUT/peer.json" --json-key decode --models llama3-8b)
   PYTHONUNBUFFERED=1 timeout 480 python3 bench/peer/torch_decode.py "${pargs[@]}" >> "$bench_log" 2>&1
   say "- PyTorch peers: exit $? (bench.log, peer.json)"

@@ -398,10 +398,11 @@ void Bench::attention() {
     int64_t n_head, n_kv, hd, n_ctx;
     std::vector<int32_t> ctxs;
   };
-  const std::vector<Case> cases = {{"llama3-8b", 32, 8, 128, 8192, {512, 1024, 4096, 8192}},
-                                   {"smollm2-135m", 9, 3, 64, 8192, {1024, 4096}}};
-  fmt::print("\n{:<24} {:>6} {:>10} {:>12} {:>8} {:>7}\n", "attn_decode (bf16 cache)", "ctx", "us", "(min-max)", "GB/s",
-             "%copy");
+  const std::vector<Case> cases = {{"llama3-8b", 32, 8, 128, 8192, {128, 512, 1024, 4096, 8192}},
+                                   {"smollm2-135m", 9, 3, 64, 8192, {64, 256, 384, 1024, 4096}}};
+  // attn: attn_decode alone; pair: rope_store_kv + attn_decode (the unfused layer); fused: attn_decode_rope.
+  fmt::print("\n{:<24} {:>6} {:>10} {:>12} {:>8} {:>7} {:>9} {:>9}\n", "attn_decode (bf16 cache)", "ctx", "us",
+             "(min-max)", "GB/s", "%copy", "pair us", "fused us");
   for (const Case& c : cases) {
     const uint64_t layer_bytes = 2ull * c.n_kv * c.n_ctx * c.hd * 2;
     const int layers = std::clamp(rotation(layer_bytes / 4), 2, 16);  // rotate over several layers' caches
@@ -413,26 +414,43 @@ void Bench::attention() {
       fill_random(FillKind::BF16, vcs.back().get(), layer_bytes / 4, -2.0f, 2.0f, seed_++, stream_);
     }
     DeviceBuffer q(sizeof(float) * c.n_head * c.hd), out(sizeof(float) * c.n_head * c.hd), pos(4);
+    DeviceBuffer kn(sizeof(float) * c.n_kv * c.hd), vn(sizeof(float) * c.n_kv * c.hd), inv(sizeof(float) * c.hd / 2);
     fill_random(FillKind::F32, q.get(), c.n_head * c.hd, -1.0f, 1.0f, seed_++, stream_);
+    for (auto* b : {&kn, &vn}) fill_random(FillKind::F32, b->get(), b->bytes() / 4, -1.0f, 1.0f, seed_++, stream_);
+    fill_random(FillKind::F32, inv.get(), c.hd / 2, 0.0f, 1.0f, seed_++, stream_);
     KvCacheView cache{DType::BF16, kcs[0].get(), vcs[0].get(), c.n_ctx, c.n_kv, c.hd};
     AttnWorkspace ws(c.n_head, cache);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    auto view = [&](int i) { return KvCacheView{DType::BF16, kcs[i % layers].get(), vcs[i % layers].get(), c.n_ctx, c.n_kv, c.hd}; };
     for (int32_t ctx : c.ctxs) {
       const int32_t p = ctx - 1;
       pos.upload(&p, 4);
       synchronize();
+      const int n = std::max(layers, 16);
       const Timing t = time_graph(
+          [&](int i) { attn_decode(q.as<float>(), view(i), pos.as<int32_t>(), out.as<float>(), c.n_head, scale, ws, stream_); },
+          n);
+      const Timing tp = time_graph(
           [&](int i) {
-            const KvCacheView ci{DType::BF16, kcs[i % layers].get(), vcs[i % layers].get(), c.n_ctx, c.n_kv, c.hd};
-            attn_decode(q.as<float>(), ci, pos.as<int32_t>(), out.as<float>(), c.n_head,
-                        1.0f / std::sqrt(static_cast<float>(c.hd)), ws, stream_);
+            rope_store_kv(q.as<float>(), kn.as<float>(), vn.as<float>(), view(i), pos.as<int32_t>(), c.n_head, c.hd,
+                          inv.as<float>(), false, stream_);
+            attn_decode(q.as<float>(), view(i), pos.as<int32_t>(), out.as<float>(), c.n_head, scale, ws, stream_);
           },
-          std::max(layers, 16));
+          n);
+      const Timing tf = time_graph(
+          [&](int i) {
+            attn_decode_rope(q.as<float>(), kn.as<float>(), vn.as<float>(), view(i), pos.as<int32_t>(), c.hd,
+                             inv.as<float>(), false, out.as<float>(), c.n_head, scale, ws, stream_);
+          },
+          n);
       const uint64_t bytes = 2ull * c.n_kv * ctx * c.hd * 2 + 2ull * c.n_head * c.hd * 4;
       record({{"kind", "attn_decode"}, {"model", c.name}, {"ctx", ctx}, {"max_splits", ws.max_splits()}}, t, bytes);
+      record({{"kind", "rope_store_kv+attn_decode"}, {"model", c.name}, {"ctx", ctx}}, tp, bytes);
+      record({{"kind", "attn_decode_rope"}, {"model", c.name}, {"ctx", ctx}}, tf, bytes);
       small_us_[fmt::format("attn {} {}", c.name, ctx)] = t.us;
       const double gbps = bytes / (t.us * 1e-6) / 1e9;
-      fmt::print("{:<24} {:>6} {:>10.2f} {:>5.1f}-{:<6.1f} {:>8.0f} {:>6.1f}%\n", c.name, ctx, t.us, t.min_us, t.max_us,
-                 gbps, 100 * gbps / copy_gbps_);
+      fmt::print("{:<24} {:>6} {:>10.2f} {:>5.1f}-{:<6.1f} {:>8.0f} {:>6.1f}% {:>9.2f} {:>9.2f}\n", c.name, ctx, t.us,
+                 t.min_us, t.max_us, gbps, 100 * gbps / copy_gbps_, tp.us, tf.us);
     }
   }
 }
@@ -503,6 +521,10 @@ void Bench::decode_chain() {
   const Model models[] = {{"Llama-3-8B", 4096, 14336, 32, 8, 128, 128256, 32, {DType::BF16, DType::Q8_0, DType::Q4_0}},
                           {"SmolLM2-135M", 576, 1536, 9, 3, 64, 49152, 30, {DType::BF16, DType::Q8_0}}};
   json chain = json::array();
+  // rope + KV store + attention in one launch (attn_decode_rope) unless TESSERA_CUDA_FUSE_ATTN=0, as the decoder.
+  const char* fe = std::getenv("TESSERA_CUDA_FUSE_ATTN");
+  const bool fuse_attn = fe == nullptr || std::string(fe) != "0";
+  fmt::print("\ndecode chain: attention {}\n", fuse_attn ? "fused with rope + store (one launch)" : "after rope_store_kv");
   for (const Model& m : models) {
     const int64_t d = m.d, ff = m.ff, n_head = m.n_head, n_kv = m.n_kv, hd = m.hd, vocab = m.vocab, n_ctx = 4096;
     const int layers = m.layers;
@@ -514,7 +536,7 @@ void Bench::decode_chain() {
       const bool quant = is_quant(dtype);
       // Launches per token: embedding; per layer q|k|v, rope, attention, o, gate|up, swiglu, down (quantized weights
       // add two rmsnorms and a quantize_q8); final output GEMV and argmax (+ rmsnorm).
-      const int kernels = 1 + layers * (quant ? 10 : 7) + (quant ? 3 : 2);
+      const int kernels = 1 + layers * ((quant ? 10 : 7) - (fuse_attn ? 1 : 0)) + (quant ? 3 : 2);
       auto make = [&](int64_t n, int64_t k) {
         DeviceWeight w;
         w.dtype = dtype;
@@ -604,9 +626,15 @@ void Bench::decode_chain() {
           const KvCacheView cache{DType::BF16, l.kc.get(), l.vc.get(), n_ctx, n_kv, hd};
           norm(l.norm1);
           gemv(l.qkv, normed(l.norm1), qkv.as<float>(), stream_);
-          rope_store_kv(qkv.as<float>(), qkv.as<float>() + d, qkv.as<float>() + d + n_kv * hd, cache, pos.as<int32_t>(),
-                        n_head, hd, inv.as<float>(), false, stream_);
-          attn_decode(qkv.as<float>(), cache, pos.as<int32_t>(), attn.as<float>(), n_head, 0.08838835f, ws, stream_);
+          if (fuse_attn) {
+            attn_decode_rope(qkv.as<float>(), qkv.as<float>() + d, qkv.as<float>() + d + n_kv * hd, cache,
+                             pos.as<int32_t>(), hd, inv.as<float>(), false, attn.as<float>(), n_head, 0.08838835f, ws,
+                             stream_);
+          } else {
+            rope_store_kv(qkv.as<float>(), qkv.as<float>() + d, qkv.as<float>() + d + n_kv * hd, cache,
+                          pos.as<int32_t>(), n_head, hd, inv.as<float>(), false, stream_);
+            attn_decode(qkv.as<float>(), cache, pos.as<int32_t>(), attn.as<float>(), n_head, 0.08838835f, ws, stream_);
+          }
           if (quant) quantize_q8(attn.as<float>(), q8.as<int8_t>(), ds.as<float2>(), d, stream_);
           gemv(l.o, ain, h.as<float>(), stream_, nullptr, /*accumulate=*/true);
           norm(l.norm2);

@@ -1,7 +1,7 @@
 // CudaDecoder: compiles a T = 1 graph into a list of kernel launches over fixed device pointers, then runs them plainly
-// or as a captured CUDA graph. ROPE and KV_STORE emit no launch of their own: the attention node launches the fused
-// rope_store_kv (which rotates q in place and stores the rotated k and v) before attn_decode, so the graph's
-// rope/store/attention triple becomes two launches. Quantized matmuls read an 8-bit copy of their input written by
+// or as a captured CUDA graph. ROPE and KV_STORE emit no launch of their own: the attention node launches
+// attn_decode_rope (rotation, cache store and attention in one kernel), so the graph's rope/store/attention triple
+// becomes one launch (TESSERA_CUDA_FUSE_ATTN=0: rope_store_kv then attn_decode, two). Quantized matmuls read an 8-bit copy of their input written by
 // the producing rmsnorm or swiglu (or one quantize_q8 launch), shared by every matmul reading that tensor.
 #include "backends/cuda/backend_cuda.h"
 
@@ -334,6 +334,14 @@ void CudaDecoder::Impl::compile_node(int id) {
       const bool neox = rq->second.p.rope_neox;
       const float scale = n.params.attn_scale;
       float* y = new_act();
+      // TESSERA_CUDA_FUSE_ATTN=0: rope_store_kv then attn_decode (two launches), for comparison.
+      const char* fe = std::getenv("TESSERA_CUDA_FUSE_ATTN");
+      if (fe == nullptr || std::string(fe) != "0") {
+        launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
+          attn_decode_rope(qp, kp, vp, cache, pos, rope_dim, inv_freq, neox, y, n_head, scale, *ws, s);
+        }});
+        return;
+      }
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
         rope_store_kv(qp, kp, vp, cache, pos, n_head, rope_dim, inv_freq, neox, s);
         attn_decode(qp, cache, pos, y, n_head, scale, *ws, s);

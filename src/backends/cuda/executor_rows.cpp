@@ -13,7 +13,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -414,6 +416,15 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
       } else {
         if (!attn_ws) attn_ws = std::make_unique<AttnRowsWorkspace>(T, n_head, cache);
         AttnRowsWorkspace* ws = attn_ws.get();
+        // One launch (rows are distinct sequences: decode_rows checks it); TESSERA_CUDA_FUSE_ATTN=0: two.
+        const char* fe = std::getenv("TESSERA_CUDA_FUSE_ATTN");
+        if (fe == nullptr || std::string(fe) != "0") {
+          launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                                attn_decode_rope_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, rope_dim,
+                                                      inv_freq, neox, y, n_head, scale, *ws, s);
+                              }});
+          return;
+        }
         launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
                               rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim,
                                                  inv_freq, neox, s);

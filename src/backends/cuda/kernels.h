@@ -193,4 +193,13 @@ class AttnWorkspace {
 void attn_decode(const float* q /*[n_head, hd]*/, const KvCacheView& cache, const int32_t* pos /*[1]*/,
                  float* out /*[n_head, hd]*/, int64_t n_head, float scale, AttnWorkspace& ws, cudaStream_t stream);
 
+// rope_store_kv + attn_decode in one launch (one fewer per layer): q and k arrive unrotated; every block rotates its
+// own query heads, and the block whose chunk ends at pos rotates this token's k, takes k and v (rounded to the cache
+// dtype, as rope_store_kv stores them) from shared memory for position pos and stores them into the cache. Same
+// results as the two launches, except that q is only read (not rotated in place).
+void attn_decode_rope(const float* q /*[n_head, hd]*/, const float* k /*[n_kv, hd]*/, const float* v /*[n_kv, hd]*/,
+                      const KvCacheView& cache, const int32_t* pos /*[1]*/, int64_t rope_dim,
+                      const float* inv_freq /*[rope_dim/2]*/, bool neox, float* out /*[n_head, hd]*/, int64_t n_head,
+                      float scale, AttnWorkspace& ws, cudaStream_t stream);
+
 }  // namespace tessera::cuda

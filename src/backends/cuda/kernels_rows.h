@@ -80,6 +80,15 @@ void attn_decode_rows(const float* q, int64_t ld_q, const KvCacheView& cache, co
                       const int32_t* seq /*[t] or nullptr*/, int64_t t, float* out /*[t, n_head * hd]*/, int64_t n_head,
                       float scale, AttnRowsWorkspace& ws, cudaStream_t stream);
 
+// rope_store_kv_rows + attn_decode_rows in one launch, as attn_decode_rope: q [t, ld_q] and k, v [t, ld_kv] arrive
+// unrotated; q is only read. Rows must use distinct slots (batched decode: one row per sequence), since a row's new
+// k and v reach the cache only during the launch, not before other rows read it.
+void attn_decode_rope_rows(const float* q, int64_t ld_q, const float* k, const float* v, int64_t ld_kv,
+                           const KvCacheView& cache, const int32_t* pos /*[t]*/, const int32_t* seq /*[t] or nullptr*/,
+                           int64_t t, int64_t rope_dim, const float* inv_freq /*[rope_dim/2]*/, bool neox,
+                           float* out /*[t, n_head * hd]*/, int64_t n_head, float scale, AttnRowsWorkspace& ws,
+                           cudaStream_t stream);
+
 // Causal prefill attention, FlashAttention style (tiles of queries and keys in shared memory, online softmax, tensor
 // cores, no T×T matrix in memory), GQA. The t query rows are positions p0 .. p0 + t - 1 of slot `seq` whose keys and
 // values (rotated, rounded to the cache dtype) are already in the cache for positions [0, p0 + t): row i attends to

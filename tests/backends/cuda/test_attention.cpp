@@ -1,4 +1,6 @@
-// RoPE + KV-cache store and split-K decode attention against double-precision references.
+// RoPE + KV-cache store and split-K decode attention (separate and fused) against double-precision references.
+#include <cuda_runtime_api.h>
+
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -138,6 +140,189 @@ TEST(CudaAttention, DecodeMatchesReference) {
       {DType::BF16, 16, 2, 64, 70000, 33000},  // more than 1024-position chunks would need: max_splits grows
   };
   for (const AttnCase& c : cases) check_attention(c, rng);
+}
+
+struct FusedCase {
+  DType dtype;
+  int64_t n_head, n_kv, hd, n_ctx, rope_dim;
+  bool neox;
+  int32_t pos;
+};
+
+// The fused path's results for one token at pos over a cache whose positions < pos hold `kc_h`/`vc_h` (positions
+// > pos poison): checks the cache (pos holds the rotated k and the v, everything else untouched) and the output
+// against attention over the stored cache with q rotated in double precision.
+void check_fused_result(const FusedCase& c, const std::vector<float>& q, const std::vector<float>& k,
+                        const std::vector<float>& v, const std::vector<float>& inv_freq,
+                        const std::vector<uint16_t>& kc_before, const std::vector<uint16_t>& vc_before,
+                        const std::vector<uint16_t>& kc_h, const std::vector<uint16_t>& vc_h,
+                        const std::vector<float>& o) {
+  std::vector<double> ref(c.hd);
+  const double rel = c.dtype == DType::F16 ? 0x1.0p-11 : 0x1.0p-8;  // as RopeStoreKvMatchesReference
+  for (int64_t h = 0; h < c.n_kv; ++h)
+    for (int64_t p = 0; p < c.n_ctx; ++p) {
+      const size_t row = static_cast<size_t>((h * c.n_ctx + p) * c.hd);
+      if (p != c.pos) {
+        for (int64_t e = 0; e < c.hd; ++e) {
+          ASSERT_EQ(kc_h[row + e], kc_before[row + e]) << "k head " << h << " position " << p;
+          ASSERT_EQ(vc_h[row + e], vc_before[row + e]) << "v head " << h << " position " << p;
+        }
+        continue;
+      }
+      rope_head_ref(&k[h * c.hd], ref.data(), c.hd, c.rope_dim, c.pos, inv_freq.data(), c.neox);
+      for (int64_t e = 0; e < c.hd; ++e) {
+        ASSERT_NEAR(cache_to_float(c.dtype, kc_h[row + e]), ref[e], rel * std::fabs(ref[e]) + 6e-6)
+            << "k head " << h << " e " << e;
+        ASSERT_EQ(vc_h[row + e], float_to_cache(c.dtype, v[h * c.hd + e])) << "v head " << h << " e " << e;
+      }
+    }
+  const size_t elems = kc_h.size();
+  std::vector<float> kf(elems), vf(elems), q_rot(q.size());
+  for (size_t i = 0; i < elems; ++i) kf[i] = cache_to_float(c.dtype, kc_h[i]), vf[i] = cache_to_float(c.dtype, vc_h[i]);
+  for (int64_t h = 0; h < c.n_head; ++h) {
+    rope_head_ref(&q[h * c.hd], ref.data(), c.hd, c.rope_dim, c.pos, inv_freq.data(), c.neox);
+    for (int64_t e = 0; e < c.hd; ++e) q_rot[h * c.hd + e] = static_cast<float>(ref[e]);
+  }
+  std::vector<double> out_ref;
+  attn_decode_ref(q_rot.data(), kf, vf, c.n_ctx, c.n_head, c.n_kv, c.hd, c.pos, 1.0f / std::sqrt(float(c.hd)), out_ref);
+  // As DecodeMatchesReference; q's rotation in f32 (~1e-6 relative) moves the scores far less than 2e-5.
+  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], out_ref[i], 2e-5) << "head " << i / c.hd << " dim " << i % c.hd;
+}
+
+// A cache with random values (cache dtype) at positions < pos and NaN poison from pos on.
+void random_prefix(const FusedCase& c, std::mt19937& rng, std::vector<uint16_t>& kc, std::vector<uint16_t>& vc) {
+  const size_t elems = static_cast<size_t>(c.n_kv * c.n_ctx * c.hd);
+  kc.assign(elems, 0xFFFF), vc.assign(elems, 0xFFFF);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t h = 0; h < c.n_kv; ++h)
+    for (int64_t p = 0; p < c.pos; ++p)
+      for (int64_t i = 0; i < c.hd; ++i) {
+        const size_t at = static_cast<size_t>((h * c.n_ctx + p) * c.hd + i);
+        kc[at] = float_to_cache(c.dtype, normal(rng)), vc[at] = float_to_cache(c.dtype, normal(rng));
+      }
+}
+
+TEST(CudaAttention, DecodeRopeMatchesReference) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  // One block per kv head up to 256 positions (hd 64, groups <= 4) or 128 (hd 128), chunks with a combine beyond.
+  const FusedCase cases[] = {
+      {DType::F16, 9, 3, 64, 512, 64, false, 0},       {DType::BF16, 9, 3, 64, 512, 64, true, 37},
+      {DType::F16, 9, 3, 64, 512, 64, false, 255},     {DType::BF16, 9, 3, 64, 512, 64, false, 256},
+      {DType::F16, 9, 3, 64, 512, 64, true, 511},      {DType::BF16, 32, 8, 128, 4096, 128, false, 127},
+      {DType::BF16, 32, 8, 128, 4096, 128, true, 128}, {DType::F16, 32, 8, 128, 4096, 128, false, 4095},
+      {DType::BF16, 8, 2, 128, 300, 64, true, 200},    // partial rotation
+      {DType::F16, 12, 1, 128, 600, 128, false, 599},  // two head tiles: only tile 0 stores
+      {DType::F16, 4, 4, 256, 3000, 256, false, 2500}, // hd 256, no GQA
+  };
+  for (const FusedCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " heads " << c.n_head << "/" << c.n_kv << " hd " << c.hd
+                                      << " rope_dim " << c.rope_dim << " neox " << c.neox << " n_ctx " << c.n_ctx
+                                      << " pos " << c.pos);
+    std::vector<uint16_t> kc_h, vc_h;
+    random_prefix(c, rng, kc_h, vc_h);
+    const auto q = random_floats(rng, c.n_head * c.hd, -2.0f, 2.0f);
+    const auto k = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+    const auto v = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+    const auto inv_freq = llama_inv_freq(c.rope_dim, 500000.0);
+    DeviceBuffer qd = to_device(q), kd = to_device(k), vd = to_device(v), fd = to_device(inv_freq);
+    DeviceBuffer kc = to_device(kc_h), vc = to_device(vc_h), posd = to_device(std::vector<int32_t>{c.pos});
+    DeviceBuffer out = poisoned(sizeof(float) * q.size());
+    const KvCacheView cache{c.dtype, kc.get(), vc.get(), c.n_ctx, c.n_kv, c.hd};
+    AttnWorkspace ws(c.n_head, cache);
+    attn_decode_rope(qd.as<float>(), kd.as<float>(), vd.as<float>(), cache, posd.as<int32_t>(), c.rope_dim,
+                     fd.as<float>(), c.neox, out.as<float>(), c.n_head, 1.0f / std::sqrt(float(c.hd)), ws, nullptr);
+    synchronize();
+    ASSERT_EQ(to_host<float>(qd, q.size()), q);  // q is only read
+    check_fused_result(c, q, k, v, inv_freq, kc_h, vc_h, to_host<uint16_t>(kc, kc_h.size()),
+                       to_host<uint16_t>(vc, vc_h.size()), to_host<float>(out, q.size()));
+  }
+}
+
+// The decode pattern: one attn_decode_rope captured in a CUDA graph, replayed for tokens at positions 0, 1, 2, ...
+// (across the single-block/split boundary at 256) with new q, k, v each step; every step checked, PDL on and off.
+TEST(CudaAttention, DecodeRopeGraphReplayAtSuccessivePositions) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  FusedCase c{DType::BF16, 9, 3, 64, 320, 64, false, 0};
+  const size_t elems = static_cast<size_t>(c.n_kv * c.n_ctx * c.hd);
+  const auto inv_freq = llama_inv_freq(c.rope_dim, 10000.0);
+  DeviceBuffer qd(sizeof(float) * c.n_head * c.hd), kd(sizeof(float) * c.n_kv * c.hd), vd(kd.bytes());
+  DeviceBuffer fd = to_device(inv_freq), posd(sizeof(int32_t)), out = poisoned(sizeof(float) * c.n_head * c.hd);
+  DeviceBuffer kc = poisoned(2 * elems), vc = poisoned(2 * elems);
+  const KvCacheView cache{c.dtype, kc.get(), vc.get(), c.n_ctx, c.n_kv, c.hd};
+  AttnWorkspace ws(c.n_head, cache);
+  for (bool pdl : {true, false}) {
+    SCOPED_TRACE(pdl ? "PDL on" : "PDL off");
+    set_pdl(pdl);
+    kc.fill_bytes(0xFF), vc.fill_bytes(0xFF);
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    attn_decode_rope(qd.as<float>(), kd.as<float>(), vd.as<float>(), cache, posd.as<int32_t>(), c.rope_dim,
+                     fd.as<float>(), c.neox, out.as<float>(), c.n_head, 1.0f / std::sqrt(float(c.hd)), ws, stream);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    std::vector<uint16_t> kc_before(elems, 0xFFFF), vc_before(elems, 0xFFFF);
+    for (int32_t p = 0; p < 300; p += (p < 260 ? 1 : 13)) {
+      SCOPED_TRACE(::testing::Message() << "position " << p);
+      c.pos = p;
+      if (p > 0 && kc_before[static_cast<size_t>(p - 1) * c.hd] == 0xFFFF) {  // a jump: fill the skipped positions
+        for (int64_t h = 0; h < c.n_kv; ++h)
+          for (size_t i = static_cast<size_t>((h * c.n_ctx) * c.hd); i < static_cast<size_t>((h * c.n_ctx + p) * c.hd);
+               ++i)
+            if (kc_before[i] == 0xFFFF) kc_before[i] = vc_before[i] = float_to_cache(c.dtype, 0.5f);
+        kc.upload(kc_before.data(), 2 * elems), vc.upload(vc_before.data(), 2 * elems);
+      }
+      const auto q = random_floats(rng, c.n_head * c.hd, -2.0f, 2.0f);
+      const auto k = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+      const auto v = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+      qd.upload(q.data(), sizeof(float) * q.size()), kd.upload(k.data(), sizeof(float) * k.size());
+      vd.upload(v.data(), sizeof(float) * v.size()), posd.upload(&p, sizeof(int32_t));
+      out.fill_bytes(0xFF);
+      synchronize();  // the plain copies above are on the legacy stream, the graph on `stream`
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      const auto kc_h = to_host<uint16_t>(kc, elems), vc_h = to_host<uint16_t>(vc, elems);
+      check_fused_result(c, q, k, v, inv_freq, kc_before, vc_before, kc_h, vc_h,
+                         to_host<float>(out, c.n_head * c.hd));
+      if (HasFatalFailure()) break;
+      kc_before = kc_h, vc_before = vc_h;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+  set_pdl(true);
+}
+
+TEST(CudaAttention, DecodeRopeRejectsBadArguments) {
+  TESSERA_REQUIRE_GPU();
+  const int64_t n_head = 2, n_kv = 1, hd = 64, n_ctx = 8;
+  DeviceBuffer q = to_device(std::vector<float>(n_head * hd, 1.0f)), k = to_device(std::vector<float>(hd, 1.0f));
+  DeviceBuffer f = to_device(std::vector<float>(hd / 2, 0.5f)), out = poisoned(sizeof(float) * n_head * hd);
+  DeviceBuffer kc = poisoned(2 * n_ctx * hd), vc = poisoned(2 * n_ctx * hd);
+  DeviceBuffer pos = to_device(std::vector<int32_t>{static_cast<int32_t>(n_ctx)});
+  const KvCacheView cache{DType::F16, kc.get(), vc.get(), n_ctx, n_kv, hd};
+  AttnWorkspace ws(n_head, cache);
+  // A position outside the cache: NaN output, nothing stored.
+  attn_decode_rope(q.as<float>(), k.as<float>(), k.as<float>(), cache, pos.as<int32_t>(), hd, f.as<float>(), false,
+                   out.as<float>(), n_head, 0.125f, ws, nullptr);
+  synchronize();
+  for (float x : to_host<float>(out, n_head * hd)) ASSERT_TRUE(std::isnan(x));
+  for (uint16_t x : to_host<uint16_t>(kc, n_ctx * hd)) ASSERT_EQ(x, 0xFFFF);
+  for (uint16_t x : to_host<uint16_t>(vc, n_ctx * hd)) ASSERT_EQ(x, 0xFFFF);
+  EXPECT_THROW(attn_decode_rope(q.as<float>(), k.as<float>(), k.as<float>(), cache, pos.as<int32_t>(), 63,
+                                f.as<float>(), false, out.as<float>(), n_head, 0.125f, ws, nullptr),
+               Error);  // odd rope_dim
+  EXPECT_THROW(attn_decode_rope(q.as<float>(), nullptr, k.as<float>(), cache, pos.as<int32_t>(), hd, f.as<float>(),
+                                false, out.as<float>(), n_head, 0.125f, ws, nullptr),
+               Error);
+  EXPECT_THROW(attn_decode_rope(q.as<float>(), k.as<float>(), k.as<float>(), cache, pos.as<int32_t>(), hd, nullptr,
+                                false, out.as<float>(), n_head, 0.125f, ws, nullptr),
+               Error);
 }
 
 TEST(CudaAttention, DecodeRejectsBadArguments) {

@@ -359,5 +359,92 @@ TEST(CudaRows, GraphReplayReadsPositionsOnTheDevice) {
   set_pdl(true);
 }
 
+// attn_decode_rope_rows (rotation, store and attention in one launch) captured in a graph and replayed with new
+// rows: distinct slots (its contract), positions 0 and n_ctx - 1 among them, and two invalid rows (NaN, no store).
+TEST(CudaRows, DecodeRopeRowsGraphReplayMatchesReference) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const AttnCase c{DType::BF16, 9, 3, 64, 512};
+  const int64_t t = 6, qw = c.n_head * c.hd, kvw = c.n_kv * c.hd, width = qw + 2 * kvw + 4;
+  const size_t cache_elems = static_cast<size_t>(kSeqs * c.n_kv * c.n_ctx * c.hd);
+  const auto inv_freq = llama_inv_freq(c.hd, 10000.0);
+  DeviceBuffer qkv_d(sizeof(float) * t * width), pos_d(sizeof(int32_t) * t), seq_d(sizeof(int32_t) * t);
+  DeviceBuffer f_d = to_device(inv_freq), out = poisoned(sizeof(float) * t * qw);
+  DeviceBuffer kc(2 * cache_elems), vc(2 * cache_elems);
+  const KvCacheView cache{c.dtype, kc.get(), vc.get(), c.n_ctx, c.n_kv, c.hd, kSeqs};
+  AttnRowsWorkspace ws(t, c.n_head, cache);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const float* q = qkv_d.as<float>();
+  attn_decode_rope_rows(q, width, q + qw, q + qw + kvw, width, cache, pos_d.as<int32_t>(), seq_d.as<int32_t>(), t,
+                        c.hd, f_d.as<float>(), false, out.as<float>(), c.n_head, scale, ws, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  std::uniform_int_distribution<int32_t> pd(1, static_cast<int32_t>(c.n_ctx - 2));
+  for (int replay = 0; replay < 3; ++replay) {
+    SCOPED_TRACE(::testing::Message() << "replay " << replay);
+    Rows rows;
+    std::vector<int32_t> slots = {0, 1, 2, 3};
+    std::shuffle(slots.begin(), slots.end(), rng);
+    for (int64_t r = 0; r < t; ++r) {
+      const int32_t p = r == 0 ? 0 : r == 1 ? static_cast<int32_t>(c.n_ctx - 1) : pd(rng);
+      rows.pos.push_back(p), rows.seq.push_back(r < 4 ? slots[r] : 0), rows.valid.push_back(r < 4);
+    }
+    rows.pos[4] = static_cast<int32_t>(c.n_ctx), rows.seq[5] = -1;
+    // Random values before each row's position, poison from it on (the row's own position is written by the launch).
+    Rows before = rows;
+    for (int64_t r = 0; r < 4; ++r) before.pos[r] = std::max(0, rows.pos[r] - 1);
+    for (int64_t r = 0; r < 4; ++r) before.valid[r] = rows.pos[r] > 0;
+    Cache ch = random_cache(c, before, rng);
+    kc.upload(ch.k.data(), 2 * cache_elems), vc.upload(ch.v.data(), 2 * cache_elems);
+    const auto qkv = random_floats(rng, static_cast<size_t>(t * width), -2.0f, 2.0f);
+    qkv_d.upload(qkv.data(), sizeof(float) * qkv.size());
+    pos_d.upload(rows.pos.data(), sizeof(int32_t) * t), seq_d.upload(rows.seq.data(), sizeof(int32_t) * t);
+    out.fill_bytes(0xFF);
+    synchronize();  // the plain copies and memsets above are on the legacy stream, the graph on `stream`
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_EQ(to_host<float>(qkv_d, qkv.size()) == qkv, true);  // q, k and v are only read
+    const auto kc_h = to_host<uint16_t>(kc, cache_elems), vc_h = to_host<uint16_t>(vc, cache_elems);
+    std::vector<double> ref(c.hd);
+    std::vector<float> q_rot(qkv);
+    std::vector<bool> stored(static_cast<size_t>(kSeqs * c.n_ctx), false);
+    for (int64_t r = 0; r < 4; ++r) {
+      const int32_t p = rows.pos[r], s = rows.seq[r];
+      stored[s * c.n_ctx + p] = true;
+      for (int64_t h = 0; h < c.n_head; ++h) {
+        rope_head_ref(&qkv[r * width + h * c.hd], ref.data(), c.hd, c.hd, p, inv_freq.data(), false);
+        for (int64_t e = 0; e < c.hd; ++e) q_rot[r * width + h * c.hd + e] = static_cast<float>(ref[e]);
+      }
+      for (int64_t h = 0; h < c.n_kv; ++h) {
+        rope_head_ref(&qkv[r * width + qw + h * c.hd], ref.data(), c.hd, c.hd, p, inv_freq.data(), false);
+        const size_t at = static_cast<size_t>(((s * c.n_kv + h) * c.n_ctx + p) * c.hd);
+        for (int64_t e = 0; e < c.hd; ++e) {
+          ASSERT_NEAR(cache_to_float(c.dtype, kc_h[at + e]), ref[e], 0x1.0p-8 * std::fabs(ref[e]) + 6e-6);
+          ASSERT_EQ(vc_h[at + e], float_to_cache(c.dtype, qkv[r * width + qw + kvw + h * c.hd + e]));
+        }
+      }
+    }
+    for (int64_t s = 0; s < kSeqs; ++s)  // every other position is as uploaded (invalid rows stored nothing)
+      for (int64_t h = 0; h < c.n_kv; ++h)
+        for (int64_t p = 0; p < c.n_ctx; ++p) {
+          if (stored[s * c.n_ctx + p]) continue;
+          const size_t at = static_cast<size_t>(((s * c.n_kv + h) * c.n_ctx + p) * c.hd);
+          for (int64_t e = 0; e < c.hd; ++e)
+            ASSERT_TRUE(kc_h[at + e] == ch.k[at + e] && vc_h[at + e] == ch.v[at + e]) << "slot " << s << " pos " << p;
+        }
+    for (size_t i = 0; i < cache_elems; ++i)
+      ch.kf[i] = cache_to_float(c.dtype, kc_h[i]), ch.vf[i] = cache_to_float(c.dtype, vc_h[i]);
+    check_attn_out(c, rows, q_rot, width, ch.kf, ch.vf, scale, to_host<float>(out, t * qw));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 }  // namespace
 }  // namespace tessera::cuda::test

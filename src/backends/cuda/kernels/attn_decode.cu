@@ -15,6 +15,7 @@
 // q row, position pos[r] and cache slot seq[r], and owns its own partials and tickets. With t rows the chunks per kv
 // head shrink (about max_splits / t, at least 1) so the grid stays about one wave.
 #include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
@@ -32,11 +33,11 @@ constexpr int kMinChunk = 64;
 constexpr int kMaxSplits = 256;  // also the combine's shared-memory weight buffer
 constexpr int64_t kMaxCtx = int64_t{1} << 24;
 
-// The chunk length for a context of ctx positions, the same in every block: a multiple of 64 such that at most
-// max_splits chunks cover ctx.
-__device__ __forceinline__ int attn_chunk(int ctx, int max_splits) {
+// The chunk length for a context of ctx positions, the same in every block: a multiple of 64, at least min_chunk
+// (itself a multiple of 64), such that at most max_splits chunks cover ctx.
+__device__ __forceinline__ int attn_chunk(int ctx, int max_splits, int min_chunk) {
   const int c = (ctx + max_splits - 1) / max_splits;
-  return max(kMinChunk, (c + kMinChunk - 1) / kMinChunk * kMinChunk);
+  return max(min_chunk, (c + kMinChunk - 1) / kMinChunk * kMinChunk);
 }
 
 template <typename T>
@@ -64,69 +65,184 @@ __device__ __forceinline__ float exp_diff(float a, float b) { return a == -INFIN
 // Lanes: HD/8 lanes (a sub-group) hold one position's 8-element slices (16-byte loads), so a warp covers 32/(HD/8)
 // positions per step. Each sub-group keeps its own online-softmax state (m, l and its lanes' slices of o); sub-groups
 // and warps merge at the end.
-template <typename T, int HD, int G>
-__global__ void __launch_bounds__(kAttnThreads, 1)
-    attn_split_kernel(const float* __restrict__ q /*[t, ld_q]*/, size_t ld_q, const T* __restrict__ kc,
-                      const T* __restrict__ vc /*[n_seq, n_kv, n_ctx, HD]*/,
-                      const int32_t* __restrict__ pos_ptr /*[t]*/, const int32_t* __restrict__ seq_ptr /*[t] or null*/,
-                      int n_ctx, int n_seq, int group, int tiles, float scale, int max_splits,
-                      float* __restrict__ part_out /*[t, n_head, splits, HD]*/,
-                      float2* __restrict__ part_ml /*[t, n_head, splits]*/,
-                      unsigned int* __restrict__ counters /*[t, n_kv, tiles]*/,
-                      float* __restrict__ out /*[t, n_head, HD]*/) {
+// Positions per block per tile (kSteps positions per thread): the unit of one memory round trip.
+template <int HD, int G>
+constexpr int tile_positions() {
+  return kAttnWarps * (kWarp / (HD / 8)) * ((G <= 4 && HD <= 128) ? 8 : 4);
+}
+
+// The smallest chunk: two tiles, a multiple of 64. Below that a split's combine (partial store, fence, ticket, reload:
+// ~3 dependent L2 round trips) costs more than the one extra tile a single block walks, so contexts up to this length
+// take one block per kv head and write the output directly (no partials, no ticket).
+template <int HD, int G>
+constexpr int default_min_chunk() {
+  return (2 * tile_positions<HD, G>() + kMinChunk - 1) / kMinChunk * kMinChunk;
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// Kernel arguments (one struct: the fused path adds six).
+template <typename T>
+struct AttnParams {
+  const float* q;  // [t, ld_q]
+  size_t ld_q;
+  T* kc;  // [n_seq, n_kv, n_ctx, HD]; written only by the fused path, at pos
+  T* vc;
+  const int32_t* pos;  // [t]
+  const int32_t* seq;  // [t] or null
+  int n_ctx, n_seq, group, tiles, max_splits, min_chunk;
+  float scale;
+  float* part_out;         // [t, n_head, splits, HD]
+  float2* part_ml;         // [t, n_head, splits]
+  unsigned int* counters;  // [t, n_kv, tiles]
+  float* out;              // [t, n_head, HD]
+  // Fused rotation: this token's unrotated q (above), k and v rows [t, ld_kv], and the RoPE parameters.
+  const float* k_new;
+  const float* v_new;
+  size_t ld_kv;
+  const float* inv_freq;  // [rope_dim / 2]
+  int rope_dim;
+  bool neox;
+};
+
+// Grid (splits, n_kv, tiles * t) with tiles = ceil(group / G); each block handles up to G query heads of one kv head
+// of one row over one chunk.
+// Lanes: HD/8 lanes (a sub-group) hold one position's 8-element slices (16-byte loads), so a warp covers 32/(HD/8)
+// positions per step. Each sub-group keeps its own online-softmax state (m, l and its lanes' slices of o); sub-groups
+// and warps merge at the end.
+// kRope (attn_decode_rope): q arrives unrotated; every block rotates its own heads into shared memory (a few hundred
+// sincosf, no extra launch), and the block whose chunk ends at pos also rotates this token's k, rounds k and v to the
+// cache type (exactly what rope_store_kv stores), uses them for position pos from shared memory (nobody reads the
+// cache at pos in this launch) and, for head tile 0, writes them into the cache.
+template <typename T, int HD, int G, bool kRope>
+__global__ void __launch_bounds__(kAttnThreads, 1) attn_split_kernel(const AttnParams<T> a) {
   constexpr int LPP = HD / 8;           // lanes per position
   constexpr int PPW = kWarp / LPP;      // positions per warp step
   constexpr int PG = kAttnWarps * PPW;  // positions per block step
   // Positions per thread per tile: kSteps K and kSteps V 16-byte loads in flight; 4 where registers are short.
   constexpr int kSteps = (G <= 4 && HD <= 128) ? 8 : 4;
   constexpr int kTile = PG * kSteps;
-  __shared__ __align__(16) float s_acc[kAttnWarps][G][HD];
+  static_assert(kTile == tile_positions<HD, G>());
+  // The rotated q heads are dead once in registers, before the accumulators are merged: they share storage.
+  __shared__ __align__(16) union {
+    float acc[kAttnWarps][G][HD];
+    float q[G][HD];
+  } s_u;
   __shared__ float s_m[kAttnWarps][G], s_l[kAttnWarps][G];
   __shared__ float s_w[G][kMaxSplits];
+  __shared__ __align__(16) uint4 s_new[2][kRope ? HD / 8 : 1];  // this token's k and v in the cache type
   __shared__ bool s_last;
 
   pdl_wait();
   const int kvh = blockIdx.y;
-  const int row = blockIdx.z / tiles, tile = blockIdx.z % tiles;
-  const int n_kv = gridDim.y, n_head = n_kv * group;
+  const int row = blockIdx.z / a.tiles, tile = blockIdx.z % a.tiles;
+  const int n_kv = gridDim.y, group = a.group, n_head = n_kv * group, max_splits = a.max_splits;
   const int head0 = kvh * group + tile * G;
   const int nh = min(G, group - tile * G);
-  q += row * ld_q;
-  out += static_cast<size_t>(row) * n_head * HD;
-  part_out += static_cast<size_t>(row) * n_head * max_splits * HD;
-  part_ml += static_cast<size_t>(row) * n_head * max_splits;
-  const int pos = pos_ptr[row];
-  const int slot = seq_ptr ? seq_ptr[row] : 0;
-  if (pos < 0 || pos >= n_ctx || slot < 0 || slot >= n_seq) {
+  const float* q = a.q + row * a.ld_q;
+  float* out = a.out + static_cast<size_t>(row) * n_head * HD;
+  float* part_out = a.part_out + static_cast<size_t>(row) * n_head * max_splits * HD;
+  float2* part_ml = a.part_ml + static_cast<size_t>(row) * n_head * max_splits;
+  const int pos = a.pos[row];
+  const int slot = a.seq ? a.seq[row] : 0;
+  if (pos < 0 || pos >= a.n_ctx || slot < 0 || slot >= a.n_seq) {
     if (blockIdx.x == 0)
       for (int i = threadIdx.x; i < nh * HD; i += kAttnThreads)
         out[static_cast<size_t>(head0) * HD + i] = __int_as_float(0x7fc00000);
     return;
   }
   const int ctx = pos + 1;
-  const int chunk = attn_chunk(ctx, max_splits);
+  const int chunk = attn_chunk(ctx, max_splits, a.min_chunk);
   const int split = blockIdx.x;
   const int start = split * chunk;
   if (start >= ctx) return;
   const int len = min(chunk, ctx - start);
   const int n_splits = (ctx + chunk - 1) / chunk;
+  // Positions of this chunk read from the cache: the fused path takes pos itself from shared memory.
+  const int n_load = kRope ? min(len, pos - start) : len;
   const int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp;
   const int ld = lane % LPP, sub = lane / LPP;
-  const size_t row0 = (static_cast<size_t>(slot) * n_kv + kvh) * n_ctx + start;
-  const T* kbase = kc + row0 * HD + ld * 8;
-  const T* vbase = vc + row0 * HD + ld * 8;
+  const size_t row0 = (static_cast<size_t>(slot) * n_kv + kvh) * a.n_ctx + start;
+  const T* kbase = a.kc + row0 * HD + ld * 8;
+  const T* vbase = a.vc + row0 * HD + ld * 8;
+
+  uint4 kr[kSteps], vr[kSteps];
+  auto load_tile = [&](int t0) {
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int p = t0 + s * PG + warp * PPW + sub;
+      const bool in = p < n_load;
+      kr[s] = in ? ld_stream16(kbase + static_cast<size_t>(p) * HD) : make_uint4(0, 0, 0, 0);
+      vr[s] = in ? ld_stream16(vbase + static_cast<size_t>(p) * HD) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  // The first tile's loads depend only on pos: in flight while q is loaded (and rotated).
+  load_tile(0);
 
   float qv[G][8];
+  if constexpr (kRope) {
+    const bool owner = start + len == ctx;  // this chunk ends at pos
+    const int half = HD / 2, half_rd = a.rope_dim / 2;
+    const int slots = nh + (owner ? 2 : 0);  // q heads, then (owner only) k and v of this kv head
+    T* s_nt = reinterpret_cast<T*>(&s_new[0][0]);
+    for (int i = threadIdx.x; i < slots * half; i += kAttnThreads) {
+      // Pair j of slot hs holds elements (ea, eb), mapped as in rope_store_kv_kernel.
+      const int hs = i / half, j = i % half;
+      const bool is_q = hs < nh, is_v = hs == nh + 1;
+      const bool rotate = !is_v && j < half_rd;
+      const int ea = rotate ? (a.neox ? j : 2 * j) : (a.neox && !is_v ? a.rope_dim + 2 * (j - half_rd) : 2 * j);
+      const int eb = rotate && a.neox ? j + half_rd : ea + 1;
+      const float* src = is_q ? q + static_cast<size_t>(head0 + hs) * HD
+                              : (is_v ? a.v_new : a.k_new) + row * a.ld_kv + static_cast<size_t>(kvh) * HD;
+      float xa = src[ea], xb = src[eb];
+      if (rotate) {
+        const float theta = static_cast<float>(pos) * a.inv_freq[j];
+        float sn, cs;
+        sincosf(theta, &sn, &cs);  // the accurate version, as rope_store_kv
+        const float ra = xa * cs - xb * sn, rb = xa * sn + xb * cs;
+        xa = ra, xb = rb;
+      }
+      if (is_q) {
+        s_u.q[hs][ea] = xa, s_u.q[hs][eb] = xb;
+      } else {
+        T* dst = s_nt + (is_v ? HD : 0);
+        dst[ea] = from_float<T>(xa), dst[eb] = from_float<T>(xb);
+      }
+    }
+    __syncthreads();
+    if (owner && tile == 0 && threadIdx.x < 2 * LPP) {
+      const int which = threadIdx.x / LPP, piece = threadIdx.x % LPP;
+      const size_t at = ((static_cast<size_t>(slot) * n_kv + kvh) * a.n_ctx + pos) * HD + piece * 8;
+      *reinterpret_cast<uint4*>((which ? a.vc : a.kc) + at) = s_new[which][piece];
+    }
 #pragma unroll
-  for (int h = 0; h < G; ++h) {
-    if (h < nh) {
-      const float4* qp = reinterpret_cast<const float4*>(q + static_cast<size_t>(head0 + h) * HD + ld * 8);
-      const float4 a = qp[0], b = qp[1];
-      qv[h][0] = a.x * scale, qv[h][1] = a.y * scale, qv[h][2] = a.z * scale, qv[h][3] = a.w * scale;
-      qv[h][4] = b.x * scale, qv[h][5] = b.y * scale, qv[h][6] = b.z * scale, qv[h][7] = b.w * scale;
-    } else {
+    for (int h = 0; h < G; ++h) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) qv[h][j] = 0.0f;
+      for (int j = 0; j < 8; ++j) qv[h][j] = h < nh ? s_u.q[h][ld * 8 + j] * a.scale : 0.0f;
+    }
+    __syncthreads();  // s_u.q is read by every warp before any warp reuses the storage for s_u.acc
+  } else {
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      if (h < nh) {
+        const float4* qp = reinterpret_cast<const float4*>(q + static_cast<size_t>(head0 + h) * HD + ld * 8);
+        const float4 x = qp[0], y = qp[1];
+        const float sc = a.scale;
+        qv[h][0] = x.x * sc, qv[h][1] = x.y * sc, qv[h][2] = x.z * sc, qv[h][3] = x.w * sc;
+        qv[h][4] = y.x * sc, qv[h][5] = y.y * sc, qv[h][6] = y.z * sc, qv[h][7] = y.w * sc;
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) qv[h][j] = 0.0f;
+      }
     }
   }
   float m[G], l[G], acc[G][8];
@@ -139,14 +255,15 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
 
   // The tile loop is warp-uniform (t0 is the same in every lane), so the shuffles always have all 32 lanes.
   for (int t0 = 0; t0 < len; t0 += kTile) {
-    uint4 kr[kSteps], vr[kSteps];
+    if (t0 > 0) load_tile(t0);
     bool valid[kSteps];
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int p = t0 + s * PG + warp * PPW + sub;
       valid[s] = p < len;
-      kr[s] = valid[s] ? ld_stream16(kbase + static_cast<size_t>(p) * HD) : make_uint4(0, 0, 0, 0);
-      vr[s] = valid[s] ? ld_stream16(vbase + static_cast<size_t>(p) * HD) : make_uint4(0, 0, 0, 0);
+      if constexpr (kRope) {
+        if (start + p == pos) kr[s] = s_new[0][ld], vr[s] = s_new[1][ld];
+      }
     }
     float sc[kSteps][G];
 #pragma unroll
@@ -203,17 +320,19 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
       m[h] = mn;
     }
   }
-  // Merge the warps through shared memory and store this chunk's partial result.
+  // Merge the warps through shared memory and store this chunk's partial result (or, when the chunk is the whole
+  // context, the normalized output itself: no partials, no ticket, no second pass).
   if (sub == 0) {
 #pragma unroll
     for (int h = 0; h < G; ++h) {
-      float4* dst = reinterpret_cast<float4*>(&s_acc[warp][h][ld * 8]);
+      float4* dst = reinterpret_cast<float4*>(&s_u.acc[warp][h][ld * 8]);
       dst[0] = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
       dst[1] = make_float4(acc[h][4], acc[h][5], acc[h][6], acc[h][7]);
       if (ld == 0) s_m[warp][h] = m[h], s_l[warp][h] = l[h];
     }
   }
   __syncthreads();
+  const bool single = n_splits == 1;
   for (int i = threadIdx.x; i < nh * HD; i += kAttnThreads) {
     const int h = i / HD, d = i % HD;
     float mx = -INFINITY;
@@ -223,17 +342,22 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
 #pragma unroll
     for (int w = 0; w < kAttnWarps; ++w) {
       const float c = exp_diff(s_m[w][h], mx);
-      o = fmaf(s_acc[w][h][d], c, o);
+      o = fmaf(s_u.acc[w][h][d], c, o);
       sum = fmaf(s_l[w][h], c, sum);
+    }
+    if (single) {
+      out[static_cast<size_t>(head0 + h) * HD + d] = o / sum;
+      continue;
     }
     part_out[(static_cast<size_t>(head0 + h) * max_splits + split) * HD + d] = o;
     if (d == 0) part_ml[static_cast<size_t>(head0 + h) * max_splits + split] = make_float2(mx, sum);
   }
+  if (single) return;
 
   // The last chunk to finish for this (kv head, head tile) combines all chunks.
   __threadfence();  // publish this block's partials before taking a ticket
   __syncthreads();
-  unsigned int* counter = counters + (static_cast<size_t>(row) * n_kv + kvh) * tiles + tile;
+  unsigned int* counter = a.counters + (static_cast<size_t>(row) * n_kv + kvh) * a.tiles + tile;
   if (threadIdx.x == 0) s_last = atomicAdd(counter, 1u) == static_cast<unsigned>(n_splits - 1);
   __syncthreads();
   if (!s_last) return;
@@ -286,7 +410,17 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch (CUDA graph replays skip any memset)
 }
 
-// One launch's arguments, shared by attn_decode (t = 1) and attn_decode_rows.
+// The fused path's extra inputs: this token's k and v rows and the rotation (k == nullptr: unfused).
+struct RopeIn {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  size_t ld_kv = 0;
+  const float* inv_freq = nullptr;
+  int rope_dim = 0;
+  bool neox = false;
+};
+
+// One launch's arguments, shared by attn_decode (t = 1) and attn_decode_rows, fused or not.
 struct AttnArgs {
   const float* q;
   size_t ld_q;
@@ -301,15 +435,34 @@ struct AttnArgs {
   float2* part_ml;
   unsigned int* counters;
   cudaStream_t stream;
+  RopeIn rope;
 };
+
+// TESSERA_CUDA_ATTN_CHUNK=N (a multiple of 64) overrides the smallest chunk, for measuring the single-block/split
+// trade-off; read at launch, so at capture for graphs.
+int min_chunk_override() {
+  const char* e = std::getenv("TESSERA_CUDA_ATTN_CHUNK");
+  if (e == nullptr) return 0;
+  const int v = std::atoi(e);
+  return v >= kMinChunk && v % kMinChunk == 0 && v <= (1 << 24) ? v : 0;
+}
 
 template <typename T, int HD, int G>
 void launch_split(const KvCacheView& c, const AttnArgs& a, int group) {
   const int tiles = (group + G - 1) / G;
   const dim3 grid(a.splits, static_cast<unsigned>(c.n_kv), static_cast<unsigned>(tiles * a.t));
-  launch("attn_split_kernel", attn_split_kernel<T, HD, G>, grid, dim3(kAttnThreads), 0, a.stream, a.q, a.ld_q,
-         static_cast<const T*>(c.k), static_cast<const T*>(c.v), a.pos, a.seq, static_cast<int>(c.n_ctx),
-         static_cast<int>(c.n_seq), group, tiles, a.scale, a.splits, a.part_out, a.part_ml, a.counters, a.out);
+  const int forced = min_chunk_override();
+  AttnParams<T> p{};
+  p.q = a.q, p.ld_q = a.ld_q, p.kc = static_cast<T*>(c.k), p.vc = static_cast<T*>(c.v), p.pos = a.pos, p.seq = a.seq;
+  p.n_ctx = static_cast<int>(c.n_ctx), p.n_seq = static_cast<int>(c.n_seq), p.group = group, p.tiles = tiles;
+  p.max_splits = a.splits, p.min_chunk = forced ? forced : default_min_chunk<HD, G>(), p.scale = a.scale;
+  p.part_out = a.part_out, p.part_ml = a.part_ml, p.counters = a.counters, p.out = a.out;
+  p.k_new = a.rope.k, p.v_new = a.rope.v, p.ld_kv = a.rope.ld_kv, p.inv_freq = a.rope.inv_freq;
+  p.rope_dim = a.rope.rope_dim, p.neox = a.rope.neox;
+  if (a.rope.k != nullptr)
+    launch("attn_split_kernel<rope>", attn_split_kernel<T, HD, G, true>, grid, dim3(kAttnThreads), 0, a.stream, p);
+  else
+    launch("attn_split_kernel", attn_split_kernel<T, HD, G, false>, grid, dim3(kAttnThreads), 0, a.stream, p);
 }
 
 template <typename T, int HD>
@@ -338,6 +491,18 @@ void launch_attn(const KvCacheView& c, const AttnArgs& a) {
     launch_typed<__half>(c, a);
   else
     launch_typed<__nv_bfloat16>(c, a);
+}
+
+// The fused path's checks on this token's k/v rows and the rotation (as rope_store_kv's).
+void require_rope(const char* op, const KvCacheView& c, const RopeIn& r) {
+  const std::string o(op);
+  TESSERA_CUDA_REQUIRE(r.k && r.v, o + ": the k or v pointer is null");
+  TESSERA_CUDA_REQUIRE(r.rope_dim >= 0 && r.rope_dim % 2 == 0 && r.rope_dim <= c.hd,
+                       o + ": rope_dim " + num(r.rope_dim) + " must be even and at most the head size");
+  TESSERA_CUDA_REQUIRE(r.rope_dim == 0 || r.inv_freq != nullptr, o + ": inv_freq is null");
+  TESSERA_CUDA_REQUIRE(r.ld_kv >= static_cast<size_t>(c.n_kv * c.hd),
+                       o + ": the k/v row stride " + num(static_cast<int64_t>(r.ld_kv)) +
+                           " is smaller than the kv heads' width");
 }
 
 int head_tiles(int64_t n_head, const KvCacheView& c) {
@@ -378,29 +543,51 @@ AttnWorkspace::AttnWorkspace(int64_t n_head, const KvCacheView& cache) : n_head_
   counters_.fill_bytes(0);
 }
 
-void attn_decode(const float* q, const KvCacheView& cache, const int32_t* pos, float* out, int64_t n_head, float scale,
-                 AttnWorkspace& ws, cudaStream_t stream) {
-  detail::require_cache("attn_decode", cache, n_head);
-  TESSERA_CUDA_REQUIRE(q && pos && out, "attn_decode: a pointer argument is null");
-  TESSERA_CUDA_REQUIRE(detail::aligned16(q) && detail::aligned16(out),
-                       "attn_decode: q and out must be 16-byte aligned");
+namespace {
+
+void decode_one(const char* op, const float* q, const KvCacheView& cache, const int32_t* pos, float* out,
+                int64_t n_head, float scale, AttnWorkspace& ws, cudaStream_t stream, const detail::RopeIn& rope) {
+  const std::string o(op);
+  detail::require_cache(op, cache, n_head);
+  TESSERA_CUDA_REQUIRE(q && pos && out, o + ": a pointer argument is null");
+  TESSERA_CUDA_REQUIRE(detail::aligned16(q) && detail::aligned16(out), o + ": q and out must be 16-byte aligned");
   TESSERA_CUDA_REQUIRE(
       ws.n_head() == n_head && ws.hd() == cache.hd && ws.max_splits() == detail::attn_max_splits(n_head, cache),
-      "attn_decode: the workspace was made for another head count, head size or context size");
-  const detail::AttnArgs a{q,
-                           static_cast<size_t>(n_head * cache.hd),
-                           pos,
-                           nullptr,
-                           1,
-                           out,
-                           n_head,
-                           scale,
-                           ws.max_splits(),
-                           ws.partial_out(),
-                           ws.partial_ml(),
-                           ws.counters(),
-                           stream};
+      o + ": the workspace was made for another head count, head size or context size");
+  if (rope.k != nullptr || rope.v != nullptr) detail::require_rope(op, cache, rope);
+  detail::AttnArgs a{q,
+                     static_cast<size_t>(n_head * cache.hd),
+                     pos,
+                     nullptr,
+                     1,
+                     out,
+                     n_head,
+                     scale,
+                     ws.max_splits(),
+                     ws.partial_out(),
+                     ws.partial_ml(),
+                     ws.counters(),
+                     stream};
+  a.rope = rope;
   detail::launch_attn(cache, a);
+}
+
+}  // namespace
+
+void attn_decode(const float* q, const KvCacheView& cache, const int32_t* pos, float* out, int64_t n_head, float scale,
+                 AttnWorkspace& ws, cudaStream_t stream) {
+  decode_one("attn_decode", q, cache, pos, out, n_head, scale, ws, stream, detail::RopeIn{});
+}
+
+void attn_decode_rope(const float* q, const float* k, const float* v, const KvCacheView& cache, const int32_t* pos,
+                      int64_t rope_dim, const float* inv_freq, bool neox, float* out, int64_t n_head, float scale,
+                      AttnWorkspace& ws, cudaStream_t stream) {
+  TESSERA_CUDA_REQUIRE(k && v, "attn_decode_rope: the k or v pointer is null");
+  const detail::RopeIn rope{k, v, static_cast<size_t>(cache.n_kv * cache.hd), inv_freq, static_cast<int>(rope_dim),
+                            neox};
+  TESSERA_CUDA_REQUIRE(rope_dim >= 0 && rope_dim <= cache.hd,
+                       "attn_decode_rope: rope_dim " + detail::num(rope_dim) + " is outside 0..head size");
+  decode_one("attn_decode_rope", q, cache, pos, out, n_head, scale, ws, stream, rope);
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -430,35 +617,60 @@ AttnRowsWorkspace::AttnRowsWorkspace(int64_t max_t, int64_t n_head, const KvCach
 AttnRowsWorkspace::~AttnRowsWorkspace() = default;
 int64_t AttnRowsWorkspace::max_t() const { return impl_->max_t; }
 
+namespace {
+
+void decode_rows(const char* op, const float* q, int64_t ld_q, const KvCacheView& cache, const int32_t* pos,
+                 const int32_t* seq, int64_t t, float* out, int64_t n_head, float scale, AttnRowsWorkspace& ws,
+                 cudaStream_t stream, const detail::RopeIn& rope) {
+  using detail::num;
+  const std::string o(op);
+  detail::require_cache(op, cache, n_head);
+  const AttnRowsWorkspace::Impl& w = ws.impl();
+  TESSERA_CUDA_REQUIRE(q && pos && out, o + ": a pointer argument is null");
+  TESSERA_CUDA_REQUIRE(t > 0 && t <= w.max_t,
+                       o + ": row count " + num(t) + " is outside 1.." + num(w.max_t) + " (the workspace's size)");
+  TESSERA_CUDA_REQUIRE(w.n_head == n_head && w.n_kv == cache.n_kv && w.hd == cache.hd && w.n_ctx == cache.n_ctx,
+                       o + ": the workspace was made for another head count, head size or context size");
+  TESSERA_CUDA_REQUIRE(cache.n_seq > 0 && cache.n_seq < (int64_t{1} << 31), o + ": n_seq is invalid");
+  TESSERA_CUDA_REQUIRE(ld_q >= n_head * cache.hd && ld_q % 4 == 0 && detail::aligned16(q) && detail::aligned16(out),
+                       o + ": q and out must be 16-byte aligned and ld_q " + num(ld_q) +
+                           " a multiple of 4 of at least the heads' width");
+  if (rope.k != nullptr || rope.v != nullptr) detail::require_rope(op, cache, rope);
+  const int splits = detail::attn_splits(n_head, cache, t);
+  detail::AttnArgs a{q,
+                     static_cast<size_t>(ld_q),
+                     pos,
+                     seq,
+                     static_cast<int>(t),
+                     out,
+                     n_head,
+                     scale,
+                     splits,
+                     w.out.as<float>(),
+                     w.ml.as<float2>(),
+                     w.counters.as<unsigned int>(),
+                     stream};
+  a.rope = rope;
+  detail::launch_attn(cache, a);
+}
+
+}  // namespace
+
 void attn_decode_rows(const float* q, int64_t ld_q, const KvCacheView& cache, const int32_t* pos, const int32_t* seq,
                       int64_t t, float* out, int64_t n_head, float scale, AttnRowsWorkspace& ws, cudaStream_t stream) {
-  using detail::num;
-  detail::require_cache("attn_decode_rows", cache, n_head);
-  const AttnRowsWorkspace::Impl& w = ws.impl();
-  TESSERA_CUDA_REQUIRE(q && pos && out, "attn_decode_rows: a pointer argument is null");
-  TESSERA_CUDA_REQUIRE(t > 0 && t <= w.max_t, "attn_decode_rows: row count " + num(t) + " is outside 1.." +
-                                                  num(w.max_t) + " (the workspace's size)");
-  TESSERA_CUDA_REQUIRE(w.n_head == n_head && w.n_kv == cache.n_kv && w.hd == cache.hd && w.n_ctx == cache.n_ctx,
-                       "attn_decode_rows: the workspace was made for another head count, head size or context size");
-  TESSERA_CUDA_REQUIRE(cache.n_seq > 0 && cache.n_seq < (int64_t{1} << 31), "attn_decode_rows: n_seq is invalid");
-  TESSERA_CUDA_REQUIRE(ld_q >= n_head * cache.hd && ld_q % 4 == 0 && detail::aligned16(q) && detail::aligned16(out),
-                       "attn_decode_rows: q and out must be 16-byte aligned and ld_q " + num(ld_q) +
-                           " a multiple of 4 of at least the heads' width");
-  const int splits = detail::attn_splits(n_head, cache, t);
-  const detail::AttnArgs a{q,
-                           static_cast<size_t>(ld_q),
-                           pos,
-                           seq,
-                           static_cast<int>(t),
-                           out,
-                           n_head,
-                           scale,
-                           splits,
-                           w.out.as<float>(),
-                           w.ml.as<float2>(),
-                           w.counters.as<unsigned int>(),
-                           stream};
-  detail::launch_attn(cache, a);
+  decode_rows("attn_decode_rows", q, ld_q, cache, pos, seq, t, out, n_head, scale, ws, stream, detail::RopeIn{});
+}
+
+void attn_decode_rope_rows(const float* q, int64_t ld_q, const float* k, const float* v, int64_t ld_kv,
+                           const KvCacheView& cache, const int32_t* pos, const int32_t* seq, int64_t t,
+                           int64_t rope_dim, const float* inv_freq, bool neox, float* out, int64_t n_head, float scale,
+                           AttnRowsWorkspace& ws, cudaStream_t stream) {
+  TESSERA_CUDA_REQUIRE(k && v, "attn_decode_rope_rows: the k or v pointer is null");
+  TESSERA_CUDA_REQUIRE(ld_kv >= 0 && rope_dim >= 0 && rope_dim <= cache.hd,
+                       "attn_decode_rope_rows: ld_kv " + detail::num(ld_kv) + " or rope_dim " +
+                           detail::num(rope_dim) + " is out of range");
+  const detail::RopeIn rope{k, v, static_cast<size_t>(ld_kv), inv_freq, static_cast<int>(rope_dim), neox};
+  decode_rows("attn_decode_rope_rows", q, ld_q, cache, pos, seq, t, out, n_head, scale, ws, stream, rope);
 }
 
 }  // namespace tessera::cuda
