@@ -35,6 +35,7 @@ struct LogitsFlags {
   std::string text;
   std::string out;
   std::string device = "cpu";
+  std::string kv_type;
   int64_t n_ctx = 0;
   int64_t n_ubatch = 512;
   int n_threads = 0;
@@ -147,6 +148,7 @@ int run(LogitsFlags& f) {
   so.device = f.device;
   so.n_threads = f.n_threads;
   so.reference = f.reference;
+  so.kv_dtype = f.kv_type;
   so.n_batch = f.n_ubatch;
   so.n_ctx = f.n_ctx > 0 ? f.n_ctx : longest;
   if (f.batched) so.n_seq = static_cast<int64_t>(prompts.size());
@@ -224,6 +226,7 @@ const int registered = register_command(
        app.add_option("-c,--ctx-size", f->n_ctx, "Context size (default: the longest prompt)");
        app.add_option("--ub,--ubatch", f->n_ubatch, "Prefill chunk: tokens per forward pass (default 512)");
        app.add_option("-t,--threads", f->n_threads, "CPU threads (default: one per hardware thread)");
+       app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default; the only one on cuda) or f32 (cpu)");
        app.add_flag("--reference", f->reference, "CPU f32 reference path (scalar kernels, f32 weights and cache)");
        app.add_flag("--batched", f->batched,
                     "Feed all prompts together, one token per prompt per step (batched decode, a slot each)");
