@@ -176,8 +176,11 @@ void Bench::suite() {
   GemmWorkspace ws(max_t, max_k, 28672 * 4096);
   DeviceBuffer x(sizeof(float) * max_t * max_k), y(sizeof(float) * max_t * 28672);
   fill_random(FillKind::F32, x.get(), max_t * max_k, -1.0f, 1.0f, seed_++, stream_);
-  fmt::print("\n{:<5} {:<8} {:>5} {:>9} {:>9} {:>5} {:>8} {:>6} {:>8} {:>6}\n", "fmt", "shape", "t", "rows us",
-             "cublas us", "auto", "TFLOP/s", "%peak", "wt GB/s", "%copy");
+  // x already in bf16 (what rmsnorm / swiglu_rows write in prefill): matmul_x16's input, no conversion pass.
+  DeviceBuffer x16(2 * max_t * max_k);
+  fill_random(FillKind::BF16, x16.get(), max_t * max_k, -1.0f, 1.0f, seed_++, stream_);
+  fmt::print("\n{:<5} {:<8} {:>5} {:>9} {:>9} {:>7} {:>5} {:>8} {:>6} {:>8} {:>6}\n", "fmt", "shape", "t", "rows us",
+             "cublas us", "x16 us", "auto", "TFLOP/s", "%peak", "wt GB/s", "%copy");
   for (DType dtype : formats) {
     for (const Shape& s : shapes) {
       const uint64_t bytes = *dtype_row_bytes(dtype, static_cast<uint64_t>(s.k)) * s.n;
@@ -196,12 +199,17 @@ void Bench::suite() {
               },
               batch);
         }
+        // matmul_x16 (bf16 x), from the t where the executor uses it.
+        double us16 = 0;
+        if (t >= matmul_x16_min_t(dtype))
+          us16 = time_graph([&](int i) { matmul_x16(weights[i % copies], x16.get(), y.as<float>(), t, ws, stream_); },
+                            std::max(copies, t >= 1024 ? 3 : 8));
         const GemmPath pick = detail::gemm_default_path(dtype, t, s.n, s.k);
         const double best = pick == GemmPath::ROWS ? us[0] : us[1];
         const double tflops = 2.0 * t * s.n * s.k / (best * 1e-6) / 1e12;
         const double gbps = static_cast<double>(bytes) / (best * 1e-6) / 1e9;
-        fmt::print("{:<5} {:<8} {:>5} {:>9.1f} {:>9.1f} {:>5} {:>8.1f} {:>5.1f}% {:>8.0f} {:>5.1f}%\n",
-                   dtype_name(dtype), s.name, t, us[0], us[1], pick == GemmPath::ROWS ? "rows" : "lt", tflops,
+        fmt::print("{:<5} {:<8} {:>5} {:>9.1f} {:>9.1f} {:>7.1f} {:>5} {:>8.1f} {:>5.1f}% {:>8.0f} {:>5.1f}%\n",
+                   dtype_name(dtype), s.name, t, us[0], us[1], us16, pick == GemmPath::ROWS ? "rows" : "lt", tflops,
                    100.0 * tflops / peak_tflops_, gbps, 100.0 * gbps / copy_gbps_);
         records_.push_back({{"dtype", dtype_name(dtype)},
                             {"shape", s.name},
@@ -210,6 +218,7 @@ void Bench::suite() {
                             {"t", t},
                             {"rows_us", us[0]},
                             {"cublas_us", us[1]},
+                            {"x16_us", us16},
                             {"auto", detail::gemm_path_name(pick)},
                             {"tflops", tflops},
                             {"pct_peak", 100.0 * tflops / peak_tflops_},

@@ -2,10 +2,13 @@
 // (PREFILL runs any t <= T; the node shapes of the graph scale with it), so every launch receives RunArgs.
 //
 // What differs from the one-token decoder (backend_cuda.cpp):
-// - matmuls go through kernels_rows.h's matmul (f32 activations for every weight format: no 8-bit copies here);
-// - only matmuls whose outputs feed rope/cache stores are merged (q|k|v): their [t, Nq + Nk + Nv] output is read with
-//   a row stride by rope_store_kv_rows and the attention kernels; gate|up stay separate because swiglu reads
-//   contiguous rows;
+// - matmuls go through kernels_rows.h's matmul (f32 activations for every weight format: no 8-bit copies here),
+//   except in PREFILL where an rmsnorm or swiglu output read only by matmuls whose weights take a 16-bit x is written
+//   by its producer directly in 16 bits (matmul_x16): at t = 2048 of Llama-3-8B that removes ~0.45 GB of f32
+//   traffic per layer (the f32 writes and matmul's conversion passes). TESSERA_CUDA_X16=0: off;
+// - matmuls whose outputs feed rope/cache stores are merged (q|k|v): their [t, Nq + Nk + Nv] output is read with a
+//   row stride by rope_store_kv_rows and the attention kernels; in PREFILL gate|up are merged too (swiglu_rows reads
+//   the two halves of the [t, 2 * ff] output with a row stride; TESSERA_CUDA_MERGE_GATE_UP=0: separate);
 // - activations are recycled: a buffer returns to a free list after the last node reading it (fused readers such as
 //   the attention reading q, k and v through rope/store nodes count), so T = 512 rows of a 32-layer model need a few
 //   layers' worth of activations, not all of them.
@@ -48,6 +51,16 @@ struct CudaRowsExecutor::Impl {
   cudaStream_t stream = nullptr;
   int64_t T = 0;
   bool fuse = true;
+  bool x16 = true;            // PREFILL: producers write matmul_x16's 16-bit input (TESSERA_CUDA_X16=0: off)
+  bool merge_gate_up = true;  // PREFILL: gate|up as one matmul (TESSERA_CUDA_MERGE_GATE_UP=0: off)
+  // A tensor read only by matmuls whose weights take a 16-bit x: its copy in `type`, written by its producer instead
+  // of the f32 tensor when a run has at least min_t rows (below that the multi-row GEMV of matmul reads f32 x).
+  struct X16 {
+    void* buf = nullptr;  // [T, width] 16-bit
+    DType type = DType::BF16;
+    int64_t min_t = INT64_MAX;
+  };
+  std::unordered_map<int, X16> x16_of;
 
   std::vector<std::unique_ptr<Storage>> storages;
   std::vector<int> storage_of;  // per tensor: its storage, -1 when it has none (inputs, caches, weights)
@@ -97,8 +110,8 @@ struct CudaRowsExecutor::Impl {
     }
     return m;
   }
-  float* new_storage(int tid, int64_t elems) {
-    const size_t need = static_cast<size_t>(elems) * sizeof(float);
+  // A free storage of at least `need` bytes (the smallest that fits, else a new one), live until node last_use.
+  int take_storage(size_t need, int last_use) {
     int best = -1;
     for (size_t s = 0; s < storages.size(); ++s) {
       const Storage& st = *storages[s];
@@ -113,9 +126,13 @@ struct CudaRowsExecutor::Impl {
     }
     Storage& st = *storages[static_cast<size_t>(best)];
     st.live = true;
-    st.last_use = reads_until(tid);
+    st.last_use = last_use;
+    return best;
+  }
+  float* new_storage(int tid, int64_t elems) {
+    const int best = take_storage(static_cast<size_t>(elems) * sizeof(float), reads_until(tid));
     storage_of[static_cast<size_t>(tid)] = best;
-    return st.buf.as<float>();
+    return storages[static_cast<size_t>(best)]->buf.as<float>();
   }
   float* new_act(const graph::Node& n, int tid) {
     if (g.tensor(tid).dtype != DType::F32) unsupported(n, "its output is not f32");
@@ -150,12 +167,69 @@ struct CudaRowsExecutor::Impl {
   void need_contiguous(const graph::Node& n, int tid) {
     if (!contiguous(tid)) unsupported(n, "its input '" + g.tensor(tid).name + "' is a strided slice");
   }
+  X16 plan_x16(int tid);
+  int gate_up_partner(int id) const;
   int residual_add_target(int id) const;
   void size_gemm();
   void compile();
   void compile_node(int id);
   void copy_logits(int64_t rows);
 };
+
+// The 16-bit copy of tensor `tid` (allocated here, as long-lived as the tensor's readers) when every reader is a
+// matmul whose weight takes the same 16-bit x (bf16 or quantized: bf16; f16: f16), else X16{} (buf nullptr).
+CudaRowsExecutor::Impl::X16 CudaRowsExecutor::Impl::plan_x16(int tid) {
+  if (!x16 || mode != RowsMode::PREFILL) return {};
+  const graph::Tensor& t = g.tensor(tid);
+  const auto& co = consumers[static_cast<size_t>(tid)];
+  if (t.is_output || t.dtype != DType::F32 || co.empty()) return {};
+  X16 h;
+  h.type = DType::F32;
+  h.min_t = 0;
+  for (int c : co) {
+    const graph::Node& m = g.node(c);
+    if (m.op != Op::MATMUL || m.inputs.at(0) != tid) return {};
+    const graph::Tensor& w = g.tensor(m.inputs.at(1));
+    if (w.shape.size() != 2 || w.data == nullptr || !gemv_supports(w.dtype)) return {};
+    const DType ty = matmul_x16_type(w.dtype);
+    if (ty == DType::F32 || (h.type != DType::F32 && ty != h.type)) return {};
+    h.type = ty;
+    h.min_t = std::max(h.min_t, matmul_x16_min_t(w.dtype));
+  }
+  if (h.min_t > T) return {};  // no run of this executor has enough rows
+  const size_t need = static_cast<size_t>(t.numel()) * 2;
+  h.buf = storages[static_cast<size_t>(take_storage(need, reads_until(tid)))]->buf.get();
+  x16_of[tid] = h;
+  return h;
+}
+
+// The up-projection matmul to merge with gate matmul `id` (PREFILL): both read the same input, and their outputs
+// are swiglu's gate and up and nothing else's; -1 when there is none.
+int CudaRowsExecutor::Impl::gate_up_partner(int id) const {
+  if (!fuse || !merge_gate_up || mode != RowsMode::PREFILL) return -1;
+  const graph::Node& n = g.node(id);
+  const auto& co = consumers[static_cast<size_t>(n.output)];
+  if (co.size() != 1) return -1;
+  const graph::Node& sw = g.node(co[0]);
+  if (sw.op != Op::SWIGLU || sw.inputs.size() != 2 || sw.inputs[0] != n.output || sw.inputs[1] == n.output) return -1;
+  const int up = sw.inputs[1];
+  const auto& cu = consumers[static_cast<size_t>(up)];
+  if (cu.size() != 1 || cu[0] != co[0]) return -1;
+  const graph::Tensor& wg = g.tensor(n.inputs.at(1));
+  const auto shaped = [&](const graph::Node& m) {
+    const graph::Tensor& w = g.tensor(m.inputs.at(1));
+    const graph::Tensor& o = g.tensor(m.output);
+    return w.shape.size() == 2 && w.data != nullptr && w.kind == graph::TensorKind::WEIGHT && w.dtype == wg.dtype &&
+           w.shape == wg.shape && o.dtype == DType::F32 && o.shape.size() == 2 && o.shape[0] == T &&
+           o.shape[1] == w.shape[0];
+  };
+  if (!shaped(n)) return -1;
+  for (int c : consumers[static_cast<size_t>(n.inputs.at(0))]) {
+    const graph::Node& m = g.node(c);
+    if (c > id && m.op == Op::MATMUL && m.output == up && m.inputs.at(0) == n.inputs.at(0) && shaped(m)) return c;
+  }
+  return -1;
+}
 
 int CudaRowsExecutor::Impl::residual_add_target(int id) const {
   if (!fuse) return -1;
@@ -276,12 +350,18 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
       need_contiguous(n, in(0));
       const float* x = act(in(0));
       const float* w = vector_f32(n, in(1));
+      const X16 h = plan_x16(out);
       float* y = new_act(n, out);
       const int64_t d = width(out), fixed = g.tensor(out).shape[0];
       const bool sc = scaled[size_t(out)];
       const float eps = n.params.eps;
-      launches.push_back(
-          {id, [=](cudaStream_t s, const RunArgs& a) { rmsnorm(x, w, y, sc ? a.t : fixed, d, eps, s); }});
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                            const int64_t rows = sc ? a.t : fixed;
+                            if (rows >= h.min_t)
+                              rmsnorm(x, w, nullptr, rows, d, eps, s, nullptr, nullptr, h.buf, h.type);
+                            else
+                              rmsnorm(x, w, y, rows, d, eps, s);
+                          }});
       return;
     }
     case Op::MATMUL: {
@@ -298,7 +378,8 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
         return true;
       };
       std::vector<int> group{id};
-      if (fuse && w0.shape.size() == 2 && w0.data != nullptr && feeds_attention_only(id))
+      if (const int up = gate_up_partner(id); up >= 0) group.push_back(up);
+      if (group.size() == 1 && fuse && w0.shape.size() == 2 && w0.data != nullptr && feeds_attention_only(id))
         for (int c : consumers[static_cast<size_t>(in(0))]) {
           if (c <= id) continue;
           const graph::Node& m = g.node(c);
@@ -348,8 +429,14 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
       }
       // The workspace is looked up at run time: a later executor may have replaced it with a larger one.
       CudaShared::Impl* shp = sh;
+      const auto h16 = x16_of.find(in(0));
+      const X16 h = h16 != x16_of.end() ? h16->second : X16{};
       launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
-                            matmul(*wp, x, y, sc ? a.t : fixed, *shp->gemm, s, accumulate);
+                            const int64_t rows = sc ? a.t : fixed;
+                            if (rows >= h.min_t)
+                              matmul_x16(*wp, h.buf, y, rows, *shp->gemm, s, accumulate);
+                            else
+                              matmul(*wp, x, y, rows, *shp->gemm, s, accumulate);
                           }});
       return;
     }
@@ -464,15 +551,25 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
       return;
     }
     case Op::SWIGLU: {
-      need_contiguous(n, in(0));
-      need_contiguous(n, in(1));
+      // gate and up may be the two column halves of one merged matmul output (same row stride).
+      const int64_t ld_in = ld[size_t(in(0))];
+      if (ld[size_t(in(1))] != ld_in || width(in(0)) != width(out) || width(in(1)) != width(out))
+        unsupported(n, "its gate and up inputs differ in width or row stride");
       const float* gp = act(in(0));
       const float* up = act(in(1));
+      const X16 h = plan_x16(out);
       float* y = new_act(n, out);
       const int64_t w = width(out), fixed = g.tensor(out).shape[0];
       const bool sc = scaled[size_t(out)];
-      launches.push_back(
-          {id, [=](cudaStream_t s, const RunArgs& a) { swiglu(gp, up, y, (sc ? a.t : fixed) * w, s); }});
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                            const int64_t rows = sc ? a.t : fixed;
+                            if (rows >= h.min_t)
+                              swiglu_rows(gp, up, ld_in, nullptr, h.buf, h.type, rows, w, s);
+                            else if (ld_in == w)
+                              swiglu(gp, up, y, rows * w, s);
+                            else
+                              swiglu_rows(gp, up, ld_in, y, nullptr, DType::BF16, rows, w, s);
+                          }});
       return;
     }
     case Op::LAST_ROW: {
@@ -507,6 +604,9 @@ CudaRowsExecutor::CudaRowsExecutor(const graph::Graph& g, RowsMode mode, std::sh
   impl_->g = g;
   impl_->mode = mode;
   impl_->fuse = impl_->sh->fuse;
+  if (const char* e = std::getenv("TESSERA_CUDA_X16"); e != nullptr && std::string(e) == "0") impl_->x16 = false;
+  if (const char* e = std::getenv("TESSERA_CUDA_MERGE_GATE_UP"); e != nullptr && std::string(e) == "0")
+    impl_->merge_gate_up = false;
   impl_->stream = impl_->sh->stream;
   impl_->compile();
   synchronize();

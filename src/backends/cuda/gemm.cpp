@@ -13,6 +13,9 @@
 //    the model is never kept dequantized) and multiplied by the bf16 GEMM. The expansion costs one write and one
 //    read of N*K*2 bytes per call, small next to 2*t*N*K flops once t is in the hundreds; below that the multi-row
 //    GEMV's repeated passes over the 4/8-bit weights are cheaper.
+//  - matmul_x16: the same cuBLASLt GEMMs fed a 16-bit x that its producer (rmsnorm, swiglu_rows) wrote directly. At
+//    prefill sizes the conversion of x is a memory-bound pass of its own (Llama-3-8B, t = 2048: down's x is
+//    [2048, 14336] f32, 117 MB read and 59 MB written per layer, ~60 us of ~350).
 // The residual add fuses everywhere: accumulate makes the GEMV add into y and the GEMM run with C = D = y, beta = 1.
 //
 // Mapping to cuBLASLt (column-major): row-major y[t, N] is column-major D[N, t] (ld N); row-major W[N, K] is
@@ -251,6 +254,37 @@ void matmul_path(const DeviceWeight& w, const float* x, float* y, int64_t t, Gem
 }
 
 }  // namespace detail
+
+DType matmul_x16_type(DType wtype) {
+  if (wtype == DType::F16) return DType::F16;
+  if (wtype == DType::BF16 || is_quant(wtype)) return DType::BF16;
+  return DType::F32;
+}
+
+int64_t matmul_x16_min_t(DType wtype) {
+  // One past gemm_default_path's largest ROWS t (over every N and K) for this weight type.
+  return is_quant(wtype) ? 41 : 5;
+}
+
+void matmul_x16(const DeviceWeight& w, const void* x16, float* y, int64_t t, GemmWorkspace& ws, cudaStream_t stream,
+                bool accumulate) {
+  GemmWorkspace::Impl& m = ws.impl();
+  TESSERA_CHECK(gemv_supports(w.dtype), "matmul_x16: weight dtype {} is not supported on CUDA", dtype_name(w.dtype));
+  TESSERA_CHECK(matmul_x16_type(w.dtype) != DType::F32,
+                "matmul_x16: {} weights take an f32 activation (call matmul), not a 16-bit one", dtype_name(w.dtype));
+  TESSERA_CHECK(w.n > 0 && w.k > 0 && !w.quants.empty(), "matmul_x16: the weight is empty (was it uploaded?)");
+  TESSERA_CHECK(x16 != nullptr && y != nullptr, "matmul_x16: the input or output pointer is null");
+  TESSERA_CHECK(t >= 1 && t <= m.max_t, "matmul_x16: t = {} rows is outside the workspace's 1..{}", t, m.max_t);
+  if (is_quant(w.dtype)) {
+    TESSERA_CHECK(w.n * w.k <= m.max_quant_nk,
+                  "matmul_x16: the {} weight [{}, {}] needs {} elements of dequantization scratch, the workspace has {}",
+                  dtype_name(w.dtype), w.n, w.k, w.n * w.k, m.max_quant_nk);
+    detail::launch_dequant_bf16(w, m.deq.get(), stream);
+    detail::gemm_lt(ws, DType::BF16, m.deq.get(), x16, y, t, w.n, w.k, stream, accumulate);
+  } else {
+    detail::gemm_lt(ws, w.dtype, w.quants.get(), x16, y, t, w.n, w.k, stream, accumulate);
+  }
+}
 
 void matmul(const DeviceWeight& w, const float* x, float* y, int64_t t, GemmWorkspace& ws, cudaStream_t stream,
             bool accumulate) {

@@ -45,6 +45,19 @@ class GemmWorkspace {
 void matmul(const DeviceWeight& w, const float* x /*[t, K]*/, float* y /*[t, N]*/, int64_t t, GemmWorkspace& ws,
             cudaStream_t stream, bool accumulate = false);
 
+// matmul with the activation already in 16 bits, so the op producing x (rmsnorm, swiglu_rows) writes it once in the
+// GEMM's input type instead of matmul converting an f32 copy on every call: x16 [t, K] is in matmul_x16_type(w.dtype)
+// (bf16 for bf16 and quantized weights, f16 for f16). Always the cuBLASLt path (quantized weights dequantized to bf16
+// in the workspace's scratch first), at any t; below matmul_x16_min_t the multi-row GEMV of matmul is faster. Error
+// for f32 weights (they take f32 x), when t > ws.max_t(), or for a quantized matrix larger than the scratch.
+void matmul_x16(const DeviceWeight& w, const void* x16 /*[t, K] bf16 or f16*/, float* y /*[t, N]*/, int64_t t,
+                GemmWorkspace& ws, cudaStream_t stream, bool accumulate = false);
+// BF16 or F16: the activation type matmul_x16 takes for weights of `wtype`; F32 when it takes none (f32 weights).
+DType matmul_x16_type(DType wtype);
+// The smallest t from which matmul itself takes the cuBLASLt path for weights of `wtype` at every N and K: from there
+// on matmul_x16 does the same work minus the conversion of x.
+int64_t matmul_x16_min_t(DType wtype);
+
 // ---------------------------------------------------------------------------------------------------------------------
 // Rotary embedding + cache store for T rows
 

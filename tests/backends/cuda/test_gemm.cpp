@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
@@ -249,6 +250,95 @@ TEST(CudaGemm, RejectsShapesBeyondTheWorkspace) {
   ASSERT_EQ(detail::gemm_default_path(DType::Q4_0, 64, 64, 256), GemmPath::CUBLAS);
   EXPECT_NO_THROW(matmul(w.dev, x.as<float>(), y.as<float>(), 64, ws, nullptr));
   synchronize();
+}
+
+// matmul_x16 fed x already rounded to its 16-bit type (as rmsnorm and swiglu_rows write it) against matmul's cuBLASLt
+// path fed the f32 x (which rounds x the same way before the same GEMM): equal up to the GEMM's summation order, and
+// both within the reference's tolerance. t = 1 and 3 are below matmul_x16_min_t: matmul_x16 must still be right there.
+TEST(CudaGemm, X16InputMatchesTheF32InputPath) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  GemmWorkspace ws(100, 544, 130 * 544);
+  for (DType dtype : kFormats) {
+    if (dtype == DType::F32) continue;
+    const DType type = matmul_x16_type(dtype);
+    for (const auto& s : {std::pair<int64_t, int64_t>{67, 96}, {130, 544}}) {
+      const Weight w = make_weight(rng, dtype, s.first, s.second);
+      const int64_t n = w.n, k = w.k;
+      for (int64_t t : {1, 3, 41, 100}) {
+        for (bool accumulate : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " t=" << t
+                                            << " accumulate=" << accumulate);
+          const auto x = random_floats(rng, static_cast<size_t>(t * k), -2.0f, 2.0f);
+          std::vector<uint16_t> x16(x.size());
+          for (size_t i = 0; i < x.size(); ++i) x16[i] = type == DType::BF16 ? f32_to_bf16(x[i]) : f32_to_fp16(x[i]);
+          const auto y0 = random_floats(rng, static_cast<size_t>(t * n));
+          DeviceBuffer xd = to_device(x), x16d = to_device(x16);
+          DeviceBuffer ya = accumulate ? to_device(y0) : poisoned(sizeof(float) * t * n);
+          DeviceBuffer yb = accumulate ? to_device(y0) : poisoned(sizeof(float) * t * n);
+          matmul_x16(w.dev, x16d.get(), ya.as<float>(), t, ws, nullptr, accumulate);
+          detail::matmul_path(w.dev, xd.as<float>(), yb.as<float>(), t, ws, nullptr, accumulate, GemmPath::CUBLAS);
+          synchronize();
+          const auto a = to_host<float>(ya, static_cast<size_t>(t * n));
+          const auto b = to_host<float>(yb, static_cast<size_t>(t * n));
+          const Expect e = expect_for(dtype, GemmPath::CUBLAS);
+          const auto xe = transform_x(x, t, k, e.xform);
+          int bad = 0;
+          for (int64_t r = 0; r < t && bad < 5; ++r) {
+            for (int64_t i = 0; i < n && bad < 5; ++i) {
+              double acc = accumulate ? y0[r * n + i] : 0.0, mag = 0;
+              for (int64_t j = 0; j < k; ++j) {
+                const double p = static_cast<double>(w.deq[i * k + j]) * xe[r * k + j];
+                acc += p;
+                mag += std::fabs(p);
+              }
+              const double got = a[r * n + i], other = b[r * n + i];
+              const double tol = e.rel * mag + 1e-6 * std::fabs(accumulate ? y0[r * n + i] : 0.0) + 1e-30;
+              if (!(std::fabs(got - acc) <= tol) || !(std::fabs(got - other) <= 1e-6 * mag + 1e-30)) {
+                ADD_FAILURE() << "row " << r << " col " << i << ": matmul_x16 " << got << ", f32-input path " << other
+                              << ", reference " << acc << " (tolerance " << tol << ")";
+                ++bad;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaGemm, X16RejectsF32WeightsAndShortScratch) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const Weight f = make_weight(rng, DType::F32, 64, 256), q = make_weight(rng, DType::Q4_1, 64, 256);
+  GemmWorkspace ws(64, 256, 64 * 128);  // scratch for half the quantized matrix
+  DeviceBuffer x(2 * 64 * 256), y(sizeof(float) * 64 * 64);
+  EXPECT_THROW(matmul_x16(f.dev, x.get(), y.as<float>(), 64, ws, nullptr), Error);
+  EXPECT_THROW(matmul_x16(q.dev, x.get(), y.as<float>(), 64, ws, nullptr), Error);
+  EXPECT_THROW(matmul_x16(q.dev, x.get(), y.as<float>(), 65, ws, nullptr), Error);  // t > max_t
+  synchronize();
+}
+
+// The executor switches a tensor to its 16-bit copy from matmul_x16_min_t rows on; from there matmul itself must take
+// cuBLASLt for every shape (else the switch would trade the multi-row GEMV's faster small-t path away), and one row
+// fewer must not (the threshold is tight). Host-only: runs without a GPU.
+TEST(CudaGemm, X16TypeAndThresholdAgreeWithTheDefaultPath) {
+  EXPECT_EQ(matmul_x16_type(DType::F32), DType::F32);
+  EXPECT_EQ(matmul_x16_type(DType::F16), DType::F16);
+  for (DType d : {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) EXPECT_EQ(matmul_x16_type(d), DType::BF16);
+  const int64_t shapes[][2] = {{64, 256}, {576, 576}, {4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}};
+  for (DType d : kFormats) {
+    if (d == DType::F32) continue;
+    const int64_t min_t = matmul_x16_min_t(d);
+    bool rows_below = false;
+    for (const auto& s : shapes) {
+      for (int64_t t = min_t; t <= min_t + 300; ++t)
+        ASSERT_EQ(detail::gemm_default_path(d, t, s[0], s[1]), GemmPath::CUBLAS)
+            << dtype_name(d) << " t=" << t << " n=" << s[0] << " k=" << s[1];
+      rows_below |= detail::gemm_default_path(d, min_t - 1, s[0], s[1]) == GemmPath::ROWS;
+    }
+    EXPECT_TRUE(rows_below) << dtype_name(d) << ": matmul_x16_min_t is not the smallest such t";
+  }
 }
 
 }  // namespace

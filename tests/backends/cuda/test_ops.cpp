@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "quant/half.h"
 #include "quant/quant.h"
 
 namespace tessera::cuda::test {
@@ -47,6 +48,54 @@ TEST(CudaOps, RmsnormMatchesReference) {
         for (int64_t i = 0; i < t * d; ++i)
           ASSERT_NEAR(y[i], ref[i], 1e-5 * std::fabs(ref[i]) + 1e-7) << "element " << i;
         if (quant) expect_q8_of(y, q8, ds, t * d);
+      }
+    }
+  }
+}
+
+// The 16-bit copy a kernel writes for matmul_x16 must be its f32 output rounded to nearest even, bit for bit.
+void expect_16bit_of(const std::vector<float>& y, const DeviceBuffer& y16, DType type, int64_t n) {
+  const auto bits = to_host<uint16_t>(y16, n);
+  int bad = 0;
+  for (int64_t i = 0; i < n && bad < 5; ++i) {
+    const uint16_t want = type == DType::BF16 ? f32_to_bf16(y[i]) : f32_to_fp16(y[i]);
+    if (bits[i] != want) {
+      ADD_FAILURE() << "element " << i << ": 16-bit output " << bits[i] << ", f32 output " << y[i] << " rounds to "
+                    << want;
+      ++bad;
+    }
+  }
+}
+
+// rmsnorm's 16-bit output (alone, the way the prefill executor calls it, and beside the f32 output) equals its f32
+// output rounded; the shapes cover the scalar kernel (d = 6, and an odd y16 address), and the register kernel.
+TEST(CudaOps, Rmsnorm16BitOutputIsTheF32OutputRounded) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const int64_t d : {6, 576, 4096, 16384}) {
+    for (const DType type : {DType::BF16, DType::F16}) {
+      for (const int64_t off : {0, 1}) {
+        SCOPED_TRACE(::testing::Message() << "d=" << d << " type=" << dtype_name(type) << " y16 offset=" << off);
+        const int64_t t = 3;
+        const auto x = random_floats(rng, t * d, -3.0f, 3.0f);
+        const auto w = random_floats(rng, d, 0.5f, 1.5f);
+        DeviceBuffer xd = to_device(x), wd = to_device(w), yd = poisoned(sizeof(float) * t * d);
+        DeviceBuffer y16a = poisoned(2 * (t * d + 1)), y16b = poisoned(2 * (t * d + 1));
+        rmsnorm(xd.as<float>(), wd.as<float>(), yd.as<float>(), t, d, 1e-5f, nullptr);
+        rmsnorm(xd.as<float>(), wd.as<float>(), nullptr, t, d, 1e-5f, nullptr, nullptr, nullptr,
+                y16a.as<uint16_t>() + off, type);
+        synchronize();
+        const auto y = to_host<float>(yd, t * d);
+        const auto a = to_host<uint16_t>(y16a, t * d + 1);
+        DeviceBuffer shifted = to_device(std::vector<uint16_t>(a.begin() + off, a.begin() + off + t * d));
+        expect_16bit_of(y, shifted, type, t * d);
+        // Both outputs in one pass: the f32 one unchanged.
+        DeviceBuffer yd2 = poisoned(sizeof(float) * t * d);
+        rmsnorm(xd.as<float>(), wd.as<float>(), yd2.as<float>(), t, d, 1e-5f, nullptr, nullptr, nullptr,
+                y16b.as<uint16_t>(), type);
+        synchronize();
+        EXPECT_EQ(to_host<float>(yd2, t * d), y);
+        expect_16bit_of(y, y16b, type, t * d);
       }
     }
   }
@@ -96,6 +145,49 @@ TEST(CudaOps, SwigluAndAddMatchReference) {
     synchronize();
     const auto y = to_host<float>(ad, n);
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], i < off ? a[i] : a[i] + b[i]) << "element " << i;
+  }
+}
+
+// swiglu_rows over gate and up read with a row stride (the halves of one merged [t, 2n] matmul output, and
+// separate contiguous tensors): its f32 output equals swiglu's on the same rows bit for bit, its 16-bit output is that
+// rounded. n = 1000 with ld_in = 2n + 2 and offset pointers takes the scalar kernel, the others the float4 kernel.
+TEST(CudaOps, SwigluRowsMatchesSwigluWithStridedInputs) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const int64_t t = 5;
+  for (const int64_t n : {32, 1000, 14336}) {
+    for (const bool merged : {true, false}) {
+      for (const DType type : {DType::BF16, DType::F16}) {
+        SCOPED_TRACE(::testing::Message() << "n=" << n << " merged=" << merged << " type=" << dtype_name(type));
+        const int64_t ld_in = merged ? (n == 1000 ? 2 * n + 2 : 2 * n) : n;
+        const int64_t off = n == 1000 ? 1 : 0;
+        // merged: row r holds gate at [r * ld_in, + n) and up at [r * ld_in + n, + n); else two tensors.
+        const auto gbuf = random_floats(rng, t * ld_in + off, -8.0f, 8.0f);
+        const auto ubuf = merged ? gbuf : random_floats(rng, t * ld_in + off, -2.0f, 2.0f);
+        DeviceBuffer gd = to_device(gbuf), ud = merged ? DeviceBuffer() : to_device(ubuf);
+        const float* gp = gd.as<float>() + off;
+        const float* up = merged ? gp + n : ud.as<float>() + off;
+        DeviceBuffer od = poisoned(sizeof(float) * t * n), o16 = poisoned(2 * t * n);
+        swiglu_rows(gp, up, ld_in, od.as<float>(), o16.as<uint16_t>(), type, t, n, nullptr);
+        // swiglu on each row's gate and up copied out contiguously: the reference values.
+        std::vector<float> g(t * n), u(t * n);
+        for (int64_t r = 0; r < t; ++r)
+          for (int64_t i = 0; i < n; ++i) {
+            g[r * n + i] = gbuf[off + r * ld_in + i];
+            u[r * n + i] = ubuf[off + r * ld_in + (merged ? n : 0) + i];
+          }
+        DeviceBuffer gc = to_device(g), uc = to_device(u), oc = poisoned(sizeof(float) * t * n);
+        swiglu(gc.as<float>(), uc.as<float>(), oc.as<float>(), t * n, nullptr);
+        // The 16-bit output alone (as the prefill executor calls it).
+        DeviceBuffer o16b = poisoned(2 * t * n);
+        swiglu_rows(gp, up, ld_in, nullptr, o16b.as<uint16_t>(), type, t, n, nullptr);
+        synchronize();
+        const auto ref = to_host<float>(oc, t * n);
+        EXPECT_EQ(to_host<float>(od, t * n), ref);
+        expect_16bit_of(ref, o16, type, t * n);
+        expect_16bit_of(ref, o16b, type, t * n);
+      }
+    }
   }
 }
 

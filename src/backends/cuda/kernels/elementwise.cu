@@ -11,13 +11,23 @@ namespace {
 constexpr int kNormThreads = 256;
 constexpr int kEltThreads = 256;
 
+// Round to nearest even, as gemm_convert.cu's f32 -> 16-bit conversion does: a 16-bit output here is bit-identical to
+// the f32 output converted there.
+__device__ __forceinline__ uint16_t to16(float v, bool bf16) {
+  return bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
+}
+__device__ __forceinline__ uint2 pack4(float4 v, bool bf16) {
+  return make_uint2(static_cast<uint32_t>(to16(v.x, bf16)) | (static_cast<uint32_t>(to16(v.y, bf16)) << 16),
+                    static_cast<uint32_t>(to16(v.z, bf16)) | (static_cast<uint32_t>(to16(v.w, bf16)) << 16));
+}
+
 __global__ void __launch_bounds__(kNormThreads)
-    rmsnorm_kernel(const float* x /*[t, d]*/, const float* __restrict__ w /*[d]*/, float* y /*[t, d]*/, int d,
-                   float eps, int8_t* __restrict__ q8 /*[t, d] or null*/, float2* __restrict__ ds /*[t, d/32]*/) {
+    rmsnorm_kernel(const float* x /*[t, d]*/, const float* __restrict__ w /*[d]*/, float* y /*[t, d] or null*/, int d,
+                   float eps, int8_t* __restrict__ q8 /*[t, d] or null*/, float2* __restrict__ ds /*[t, d/32]*/,
+                   uint16_t* __restrict__ y16 /*[t, d] or null*/, bool bf16) {
   pdl_wait();
   const size_t row = blockIdx.x;
   const float* xr = x + row * d;
-  float* yr = y + row * d;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < d; i += kNormThreads) ss = fmaf(xr[i], xr[i], ss);
   __shared__ float part[kNormThreads / kWarp];
@@ -38,7 +48,8 @@ __global__ void __launch_bounds__(kNormThreads)
   for (int base = warp * kWarp; base < d; base += kNormThreads) {
     const int i = base + lane;
     const float v = i < d ? xr[i] * r * w[i] : 0.0f;
-    if (i < d) yr[i] = v;
+    if (i < d && y) y[row * d + i] = v;
+    if (i < d && y16) y16[row * d + i] = to16(v, bf16);
     if (q8) q8[row * d + i] = quantize_lane_q8(v, ds + (row * d + base) / kQ);
   }
 }
@@ -49,8 +60,9 @@ __global__ void __launch_bounds__(kNormThreads)
 // Here 8 lanes hold one quantization block (4 values each), so a warp quantizes 4 blocks with 3-step shuffles.
 template <int VPT>
 __global__ void __launch_bounds__(1024)
-    rmsnorm_vec_kernel(const float4* x /*[t, d/4]*/, const float4* __restrict__ w, float4* y, int d4, float eps,
-                       int8_t* __restrict__ q8 /*[t, d] or null*/, float2* __restrict__ ds /*[t, d/32]*/) {
+    rmsnorm_vec_kernel(const float4* x /*[t, d/4]*/, const float4* __restrict__ w, float4* y /*or null*/, int d4,
+                       float eps, int8_t* __restrict__ q8 /*[t, d] or null*/, float2* __restrict__ ds /*[t, d/32]*/,
+                       uint2* __restrict__ y16 /*[t, d/4] 4 x 16 bits, or null*/, bool bf16) {
   pdl_wait();
   const size_t row = blockIdx.x;
   const float4* xr = x + row * d4;
@@ -75,7 +87,6 @@ __global__ void __launch_bounds__(1024)
   }
   __syncthreads();
   const float r = 1.0f / sqrtf(total / static_cast<float>(4 * d4) + eps);
-  float4* yr = y + row * d4;
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
@@ -83,7 +94,8 @@ __global__ void __launch_bounds__(1024)
     if (i < d4) {
       const float4 wv = w[i];
       o = make_float4(v[j].x * r * wv.x, v[j].y * r * wv.y, v[j].z * r * wv.z, v[j].w * r * wv.w);
-      yr[i] = o;
+      if (y) y[row * d4 + i] = o;
+      if (y16) y16[row * d4 + i] = pack4(o, bf16);
     }
     if (q8) {  // all 32 lanes shuffle; a group of 8 lanes (one block of 32) is wholly valid or wholly not
       float amax = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
@@ -131,6 +143,33 @@ __global__ void __launch_bounds__(kEltThreads) swiglu_kernel(const float* gate, 
   }
 }
 
+// swiglu_rows: one thread per 4 columns of one row (float4 loads of gate and up, one 16- and/or 8-byte store).
+__global__ void __launch_bounds__(kEltThreads)
+    swiglu_rows4_kernel(const float* gate, const float* up, int64_t ld_in, float4* out, uint2* out16, bool bf16,
+                        int64_t n4, int64_t count) {
+  pdl_wait();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(kEltThreads) + threadIdx.x;
+  if (i >= count) return;
+  const int64_t r = i / n4, c = i - r * n4;
+  const float4 g = *reinterpret_cast<const float4*>(gate + r * ld_in + 4 * c);
+  const float4 u = *reinterpret_cast<const float4*>(up + r * ld_in + 4 * c);
+  const float4 v = make_float4(silu_mul(g.x, u.x), silu_mul(g.y, u.y), silu_mul(g.z, u.z), silu_mul(g.w, u.w));
+  if (out) out[i] = v;
+  if (out16) out16[i] = pack4(v, bf16);
+}
+
+__global__ void __launch_bounds__(kEltThreads)
+    swiglu_rows_kernel(const float* gate, const float* up, int64_t ld_in, float* out, uint16_t* out16, bool bf16,
+                       int64_t n, int64_t count) {
+  pdl_wait();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(kEltThreads) + threadIdx.x;
+  if (i >= count) return;
+  const int64_t r = i / n, c = i - r * n;
+  const float v = silu_mul(gate[r * ld_in + c], up[r * ld_in + c]);
+  if (out) out[i] = v;
+  if (out16) out16[i] = to16(v, bf16);
+}
+
 __global__ void __launch_bounds__(kEltThreads) add_kernel(float* y, const float* x, int n) {
   pdl_wait();
   const int i = blockIdx.x * kEltThreads + threadIdx.x;
@@ -168,15 +207,19 @@ void require_size(const char* op, int64_t n) {
 }  // namespace detail
 
 void rmsnorm(const float* x, const float* w, float* y, int64_t t, int64_t d, float eps, cudaStream_t stream, int8_t* q8,
-             float2* ds) {
+             float2* ds, void* y16, DType y16_type) {
   detail::require_size("rmsnorm", d);
   detail::require_size("rmsnorm", t * d);
-  TESSERA_CUDA_REQUIRE(x && w && y, "rmsnorm: a pointer argument is null");
+  TESSERA_CUDA_REQUIRE(x && w && (y || y16), "rmsnorm: a pointer argument is null (y may be only when y16 is given)");
+  TESSERA_CUDA_REQUIRE(y16_type == DType::BF16 || y16_type == DType::F16,
+                       "rmsnorm: the 16-bit output must be bf16 or f16");
   detail::require_q8_pair("rmsnorm", q8, ds, d);
+  const bool bf16 = y16_type == DType::BF16;
   const int64_t d4 = d / 4;
   const bool q8_aligned = q8 == nullptr || (reinterpret_cast<uintptr_t>(q8) & 3u) == 0;  // packed 4-byte stores
+  const bool y16_aligned = (reinterpret_cast<uintptr_t>(y16) & 7u) == 0;                 // packed 8-byte stores
   if (d % 4 == 0 && d4 <= 4 * 1024 && detail::aligned16(x) && detail::aligned16(w) && detail::aligned16(y) &&
-      q8_aligned) {
+      q8_aligned && y16_aligned) {
     const int vpt = d4 <= 1024 ? 1 : d4 <= 2048 ? 2 : 4;
     const int threads = vpt == 1 ? static_cast<int>((d4 + 31) / 32 * 32) : 1024;
     const auto* xv = reinterpret_cast<const float4*>(x);
@@ -187,11 +230,11 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t t, int64_t d, flo
                    : vpt == 2 ? detail::rmsnorm_vec_kernel<2>
                               : detail::rmsnorm_vec_kernel<4>;
     detail::launch("rmsnorm_vec_kernel", kernel, dim3(grid), dim3(threads), 0, stream, xv, wv, yv, static_cast<int>(d4),
-                   eps, q8, ds);
+                   eps, q8, ds, static_cast<uint2*>(y16), bf16);
     return;
   }
   detail::launch("rmsnorm_kernel", detail::rmsnorm_kernel, dim3(static_cast<unsigned>(t)), dim3(detail::kNormThreads),
-                 0, stream, x, w, y, static_cast<int>(d), eps, q8, ds);
+                 0, stream, x, w, y, static_cast<int>(d), eps, q8, ds, static_cast<uint16_t*>(y16), bf16);
 }
 
 void quantize_q8(const float* x, int8_t* q8, float2* ds, int64_t k, cudaStream_t stream) {
@@ -208,6 +251,31 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStrea
   detail::require_q8_pair("swiglu", q8, ds, n);
   detail::launch("swiglu_kernel", detail::swiglu_kernel, dim3(detail::ceil_div(n, detail::kEltThreads)),
                  dim3(detail::kEltThreads), 0, stream, gate, up, out, static_cast<int>(n), q8, ds);
+}
+
+void swiglu_rows(const float* gate, const float* up, int64_t ld_in, float* out, void* out16, DType out16_type, int64_t t,
+                 int64_t n, cudaStream_t stream) {
+  detail::require_size("swiglu_rows", n);
+  detail::require_size("swiglu_rows", t);
+  detail::require_size("swiglu_rows", t * n);
+  TESSERA_CUDA_REQUIRE(gate && up && (out || out16), "swiglu_rows: a pointer argument is null (out may be only when "
+                                                     "out16 is given)");
+  TESSERA_CUDA_REQUIRE(ld_in >= n, "swiglu_rows: the input row stride " + detail::num(ld_in) +
+                                       " is smaller than the row width " + detail::num(n));
+  TESSERA_CUDA_REQUIRE(out16 == nullptr || out16_type == DType::BF16 || out16_type == DType::F16,
+                       "swiglu_rows: the 16-bit output must be bf16 or f16");
+  const bool bf16 = out16_type == DType::BF16;
+  const int64_t count = t * n;
+  if (n % 4 == 0 && ld_in % 4 == 0 && detail::aligned16(gate) && detail::aligned16(up) && detail::aligned16(out) &&
+      (reinterpret_cast<uintptr_t>(out16) & 7u) == 0) {
+    detail::launch("swiglu_rows4_kernel", detail::swiglu_rows4_kernel,
+                   dim3(detail::ceil_div(count / 4, detail::kEltThreads)), dim3(detail::kEltThreads), 0, stream, gate,
+                   up, ld_in, reinterpret_cast<float4*>(out), static_cast<uint2*>(out16), bf16, n / 4, count / 4);
+  } else {
+    detail::launch("swiglu_rows_kernel", detail::swiglu_rows_kernel, dim3(detail::ceil_div(count, detail::kEltThreads)),
+                   dim3(detail::kEltThreads), 0, stream, gate, up, ld_in, out, static_cast<uint16_t*>(out16), bf16, n,
+                   count);
+  }
 }
 
 void add(float* y, const float* x, int64_t n, cudaStream_t stream) {
