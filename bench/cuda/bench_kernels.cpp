@@ -399,10 +399,11 @@ void Bench::attention() {
     std::vector<int32_t> ctxs;
   };
   const std::vector<Case> cases = {{"llama3-8b", 32, 8, 128, 8192, {128, 512, 1024, 4096, 8192}},
-                                   {"smollm2-135m", 9, 3, 64, 8192, {64, 256, 384, 1024, 4096}}};
+                                   {"smollm2-135m", 9, 3, 64, 8192, {64, 256, 512, 1024, 4096}}};
   // attn: attn_decode alone; pair: rope_store_kv + attn_decode (the unfused layer); fused: attn_decode_rope.
-  fmt::print("\n{:<24} {:>6} {:>10} {:>12} {:>8} {:>7} {:>9} {:>9}\n", "attn_decode (bf16 cache)", "ctx", "us",
-             "(min-max)", "GB/s", "%copy", "pair us", "fused us");
+  // v3 us / v3 fused: the same with TESSERA_CUDA_ATTN_V1=1 (the kernel before v4), measured in the same run.
+  fmt::print("\n{:<24} {:>6} {:>10} {:>12} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9}\n", "attn_decode (bf16 cache)", "ctx",
+             "us", "(min-max)", "GB/s", "%copy", "pair us", "fused us", "v3 us", "v3 fused");
   for (const Case& c : cases) {
     const uint64_t layer_bytes = 2ull * c.n_kv * c.n_ctx * c.hd * 2;
     const int layers = std::clamp(rotation(layer_bytes / 4), 2, 16);  // rotate over several layers' caches
@@ -421,14 +422,18 @@ void Bench::attention() {
     KvCacheView cache{DType::BF16, kcs[0].get(), vcs[0].get(), c.n_ctx, c.n_kv, c.hd};
     AttnWorkspace ws(c.n_head, cache);
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
-    auto view = [&](int i) { return KvCacheView{DType::BF16, kcs[i % layers].get(), vcs[i % layers].get(), c.n_ctx, c.n_kv, c.hd}; };
+    auto view = [&](int i) {
+      return KvCacheView{DType::BF16, kcs[i % layers].get(), vcs[i % layers].get(), c.n_ctx, c.n_kv, c.hd};
+    };
     for (int32_t ctx : c.ctxs) {
       const int32_t p = ctx - 1;
       pos.upload(&p, 4);
       synchronize();
       const int n = std::max(layers, 16);
       const Timing t = time_graph(
-          [&](int i) { attn_decode(q.as<float>(), view(i), pos.as<int32_t>(), out.as<float>(), c.n_head, scale, ws, stream_); },
+          [&](int i) {
+            attn_decode(q.as<float>(), view(i), pos.as<int32_t>(), out.as<float>(), c.n_head, scale, ws, stream_);
+          },
           n);
       const Timing tp = time_graph(
           [&](int i) {
@@ -443,14 +448,34 @@ void Bench::attention() {
                              inv.as<float>(), false, out.as<float>(), c.n_head, scale, ws, stream_);
           },
           n);
+      const char* prior = std::getenv("TESSERA_CUDA_ATTN_V1");
+      const std::string prior_v = prior ? prior : "";
+      setenv("TESSERA_CUDA_ATTN_V1", "1", 1);  // read at launch, so at capture
+      const Timing t1 = time_graph(
+          [&](int i) {
+            attn_decode(q.as<float>(), view(i), pos.as<int32_t>(), out.as<float>(), c.n_head, scale, ws, stream_);
+          },
+          n);
+      const Timing tf1 = time_graph(
+          [&](int i) {
+            attn_decode_rope(q.as<float>(), kn.as<float>(), vn.as<float>(), view(i), pos.as<int32_t>(), c.hd,
+                             inv.as<float>(), false, out.as<float>(), c.n_head, scale, ws, stream_);
+          },
+          n);
+      if (prior)
+        setenv("TESSERA_CUDA_ATTN_V1", prior_v.c_str(), 1);
+      else
+        unsetenv("TESSERA_CUDA_ATTN_V1");
       const uint64_t bytes = 2ull * c.n_kv * ctx * c.hd * 2 + 2ull * c.n_head * c.hd * 4;
       record({{"kind", "attn_decode"}, {"model", c.name}, {"ctx", ctx}, {"max_splits", ws.max_splits()}}, t, bytes);
       record({{"kind", "rope_store_kv+attn_decode"}, {"model", c.name}, {"ctx", ctx}}, tp, bytes);
       record({{"kind", "attn_decode_rope"}, {"model", c.name}, {"ctx", ctx}}, tf, bytes);
+      record({{"kind", "attn_decode_v3"}, {"model", c.name}, {"ctx", ctx}}, t1, bytes);
+      record({{"kind", "attn_decode_rope_v3"}, {"model", c.name}, {"ctx", ctx}}, tf1, bytes);
       small_us_[fmt::format("attn {} {}", c.name, ctx)] = t.us;
       const double gbps = bytes / (t.us * 1e-6) / 1e9;
-      fmt::print("{:<24} {:>6} {:>10.2f} {:>5.1f}-{:<6.1f} {:>8.0f} {:>6.1f}% {:>9.2f} {:>9.2f}\n", c.name, ctx, t.us,
-                 t.min_us, t.max_us, gbps, 100 * gbps / copy_gbps_, tp.us, tf.us);
+      fmt::print("{:<24} {:>6} {:>10.2f} {:>5.1f}-{:<6.1f} {:>8.0f} {:>6.1f}% {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f}\n",
+                 c.name, ctx, t.us, t.min_us, t.max_us, gbps, 100 * gbps / copy_gbps_, tp.us, tf.us, t1.us, tf1.us);
     }
   }
 }

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <vector>
 
 #include "core/error.h"
@@ -10,6 +11,21 @@
 
 namespace tessera::cuda::test {
 namespace {
+
+// Runs body once per decode attention kernel: v4 (the default) and v3 (TESSERA_CUDA_ATTN_V1=1, read at launch).
+template <typename F>
+void for_each_attn_version(F&& body) {
+  for (bool v3 : {false, true}) {
+    SCOPED_TRACE(v3 ? "attention v3 (TESSERA_CUDA_ATTN_V1=1)" : "attention v4");
+    if (v3)
+      setenv("TESSERA_CUDA_ATTN_V1", "1", 1);
+    else
+      unsetenv("TESSERA_CUDA_ATTN_V1");
+    body();
+    if (::testing::Test::HasFatalFailure()) break;
+  }
+  unsetenv("TESSERA_CUDA_ATTN_V1");
+}
 
 struct RopeCase {
   DType dtype;
@@ -139,7 +155,38 @@ TEST(CudaAttention, DecodeMatchesReference) {
       {DType::F16, 4, 4, 256, 3000, 2500},     // no GQA, hd 256
       {DType::BF16, 16, 2, 64, 70000, 33000},  // more than 1024-position chunks would need: max_splits grows
   };
-  for (const AttnCase& c : cases) check_attention(c, rng);
+  for_each_attn_version([&] {
+    for (const AttnCase& c : cases) check_attention(c, rng);
+  });
+}
+
+// Positions at both versions' thresholds: a v4 warp step (64 positions for hd 64, 32 for hd 128), a tile (128 / 64
+// for groups <= 4; 64 / 32 / 16 for wider groups or hd 256), the single-block limit = smallest chunk (two tiles),
+// chunk boundaries (512, 768 for hd 64), and the last cache position.
+TEST(CudaAttention, DecodeMatchesReferenceAtThresholds) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  struct Shape {
+    DType dtype;
+    int64_t n_head, n_kv, hd, n_ctx;
+    std::vector<int32_t> positions;
+  };
+  const Shape shapes[] = {
+      {DType::F16, 9, 3, 64, 2048, {0, 1, 62, 63, 64, 127, 128, 255, 256, 257, 511, 512, 513, 767, 768, 2047}},
+      {DType::BF16, 9, 3, 64, 1024, {1, 63, 64, 129, 511, 512, 1023}},
+      {DType::BF16, 32, 8, 128, 4096, {0, 1, 31, 32, 63, 64, 127, 128, 511, 512, 513, 4095}},
+      {DType::F16, 12, 1, 128, 1100, {0, 1, 127, 128, 511, 512, 1099}},
+      {DType::BF16, 4, 4, 256, 1200, {0, 1, 15, 16, 63, 64, 511, 512, 1199}},
+      {DType::F16, 16, 2, 256, 700, {0, 255, 256, 511, 512, 699}},  // a group of 8 at hd 256: 4 warps in v4
+      {DType::F16, 16, 2, 64, 600, {0, 127, 128, 511, 512, 599}},   // a group of 8 at hd 64: 8 warps in v4
+  };
+  for_each_attn_version([&] {
+    for (const Shape& s : shapes)
+      for (int32_t p : s.positions) {
+        check_attention({s.dtype, s.n_head, s.n_kv, s.hd, s.n_ctx, p}, rng);
+        if (HasFatalFailure()) return;
+      }
+  });
 }
 
 struct FusedCase {
@@ -186,7 +233,8 @@ void check_fused_result(const FusedCase& c, const std::vector<float>& q, const s
   std::vector<double> out_ref;
   attn_decode_ref(q_rot.data(), kf, vf, c.n_ctx, c.n_head, c.n_kv, c.hd, c.pos, 1.0f / std::sqrt(float(c.hd)), out_ref);
   // As DecodeMatchesReference; q's rotation in f32 (~1e-6 relative) moves the scores far less than 2e-5.
-  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], out_ref[i], 2e-5) << "head " << i / c.hd << " dim " << i % c.hd;
+  for (size_t i = 0; i < o.size(); ++i)
+    ASSERT_NEAR(o[i], out_ref[i], 2e-5) << "head " << i / c.hd << " dim " << i % c.hd;
 }
 
 // A cache with random values (cache dtype) at positions < pos and NaN poison from pos on.
@@ -205,46 +253,52 @@ void random_prefix(const FusedCase& c, std::mt19937& rng, std::vector<uint16_t>&
 TEST(CudaAttention, DecodeRopeMatchesReference) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
-  // One block per kv head up to 256 positions (hd 64, groups <= 4) or 128 (hd 128), chunks with a combine beyond.
+  // v3: one block per kv head up to 256 positions (hd 64, groups <= 4) or 128 (hd 128), chunks with a combine beyond;
+  // v4 the same.
   const FusedCase cases[] = {
       {DType::F16, 9, 3, 64, 512, 64, false, 0},       {DType::BF16, 9, 3, 64, 512, 64, true, 37},
       {DType::F16, 9, 3, 64, 512, 64, false, 255},     {DType::BF16, 9, 3, 64, 512, 64, false, 256},
       {DType::F16, 9, 3, 64, 512, 64, true, 511},      {DType::BF16, 32, 8, 128, 4096, 128, false, 127},
       {DType::BF16, 32, 8, 128, 4096, 128, true, 128}, {DType::F16, 32, 8, 128, 4096, 128, false, 4095},
-      {DType::BF16, 8, 2, 128, 300, 64, true, 200},    // partial rotation
-      {DType::F16, 12, 1, 128, 600, 128, false, 599},  // two head tiles: only tile 0 stores
-      {DType::F16, 4, 4, 256, 3000, 256, false, 2500}, // hd 256, no GQA
+      {DType::BF16, 8, 2, 128, 300, 64, true, 200},     // partial rotation
+      {DType::F16, 12, 1, 128, 600, 128, false, 599},   // two head tiles: only tile 0 stores
+      {DType::F16, 4, 4, 256, 3000, 256, false, 2500},  // hd 256, no GQA
+      {DType::BF16, 9, 3, 64, 1024, 64, false, 511},    // two chunks
+      {DType::F16, 9, 3, 64, 1024, 64, true, 512},      // three chunks
+      {DType::F16, 9, 3, 64, 1024, 64, false, 1},      {DType::BF16, 32, 8, 128, 4096, 128, false, 513},
   };
-  for (const FusedCase& c : cases) {
-    SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " heads " << c.n_head << "/" << c.n_kv << " hd " << c.hd
-                                      << " rope_dim " << c.rope_dim << " neox " << c.neox << " n_ctx " << c.n_ctx
-                                      << " pos " << c.pos);
-    std::vector<uint16_t> kc_h, vc_h;
-    random_prefix(c, rng, kc_h, vc_h);
-    const auto q = random_floats(rng, c.n_head * c.hd, -2.0f, 2.0f);
-    const auto k = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
-    const auto v = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
-    const auto inv_freq = llama_inv_freq(c.rope_dim, 500000.0);
-    DeviceBuffer qd = to_device(q), kd = to_device(k), vd = to_device(v), fd = to_device(inv_freq);
-    DeviceBuffer kc = to_device(kc_h), vc = to_device(vc_h), posd = to_device(std::vector<int32_t>{c.pos});
-    DeviceBuffer out = poisoned(sizeof(float) * q.size());
-    const KvCacheView cache{c.dtype, kc.get(), vc.get(), c.n_ctx, c.n_kv, c.hd};
-    AttnWorkspace ws(c.n_head, cache);
-    attn_decode_rope(qd.as<float>(), kd.as<float>(), vd.as<float>(), cache, posd.as<int32_t>(), c.rope_dim,
-                     fd.as<float>(), c.neox, out.as<float>(), c.n_head, 1.0f / std::sqrt(float(c.hd)), ws, nullptr);
-    synchronize();
-    ASSERT_EQ(to_host<float>(qd, q.size()), q);  // q is only read
-    check_fused_result(c, q, k, v, inv_freq, kc_h, vc_h, to_host<uint16_t>(kc, kc_h.size()),
-                       to_host<uint16_t>(vc, vc_h.size()), to_host<float>(out, q.size()));
-  }
+  for_each_attn_version([&] {
+    for (const FusedCase& c : cases) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " heads " << c.n_head << "/" << c.n_kv << " hd "
+                                        << c.hd << " rope_dim " << c.rope_dim << " neox " << c.neox << " n_ctx "
+                                        << c.n_ctx << " pos " << c.pos);
+      std::vector<uint16_t> kc_h, vc_h;
+      random_prefix(c, rng, kc_h, vc_h);
+      const auto q = random_floats(rng, c.n_head * c.hd, -2.0f, 2.0f);
+      const auto k = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+      const auto v = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+      const auto inv_freq = llama_inv_freq(c.rope_dim, 500000.0);
+      DeviceBuffer qd = to_device(q), kd = to_device(k), vd = to_device(v), fd = to_device(inv_freq);
+      DeviceBuffer kc = to_device(kc_h), vc = to_device(vc_h), posd = to_device(std::vector<int32_t>{c.pos});
+      DeviceBuffer out = poisoned(sizeof(float) * q.size());
+      const KvCacheView cache{c.dtype, kc.get(), vc.get(), c.n_ctx, c.n_kv, c.hd};
+      AttnWorkspace ws(c.n_head, cache);
+      attn_decode_rope(qd.as<float>(), kd.as<float>(), vd.as<float>(), cache, posd.as<int32_t>(), c.rope_dim,
+                       fd.as<float>(), c.neox, out.as<float>(), c.n_head, 1.0f / std::sqrt(float(c.hd)), ws, nullptr);
+      synchronize();
+      ASSERT_EQ(to_host<float>(qd, q.size()), q);  // q is only read
+      check_fused_result(c, q, k, v, inv_freq, kc_h, vc_h, to_host<uint16_t>(kc, kc_h.size()),
+                         to_host<uint16_t>(vc, vc_h.size()), to_host<float>(out, q.size()));
+      if (HasFatalFailure()) return;
+    }
+  });
 }
 
-// The decode pattern: one attn_decode_rope captured in a CUDA graph, replayed for tokens at positions 0, 1, 2, ...
-// (across the single-block/split boundary at 256) with new q, k, v each step; every step checked, PDL on and off.
-TEST(CudaAttention, DecodeRopeGraphReplayAtSuccessivePositions) {
-  TESSERA_REQUIRE_GPU();
+// The decode pattern: one attn_decode_rope captured in a CUDA graph, replayed for tokens at positions 0..259, then
+// every 13th, then 505..520, with new q, k, v each step.
+void graph_replay_at_successive_positions() {
   std::mt19937 rng(test_seed());
-  FusedCase c{DType::BF16, 9, 3, 64, 320, 64, false, 0};
+  FusedCase c{DType::BF16, 9, 3, 64, 540, 64, false, 0};
   const size_t elems = static_cast<size_t>(c.n_kv * c.n_ctx * c.hd);
   const auto inv_freq = llama_inv_freq(c.rope_dim, 10000.0);
   DeviceBuffer qd(sizeof(float) * c.n_head * c.hd), kd(sizeof(float) * c.n_kv * c.hd), vd(kd.bytes());
@@ -266,7 +320,7 @@ TEST(CudaAttention, DecodeRopeGraphReplayAtSuccessivePositions) {
     ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     std::vector<uint16_t> kc_before(elems, 0xFFFF), vc_before(elems, 0xFFFF);
-    for (int32_t p = 0; p < 300; p += (p < 260 ? 1 : 13)) {
+    for (int32_t p = 0; p < 530; p += (p < 260 || (p >= 505 && p < 520) ? 1 : 13)) {
       SCOPED_TRACE(::testing::Message() << "position " << p);
       c.pos = p;
       if (p > 0 && kc_before[static_cast<size_t>(p - 1) * c.hd] == 0xFFFF) {  // a jump: fill the skipped positions
@@ -286,9 +340,8 @@ TEST(CudaAttention, DecodeRopeGraphReplayAtSuccessivePositions) {
       ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       const auto kc_h = to_host<uint16_t>(kc, elems), vc_h = to_host<uint16_t>(vc, elems);
-      check_fused_result(c, q, k, v, inv_freq, kc_before, vc_before, kc_h, vc_h,
-                         to_host<float>(out, c.n_head * c.hd));
-      if (HasFatalFailure()) break;
+      check_fused_result(c, q, k, v, inv_freq, kc_before, vc_before, kc_h, vc_h, to_host<float>(out, c.n_head * c.hd));
+      if (::testing::Test::HasFatalFailure()) break;
       kc_before = kc_h, vc_before = vc_h;
     }
     cudaGraphExecDestroy(exec);
@@ -296,6 +349,13 @@ TEST(CudaAttention, DecodeRopeGraphReplayAtSuccessivePositions) {
     cudaStreamDestroy(stream);
   }
   set_pdl(true);
+}
+
+// The graph replay across the single-block/split boundary (256) and a chunk boundary (512); every step checked, PDL on
+// and off, both kernel versions.
+TEST(CudaAttention, DecodeRopeGraphReplayAtSuccessivePositions) {
+  TESSERA_REQUIRE_GPU();
+  for_each_attn_version([] { graph_replay_at_successive_positions(); });
 }
 
 TEST(CudaAttention, DecodeRopeRejectsBadArguments) {

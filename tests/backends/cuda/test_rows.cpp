@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <set>
 #include <utility>
 #include <vector>
@@ -18,6 +19,21 @@ namespace tessera::cuda::test {
 namespace {
 
 constexpr int64_t kSeqs = 4;
+
+// Runs body once per decode attention kernel: v4 (the default) and v3 (TESSERA_CUDA_ATTN_V1=1, read at launch).
+template <typename F>
+void for_each_attn_version(F&& body) {
+  for (bool v3 : {false, true}) {
+    SCOPED_TRACE(v3 ? "attention v3 (TESSERA_CUDA_ATTN_V1=1)" : "attention v4");
+    if (v3)
+      setenv("TESSERA_CUDA_ATTN_V1", "1", 1);
+    else
+      unsetenv("TESSERA_CUDA_ATTN_V1");
+    body();
+    if (::testing::Test::HasFatalFailure()) break;
+  }
+  unsetenv("TESSERA_CUDA_ATTN_V1");
+}
 
 // Positions and slots for t rows over [0, n_ctx) x [0, kSeqs): the first rows take position 0 and n_ctx - 1, rows 1
 // and 2 share a slot (different positions), no two rows share a (slot, position) (rope stores would race). With
@@ -247,8 +263,7 @@ void check_attn_rows(const AttnCase& c, std::mt19937& rng) {
   }
 }
 
-TEST(CudaRows, AttnDecodeRowsMatchesReference) {
-  TESSERA_REQUIRE_GPU();
+void attn_decode_rows_matches_reference() {
   std::mt19937 rng(test_seed());
   const AttnCase cases[] = {
       {DType::F16, 9, 3, 64, 300},     // SmolLM2-135M heads (GQA 9/3: a head tile of 4 with one idle head)
@@ -256,8 +271,16 @@ TEST(CudaRows, AttnDecodeRowsMatchesReference) {
       {DType::BF16, 9, 3, 64, 1100},   // several chunks per row at small t
       {DType::F16, 32, 8, 128, 130},   // chunk boundary (2 x 64 + 2)
       {DType::F16, 12, 1, 128, 200},   // a group of 12: two head tiles per row
+      {DType::BF16, 9, 3, 64, 2048},   // long single chunks at t = 32 (past the prefetch window)
+      {DType::F16, 32, 8, 128, 600},   // past v4's prefetch window (256 positions at hd 128)
+      {DType::BF16, 16, 2, 256, 520},  // a group of 8 at hd 256
   };
   for (const AttnCase& c : cases) check_attn_rows(c, rng);
+}
+
+TEST(CudaRows, AttnDecodeRowsMatchesReference) {
+  TESSERA_REQUIRE_GPU();
+  for_each_attn_version([] { attn_decode_rows_matches_reference(); });
 }
 
 TEST(CudaRows, AttnDecodeRowsWithoutSeqUsesSlotZero) {
@@ -291,8 +314,7 @@ TEST(CudaRows, AttnDecodeRowsWithoutSeqUsesSlotZero) {
 
 // Rope/store then attention for t rows, captured once into a CUDA graph and replayed with new q/k/v, positions and
 // slots written to the same device buffers between replays (as the executor does), with PDL on and off.
-TEST(CudaRows, GraphReplayReadsPositionsOnTheDevice) {
-  TESSERA_REQUIRE_GPU();
+void graph_replay_reads_positions() {
   std::mt19937 rng(test_seed());
   const AttnCase c{DType::F16, 32, 8, 128, 256};
   const RopeCase rc{c.dtype, c.n_head, c.n_kv, c.hd, c.hd, false};
@@ -359,10 +381,14 @@ TEST(CudaRows, GraphReplayReadsPositionsOnTheDevice) {
   set_pdl(true);
 }
 
+TEST(CudaRows, GraphReplayReadsPositionsOnTheDevice) {
+  TESSERA_REQUIRE_GPU();
+  for_each_attn_version([] { graph_replay_reads_positions(); });
+}
+
 // attn_decode_rope_rows (rotation, store and attention in one launch) captured in a graph and replayed with new
 // rows: distinct slots (its contract), positions 0 and n_ctx - 1 among them, and two invalid rows (NaN, no store).
-TEST(CudaRows, DecodeRopeRowsGraphReplayMatchesReference) {
-  TESSERA_REQUIRE_GPU();
+void decode_rope_rows_graph_replay() {
   std::mt19937 rng(test_seed());
   const AttnCase c{DType::BF16, 9, 3, 64, 512};
   const int64_t t = 6, qw = c.n_head * c.hd, kvw = c.n_kv * c.hd, width = qw + 2 * kvw + 4;
@@ -380,8 +406,8 @@ TEST(CudaRows, DecodeRopeRowsGraphReplayMatchesReference) {
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
   const float* q = qkv_d.as<float>();
-  attn_decode_rope_rows(q, width, q + qw, q + qw + kvw, width, cache, pos_d.as<int32_t>(), seq_d.as<int32_t>(), t,
-                        c.hd, f_d.as<float>(), false, out.as<float>(), c.n_head, scale, ws, stream);
+  attn_decode_rope_rows(q, width, q + qw, q + qw + kvw, width, cache, pos_d.as<int32_t>(), seq_d.as<int32_t>(), t, c.hd,
+                        f_d.as<float>(), false, out.as<float>(), c.n_head, scale, ws, stream);
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   std::uniform_int_distribution<int32_t> pd(1, static_cast<int32_t>(c.n_ctx - 2));
@@ -444,6 +470,11 @@ TEST(CudaRows, DecodeRopeRowsGraphReplayMatchesReference) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+TEST(CudaRows, DecodeRopeRowsGraphReplayMatchesReference) {
+  TESSERA_REQUIRE_GPU();
+  for_each_attn_version([] { decode_rope_rows_graph_replay(); });
 }
 
 }  // namespace

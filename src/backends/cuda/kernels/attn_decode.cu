@@ -11,11 +11,17 @@
 // a grid of 64-position chunks over the whole cache (three waves of blocks) and a combine that still walked the
 // chunks serially. v3 (this): a one-wave grid (two blocks per SM), 8 positions per thread per tile, and a combine
 // with 8 float4 loads in flight per thread.
+// v4 (the default; TESSERA_CUDA_ATTN_V1=1 restores v3): at short context a kv head is one block and v3's 4 warps
+// each ran ~1000 dependent instructions per 128-position tile with one warp per scheduler to hide them (~1.5 us a
+// tile). v4 spreads a tile over 16 warps (2 positions per thread per tile instead of 8), skips the steps that start
+// past the chunk's end, runs a group of 3 without an idle fourth head, uses ex2 on log2-scaled scores, sizes its
+// grid for one wave of its own blocks, and asks the next 64 KB of K and V into L2 ahead of the tile loop.
 // Batched decode (attn_decode_rows) is the same kernel with a row dimension folded into grid z: row r reads its own
 // q row, position pos[r] and cache slot seq[r], and owns its own partials and tickets. With t rows the chunks per kv
 // head shrink (about max_splits / t, at least 1) so the grid stays about one wave.
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
@@ -27,16 +33,14 @@ namespace tessera::cuda {
 namespace detail {
 namespace {
 
-constexpr int kAttnThreads = 128;
-constexpr int kAttnWarps = kAttnThreads / kWarp;
 constexpr int kMinChunk = 64;
 constexpr int kMaxSplits = 256;  // also the combine's shared-memory weight buffer
 constexpr int64_t kMaxCtx = int64_t{1} << 24;
 
 // The chunk length for a context of ctx positions, the same in every block: a multiple of 64, at least min_chunk
-// (itself a multiple of 64), such that at most max_splits chunks cover ctx.
-__device__ __forceinline__ int attn_chunk(int ctx, int max_splits, int min_chunk) {
-  const int c = (ctx + max_splits - 1) / max_splits;
+// (itself a multiple of 64), such that at most splits chunks cover ctx.
+__device__ __forceinline__ int attn_chunk(int ctx, int splits, int min_chunk) {
+  const int c = (ctx + splits - 1) / splits;
   return max(min_chunk, (c + kMinChunk - 1) / kMinChunk * kMinChunk);
 }
 
@@ -55,28 +59,58 @@ __device__ __forceinline__ void to_float8(const uint4& v, float (&f)[8]) {
 }
 
 // Query heads per block for a GQA group: the smallest of 1, 2, 4, 8 that holds it (groups over 8 take several).
+// v4 runs a group of exactly 3 (SmolLM2) as G = 3: same tile count, no idle fourth head.
 int head_tile(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8; }
 
 // exp(a - b) that is 0 when a is -inf (an empty state), also when b is -inf too (instead of NaN).
 __device__ __forceinline__ float exp_diff(float a, float b) { return a == -INFINITY ? 0.0f : expf(a - b); }
 
-// Grid (splits, n_kv, tiles * t) with tiles = ceil(group / G); each block handles up to G query heads of one kv head
-// of one row over one chunk.
-// Lanes: HD/8 lanes (a sub-group) hold one position's 8-element slices (16-byte loads), so a warp covers 32/(HD/8)
-// positions per step. Each sub-group keeps its own online-softmax state (m, l and its lanes' slices of o); sub-groups
-// and warps merge at the end.
-// Positions per block per tile (kSteps positions per thread): the unit of one memory round trip.
-template <int HD, int G>
-constexpr int tile_positions() {
-  return kAttnWarps * (kWarp / (HD / 8)) * ((G <= 4 && HD <= 128) ? 8 : 4);
+// v4 keeps scores in log2 units (q is scaled by log2(e)): one MUFU.EX2 instead of expf's ~8 instructions. Its ~2 ulp
+// relative error and flushing weights below 2^-126 to zero move the output far less than the tests' 2e-5.
+template <bool kLog2>
+__device__ __forceinline__ float exp_rel(float a, float b) {
+  if constexpr (kLog2) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a - b));
+    return a == -INFINITY ? 0.0f : r;
+  } else {
+    return exp_diff(a, b);
+  }
 }
 
-// The smallest chunk: two tiles, a multiple of 64. Below that a split's combine (partial store, fence, ticket, reload:
-// ~3 dependent L2 round trips) costs more than the one extra tile a single block walks, so contexts up to this length
-// take one block per kv head and write the output directly (no partials, no ticket).
-template <int HD, int G>
+// Block shape per version. v3 (TESSERA_CUDA_ATTN_V1=1): 4 warps, 8 (or 4) positions per thread per tile: at short
+// context a kv head is one block of 4 warps whose every thread runs ~1000 dependent instructions per tile, one warp
+// per scheduler to hide their latency. v4: as many warps as the warp-merge buffer acc[W][G][HD] allows in 32 KB of
+// shared memory (16 for hd 64/128 up to 4 heads), 2 positions per thread per tile where 512 threads leave 128
+// registers each, 4 otherwise: a tile's work is spread over 4x the warps, 4 per scheduler.
+template <int HD, int G, bool kV4>
+constexpr int attn_warps() {
+  if constexpr (!kV4) return 4;
+  constexpr int cap = 32768 / (G * HD * 4);
+  constexpr int w = G >= 8 ? 8 : 16;  // 8 heads' q and accumulators alone take 128 registers per thread
+  return cap >= w ? w : cap >= 8 ? 8 : 4;
+}
+template <int HD, int G, bool kV4>
+constexpr int attn_steps() {
+  if constexpr (kV4) return attn_warps<HD, G, kV4>() >= 16 ? 2 : 4;
+  return (G <= 4 && HD <= 128) ? 8 : 4;
+}
+
+// Positions per block per tile (kSteps positions per thread): the unit of one memory round trip.
+// Lanes: HD/8 lanes (a sub-group) hold one position's 8-element slices (16-byte loads), so a warp covers 32/(HD/8)
+// positions per step.
+template <int HD, int G, bool kV4>
+constexpr int tile_positions() {
+  return attn_warps<HD, G, kV4>() * (kWarp / (HD / 8)) * attn_steps<HD, G, kV4>();
+}
+
+// The smallest chunk: two tiles, a multiple of 64. Below that a split's combine (partial store, fence, ticket,
+// reload: ~3 dependent L2 round trips) costs more than the one extra tile a single block walks (a load round trip
+// plus its arithmetic, in v4 too: its tiles' arithmetic is cheaper, their loads are not), so contexts up to this
+// length take one block per kv head and write the output directly (no partials, no ticket).
+template <int HD, int G, bool kV4>
 constexpr int default_min_chunk() {
-  return (2 * tile_positions<HD, G>() + kMinChunk - 1) / kMinChunk * kMinChunk;
+  return (2 * tile_positions<HD, G, kV4>() + kMinChunk - 1) / kMinChunk * kMinChunk;
 }
 
 template <typename T>
@@ -99,10 +133,12 @@ struct AttnParams {
   T* vc;
   const int32_t* pos;  // [t]
   const int32_t* seq;  // [t] or null
+  // max_splits: the partials' stride (the workspace's chunks per head); the grid's x (<= max_splits) bounds the
+  // chunks actually used.
   int n_ctx, n_seq, group, tiles, max_splits, min_chunk;
   float scale;
-  float* part_out;         // [t, n_head, splits, HD]
-  float2* part_ml;         // [t, n_head, splits]
+  float* part_out;         // [t, n_head, max_splits, HD]
+  float2* part_ml;         // [t, n_head, max_splits]
   unsigned int* counters;  // [t, n_kv, tiles]
   float* out;              // [t, n_head, HD]
   // Fused rotation: this token's unrotated q (above), k and v rows [t, ld_kv], and the RoPE parameters.
@@ -116,28 +152,30 @@ struct AttnParams {
 
 // Grid (splits, n_kv, tiles * t) with tiles = ceil(group / G); each block handles up to G query heads of one kv head
 // of one row over one chunk.
-// Lanes: HD/8 lanes (a sub-group) hold one position's 8-element slices (16-byte loads), so a warp covers 32/(HD/8)
-// positions per step. Each sub-group keeps its own online-softmax state (m, l and its lanes' slices of o); sub-groups
-// and warps merge at the end.
+// Each sub-group keeps its own online-softmax state (m, l and its lanes' slices of o); sub-groups and warps merge at
+// the end.
 // kRope (attn_decode_rope): q arrives unrotated; every block rotates its own heads into shared memory (a few hundred
 // sincosf, no extra launch), and the block whose chunk ends at pos also rotates this token's k, rounds k and v to the
 // cache type (exactly what rope_store_kv stores), uses them for position pos from shared memory (nobody reads the
 // cache at pos in this launch) and, for head tile 0, writes them into the cache.
-template <typename T, int HD, int G, bool kRope>
-__global__ void __launch_bounds__(kAttnThreads, 1) attn_split_kernel(const AttnParams<T> a) {
-  constexpr int LPP = HD / 8;           // lanes per position
-  constexpr int PPW = kWarp / LPP;      // positions per warp step
-  constexpr int PG = kAttnWarps * PPW;  // positions per block step
-  // Positions per thread per tile: kSteps K and kSteps V 16-byte loads in flight; 4 where registers are short.
-  constexpr int kSteps = (G <= 4 && HD <= 128) ? 8 : 4;
+// kV4: the block shape above, scores in log2 units, and a warp skips the steps of a tile that start past the chunk's
+// end (v3 computes all of them: at 64 positions half its work is on masked positions).
+template <typename T, int HD, int G, bool kRope, bool kV4>
+__global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_split_kernel(const AttnParams<T> a) {
+  constexpr int kWarps = attn_warps<HD, G, kV4>();
+  constexpr int kThreads = kWarps * kWarp;
+  constexpr int LPP = HD / 8;       // lanes per position
+  constexpr int PPW = kWarp / LPP;  // positions per warp step
+  constexpr int PG = kWarps * PPW;  // positions per block step
+  constexpr int kSteps = attn_steps<HD, G, kV4>();
   constexpr int kTile = PG * kSteps;
-  static_assert(kTile == tile_positions<HD, G>());
+  static_assert(kTile == tile_positions<HD, G, kV4>());
   // The rotated q heads are dead once in registers, before the accumulators are merged: they share storage.
   __shared__ __align__(16) union {
-    float acc[kAttnWarps][G][HD];
+    float acc[kWarps][G][HD];
     float q[G][HD];
   } s_u;
-  __shared__ float s_m[kAttnWarps][G], s_l[kAttnWarps][G];
+  __shared__ float s_m[kWarps][G], s_l[kWarps][G];
   __shared__ float s_w[G][kMaxSplits];
   __shared__ __align__(16) uint4 s_new[2][kRope ? HD / 8 : 1];  // this token's k and v in the cache type
   __shared__ bool s_last;
@@ -156,12 +194,12 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attn_split_kernel(const AttnP
   const int slot = a.seq ? a.seq[row] : 0;
   if (pos < 0 || pos >= a.n_ctx || slot < 0 || slot >= a.n_seq) {
     if (blockIdx.x == 0)
-      for (int i = threadIdx.x; i < nh * HD; i += kAttnThreads)
+      for (int i = threadIdx.x; i < nh * HD; i += kThreads)
         out[static_cast<size_t>(head0) * HD + i] = __int_as_float(0x7fc00000);
     return;
   }
   const int ctx = pos + 1;
-  const int chunk = attn_chunk(ctx, max_splits, a.min_chunk);
+  const int chunk = attn_chunk(ctx, gridDim.x, a.min_chunk);
   const int split = blockIdx.x;
   const int start = split * chunk;
   if (start >= ctx) return;
@@ -187,14 +225,29 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attn_split_kernel(const AttnP
   };
   // The first tile's loads depend only on pos: in flight while q is loaded (and rotated).
   load_tile(0);
+  // v4: the next kWindow positions' K and V lines are asked into L2 now and kept kWindow ahead of the tile loop, so
+  // a later tile's loads wait for an L2 hit, not a DRAM round trip. At most 64 KB of K (and of V) per block ahead:
+  // with one wave of blocks over a long cache that is ~16 MB of L2, not the whole cache (evicted before use).
+  constexpr int kWindow = kTile > 65536 / (HD * 2) ? kTile : 65536 / (HD * 2);
+  [[maybe_unused]] const char* kbytes = reinterpret_cast<const char*>(a.kc + row0 * HD);
+  [[maybe_unused]] const char* vbytes = reinterpret_cast<const char*>(a.vc + row0 * HD);
+  [[maybe_unused]] auto prefetch = [&](int p0, int p1) {  // positions [p0, min(p1, n_load)), 128-byte lines
+    const int64_t end = int64_t{min(p1, n_load)} * HD * 2;
+    for (int64_t off = int64_t{p0} * HD * 2 + threadIdx.x * 128; off < end; off += kThreads * 128) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(kbytes + off));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(vbytes + off));
+    }
+  };
+  if constexpr (kV4) prefetch(kTile, kWindow);
 
+  const float qscale = kV4 ? a.scale * 1.44269504088896341f : a.scale;  // v4: log2(e), scores in log2 units
   float qv[G][8];
   if constexpr (kRope) {
     const bool owner = start + len == ctx;  // this chunk ends at pos
     const int half = HD / 2, half_rd = a.rope_dim / 2;
     const int slots = nh + (owner ? 2 : 0);  // q heads, then (owner only) k and v of this kv head
     T* s_nt = reinterpret_cast<T*>(&s_new[0][0]);
-    for (int i = threadIdx.x; i < slots * half; i += kAttnThreads) {
+    for (int i = threadIdx.x; i < slots * half; i += kThreads) {
       // Pair j of slot hs holds elements (ea, eb), mapped as in rope_store_kv_kernel.
       const int hs = i / half, j = i % half;
       const bool is_q = hs < nh, is_v = hs == nh + 1;
@@ -227,7 +280,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attn_split_kernel(const AttnP
 #pragma unroll
     for (int h = 0; h < G; ++h) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) qv[h][j] = h < nh ? s_u.q[h][ld * 8 + j] * a.scale : 0.0f;
+      for (int j = 0; j < 8; ++j) qv[h][j] = h < nh ? s_u.q[h][ld * 8 + j] * qscale : 0.0f;
     }
     __syncthreads();  // s_u.q is read by every warp before any warp reuses the storage for s_u.acc
   } else {
@@ -236,7 +289,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attn_split_kernel(const AttnP
       if (h < nh) {
         const float4* qp = reinterpret_cast<const float4*>(q + static_cast<size_t>(head0 + h) * HD + ld * 8);
         const float4 x = qp[0], y = qp[1];
-        const float sc = a.scale;
+        const float sc = qscale;
         qv[h][0] = x.x * sc, qv[h][1] = x.y * sc, qv[h][2] = x.z * sc, qv[h][3] = x.w * sc;
         qv[h][4] = y.x * sc, qv[h][5] = y.y * sc, qv[h][6] = y.z * sc, qv[h][7] = y.w * sc;
       } else {
@@ -253,14 +306,21 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attn_split_kernel(const AttnP
     for (int j = 0; j < 8; ++j) acc[h][j] = 0.0f;
   }
 
-  // The tile loop is warp-uniform (t0 is the same in every lane), so the shuffles always have all 32 lanes.
+  // The tile loop is warp-uniform (t0 is the same in every lane), so the shuffles always have all 32 lanes; so are
+  // v4's step skips (a warp's step starts at the same position in every lane). No barrier inside: a warp whose
+  // positions all lie past the chunk's end leaves early.
   for (int t0 = 0; t0 < len; t0 += kTile) {
+    if (kV4 && t0 + warp * PPW >= len) break;  // this warp's first step of this tile (and all later ones) is past len
     if (t0 > 0) load_tile(t0);
-    bool valid[kSteps];
+    if constexpr (kV4) {
+      if (t0 + kWindow < n_load) prefetch(t0 + kWindow, t0 + kWindow + kTile);
+    }
+    bool valid[kSteps], live[kSteps];
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int p = t0 + s * PG + warp * PPW + sub;
       valid[s] = p < len;
+      live[s] = !kV4 || t0 + s * PG + warp * PPW < len;  // warp-uniform: some lane's position is in the chunk
       if constexpr (kRope) {
         if (start + p == pos) kr[s] = s_new[0][ld], vr[s] = s_new[1][ld];
       }
@@ -268,6 +328,11 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attn_split_kernel(const AttnP
     float sc[kSteps][G];
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
+      if (!live[s]) {
+#pragma unroll
+        for (int h = 0; h < G; ++h) sc[s][h] = -INFINITY;
+        continue;
+      }
       float kf[8];
       to_float8<T>(kr[s], kf);
 #pragma unroll
@@ -285,15 +350,16 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attn_split_kernel(const AttnP
       float mt = m[h];
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) mt = fmaxf(mt, sc[s][h]);
-      const float corr = exp_diff(m[h], mt);
+      const float corr = exp_rel<kV4>(m[h], mt);
       l[h] *= corr;
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[h][j] *= corr;
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) {
+        if (!live[s]) continue;
         float vf[8];
         to_float8<T>(vr[s], vf);
-        const float e = exp_diff(sc[s][h], mt);
+        const float e = exp_rel<kV4>(sc[s][h], mt);
         l[h] += e;
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[h][j] = fmaf(e, vf[j], acc[h][j]);
@@ -310,7 +376,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attn_split_kernel(const AttnP
       const float mo = __shfl_xor_sync(0xffffffffu, m[h], off);
       const float lo = __shfl_xor_sync(0xffffffffu, l[h], off);
       const float mn = fmaxf(m[h], mo);
-      const float c1 = exp_diff(m[h], mn), c2 = exp_diff(mo, mn);
+      const float c1 = exp_rel<kV4>(m[h], mn), c2 = exp_rel<kV4>(mo, mn);
       l[h] = l[h] * c1 + lo * c2;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -321,7 +387,8 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attn_split_kernel(const AttnP
     }
   }
   // Merge the warps through shared memory and store this chunk's partial result (or, when the chunk is the whole
-  // context, the normalized output itself: no partials, no ticket, no second pass).
+  // context, the normalized output itself: no partials, no ticket, no second pass). A warp that computed nothing
+  // holds m = -inf, l = 0, acc = 0: weight 0 below; warp 0 always holds position start.
   if (sub == 0) {
 #pragma unroll
     for (int h = 0; h < G; ++h) {
@@ -333,15 +400,15 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attn_split_kernel(const AttnP
   }
   __syncthreads();
   const bool single = n_splits == 1;
-  for (int i = threadIdx.x; i < nh * HD; i += kAttnThreads) {
+  for (int i = threadIdx.x; i < nh * HD; i += kThreads) {
     const int h = i / HD, d = i % HD;
     float mx = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kAttnWarps; ++w) mx = fmaxf(mx, s_m[w][h]);
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w][h]);
     float o = 0.0f, sum = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kAttnWarps; ++w) {
-      const float c = exp_diff(s_m[w][h], mx);
+    for (int w = 0; w < kWarps; ++w) {
+      const float c = exp_rel<kV4>(s_m[w][h], mx);
       o = fmaf(s_u.acc[w][h][d], c, o);
       sum = fmaf(s_l[w][h], c, sum);
     }
@@ -363,7 +430,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attn_split_kernel(const AttnP
   if (!s_last) return;
   __threadfence();
   // Weights exp(m_j - M) per head and chunk (n_splits <= kMaxSplits), and the normalizer.
-  for (int h = warp; h < nh; h += kAttnWarps) {
+  for (int h = warp; h < nh; h += kWarps) {
     const float2* ml = part_ml + static_cast<size_t>(head0 + h) * max_splits;
     float mx = -INFINITY;
     for (int j = lane; j < n_splits; j += kWarp) mx = fmaxf(mx, __ldcg(&ml[j].x));
@@ -371,7 +438,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attn_split_kernel(const AttnP
     float sum = 0.0f;
     for (int j = lane; j < n_splits; j += kWarp) {
       const float2 v = __ldcg(&ml[j]);
-      const float w = exp_diff(v.x, mx);
+      const float w = exp_rel<kV4>(v.x, mx);
       s_w[h][j] = w;
       sum = fmaf(v.y, w, sum);
     }
@@ -382,7 +449,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) attn_split_kernel(const AttnP
   // Each thread owns 4 dimensions of one head and keeps 8 chunks' loads in flight per step (v2 walked the chunks one
   // dependent load at a time per output: dozens of L2 round trips at the tail of the kernel).
   constexpr int kVec = HD / 4;
-  for (int i = threadIdx.x; i < nh * kVec; i += kAttnThreads) {
+  for (int i = threadIdx.x; i < nh * kVec; i += kThreads) {
     const int h = i / kVec, d4 = i % kVec;
     const float4* po =
         reinterpret_cast<const float4*>(part_out + static_cast<size_t>(head0 + h) * max_splits * HD) + d4;
@@ -447,36 +514,70 @@ int min_chunk_override() {
   return v >= kMinChunk && v % kMinChunk == 0 && v <= (1 << 24) ? v : 0;
 }
 
-template <typename T, int HD, int G>
+// TESSERA_CUDA_ATTN_V1=1 launches v3 (the kernel before v4), for measuring both in one run; read at launch.
+bool attn_v3_forced() {
+  const char* e = std::getenv("TESSERA_CUDA_ATTN_V1");
+  return e != nullptr && std::string(e) == "1";
+}
+
+// Blocks of a kernel resident per SM (its registers and shared memory decide), asked once per kernel.
+template <typename K>
+int resident_blocks(K* kernel, int threads) {
+  int n = 0;
+  TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0));
+  return std::max(1, n);
+}
+
+template <typename T, int HD, int G, bool kV4>
 void launch_split(const KvCacheView& c, const AttnArgs& a, int group) {
+  constexpr int threads = attn_warps<HD, G, kV4>() * kWarp;
+  auto* kernel = a.rope.k != nullptr ? attn_split_kernel<T, HD, G, true, kV4> : attn_split_kernel<T, HD, G, false, kV4>;
   const int tiles = (group + G - 1) / G;
-  const dim3 grid(a.splits, static_cast<unsigned>(c.n_kv), static_cast<unsigned>(tiles * a.t));
+  int splits = a.splits;  // sized for v3's one wave of two 4-warp blocks per SM
+  if constexpr (kV4) {
+    // One wave of v4's blocks (one 16-warp block per SM for hd 64/128): longer chunks, fewer combines.
+    static const int per_sm = std::max(resident_blocks(attn_split_kernel<T, HD, G, false, kV4>, threads),
+                                       resident_blocks(attn_split_kernel<T, HD, G, true, kV4>, threads));
+    const int64_t blocks = c.n_kv * tiles * a.t;
+    splits = std::max(1, std::min(splits, ceil_div(int64_t{per_sm} * sm_count(), blocks)));
+  }
+  const dim3 grid(splits, static_cast<unsigned>(c.n_kv), static_cast<unsigned>(tiles * a.t));
   const int forced = min_chunk_override();
+  const int min_chunk = forced ? forced : default_min_chunk<HD, G, kV4>();
   AttnParams<T> p{};
   p.q = a.q, p.ld_q = a.ld_q, p.kc = static_cast<T*>(c.k), p.vc = static_cast<T*>(c.v), p.pos = a.pos, p.seq = a.seq;
   p.n_ctx = static_cast<int>(c.n_ctx), p.n_seq = static_cast<int>(c.n_seq), p.group = group, p.tiles = tiles;
-  p.max_splits = a.splits, p.min_chunk = forced ? forced : default_min_chunk<HD, G>(), p.scale = a.scale;
+  p.max_splits = a.splits, p.min_chunk = min_chunk, p.scale = a.scale;
   p.part_out = a.part_out, p.part_ml = a.part_ml, p.counters = a.counters, p.out = a.out;
   p.k_new = a.rope.k, p.v_new = a.rope.v, p.ld_kv = a.rope.ld_kv, p.inv_freq = a.rope.inv_freq;
   p.rope_dim = a.rope.rope_dim, p.neox = a.rope.neox;
-  if (a.rope.k != nullptr)
-    launch("attn_split_kernel<rope>", attn_split_kernel<T, HD, G, true>, grid, dim3(kAttnThreads), 0, a.stream, p);
+  launch(a.rope.k != nullptr ? "attn_split_kernel<rope>" : "attn_split_kernel", kernel, grid, dim3(threads), 0,
+         a.stream, p);
+}
+
+template <typename T, int HD, bool kV4>
+void launch_version(const KvCacheView& c, const AttnArgs& a) {
+  const int group = static_cast<int>(a.n_head / c.n_kv);
+  // The smallest head tile that holds the group (groups over 8 take several tiles): fewer idle registers.
+  if constexpr (kV4) {
+    if (group == 3) return launch_split<T, HD, 3, kV4>(c, a, group);
+  }
+  if (head_tile(group) == 1)
+    launch_split<T, HD, 1, kV4>(c, a, group);
+  else if (head_tile(group) == 2)
+    launch_split<T, HD, 2, kV4>(c, a, group);
+  else if (head_tile(group) == 4)
+    launch_split<T, HD, 4, kV4>(c, a, group);
   else
-    launch("attn_split_kernel", attn_split_kernel<T, HD, G, false>, grid, dim3(kAttnThreads), 0, a.stream, p);
+    launch_split<T, HD, 8, kV4>(c, a, group);
 }
 
 template <typename T, int HD>
 void launch_hd(const KvCacheView& c, const AttnArgs& a) {
-  const int group = static_cast<int>(a.n_head / c.n_kv);
-  // The smallest head tile that holds the group (groups over 8 take several tiles): fewer idle registers.
-  if (head_tile(group) == 1)
-    launch_split<T, HD, 1>(c, a, group);
-  else if (head_tile(group) == 2)
-    launch_split<T, HD, 2>(c, a, group);
-  else if (head_tile(group) == 4)
-    launch_split<T, HD, 4>(c, a, group);
+  if (attn_v3_forced())
+    launch_version<T, HD, false>(c, a);
   else
-    launch_split<T, HD, 8>(c, a, group);
+    launch_version<T, HD, true>(c, a);
 }
 
 template <typename T>
