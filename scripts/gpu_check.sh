@@ -179,6 +179,9 @@ if has hf; then
       case_name=$(basename "$case_dir")
       extra=()
       [ "$mode" = batched ] && extra=(--batched)
+      # f32 cases run with the f32 KV cache: the default f16 cache alone costs ~2.5e-3 relative logit error on an f32
+      # model (limit 1e-3), so with it the oracle would judge the cache type, not the f32 path.
+      case "$case_name" in *-f32) extra+=(--kv-type f32) ;; esac
       if [ "$mode" = batched ]; then
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d['prompts']=[p for p in d['prompts'] if p['name'].startswith('batch')]; json.dump(d, open(sys.argv[2],'w'))" \
           "$case_dir/prompts.json" /tmp/batch_prompts.json

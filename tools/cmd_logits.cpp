@@ -226,7 +226,7 @@ const int registered = register_command(
        app.add_option("-c,--ctx-size", f->n_ctx, "Context size (default: the longest prompt)");
        app.add_option("--ub,--ubatch", f->n_ubatch, "Prefill chunk: tokens per forward pass (default 512)");
        app.add_option("-t,--threads", f->n_threads, "CPU threads (default: one per hardware thread)");
-       app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default; the only one on cuda) or f32 (cpu)");
+       app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default) or f32");
        app.add_flag("--reference", f->reference, "CPU f32 reference path (scalar kernels, f32 weights and cache)");
        app.add_flag("--batched", f->batched,
                     "Feed all prompts together, one token per prompt per step (batched decode, a slot each)");

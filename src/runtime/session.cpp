@@ -75,7 +75,9 @@ EngineOptions resolve_options(const SessionOptions& o, const ModelConfig& c) {
     std::string why;
     TESSERA_CHECK(cuda::cuda_available(&why), "device 'cuda' is not available: {}", why);
     TESSERA_CHECK(!o.reference, "the reference path runs on the CPU only, not on device 'cuda'");
-    TESSERA_CHECK(e.kv_dtype == DType::F16, "kv cache type '{}' is not supported on device 'cuda' (f16)", o.kv_dtype);
+    // f32 is opt-in on the GPU too (f32 models keep f32 precision; the default stays f16: half the cache bytes).
+    TESSERA_CHECK(e.kv_dtype == DType::F16 || e.kv_dtype == DType::F32,
+                  "kv cache type '{}' is not supported on device 'cuda' (f16 or f32)", o.kv_dtype);
     e.cuda = true;
 #endif
   } else {

@@ -55,8 +55,8 @@ const DeviceWeight& CudaShared::Impl::stack(const graph::Node& n, const std::vec
 }
 
 void* CudaShared::Impl::cache(const graph::Tensor& t) {
-  TESSERA_CHECK(t.dtype == DType::F16 || t.dtype == DType::BF16,
-                "cuda backend: KV cache '{}' is {}; the GPU cache is f16 or bf16", t.name, dtype_name(t.dtype));
+  TESSERA_CHECK(t.dtype == DType::F16 || t.dtype == DType::BF16 || t.dtype == DType::F32,
+                "cuda backend: KV cache '{}' is {}; the GPU cache is f16, bf16 or f32", t.name, dtype_name(t.dtype));
   TESSERA_CHECK(t.shape.size() == 3, "cuda backend: KV cache '{}' must be [n_kv, n_ctx, head_dim]", t.name);
   auto it = caches.find(t.name);
   if (it != caches.end()) {

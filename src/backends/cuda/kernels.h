@@ -150,7 +150,8 @@ void argmax(const float* x /*[n]*/, int64_t n, int32_t* out /*[1]*/, ArgmaxWorks
 // Attention (one query token)
 
 // KV cache of one layer: element (kv head h, position p, i) of K at k[(h * n_ctx + p) * hd + i], V likewise
-// (head-major [n_kv, n_ctx, hd]: one block streams one head's positions contiguously). F16 or BF16.
+// (head-major [n_kv, n_ctx, hd]: one block streams one head's positions contiguously). F16 or BF16 (the default is
+// F16), or F32: opt-in (--kv-type f32) so that f32 models keep f32 precision, at twice the bytes per position.
 struct KvCacheView {
   DType dtype = DType::F16;
   void* k = nullptr;  // [n_kv, n_ctx, hd]

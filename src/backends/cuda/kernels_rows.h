@@ -106,7 +106,8 @@ void attn_decode_rope_rows(const float* q, int64_t ld_q, const float* k, const f
 // cores, no T×T matrix in memory), GQA. The t query rows are positions p0 .. p0 + t - 1 of slot `seq` whose keys and
 // values (rotated, rounded to the cache dtype) are already in the cache for positions [0, p0 + t): row i attends to
 // [0, p0 + i]. This also serves chunked prefill (p0 > 0: earlier chunks are in the cache). q [t, ld_q] f32 (rotated),
-// out [t, n_head * hd] f32. hd in {64, 128}. Error when p0 + t > n_ctx or seq outside [0, n_seq).
+// out [t, n_head * hd] f32. hd in {64, 128}. Error when p0 + t > n_ctx or seq outside [0, n_seq). An F32 cache takes
+// an FFMA path instead (tiles of K and V in shared memory, online softmax, f32 throughout): the MMAs need 16 bits.
 void attn_prefill(const float* q, int64_t ld_q, const KvCacheView& cache, int64_t seq, int64_t p0, int64_t t,
                   float* out, int64_t n_head, float scale, cudaStream_t stream);
 

@@ -1,9 +1,11 @@
-// RoPE + KV-cache store and split-K decode attention (separate and fused) against double-precision references.
+// RoPE + KV-cache store and split-K decode attention (separate and fused) against double-precision references, over
+// f16/bf16 caches and the opt-in f32 cache.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
@@ -390,10 +392,171 @@ TEST(CudaAttention, DecodeRejectsBadArguments) {
   DeviceBuffer kc(2 * 64 * 96), vc(2 * 64 * 96);
   const KvCacheView bad_hd{DType::F16, kc.get(), vc.get(), 64, 1, 96};
   EXPECT_THROW(AttnWorkspace(4, bad_hd), Error);
-  const KvCacheView bad_dtype{DType::F32, kc.get(), vc.get(), 64, 1, 64};
+  const KvCacheView bad_dtype{DType::Q8_0, kc.get(), vc.get(), 64, 1, 64};
   EXPECT_THROW(AttnWorkspace(4, bad_dtype), Error);
   const KvCacheView ok{DType::F16, kc.get(), vc.get(), 64, 2, 64};
   EXPECT_THROW(AttnWorkspace(3, ok), Error);  // 3 query heads over 2 kv heads
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// The f32 cache (opt-in, so that f32 models keep f32 precision): the same kernels store and read f32. Host caches are
+// float vectors; NaN with all bits set is the poison (0xFF bytes).
+
+bool is_poison(float v) {
+  uint32_t u = 0;
+  std::memcpy(&u, &v, sizeof(u));
+  return u == 0xFFFFFFFFu;
+}
+float poison_f32() {
+  float v = 0;
+  std::memset(&v, 0xFF, sizeof(v));
+  return v;
+}
+
+TEST(CudaAttention, F32CacheRopeStoreKvMatchesReference) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const RopeCase cases[] = {
+      {DType::F32, 9, 3, 64, 64, false, 0},
+      {DType::F32, 8, 2, 128, 64, true, 1000},      // partial rotation
+      {DType::F32, 4, 4, 256, 256, false, 123456},  // large theta
+  };
+  for (const RopeCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "f32 heads " << c.n_head << "/" << c.n_kv << " hd " << c.hd << " rope_dim "
+                                      << c.rope_dim << " neox " << c.neox << " pos " << c.pos);
+    const int64_t n_ctx = c.pos + 2;
+    const auto q = random_floats(rng, c.n_head * c.hd, -2.0f, 2.0f);
+    const auto k = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+    const auto v = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+    const auto inv_freq = llama_inv_freq(c.rope_dim, 500000.0);
+    DeviceBuffer qd = to_device(q), kd = to_device(k), vd = to_device(v), fd = to_device(inv_freq);
+    DeviceBuffer posd = to_device(std::vector<int32_t>{c.pos});
+    const size_t cache_elems = static_cast<size_t>(c.n_kv * n_ctx * c.hd);
+    DeviceBuffer kc = poisoned(4 * cache_elems), vc = poisoned(4 * cache_elems);
+    const KvCacheView cache{c.dtype, kc.get(), vc.get(), n_ctx, c.n_kv, c.hd};
+    rope_store_kv(qd.as<float>(), kd.as<float>(), vd.as<float>(), cache, posd.as<int32_t>(), c.n_head, c.rope_dim,
+                  fd.as<float>(), c.neox, nullptr);
+    synchronize();
+    const auto q_out = to_host<float>(qd, q.size());
+    const auto kc_h = to_host<float>(kc, cache_elems), vc_h = to_host<float>(vc, cache_elems);
+    std::vector<double> ref(c.hd);
+    // k is stored exactly as rotated in f32, so it meets q's tolerance (RopeStoreKvMatchesReference); v is copied.
+    for (int64_t h = 0; h < c.n_kv; ++h) {
+      rope_head_ref(&k[h * c.hd], ref.data(), c.hd, c.rope_dim, c.pos, inv_freq.data(), c.neox);
+      const size_t row = static_cast<size_t>((h * n_ctx + c.pos) * c.hd);
+      for (int64_t e = 0; e < c.hd; ++e) {
+        ASSERT_NEAR(kc_h[row + e], ref[e], 2e-6) << "k head " << h << " e " << e;
+        ASSERT_EQ(vc_h[row + e], v[h * c.hd + e]) << "v head " << h << " e " << e;
+      }
+      ASSERT_TRUE(is_poison(kc_h[static_cast<size_t>((h * n_ctx + c.pos + 1) * c.hd)]));
+      ASSERT_TRUE(is_poison(vc_h[static_cast<size_t>((h * n_ctx + c.pos + 1) * c.hd)]));
+    }
+    for (int64_t h = 0; h < c.n_head; ++h) {
+      rope_head_ref(&q[h * c.hd], ref.data(), c.hd, c.rope_dim, c.pos, inv_freq.data(), c.neox);
+      for (int64_t e = 0; e < c.hd; ++e) ASSERT_NEAR(q_out[h * c.hd + e], ref[e], 2e-6) << "q head " << h << " e " << e;
+    }
+  }
+}
+
+// An f32 cache with N(0, 1) values at positions [0, filled) and poison from there on.
+void random_f32_cache(std::mt19937& rng, int64_t n_kv, int64_t n_ctx, int64_t hd, int64_t filled,
+                      std::vector<float>& kc, std::vector<float>& vc) {
+  const size_t elems = static_cast<size_t>(n_kv * n_ctx * hd);
+  kc.assign(elems, poison_f32()), vc.assign(elems, poison_f32());
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t h = 0; h < n_kv; ++h)
+    for (int64_t p = 0; p < filled; ++p)
+      for (int64_t i = 0; i < hd; ++i) {
+        const size_t at = static_cast<size_t>((h * n_ctx + p) * hd + i);
+        kc[at] = normal(rng), vc[at] = normal(rng);
+      }
+}
+
+// Plain (fused == false) or fused-rope decode attention over an f32 cache at one position; checks the output (and for
+// the fused path the cache) against the double reference with DecodeMatchesReference's tolerance.
+void check_attention_f32(const FusedCase& c, bool fused, std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message() << (fused ? "fused" : "plain") << " f32 heads " << c.n_head << "/" << c.n_kv
+                                    << " hd " << c.hd << " n_ctx " << c.n_ctx << " pos " << c.pos);
+  std::vector<float> kc_h, vc_h;
+  random_f32_cache(rng, c.n_kv, c.n_ctx, c.hd, fused ? c.pos : c.pos + 1, kc_h, vc_h);
+  const auto q = random_floats(rng, c.n_head * c.hd, -2.0f, 2.0f);
+  const auto k = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+  const auto v = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+  const auto inv_freq = llama_inv_freq(c.rope_dim, 500000.0);
+  DeviceBuffer qd = to_device(q), kd = to_device(k), vd = to_device(v), fd = to_device(inv_freq);
+  DeviceBuffer kc = to_device(kc_h), vc = to_device(vc_h), posd = to_device(std::vector<int32_t>{c.pos});
+  DeviceBuffer out = poisoned(sizeof(float) * q.size());
+  const KvCacheView cache{DType::F32, kc.get(), vc.get(), c.n_ctx, c.n_kv, c.hd};
+  AttnWorkspace ws(c.n_head, cache);
+  const float scale = 1.0f / std::sqrt(float(c.hd));
+  if (fused)
+    attn_decode_rope(qd.as<float>(), kd.as<float>(), vd.as<float>(), cache, posd.as<int32_t>(), c.rope_dim,
+                     fd.as<float>(), c.neox, out.as<float>(), c.n_head, scale, ws, nullptr);
+  else
+    attn_decode(qd.as<float>(), cache, posd.as<int32_t>(), out.as<float>(), c.n_head, scale, ws, nullptr);
+  synchronize();
+  const auto o = to_host<float>(out, q.size());
+  const auto kc_after = to_host<float>(kc, kc_h.size()), vc_after = to_host<float>(vc, vc_h.size());
+  std::vector<float> q_ref = q;
+  std::vector<double> ref(c.hd);
+  if (fused) {
+    // The cache: pos holds k rotated in f32 (q's tolerance) and v as given; every other position is untouched.
+    for (int64_t h = 0; h < c.n_kv; ++h)
+      for (int64_t p = 0; p < c.n_ctx; ++p) {
+        const size_t row = static_cast<size_t>((h * c.n_ctx + p) * c.hd);
+        if (p != c.pos) {
+          ASSERT_EQ(std::memcmp(&kc_after[row], &kc_h[row], sizeof(float) * c.hd), 0) << "k head " << h << " pos " << p;
+          ASSERT_EQ(std::memcmp(&vc_after[row], &vc_h[row], sizeof(float) * c.hd), 0) << "v head " << h << " pos " << p;
+          continue;
+        }
+        rope_head_ref(&k[h * c.hd], ref.data(), c.hd, c.rope_dim, c.pos, inv_freq.data(), c.neox);
+        for (int64_t e = 0; e < c.hd; ++e) {
+          ASSERT_NEAR(kc_after[row + e], ref[e], 2e-6) << "k head " << h << " e " << e;
+          ASSERT_EQ(vc_after[row + e], v[h * c.hd + e]) << "v head " << h << " e " << e;
+        }
+      }
+    ASSERT_EQ(to_host<float>(qd, q.size()), q);  // q is only read
+    for (int64_t h = 0; h < c.n_head; ++h) {
+      rope_head_ref(&q[h * c.hd], ref.data(), c.hd, c.rope_dim, c.pos, inv_freq.data(), c.neox);
+      for (int64_t e = 0; e < c.hd; ++e) q_ref[h * c.hd + e] = static_cast<float>(ref[e]);
+    }
+  }
+  std::vector<double> out_ref;
+  attn_decode_ref(q_ref.data(), kc_after, vc_after, c.n_ctx, c.n_head, c.n_kv, c.hd, c.pos, scale, out_ref);
+  for (size_t i = 0; i < o.size(); ++i)
+    ASSERT_NEAR(o[i], out_ref[i], 2e-5) << "head " << i / c.hd << " dim " << i % c.hd;
+}
+
+// f32 runs v4 only (TESSERA_CUDA_ATTN_V1 does not apply), with tiles half as long as the 16-bit ones' (steps of 2x
+// the registers): 64 positions at hd 64, 32 at hd 128 (groups <= 4), so the single-block limit is 128 / 64. The
+// positions straddle those, chunk boundaries and the last position; groups 1, 3, 4, 8 and 12 (two head tiles).
+TEST(CudaAttention, F32CacheDecodeAndDecodeRopeMatchReference) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  struct Shape {
+    int64_t n_head, n_kv, hd, n_ctx, rope_dim;
+    bool neox;
+    std::vector<int32_t> positions;
+  };
+  const Shape shapes[] = {
+      {9, 3, 64, 2048, 64, false, {0, 1, 63, 64, 127, 128, 129, 255, 256, 511, 512, 513, 2047}},
+      {32, 8, 128, 4096, 128, true, {0, 31, 32, 63, 64, 65, 127, 128, 511, 512, 1000, 4095}},
+      {8, 2, 128, 300, 64, true, {1, 200, 299}},  // a group of 4, partial rotation
+      {12, 1, 128, 600, 128, false, {0, 127, 128, 599}},
+      {4, 4, 256, 1200, 256, false, {0, 15, 16, 63, 64, 511, 512, 1199}},
+      {16, 2, 256, 700, 256, false, {0, 255, 256, 699}},  // a group of 8 at hd 256
+      {16, 2, 64, 600, 64, true, {0, 127, 128, 599}},     // a group of 8 at hd 64
+  };
+  for (const Shape& s : shapes)
+    for (int32_t p : s.positions)
+      for (bool fused : {false, true}) {
+        check_attention_f32({DType::F32, s.n_head, s.n_kv, s.hd, s.n_ctx, s.rope_dim, s.neox, p}, fused, rng);
+        if (HasFatalFailure()) return;
+      }
+  // TESSERA_CUDA_ATTN_V1=1 leaves the f32 cache on v4 (v3 has no f32 instantiation): same results.
+  setenv("TESSERA_CUDA_ATTN_V1", "1", 1);
+  check_attention_f32({DType::F32, 9, 3, 64, 600, 64, false, 300}, true, rng);
+  unsetenv("TESSERA_CUDA_ATTN_V1");
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Causal prefill attention (attn_prefill, kernels_rows.h) against a double-precision CPU reference on the same
-// 16-bit-rounded q, K and V, for every launch shape the kernel has.
+// 16-bit-rounded q, K and V, for every launch shape the kernel has; and the f32 cache's FFMA path on f32 inputs.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -118,6 +118,74 @@ TEST(CudaAttnPrefill, MatchesReference) {
     }
 }
 
+// The f32 cache (FFMA path): the same checks on f32 q, K and V, nothing rounded on either side.
+void check_prefill_f32(const PrefillCase& c, std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message() << "f32 hd " << c.hd << " heads " << c.n_head << "/" << c.n_kv << " t " << c.t
+                                    << " p0 " << c.p0 << " seq " << c.seq);
+  const int64_t n_seq = 2, n_ctx = c.p0 + c.t + 5;  // 5 positions past the chunk: poisoned, never to be read
+  const int64_t slot = c.n_kv * n_ctx * c.hd;
+  std::vector<float> kc_h(n_seq * slot, NAN), vc_h(n_seq * slot, NAN);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t s = 0; s < n_seq; ++s)
+    for (int64_t h = 0; h < c.n_kv; ++h)
+      for (int64_t p = 0; p < c.p0 + c.t; ++p)
+        for (int64_t i = 0; i < c.hd; ++i) {
+          const size_t at = static_cast<size_t>(s * slot + (h * n_ctx + p) * c.hd + i);
+          kc_h[at] = normal(rng), vc_h[at] = normal(rng);
+        }
+  const std::vector<float> kf(kc_h.begin() + c.seq * slot, kc_h.begin() + (c.seq + 1) * slot);
+  const std::vector<float> vf(vc_h.begin() + c.seq * slot, vc_h.begin() + (c.seq + 1) * slot);
+  const int64_t width = c.n_head * c.hd, ld_q = width + 2 * c.n_kv * c.hd;
+  std::vector<float> q(c.t * ld_q, NAN);
+  for (int64_t r = 0; r < c.t; ++r)
+    for (int64_t i = 0; i < width; ++i) q[r * ld_q + i] = 2.0f * normal(rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+  DeviceBuffer qd = to_device(q), kc = to_device(kc_h), vc = to_device(vc_h);
+  KvCacheView cache{DType::F32, kc.get(), vc.get(), n_ctx, c.n_kv, c.hd};
+  cache.n_seq = n_seq;
+  // Every launch-shape variant must give the same f32 results (the f32 path has one shape and ignores the variant).
+  for (int variant = -1; variant < detail::attn_prefill_variant_count(); ++variant) {
+    DeviceBuffer out = poisoned(sizeof(float) * c.t * width);
+    if (variant < 0)
+      attn_prefill(qd.as<float>(), ld_q, cache, c.seq, c.p0, c.t, out.as<float>(), c.n_head, scale, nullptr);
+    else
+      detail::attn_prefill_variant(variant, qd.as<float>(), ld_q, cache, c.seq, c.p0, c.t, out.as<float>(), c.n_head,
+                                   scale, nullptr);
+    synchronize();
+    const auto o = to_host<float>(out, c.t * width);
+    // f32 throughout: dot products and sums over <= 820 terms (~1e-6 relative), exp2f (2 ulp) of scores whose
+    // f32 rounding moves a weight by ~1e-6; 1e-5 leaves several times that while a masking off-by-one moves a row
+    // by ~1e-3.
+    for (int64_t r = 0; r < c.t; ++r) {
+      std::vector<double> ref;
+      attn_decode_ref(&q[r * ld_q], kf, vf, n_ctx, c.n_head, c.n_kv, c.hd, static_cast<int32_t>(c.p0 + r), scale, ref);
+      double err = 0, norm = 0;
+      for (int64_t i = 0; i < width; ++i) {
+        const double d = o[r * width + i] - ref[i];
+        err += d * d, norm += ref[i] * ref[i];
+      }
+      const double rel = std::sqrt(err / norm);
+      ASSERT_TRUE(rel <= 1e-5) << "variant " << variant << " row " << r << " (position " << c.p0 + r
+                               << "): relative error " << rel;
+    }
+  }
+}
+
+TEST(CudaAttnPrefill, F32CacheMatchesReference) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  // Row counts around the 32-row blocks and 32-key tiles, chunked prefill (p0 > 0), both slots.
+  const PrefillCase cases[] = {
+      {DType::F32, 64, 9, 3, 1, 0, 0},     {DType::F32, 64, 9, 3, 31, 0, 1},    {DType::F32, 128, 32, 8, 33, 0, 0},
+      {DType::F32, 128, 4, 4, 200, 37, 1}, {DType::F32, 64, 9, 3, 513, 300, 1}, {DType::F32, 128, 32, 8, 64, 300, 0},
+      {DType::F32, 128, 8, 2, 7, 32, 1},
+  };
+  for (const PrefillCase& c : cases) {
+    check_prefill_f32(c, rng);
+    if (HasFatalFailure()) return;
+  }
+}
+
 TEST(CudaAttnPrefill, RejectsBadArguments) {
   TESSERA_REQUIRE_GPU();
   const int64_t n_ctx = 64, hd = 64, n_kv = 2, n_head = 4;
@@ -140,7 +208,7 @@ TEST(CudaAttnPrefill, RejectsBadArguments) {
   bad.hd = 96;
   EXPECT_THROW(call(bad, 0, 0, 8, n_head), Error);
   bad = cache;
-  bad.dtype = DType::F32;
+  bad.dtype = DType::Q8_0;
   EXPECT_THROW(call(bad, 0, 0, 8, n_head), Error);
   EXPECT_THROW(attn_prefill(q.as<float>(), ld - 4, cache, 0, 0, 8, out.as<float>(), n_head, 0.125f, nullptr), Error);
 }

@@ -1,7 +1,7 @@
 // The CUDA backend against the CPU backend on whole models: synthetic two-layer SmolLM2-135M-shaped models (random
 // weights, every GPU weight format) and the default model, decoded token by token through both sessions.
 //
-// Tolerances, by what differs between the two paths (both keep an f16 KV cache):
+// Tolerances, by what differs between the two paths (both keep an f16 KV cache; F32CacheMatchesCpuOnF32Model: f32):
 // - float weights (bf16, f16): both multiply f32 activations with the same weight values; only summation order
 //   differs (f32 partial sums in another order, ~1e-6 relative per dot product), plus f16 rounding of cache entries
 //   that may land on the other side of a rounding boundary: 1% relative L2 error leaves two orders of margin.
@@ -223,7 +223,8 @@ TEST(CudaBackend, ClearErrorWithoutGpuOrForBadDevice) {
   const Model m = make_random_model({.arch = "smollm2-135m", .dtype = "q8_0", .seed = 3, .n_layers = 1});
   EXPECT_THROW(Session(m, {.n_ctx = 16, .device = "tpu"}), Error);
   if (cuda::test::gpu_skip_reason().empty()) {
-    EXPECT_THROW(Session(m, {.n_ctx = 16, .kv_dtype = "f32", .device = "cuda"}), Error);
+    EXPECT_THROW(Session(m, {.n_ctx = 16, .kv_dtype = "q8_0", .device = "cuda"}), Error);
+    EXPECT_EQ(Session(m, {.n_ctx = 16, .kv_dtype = "f32", .device = "cuda"}).kv_dtype(), "f32");  // opt-in f32 cache
     return;
   }
   try {
@@ -331,6 +332,34 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaPrefill,
                                            PrefillCase{"f16", 512}, PrefillCase{"q8_0", 512},
                                            PrefillCase{"q4_1", 512}),
                          [](const auto& info) { return info.param.dtype + "_b" + std::to_string(info.param.n_batch); });
+
+// The opt-in f32 KV cache on an f32 model, against the CPU session with an f32 cache: nothing is rounded to 16 bits
+// on either side (f32 GEMV, the f32 cuBLASLt GEMM without TF32, f32 cache, the FFMA prefill attention and f32 decode
+// attention), so the two differ by summation order alone, ~1e-6 relative per dot product; 1e-4 relative L2 per row
+// leaves two orders of margin, while an f16 cache on either side rounds every cached k and v by up to 2^-11.
+// 70 ids in chunks of 32 (32 + 32 + 6, later chunks reading earlier ones from the cache), then decode steps.
+TEST(CudaBackend, F32CacheMatchesCpuOnF32Model) {
+  TESSERA_REQUIRE_GPU();
+  const Model m = make_random_model({.arch = "smollm2-135m", .dtype = "f32", .seed = 11, .n_layers = 2});
+  const double tol = 1e-4;
+  const std::vector<int32_t> ids = random_ids(70, 49152, 19);
+  SessionOptions co{.n_ctx = 128, .n_batch = 32, .n_threads = 2, .kv_dtype = "f32"};
+  SessionOptions go = co;
+  go.device = "cuda";
+  Session cpu(m, co), gpu(m, go);
+  ASSERT_EQ(gpu.kv_dtype(), "f32");
+  const std::vector<float> a = cpu.eval_all_logits(ids);
+  const std::vector<float> b = gpu.eval_all_logits(ids);
+  expect_close(compare_rows(a, b, 49152, tol), tol, "f32 model, f32 cache, prefill all rows");
+  std::vector<float> da, db;
+  for (int32_t id : random_ids(8, 49152, 23)) {
+    const std::span<const float> x = cpu.decode(id);
+    da.insert(da.end(), x.begin(), x.end());
+    const std::span<const float> y = gpu.decode(id);
+    db.insert(db.end(), y.begin(), y.end());
+  }
+  expect_close(compare_rows(da, db, 49152, tol), tol, "f32 model, f32 cache, decode after prefill");
+}
 
 class CudaDecodeBatch : public ::testing::TestWithParam<int> {};
 

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <set>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -19,6 +21,30 @@ namespace tessera::cuda::test {
 namespace {
 
 constexpr int64_t kSeqs = 4;
+
+// Host copies of a cache: 16-bit bits (f16/bf16, element type uint16_t) or f32 values (the f32 cache, float).
+float cache_value(DType dtype, uint16_t bits) { return cache_to_float(dtype, bits); }
+float cache_value(DType, float v) { return v; }
+template <typename E>
+E to_cache(DType dtype, float v) {
+  if constexpr (std::is_same_v<E, float>)
+    return v;
+  else
+    return float_to_cache(dtype, v);
+}
+// The poison of poisoned(): 0xFF in every byte.
+bool is_poison(uint16_t bits) { return bits == 0xFFFF; }
+bool is_poison(float v) {
+  uint32_t u = 0;
+  std::memcpy(&u, &v, sizeof(u));
+  return u == 0xFFFFFFFFu;
+}
+template <typename E>
+E poison_value() {
+  E e;
+  std::memset(&e, 0xFF, sizeof(e));
+  return e;
+}
 
 // Runs body once per decode attention kernel: v4 (the default) and v3 (TESSERA_CUDA_ATTN_V1=1, read at launch).
 template <typename F>
@@ -69,7 +95,9 @@ struct RopeCase {
 };
 
 // q, k and v as the columns of one merged [t, width] matmul output (ld_q = ld_kv = width > the heads' width, the pad
-// columns NaN), the rows in `rows` (seq == nullptr when `slot0`: prefill's consecutive rows of slot 0).
+// columns NaN), the rows in `rows` (seq == nullptr when `slot0`: prefill's consecutive rows of slot 0). E: the host
+// cache element (uint16_t for f16/bf16, float for f32).
+template <typename E = uint16_t>
 void check_rope_rows(const RopeCase& c, int64_t t, bool slot0, std::mt19937& rng) {
   SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " heads " << c.n_head << "/" << c.n_kv << " hd " << c.hd
                                     << " rope_dim " << c.rope_dim << " neox " << c.neox << " t " << t
@@ -91,18 +119,19 @@ void check_rope_rows(const RopeCase& c, int64_t t, bool slot0, std::mt19937& rng
   DeviceBuffer qkv_d = to_device(qkv), f_d = to_device(inv_freq);
   DeviceBuffer pos_d = to_device(rows.pos), seq_d = to_device(rows.seq);
   const size_t cache_elems = static_cast<size_t>(kSeqs * c.n_kv * n_ctx * hd);
-  DeviceBuffer kc = poisoned(2 * cache_elems), vc = poisoned(2 * cache_elems);
+  DeviceBuffer kc = poisoned(sizeof(E) * cache_elems), vc = poisoned(sizeof(E) * cache_elems);
   const KvCacheView cache{c.dtype, kc.get(), vc.get(), n_ctx, c.n_kv, hd, kSeqs};
   float* q = qkv_d.as<float>();
   rope_store_kv_rows(q, width, q + qw, q + qw + kvw, width, cache, pos_d.as<int32_t>(),
                      slot0 ? nullptr : seq_d.as<int32_t>(), t, c.n_head, c.rope_dim, f_d.as<float>(), c.neox, nullptr);
   synchronize();
   const auto out = to_host<float>(qkv_d, qkv.size());
-  const auto kc_h = to_host<uint16_t>(kc, cache_elems), vc_h = to_host<uint16_t>(vc, cache_elems);
+  const auto kc_h = to_host<E>(kc, cache_elems), vc_h = to_host<E>(vc, cache_elems);
   std::vector<bool> written(static_cast<size_t>(kSeqs * n_ctx), false);
   std::vector<double> ref(hd);
-  // Tolerances as in test_attention.cpp's RopeStoreKvMatchesReference (inputs within +-2).
-  const double rel = c.dtype == DType::F16 ? 0x1.0p-11 : 0x1.0p-8;
+  // Tolerances as in test_attention.cpp's RopeStoreKvMatchesReference (inputs within +-2); an f32 cache holds k as
+  // rotated in f32, like q.
+  const double rel = c.dtype == DType::F32 ? 0.0 : c.dtype == DType::F16 ? 0x1.0p-11 : 0x1.0p-8;
   for (int64_t r = 0; r < t; ++r) {
     const float* in = &qkv[r * width];
     const float* o = &out[r * width];
@@ -122,9 +151,9 @@ void check_rope_rows(const RopeCase& c, int64_t t, bool slot0, std::mt19937& rng
       rope_head_ref(in + qw + h * hd, ref.data(), hd, c.rope_dim, p, inv_freq.data(), c.neox);
       const size_t at = static_cast<size_t>(((s * c.n_kv + h) * n_ctx + p) * hd);
       for (int64_t e = 0; e < hd; ++e) {
-        ASSERT_NEAR(cache_to_float(c.dtype, kc_h[at + e]), ref[e], rel * std::fabs(ref[e]) + 6e-6)
+        ASSERT_NEAR(cache_value(c.dtype, kc_h[at + e]), ref[e], rel * std::fabs(ref[e]) + 6e-6)
             << "row " << r << " k head " << h << " e " << e;
-        ASSERT_EQ(vc_h[at + e], float_to_cache(c.dtype, in[qw + kvw + h * hd + e]))
+        ASSERT_EQ(vc_h[at + e], to_cache<E>(c.dtype, in[qw + kvw + h * hd + e]))
             << "row " << r << " v head " << h << " e " << e;
       }
     }
@@ -136,8 +165,8 @@ void check_rope_rows(const RopeCase& c, int64_t t, bool slot0, std::mt19937& rng
         if (written[s * n_ctx + p]) continue;
         const size_t at = static_cast<size_t>(((s * c.n_kv + h) * n_ctx + p) * hd);
         for (int64_t e = 0; e < hd; ++e) {
-          ASSERT_EQ(kc_h[at + e], 0xFFFF) << "slot " << s << " position " << p;
-          ASSERT_EQ(vc_h[at + e], 0xFFFF) << "slot " << s << " position " << p;
+          ASSERT_TRUE(is_poison(kc_h[at + e])) << "slot " << s << " position " << p;
+          ASSERT_TRUE(is_poison(vc_h[at + e])) << "slot " << s << " position " << p;
         }
       }
 }
@@ -186,14 +215,17 @@ struct AttnCase {
 
 // One cache of kSeqs slots, filled with random values up to the largest position any valid row of `rows` uses in
 // each slot; the rest is NaN poison that no row may read.
-struct Cache {
-  std::vector<uint16_t> k, v;
+template <typename E>
+struct CacheOf {
+  std::vector<E> k, v;
   std::vector<float> kf, vf;
 };
-Cache random_cache(const AttnCase& c, const Rows& rows, std::mt19937& rng) {
+using Cache = CacheOf<uint16_t>;
+template <typename E = uint16_t>
+CacheOf<E> random_cache(const AttnCase& c, const Rows& rows, std::mt19937& rng) {
   const size_t elems = static_cast<size_t>(kSeqs * c.n_kv * c.n_ctx * c.hd);
-  Cache ch{std::vector<uint16_t>(elems, 0xFFFF), std::vector<uint16_t>(elems, 0xFFFF), std::vector<float>(elems),
-           std::vector<float>(elems)};
+  CacheOf<E> ch{std::vector<E>(elems, poison_value<E>()), std::vector<E>(elems, poison_value<E>()),
+                std::vector<float>(elems), std::vector<float>(elems)};
   std::vector<int32_t> last(kSeqs, -1);
   for (size_t r = 0; r < rows.pos.size(); ++r)
     if (rows.valid[r]) last[rows.seq[r]] = std::max(last[rows.seq[r]], rows.pos[r]);
@@ -203,11 +235,10 @@ Cache random_cache(const AttnCase& c, const Rows& rows, std::mt19937& rng) {
       for (int64_t p = 0; p <= last[s]; ++p)
         for (int64_t i = 0; i < c.hd; ++i) {
           const size_t at = static_cast<size_t>(((s * c.n_kv + h) * c.n_ctx + p) * c.hd + i);
-          ch.k[at] = float_to_cache(c.dtype, normal(rng));
-          ch.v[at] = float_to_cache(c.dtype, normal(rng));
+          ch.k[at] = to_cache<E>(c.dtype, normal(rng));
+          ch.v[at] = to_cache<E>(c.dtype, normal(rng));
         }
-  for (size_t i = 0; i < elems; ++i)
-    ch.kf[i] = cache_to_float(c.dtype, ch.k[i]), ch.vf[i] = cache_to_float(c.dtype, ch.v[i]);
+  for (size_t i = 0; i < elems; ++i) ch.kf[i] = cache_value(c.dtype, ch.k[i]), ch.vf[i] = cache_value(c.dtype, ch.v[i]);
   return ch;
 }
 
@@ -235,10 +266,11 @@ void check_attn_out(const AttnCase& c, const Rows& rows, const std::vector<float
   }
 }
 
+template <typename E = uint16_t>
 void check_attn_rows(const AttnCase& c, std::mt19937& rng) {
   constexpr int64_t kMaxT = 32;
   const KvCacheView shape{c.dtype, nullptr, nullptr, c.n_ctx, c.n_kv, c.hd, kSeqs};
-  DeviceBuffer kc(2 * static_cast<size_t>(kSeqs * c.n_kv * c.n_ctx * c.hd)), vc(kc.bytes());
+  DeviceBuffer kc(sizeof(E) * static_cast<size_t>(kSeqs * c.n_kv * c.n_ctx * c.hd)), vc(kc.bytes());
   KvCacheView cache = shape;
   cache.k = kc.get(), cache.v = vc.get();
   AttnRowsWorkspace ws(kMaxT, c.n_head, cache);  // one workspace serves every row count up to kMaxT
@@ -248,8 +280,8 @@ void check_attn_rows(const AttnCase& c, std::mt19937& rng) {
     SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " heads " << c.n_head << "/" << c.n_kv << " hd " << c.hd
                                       << " n_ctx " << c.n_ctx << " t " << t);
     const Rows rows = make_rows(rng, t, c.n_ctx, true);
-    const Cache ch = random_cache(c, rows, rng);
-    kc.upload(ch.k.data(), 2 * ch.k.size()), vc.upload(ch.v.data(), 2 * ch.v.size());
+    const CacheOf<E> ch = random_cache<E>(c, rows, rng);
+    kc.upload(ch.k.data(), sizeof(E) * ch.k.size()), vc.upload(ch.v.data(), sizeof(E) * ch.v.size());
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> q(static_cast<size_t>(t * ld_q), std::nanf(""));
     for (int64_t r = 0; r < t; ++r)
@@ -281,6 +313,31 @@ void attn_decode_rows_matches_reference() {
 TEST(CudaRows, AttnDecodeRowsMatchesReference) {
   TESSERA_REQUIRE_GPU();
   for_each_attn_version([] { attn_decode_rows_matches_reference(); });
+}
+
+// The f32 cache (opt-in, f32 models): rope/store rows and batched decode attention, same checks as above. f32 runs
+// attention v4 only, whatever TESSERA_CUDA_ATTN_V1 says, and its tiles are half as long as the 16-bit ones (32
+// positions at hd 128, 64 at hd 64): the context sizes put rows on both sides of a tile, the single-block limit and
+// the chunk boundaries.
+TEST(CudaRows, F32CacheRopeRowsAndAttnDecodeRowsMatchReference) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const RopeCase rope_cases[] = {{DType::F32, 9, 3, 64, 64, false}, {DType::F32, 8, 2, 128, 64, true}};
+  for (const RopeCase& c : rope_cases)
+    for (int64_t t : {1, 3, 8, 32}) {
+      check_rope_rows<float>(c, t, false, rng);
+      check_rope_rows<float>(c, t, true, rng);
+      if (HasFatalFailure()) return;
+    }
+  const AttnCase attn_cases[] = {
+      {DType::F32, 9, 3, 64, 300},   {DType::F32, 32, 8, 128, 700}, {DType::F32, 9, 3, 64, 1100},
+      {DType::F32, 32, 8, 128, 66},  {DType::F32, 12, 1, 128, 200}, {DType::F32, 16, 2, 256, 520},
+      {DType::F32, 4, 4, 128, 2048},
+  };
+  for (const AttnCase& c : attn_cases) {
+    check_attn_rows<float>(c, rng);
+    if (HasFatalFailure()) return;
+  }
 }
 
 TEST(CudaRows, AttnDecodeRowsWithoutSeqUsesSlotZero) {

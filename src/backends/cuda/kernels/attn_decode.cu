@@ -1,5 +1,5 @@
-// Decode attention (one query token) over an f16/bf16 KV cache, split-K ("flash-decoding"). A single kv head's keys
-// are far too few bytes to keep 132 SMs busy, so the positions are cut into chunks of >= 64; one block per
+// Decode attention (one query token) over an f16/bf16/f32 KV cache, split-K ("flash-decoding"). A single kv head's
+// keys are far too few bytes to keep 132 SMs busy, so the positions are cut into chunks of >= 64; one block per
 // (chunk, kv head) computes all the query heads that share that kv head (GQA: K and V are read once per group, not
 // once per query head), and the last block to finish for a kv head rescales and sums the chunks:
 // o = sum_j exp(m_j - M) o_j / sum_j exp(m_j - M) l_j.
@@ -44,16 +44,48 @@ __device__ __forceinline__ int attn_chunk(int ctx, int splits, int min_chunk) {
   return max(min_chunk, (c + kMinChunk - 1) / kMinChunk * kMinChunk);
 }
 
+// One lane's 8 consecutive cache elements: one 16-byte load for f16/bf16, two for f32 (the opt-in f32 cache, which
+// keeps f32 models at f32 precision).
 template <typename T>
-__device__ __forceinline__ void to_float8(const uint4& v, float (&f)[8]) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+struct Slice8 {
+  static constexpr int kParts = static_cast<int>(sizeof(T)) / 2;
+  uint4 p[kParts];
+};
+
+template <typename T>
+__device__ __forceinline__ Slice8<T> load_slice(const T* src) {
+  Slice8<T> s;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (std::is_same_v<T, __half>) {
-      const float2 p2 = half2_to_float2(w[i]);
-      f[2 * i] = p2.x, f[2 * i + 1] = p2.y;
-    } else {
-      f[2 * i] = bf16_lo(w[i]), f[2 * i + 1] = bf16_hi(w[i]);
+  for (int i = 0; i < Slice8<T>::kParts; ++i) s.p[i] = ld_stream16(src + i * (8 / Slice8<T>::kParts));
+  return s;
+}
+
+template <typename T>
+__device__ __forceinline__ Slice8<T> zero_slice() {
+  Slice8<T> s;
+#pragma unroll
+  for (int i = 0; i < Slice8<T>::kParts; ++i) s.p[i] = make_uint4(0, 0, 0, 0);
+  return s;
+}
+
+template <typename T>
+__device__ __forceinline__ void to_float8(const Slice8<T>& v, float (&f)[8]) {
+  if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      f[4 * i] = __uint_as_float(v.p[i].x), f[4 * i + 1] = __uint_as_float(v.p[i].y);
+      f[4 * i + 2] = __uint_as_float(v.p[i].z), f[4 * i + 3] = __uint_as_float(v.p[i].w);
+    }
+  } else {
+    const uint32_t w[4] = {v.p[0].x, v.p[0].y, v.p[0].z, v.p[0].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (std::is_same_v<T, __half>) {
+        const float2 p2 = half2_to_float2(w[i]);
+        f[2 * i] = p2.x, f[2 * i + 1] = p2.y;
+      } else {
+        f[2 * i] = bf16_lo(w[i]), f[2 * i + 1] = bf16_hi(w[i]);
+      }
     }
   }
 }
@@ -90,27 +122,29 @@ constexpr int attn_warps() {
   constexpr int w = G >= 8 ? 8 : 16;  // 8 heads' q and accumulators alone take 128 registers per thread
   return cap >= w ? w : cap >= 8 ? 8 : 4;
 }
-template <int HD, int G, bool kV4>
+// An f32 cache (v4 only) takes half the steps: its slices are twice the registers, the same bytes per tile.
+template <typename T, int HD, int G, bool kV4>
 constexpr int attn_steps() {
-  if constexpr (kV4) return attn_warps<HD, G, kV4>() >= 16 ? 2 : 4;
+  constexpr int div = static_cast<int>(sizeof(T)) / 2;
+  if constexpr (kV4) return (attn_warps<HD, G, kV4>() >= 16 ? 2 : 4) / div;
   return (G <= 4 && HD <= 128) ? 8 : 4;
 }
 
 // Positions per block per tile (kSteps positions per thread): the unit of one memory round trip.
 // Lanes: HD/8 lanes (a sub-group) hold one position's 8-element slices (16-byte loads), so a warp covers 32/(HD/8)
 // positions per step.
-template <int HD, int G, bool kV4>
+template <typename T, int HD, int G, bool kV4>
 constexpr int tile_positions() {
-  return attn_warps<HD, G, kV4>() * (kWarp / (HD / 8)) * attn_steps<HD, G, kV4>();
+  return attn_warps<HD, G, kV4>() * (kWarp / (HD / 8)) * attn_steps<T, HD, G, kV4>();
 }
 
 // The smallest chunk: two tiles, a multiple of 64. Below that a split's combine (partial store, fence, ticket,
 // reload: ~3 dependent L2 round trips) costs more than the one extra tile a single block walks (a load round trip
 // plus its arithmetic, in v4 too: its tiles' arithmetic is cheaper, their loads are not), so contexts up to this
 // length take one block per kv head and write the output directly (no partials, no ticket).
-template <int HD, int G, bool kV4>
+template <typename T, int HD, int G, bool kV4>
 constexpr int default_min_chunk() {
-  return (2 * tile_positions<HD, G, kV4>() + kMinChunk - 1) / kMinChunk * kMinChunk;
+  return (2 * tile_positions<T, HD, G, kV4>() + kMinChunk - 1) / kMinChunk * kMinChunk;
 }
 
 template <typename T>
@@ -122,6 +156,10 @@ __device__ __forceinline__ __half from_float<__half>(float v) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
 }
 
 // Kernel arguments (one struct: the fused path adds six).
@@ -167,9 +205,9 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
   constexpr int LPP = HD / 8;       // lanes per position
   constexpr int PPW = kWarp / LPP;  // positions per warp step
   constexpr int PG = kWarps * PPW;  // positions per block step
-  constexpr int kSteps = attn_steps<HD, G, kV4>();
+  constexpr int kSteps = attn_steps<T, HD, G, kV4>();
   constexpr int kTile = PG * kSteps;
-  static_assert(kTile == tile_positions<HD, G, kV4>());
+  static_assert(kSteps >= 1 && kTile == tile_positions<T, HD, G, kV4>());
   // The rotated q heads are dead once in registers, before the accumulators are merged: they share storage.
   __shared__ __align__(16) union {
     float acc[kWarps][G][HD];
@@ -177,7 +215,7 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
   } s_u;
   __shared__ float s_m[kWarps][G], s_l[kWarps][G];
   __shared__ float s_w[G][kMaxSplits];
-  __shared__ __align__(16) uint4 s_new[2][kRope ? HD / 8 : 1];  // this token's k and v in the cache type
+  __shared__ __align__(16) Slice8<T> s_new[2][kRope ? HD / 8 : 1];  // this token's k and v in the cache type
   __shared__ bool s_last;
 
   pdl_wait();
@@ -213,14 +251,14 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
   const T* kbase = a.kc + row0 * HD + ld * 8;
   const T* vbase = a.vc + row0 * HD + ld * 8;
 
-  uint4 kr[kSteps], vr[kSteps];
+  Slice8<T> kr[kSteps], vr[kSteps];
   auto load_tile = [&](int t0) {
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int p = t0 + s * PG + warp * PPW + sub;
       const bool in = p < n_load;
-      kr[s] = in ? ld_stream16(kbase + static_cast<size_t>(p) * HD) : make_uint4(0, 0, 0, 0);
-      vr[s] = in ? ld_stream16(vbase + static_cast<size_t>(p) * HD) : make_uint4(0, 0, 0, 0);
+      kr[s] = in ? load_slice(kbase + static_cast<size_t>(p) * HD) : zero_slice<T>();
+      vr[s] = in ? load_slice(vbase + static_cast<size_t>(p) * HD) : zero_slice<T>();
     }
   };
   // The first tile's loads depend only on pos: in flight while q is loaded (and rotated).
@@ -228,12 +266,13 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
   // v4: the next kWindow positions' K and V lines are asked into L2 now and kept kWindow ahead of the tile loop, so
   // a later tile's loads wait for an L2 hit, not a DRAM round trip. At most 64 KB of K (and of V) per block ahead:
   // with one wave of blocks over a long cache that is ~16 MB of L2, not the whole cache (evicted before use).
-  constexpr int kWindow = kTile > 65536 / (HD * 2) ? kTile : 65536 / (HD * 2);
+  constexpr int kRowBytes = HD * static_cast<int>(sizeof(T));
+  constexpr int kWindow = kTile > 65536 / kRowBytes ? kTile : 65536 / kRowBytes;
   [[maybe_unused]] const char* kbytes = reinterpret_cast<const char*>(a.kc + row0 * HD);
   [[maybe_unused]] const char* vbytes = reinterpret_cast<const char*>(a.vc + row0 * HD);
   [[maybe_unused]] auto prefetch = [&](int p0, int p1) {  // positions [p0, min(p1, n_load)), 128-byte lines
-    const int64_t end = int64_t{min(p1, n_load)} * HD * 2;
-    for (int64_t off = int64_t{p0} * HD * 2 + threadIdx.x * 128; off < end; off += kThreads * 128) {
+    const int64_t end = int64_t{min(p1, n_load)} * kRowBytes;
+    for (int64_t off = int64_t{p0} * kRowBytes + threadIdx.x * 128; off < end; off += kThreads * 128) {
       asm volatile("prefetch.global.L2 [%0];" ::"l"(kbytes + off));
       asm volatile("prefetch.global.L2 [%0];" ::"l"(vbytes + off));
     }
@@ -275,7 +314,7 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
     if (owner && tile == 0 && threadIdx.x < 2 * LPP) {
       const int which = threadIdx.x / LPP, piece = threadIdx.x % LPP;
       const size_t at = ((static_cast<size_t>(slot) * n_kv + kvh) * a.n_ctx + pos) * HD + piece * 8;
-      *reinterpret_cast<uint4*>((which ? a.vc : a.kc) + at) = s_new[which][piece];
+      *reinterpret_cast<Slice8<T>*>((which ? a.vc : a.kc) + at) = s_new[which][piece];
     }
 #pragma unroll
     for (int h = 0; h < G; ++h) {
@@ -543,7 +582,7 @@ void launch_split(const KvCacheView& c, const AttnArgs& a, int group) {
   }
   const dim3 grid(splits, static_cast<unsigned>(c.n_kv), static_cast<unsigned>(tiles * a.t));
   const int forced = min_chunk_override();
-  const int min_chunk = forced ? forced : default_min_chunk<HD, G, kV4>();
+  const int min_chunk = forced ? forced : default_min_chunk<T, HD, G, kV4>();
   AttnParams<T> p{};
   p.q = a.q, p.ld_q = a.ld_q, p.kc = static_cast<T*>(c.k), p.vc = static_cast<T*>(c.v), p.pos = a.pos, p.seq = a.seq;
   p.n_ctx = static_cast<int>(c.n_ctx), p.n_seq = static_cast<int>(c.n_seq), p.group = group, p.tiles = tiles;
@@ -572,12 +611,13 @@ void launch_version(const KvCacheView& c, const AttnArgs& a) {
     launch_split<T, HD, 8, kV4>(c, a, group);
 }
 
+// An f32 cache runs v4 only (v3 is kept for measuring the 16-bit caches; fewer instantiations to compile).
 template <typename T, int HD>
 void launch_hd(const KvCacheView& c, const AttnArgs& a) {
-  if (attn_v3_forced())
-    launch_version<T, HD, false>(c, a);
-  else
-    launch_version<T, HD, true>(c, a);
+  if constexpr (!std::is_same_v<T, float>) {
+    if (attn_v3_forced()) return launch_version<T, HD, false>(c, a);
+  }
+  launch_version<T, HD, true>(c, a);
 }
 
 template <typename T>
@@ -590,6 +630,8 @@ void launch_typed(const KvCacheView& c, const AttnArgs& a) {
 void launch_attn(const KvCacheView& c, const AttnArgs& a) {
   if (c.dtype == DType::F16)
     launch_typed<__half>(c, a);
+  else if (c.dtype == DType::F32)
+    launch_typed<float>(c, a);
   else
     launch_typed<__nv_bfloat16>(c, a);
 }
@@ -624,7 +666,8 @@ int attn_max_splits(int64_t n_head, const KvCacheView& c) { return attn_splits(n
 void require_cache(const char* op, const KvCacheView& c, int64_t n_head) {
   const std::string o(op);
   TESSERA_CUDA_REQUIRE(c.k && c.v, o + ": the KV cache pointers are null");
-  TESSERA_CUDA_REQUIRE(c.dtype == DType::F16 || c.dtype == DType::BF16, o + ": the KV cache must be f16 or bf16");
+  TESSERA_CUDA_REQUIRE(c.dtype == DType::F16 || c.dtype == DType::BF16 || c.dtype == DType::F32,
+                       o + ": the KV cache must be f16, bf16 or f32");
   TESSERA_CUDA_REQUIRE(c.hd == 64 || c.hd == 128 || c.hd == 256,
                        o + ": head size " + num(c.hd) + " is not supported (64, 128 or 256)");
   TESSERA_CUDA_REQUIRE(c.n_ctx > 0 && c.n_ctx <= kMaxCtx, o + ": context size " + num(c.n_ctx) + " is outside 1..2^24");

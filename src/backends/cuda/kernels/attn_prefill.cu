@@ -1,6 +1,7 @@
-// Causal prefill attention over the f16/bf16 KV cache, FlashAttention-2 style: a block owns BM query rows of one
-// head, streams that head's keys and values through shared memory BN positions at a time (cp.async, two stages, so
-// tile j+1 loads while tile j computes), and keeps an online softmax in registers; no [t, t] score matrix exists.
+// Causal prefill attention over the f16/bf16 KV cache (an f32 cache takes the FFMA kernel attn_prefill_f32_kernel
+// below), FlashAttention-2 style: a block owns BM query rows of one head, streams that head's keys and values through
+// shared memory BN positions at a time (cp.async, two stages, so tile j+1 loads while tile j computes), and keeps an
+// online softmax in registers; no [t, t] score matrix exists.
 //
 // Arithmetic: tensor cores via mma.sync m16n8k16 (16-bit operands of the cache's type, f32 accumulate). S = Q·Kᵀ
 // stays in the accumulator registers; its exponentials are rounded to 16 bits and reused in place as the A operand of
@@ -351,6 +352,100 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(const PrefillPar
     }
 }
 
+// ---------------------------------------------------------------------------------------------------------------------
+// f32 cache (opt-in, for f32 models whose point is precision): the MMAs above need 16-bit operands, so this path runs
+// on FFMA in f32 throughout. A block owns kF32Rows query rows of one head; 4 lanes share a row, lane quarter c
+// holding float4 chunks c, c + 4, ... of the head (the 4 lanes of a row read 64 consecutive bytes of a shared K or V
+// row and the warp's 8 rows read the same ones: broadcast, no bank conflicts). A tile's scores stay in registers;
+// the online softmax runs in base 2 as above but with exp2f (the accurate one).
+constexpr int kF32Rows = kThreads / 4;
+constexpr int kF32Keys = 32;
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) attn_prefill_f32_kernel(const PrefillParams p) {
+  constexpr int C4 = HD / 4;   // float4 chunks per row
+  constexpr int NV = HD / 16;  // chunks per lane
+  __shared__ float4 s_k[kF32Keys][C4];
+  __shared__ float4 s_v[kF32Keys][C4];
+  const int head = blockIdx.x, kvh = head / p.group;
+  const int r0 = static_cast<int>(gridDim.y - 1 - blockIdx.y) * kF32Rows;  // the longest rows first
+  const int row = r0 + static_cast<int>(threadIdx.x) / 4, quarter = static_cast<int>(threadIdx.x) % 4;
+  const int qrow = min(row, p.t - 1);  // rows past t compute a copy of the last row and store nothing
+  const int last_key = p.p0 + qrow;    // this row attends to keys [0, last_key]
+  const int kend = p.p0 + min(r0 + kF32Rows, p.t);
+  const float4* kc = static_cast<const float4*>(p.k) + static_cast<size_t>(kvh) * p.n_ctx * C4;
+  const float4* vc = static_cast<const float4*>(p.v) + static_cast<size_t>(kvh) * p.n_ctx * C4;
+
+  float4 q[NV], acc[NV];
+  const float4* qp = reinterpret_cast<const float4*>(p.q + static_cast<size_t>(qrow) * p.ld_q + head * HD);
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    const float4 x = qp[quarter + 4 * i];
+    const float s = p.scale_log2;
+    q[i] = make_float4(x.x * s, x.y * s, x.z * s, x.w * s);
+    acc[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  float m = -INFINITY, l = 0.0f;
+  for (int k0 = 0; k0 < kend; k0 += kF32Keys) {
+    __syncthreads();  // the previous tile is consumed
+    for (int i = threadIdx.x; i < kF32Keys * C4; i += kThreads) {
+      const int j = i / C4, c = i % C4;
+      const int key = k0 + j;
+      // Keys past kend are zeros, not whatever the cache holds: a masked weight of 0 times a NaN would poison a row.
+      const bool in = key < kend;
+      s_k[j][c] = in ? kc[static_cast<size_t>(key) * C4 + c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      s_v[j][c] = in ? vc[static_cast<size_t>(key) * C4 + c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    __syncthreads();
+    float s[kF32Keys];
+    float mt = m;
+#pragma unroll
+    for (int j = 0; j < kF32Keys; ++j) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        const float4 kk = s_k[j][quarter + 4 * i];
+        dot = fmaf(q[i].x, kk.x, dot), dot = fmaf(q[i].y, kk.y, dot);
+        dot = fmaf(q[i].z, kk.z, dot), dot = fmaf(q[i].w, kk.w, dot);
+      }
+      dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+      dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+      s[j] = k0 + j <= last_key ? dot : -INFINITY;
+      mt = fmaxf(mt, s[j]);
+    }
+    // Key 0 is in every row's range, so mt is finite from the first tile on; m is -inf only before it.
+    const float corr = m == -INFINITY ? 0.0f : exp2f(m - mt);
+    l *= corr;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) acc[i].x *= corr, acc[i].y *= corr, acc[i].z *= corr, acc[i].w *= corr;
+#pragma unroll
+    for (int j = 0; j < kF32Keys; ++j) {
+      const float e = exp2f(s[j] - mt);  // 0 for masked keys
+      l += e;
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        const float4 vv = s_v[j][quarter + 4 * i];
+        acc[i].x = fmaf(e, vv.x, acc[i].x), acc[i].y = fmaf(e, vv.y, acc[i].y);
+        acc[i].z = fmaf(e, vv.z, acc[i].z), acc[i].w = fmaf(e, vv.w, acc[i].w);
+      }
+    }
+    m = mt;
+  }
+  if (row >= p.t) return;
+  const float inv = 1.0f / l;
+  float4* dst = reinterpret_cast<float4*>(p.out + static_cast<size_t>(row) * p.ld_out + head * HD);
+#pragma unroll
+  for (int i = 0; i < NV; ++i)
+    dst[quarter + 4 * i] = make_float4(acc[i].x * inv, acc[i].y * inv, acc[i].z * inv, acc[i].w * inv);
+}
+
+template <int HD>
+void launch_prefill_f32(const PrefillParams& p, int n_head, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(n_head), static_cast<unsigned>((p.t + kF32Rows - 1) / kF32Rows));
+  attn_prefill_f32_kernel<HD><<<grid, kThreads, 0, stream>>>(p);
+  TESSERA_CUDA_CHECK_LAUNCH("attn_prefill_f32_kernel");
+}
+
 struct Shape {
   int mt, bn;
 };
@@ -412,7 +507,8 @@ void attn_prefill_variant(int variant, const float* q, int64_t ld_q, const KvCac
   const std::string o = "attn_prefill";
   TESSERA_CUDA_REQUIRE(variant >= 0 && variant < kNumShapes, o + ": launch shape " + num(variant) + " does not exist");
   TESSERA_CUDA_REQUIRE(q && out && c.k && c.v, o + ": a pointer argument (q, out or the KV cache) is null");
-  TESSERA_CUDA_REQUIRE(c.dtype == DType::F16 || c.dtype == DType::BF16, o + ": the KV cache must be f16 or bf16");
+  TESSERA_CUDA_REQUIRE(c.dtype == DType::F16 || c.dtype == DType::BF16 || c.dtype == DType::F32,
+                       o + ": the KV cache must be f16, bf16 or f32");
   TESSERA_CUDA_REQUIRE(c.hd == 64 || c.hd == 128, o + ": head size " + num(c.hd) + " is not 64 or 128");
   TESSERA_CUDA_REQUIRE(c.n_kv > 0 && n_head > 0 && n_head % c.n_kv == 0 && n_head < 65536,
                        o + ": " + num(n_head) + " query heads do not divide into " + num(c.n_kv) + " kv heads");
@@ -424,6 +520,8 @@ void attn_prefill_variant(int variant, const float* q, int64_t ld_q, const KvCac
       p0 >= 0 && t >= 0 && p0 + t <= c.n_ctx,
       o + ": positions " + num(p0) + " + " + num(t) + " rows exceed the cache's " + num(c.n_ctx) + " positions");
   TESSERA_CUDA_REQUIRE(t <= 65535 * 64, o + ": " + num(t) + " rows are more than one launch's grid holds (4194240)");
+  TESSERA_CUDA_REQUIRE(c.dtype != DType::F32 || t <= 65535 * kF32Rows,
+                       o + ": " + num(t) + " rows are more than one launch's grid holds with an f32 cache (2097120)");
   TESSERA_CUDA_REQUIRE(ld_q >= n_head * c.hd && ld_q % 4 == 0 && aligned16(q),
                        o + ": q must be 16-byte aligned with a row stride that is a multiple of 4 and >= n_head * hd");
   TESSERA_CUDA_REQUIRE(aligned16(out) && aligned16(c.k) && aligned16(c.v),
@@ -432,7 +530,8 @@ void attn_prefill_variant(int variant, const float* q, int64_t ld_q, const KvCac
   PrefillParams p{};
   p.q = q;
   p.ld_q = ld_q;
-  const size_t slot = static_cast<size_t>(seq) * static_cast<size_t>(c.seq_stride()) * 2;  // bytes
+  const size_t elem = c.dtype == DType::F32 ? 4 : 2;
+  const size_t slot = static_cast<size_t>(seq) * static_cast<size_t>(c.seq_stride()) * elem;  // bytes
   p.k = static_cast<const unsigned char*>(c.k) + slot;
   p.v = static_cast<const unsigned char*>(c.v) + slot;
   p.n_ctx = c.n_ctx;
@@ -443,6 +542,10 @@ void attn_prefill_variant(int variant, const float* q, int64_t ld_q, const KvCac
   p.ld_out = n_head * c.hd;
   p.scale_log2 = scale * kLog2e;
   const int nh = static_cast<int>(n_head);
+  if (c.dtype == DType::F32) {  // one launch shape: `variant` selects among the 16-bit kernel's shapes only
+    if (c.hd == 64) return launch_prefill_f32<64>(p, nh, stream);
+    return launch_prefill_f32<128>(p, nh, stream);
+  }
   if (c.dtype == DType::F16) {
     if (c.hd == 64) return launch_shape<__half, 64>(variant, p, nh, stream);
     return launch_shape<__half, 128>(variant, p, nh, stream);

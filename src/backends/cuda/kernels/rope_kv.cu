@@ -30,6 +30,10 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
 
 // Grid (ceil(items / kRopeThreads), t). Item i of row r is pair j = i % (hd/2) of head slot i / (hd/2): slots
 // [0, n_head) are q heads, then n_kv k heads, then n_kv v heads (copied, not rotated). Pair j holds elements (a, b):
@@ -86,8 +90,8 @@ void rope_rows(const char* op, float* q, int64_t ld_q, const float* k, const flo
                int64_t rope_dim, const float* inv_freq, bool neox, cudaStream_t stream) {
   const std::string o(op);
   TESSERA_CUDA_REQUIRE(q && k && v && pos && cache.k && cache.v, o + ": a pointer argument is null");
-  TESSERA_CUDA_REQUIRE(cache.dtype == DType::F16 || cache.dtype == DType::BF16,
-                       o + ": the KV cache must be f16 or bf16");
+  TESSERA_CUDA_REQUIRE(cache.dtype == DType::F16 || cache.dtype == DType::BF16 || cache.dtype == DType::F32,
+                       o + ": the KV cache must be f16, bf16 or f32");
   TESSERA_CUDA_REQUIRE(cache.hd > 0 && cache.hd <= kMaxHd && cache.hd % 2 == 0,
                        o + ": head size " + num(cache.hd) + " is not an even number in 2..512");
   TESSERA_CUDA_REQUIRE(rope_dim >= 0 && rope_dim % 2 == 0 && rope_dim <= cache.hd,
@@ -112,6 +116,10 @@ void rope_rows(const char* op, float* q, int64_t ld_q, const float* k, const flo
     launch("rope_store_kv_kernel", rope_store_kv_kernel<__half>, grid, dim3(kRopeThreads), 0, stream, q, k, v, lq, lkv,
            static_cast<__half*>(cache.k), static_cast<__half*>(cache.v), pos, seq, nh, nkv, hd, nctx, nseq, rd,
            inv_freq, neox);
+  else if (cache.dtype == DType::F32)
+    launch("rope_store_kv_kernel", rope_store_kv_kernel<float>, grid, dim3(kRopeThreads), 0, stream, q, k, v, lq, lkv,
+           static_cast<float*>(cache.k), static_cast<float*>(cache.v), pos, seq, nh, nkv, hd, nctx, nseq, rd, inv_freq,
+           neox);
   else
     launch("rope_store_kv_kernel", rope_store_kv_kernel<__nv_bfloat16>, grid, dim3(kRopeThreads), 0, stream, q, k, v,
            lq, lkv, static_cast<__nv_bfloat16*>(cache.k), static_cast<__nv_bfloat16*>(cache.v), pos, seq, nh, nkv, hd,
