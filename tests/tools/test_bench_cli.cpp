@@ -79,6 +79,29 @@ TEST(BenchCli, JsonRowsOnDefaultModel) {
   EXPECT_DOUBLE_EQ(rows[0]["flops_per_run"].get<double>(), g["totals"]["flops"].get<double>());
 }
 
+// --batch B: the tg row decodes B sequences together (one slot each), counts B tokens per step, and reads the
+// weights once per step, so its GB/s is the step rate times one step's weight bytes.
+TEST(BenchCli, BatchedDecodeRow) {
+  TESSERA_REQUIRE_DEFAULT_MODEL(model);
+  const json rows = run_json("bench -m " + model + " -p 8 -n 4 -r 2 -t 2 --batch 3 --json --no-ceilings");
+  ASSERT_TRUE(rows.is_array());
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["test"], "pp8");
+  EXPECT_EQ(rows[1]["test"], "tg4x3");
+  EXPECT_EQ(rows[1]["batch"], 3);
+  const json single = run_json("bench -m " + model + " -p 0 -n 4 -r 2 -t 2 --json --no-ceilings");
+  ASSERT_EQ(single.size(), 1u);
+  EXPECT_EQ(single[0]["batch"], 1);
+  // Same weight bytes per run (4 steps), three times the tokens.
+  EXPECT_DOUBLE_EQ(rows[1]["weight_bytes_per_run"].get<double>(), single[0]["weight_bytes_per_run"].get<double>());
+  const double steps_per_s = rows[1]["tok_s"].get<double>() / 3.0;  // 3 tokens per step
+  EXPECT_NEAR(rows[1]["gbps"].get<double>(), rows[1]["weight_bytes_per_run"].get<double>() / 4.0 * steps_per_s / 1e9,
+              1e-9 * rows[1]["gbps"].get<double>());
+  std::string out;
+  EXPECT_EQ(run_command(cli_path() + " bench -m " + model + " --batch 0 -n 4", &out), 1) << out;
+  EXPECT_NE(out.find("tessera: error: "), std::string::npos) << out;
+}
+
 TEST(BenchCli, TextTableWithCeilings) {
   TESSERA_REQUIRE_DEFAULT_MODEL(model);
   std::string out;
