@@ -92,27 +92,7 @@ class Bench {
 double Bench::time_graph(const std::function<void(int)>& launch, int batch) {
   for (int i = 0; i < std::min(batch, 2); ++i) launch(i);  // warm-up outside the graph (plans, module load)
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  TESSERA_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < batch; ++i) launch(i);
-  TESSERA_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-  TESSERA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  TESSERA_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
-  std::vector<double> per;
-  for (int r = 0; r < opt_.reps; ++r) {
-    TESSERA_CUDA_CHECK(cudaEventRecord(e0_, stream_));
-    TESSERA_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
-    TESSERA_CUDA_CHECK(cudaEventRecord(e1_, stream_));
-    TESSERA_CUDA_CHECK(cudaEventSynchronize(e1_));
-    float ms = 0;
-    TESSERA_CUDA_CHECK(cudaEventElapsedTime(&ms, e0_, e1_));
-    per.push_back(ms * 1e3 / batch);
-  }
-  TESSERA_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  TESSERA_CUDA_CHECK(cudaGraphDestroy(graph));
-  std::sort(per.begin(), per.end());
-  return per[per.size() / 2];
+  return time_graph_replays(stream_, e0_, e1_, batch, opt_.reps, 1, launch).us;
 }
 
 DeviceWeight Bench::random_weight(DType dtype, int64_t n, int64_t k) {

@@ -44,9 +44,7 @@ struct Options {
   std::string only;  // ",gemv,chain," etc.; empty: every part
 };
 
-struct Timing {
-  double us = 0, min_us = 0, max_us = 0;
-};
+using Timing = GraphTiming;
 
 bool is_quant(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
 
@@ -121,27 +119,7 @@ class Bench {
 Timing Bench::time_graph(const std::function<void(int)>& launch, int batch) {
   for (int i = 0; i < std::min(batch, 3); ++i) launch(i);  // warm-up outside the graph (module load, first touch)
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  TESSERA_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < batch; ++i) launch(i);
-  TESSERA_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-  TESSERA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int w = 0; w < 2; ++w) TESSERA_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
-  std::vector<double> per;
-  for (int r = 0; r < opt_.reps; ++r) {
-    TESSERA_CUDA_CHECK(cudaEventRecord(e0_, stream_));
-    TESSERA_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
-    TESSERA_CUDA_CHECK(cudaEventRecord(e1_, stream_));
-    TESSERA_CUDA_CHECK(cudaEventSynchronize(e1_));
-    float ms = 0;
-    TESSERA_CUDA_CHECK(cudaEventElapsedTime(&ms, e0_, e1_));
-    per.push_back(ms * 1e3 / batch);
-  }
-  TESSERA_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  TESSERA_CUDA_CHECK(cudaGraphDestroy(graph));
-  std::sort(per.begin(), per.end());
-  return {per[per.size() / 2], per.front(), per.back()};
+  return time_graph_replays(stream_, e0_, e1_, batch, opt_.reps, 2, launch);
 }
 
 void Bench::record(json r, const Timing& t, uint64_t bytes) {

@@ -1,6 +1,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "backends/cuda/cuda_check.h"
 #include "bench_util.h"
 
@@ -69,6 +72,31 @@ int read_all(const void* p, size_t bytes, uint32_t* sink, int blocks, cudaStream
   read_kernel<<<blocks, 512, 0, stream>>>(static_cast<const uint4*>(p), bytes / 16, sink);
   TESSERA_CUDA_CHECK_LAUNCH("read_kernel");
   return blocks;
+}
+
+GraphTiming time_graph_replays(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, int batch, int reps, int warmups,
+                               const std::function<void(int)>& launch) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  TESSERA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < batch; ++i) launch(i);
+  TESSERA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  TESSERA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int w = 0; w < warmups; ++w) TESSERA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  std::vector<double> per;
+  for (int r = 0; r < reps; ++r) {
+    TESSERA_CUDA_CHECK(cudaEventRecord(e0, stream));
+    TESSERA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    TESSERA_CUDA_CHECK(cudaEventRecord(e1, stream));
+    TESSERA_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    TESSERA_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    per.push_back(ms * 1e3 / batch);
+  }
+  TESSERA_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  TESSERA_CUDA_CHECK(cudaGraphDestroy(graph));
+  std::sort(per.begin(), per.end());
+  return {per[per.size() / 2], per.front(), per.back()};
 }
 
 }  // namespace tessera::cuda::bench

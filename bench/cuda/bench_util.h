@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 namespace tessera::cuda::bench {
 
@@ -17,5 +18,13 @@ void fill_random(FillKind kind, void* p, size_t count, float lo, float hi, uint6
 // Reads `bytes` (a multiple of 16) with 16-byte loads and writes one word per block to `sink` ([blocks] words) so the
 // reads cannot be optimized away. Returns the number of blocks launched (sink must hold that many).
 int read_all(const void* p, size_t bytes, uint32_t* sink, int blocks, cudaStream_t stream);
+
+// Captures launch(0) .. launch(batch - 1) into one CUDA graph on `stream`, replays it `warmups` times, then times
+// `reps` replays with the events e0/e1. Per-launch µs of the replays: median, min, max.
+struct GraphTiming {
+  double us = 0, min_us = 0, max_us = 0;
+};
+GraphTiming time_graph_replays(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, int batch, int reps, int warmups,
+                               const std::function<void(int)>& launch);
 
 }  // namespace tessera::cuda::bench

@@ -8,35 +8,21 @@ Run on the GPU machine: python3 bench/peer/torch_gemm.py [--json FILE]
 """
 import argparse
 import json
-import statistics
+import os
+import sys
 
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cuda"))
+from torch_peer import time_graph as _time_graph  # noqa: E402
 
 SHAPES = [("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096), ("down", 4096, 14336)]
 TS = [8, 32, 2048]
 
 
 def time_graph(fn, batch, reps=15):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for i in range(min(batch, 2)):
-            fn(i)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(batch):
-            fn(i)
-    graph.replay()
-    per = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        per.append(a.elapsed_time(b) * 1e3 / batch)
-    return statistics.median(per)
+    """Median µs per launch of `batch` launches replayed as one CUDA graph (bench/cuda/torch_peer.py's timing)."""
+    return _time_graph(fn, batch, reps)[0]
 
 
 def main():

@@ -37,12 +37,6 @@ struct CudaDecoder::Impl {
     DeviceBuffer q8, ds;
     bool written = false;  // a launch that writes it has been emitted
   };
-  // Fused rope + store + attention of one layer, resolved from the graph's ROPE/KV_STORE/ATTENTION nodes.
-  struct RopeInfo {
-    int src = -1;  // tensor rotated (the matmul output)
-    int inv_freq = -1;
-    graph::OpParams p;
-  };
 
   graph::Graph g;  // a copy: node and tensor metadata for error messages
   std::shared_ptr<CudaShared> shared_owner;
@@ -296,47 +290,23 @@ void CudaDecoder::Impl::compile_node(int id) {
       kv_src[out] = in(0);
       return;
     case Op::ATTENTION: {
-      const int q = in(0), ck = in(1), cv = in(2);
-      const auto rq = rope.find(q);
-      const auto sk = kv_src.find(ck);
-      const auto sv = kv_src.find(cv);
-      if (rq == rope.end() || sk == kv_src.end() || sv == kv_src.end())
-        unsupported(n, "its query must come from a rope node and its caches from cache stores");
-      const auto rk = rope.find(sk->second);
-      if (rk == rope.end() || rope.count(sv->second) != 0)
-        unsupported(n, "the stored keys must be rotated and the stored values not");
-      if (rk->second.inv_freq != rq->second.inv_freq || rk->second.p.rope_dim != rq->second.p.rope_dim ||
-          rk->second.p.rope_neox != rq->second.p.rope_neox)
-        unsupported(n, "its query and key rotations differ");
-      if (consumers[static_cast<size_t>(sk->second)].size() != 1)
-        unsupported(n, "the rotated keys are read by other nodes too");
-      const graph::Tensor& kt = g.tensor(ck);
-      KvCacheView cache;
-      cache.dtype = kt.dtype;
-      cache.k = ptr[static_cast<size_t>(ck)];
-      cache.v = ptr[static_cast<size_t>(cv)];
-      cache.n_kv = kt.shape[0];
-      cache.n_ctx = kt.shape[1];
-      cache.hd = kt.shape[2];
-      cache.n_seq = sh->n_seq;
+      const FusedAttention fa = resolve_fused_attention(n, rope, kv_src, consumers);
+      const KvCacheView cache = attention_cache_view(n, g.tensor(in(1)), ptr[static_cast<size_t>(in(1))],
+                                                     ptr[static_cast<size_t>(in(2))], sh->n_seq);
       const int64_t n_head = n.params.n_head;
-      if (n.params.head_dim != cache.hd || n.params.n_head_kv != cache.n_kv)
-        unsupported(n, "its head sizes disagree with its cache");
       if (attn_ws.empty() || attn_ws.back()->n_head() != n_head || attn_ws.back()->hd() != cache.hd)
         attn_ws.push_back(std::make_unique<AttnWorkspace>(n_head, cache));
       AttnWorkspace* ws = attn_ws.back().get();
-      float* qp = act(rq->second.src);
-      const float* kp = act(rk->second.src);
-      const float* vp = act(sv->second);
+      float* qp = act(fa.q);
+      const float* kp = act(fa.k);
+      const float* vp = act(fa.v);
       const auto* pos = static_cast<const int32_t*>(ptr[static_cast<size_t>(positions_id)]);
-      const float* inv_freq = act(rq->second.inv_freq);
-      const int64_t rope_dim = rq->second.p.rope_dim;
-      const bool neox = rq->second.p.rope_neox;
+      const float* inv_freq = act(fa.rope->inv_freq);
+      const int64_t rope_dim = fa.rope->p.rope_dim;
+      const bool neox = fa.rope->p.rope_neox;
       const float scale = n.params.attn_scale;
       float* y = new_act();
-      // TESSERA_CUDA_FUSE_ATTN=0: rope_store_kv then attn_decode (two launches), for comparison.
-      const char* fe = std::getenv("TESSERA_CUDA_FUSE_ATTN");
-      if (fe == nullptr || std::string(fe) != "0") {
+      if (fuse_attention_enabled()) {
         launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
           attn_decode_rope(qp, kp, vp, cache, pos, rope_dim, inv_freq, neox, y, n_head, scale, *ws, s);
         }});

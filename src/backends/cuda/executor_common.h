@@ -53,6 +53,30 @@ struct CudaShared::Impl {
   uint64_t gemm_generation = 0;  // bumped when the workspace is replaced: graphs captured over the old one are stale
 };
 
+// ROPE and KV_STORE nodes emit no launch of their own: the ATTENTION node reading them launches the fused rotation +
+// cache store (+ attention). A ROPE node as the executors record it (by its output tensor id):
+struct RopeInfo {
+  int src = -1;  // tensor rotated (the matmul output)
+  int inv_freq = -1;
+  graph::OpParams p;
+};
+// What one ATTENTION node fuses: the tensors rotated into q and k, the stored values, and the rotation.
+struct FusedAttention {
+  int q = -1, k = -1, v = -1;
+  const RopeInfo* rope = nullptr;
+};
+// Resolves the ATTENTION node n's inputs through `rope` and `kv_src` (KV_STORE output -> stored tensor) and checks the
+// pattern the fused launches assume (q and k rotated alike, v not, the rotated k read by nothing else); otherwise
+// CudaShared::Impl::unsupported naming the node.
+FusedAttention resolve_fused_attention(const graph::Node& n, const std::unordered_map<int, RopeInfo>& rope,
+                                       const std::unordered_map<int, int>& kv_src,
+                                       const std::vector<std::vector<int>>& consumers);
+// The cache view of an attention node whose K cache tensor is kt ([n_kv, n_ctx, hd], storage k and v for n_seq
+// slots); unsupported when the node's head sizes disagree with it.
+KvCacheView attention_cache_view(const graph::Node& n, const graph::Tensor& kt, void* k, void* v, int64_t n_seq);
+// Whether decode attention runs rope + store fused into it (TESSERA_CUDA_FUSE_ATTN=0: two launches, for comparison).
+bool fuse_attention_enabled();
+
 // Run-time values of one step that the launches read on the host (PREFILL passes t, p0 and the slot; BATCH t only).
 struct RunArgs {
   int64_t t = 1;

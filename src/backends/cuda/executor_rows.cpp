@@ -33,11 +33,6 @@ namespace tessera::cuda {
 using graph::Op;
 
 struct CudaRowsExecutor::Impl {
-  struct RopeInfo {
-    int src = -1;
-    int inv_freq = -1;
-    graph::OpParams p;
-  };
   struct Storage {
     DeviceBuffer buf;
     int last_use = -1;  // last node reading it (INT_MAX: an output)
@@ -455,43 +450,20 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
       kv_src[out] = in(0);
       return;
     case Op::ATTENTION: {
-      const int q = in(0), ck = in(1), cv = in(2);
-      const auto rq = rope.find(q);
-      const auto sk = kv_src.find(ck);
-      const auto sv = kv_src.find(cv);
-      if (rq == rope.end() || sk == kv_src.end() || sv == kv_src.end())
-        unsupported(n, "its query must come from a rope node and its caches from cache stores");
-      const auto rk = rope.find(sk->second);
-      if (rk == rope.end() || rope.count(sv->second) != 0)
-        unsupported(n, "the stored keys must be rotated and the stored values not");
-      if (rk->second.inv_freq != rq->second.inv_freq || rk->second.p.rope_dim != rq->second.p.rope_dim ||
-          rk->second.p.rope_neox != rq->second.p.rope_neox)
-        unsupported(n, "its query and key rotations differ");
-      if (consumers[static_cast<size_t>(sk->second)].size() != 1)
-        unsupported(n, "the rotated keys are read by other nodes too");
-      const int qs = rq->second.src, ks = rk->second.src, vs = sv->second;
+      const FusedAttention fa = resolve_fused_attention(n, rope, kv_src, consumers);
+      const int qs = fa.q, ks = fa.k, vs = fa.v;
       if (ld[size_t(ks)] != ld[size_t(vs)]) unsupported(n, "its keys and values have different row strides");
-      const graph::Tensor& kt = g.tensor(ck);
-      KvCacheView cache;
-      cache.dtype = kt.dtype;
-      cache.k = act(ck);
-      cache.v = act(cv);
-      cache.n_kv = kt.shape[0];
-      cache.n_ctx = kt.shape[1];
-      cache.hd = kt.shape[2];
-      cache.n_seq = sh->n_seq;
+      const KvCacheView cache = attention_cache_view(n, g.tensor(in(1)), act(in(1)), act(in(2)), sh->n_seq);
       const int64_t n_head = n.params.n_head;
-      if (n.params.head_dim != cache.hd || n.params.n_head_kv != cache.n_kv)
-        unsupported(n, "its head sizes disagree with its cache");
       float* qp = act(qs);
       const float* kp = act(ks);
       const float* vp = act(vs);
       const int64_t ld_q = ld[size_t(qs)], ld_kv = ld[size_t(ks)];
       const auto* pos = reinterpret_cast<const int32_t*>(act(positions_id));
       const int32_t* seq = seq_dev.as<int32_t>();
-      const float* inv_freq = act(rq->second.inv_freq);
-      const int64_t rope_dim = rq->second.p.rope_dim;
-      const bool neox = rq->second.p.rope_neox;
+      const float* inv_freq = act(fa.rope->inv_freq);
+      const int64_t rope_dim = fa.rope->p.rope_dim;
+      const bool neox = fa.rope->p.rope_neox;
       const float scale = n.params.attn_scale;
       float* y = new_act(n, out);
       if (mode == RowsMode::PREFILL) {
@@ -504,8 +476,7 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
         if (!attn_ws) attn_ws = std::make_unique<AttnRowsWorkspace>(T, n_head, cache);
         AttnRowsWorkspace* ws = attn_ws.get();
         // One launch (rows are distinct sequences: decode_rows checks it); TESSERA_CUDA_FUSE_ATTN=0: two.
-        const char* fe = std::getenv("TESSERA_CUDA_FUSE_ATTN");
-        if (fe == nullptr || std::string(fe) != "0") {
+        if (fuse_attention_enabled()) {
           launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
                                 attn_decode_rope_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, rope_dim,
                                                       inv_freq, neox, y, n_head, scale, *ws, s);

@@ -55,6 +55,38 @@ __device__ __forceinline__ float2 half2_to_float2(uint32_t w) {
   return __half22float2(h);
 }
 
+// Float formats: 16 bytes hold 4 (f32) or 8 (f16, bf16) elements.
+template <DType D>
+struct FloatFmt;
+template <>
+struct FloatFmt<DType::F32> {
+  static constexpr int kElems = 4;
+  __device__ static void to_float(const uint4& v, float (&f)[4]) {
+    f[0] = __uint_as_float(v.x), f[1] = __uint_as_float(v.y), f[2] = __uint_as_float(v.z), f[3] = __uint_as_float(v.w);
+  }
+};
+template <>
+struct FloatFmt<DType::F16> {
+  static constexpr int kElems = 8;
+  __device__ static void to_float(const uint4& v, float (&f)[8]) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 p = half2_to_float2(w[i]);
+      f[2 * i] = p.x, f[2 * i + 1] = p.y;
+    }
+  }
+};
+template <>
+struct FloatFmt<DType::BF16> {
+  static constexpr int kElems = 8;
+  __device__ static void to_float(const uint4& v, float (&f)[8]) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f[2 * i] = bf16_lo(w[i]), f[2 * i + 1] = bf16_hi(w[i]);
+  }
+};
+
 // Quantizes one block of 32 values held one per lane (the whole warp takes part): q = round(v / d) with
 // d = max|v| / 127, exactly as the host reference does it (same IEEE operations: d = amax / 127, id = 1 / d,
 // q = roundf(v * id)), so device and host quantizations agree bit for bit. Returns q; lane 0 gets (d, d * sum(q)).

@@ -19,14 +19,6 @@ constexpr int kThreads = 128;  // four independent warps per block
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kRows = 4;  // weight rows per warp: each activation vector loaded serves four rows
 
-__device__ __forceinline__ uint4 ld_w16(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
 // Reduces acc over the warp and stores y[tt * n + row0 + r] (rows past n dropped).
 template <int ROWS, int TT>
 __device__ __forceinline__ void warp_store(float (&acc)[ROWS][TT], float* __restrict__ y, int row0, int n,
@@ -47,42 +39,11 @@ __device__ __forceinline__ void warp_store(float (&acc)[ROWS][TT], float* __rest
 
 // ---- Float weights ----
 
-template <DType D>
-struct FloatVec;
-template <>
-struct FloatVec<DType::F32> {
-  static constexpr int kElems = 4;
-  __device__ static void to_float(const uint4& v, float (&f)[4]) {
-    f[0] = __uint_as_float(v.x), f[1] = __uint_as_float(v.y), f[2] = __uint_as_float(v.z), f[3] = __uint_as_float(v.w);
-  }
-};
-template <>
-struct FloatVec<DType::F16> {
-  static constexpr int kElems = 8;
-  __device__ static void to_float(const uint4& v, float (&f)[8]) {
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 p = half2_to_float2(w[i]);
-      f[2 * i] = p.x, f[2 * i + 1] = p.y;
-    }
-  }
-};
-template <>
-struct FloatVec<DType::BF16> {
-  static constexpr int kElems = 8;
-  __device__ static void to_float(const uint4& v, float (&f)[8]) {
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) f[2 * i] = bf16_lo(w[i]), f[2 * i + 1] = bf16_hi(w[i]);
-  }
-};
-
 // acc[r][tt] += w vector (r) · x[tt] at element offset e0.
 template <DType D, int TT>
 __device__ __forceinline__ void float_step(const uint4 (&wv)[kRows], const float* __restrict__ x, int k, int e0,
                                            float (&acc)[kRows][TT]) {
-  using F = FloatVec<D>;
+  using F = FloatFmt<D>;
   constexpr int E = F::kElems;
   float wf[kRows][E];
 #pragma unroll
@@ -107,7 +68,7 @@ template <DType D, int TT>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_rows_float_kernel(const uint8_t* __restrict__ w /*[n, k]*/, const float* __restrict__ x /*[TT, k]*/,
                            float* __restrict__ y /*[TT, n]*/, int n, int k, bool accumulate) {
-  constexpr int E = FloatVec<D>::kElems;
+  constexpr int E = FloatFmt<D>::kElems;
   constexpr int kBytes = 16 / E;
   const int lane = threadIdx.x & (kWarp - 1);
   const int row0 = (blockIdx.x * kWarps + static_cast<int>(threadIdx.x / kWarp)) * kRows;
@@ -123,8 +84,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint4 w0[kRows], w1[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      w0[r] = ld_w16(wr[r] + static_cast<size_t>(v) * 16);
-      w1[r] = ld_w16(wr[r] + static_cast<size_t>(v + kWarp) * 16);
+      w0[r] = ld_stream16(wr[r] + static_cast<size_t>(v) * 16);
+      w1[r] = ld_stream16(wr[r] + static_cast<size_t>(v + kWarp) * 16);
     }
     float_step<D, TT>(w0, x, k, v * E, acc);
     float_step<D, TT>(w1, x, k, (v + kWarp) * E, acc);
@@ -132,7 +93,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (v < nv) {
     uint4 w0[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) w0[r] = ld_w16(wr[r] + static_cast<size_t>(v) * 16);
+    for (int r = 0; r < kRows; ++r) w0[r] = ld_stream16(wr[r] + static_cast<size_t>(v) * 16);
     float_step<D, TT>(w0, x, k, v * E, acc);
   }
   warp_store<kRows, TT>(acc, y, row0, n, accumulate);
@@ -207,8 +168,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t sc[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      wv[r][0] = ld_w16(qr[r] + static_cast<size_t>(b) * QB);
-      wv[r][1] = QB == 32 ? ld_w16(qr[r] + static_cast<size_t>(b) * QB + 16) : make_uint4(0, 0, 0, 0);
+      wv[r][0] = ld_stream16(qr[r] + static_cast<size_t>(b) * QB);
+      wv[r][1] = QB == 32 ? ld_stream16(qr[r] + static_cast<size_t>(b) * QB + 16) : make_uint4(0, 0, 0, 0);
       if constexpr (SB == 2)
         sc[r] = __ldg(reinterpret_cast<const unsigned short*>(sr[r]) + b);
       else

@@ -5,38 +5,6 @@
 namespace tessera::cuda::detail {
 namespace {
 
-// Float formats: 16 bytes hold 4 (f32) or 8 (f16, bf16) elements.
-template <DType D>
-struct FloatFmt;
-template <>
-struct FloatFmt<DType::F32> {
-  static constexpr int kElems = 4;
-  __device__ static void to_float(const uint4& v, float (&f)[4]) {
-    f[0] = __uint_as_float(v.x), f[1] = __uint_as_float(v.y), f[2] = __uint_as_float(v.z), f[3] = __uint_as_float(v.w);
-  }
-};
-template <>
-struct FloatFmt<DType::F16> {
-  static constexpr int kElems = 8;
-  __device__ static void to_float(const uint4& v, float (&f)[8]) {
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 p = half2_to_float2(w[i]);
-      f[2 * i] = p.x, f[2 * i + 1] = p.y;
-    }
-  }
-};
-template <>
-struct FloatFmt<DType::BF16> {
-  static constexpr int kElems = 8;
-  __device__ static void to_float(const uint4& v, float (&f)[8]) {
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) f[2 * i] = bf16_lo(w[i]), f[2 * i + 1] = bf16_hi(w[i]);
-  }
-};
-
 // acc[r] += w[r] · x over one 16-byte vector of each row (E elements of x at xp). With the fused RMSNorm (nw, the
 // norm weight at the same offset, non-null) x is multiplied by nw first and ss collects the raw x squared.
 template <typename F, int ROWS, bool NORM>
