@@ -142,7 +142,7 @@ if has tests; then
         --gtest_filter='-*Default*:*Long*'
       echo "memcheck exit $?"
       echo "== racecheck"
-      timeout 100 compute-sanitizer --tool racecheck --error-exitcode 99 "$test_bin" --gtest_color=no --gtest_brief=1 \
+      timeout 240 compute-sanitizer --tool racecheck --error-exitcode 99 "$test_bin" --gtest_color=no --gtest_brief=1 \
         --gtest_filter='CudaAttention.Decode*:CudaOps.Argmax*:CudaOps.Rmsnorm*:CudaAttnPrefill.*:CudaRows.*'
       echo "racecheck exit $?"
     } >> "$logt" 2>&1

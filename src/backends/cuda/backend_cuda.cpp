@@ -55,6 +55,15 @@ struct CudaDecoder::Impl {
   std::vector<std::vector<int>> consumers;  // per tensor: consuming node ids
   std::vector<bool> done;                   // per node: already emitted by a fused launch
   bool fuse = true;                         // merge GEMVs and fold residual adds (TESSERA_CUDA_FUSE=0: off)
+  // RMSNorm folded into the float GEMVs reading its output (GemvInput::norm_w), by the norm's output tensor id: the
+  // GEMVs read the raw input and scale by themselves, one launch less per norm (TESSERA_CUDA_FOLD_NORM=0: off).
+  struct NormFold {
+    const float* w;
+    float eps;
+  };
+  std::unordered_map<int, NormFold> norm_fold;
+  bool fold_norm = true;
+  bool fold_swiglu = true;  // SwiGLU in the gate|up GEMV's epilogue (float weights; TESSERA_CUDA_FOLD_SWIGLU=0: off)
   int tokens_id = -1, positions_id = -1, logits_id = -1;
   int64_t vocab = 0, ctx = 0, embd_rows = 0;
   int32_t* host_io = nullptr;    // pinned: [0] token, [1] position, [2] argmax
@@ -85,6 +94,39 @@ struct CudaDecoder::Impl {
     TESSERA_CUDA_CHECK(cudaMemcpy(d, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
     ptr[static_cast<size_t>(tid)] = d;
     return static_cast<float*>(d);
+  }
+  // Whether RMSNorm node `id` can fold into its readers: every reader is a float-weight matmul of its output, and they
+  // are the nodes right after it, so nothing can write its input in between (the GEMVs read the input when they run,
+  // not when the norm would have).
+  bool norm_foldable(int id) const {
+    if (!fuse || !fold_norm) return false;
+    const graph::Node& n = g.node(id);
+    const graph::Tensor& o = g.tensor(n.output);
+    const auto& co = consumers[static_cast<size_t>(n.output)];
+    if (o.is_output || co.empty() || o.numel() % 4 != 0) return false;
+    for (size_t i = 0; i < co.size(); ++i) {
+      const graph::Node& m = g.node(co[i]);
+      if (co[i] != id + 1 + static_cast<int>(i) || m.op != Op::MATMUL || m.inputs.at(0) != n.output) return false;
+      const graph::Tensor& w = g.tensor(m.inputs.at(1));
+      if (w.data == nullptr || w.shape.size() != 2 || is_quantized_dtype(w.dtype) || !gemv_supports(w.dtype))
+        return false;
+    }
+    return true;
+  }
+  // The SWIGLU node a merged (gate, up) matmul pair feeds, when it can fold into their GEMV's epilogue: the pair's
+  // outputs are that node's gate and up inputs (in order) and nothing else reads them. -1 if none.
+  int swiglu_of_pair(const std::vector<int>& group) const {
+    if (!fuse || !fold_swiglu || group.size() != 2) return -1;
+    const int a = g.node(group[0]).output, b = g.node(group[1]).output;
+    const auto& ca = consumers[static_cast<size_t>(a)];
+    const auto& cb = consumers[static_cast<size_t>(b)];
+    if (ca.size() != 1 || cb.size() != 1 || ca[0] != cb[0]) return -1;
+    const graph::Node& s = g.node(ca[0]);
+    if (s.op != Op::SWIGLU || s.inputs.size() != 2 || s.inputs[0] != a || s.inputs[1] != b) return -1;
+    if (g.tensor(a).is_output || g.tensor(b).is_output || g.tensor(a).numel() != g.tensor(b).numel() ||
+        g.tensor(s.output).numel() != g.tensor(a).numel())
+      return -1;
+    return ca[0];
   }
   // The ADD node that matmul `id` may accumulate into: its output's only reader is ADD(a, output), in place on a (a
   // is an activation whose last reader is that ADD, and every other reader of a runs before the matmul). -1 if none.
@@ -196,6 +238,11 @@ void CudaDecoder::Impl::compile_node(int id) {
     case Op::RMSNORM: {
       const float* x = act(in(0));
       const float* w = vector_f32(n, in(1));
+      if (norm_foldable(id)) {
+        ptr[static_cast<size_t>(out)] = ptr[static_cast<size_t>(in(0))];  // the readers see the raw input
+        norm_fold[out] = NormFold{w, n.params.eps};
+        return;
+      }
       float* y = new_act();
       const int64_t d = ot.numel();
       int8_t* q = nullptr;
@@ -249,10 +296,25 @@ void CudaDecoder::Impl::compile_node(int id) {
         x.q8_ds = b.ds.as<float2>();
       } else {
         x.f32 = act(in(0));
+        if (const auto f = norm_fold.find(in(0)); f != norm_fold.end()) {
+          x.norm_w = f->second.w;
+          x.norm_eps = f->second.eps;
+        }
       }
       float* y = nullptr;
       bool accumulate = false;
-      if (group.size() > 1) {
+      if (const int sw = swiglu_of_pair(group); sw >= 0 && !is_quantized_dtype(wp->dtype)) {
+        // silu(gate) * up in the GEMV's epilogue: the merged [gate; up] weight, one output of F elements.
+        const graph::Node& s = g.node(sw);
+        y = static_cast<float*>(alloc(static_cast<size_t>(g.tensor(s.output).numel()) * sizeof(float)));
+        for (int c : group) {
+          ptr[static_cast<size_t>(g.node(c).output)] = y;  // never read: their only reader is the folded swiglu
+          done[static_cast<size_t>(c)] = true;
+        }
+        ptr[static_cast<size_t>(s.output)] = y;
+        done[static_cast<size_t>(sw)] = true;
+        x.swiglu = true;
+      } else if (group.size() > 1) {
         y = static_cast<float*>(alloc(static_cast<size_t>(wp->n) * sizeof(float)));
         int64_t off = 0;
         for (int c : group) {
@@ -346,6 +408,7 @@ void CudaDecoder::Impl::compile_node(int id) {
       return;
     }
     case Op::SWIGLU: {
+      if (done[static_cast<size_t>(id)]) return;  // computed by the gate|up GEMV's epilogue
       const float* gp = act(in(0));
       const float* up = act(in(1));
       float* y = new_act();
@@ -403,6 +466,10 @@ CudaDecoder::CudaDecoder(const graph::Graph& g, std::shared_ptr<CudaShared> shar
   impl_->g = g;
   impl_->options = impl_->sh->options;
   impl_->fuse = impl_->sh->fuse;
+  if (const char* e = std::getenv("TESSERA_CUDA_FOLD_NORM"); e != nullptr && std::string(e) == "0")
+    impl_->fold_norm = false;
+  if (const char* e = std::getenv("TESSERA_CUDA_FOLD_SWIGLU"); e != nullptr && std::string(e) == "0")
+    impl_->fold_swiglu = false;
   impl_->stream = impl_->sh->stream;
   impl_->compile();
   synchronize();

@@ -75,6 +75,9 @@ struct GemvInput {
   // launch before the q|k|v and gate|up GEMVs disappears).
   const float* norm_w = nullptr;  // [K]
   float norm_eps = 0.0f;
+  // Float weights only: the weight is a merged [gate; up] matrix (2F rows) and y [F] = silu(gate · x) * (up · x), the
+  // SwiGLU after the gate|up GEMV folded into its epilogue (no accumulate; the launch shape must pair rows).
+  bool swiglu = false;
 };
 
 // A launch shape: threads per block, weight rows per block, loads in flight per row (unroll), and whether each step

@@ -127,7 +127,6 @@ __global__ void __launch_bounds__(kEltThreads)
   q8[i] = quantize_lane_q8(x[i], ds + i / kQ);
 }
 
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 __global__ void __launch_bounds__(kEltThreads) swiglu_kernel(const float* gate, const float* up, float* out, int n,
                                                              int8_t* __restrict__ q8, float2* __restrict__ ds) {

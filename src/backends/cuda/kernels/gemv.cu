@@ -87,12 +87,18 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
   // shapes each choice is within ~3% of the sweep's best (q8_0/q4 at 4096x14336 within ~5%).
   const bool quant = dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q4_1;
   if (quant) {
+    // From the H100 sweep of the pipelined quant kernel (bench/cuda/experiments/gemv_quant_sweep.cu, 2026-11-22;
+    // docs/CUDA_NOTES.md):
+    // each pick is within ~2% of the best of 16 shapes x 5 kernel variants at Llama-3-8B's shapes.
+    const bool q8 = dtype == DType::Q8_0;
     const int64_t blocks = k / detail::kQ;  // 32-blocks per row
-    // Long rows (ffn_down) or many short rows: 64 threads, so a block walks its two rows in several steps.
-    if (blocks >= 256 || (n >= 8192 && blocks <= 64)) return {64, 2, 2, 0};
-    // 4-bit rows of k <= 4096 are only 2 KB: four of them per block (runs 2-3: 3-5% faster than two at n >= 4096).
-    if ((dtype == DType::Q4_0 || dtype == DType::Q4_1) && blocks <= 128 && n >= 4096) return {128, 4, 2, 0};
-    return {128, 2, 2, 0};
+    if (blocks >= 256) {                     // ffn_down (K = 14336): the capped kernel, one wave
+      if (q8) return {256, 2, 2, 0};
+      return dtype == DType::Q4_0 ? GemvConfig{128, 4, 1, 0} : GemvConfig{256, 4, 1, 0};
+    }
+    if (n >= 8192) return {128, 4, 1, 0};               // many rows (gate|up, lm_head): several waves
+    if (n >= 4096) return {64, 4, 1, 0};                // q|k|v, o: one wave of 64-thread blocks
+    return q8 ? GemvConfig{64, 2, 1, 0} : GemvConfig{128, 4, 1, 0};
   }
   const int64_t vectors = k * (dtype == DType::F32 ? 4 : 2) / 16;  // 16-byte loads per row
   if (vectors >= 384) return {256, 2, 2, 0};
@@ -121,11 +127,15 @@ void gemv(const DeviceWeight& w, const GemvInput& x, float* y, cudaStream_t stre
                            "gemv: float weights need a 16-byte aligned f32 activation");
       TESSERA_CUDA_REQUIRE(x.norm_w == nullptr || detail::aligned16(x.norm_w),
                            "gemv: the fused RMSNorm weight must be 16-byte aligned");
+      TESSERA_CUDA_REQUIRE(
+          !x.swiglu || (w.n % 2 == 0 && !accumulate && c.rows % 2 == 0 && c.prefetch == 0 && c.threads >= 128),
+          "gemv: the SwiGLU epilogue needs an even number of weight rows ([gate; up]), no accumulate, and a launch "
+          "shape of >= 128 threads with an even number of rows and no prefetch");
       detail::launch_gemv_float(index, a);
       break;
     default:
-      TESSERA_CUDA_REQUIRE(x.norm_w == nullptr,
-                           "gemv: the fused RMSNorm needs float weights (quantized weights read "
+      TESSERA_CUDA_REQUIRE(x.norm_w == nullptr && !x.swiglu,
+                           "gemv: the fused RMSNorm and SwiGLU need float weights (quantized weights read "
                            "x already normalized and quantized: rmsnorm with a q8 output)");
       TESSERA_CUDA_REQUIRE(
           x.q8 != nullptr && x.q8_ds != nullptr && detail::aligned16(x.q8) && detail::aligned16(x.q8_ds),

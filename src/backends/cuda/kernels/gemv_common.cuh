@@ -95,6 +95,42 @@ __device__ __forceinline__ void block_sum_store(float (&acc)[ROWS], float* __res
   }
 }
 
+// The SwiGLU epilogue (GemvInput::swiglu): the block's first ROWS/2 rows are gate rows g0 + j, the others the matching
+// up rows; stores y[g0 + j] = silu(scale * gate_j) * (scale * up_j) for the gate rows below n_out.
+template <int THREADS, int ROWS>
+__device__ __forceinline__ void block_sum_store_swiglu(float (&acc)[ROWS], float* __restrict__ y, int g0, int n_out,
+                                                       float scale) {
+  static_assert(ROWS % 2 == 0, "the SwiGLU epilogue pairs gate and up rows");
+  constexpr int kWarps = THREADS / kWarp;
+  constexpr int H = ROWS / 2;
+  const int lane = threadIdx.x & (kWarp - 1);
+  const int warp = threadIdx.x / kWarp;
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) acc[r] = warp_sum(acc[r]);
+  if constexpr (kWarps == 1) {
+    if (lane == 0) {
+#pragma unroll
+      for (int j = 0; j < H; ++j)
+        if (g0 + j < n_out) y[g0 + j] = silu_mul(acc[j] * scale, acc[H + j] * scale);
+    }
+  } else {
+    __shared__ float part[ROWS][kWarps];
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) part[r][warp] = acc[r];
+    }
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+      for (int j = 0; j < H; ++j) {
+        const float gv = warp_sum(lane < kWarps ? part[j][lane] : 0.0f);
+        const float uv = warp_sum(lane < kWarps ? part[H + j][lane] : 0.0f);
+        if (lane == 0 && g0 + j < n_out) y[g0 + j] = silu_mul(gv * scale, uv * scale);
+      }
+    }
+  }
+}
+
 // Every launch shape the benchmark can time: threads per block, rows per block, loads in flight per row, and whether
 // each step prefetches the next step's weights into L2. gemv_default_config picks from these by shape
 // (docs/CUDA_NOTES.md has the measurements behind the choice).
@@ -105,11 +141,13 @@ constexpr Shape kShapes[] = {
     {64, 1, 4, 0},  {128, 1, 4, 0}, {256, 1, 4, 0}, {128, 1, 8, 0}, {256, 1, 8, 0}, {64, 2, 2, 0},  {128, 2, 2, 0},
     {256, 2, 2, 0}, {128, 2, 4, 0}, {256, 2, 4, 0}, {64, 4, 2, 0},  {128, 4, 1, 0}, {256, 4, 1, 0}, {128, 4, 2, 0},
     {256, 4, 2, 0}, {64, 2, 2, 1},  {128, 2, 2, 1}, {256, 2, 2, 1}, {128, 4, 2, 1}, {64, 1, 4, 1},
+    // quantized defaults at 4096-6144 x 4096 (bench/cuda/experiments/gemv_quant_sweep.cu)
+    {64, 4, 1, 0},  {64, 2, 1, 0},
 };
 constexpr int kNumShapes = static_cast<int>(sizeof(kShapes) / sizeof(kShapes[0]));
 
 struct LaunchArgs {
-  const DeviceWeight* w;
+  const DeviceWeight* w;  // with GemvInput::swiglu: [gate; up], 2 * n_out rows
   const GemvInput* x;
   float* y;
   cudaStream_t stream;

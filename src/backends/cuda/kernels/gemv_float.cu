@@ -37,21 +37,36 @@ __device__ __forceinline__ void float_step(const uint4 (&wv)[ROWS], const float*
 }
 
 // NORM is a template parameter, not a run-time flag: as a flag (run 3) the plain kernel lost 2-6% at the issue's
-// shapes, ptxas scheduling the loads around the never-taken branch.
-template <DType D, int THREADS, int ROWS, int UNROLL, int PF, bool NORM>
+// shapes, ptxas scheduling the loads around the never-taken branch. SWIGLU (GemvInput::swiglu): w is [gate; up]
+// (2n rows), a block takes ROWS/2 gate rows and the matching up rows, and writes y[n] = silu(gate · x) * (up · x):
+// the swiglu launch after the merged gate|up GEMV disappears. Each row's sum is computed exactly as without it.
+template <DType D, int THREADS, int ROWS, int UNROLL, int PF, bool NORM, bool SWIGLU = false>
 __global__ void __launch_bounds__(THREADS)
-    gemv_float_kernel(const uint8_t* __restrict__ w /*[n, k]*/, const float* __restrict__ x /*[k]*/,
+    gemv_float_kernel(const uint8_t* __restrict__ w /*[n, k], SWIGLU: [2n, k]*/, const float* __restrict__ x /*[k]*/,
                       float* __restrict__ y /*[n]*/, int n, int k, bool accumulate,
                       const float* __restrict__ norm_w /*[k] or null*/, float norm_eps) {
   using F = FloatFmt<D>;
   constexpr int E = F::kElems;
   constexpr int kElemBytes = 16 / E;
   constexpr int kStep = THREADS * E;
-  const int row0 = blockIdx.x * ROWS;
   const uint8_t* wr[ROWS];
+  int row0;
+  if constexpr (SWIGLU) {
+    constexpr int H = ROWS / 2;
+    row0 = blockIdx.x * H;
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r) wr[r] = w + static_cast<size_t>(min(row0 + r, n - 1)) * k * kElemBytes;
-  prefetch_block_l2<THREADS>(wr[0], static_cast<size_t>(min(ROWS, n - row0)) * k * kElemBytes);
+    for (int r = 0; r < H; ++r) {
+      wr[r] = w + static_cast<size_t>(min(row0 + r, n - 1)) * k * kElemBytes;
+      wr[H + r] = w + static_cast<size_t>(n + min(row0 + r, n - 1)) * k * kElemBytes;
+    }
+    prefetch_block_l2<THREADS>(wr[0], static_cast<size_t>(min(H, n - row0)) * k * kElemBytes);
+    prefetch_block_l2<THREADS>(wr[H], static_cast<size_t>(min(H, n - row0)) * k * kElemBytes);
+  } else {
+    row0 = blockIdx.x * ROWS;
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) wr[r] = w + static_cast<size_t>(min(row0 + r, n - 1)) * k * kElemBytes;
+    prefetch_block_l2<THREADS>(wr[0], static_cast<size_t>(min(ROWS, n - row0)) * k * kElemBytes);
+  }
   pdl_wait();
   float acc[ROWS] = {};
   float ss = 0.0f;  // sum of x^2 for the fused RMSNorm (every block streams all of x, so it can norm by itself)
@@ -84,18 +99,41 @@ __global__ void __launch_bounds__(THREADS)
     float_step<F, ROWS, NORM>(wv, x + base, NORM ? norm_w + base : nullptr, acc, ss);
   }
   // Correctly rounded 1/sqrt, as the rmsnorm kernel: the fused and unfused paths differ only in summation order.
-  if constexpr (NORM) {
-    const float scale = 1.0f / sqrtf(block_sum_all<THREADS>(ss) / static_cast<float>(k) + norm_eps);
+  float scale = 1.0f;
+  if constexpr (NORM) scale = 1.0f / sqrtf(block_sum_all<THREADS>(ss) / static_cast<float>(k) + norm_eps);
+  if constexpr (SWIGLU)
+    block_sum_store_swiglu<THREADS, ROWS>(acc, y, row0, n, scale);
+  else if constexpr (NORM)
     block_sum_store<THREADS, ROWS>(acc, y, row0, n, accumulate, scale);
-  } else {
+  else
     block_sum_store<THREADS, ROWS>(acc, y, row0, n, accumulate);
-  }
 }
 
 template <DType D, int I>
 void launch_shape(const LaunchArgs& a) {
   constexpr Shape s = kShapes[I];
-  const int n = static_cast<int>(a.w->n), k = static_cast<int>(a.w->k);
+  const int k = static_cast<int>(a.w->k);
+  if (a.x->swiglu) {
+    // Instantiated only for the shapes of >= 128 threads that pair rows and do not prefetch (those gemv_default_config
+    // picks for float weights), to keep the compile time of this file in check.
+    if constexpr (s.rows % 2 == 0 && s.prefetch == 0 && s.threads >= 128) {
+      const int n = static_cast<int>(a.w->n / 2);
+      const dim3 grid(ceil_div(n, s.rows / 2));
+      if (a.x->norm_w)
+        launch("gemv_float_kernel", gemv_float_kernel<D, s.threads, s.rows, s.unroll, 0, true, true>, grid,
+               dim3(s.threads), 0, a.stream, a.w->quants.as<uint8_t>(), a.x->f32, a.y, n, k, false, a.x->norm_w,
+               a.x->norm_eps);
+      else
+        launch("gemv_float_kernel", gemv_float_kernel<D, s.threads, s.rows, s.unroll, 0, false, true>, grid,
+               dim3(s.threads), 0, a.stream, a.w->quants.as<uint8_t>(), a.x->f32, a.y, n, k, false, nullptr, 0.0f);
+    } else {
+      fail_message(
+          "gemv: the SwiGLU epilogue needs a launch shape of >= 128 threads, an even number of rows and no "
+          "prefetch");
+    }
+    return;
+  }
+  const int n = static_cast<int>(a.w->n);
   const dim3 grid(ceil_div(n, s.rows));
   if (a.x->norm_w)
     launch("gemv_float_kernel", gemv_float_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, true>, grid,

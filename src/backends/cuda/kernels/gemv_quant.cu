@@ -81,8 +81,18 @@ __device__ __forceinline__ void quant_step(const uint4 (&wv)[ROWS][QuantFmt<D>::
   for (int r = 0; r < ROWS; ++r) acc[r] += block_dot<D>(wv[r], sc[r], xv, ds);
 }
 
-template <DType D, int THREADS, int ROWS, int UNROLL, int PF>
-__global__ void __launch_bounds__(THREADS)
+// One kernel, software-pipelined (bench/cuda/experiments/gemv_quant_sweep.cu measured each step of this against the
+// previous kernel):
+//  - the first step's weight loads are issued before pdl_wait(): weights never depend on an earlier kernel, so with
+//    PDL their latency overlaps the previous kernel's tail (6144x4096 q4_0: 6.27 -> 5.2 us);
+//  - step s+1's loads are issued before step s's arithmetic, so each thread always has a step in flight;
+//  - loads are guarded per slot, so a row's tail is an ordinary step (no one-load tail loop behind the last full step).
+// CAP: at most 64 registers (1024 threads per SM). The pipeline holds two steps in registers (~70), which cost the
+// one-wave grid at K = 14336 (4096x14336 q4_0, 128/4/1: 1024 blocks, 7 per SM uncapped = 924 resident: 13.0 us;
+// capped, 8 per SM: 11.1 us). launch_shape picks it only when the grid does not fit in one uncapped wave, and only
+// for shapes whose pipeline fits 64 registers without spilling.
+template <DType D, int THREADS, int ROWS, int UNROLL, int PF, bool CAP>
+__global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
     gemv_quant_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
                       const int8_t* __restrict__ xq /*[k]*/, const float2* __restrict__ xds /*[k/32]*/,
                       float* __restrict__ y /*[n]*/, int n, int k, bool accumulate) {
@@ -90,6 +100,7 @@ __global__ void __launch_bounds__(THREADS)
   constexpr int QB = Q::kQuantBytes;
   constexpr int SB = Q::kScaleBytes;
   constexpr int V = QB / 16;
+  constexpr int kStep = THREADS * UNROLL;  // 32-blocks per row per step
   const int nb = k / kQ;
   const int row0 = blockIdx.x * ROWS;
   const uint8_t* qr[ROWS];
@@ -103,45 +114,74 @@ __global__ void __launch_bounds__(THREADS)
   const int rows_here = min(ROWS, n - row0);
   prefetch_block_l2<THREADS>(qr[0], static_cast<size_t>(rows_here) * nb * QB);
   prefetch_block_l2<THREADS>(sr[0], static_cast<size_t>(rows_here) * nb * SB);
-  pdl_wait();
+  // Slot u of the step at b0 covers block b0 + u * THREADS of each row; slots past the row's end load nothing.
+  auto load_step = [&](int b0, uint4(&wv)[UNROLL][ROWS][V], uint32_t(&sc)[UNROLL][ROWS]) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+      if (b0 + u * THREADS < nb) {
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) load_block<QB, SB>(qr[r], sr[r], b0 + u * THREADS, wv[u][r], sc[u][r]);
+      }
+  };
   float acc[ROWS] = {};
-  // Full steps with unconditional loads (see gemv_float_kernel), then the remaining blocks one step at a time.
   int b = threadIdx.x;
-  for (; b + (UNROLL - 1) * THREADS < nb; b += THREADS * UNROLL) {
+  uint4 wv[UNROLL][ROWS][V] = {};
+  uint32_t sc[UNROLL][ROWS] = {};
+  load_step(b, wv, sc);
+  pdl_wait();
+  while (b < nb) {
     if constexpr (PF > 0) {
-      const int next = b + PF * THREADS * UNROLL;
+      const int ahead = b + (PF + 1) * kStep;
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
         for (int r = 0; r < ROWS; ++r)
-          if (next + u * THREADS < nb) prefetch_l2(qr[r] + static_cast<size_t>(next + u * THREADS) * QB);
+          if (ahead + u * THREADS < nb) prefetch_l2(qr[r] + static_cast<size_t>(ahead + u * THREADS) * QB);
     }
-    uint4 wv[UNROLL][ROWS][V];
-    uint32_t sc[UNROLL][ROWS];
+    uint4 wn[UNROLL][ROWS][V] = {};
+    uint32_t sn[UNROLL][ROWS] = {};
+    if (b + kStep < nb) load_step(b + kStep, wn, sn);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+      if (b + u * THREADS < nb) quant_step<D, ROWS>(wv[u], sc[u], xq, xds, b + u * THREADS, acc);
+    b += kStep;
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) load_block<QB, SB>(qr[r], sr[r], b + u * THREADS, wv[u][r], sc[u][r]);
+      for (int r = 0; r < ROWS; ++r) {
+        sc[u][r] = sn[u][r];
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) quant_step<D, ROWS>(wv[u], sc[u], xq, xds, b + u * THREADS, acc);
-  }
-  for (; b < nb; b += THREADS) {
-    uint4 wv[ROWS][V];
-    uint32_t sc[ROWS];
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) load_block<QB, SB>(qr[r], sr[r], b, wv[r], sc[r]);
-    quant_step<D, ROWS>(wv, sc, xq, xds, b, acc);
+        for (int v = 0; v < V; ++v) wv[u][r][v] = wn[u][r][v];
+      }
   }
   block_sum_store<THREADS, ROWS>(acc, y, row0, n, accumulate);
+}
+
+// Resident blocks per SM of a kernel (cached per instantiation: Tessera drives one device per process).
+template <typename Kernel>
+int blocks_per_sm(Kernel kernel, int threads) {
+  int blocks = 0;
+  TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0));
+  return blocks;
 }
 
 template <DType D, int I>
 void launch_shape(const LaunchArgs& a) {
   constexpr Shape s = kShapes[I];
+  // Capped only where 64 registers hold the pipeline without spills (ptxas, -Xptxas --warn-on-spills): 4-bit formats
+  // at 4 vectors per step (the defaults that need it). q8_0 at 2 rows and q4_1 at 2 vectors per step spilled.
+  constexpr bool kCappable = QuantFmt<D>::kQuantBytes == 16 && s.rows * s.unroll == 4;
   const int n = static_cast<int>(a.w->n), k = static_cast<int>(a.w->k);
   const dim3 grid(ceil_div(n, s.rows));
-  launch("gemv_quant_kernel", gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch>, grid, dim3(s.threads), 0,
-         a.stream, a.w->quants.as<uint8_t>(), a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, a.accumulate);
+  auto plain = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, false>;
+  auto kernel = plain;
+  if constexpr (kCappable) {
+    static const int plain_per_sm = blocks_per_sm(plain, s.threads);
+    if (static_cast<int64_t>(grid.x) > static_cast<int64_t>(plain_per_sm) * sm_count())
+      kernel = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, true>;
+  }
+  launch("gemv_quant_kernel", kernel, grid, dim3(s.threads), 0, a.stream, a.w->quants.as<uint8_t>(),
+         a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, a.accumulate);
 }
 
 template <DType D, size_t... I>
