@@ -3,11 +3,12 @@
 //
 // What differs from the one-token decoder (backend_cuda.cpp):
 // - matmuls go through kernels_rows.h's matmul (f32 activations for every weight format: no 8-bit copies here),
-//   except in PREFILL where an rmsnorm or swiglu output read only by matmuls whose weights take a 16-bit x is written
-//   by its producer directly in 16 bits (matmul_x16): at t = 2048 of Llama-3-8B that removes ~0.45 GB of f32
-//   traffic per layer (the f32 writes and matmul's conversion passes). TESSERA_CUDA_X16=0: off;
+//   except where an rmsnorm or swiglu output read only by matmuls whose weights take a 16-bit x is written by its
+//   producer directly in 16 bits (matmul_x16; runs of at least matmul_x16_min_t rows: prefill, and batched decode of
+//   B >= 5 float or >= 41 quantized rows): at t = 2048 of Llama-3-8B that removes ~0.45 GB of f32 traffic per layer
+//   (the f32 writes and matmul's conversion passes). TESSERA_CUDA_X16=0: off;
 // - matmuls whose outputs feed rope/cache stores are merged (q|k|v): their [t, Nq + Nk + Nv] output is read with a
-//   row stride by rope_store_kv_rows and the attention kernels; in PREFILL gate|up are merged too (swiglu_rows reads
+//   row stride by rope_store_kv_rows and the attention kernels; gate|up are merged too (swiglu_rows reads
 //   the two halves of the [t, 2 * ff] output with a row stride; TESSERA_CUDA_MERGE_GATE_UP=0: separate);
 // - activations are recycled: a buffer returns to a free list after the last node reading it (fused readers such as
 //   the attention reading q, k and v through rope/store nodes count), so T = 512 rows of a 32-layer model need a few
@@ -46,8 +47,8 @@ struct CudaRowsExecutor::Impl {
   cudaStream_t stream = nullptr;
   int64_t T = 0;
   bool fuse = true;
-  bool x16 = true;            // PREFILL: producers write matmul_x16's 16-bit input (TESSERA_CUDA_X16=0: off)
-  bool merge_gate_up = true;  // PREFILL: gate|up as one matmul (TESSERA_CUDA_MERGE_GATE_UP=0: off)
+  bool x16 = true;            // producers write matmul_x16's 16-bit input (TESSERA_CUDA_X16=0: off)
+  bool merge_gate_up = true;  // gate|up as one matmul (TESSERA_CUDA_MERGE_GATE_UP=0: off)
   // A tensor read only by matmuls whose weights take a 16-bit x: its copy in `type`, written by its producer instead
   // of the f32 tensor when a run has at least min_t rows (below that the multi-row GEMV of matmul reads f32 x).
   struct X16 {
@@ -174,7 +175,7 @@ struct CudaRowsExecutor::Impl {
 // The 16-bit copy of tensor `tid` (allocated here, as long-lived as the tensor's readers) when every reader is a
 // matmul whose weight takes the same 16-bit x (bf16 or quantized: bf16; f16: f16), else X16{} (buf nullptr).
 CudaRowsExecutor::Impl::X16 CudaRowsExecutor::Impl::plan_x16(int tid) {
-  if (!x16 || mode != RowsMode::PREFILL) return {};
+  if (!x16) return {};
   const graph::Tensor& t = g.tensor(tid);
   const auto& co = consumers[static_cast<size_t>(tid)];
   if (t.is_output || t.dtype != DType::F32 || co.empty()) return {};
@@ -198,10 +199,10 @@ CudaRowsExecutor::Impl::X16 CudaRowsExecutor::Impl::plan_x16(int tid) {
   return h;
 }
 
-// The up-projection matmul to merge with gate matmul `id` (PREFILL): both read the same input, and their outputs
+// The up-projection matmul to merge with gate matmul `id`: both read the same input, and their outputs
 // are swiglu's gate and up and nothing else's; -1 when there is none.
 int CudaRowsExecutor::Impl::gate_up_partner(int id) const {
-  if (!fuse || !merge_gate_up || mode != RowsMode::PREFILL) return -1;
+  if (!fuse || !merge_gate_up) return -1;
   const graph::Node& n = g.node(id);
   const auto& co = consumers[static_cast<size_t>(n.output)];
   if (co.size() != 1) return -1;
