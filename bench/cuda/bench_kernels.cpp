@@ -377,11 +377,13 @@ void Bench::attention() {
     std::vector<int32_t> ctxs;
   };
   const std::vector<Case> cases = {{"llama3-8b", 32, 8, 128, 8192, {128, 512, 1024, 4096, 8192}},
-                                   {"smollm2-135m", 9, 3, 64, 8192, {64, 256, 512, 1024, 4096}}};
-  // attn: attn_decode alone; pair: rope_store_kv + attn_decode (the unfused layer); fused: attn_decode_rope.
-  // v3 us / v3 fused: the same with TESSERA_CUDA_ATTN_V1=1 (the kernel before v4), measured in the same run.
-  fmt::print("\n{:<24} {:>6} {:>10} {:>12} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9}\n", "attn_decode (bf16 cache)", "ctx",
-             "us", "(min-max)", "GB/s", "%copy", "pair us", "fused us", "v3 us", "v3 fused");
+                                   {"llama3.2-1b", 32, 8, 64, 8192, {128, 512, 2048}},
+                                   {"smollm2-135m", 9, 3, 64, 8192, {64, 128, 256, 512, 1024, 2048, 4096}}};
+  // us / fused: attn_decode / attn_decode_rope (rope + cache store fused in, as the decoder runs it), v5 (default);
+  // v4: the same with TESSERA_CUDA_ATTN_V4=1; fused e0 / c8: v5 fused with TESSERA_CUDA_ATTN_EARLY=0 (no loads
+  // before pdl_wait) / TESSERA_CUDA_ATTN_CLUSTER=8 (clusters, opt-in). All switches are read at launch, so at capture.
+  fmt::print("\n{:<18} {:>5} {:>7} {:>12} {:>6} {:>8} {:>8} {:>9} {:>9} {:>9}\n", "attn_decode (bf16)", "ctx", "us",
+             "(min-max)", "%copy", "fused", "v4", "v4 fused", "fused e0", "fused c8");
   for (const Case& c : cases) {
     const uint64_t layer_bytes = 2ull * c.n_kv * c.n_ctx * c.hd * 2;
     const int layers = std::clamp(rotation(layer_bytes / 4), 2, 16);  // rotate over several layers' caches
@@ -408,52 +410,49 @@ void Bench::attention() {
       pos.upload(&p, 4);
       synchronize();
       const int n = std::max(layers, 16);
-      const Timing t = time_graph(
-          [&](int i) {
-            attn_decode(q.as<float>(), view(i), pos.as<int32_t>(), out.as<float>(), c.n_head, scale, ws, stream_);
-          },
-          n);
-      const Timing tp = time_graph(
-          [&](int i) {
-            rope_store_kv(q.as<float>(), kn.as<float>(), vn.as<float>(), view(i), pos.as<int32_t>(), c.n_head, c.hd,
-                          inv.as<float>(), false, stream_);
-            attn_decode(q.as<float>(), view(i), pos.as<int32_t>(), out.as<float>(), c.n_head, scale, ws, stream_);
-          },
-          n);
-      const Timing tf = time_graph(
-          [&](int i) {
-            attn_decode_rope(q.as<float>(), kn.as<float>(), vn.as<float>(), view(i), pos.as<int32_t>(), c.hd,
-                             inv.as<float>(), false, out.as<float>(), c.n_head, scale, ws, stream_);
-          },
-          n);
-      const char* prior = std::getenv("TESSERA_CUDA_ATTN_V1");
-      const std::string prior_v = prior ? prior : "";
-      setenv("TESSERA_CUDA_ATTN_V1", "1", 1);  // read at launch, so at capture
-      const Timing t1 = time_graph(
-          [&](int i) {
-            attn_decode(q.as<float>(), view(i), pos.as<int32_t>(), out.as<float>(), c.n_head, scale, ws, stream_);
-          },
-          n);
-      const Timing tf1 = time_graph(
-          [&](int i) {
-            attn_decode_rope(q.as<float>(), kn.as<float>(), vn.as<float>(), view(i), pos.as<int32_t>(), c.hd,
-                             inv.as<float>(), false, out.as<float>(), c.n_head, scale, ws, stream_);
-          },
-          n);
-      if (prior)
-        setenv("TESSERA_CUDA_ATTN_V1", prior_v.c_str(), 1);
-      else
-        unsetenv("TESSERA_CUDA_ATTN_V1");
+      auto plain = [&] {
+        return time_graph(
+            [&](int i) {
+              attn_decode(q.as<float>(), view(i), pos.as<int32_t>(), out.as<float>(), c.n_head, scale, ws, stream_);
+            },
+            n);
+      };
+      auto fused = [&] {
+        return time_graph(
+            [&](int i) {
+              attn_decode_rope(q.as<float>(), kn.as<float>(), vn.as<float>(), view(i), pos.as<int32_t>(), c.hd,
+                               inv.as<float>(), false, out.as<float>(), c.n_head, scale, ws, stream_);
+            },
+            n);
+      };
+      // Runs f with the switch `name` set to `value` (restoring it afterwards).
+      auto with_env = [](const char* name, const char* value, auto&& f) {
+        const char* prior = std::getenv(name);
+        const std::string prior_v = prior ? prior : "";
+        setenv(name, value, 1);
+        const Timing t = f();
+        if (prior)
+          setenv(name, prior_v.c_str(), 1);
+        else
+          unsetenv(name);
+        return t;
+      };
+      const Timing t = plain(), tf = fused();
+      const Timing t4 = with_env("TESSERA_CUDA_ATTN_V4", "1", plain);
+      const Timing tf4 = with_env("TESSERA_CUDA_ATTN_V4", "1", fused);
+      const Timing tfe = with_env("TESSERA_CUDA_ATTN_EARLY", "0", fused);
+      const Timing tfc = with_env("TESSERA_CUDA_ATTN_CLUSTER", "8", fused);
       const uint64_t bytes = 2ull * c.n_kv * ctx * c.hd * 2 + 2ull * c.n_head * c.hd * 4;
       record({{"kind", "attn_decode"}, {"model", c.name}, {"ctx", ctx}, {"max_splits", ws.max_splits()}}, t, bytes);
-      record({{"kind", "rope_store_kv+attn_decode"}, {"model", c.name}, {"ctx", ctx}}, tp, bytes);
       record({{"kind", "attn_decode_rope"}, {"model", c.name}, {"ctx", ctx}}, tf, bytes);
-      record({{"kind", "attn_decode_v3"}, {"model", c.name}, {"ctx", ctx}}, t1, bytes);
-      record({{"kind", "attn_decode_rope_v3"}, {"model", c.name}, {"ctx", ctx}}, tf1, bytes);
+      record({{"kind", "attn_decode_v4"}, {"model", c.name}, {"ctx", ctx}}, t4, bytes);
+      record({{"kind", "attn_decode_rope_v4"}, {"model", c.name}, {"ctx", ctx}}, tf4, bytes);
+      record({{"kind", "attn_decode_rope_no_early"}, {"model", c.name}, {"ctx", ctx}}, tfe, bytes);
+      record({{"kind", "attn_decode_rope_cluster8"}, {"model", c.name}, {"ctx", ctx}}, tfc, bytes);
       small_us_[fmt::format("attn {} {}", c.name, ctx)] = t.us;
       const double gbps = bytes / (t.us * 1e-6) / 1e9;
-      fmt::print("{:<24} {:>6} {:>10.2f} {:>5.1f}-{:<6.1f} {:>8.0f} {:>6.1f}% {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f}\n",
-                 c.name, ctx, t.us, t.min_us, t.max_us, gbps, 100 * gbps / copy_gbps_, tp.us, tf.us, t1.us, tf1.us);
+      fmt::print("{:<18} {:>5} {:>7.2f} {:>5.2f}-{:<6.2f} {:>5.1f}% {:>8.2f} {:>8.2f} {:>9.2f} {:>9.2f} {:>9.2f}\n",
+                 c.name, ctx, t.us, t.min_us, t.max_us, 100 * gbps / copy_gbps_, tf.us, t4.us, tf4.us, tfe.us, tfc.us);
     }
   }
 }

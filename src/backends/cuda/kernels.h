@@ -204,7 +204,9 @@ class AttnWorkspace {
 };
 
 // out[h, :] = softmax(scale * q[h, :] · K[0..pos, kvh, :]ᵀ) · V[0..pos, kvh, :]. hd in {64, 128, 256}. A pos outside
-// [0, n_ctx) yields NaNs.
+// [0, n_ctx) yields NaNs. Ordering contract (programmatic dependent launch): this and attn_decode_rope read pos and
+// the cache below pos before waiting on the previous kernel in the stream (attn_decode.cu, v5 early loads), so that
+// kernel must write neither pos nor the cache below pos (the decoders copy pos from the host before the step).
 void attn_decode(const float* q /*[n_head, hd]*/, const KvCacheView& cache, const int32_t* pos /*[1]*/,
                  float* out /*[n_head, hd]*/, int64_t n_head, float scale, AttnWorkspace& ws, cudaStream_t stream);
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -14,19 +15,26 @@
 namespace tessera::cuda::test {
 namespace {
 
-// Runs body once per decode attention kernel: v4 (the default) and v3 (TESSERA_CUDA_ATTN_V1=1, read at launch).
+// Runs body once per decode attention kernel: v5 (the default), v4 (TESSERA_CUDA_ATTN_V4=1) and v3
+// (TESSERA_CUDA_ATTN_V1=1); the switches are read at launch.
 template <typename F>
 void for_each_attn_version(F&& body) {
-  for (bool v3 : {false, true}) {
-    SCOPED_TRACE(v3 ? "attention v3 (TESSERA_CUDA_ATTN_V1=1)" : "attention v4");
-    if (v3)
+  for (const char* v : {"v5", "v4", "v3"}) {
+    SCOPED_TRACE(::testing::Message() << "attention " << v);
+    const std::string version(v);
+    if (version == "v3")
       setenv("TESSERA_CUDA_ATTN_V1", "1", 1);
     else
       unsetenv("TESSERA_CUDA_ATTN_V1");
+    if (version == "v4")
+      setenv("TESSERA_CUDA_ATTN_V4", "1", 1);
+    else
+      unsetenv("TESSERA_CUDA_ATTN_V4");
     body();
     if (::testing::Test::HasFatalFailure()) break;
   }
   unsetenv("TESSERA_CUDA_ATTN_V1");
+  unsetenv("TESSERA_CUDA_ATTN_V4");
 }
 
 struct RopeCase {
@@ -252,11 +260,35 @@ void random_prefix(const FusedCase& c, std::mt19937& rng, std::vector<uint16_t>&
       }
 }
 
+// One fused launch at c.pos over a random prefix, checked as check_fused_result.
+void check_fused(const FusedCase& c, std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " heads " << c.n_head << "/" << c.n_kv << " hd " << c.hd
+                                    << " rope_dim " << c.rope_dim << " neox " << c.neox << " n_ctx " << c.n_ctx
+                                    << " pos " << c.pos);
+  std::vector<uint16_t> kc_h, vc_h;
+  random_prefix(c, rng, kc_h, vc_h);
+  const auto q = random_floats(rng, c.n_head * c.hd, -2.0f, 2.0f);
+  const auto k = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+  const auto v = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+  const auto inv_freq = llama_inv_freq(c.rope_dim, 500000.0);
+  DeviceBuffer qd = to_device(q), kd = to_device(k), vd = to_device(v), fd = to_device(inv_freq);
+  DeviceBuffer kc = to_device(kc_h), vc = to_device(vc_h), posd = to_device(std::vector<int32_t>{c.pos});
+  DeviceBuffer out = poisoned(sizeof(float) * q.size());
+  const KvCacheView cache{c.dtype, kc.get(), vc.get(), c.n_ctx, c.n_kv, c.hd};
+  AttnWorkspace ws(c.n_head, cache);
+  attn_decode_rope(qd.as<float>(), kd.as<float>(), vd.as<float>(), cache, posd.as<int32_t>(), c.rope_dim,
+                   fd.as<float>(), c.neox, out.as<float>(), c.n_head, 1.0f / std::sqrt(float(c.hd)), ws, nullptr);
+  synchronize();
+  ASSERT_EQ(to_host<float>(qd, q.size()), q);  // q is only read
+  check_fused_result(c, q, k, v, inv_freq, kc_h, vc_h, to_host<uint16_t>(kc, kc_h.size()),
+                     to_host<uint16_t>(vc, vc_h.size()), to_host<float>(out, q.size()));
+}
+
 TEST(CudaAttention, DecodeRopeMatchesReference) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
   // v3: one block per kv head up to 256 positions (hd 64, groups <= 4) or 128 (hd 128), chunks with a combine beyond;
-  // v4 the same.
+  // v4 and v5 the same (v5's opt-in clusters: DecodeV5ClusterSizesAndEarlyLoads).
   const FusedCase cases[] = {
       {DType::F16, 9, 3, 64, 512, 64, false, 0},       {DType::BF16, 9, 3, 64, 512, 64, true, 37},
       {DType::F16, 9, 3, 64, 512, 64, false, 255},     {DType::BF16, 9, 3, 64, 512, 64, false, 256},
@@ -271,29 +303,43 @@ TEST(CudaAttention, DecodeRopeMatchesReference) {
   };
   for_each_attn_version([&] {
     for (const FusedCase& c : cases) {
-      SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " heads " << c.n_head << "/" << c.n_kv << " hd "
-                                        << c.hd << " rope_dim " << c.rope_dim << " neox " << c.neox << " n_ctx "
-                                        << c.n_ctx << " pos " << c.pos);
-      std::vector<uint16_t> kc_h, vc_h;
-      random_prefix(c, rng, kc_h, vc_h);
-      const auto q = random_floats(rng, c.n_head * c.hd, -2.0f, 2.0f);
-      const auto k = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
-      const auto v = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
-      const auto inv_freq = llama_inv_freq(c.rope_dim, 500000.0);
-      DeviceBuffer qd = to_device(q), kd = to_device(k), vd = to_device(v), fd = to_device(inv_freq);
-      DeviceBuffer kc = to_device(kc_h), vc = to_device(vc_h), posd = to_device(std::vector<int32_t>{c.pos});
-      DeviceBuffer out = poisoned(sizeof(float) * q.size());
-      const KvCacheView cache{c.dtype, kc.get(), vc.get(), c.n_ctx, c.n_kv, c.hd};
-      AttnWorkspace ws(c.n_head, cache);
-      attn_decode_rope(qd.as<float>(), kd.as<float>(), vd.as<float>(), cache, posd.as<int32_t>(), c.rope_dim,
-                       fd.as<float>(), c.neox, out.as<float>(), c.n_head, 1.0f / std::sqrt(float(c.hd)), ws, nullptr);
-      synchronize();
-      ASSERT_EQ(to_host<float>(qd, q.size()), q);  // q is only read
-      check_fused_result(c, q, k, v, inv_freq, kc_h, vc_h, to_host<uint16_t>(kc, kc_h.size()),
-                         to_host<uint16_t>(vc, vc_h.size()), to_host<float>(out, q.size()));
+      check_fused(c, rng);
       if (HasFatalFailure()) return;
     }
   });
+}
+
+// v5's paths one by one: cluster sizes 8, 2 and 4 (TESSERA_CUDA_ATTN_CLUSTER), none, and the early loads off
+// (TESSERA_CUDA_ATTN_EARLY=0), plain and fused, at the cluster thresholds: two tiles (the single-block limit: 256
+// positions for SmolLM2 heads, 128 for 2 kv heads of 128, 64 for a group of 8 at hd 256), 8 smallest chunks (the
+// last context one cluster of 8 takes: 2048 / 1024 / 512) and past them (the global combine); Llama-3-8B heads
+// (8 kv heads: no clusters) with the early loads.
+TEST(CudaAttention, DecodeV5ClusterSizesAndEarlyLoads) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  struct Mode {
+    const char* cluster;
+    const char* early;
+  };
+  const Mode modes[] = {{"8", "1"}, {"2", "1"}, {"4", "1"}, {"8", "0"}, {"1", "1"}};
+  for (const Mode& m : modes) {
+    SCOPED_TRACE(::testing::Message() << "cluster " << m.cluster << " early " << m.early);
+    setenv("TESSERA_CUDA_ATTN_CLUSTER", m.cluster, 1);
+    setenv("TESSERA_CUDA_ATTN_EARLY", m.early, 1);
+    for (int32_t p : {63, 64, 255, 256, 511, 1023, 2047, 2048, 2100})
+      check_attention({DType::BF16, 9, 3, 64, 2200, p}, rng);
+    for (int32_t p : {127, 128, 129, 700, 1023, 1024}) check_attention({DType::F16, 8, 2, 128, 1100, p}, rng);
+    for (int32_t p : {31, 128, 1023}) check_attention({DType::F16, 32, 8, 128, 1100, p}, rng);
+    for (int32_t p : {63, 64, 200, 511, 512}) check_attention({DType::F16, 16, 2, 256, 700, p}, rng);
+    for (int32_t p : {64, 255, 256, 300, 2047, 2048}) check_fused({DType::BF16, 9, 3, 64, 2200, 64, false, p}, rng);
+    check_fused({DType::F16, 8, 2, 128, 1100, 128, true, 700}, rng);
+    check_fused({DType::F16, 32, 8, 128, 1100, 128, true, 700}, rng);
+    check_fused({DType::BF16, 8, 2, 128, 300, 64, true, 200}, rng);    // partial rotation
+    check_fused({DType::F16, 16, 2, 256, 700, 256, false, 400}, rng);  // 8 heads of 256 combined in the cluster
+    if (HasFatalFailure()) break;
+  }
+  unsetenv("TESSERA_CUDA_ATTN_CLUSTER");
+  unsetenv("TESSERA_CUDA_ATTN_EARLY");
 }
 
 // The decode pattern: one attn_decode_rope captured in a CUDA graph, replayed for tokens at positions 0..259, then
