@@ -222,6 +222,83 @@ TEST(CudaGemv, SwigluEpilogueEqualsGemvThenSwiglu) {
   EXPECT_THROW(gemv(q, in, y.as<float>(), nullptr), Error);
 }
 
+// The fused RMSNorm at one launch shape against rmsnorm-then-GEMV in double (FusedRmsnormMatchesNormThenGemv's
+// reference and tolerance).
+void check_gemv_norm(DType dtype, int64_t n, int64_t k, const GemvConfig& c, std::mt19937& rng) {
+  const auto w_host = random_weight(rng, dtype, n, k);
+  const auto x = random_floats(rng, k, -3.0f, 3.0f), g = random_floats(rng, k, 0.5f, 1.5f);
+  DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
+  DeviceBuffer xd = to_device(x), gd = to_device(g);
+  std::vector<double> xn_d(k);
+  rmsnorm_ref(x.data(), g.data(), xn_d.data(), 1, k, 1e-5f);
+  std::vector<float> xn(xn_d.begin(), xn_d.end());
+  std::vector<double> ref, mag;
+  gemv_ref(dtype, w_host, n, k, xn.data(), ref, mag);
+  DeviceBuffer yd = poisoned(sizeof(float) * n);
+  GemvInput in;
+  in.f32 = xd.as<float>();
+  in.norm_w = gd.as<float>();
+  in.norm_eps = 1e-5f;
+  gemv(w, in, yd.as<float>(), nullptr, &c);
+  synchronize();
+  const auto y = to_host<float>(yd, n);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_NEAR(y[i], ref[i], 1e-5 * mag[i] + 2e-6 * std::fabs(ref[i]) + 1e-30) << "row " << i;
+}
+
+// The SwiGLU epilogue with the fused RMSNorm over a [gate; up] weight of 2f rows, bit for bit against the plain GEMV
+// of the same launch shape then swiglu.
+void check_swiglu_bitwise(DType dtype, int64_t f, int64_t k, const GemvConfig& c, std::mt19937& rng) {
+  const auto w_host = random_weight(rng, dtype, 2 * f, k);
+  const auto x = random_floats(rng, k, -3.0f, 3.0f), g = random_floats(rng, k, 0.5f, 1.5f);
+  DeviceWeight w = upload_weight(dtype, w_host.data(), 2 * f, k);
+  DeviceBuffer xd = to_device(x), gd = to_device(g);
+  GemvInput in;
+  in.f32 = xd.as<float>();
+  in.norm_w = gd.as<float>();
+  in.norm_eps = 1e-5f;
+  DeviceBuffer both = poisoned(sizeof(float) * 2 * f), want = poisoned(sizeof(float) * f);
+  gemv(w, in, both.as<float>(), nullptr, &c);
+  swiglu(both.as<float>(), both.as<float>() + f, want.as<float>(), f, nullptr);
+  in.swiglu = true;
+  DeviceBuffer got = poisoned(sizeof(float) * f);
+  gemv(w, in, got.as<float>(), nullptr, &c);
+  synchronize();
+  const auto a = to_host<float>(got, f), b = to_host<float>(want, f);
+  for (int64_t i = 0; i < f; ++i) {
+    ASSERT_FALSE(std::isnan(b[i])) << "row " << i;
+    ASSERT_EQ(a[i], b[i]) << "row " << i;
+  }
+}
+
+// Grids of exactly one wave of the capped float kernel (1024 / threads blocks per SM, at most 64 registers): for the
+// launch shapes that have a capped copy (16-bit weights, rows * unroll <= 4; gemv_float_kernel.cuh), gemv_float.cu
+// launches it wherever the plain kernel holds fewer blocks per SM (the fused RMSNorm at most of these shapes: 67-95
+// registers), so these grids run it. k = 1056 leaves a partial last step. The plain GEMV of the SwiGLU check has
+// twice the grid and stays uncapped: capping changes register allocation, not the arithmetic.
+TEST(CudaGemv, FloatCappedGridsMatchReference) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const auto devices = list_devices();
+  ASSERT_FALSE(devices.empty());
+  const int64_t sms = devices[0].sm_count, k = 1056;
+  int checked = 0;
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    for (const GemvConfig& c : gemv_configs()) {
+      if (c.rows * c.unroll > 4 || c.prefetch != 0) continue;
+      const int64_t blocks = 1024 / c.threads * sms;
+      SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " blocks=" << blocks << " config=" << c.threads << "/"
+                                        << c.rows << "/" << c.unroll);
+      check_gemv(dtype, blocks * c.rows, k, &c, rng);
+      check_gemv_norm(dtype, blocks * c.rows, k, c, rng);
+      if (c.rows % 2 == 0 && c.threads >= 128) check_swiglu_bitwise(dtype, blocks * c.rows / 2, k, c, rng);
+      if (HasFatalFailure()) return;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
 TEST(CudaGemv, AccumulateAddsToOutput) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());

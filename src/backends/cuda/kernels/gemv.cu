@@ -101,6 +101,13 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
     return q8 ? GemvConfig{64, 2, 1, 0} : GemvConfig{128, 4, 1, 0};
   }
   const int64_t vectors = k * (dtype == DType::F32 ? 4 : 2) / 16;  // 16-byte loads per row
+  if (dtype != DType::F32) {
+    // The pipelined kernel (gemv_float_kernel.cuh) from its H100 sweep (bench/cuda/experiments/gemv_float_sweep.cu,
+    // 2026-11-22, bf16): four rows, one vector per row per step (the pipeline keeps the next step in flight) was the
+    // best or within ~3% of it at every SmolLM2, Llama-3.2-1B and Llama-3-8B shape; 256 threads for rows of >= 512
+    // vectors (K >= 4096), 128 below. The previous default (256/2/2) lost 2-9% with the pipeline.
+    return vectors >= 512 ? GemvConfig{256, 4, 1, 0} : GemvConfig{128, 4, 1, 0};
+  }
   if (vectors >= 384) return {256, 2, 2, 0};
   if (vectors >= 128) return {128, 2, 2, 0};
   return {128, 4, 2, 0};  // short rows: latency-bound; four rows per block keep the block count low
