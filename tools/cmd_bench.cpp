@@ -3,6 +3,9 @@
 // sequences together (B tokens per step, rows named tg<N>xB, B·N tokens per run). Each test runs once to warm
 // up, then -r times; rows report the median tok/s and its spread, the achieved GB/s of weight bytes and TFLOP/s,
 // peak memory, and the measured limit next to them. --ceilings measures only the limits.
+// On CUDA, tg decodes greedily with the argmax on the device (Session::decode_greedy / decode_batch_greedy: the next
+// token comes back, not the logits), as a generation loop and the PyTorch peers do; --host-logits copies every step's
+// logits to the host instead (what decode / decode_batch return; B * n_vocab floats per step).
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -31,6 +34,7 @@ struct BenchFlags {
   std::string device = "cpu";
   int64_t ubatch = 512;  // prefill chunk (n_batch)
   int64_t batch = 1;     // sequences decoded together by tg
+  bool host_logits = false;  // CUDA tg: copy the logits to the host every step instead of the device argmax
   std::string kv_type = "f16";
   bool json = false;
   bool ceilings_only = false;
@@ -182,13 +186,18 @@ int run(const BenchFlags& f) {
     fmt::print(stderr, "tessera: {} (1 warm-up + {} repeats)\n", r.test, f.repeats);
     r.seconds = time_runs(f.repeats, [&] {
       for (int64_t s = 0; s < b; ++s) session.truncate(s, 0);
+      const bool greedy = f.device == "cuda" && !f.host_logits;
       if (b == 1) {
-        for (int32_t id : ids) session.decode(id);
+        for (int32_t id : ids) greedy ? (void)session.decode_greedy(id) : (void)session.decode(id);
         return;
       }
-      for (int64_t i = 0; i < f.n_gen; ++i)
-        session.decode_batch(std::span<const int32_t>(ids).subspan(static_cast<size_t>(i * b), static_cast<size_t>(b)),
-                             seqs);
+      for (int64_t i = 0; i < f.n_gen; ++i) {
+        const auto step = std::span<const int32_t>(ids).subspan(static_cast<size_t>(i * b), static_cast<size_t>(b));
+        if (greedy)
+          session.decode_batch_greedy(step, seqs);
+        else
+          session.decode_batch(step, seqs);
+      }
     });
     r.peak_host = peak_host_bytes();
     rows.push_back(std::move(r));
@@ -224,6 +233,7 @@ int run(const BenchFlags& f) {
         {"n_threads", session.n_threads()},
         {"n_batch", session.n_batch()},
         {"batch", r.batch},
+        {"tg_logits", f.device == "cuda" && !f.host_logits ? "device argmax" : "host"},
         {"kv_type", session.kv_dtype()},
         {"n_prompt", r.n_prompt},
         {"n_gen", r.n_gen},
@@ -254,8 +264,9 @@ int run(const BenchFlags& f) {
   }
   fmt::print("model   {} ({}), {} of weights, {} matmuls\n", model_label(model), model.path(), human_bytes(model_bytes),
              decode0.matmul_dtype);
-  fmt::print("device  {}, {} threads, ubatch {}, batch {}, kv {}; {} repeats after 1 warm-up\n\n", f.device,
-             session.n_threads(), session.n_batch(), f.batch, session.kv_dtype(), f.repeats);
+  fmt::print("device  {}, {} threads, ubatch {}, batch {}, kv {}{}; {} repeats after 1 warm-up\n\n", f.device,
+             session.n_threads(), session.n_batch(), f.batch, session.kv_dtype(),
+             f.device == "cuda" && !f.host_logits ? ", tg: greedy argmax on the device" : "", f.repeats);
   fmt::print("| {:<7} | {:>20} | {:>9} | {:>8} | {:>8} | {:>10} |\n", "test", "tok/s (median ± sd)", "ms/run", "GB/s",
              "TFLOP/s", "% of limit");
   fmt::print("| {:-<7} | {:->20} | {:->9} | {:->8} | {:->8} | {:->10} |\n", "", "", "", "", "", "");
@@ -292,6 +303,9 @@ const int registered = register_command(
        app.add_option("-b,--batch", f->batch,
                       "Sequences decoded together by tg (default 1): rows tg<N>xB report B*N tokens/s");
        app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default) or f32");
+       app.add_flag("--host-logits", f->host_logits,
+                    "CUDA tg: copy every step's logits to the host (decode / decode_batch) instead of taking the "
+                    "greedy argmax on the device (the default there, as a generation loop does)");
        app.add_flag("--json", f->json, "Print a JSON array of rows (test, tok_s, tok_s_stddev, gbps, tflops, ...)");
        app.add_flag("--ceilings", f->ceilings_only,
                     "Measure only this machine's limits: memory bandwidth and GEMM rate per dtype");

@@ -110,6 +110,10 @@ class Session {
   // valid until the next call. Error when ids would overflow the context or an id is outside the vocabulary.
   std::span<const float> eval(std::span<const int32_t> ids);
   std::span<const float> decode(int32_t id) { return eval(std::span<const int32_t>(&id, 1)); }
+  // Greedy decoding: appends `id` and returns the next token, the argmax of the logits (the first on ties). On CUDA
+  // the argmax runs on the device and only the id comes back (what a generation loop needs; no logits copy), so
+  // logits() may be empty afterwards, until the next logits-returning call.
+  int32_t decode_greedy(int32_t id);
   std::span<const float> logits() const;  // of the last evaluated token ([] before any)
   // Appends `ids` and returns the logits of every one of them: [ids.size() * n_vocab], row-major.
   std::vector<float> eval_all_logits(std::span<const int32_t> ids);
@@ -134,6 +138,10 @@ class Session {
   // [tokens.size() * n_vocab] row-major, valid until the next call. Error for a repeated or unknown slot, a full
   // context or a token outside the vocabulary (then nothing is evaluated).
   std::span<const float> decode_batch(std::span<const int32_t> tokens, std::span<const int32_t> seqs);
+  // The same step for greedy decoding: returns each row's next token (the argmax of its logits, the first on ties),
+  // computed on the device on CUDA (B ids come back instead of B * n_vocab logits; the slots' logits() may then be
+  // empty). Errors as decode_batch.
+  std::vector<int32_t> decode_batch_greedy(std::span<const int32_t> tokens, std::span<const int32_t> seqs);
   // Generates for several prompts together (prompt i in slot i, reset first; at most n_seq prompts): prefill each,
   // then batched decode steps until every sequence stops. Sequence i samples with seed + i (fresh seeds when the
   // seed is kRandomSeed); stop strings and end-of-generation apply per sequence.

@@ -93,6 +93,15 @@ std::span<const float> Session::decode_batch(std::span<const int32_t> tokens, st
   return impl_->engine->decode_batch(tokens, seqs);
 }
 
+std::vector<int32_t> Session::decode_batch_greedy(std::span<const int32_t> tokens, std::span<const int32_t> seqs) {
+  return impl_->engine->decode_batch_greedy(tokens, seqs);
+}
+
+int32_t Session::decode_greedy(int32_t id) {
+  const int32_t seq = 0;
+  return impl_->engine->decode_batch_greedy(std::span<const int32_t>(&id, 1), std::span<const int32_t>(&seq, 1))[0];
+}
+
 std::vector<GenerateResult> Session::generate_batch(std::span<const std::vector<int32_t>> prompts,
                                                     const GenerateOptions& options) {
   const Tokenizer* tok = impl_->model.has_tokenizer() ? &impl_->model.tokenizer() : nullptr;

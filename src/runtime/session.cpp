@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <optional>
 
@@ -221,11 +222,11 @@ std::span<const float> Engine::eval_seq(int64_t seq, std::span<const int32_t> id
   return logits_[s];
 }
 
-std::span<const float> Engine::decode_batch(std::span<const int32_t> ids, std::span<const int32_t> seqs) {
+void Engine::check_batch(std::span<const int32_t> ids, std::span<const int32_t> seqs) const {
   TESSERA_CHECK(!ids.empty(), "nothing to decode: the token list is empty");
   TESSERA_CHECK(ids.size() == seqs.size(), "batched decode got {} tokens for {} sequences", ids.size(), seqs.size());
-  const int64_t b = static_cast<int64_t>(ids.size());
-  TESSERA_CHECK(b <= o_.n_seq, "batched decode of {} tokens exceeds the {} sequences of this session", b, o_.n_seq);
+  TESSERA_CHECK(static_cast<int64_t>(ids.size()) <= o_.n_seq,
+                "batched decode of {} tokens exceeds the {} sequences of this session", ids.size(), o_.n_seq);
   const int64_t vocab = n_vocab();
   std::vector<bool> seen(static_cast<size_t>(o_.n_seq), false);
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -235,6 +236,51 @@ std::span<const float> Engine::decode_batch(std::span<const int32_t> ids, std::s
     TESSERA_CHECK(ids[i] >= 0 && ids[i] < vocab, "token id {} is outside the vocabulary of {} tokens", ids[i], vocab);
     TESSERA_CHECK(n_past(seqs[i]) < o_.n_ctx, "the context of sequence {} is full ({} tokens)", seqs[i], o_.n_ctx);
   }
+}
+
+// The index of the largest logit: the first on ties, NaNs skipped, 0 when every value is NaN (as the device's).
+static int32_t argmax_of(std::span<const float> l) {
+  int32_t best = -1;
+  for (size_t i = 0; i < l.size(); ++i)
+    if (!std::isnan(l[i]) && (best < 0 || l[i] > l[static_cast<size_t>(best)])) best = static_cast<int32_t>(i);
+  return best < 0 ? 0 : best;
+}
+
+std::vector<int32_t> Engine::decode_batch_greedy(std::span<const int32_t> ids, std::span<const int32_t> seqs) {
+  check_batch(ids, seqs);
+#ifdef TESSERA_HAVE_CUDA
+  if (cuda_) {
+    std::vector<int32_t> out;
+    if (ids.size() == 1 && seqs[0] == 0) {  // the decoder (CUDA graph, merged GEMVs) and its device argmax
+      cuda_->set_profile(profile_slot(1));
+      out.push_back(cuda_->decode_argmax(ids[0], n_past(0)));
+    } else {
+      std::vector<int32_t> pos(ids.size());
+      for (size_t i = 0; i < ids.size(); ++i) pos[i] = static_cast<int32_t>(n_past(seqs[i]));
+      cuda::CudaRowsExecutor& e = cuda_batch(static_cast<int64_t>(ids.size()));
+      e.set_profile(profile_slot(1));
+      const std::span<const int32_t> r = e.decode_rows_argmax(ids, seqs, pos);
+      out.assign(r.begin(), r.end());
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const size_t sq = static_cast<size_t>(seqs[i]);
+      tokens_[sq].push_back(ids[i]);
+      has_logits_[sq] = false;  // only the argmax came back
+    }
+    return out;
+  }
+#endif
+  const std::span<const float> l = decode_batch(ids, seqs);
+  const size_t vocab = static_cast<size_t>(n_vocab());
+  std::vector<int32_t> out(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) out[i] = argmax_of(l.subspan(i * vocab, vocab));
+  return out;
+}
+
+std::span<const float> Engine::decode_batch(std::span<const int32_t> ids, std::span<const int32_t> seqs) {
+  check_batch(ids, seqs);
+  const int64_t b = static_cast<int64_t>(ids.size());
+  const int64_t vocab = n_vocab();
   batch_logits_.resize(static_cast<size_t>(b * vocab));
 #ifdef TESSERA_HAVE_CUDA
   if (cuda_) {

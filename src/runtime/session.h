@@ -55,6 +55,10 @@ class Engine {
   // tokens[i] appended to slot seqs[i] (distinct slots), all in one step. Returns logits [B * n_vocab], row-major,
   // valid until the next call.
   std::span<const float> decode_batch(std::span<const int32_t> tokens, std::span<const int32_t> seqs);
+  // The same step for greedy decoding: returns each row's argmax (the first on ties) instead of logits. On CUDA the
+  // argmax runs on the device and only B token ids come back (no B * n_vocab copy); the slots' logits() are then
+  // empty there until their next logits-returning call.
+  std::vector<int32_t> decode_batch_greedy(std::span<const int32_t> tokens, std::span<const int32_t> seqs);
   std::span<const float> logits(int64_t seq = 0) const;
   void truncate(int64_t n) { truncate(0, n); }
   void truncate(int64_t seq, int64_t n);
@@ -66,6 +70,7 @@ class Engine {
  private:
   cpu::Plan& plan_for(int64_t n_tokens, bool all_logits, int64_t seq);
   void check_seq(int64_t seq) const;
+  void check_batch(std::span<const int32_t> ids, std::span<const int32_t> seqs) const;
   std::vector<uint64_t>* profile_slot(int64_t n_tokens);
 #ifdef TESSERA_HAVE_CUDA
   // One chunk of slot `seq` on the GPU: the decoder (slot 0, one token), a one-row batch (other slots) or the

@@ -90,6 +90,34 @@ TEST_F(BatchTest, DecodeBatchEqualsPerSequenceDecode) {
   EXPECT_LE(rel_diff(batch->logits(1), alone[1]->logits()), 1e-6);
 }
 
+// decode_batch_greedy (CPU: the logits' argmax taken on the host) picks each row's argmax of what decode_batch gives
+// for the same step in a twin engine, and fails like decode_batch on a bad batch.
+TEST_F(BatchTest, DecodeBatchGreedyIsTheArgmaxOfDecodeBatch) {
+  const size_t v = static_cast<size_t>(weights_.config().n_vocab);
+  auto a = make_engine(weights_, 64, 3), b = make_engine(weights_, 64, 3);
+  for (size_t s = 0; s < kPrompts.size(); ++s) {
+    a->eval_seq(static_cast<int64_t>(s), kPrompts[s]);
+    b->eval_seq(static_cast<int64_t>(s), kPrompts[s]);
+  }
+  const std::vector<std::vector<int32_t>> steps_seqs{{0, 1, 2}, {2, 0}, {1}};
+  int32_t next = 200;
+  for (const std::vector<int32_t>& seqs : steps_seqs) {
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < seqs.size(); ++i) ids.push_back(next++);
+    const std::span<const float> out = a->decode_batch(ids, seqs);
+    const std::vector<int32_t> got = b->decode_batch_greedy(ids, seqs);
+    ASSERT_EQ(got.size(), seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const auto row = out.subspan(i * v, v);
+      EXPECT_EQ(got[i], static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin())) << "row " << i;
+    }
+  }
+  for (size_t s = 0; s < kPrompts.size(); ++s) EXPECT_EQ(a->tokens(int64_t(s)), b->tokens(int64_t(s)));
+  EXPECT_THROW(b->decode_batch_greedy(std::vector<int32_t>{1}, std::vector<int32_t>{3}), Error);
+  EXPECT_THROW(b->decode_batch_greedy(std::vector<int32_t>{1, 2}, std::vector<int32_t>{0}), Error);
+  EXPECT_EQ(b->tokens(0).size(), a->tokens(0).size());  // the failed calls evaluated nothing
+}
+
 TEST_F(BatchTest, SlotsAreIndependent) {
   auto e = make_engine(weights_, 64, 2);
   e->eval_seq(0, kPrompts[0]);

@@ -103,6 +103,10 @@ class CudaRowsExecutor {
   // the logits [rows(), n_vocab], valid until the next call.
   std::span<const float> decode_rows(std::span<const int32_t> ids, std::span<const int32_t> seqs,
                                      std::span<const int32_t> pos);
+  // BATCH: the same step, but only each row's argmax comes back (computed on the device: [rows()] token ids, the
+  // first on ties), valid until the next call. Greedy decoding of B sequences copies B ids, not B * n_vocab logits.
+  std::span<const int32_t> decode_rows_argmax(std::span<const int32_t> ids, std::span<const int32_t> seqs,
+                                              std::span<const int32_t> pos);
 
   // As CudaDecoder::set_profile (index = node id of the graph this executor was built from).
   void set_profile(std::vector<uint64_t>* node_ns);

@@ -77,7 +77,8 @@ struct CudaRowsExecutor::Impl {
   int tokens_id = -1, positions_id = -1, logits_id = -1;
   int64_t vocab = 0, embd_rows = 0, ctx = 0, out_rows = 1;
   DeviceBuffer seq_dev;          // [T] i32 slot of every row
-  int32_t* host_io = nullptr;    // pinned [3 * T]: ids, positions, slots
+  int32_t* host_io = nullptr;    // pinned [4 * T]: ids, positions, slots, and decode_rows_argmax's answer
+  DeviceBuffer argmax_dev;       // [T] decode_rows_argmax's answer on the device
   float* host_logits = nullptr;  // pinned [out_rows, vocab]
   cudaGraph_t cgraph = nullptr;
   cudaGraphExec_t cexec = nullptr;
@@ -170,6 +171,9 @@ struct CudaRowsExecutor::Impl {
   void compile();
   void compile_node(int id);
   void copy_logits(int64_t rows);
+  // BATCH: uploads ids, positions and slots (checked) and runs the step (graph replay once captured); the logits stay
+  // on the device.
+  void decode_step(std::span<const int32_t> ids, std::span<const int32_t> seqs, std::span<const int32_t> pos);
 };
 
 // The 16-bit copy of tensor `tid` (allocated here, as long-lived as the tensor's readers) when every reader is a
@@ -321,7 +325,7 @@ void CudaRowsExecutor::Impl::compile() {
   out_rows = g.tensor(logits_id).shape[0];
   TESSERA_CHECK(mode == RowsMode::PREFILL || out_rows == T,
                 "cuda backend: a batched-decode graph must give every row's logits ({} rows, not {})", T, out_rows);
-  TESSERA_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_io), static_cast<size_t>(3 * T) * sizeof(int32_t),
+  TESSERA_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_io), static_cast<size_t>(4 * T) * sizeof(int32_t),
                                    cudaHostAllocDefault));
   TESSERA_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_logits),
                                    static_cast<size_t>(out_rows * vocab) * sizeof(float), cudaHostAllocDefault));
@@ -628,6 +632,28 @@ std::span<const float> CudaRowsExecutor::prefill(std::span<const int32_t> ids, i
 std::span<const float> CudaRowsExecutor::decode_rows(std::span<const int32_t> ids, std::span<const int32_t> seqs,
                                                      std::span<const int32_t> pos) {
   Impl& m = *impl_;
+  m.decode_step(ids, seqs, pos);
+  m.copy_logits(m.T);
+  return {m.host_logits, static_cast<size_t>(m.T * m.vocab)};
+}
+
+std::span<const int32_t> CudaRowsExecutor::decode_rows_argmax(std::span<const int32_t> ids,
+                                                              std::span<const int32_t> seqs,
+                                                              std::span<const int32_t> pos) {
+  Impl& m = *impl_;
+  m.decode_step(ids, seqs, pos);
+  if (m.argmax_dev.empty()) m.argmax_dev = DeviceBuffer(static_cast<size_t>(m.T) * sizeof(int32_t));
+  int32_t* host = m.host_io + 3 * m.T;
+  argmax_rows(m.act(m.logits_id), m.T, m.vocab, m.argmax_dev.as<int32_t>(), m.stream);
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(host, m.argmax_dev.get(), static_cast<size_t>(m.T) * sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, m.stream));
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  return {host, static_cast<size_t>(m.T)};
+}
+
+void CudaRowsExecutor::Impl::decode_step(std::span<const int32_t> ids, std::span<const int32_t> seqs,
+                                         std::span<const int32_t> pos) {
+  Impl& m = *this;
   TESSERA_CHECK(m.mode == RowsMode::BATCH, "cuda backend: decode_rows() called on a prefill executor");
   TESSERA_CHECK(static_cast<int64_t>(ids.size()) == m.T && seqs.size() == ids.size() && pos.size() == ids.size(),
                 "cuda backend: batched decode of {} rows got {} tokens, {} sequences and {} positions", m.T,
@@ -671,9 +697,7 @@ std::span<const float> CudaRowsExecutor::decode_rows(std::span<const int32_t> id
     else
       m.runner.run(m.launches, m.stream, args, nullptr);
   }
-  m.copy_logits(m.T);
   ++m.steps;
-  return {m.host_logits, static_cast<size_t>(m.T * m.vocab)};
 }
 
 void CudaRowsExecutor::set_profile(std::vector<uint64_t>* node_ns) {

@@ -111,4 +111,8 @@ void attn_decode_rope_rows(const float* q, int64_t ld_q, const float* k, const f
 void attn_prefill(const float* q, int64_t ld_q, const KvCacheView& cache, int64_t seq, int64_t p0, int64_t t,
                   float* out, int64_t n_head, float scale, cudaStream_t stream);
 
+// out[r] = index of the largest value of row r of x (the first on ties, NaNs skipped; 0 when all are NaN): the same
+// answer as argmax (kernels.h) per row, one launch for t rows (batched greedy decoding).
+void argmax_rows(const float* x /*[t, n]*/, int64_t t, int64_t n, int32_t* out /*[t]*/, cudaStream_t stream);
+
 }  // namespace tessera::cuda

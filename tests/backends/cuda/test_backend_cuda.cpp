@@ -466,6 +466,41 @@ TEST(CudaBackend, ProfileCountsEveryLaunch) {
   }
 }
 
+// Greedy decoding with the argmax on the device picks exactly the argmax of the logits the logits-returning calls
+// give (same model, same ids, two sessions): the decoder (slot 0, decode_greedy), a one-row batch of another slot, and
+// batches of 3 and 8 rows (decode_batch_greedy); a greedy step leaves no logits behind on the GPU.
+TEST(CudaBackend, GreedyDecodeIsTheLogitsArgmax) {
+  TESSERA_REQUIRE_GPU();
+  const Model m = make_random_model({.arch = "smollm2-135m", .dtype = "bf16", .seed = 21, .n_layers = 2});
+  const auto argmax_of = [](std::span<const float> l) {
+    return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());  // the first on ties
+  };
+  SessionOptions o{.n_ctx = 64, .n_batch = 16, .device = "cuda", .n_seq = 8};
+  Session a(m, o), b(m, o);
+  const std::vector<int32_t> ids = random_ids(12, 49152, 31);
+  for (int32_t id : ids) {
+    const std::span<const float> l = a.decode(id);
+    EXPECT_EQ(b.decode_greedy(id), argmax_of(l));
+  }
+  EXPECT_TRUE(b.logits().empty());
+  EXPECT_EQ(a.tokens(), b.tokens());
+  for (const int rows : {1, 3, 8}) {
+    SCOPED_TRACE(::testing::Message() << rows << " rows");
+    std::vector<int32_t> seqs;
+    for (int s = 0; s < rows; ++s) seqs.push_back(rows == 1 ? 5 : (s + 1) % 8);  // slot 0 last, or alone slot 5
+    for (int step = 0; step < 3; ++step) {
+      const std::vector<int32_t> t = random_ids(rows, 49152, 40 + uint32_t(step + 10 * rows));
+      const std::span<const float> l = a.decode_batch(t, seqs);
+      const std::vector<int32_t> g = b.decode_batch_greedy(t, seqs);
+      ASSERT_EQ(g.size(), size_t(rows));
+      for (int r = 0; r < rows; ++r)
+        EXPECT_EQ(g[size_t(r)], argmax_of(l.subspan(size_t(r) * 49152, 49152))) << "row " << r << " step " << step;
+    }
+  }
+  for (int s = 0; s < 8; ++s) EXPECT_EQ(a.tokens(s), b.tokens(s)) << "slot " << s;
+  EXPECT_THROW(b.decode_batch_greedy(std::vector<int32_t>{1, 2}, std::vector<int32_t>{3, 3}), Error);
+}
+
 // Float weights: the decoder folds each RMSNorm into the GEMVs reading it and the SwiGLU into the gate|up GEMV's
 // epilogue, so those nodes launch nothing (profile time 0) and the logits match the unfolded decoder
 // (TESSERA_CUDA_FOLD_NORM=0, TESSERA_CUDA_FOLD_SWIGLU=0) up to f32 rounding: the folded GEMV sums x^2 itself and

@@ -4,6 +4,8 @@
 #include <limits>
 #include <vector>
 
+#include "backends/cuda/kernels_rows.h"
+#include "core/error.h"
 #include "cuda_test_util.h"
 #include "quant/half.h"
 #include "quant/quant.h"
@@ -262,6 +264,41 @@ TEST(CudaOps, ArgmaxFirstMaxSkippingNans) {
   EXPECT_EQ(run({-0.0f, 0.0f, -1.0f}), 0);  // -0 == +0: the first wins
   EXPECT_EQ(run({-5.0f, -std::numeric_limits<float>::infinity(), -4.0f}), 2);
   EXPECT_EQ(run({nan, nan}), 0);
+}
+
+// argmax_rows: per row the answer argmax gives, in one launch (random rows, ties, NaN rows, -0/+0).
+TEST(CudaOps, ArgmaxRowsEqualsArgmaxPerRow) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const int64_t n : {1, 3, 49152, 128256}) {
+    for (const int64_t t : {1, 5, 32}) {
+      SCOPED_TRACE(::testing::Message() << "t=" << t << " n=" << n);
+      auto x = random_floats(rng, t * n, -30.0f, 30.0f);
+      std::uniform_int_distribution<int64_t> pick(0, n - 1);
+      std::vector<int32_t> want(static_cast<size_t>(t));
+      for (int64_t r = 0; r < t; ++r) {
+        float* row = x.data() + r * n;
+        if (r % 3 == 1) {  // a tie at the maximum: the first index wins
+          const int64_t a = pick(rng), b = pick(rng);
+          row[a] = row[b] = 100.0f;
+        }
+        if (r % 4 == 2) row[pick(rng)] = nan;  // skipped, even next to the maximum
+        if (r == t - 1 && t > 1)
+          for (int64_t i = 0; i < n; ++i) row[i] = nan;  // all NaN: 0
+        want[static_cast<size_t>(r)] = argmax_ref(std::vector<float>(row, row + n));
+      }
+      DeviceBuffer xd = to_device(x), out = poisoned(sizeof(int32_t) * t);
+      argmax_rows(xd.as<float>(), t, n, out.as<int32_t>(), nullptr);
+      synchronize();
+      EXPECT_EQ(to_host<int32_t>(out, t), want);
+    }
+  }
+  DeviceBuffer z = to_device(std::vector<float>{-0.0f, 0.0f, 1.0f, 1.0f}), out = poisoned(2 * sizeof(int32_t));
+  argmax_rows(z.as<float>(), 2, 2, out.as<int32_t>(), nullptr);
+  synchronize();
+  EXPECT_EQ(to_host<int32_t>(out, 2), (std::vector<int32_t>{0, 0}));
+  EXPECT_THROW(argmax_rows(z.as<float>(), 0, 2, out.as<int32_t>(), nullptr), Error);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/kernels/common.cuh"
 
 namespace tessera::cuda {
@@ -124,8 +125,36 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   }
 }
 
+// One block per row of x [t, n]: the row's largest value's index (argmax_kernel's keys: first on ties, NaNs skipped,
+// 0 when all are NaN). Batched greedy decoding: B small reductions in one launch, no workspace.
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_rows_kernel(const float* __restrict__ x, int n, int32_t* __restrict__ out) {
+  pdl_wait();
+  const float* xr = x + static_cast<size_t>(blockIdx.x) * n;
+  unsigned long long best = 0;
+  for (int i = threadIdx.x; i < n; i += kArgmaxThreads) {
+    const float v = xr[i];
+    if (!isnan(v)) {
+      const unsigned long long key = argmax_key(v, i);
+      best = key > best ? key : best;
+    }
+  }
+  best = block_max_key(best);
+  if (threadIdx.x == 0)
+    out[blockIdx.x] = best == 0 ? 0 : static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(best & 0xFFFFFFFFu));
+}
+
 }  // namespace
 }  // namespace detail
+
+void argmax_rows(const float* x, int64_t t, int64_t n, int32_t* out, cudaStream_t stream) {
+  TESSERA_CUDA_REQUIRE(x && out, "argmax_rows: a pointer argument is null");
+  TESSERA_CUDA_REQUIRE(t > 0 && t <= 65535 && n > 0 && n < (int64_t{1} << 31),
+                       "argmax_rows: " + detail::num(t) + " rows of " + detail::num(n) +
+                           " are outside 1..65535 rows of 1..2^31-1");
+  detail::launch("argmax_rows_kernel", detail::argmax_rows_kernel, dim3(static_cast<unsigned>(t)),
+                 dim3(detail::kArgmaxThreads), 0, stream, x, static_cast<int>(n), out);
+}
 
 void embedding(const DeviceWeight& table, const int32_t* ids, float* out, int64_t t, cudaStream_t stream) {
   TESSERA_CUDA_REQUIRE(gemv_supports(table.dtype) && !table.quants.empty(),
