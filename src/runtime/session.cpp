@@ -197,6 +197,7 @@ std::span<const float> Engine::eval_seq(int64_t seq, std::span<const int32_t> id
     TESSERA_CHECK(id >= 0 && id < vocab, "token id {} is outside the vocabulary of {} tokens", id, vocab);
   const size_t s = static_cast<size_t>(seq);
   std::vector<int32_t>& toks = tokens_[s];
+  if (seq == 0) decoder_logits_ = false;
   for (int64_t done = 0; done < n;) {
     const int64_t chunk = std::min(o_.n_batch, n - done);
     const std::span<const int32_t> part = ids.subspan(static_cast<size_t>(done), static_cast<size_t>(chunk));
@@ -248,20 +249,24 @@ static int32_t argmax_of(std::span<const float> l) {
 
 std::vector<int32_t> Engine::decode_batch_greedy(std::span<const int32_t> ids, std::span<const int32_t> seqs) {
   check_batch(ids, seqs);
+  if (std::find(seqs.begin(), seqs.end(), 0) != seqs.end()) decoder_logits_ = false;  // slot 0 moves on
 #ifdef TESSERA_HAVE_CUDA
   if (cuda_) {
     std::vector<int32_t> out;
     if (ids.size() == 1 && seqs[0] == 0) {  // the decoder (CUDA graph, merged GEMVs) and its device argmax
       cuda_->set_profile(profile_slot(1));
       out.push_back(cuda_->decode_argmax(ids[0], n_past(0)));
-    } else {
-      std::vector<int32_t> pos(ids.size());
-      for (size_t i = 0; i < ids.size(); ++i) pos[i] = static_cast<int32_t>(n_past(seqs[i]));
-      cuda::CudaRowsExecutor& e = cuda_batch(static_cast<int64_t>(ids.size()));
-      e.set_profile(profile_slot(1));
-      const std::span<const int32_t> r = e.decode_rows_argmax(ids, seqs, pos);
-      out.assign(r.begin(), r.end());
+      tokens_[0].push_back(ids[0]);
+      has_logits_[0] = false;
+      decoder_logits_ = true;  // logits(0) fetches them if asked
+      return out;
     }
+    std::vector<int32_t> pos(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) pos[i] = static_cast<int32_t>(n_past(seqs[i]));
+    cuda::CudaRowsExecutor& e = cuda_batch(static_cast<int64_t>(ids.size()));
+    e.set_profile(profile_slot(1));
+    const std::span<const int32_t> r = e.decode_rows_argmax(ids, seqs, pos);
+    out.assign(r.begin(), r.end());
     for (size_t i = 0; i < ids.size(); ++i) {
       const size_t sq = static_cast<size_t>(seqs[i]);
       tokens_[sq].push_back(ids[i]);
@@ -279,6 +284,7 @@ std::vector<int32_t> Engine::decode_batch_greedy(std::span<const int32_t> ids, s
 
 std::span<const float> Engine::decode_batch(std::span<const int32_t> ids, std::span<const int32_t> seqs) {
   check_batch(ids, seqs);
+  if (std::find(seqs.begin(), seqs.end(), 0) != seqs.end()) decoder_logits_ = false;  // slot 0 moves on
   const int64_t b = static_cast<int64_t>(ids.size());
   const int64_t vocab = n_vocab();
   batch_logits_.resize(static_cast<size_t>(b * vocab));
@@ -308,9 +314,17 @@ std::span<const float> Engine::decode_batch(std::span<const int32_t> ids, std::s
   return batch_logits_;
 }
 
-std::span<const float> Engine::logits(int64_t seq) const {
+std::span<const float> Engine::logits(int64_t seq) {
   check_seq(seq);
   const size_t s = static_cast<size_t>(seq);
+#ifdef TESSERA_HAVE_CUDA
+  if (s == 0 && !has_logits_[0] && decoder_logits_ && cuda_) {
+    const std::span<const float> l = cuda_->logits();
+    std::memcpy(logits_[0].data(), l.data(), l.size() * sizeof(float));
+    has_logits_[0] = true;
+    decoder_logits_ = false;
+  }
+#endif
   return has_logits_[s] ? std::span<const float>(logits_[s]) : std::span<const float>();
 }
 
@@ -320,6 +334,7 @@ void Engine::truncate(int64_t seq, int64_t n) {
   if (n >= n_past(seq)) return;
   tokens_[static_cast<size_t>(seq)].resize(static_cast<size_t>(n));
   has_logits_[static_cast<size_t>(seq)] = false;  // the logits belonged to a token that is gone
+  if (seq == 0) decoder_logits_ = false;
 }
 
 std::vector<uint64_t> Engine::profile_ns(int64_t n_tokens) const {
@@ -364,11 +379,32 @@ class Generation {
   // Samples the next token from `logits` (penalties look at `context`); the token to evaluate next, or none when the
   // generation stopped (the reason is in the result). `full`: the context has no room for another token.
   std::optional<int32_t> next(std::span<const float> logits, const std::vector<int32_t>& context, bool full) {
+    if (at_max_tokens()) return std::nullopt;
+    return accept(sampler_.sample(logits, context), full);
+  }
+
+  // As next(), for a token already picked (greedy decoding with the argmax on the device).
+  std::optional<int32_t> next_picked(int32_t id, bool full) {
+    if (at_max_tokens()) return std::nullopt;
+    return accept(id, full);
+  }
+
+  // Greedy without penalties: the sampler would return the logits' argmax, which the engine can pick by itself.
+  static bool plain_greedy(const SamplingOptions& s) {
+    return s.temperature <= 0 && s.repeat_penalty == 1.0f && s.frequency_penalty == 0.0f &&
+           s.presence_penalty == 0.0f;
+  }
+
+ private:
+  bool at_max_tokens() {
     if (options_.max_tokens >= 0 && static_cast<int64_t>(r_.tokens.size()) >= options_.max_tokens) {
       r_.stop_reason = StopReason::MAX_TOKENS;
-      return std::nullopt;
+      return true;
     }
-    const int32_t id = sampler_.sample(logits, context);
+    return false;
+  }
+
+  std::optional<int32_t> accept(int32_t id, bool full) {
     if (!options_.ignore_eos && tokenizer_ != nullptr && tokenizer_->is_eog(id)) {
       r_.stop_reason = StopReason::END_OF_GENERATION;
       return std::nullopt;
@@ -401,6 +437,8 @@ class Generation {
     return id;
   }
 
+
+ public:
   // Flushes held-back text and fills the timings (generate_ms measured from t_gen).
   GenerateResult finish(std::chrono::steady_clock::time_point t_gen) {
     if (decoder_ && !stopped_by_string_) {
@@ -451,8 +489,21 @@ GenerateResult generate(Engine& engine, const Tokenizer* tokenizer, std::span<co
   gen.result().timings.prompt_ms = ms_since(t_prompt);
 
   const auto t_gen = std::chrono::steady_clock::now();
-  while (const std::optional<int32_t> id = gen.next(logits, engine.tokens(), engine.n_past() >= engine.n_ctx()))
-    logits = engine.eval(std::span<const int32_t>(&*id, 1));
+  std::optional<int32_t> id = gen.next(logits, engine.tokens(), engine.n_past() >= engine.n_ctx());
+  if (Generation::plain_greedy(options.sampling)) {
+    // The engine picks the argmax itself (on CUDA on the device: one token id comes back per step, not the logits).
+    const int32_t slot = 0;
+    while (id) {
+      const int32_t picked =
+          engine.decode_batch_greedy(std::span<const int32_t>(&*id, 1), std::span<const int32_t>(&slot, 1))[0];
+      id = gen.next_picked(picked, engine.n_past() >= engine.n_ctx());
+    }
+  } else {
+    while (id) {
+      logits = engine.eval(std::span<const int32_t>(&*id, 1));
+      id = gen.next(logits, engine.tokens(), engine.n_past() >= engine.n_ctx());
+    }
+  }
   return gen.finish(t_gen);
 }
 

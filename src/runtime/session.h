@@ -59,7 +59,9 @@ class Engine {
   // argmax runs on the device and only B token ids come back (no B * n_vocab copy); the slots' logits() are then
   // empty there until their next logits-returning call.
   std::vector<int32_t> decode_batch_greedy(std::span<const int32_t> tokens, std::span<const int32_t> seqs);
-  std::span<const float> logits(int64_t seq = 0) const;
+  // The last token's logits of slot `seq` ([] when there are none: nothing evaluated, truncated, or a greedy batch
+  // row on CUDA). After a greedy decoder step on CUDA (slot 0) they are fetched from the device on first call.
+  std::span<const float> logits(int64_t seq = 0);
   void truncate(int64_t n) { truncate(0, n); }
   void truncate(int64_t seq, int64_t n);
 
@@ -88,6 +90,7 @@ class Engine {
   std::map<int64_t, std::vector<uint64_t>> profile_;                                // by chunk size
   std::vector<std::vector<float>> logits_;  // per slot: [n_vocab] of its last token
   std::vector<bool> has_logits_;
+  bool decoder_logits_ = false;  // CUDA: slot 0's last logits are in the decoder's device buffer, not yet fetched
   std::vector<float> batch_logits_;  // [B, n_vocab] of the last decode_batch
   bool profiling_ = false;
 #ifdef TESSERA_HAVE_CUDA

@@ -509,6 +509,15 @@ int32_t CudaDecoder::decode_argmax(int32_t token, int64_t pos) {
   return m.host_io[2];
 }
 
+std::span<const float> CudaDecoder::logits() {
+  Impl& m = *impl_;
+  if (m.steps == 0) return {};
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.host_logits, m.act(m.logits_id), static_cast<size_t>(m.vocab) * sizeof(float),
+                                     cudaMemcpyDeviceToHost, m.stream));
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  return {m.host_logits, static_cast<size_t>(m.vocab)};
+}
+
 int64_t CudaDecoder::n_vocab() const { return impl_->vocab; }
 int64_t CudaDecoder::n_ctx() const { return impl_->ctx; }
 bool CudaDecoder::graph_captured() const { return impl_->captured; }

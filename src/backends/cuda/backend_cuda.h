@@ -65,6 +65,9 @@ class CudaDecoder {
   std::span<const float> decode(int32_t token, int64_t pos);
   // Same step, but only the argmax of the logits comes back (computed on the device).
   int32_t decode_argmax(int32_t token, int64_t pos);
+  // The logits [n_vocab] of the last step (decode or decode_argmax), copied from the device now; valid until the next
+  // call. Empty before any step.
+  std::span<const float> logits();
 
   // When set (size = the graph's nodes), steps run as plain launches with events between them and each launch's
   // time in ns is added to its graph node (fused nodes get 0: their time is the launching node's). null: off.
