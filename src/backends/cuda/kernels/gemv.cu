@@ -36,6 +36,14 @@ bool pdl_enabled() {
 
 namespace detail {
 
+bool float_gemv_prev_shapes() {
+  static const bool prev = [] {
+    const char* e = std::getenv("TESSERA_CUDA_GEMV_PREV_SHAPES");
+    return e != nullptr && std::strcmp(e, "1") == 0;
+  }();
+  return prev;
+}
+
 int sm_count() {
   static int cached = [] {
     int dev = 0, n = 0;
@@ -101,11 +109,13 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
     return q8 ? GemvConfig{64, 2, 1, 0} : GemvConfig{128, 4, 1, 0};
   }
   const int64_t vectors = k * (dtype == DType::F32 ? 4 : 2) / 16;  // 16-byte loads per row
-  if (dtype != DType::F32) {
+  if (dtype != DType::F32 && !detail::float_gemv_prev_shapes()) {
     // The pipelined kernel (gemv_float_kernel.cuh) from its H100 sweep (bench/cuda/experiments/gemv_float_sweep.cu,
     // 2026-11-22, bf16): four rows, one vector per row per step (the pipeline keeps the next step in flight) was the
     // best or within ~3% of it at every SmolLM2, Llama-3.2-1B and Llama-3-8B shape; 256 threads for rows of >= 512
     // vectors (K >= 4096), 128 below. The previous default (256/2/2) lost 2-9% with the pipeline.
+    // TESSERA_CUDA_GEMV_PREV_SHAPES=1 restores the previous shapes (and the capped copy only where it makes one wave)
+    // for an A/B in one run.
     return vectors >= 512 ? GemvConfig{256, 4, 1, 0} : GemvConfig{128, 4, 1, 0};
   }
   if (vectors >= 384) return {256, 2, 2, 0};

@@ -157,6 +157,10 @@ struct LaunchArgs {
 // Launches the kernel of w->dtype with shape kShapes[index] (defined in gemv_float.cu and gemv_quant.cu, so the two
 // families compile in parallel).
 void launch_gemv_float(int index, const LaunchArgs& a);
+
+// TESSERA_CUDA_GEMV_PREV_SHAPES=1: float weights take the launch shapes (and capped-copy rule) from before the float
+// sweep of 2026-11-22, for an A/B of the re-picked defaults in one run.
+bool float_gemv_prev_shapes();
 void launch_gemv_quant(int index, const LaunchArgs& a);
 
 }  // namespace tessera::cuda::detail
