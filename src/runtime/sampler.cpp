@@ -48,6 +48,14 @@ void Sampler::apply_penalties(std::span<const int32_t> history) {
   }
 }
 
+int32_t argmax_first(std::span<const float> values) {
+  int32_t best = -1;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (!std::isnan(values[i]) && (best < 0 || values[i] > values[static_cast<size_t>(best)]))
+      best = static_cast<int32_t>(i);
+  return best < 0 ? 0 : best;
+}
+
 const std::vector<Candidate>& Sampler::candidates(std::span<const float> logits, std::span<const int32_t> history) {
   TESSERA_CHECK(!logits.empty(), "sampling: no logits to sample from");
   logits_.assign(logits.begin(), logits.end());
@@ -57,9 +65,7 @@ const std::vector<Candidate>& Sampler::candidates(std::span<const float> logits,
     return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
   };
   if (o_.temperature <= 0) {
-    size_t best = 0;
-    for (size_t i = 1; i < logits_.size(); ++i)
-      if (logits_[i] > logits_[best] || std::isnan(logits_[best])) best = i;
+    const size_t best = static_cast<size_t>(argmax_first(logits_));
     cands_.push_back(Candidate{static_cast<int32_t>(best), logits_[best], 1.0f});
     return cands_;
   }

@@ -16,6 +16,10 @@ struct Candidate {
   float p;  // probability after the chain (set by candidates())
 };
 
+// The index of the largest value: the first on ties, NaNs skipped, 0 when every value is NaN (the answer the CUDA
+// argmax kernels give). Greedy sampling and the engine's greedy decoding both use it.
+int32_t argmax_first(std::span<const float> values);
+
 class Sampler {
  public:
   explicit Sampler(const SamplingOptions& options);

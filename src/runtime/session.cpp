@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <optional>
 
@@ -239,14 +238,6 @@ void Engine::check_batch(std::span<const int32_t> ids, std::span<const int32_t> 
   }
 }
 
-// The index of the largest logit: the first on ties, NaNs skipped, 0 when every value is NaN (as the device's).
-static int32_t argmax_of(std::span<const float> l) {
-  int32_t best = -1;
-  for (size_t i = 0; i < l.size(); ++i)
-    if (!std::isnan(l[i]) && (best < 0 || l[i] > l[static_cast<size_t>(best)])) best = static_cast<int32_t>(i);
-  return best < 0 ? 0 : best;
-}
-
 std::vector<int32_t> Engine::decode_batch_greedy(std::span<const int32_t> ids, std::span<const int32_t> seqs) {
   check_batch(ids, seqs);
   if (std::find(seqs.begin(), seqs.end(), 0) != seqs.end()) decoder_logits_ = false;  // slot 0 moves on
@@ -278,7 +269,7 @@ std::vector<int32_t> Engine::decode_batch_greedy(std::span<const int32_t> ids, s
   const std::span<const float> l = decode_batch(ids, seqs);
   const size_t vocab = static_cast<size_t>(n_vocab());
   std::vector<int32_t> out(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) out[i] = argmax_of(l.subspan(i * vocab, vocab));
+  for (size_t i = 0; i < ids.size(); ++i) out[i] = argmax_first(l.subspan(i * vocab, vocab));
   return out;
 }
 
@@ -287,14 +278,13 @@ std::span<const float> Engine::decode_batch(std::span<const int32_t> ids, std::s
   if (std::find(seqs.begin(), seqs.end(), 0) != seqs.end()) decoder_logits_ = false;  // slot 0 moves on
   const int64_t b = static_cast<int64_t>(ids.size());
   const int64_t vocab = n_vocab();
-  batch_logits_.resize(static_cast<size_t>(b * vocab));
 #ifdef TESSERA_HAVE_CUDA
   if (cuda_) {
     std::vector<int32_t> pos(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) pos[i] = static_cast<int32_t>(n_past(seqs[i]));
     for (int32_t sq : seqs) has_logits_[static_cast<size_t>(sq)] = false;
+    // The executor's pinned buffer is returned as is: it stays valid until that executor's next step.
     const std::span<const float> out = cuda_batch(b).decode_rows(ids, seqs, pos);
-    std::memcpy(batch_logits_.data(), out.data(), batch_logits_.size() * sizeof(float));
     for (size_t i = 0; i < ids.size(); ++i) {
       const size_t sq = static_cast<size_t>(seqs[i]);
       tokens_[sq].push_back(ids[i]);
@@ -302,9 +292,10 @@ std::span<const float> Engine::decode_batch(std::span<const int32_t> ids, std::s
                   static_cast<size_t>(vocab) * sizeof(float));
       has_logits_[sq] = true;
     }
-    return batch_logits_;
+    return out;
   }
 #endif
+  batch_logits_.resize(static_cast<size_t>(b * vocab));
   // The CPU runs the rows one after another (correct, not fast): each through its slot's decode plan.
   for (size_t i = 0; i < ids.size(); ++i) {
     const std::span<const float> l = eval_seq(seqs[i], ids.subspan(i, 1));

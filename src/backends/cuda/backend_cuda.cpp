@@ -466,10 +466,8 @@ CudaDecoder::CudaDecoder(const graph::Graph& g, std::shared_ptr<CudaShared> shar
   impl_->g = g;
   impl_->options = impl_->sh->options;
   impl_->fuse = impl_->sh->fuse;
-  if (const char* e = std::getenv("TESSERA_CUDA_FOLD_NORM"); e != nullptr && std::string(e) == "0")
-    impl_->fold_norm = false;
-  if (const char* e = std::getenv("TESSERA_CUDA_FOLD_SWIGLU"); e != nullptr && std::string(e) == "0")
-    impl_->fold_swiglu = false;
+  impl_->fold_norm = !env_switched_off("TESSERA_CUDA_FOLD_NORM");
+  impl_->fold_swiglu = !env_switched_off("TESSERA_CUDA_FOLD_SWIGLU");
   impl_->stream = impl_->sh->stream;
   impl_->compile();
   synchronize();
@@ -493,10 +491,7 @@ void CudaDecoder::set_profile(std::vector<uint64_t>* node_ns) {
 std::span<const float> CudaDecoder::decode(int32_t token, int64_t pos) {
   Impl& m = *impl_;
   m.step(token, pos);
-  TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.host_logits, m.act(m.logits_id), static_cast<size_t>(m.vocab) * sizeof(float),
-                                     cudaMemcpyDeviceToHost, m.stream));
-  TESSERA_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-  return {m.host_logits, static_cast<size_t>(m.vocab)};
+  return logits();
 }
 
 int32_t CudaDecoder::decode_argmax(int32_t token, int64_t pos) {

@@ -76,6 +76,8 @@ FusedAttention resolve_fused_attention(const graph::Node& n, const std::unordere
 KvCacheView attention_cache_view(const graph::Node& n, const graph::Tensor& kt, void* k, void* v, int64_t n_seq);
 // Whether decode attention runs rope + store fused into it (TESSERA_CUDA_FUSE_ATTN=0: two launches, for comparison).
 bool fuse_attention_enabled();
+// Whether the environment variable `name` is "0": the executors' switches that turn a fusion off for comparison.
+bool env_switched_off(const char* name);
 
 // Run-time values of one step that the launches read on the host (PREFILL passes t, p0 and the slot; BATCH t only).
 struct RunArgs {

@@ -580,9 +580,8 @@ CudaRowsExecutor::CudaRowsExecutor(const graph::Graph& g, RowsMode mode, std::sh
   impl_->g = g;
   impl_->mode = mode;
   impl_->fuse = impl_->sh->fuse;
-  if (const char* e = std::getenv("TESSERA_CUDA_X16"); e != nullptr && std::string(e) == "0") impl_->x16 = false;
-  if (const char* e = std::getenv("TESSERA_CUDA_MERGE_GATE_UP"); e != nullptr && std::string(e) == "0")
-    impl_->merge_gate_up = false;
+  impl_->x16 = !env_switched_off("TESSERA_CUDA_X16");
+  impl_->merge_gate_up = !env_switched_off("TESSERA_CUDA_MERGE_GATE_UP");
   impl_->stream = impl_->sh->stream;
   impl_->compile();
   synchronize();

@@ -43,10 +43,12 @@ KvCacheView attention_cache_view(const graph::Node& n, const graph::Tensor& kt, 
   return cache;
 }
 
-bool fuse_attention_enabled() {
-  const char* e = std::getenv("TESSERA_CUDA_FUSE_ATTN");
-  return e == nullptr || std::string(e) != "0";
+bool env_switched_off(const char* name) {
+  const char* e = std::getenv(name);
+  return e != nullptr && std::string(e) == "0";
 }
+
+bool fuse_attention_enabled() { return !env_switched_off("TESSERA_CUDA_FUSE_ATTN"); }
 
 void CudaShared::Impl::unsupported(const graph::Node& n, const std::string& why) {
   fail("cuda backend: node '{}' ({}) cannot run on the GPU: {}", n.name, graph::op_name(n.op), why);

@@ -117,41 +117,77 @@ TEST(CudaGemv, QuantLargeGridsMatchReference) {
       }
 }
 
+// The fused RMSNorm at one launch shape against rmsnorm-then-GEMV in double: rmsnorm in double rounded to f32 (what
+// the unfused rmsnorm kernel would hand the GEMV), then check_gemv's bound plus the scale: the kernel sums x^2 in
+// another order than the reference and multiplies the row sum by 1/rms once instead of each x (a few ulp of the
+// result, 2e-6 relative).
+void check_gemv_norm(DType dtype, int64_t n, int64_t k, const GemvConfig& c, std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " config=" << c.threads << "/"
+                                    << c.rows << "/" << c.unroll << "/" << c.prefetch);
+  const auto w_host = random_weight(rng, dtype, n, k);
+  const auto x = random_floats(rng, k, -3.0f, 3.0f), g = random_floats(rng, k, 0.5f, 1.5f);
+  DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
+  DeviceBuffer xd = to_device(x), gd = to_device(g);
+  std::vector<double> xn_d(k);
+  rmsnorm_ref(x.data(), g.data(), xn_d.data(), 1, k, 1e-5f);
+  std::vector<float> xn(xn_d.begin(), xn_d.end());
+  std::vector<double> ref, mag;
+  gemv_ref(dtype, w_host, n, k, xn.data(), ref, mag);
+  DeviceBuffer yd = poisoned(sizeof(float) * n);
+  GemvInput in;
+  in.f32 = xd.as<float>();
+  in.norm_w = gd.as<float>();
+  in.norm_eps = 1e-5f;
+  gemv(w, in, yd.as<float>(), nullptr, &c);
+  synchronize();
+  const auto y = to_host<float>(yd, n);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_NEAR(y[i], ref[i], 1e-5 * mag[i] + 2e-6 * std::fabs(ref[i]) + 1e-30) << "row " << i;
+}
+
+// The SwiGLU epilogue at launch shape c over w = [gate; up] (2f rows), with the fused RMSNorm when norm_w is given:
+// bit for bit the plain GEMV of the same launch shape followed by the swiglu kernel.
+void expect_swiglu_is_gemv_then_swiglu(const DeviceWeight& w, const float* x, const float* norm_w, int64_t f,
+                                       const GemvConfig& c) {
+  GemvInput in;
+  in.f32 = x;
+  if (norm_w != nullptr) {
+    in.norm_w = norm_w;
+    in.norm_eps = 1e-5f;
+  }
+  DeviceBuffer both = poisoned(sizeof(float) * 2 * f), want = poisoned(sizeof(float) * f);
+  gemv(w, in, both.as<float>(), nullptr, &c);
+  swiglu(both.as<float>(), both.as<float>() + f, want.as<float>(), f, nullptr);
+  in.swiglu = true;
+  DeviceBuffer got = poisoned(sizeof(float) * f);
+  gemv(w, in, got.as<float>(), nullptr, &c);
+  synchronize();
+  const auto a = to_host<float>(got, f), b = to_host<float>(want, f);
+  for (int64_t i = 0; i < f; ++i) {
+    ASSERT_FALSE(std::isnan(b[i])) << "row " << i;
+    ASSERT_EQ(a[i], b[i]) << "row " << i;
+  }
+}
+
+// The SwiGLU epilogue with the fused RMSNorm over a fresh [gate; up] weight of 2f rows.
+void check_swiglu_bitwise(DType dtype, int64_t f, int64_t k, const GemvConfig& c, std::mt19937& rng) {
+  const auto w_host = random_weight(rng, dtype, 2 * f, k);
+  const auto x = random_floats(rng, k, -3.0f, 3.0f), g = random_floats(rng, k, 0.5f, 1.5f);
+  DeviceWeight w = upload_weight(dtype, w_host.data(), 2 * f, k);
+  DeviceBuffer xd = to_device(x), gd = to_device(g);
+  expect_swiglu_is_gemv_then_swiglu(w, xd.as<float>(), gd.as<float>(), f, c);
+}
+
 TEST(CudaGemv, FusedRmsnormMatchesNormThenGemv) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
   const int64_t shapes[][2] = {{37, 576}, {64, 4096}};
-  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
-    for (const auto& sh : shapes) {
-      const int64_t n = sh[0], k = sh[1];
-      const auto w_host = random_weight(rng, dtype, n, k);
-      const auto x = random_floats(rng, k, -3.0f, 3.0f), g = random_floats(rng, k, 0.5f, 1.5f);
-      DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
-      DeviceBuffer xd = to_device(x), gd = to_device(g);
-      // The reference: rmsnorm in double, rounded to f32 (what the unfused rmsnorm kernel would hand the GEMV).
-      std::vector<double> xn_d(k);
-      rmsnorm_ref(x.data(), g.data(), xn_d.data(), 1, k, 1e-5f);
-      std::vector<float> xn(xn_d.begin(), xn_d.end());
-      std::vector<double> ref, mag;
-      gemv_ref(dtype, w_host, n, k, xn.data(), ref, mag);
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16})
+    for (const auto& sh : shapes)
       for (const GemvConfig& c : gemv_configs()) {
-        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " config=" << c.threads
-                                          << "/" << c.rows << "/" << c.unroll << "/" << c.prefetch);
-        DeviceBuffer yd = poisoned(sizeof(float) * n);
-        GemvInput in;
-        in.f32 = xd.as<float>();
-        in.norm_w = gd.as<float>();
-        in.norm_eps = 1e-5f;
-        gemv(w, in, yd.as<float>(), nullptr, &c);
-        synchronize();
-        const auto y = to_host<float>(yd, n);
-        // As check_gemv's bound, plus the scale: the kernel sums x^2 in another order than the reference and
-        // multiplies the row sum by 1/rms once instead of each x: a few ulp of the result (2e-6 relative).
-        for (int64_t i = 0; i < n; ++i)
-          ASSERT_NEAR(y[i], ref[i], 1e-5 * mag[i] + 2e-6 * std::fabs(ref[i]) + 1e-30) << "row " << i;
+        check_gemv_norm(dtype, sh[0], sh[1], c, rng);
+        if (HasFatalFailure()) return;
       }
-    }
-  }
 }
 
 // The SwiGLU epilogue (GemvInput::swiglu) over a merged [gate; up] weight: bit for bit what the plain GEMV of the same
@@ -175,29 +211,17 @@ TEST(CudaGemv, SwigluEpilogueEqualsGemvThenSwiglu) {
           SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " F=" << f << " k=" << k << " norm=" << norm
                                             << " config=" << c.threads << "/" << c.rows << "/" << c.unroll << "/"
                                             << c.prefetch);
-          GemvInput in;
-          in.f32 = xd.as<float>();
-          if (norm) {
-            in.norm_w = gd.as<float>();
-            in.norm_eps = 1e-5f;
-          }
-          DeviceBuffer both = poisoned(sizeof(float) * 2 * f), want = poisoned(sizeof(float) * f);
-          gemv(w, in, both.as<float>(), nullptr, &c);
-          swiglu(both.as<float>(), both.as<float>() + f, want.as<float>(), f, nullptr);
-          in.swiglu = true;
-          DeviceBuffer got = poisoned(sizeof(float) * f);
           if (c.rows % 2 != 0 || c.prefetch != 0 || c.threads < 128) {
+            GemvInput in;
+            in.f32 = xd.as<float>();
+            in.swiglu = true;
+            DeviceBuffer got = poisoned(sizeof(float) * f);
             EXPECT_THROW(gemv(w, in, got.as<float>(), nullptr, &c), Error);
             continue;
           }
-          gemv(w, in, got.as<float>(), nullptr, &c);
-          synchronize();
+          expect_swiglu_is_gemv_then_swiglu(w, xd.as<float>(), norm ? gd.as<float>() : nullptr, f, c);
+          if (HasFatalFailure()) return;
           ++accepted;
-          const auto a = to_host<float>(got, f), b = to_host<float>(want, f);
-          for (int64_t i = 0; i < f; ++i) {
-            ASSERT_FALSE(std::isnan(b[i])) << "row " << i;
-            ASSERT_EQ(a[i], b[i]) << "row " << i;
-          }
         }
       }
       // The default launch shape accepts it.
@@ -220,55 +244,6 @@ TEST(CudaGemv, SwigluEpilogueEqualsGemvThenSwiglu) {
   in.q8_ds = dq.as<float2>();
   in.swiglu = true;
   EXPECT_THROW(gemv(q, in, y.as<float>(), nullptr), Error);
-}
-
-// The fused RMSNorm at one launch shape against rmsnorm-then-GEMV in double (FusedRmsnormMatchesNormThenGemv's
-// reference and tolerance).
-void check_gemv_norm(DType dtype, int64_t n, int64_t k, const GemvConfig& c, std::mt19937& rng) {
-  const auto w_host = random_weight(rng, dtype, n, k);
-  const auto x = random_floats(rng, k, -3.0f, 3.0f), g = random_floats(rng, k, 0.5f, 1.5f);
-  DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
-  DeviceBuffer xd = to_device(x), gd = to_device(g);
-  std::vector<double> xn_d(k);
-  rmsnorm_ref(x.data(), g.data(), xn_d.data(), 1, k, 1e-5f);
-  std::vector<float> xn(xn_d.begin(), xn_d.end());
-  std::vector<double> ref, mag;
-  gemv_ref(dtype, w_host, n, k, xn.data(), ref, mag);
-  DeviceBuffer yd = poisoned(sizeof(float) * n);
-  GemvInput in;
-  in.f32 = xd.as<float>();
-  in.norm_w = gd.as<float>();
-  in.norm_eps = 1e-5f;
-  gemv(w, in, yd.as<float>(), nullptr, &c);
-  synchronize();
-  const auto y = to_host<float>(yd, n);
-  for (int64_t i = 0; i < n; ++i)
-    ASSERT_NEAR(y[i], ref[i], 1e-5 * mag[i] + 2e-6 * std::fabs(ref[i]) + 1e-30) << "row " << i;
-}
-
-// The SwiGLU epilogue with the fused RMSNorm over a [gate; up] weight of 2f rows, bit for bit against the plain GEMV
-// of the same launch shape then swiglu.
-void check_swiglu_bitwise(DType dtype, int64_t f, int64_t k, const GemvConfig& c, std::mt19937& rng) {
-  const auto w_host = random_weight(rng, dtype, 2 * f, k);
-  const auto x = random_floats(rng, k, -3.0f, 3.0f), g = random_floats(rng, k, 0.5f, 1.5f);
-  DeviceWeight w = upload_weight(dtype, w_host.data(), 2 * f, k);
-  DeviceBuffer xd = to_device(x), gd = to_device(g);
-  GemvInput in;
-  in.f32 = xd.as<float>();
-  in.norm_w = gd.as<float>();
-  in.norm_eps = 1e-5f;
-  DeviceBuffer both = poisoned(sizeof(float) * 2 * f), want = poisoned(sizeof(float) * f);
-  gemv(w, in, both.as<float>(), nullptr, &c);
-  swiglu(both.as<float>(), both.as<float>() + f, want.as<float>(), f, nullptr);
-  in.swiglu = true;
-  DeviceBuffer got = poisoned(sizeof(float) * f);
-  gemv(w, in, got.as<float>(), nullptr, &c);
-  synchronize();
-  const auto a = to_host<float>(got, f), b = to_host<float>(want, f);
-  for (int64_t i = 0; i < f; ++i) {
-    ASSERT_FALSE(std::isnan(b[i])) << "row " << i;
-    ASSERT_EQ(a[i], b[i]) << "row " << i;
-  }
 }
 
 // Grids of exactly one wave of the capped float kernel (1024 / threads blocks per SM, at most 64 registers): for the

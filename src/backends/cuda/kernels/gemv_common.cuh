@@ -131,6 +131,15 @@ __device__ __forceinline__ void block_sum_store_swiglu(float (&acc)[ROWS], float
   }
 }
 
+// Resident blocks per SM of a kernel (the callers cache it per instantiation: Tessera drives one device per process);
+// the quantized and float launchers compare it to pick their register-capped copies.
+template <typename Kernel>
+int blocks_per_sm(Kernel kernel, int threads) {
+  int blocks = 0;
+  TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0));
+  return blocks;
+}
+
 // Every launch shape the benchmark can time: threads per block, rows per block, loads in flight per row, and whether
 // each step prefetches the next step's weights into L2. gemv_default_config picks from these by shape
 // (docs/CUDA_NOTES.md has the measurements behind the choice).

@@ -5,23 +5,15 @@
 namespace tessera::cuda::detail {
 namespace {
 
-// Resident blocks per SM of a kernel (cached per instantiation by the callers: one device per process).
-template <typename Kernel>
-int float_blocks_per_sm(Kernel kernel, int threads) {
-  int blocks = 0;
-  TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0));
-  return blocks;
-}
-
 // Launches gemv_float_kernel<D, kShapes[I], NORM, SWIGLU> over grid, its capped copy where use_capped_kernel says so.
 template <DType D, int I, bool NORM, bool SWIGLU>
 void launch_float(const LaunchArgs& a, dim3 grid, int n, int k, bool accumulate) {
   constexpr Shape S = kShapes[I];
   auto kernel = gemv_float_kernel<D, S.threads, S.rows, S.unroll, S.prefetch, NORM, SWIGLU, false>;
   if constexpr (float_cappable<D>(S)) {
-    static const int plain_per_sm = float_blocks_per_sm(kernel, S.threads);
+    static const int plain_per_sm = blocks_per_sm(kernel, S.threads);
     static const int capped_per_sm =
-        float_blocks_per_sm(gemv_float_kernel<D, S.threads, S.rows, S.unroll, S.prefetch, NORM, SWIGLU, true>, S.threads);
+        blocks_per_sm(gemv_float_kernel<D, S.threads, S.rows, S.unroll, S.prefetch, NORM, SWIGLU, true>, S.threads);
     if (use_capped_kernel(grid.x, plain_per_sm, capped_per_sm, sm_count(),
                           (NORM || SWIGLU) && !float_gemv_prev_shapes()))
       kernel = gemv_float_kernel<D, S.threads, S.rows, S.unroll, S.prefetch, NORM, SWIGLU, true>;

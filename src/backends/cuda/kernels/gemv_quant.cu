@@ -157,14 +157,6 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
   block_sum_store<THREADS, ROWS>(acc, y, row0, n, accumulate);
 }
 
-// Resident blocks per SM of a kernel (cached per instantiation: Tessera drives one device per process).
-template <typename Kernel>
-int blocks_per_sm(Kernel kernel, int threads) {
-  int blocks = 0;
-  TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0));
-  return blocks;
-}
-
 template <DType D, int I>
 void launch_shape(const LaunchArgs& a) {
   constexpr Shape s = kShapes[I];
