@@ -10,6 +10,9 @@
 // - matmuls whose outputs feed rope/cache stores are merged (q|k|v): their [t, Nq + Nk + Nv] output is read with a
 //   row stride by rope_store_kv_rows and the attention kernels; gate|up are merged too (swiglu_rows reads
 //   the two halves of the [t, 2 * ff] output with a row stride; TESSERA_CUDA_MERGE_GATE_UP=0: separate);
+// - where a run takes the 16-bit inputs, the merged gate|up matmul also writes its output in 16 bits (swiglu_rows16
+//   reads it) and prefill attention writes its output in 16 bits for the o-projection: at t = 2048 of Llama-3-8B
+//   another ~0.29 GB of f32 traffic per layer (TESSERA_CUDA_OUT16=0: f32 outputs);
 // - activations are recycled: a buffer returns to a free list after the last node reading it (fused readers such as
 //   the attention reading q, k and v through rope/store nodes count), so T = 512 rows of a 32-layer model need a few
 //   layers' worth of activations, not all of them.
@@ -49,6 +52,7 @@ struct CudaRowsExecutor::Impl {
   bool fuse = true;
   bool x16 = true;            // producers write matmul_x16's 16-bit input (TESSERA_CUDA_X16=0: off)
   bool merge_gate_up = true;  // gate|up as one matmul (TESSERA_CUDA_MERGE_GATE_UP=0: off)
+  bool out16 = true;          // 16-bit gate|up and prefill attention outputs (TESSERA_CUDA_OUT16=0: off)
   // A tensor read only by matmuls whose weights take a 16-bit x: its copy in `type`, written by its producer instead
   // of the f32 tensor when a run has at least min_t rows (below that the multi-row GEMV of matmul reads f32 x).
   struct X16 {
@@ -57,6 +61,9 @@ struct CudaRowsExecutor::Impl {
     int64_t min_t = INT64_MAX;
   };
   std::unordered_map<int, X16> x16_of;
+  // A merged gate|up output (keyed by the gate tensor) that its matmul writes in 16 bits (matmul_x16_out16) from
+  // min_t rows on, for swiglu_rows16: buf unused, type is the 16-bit type.
+  std::unordered_map<int, X16> gate_up16_of;
 
   std::vector<std::unique_ptr<Storage>> storages;
   std::vector<int> storage_of;  // per tensor: its storage, -1 when it has none (inputs, caches, weights)
@@ -378,7 +385,8 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
         return true;
       };
       std::vector<int> group{id};
-      if (const int up = gate_up_partner(id); up >= 0) group.push_back(up);
+      const int gate_up = gate_up_partner(id);
+      if (gate_up >= 0) group.push_back(gate_up);
       if (group.size() == 1 && fuse && w0.shape.size() == 2 && w0.data != nullptr && feeds_attention_only(id))
         for (int c : consumers[static_cast<size_t>(in(0))]) {
           if (c <= id) continue;
@@ -431,9 +439,15 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
       CudaShared::Impl* shp = sh;
       const auto h16 = x16_of.find(in(0));
       const X16 h = h16 != x16_of.end() ? h16->second : X16{};
+      // A merged gate|up fed a 16-bit x writes its output in 16 bits too (the f32 storage holds it in its first half;
+      // same columns, same row stride in elements), for swiglu_rows16.
+      const bool y16 = out16 && gate_up >= 0 && h.buf != nullptr;
+      if (y16) gate_up16_of[g.node(id).output] = X16{nullptr, h.type, h.min_t};
       launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
                             const int64_t rows = sc ? a.t : fixed;
-                            if (rows >= h.min_t)
+                            if (rows >= h.min_t && y16)
+                              matmul_x16_out16(*wp, h.buf, y, rows, *shp->gemm, s);
+                            else if (rows >= h.min_t)
                               matmul_x16(*wp, h.buf, y, rows, *shp->gemm, s, accumulate);
                             else
                               matmul(*wp, x, y, rows, *shp->gemm, s, accumulate);
@@ -470,14 +484,21 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
       const int64_t rope_dim = fa.rope->p.rope_dim;
       const bool neox = fa.rope->p.rope_neox;
       const float scale = n.params.attn_scale;
-      float* y = new_act(n, out);
       if (mode == RowsMode::PREFILL) {
+        // The output in 16 bits when the o-projection takes a 16-bit x (from its min_t rows on).
+        const X16 h = out16 ? plan_x16(out) : X16{};
+        float* y = new_act(n, out);
         launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
                               rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim,
                                                  inv_freq, neox, s);
-                              attn_prefill(qp, ld_q, cache, a.seq, a.p0, a.t, y, n_head, scale, s);
+                              if (a.t >= h.min_t)
+                                attn_prefill(qp, ld_q, cache, a.seq, a.p0, a.t, nullptr, n_head, scale, s, h.buf,
+                                             h.type);
+                              else
+                                attn_prefill(qp, ld_q, cache, a.seq, a.p0, a.t, y, n_head, scale, s);
                             }});
       } else {
+        float* y = new_act(n, out);
         if (!attn_ws) attn_ws = std::make_unique<AttnRowsWorkspace>(T, n_head, cache);
         AttnRowsWorkspace* ws = attn_ws.get();
         // One launch (rows are distinct sequences: decode_rows checks it); TESSERA_CUDA_FUSE_ATTN=0: two.
@@ -537,9 +558,18 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
       float* y = new_act(n, out);
       const int64_t w = width(out), fixed = g.tensor(out).shape[0];
       const bool sc = scaled[size_t(out)];
+      const auto i16 = gate_up16_of.find(in(0));
+      const X16 in16 = i16 != gate_up16_of.end() ? i16->second : X16{};
+      const int64_t up_off = up - gp;  // up's column in the merged output (elements, so also in 16 bits)
       launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
                             const int64_t rows = sc ? a.t : fixed;
-                            if (rows >= h.min_t)
+                            if (rows >= in16.min_t) {
+                              const auto* g16 = reinterpret_cast<const uint16_t*>(gp);
+                              if (rows >= h.min_t)
+                                swiglu_rows16(g16, g16 + up_off, in16.type, ld_in, nullptr, h.buf, h.type, rows, w, s);
+                              else
+                                swiglu_rows16(g16, g16 + up_off, in16.type, ld_in, y, nullptr, DType::BF16, rows, w, s);
+                            } else if (rows >= h.min_t)
                               swiglu_rows(gp, up, ld_in, nullptr, h.buf, h.type, rows, w, s);
                             else if (ld_in == w)
                               swiglu(gp, up, y, rows * w, s);
@@ -582,6 +612,7 @@ CudaRowsExecutor::CudaRowsExecutor(const graph::Graph& g, RowsMode mode, std::sh
   impl_->fuse = impl_->sh->fuse;
   impl_->x16 = !env_switched_off("TESSERA_CUDA_X16");
   impl_->merge_gate_up = !env_switched_off("TESSERA_CUDA_MERGE_GATE_UP");
+  impl_->out16 = !env_switched_off("TESSERA_CUDA_OUT16");
   impl_->stream = impl_->sh->stream;
   impl_->compile();
   synchronize();

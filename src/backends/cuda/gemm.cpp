@@ -76,8 +76,8 @@ struct GemmWorkspace::Impl {
   DeviceBuffer q8;     // [max_t, max_k] x quantized (multi-row GEMV of quantized weights)
   DeviceBuffer ds;     // [max_t, max_k / 32]
   DeviceBuffer deq;    // [max_quant_nk] bf16: one dequantized matrix
-  // (weight type, N, t, K, alignments of A, B, C/D)
-  using Key = std::tuple<int, int64_t, int64_t, int64_t, int, int, int>;
+  // (weight type, N, t, K, alignments of A, B, C/D, D type)
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int, int, int, int>;
   std::map<Key, Plan> plans;
 
   ~Impl() {
@@ -90,12 +90,13 @@ struct GemmWorkspace::Impl {
     if (lt) cublasLtDestroy(lt);
   }
 
-  const Plan& plan(DType wtype, int64_t n, int64_t t, int64_t k, int align_a, int align_b, int align_c);
+  const Plan& plan(DType wtype, int64_t n, int64_t t, int64_t k, int align_a, int align_b, int align_c,
+                   cudaDataType_t d_type);
 };
 
 const Plan& GemmWorkspace::Impl::plan(DType wtype, int64_t n, int64_t t, int64_t k, int align_a, int align_b,
-                                      int align_c) {
-  const Key key{static_cast<int>(wtype), n, t, k, align_a, align_b, align_c};
+                                      int align_c, cudaDataType_t d_type) {
+  const Key key{static_cast<int>(wtype), n, t, k, align_a, align_b, align_c, static_cast<int>(d_type)};
   if (auto it = plans.find(key); it != plans.end()) return it->second;
   const cudaDataType_t ab = wtype == DType::F32 ? CUDA_R_32F : wtype == DType::F16 ? CUDA_R_16F : CUDA_R_16BF;
   Plan p;
@@ -105,8 +106,7 @@ const Plan& GemmWorkspace::Impl::plan(DType wtype, int64_t n, int64_t t, int64_t
   check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)), "TRANSB");
   check_lt(cublasLtMatrixLayoutCreate(&p.a, ab, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k), "layout A");
   check_lt(cublasLtMatrixLayoutCreate(&p.b, ab, static_cast<uint64_t>(k), static_cast<uint64_t>(t), k), "layout B");
-  check_lt(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, static_cast<uint64_t>(n), static_cast<uint64_t>(t), n),
-           "layout C");
+  check_lt(cublasLtMatrixLayoutCreate(&p.c, d_type, static_cast<uint64_t>(n), static_cast<uint64_t>(t), n), "layout C");
   cublasLtMatmulPreference_t pref = nullptr;
   check_lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   const uint64_t ws_bytes = kLtWorkspaceBytes;
@@ -187,11 +187,14 @@ GemmPath gemm_default_path(DType dtype, int64_t t, int64_t n, int64_t k) {
   return t <= 4 ? GemmPath::ROWS : GemmPath::CUBLAS;
 }
 
-void gemm_lt(GemmWorkspace& ws, DType wtype, const void* w, const void* x, float* y, int64_t t, int64_t n, int64_t k,
-             cudaStream_t stream, bool accumulate) {
+void gemm_lt(GemmWorkspace& ws, DType wtype, const void* w, const void* x, void* y, int64_t t, int64_t n, int64_t k,
+             cudaStream_t stream, bool accumulate, bool y16) {
+  TESSERA_CHECK(!(y16 && accumulate), "gemm_lt: a 16-bit output cannot be accumulated into");
   GemmWorkspace::Impl& m = ws.impl();
   const int64_t eb = wtype == DType::F32 ? 4 : 2;
-  const Plan& p = m.plan(wtype, n, t, k, alignment(w, k * eb), alignment(x, k * eb), alignment(y, n * 4));
+  const cudaDataType_t d_type = !y16 ? CUDA_R_32F : wtype == DType::F16 ? CUDA_R_16F : CUDA_R_16BF;
+  const Plan& p =
+      m.plan(wtype, n, t, k, alignment(w, k * eb), alignment(x, k * eb), alignment(y, n * (y16 ? 2 : 4)), d_type);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   check_lt(cublasLtMatmul(m.lt, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo, m.lt_ws.get(),
                           kLtWorkspaceBytes, stream),
@@ -266,24 +269,39 @@ int64_t matmul_x16_min_t(DType wtype) {
   return is_quant(wtype) ? 41 : 5;
 }
 
-void matmul_x16(const DeviceWeight& w, const void* x16, float* y, int64_t t, GemmWorkspace& ws, cudaStream_t stream,
-                bool accumulate) {
+namespace {
+
+void matmul_x16_impl(const DeviceWeight& w, const void* x16, void* y, bool y16, int64_t t, GemmWorkspace& ws,
+                     cudaStream_t stream, bool accumulate) {
+  const char* op = y16 ? "matmul_x16_out16" : "matmul_x16";
   GemmWorkspace::Impl& m = ws.impl();
-  TESSERA_CHECK(gemv_supports(w.dtype), "matmul_x16: weight dtype {} is not supported on CUDA", dtype_name(w.dtype));
+  TESSERA_CHECK(gemv_supports(w.dtype), "{}: weight dtype {} is not supported on CUDA", op, dtype_name(w.dtype));
   TESSERA_CHECK(matmul_x16_type(w.dtype) != DType::F32,
-                "matmul_x16: {} weights take an f32 activation (call matmul), not a 16-bit one", dtype_name(w.dtype));
-  TESSERA_CHECK(w.n > 0 && w.k > 0 && !w.quants.empty(), "matmul_x16: the weight is empty (was it uploaded?)");
-  TESSERA_CHECK(x16 != nullptr && y != nullptr, "matmul_x16: the input or output pointer is null");
-  TESSERA_CHECK(t >= 1 && t <= m.max_t, "matmul_x16: t = {} rows is outside the workspace's 1..{}", t, m.max_t);
+                "{}: {} weights take an f32 activation (call matmul), not a 16-bit one", op, dtype_name(w.dtype));
+  TESSERA_CHECK(w.n > 0 && w.k > 0 && !w.quants.empty(), "{}: the weight is empty (was it uploaded?)", op);
+  TESSERA_CHECK(x16 != nullptr && y != nullptr, "{}: the input or output pointer is null", op);
+  TESSERA_CHECK(t >= 1 && t <= m.max_t, "{}: t = {} rows is outside the workspace's 1..{}", op, t, m.max_t);
   if (is_quant(w.dtype)) {
     TESSERA_CHECK(w.n * w.k <= m.max_quant_nk,
-                  "matmul_x16: the {} weight [{}, {}] needs {} elements of dequantization scratch, the workspace has {}",
+                  "{}: the {} weight [{}, {}] needs {} elements of dequantization scratch, the workspace has {}", op,
                   dtype_name(w.dtype), w.n, w.k, w.n * w.k, m.max_quant_nk);
     detail::launch_dequant_bf16(w, m.deq.get(), stream);
-    detail::gemm_lt(ws, DType::BF16, m.deq.get(), x16, y, t, w.n, w.k, stream, accumulate);
+    detail::gemm_lt(ws, DType::BF16, m.deq.get(), x16, y, t, w.n, w.k, stream, accumulate, y16);
   } else {
-    detail::gemm_lt(ws, w.dtype, w.quants.get(), x16, y, t, w.n, w.k, stream, accumulate);
+    detail::gemm_lt(ws, w.dtype, w.quants.get(), x16, y, t, w.n, w.k, stream, accumulate, y16);
   }
+}
+
+}  // namespace
+
+void matmul_x16(const DeviceWeight& w, const void* x16, float* y, int64_t t, GemmWorkspace& ws, cudaStream_t stream,
+                bool accumulate) {
+  matmul_x16_impl(w, x16, y, false, t, ws, stream, accumulate);
+}
+
+void matmul_x16_out16(const DeviceWeight& w, const void* x16, void* y16, int64_t t, GemmWorkspace& ws,
+                      cudaStream_t stream) {
+  matmul_x16_impl(w, x16, y16, true, t, ws, stream, false);
 }
 
 void matmul(const DeviceWeight& w, const float* x, float* y, int64_t t, GemmWorkspace& ws, cudaStream_t stream,

@@ -52,6 +52,16 @@ void matmul(const DeviceWeight& w, const float* x /*[t, K]*/, float* y /*[t, N]*
 // for f32 weights (they take f32 x), when t > ws.max_t(), or for a quantized matrix larger than the scratch.
 void matmul_x16(const DeviceWeight& w, const void* x16 /*[t, K] bf16 or f16*/, float* y /*[t, N]*/, int64_t t,
                 GemmWorkspace& ws, cudaStream_t stream, bool accumulate = false);
+// matmul_x16 writing y in the same 16-bit type as x (f32 accumulation, one rounding at the store; no accumulate):
+// the merged gate|up of prefill, whose [t, 2F] output is only read by swiglu_rows16 (half the bytes of f32 written
+// and read back: Llama-3-8B at t = 2048, 235 MB -> 117 MB each way per layer). Same errors as matmul_x16.
+void matmul_x16_out16(const DeviceWeight& w, const void* x16 /*[t, K]*/, void* y16 /*[t, N]*/, int64_t t,
+                      GemmWorkspace& ws, cudaStream_t stream);
+// swiglu_rows over a 16-bit [gate | up] (matmul_x16_out16's output): out[r, i] = silu(gate[r, i]) * up[r, i] in f32,
+// written to exactly one of out (f32) or out16 (rounded to out16_type). gate and up rows [t, ld_in] of in_type (bf16
+// or f16); the merged gate|up passes up = gate + F with ld_in = 2F.
+void swiglu_rows16(const void* gate, const void* up, DType in_type, int64_t ld_in, float* out /*[t, n] or nullptr*/,
+                   void* out16 /*[t, n] or nullptr*/, DType out16_type, int64_t t, int64_t n, cudaStream_t stream);
 // BF16 or F16: the activation type matmul_x16 takes for weights of `wtype`; F32 when it takes none (f32 weights).
 DType matmul_x16_type(DType wtype);
 // The smallest t from which matmul itself takes the cuBLASLt path for weights of `wtype` at every N and K: from there
@@ -108,8 +118,11 @@ void attn_decode_rope_rows(const float* q, int64_t ld_q, const float* k, const f
 // [0, p0 + i]. This also serves chunked prefill (p0 > 0: earlier chunks are in the cache). q [t, ld_q] f32 (rotated),
 // out [t, n_head * hd] f32. hd in {64, 128}. Error when p0 + t > n_ctx or seq outside [0, n_seq). An F32 cache takes
 // an FFMA path instead (tiles of K and V in shared memory, online softmax, f32 throughout): the MMAs need 16 bits.
+// out16 (with out == nullptr): the output written instead in out16_type (bf16 or f16), rounded once at the store,
+// for an o-projection that takes a 16-bit x (matmul_x16): no f32 [t, n_head * hd] written and converted back.
 void attn_prefill(const float* q, int64_t ld_q, const KvCacheView& cache, int64_t seq, int64_t p0, int64_t t,
-                  float* out, int64_t n_head, float scale, cudaStream_t stream);
+                  float* out, int64_t n_head, float scale, cudaStream_t stream, void* out16 = nullptr,
+                  DType out16_type = DType::BF16);
 
 // out[r] = index of the largest value of row r of x (the first on ties, NaNs skipped; 0 when all are NaN): the same
 // answer as argmax (kernels.h) per row, one launch for t rows (batched greedy decoding).

@@ -20,6 +20,28 @@ namespace {
 float cache_to_float(DType dtype, uint16_t bits) { return dtype == DType::F16 ? fp16_to_f32(bits) : bf16_to_f32(bits); }
 uint16_t float_to_cache(DType dtype, float v) { return dtype == DType::F16 ? f32_to_fp16(v) : f32_to_bf16(v); }
 
+// The 16-bit output (out16, what the prefill executor asks for when the o-projection takes a 16-bit x) must be the f32
+// output of the same launch shape rounded to nearest even, bit for bit: the kernel differs only in its store. `run`
+// makes the launch with (out, out16, type); o is the f32 output it gave with out16 == nullptr.
+template <typename Run>
+void expect_out16_is_f32_rounded(const Run& run, const std::vector<float>& o) {
+  for (DType type : {DType::BF16, DType::F16}) {
+    DeviceBuffer o16 = poisoned(2 * o.size());
+    run(nullptr, o16.get(), type);
+    synchronize();
+    const auto bits = to_host<uint16_t>(o16, o.size());
+    int bad = 0;
+    for (size_t i = 0; i < o.size() && bad < 5; ++i) {
+      const uint16_t want = type == DType::BF16 ? f32_to_bf16(o[i]) : f32_to_fp16(o[i]);
+      if (bits[i] != want) {
+        ADD_FAILURE() << dtype_name(type) << " output element " << i << ": " << bits[i] << ", the f32 output " << o[i]
+                      << " rounds to " << want;
+        ++bad;
+      }
+    }
+  }
+}
+
 struct PrefillCase {
   DType dtype;
   int64_t hd, n_head, n_kv, t, p0, seq;
@@ -72,14 +94,18 @@ void check_prefill(const PrefillCase& c, std::mt19937& rng) {
   double worst_all = 0;
   for (int variant = -1; variant < detail::attn_prefill_variant_count(); ++variant) {
     SCOPED_TRACE(variant < 0 ? std::string("attn_prefill") : detail::attn_prefill_variant_name(variant, c.hd));
+    const auto run = [&](float* out, void* out16, DType type) {
+      if (variant < 0)
+        attn_prefill(qd.as<float>(), ld_q, cache, c.seq, c.p0, c.t, out, c.n_head, scale, nullptr, out16, type);
+      else
+        detail::attn_prefill_variant(variant, qd.as<float>(), ld_q, cache, c.seq, c.p0, c.t, out, c.n_head, scale,
+                                     nullptr, out16, type);
+    };
     DeviceBuffer out = poisoned(sizeof(float) * c.t * width);
-    if (variant < 0)
-      attn_prefill(qd.as<float>(), ld_q, cache, c.seq, c.p0, c.t, out.as<float>(), c.n_head, scale, nullptr);
-    else
-      detail::attn_prefill_variant(variant, qd.as<float>(), ld_q, cache, c.seq, c.p0, c.t, out.as<float>(), c.n_head,
-                                   scale, nullptr);
+    run(out.as<float>(), nullptr, DType::BF16);
     synchronize();
     const auto o = to_host<float>(out, c.t * width);
+    expect_out16_is_f32_rounded(run, o);
     double worst = 0;
     for (int64_t r = 0; r < c.t; ++r) {
       double err = 0, norm = 0;
@@ -145,14 +171,18 @@ void check_prefill_f32(const PrefillCase& c, std::mt19937& rng) {
   cache.n_seq = n_seq;
   // Every launch-shape variant must give the same f32 results (the f32 path has one shape and ignores the variant).
   for (int variant = -1; variant < detail::attn_prefill_variant_count(); ++variant) {
+    const auto run = [&](float* out, void* out16, DType type) {
+      if (variant < 0)
+        attn_prefill(qd.as<float>(), ld_q, cache, c.seq, c.p0, c.t, out, c.n_head, scale, nullptr, out16, type);
+      else
+        detail::attn_prefill_variant(variant, qd.as<float>(), ld_q, cache, c.seq, c.p0, c.t, out, c.n_head, scale,
+                                     nullptr, out16, type);
+    };
     DeviceBuffer out = poisoned(sizeof(float) * c.t * width);
-    if (variant < 0)
-      attn_prefill(qd.as<float>(), ld_q, cache, c.seq, c.p0, c.t, out.as<float>(), c.n_head, scale, nullptr);
-    else
-      detail::attn_prefill_variant(variant, qd.as<float>(), ld_q, cache, c.seq, c.p0, c.t, out.as<float>(), c.n_head,
-                                   scale, nullptr);
+    run(out.as<float>(), nullptr, DType::BF16);
     synchronize();
     const auto o = to_host<float>(out, c.t * width);
+    expect_out16_is_f32_rounded(run, o);
     // f32 throughout: dot products and sums over <= 820 terms (~1e-6 relative), exp2f (2 ulp) of scores whose
     // f32 rounding moves a weight by ~1e-6; 1e-5 leaves several times that while a masking off-by-one moves a row
     // by ~1e-3.
@@ -211,6 +241,12 @@ TEST(CudaAttnPrefill, RejectsBadArguments) {
   bad.dtype = DType::Q8_0;
   EXPECT_THROW(call(bad, 0, 0, 8, n_head), Error);
   EXPECT_THROW(attn_prefill(q.as<float>(), ld - 4, cache, 0, 0, 8, out.as<float>(), n_head, 0.125f, nullptr), Error);
+  // Exactly one of out and out16, and out16 only in bf16 or f16.
+  EXPECT_THROW(attn_prefill(q.as<float>(), ld, cache, 0, 0, 8, out.as<float>(), n_head, 0.125f, nullptr, out.get()),
+               Error);
+  EXPECT_THROW(attn_prefill(q.as<float>(), ld, cache, 0, 0, 8, nullptr, n_head, 0.125f, nullptr), Error);
+  EXPECT_THROW(attn_prefill(q.as<float>(), ld, cache, 0, 0, 8, nullptr, n_head, 0.125f, nullptr, out.get(), DType::F32),
+               Error);
 }
 
 }  // namespace

@@ -334,6 +334,28 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaPrefill,
                                            PrefillCase{"q4_1", 512}),
                          [](const auto& info) { return info.param.dtype + "_b" + std::to_string(info.param.n_batch); });
 
+// The 16-bit gate|up output (matmul_x16_out16 + swiglu_rows16) and prefill attention output against the f32 ones
+// (TESSERA_CUDA_OUT16=0), on bf16 weights in one 100-row chunk: each rounds values the next matmul rounds to bf16
+// anyway (attention output) or rounds gate and up once more (2^-9 relative), so the logits move by ~1e-3 relative;
+// they must move (the path is taken) and stay far inside the CPU-vs-GPU tolerance of 3e-2.
+TEST(CudaBackend, Out16PrefillMatchesF32Outputs) {
+  TESSERA_REQUIRE_GPU();
+  const Model m = make_random_model({.arch = "smollm2-135m", .dtype = "bf16", .seed = 9, .n_layers = 2});
+  const std::vector<int32_t> ids = random_ids(100, 49152, 21);
+  const auto run = [&](bool out16) {
+    if (!out16) setenv("TESSERA_CUDA_OUT16", "0", 1);
+    Session s(m, {.n_ctx = 128, .n_batch = 512, .device = "cuda"});
+    std::vector<float> l = s.eval_all_logits(ids);
+    unsetenv("TESSERA_CUDA_OUT16");
+    return l;
+  };
+  const std::vector<float> a = run(true), b = run(false);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_NE(a, b) << "TESSERA_CUDA_OUT16=0 changed nothing: the 16-bit outputs were not used";
+  const Compare c = compare_rows(b, a, 49152, 1e-2);
+  EXPECT_LE(c.worst_rel, 1e-2);
+}
+
 // The opt-in f32 KV cache on an f32 model, against the CPU session with an f32 cache: nothing is rounded to 16 bits
 // on either side (f32 GEMV, the f32 cuBLASLt GEMM without TF32, f32 cache, the FFMA prefill attention and f32 decode
 // attention), so the two differ by summation order alone, ~1e-6 relative per dot product; 1e-4 relative L2 per row

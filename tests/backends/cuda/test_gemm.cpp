@@ -307,6 +307,50 @@ TEST(CudaGemm, X16InputMatchesTheF32InputPath) {
   }
 }
 
+// matmul_x16_out16 (prefill's gate|up: the output in x's 16-bit type) against matmul_x16's f32 output on the same
+// x: the 16-bit value is the f32 one rounded once (half an ulp: at most 2^-8 relative in bf16, 2^-11 in f16, at the
+// bottom of a binade; measured on the H100: f16 errors up to 4.4e-4 relative with a 2^-12 limit), give or take
+// the summation order of whichever cuBLASLt kernel serves a 16-bit D (~1e-6 of the row's scale).
+TEST(CudaGemm, X16Out16IsTheF32OutputRounded) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  GemmWorkspace ws(100, 544, 130 * 544);
+  for (DType dtype : kFormats) {
+    if (dtype == DType::F32) continue;
+    const DType type = matmul_x16_type(dtype);
+    const Weight w = make_weight(rng, dtype, 130, 544);
+    for (int64_t t : {1, 41, 100}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " t=" << t);
+      const auto x = random_floats(rng, static_cast<size_t>(t * w.k), -2.0f, 2.0f);
+      std::vector<uint16_t> x16(x.size());
+      for (size_t i = 0; i < x.size(); ++i) x16[i] = type == DType::BF16 ? f32_to_bf16(x[i]) : f32_to_fp16(x[i]);
+      DeviceBuffer x16d = to_device(x16), yf = poisoned(sizeof(float) * t * w.n), y16 = poisoned(2 * t * w.n);
+      matmul_x16(w.dev, x16d.get(), yf.as<float>(), t, ws, nullptr);
+      matmul_x16_out16(w.dev, x16d.get(), y16.get(), t, ws, nullptr);
+      synchronize();
+      const auto f = to_host<float>(yf, static_cast<size_t>(t * w.n));
+      const auto h = to_host<uint16_t>(y16, static_cast<size_t>(t * w.n));
+      double ss = 0;
+      for (float v : f) ss += double(v) * v;
+      const double rms = std::sqrt(ss / static_cast<double>(f.size()));
+      const double rel = type == DType::BF16 ? 1.0 / 256 : 1.0 / 2048;
+      int bad = 0;
+      for (size_t i = 0; i < f.size() && bad < 5; ++i) {
+        const double got = type == DType::BF16 ? bf16_to_f32(h[i]) : fp16_to_f32(h[i]);
+        if (!(std::fabs(got - f[i]) <= rel * std::fabs(f[i]) + 1e-5 * rms)) {
+          ADD_FAILURE() << "element " << i << ": 16-bit output " << got << ", f32 output " << f[i];
+          ++bad;
+        }
+      }
+    }
+  }
+  DeviceBuffer x(2 * 64 * 544), y(2 * 64 * 130);
+  const Weight f32w = make_weight(rng, DType::F32, 130, 544);
+  EXPECT_THROW(matmul_x16_out16(f32w.dev, x.get(), y.get(), 64, ws, nullptr), Error);  // f32 weights take f32 x
+  EXPECT_THROW(matmul_x16_out16(f32w.dev, x.get(), nullptr, 64, ws, nullptr), Error);
+  synchronize();
+}
+
 TEST(CudaGemm, X16RejectsF32WeightsAndShortScratch) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());

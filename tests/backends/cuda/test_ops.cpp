@@ -199,6 +199,52 @@ TEST(CudaOps, SwigluRowsMatchesSwigluWithStridedInputs) {
   }
 }
 
+// swiglu_rows16 over a 16-bit merged [gate | up] (what matmul_x16_out16 writes for prefill): its f32 output equals
+// swiglu's on the same values widened to f32, bit for bit (both form silu(g) * u in f32 with the same device code);
+// its 16-bit output is that rounded. n = 1000 with ld_in = 2n + 2 and an odd offset takes the scalar kernel.
+TEST(CudaOps, SwigluRows16MatchesSwigluOnWidenedInputs) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const int64_t t = 5;
+  for (const int64_t n : {32, 1000, 14336}) {
+    for (const DType in_type : {DType::BF16, DType::F16}) {
+      for (const DType out_type : {DType::BF16, DType::F16}) {
+        SCOPED_TRACE(::testing::Message() << "n=" << n << " in=" << dtype_name(in_type)
+                                          << " out=" << dtype_name(out_type));
+        const int64_t ld_in = n == 1000 ? 2 * n + 2 : 2 * n, off = n == 1000 ? 1 : 0;
+        const auto vals = random_floats(rng, t * ld_in + off, -8.0f, 8.0f);
+        std::vector<uint16_t> bits(vals.size());
+        std::vector<float> g(t * n), u(t * n);
+        for (size_t i = 0; i < vals.size(); ++i)
+          bits[i] = in_type == DType::BF16 ? f32_to_bf16(vals[i]) : f32_to_fp16(vals[i]);
+        const auto widen = [&](size_t i) { return in_type == DType::BF16 ? bf16_to_f32(bits[i]) : fp16_to_f32(bits[i]); };
+        for (int64_t r = 0; r < t; ++r)
+          for (int64_t i = 0; i < n; ++i) {
+            g[r * n + i] = widen(static_cast<size_t>(off + r * ld_in + i));
+            u[r * n + i] = widen(static_cast<size_t>(off + r * ld_in + n + i));
+          }
+        DeviceBuffer in = to_device(bits), gc = to_device(g), uc = to_device(u);
+        DeviceBuffer oc = poisoned(sizeof(float) * t * n), of = poisoned(sizeof(float) * t * n);
+        DeviceBuffer o16 = poisoned(2 * t * n);
+        const uint16_t* gp = in.as<uint16_t>() + off;
+        swiglu_rows16(gp, gp + n, in_type, ld_in, of.as<float>(), nullptr, DType::BF16, t, n, nullptr);
+        swiglu_rows16(gp, gp + n, in_type, ld_in, nullptr, o16.get(), out_type, t, n, nullptr);
+        swiglu(gc.as<float>(), uc.as<float>(), oc.as<float>(), t * n, nullptr);
+        synchronize();
+        const auto ref = to_host<float>(oc, t * n);
+        EXPECT_EQ(to_host<float>(of, t * n), ref);
+        expect_16bit_of(ref, o16, out_type, t * n);
+      }
+    }
+  }
+  DeviceBuffer x(2 * 64), y(sizeof(float) * 64);
+  EXPECT_THROW(swiglu_rows16(x.get(), x.get(), DType::F32, 8, y.as<float>(), nullptr, DType::BF16, 4, 4, nullptr), Error);
+  EXPECT_THROW(swiglu_rows16(x.get(), x.get(), DType::BF16, 8, y.as<float>(), x.get(), DType::BF16, 4, 4, nullptr),
+               Error);  // both outputs
+  EXPECT_THROW(swiglu_rows16(x.get(), x.get(), DType::BF16, 3, y.as<float>(), nullptr, DType::BF16, 4, 4, nullptr),
+               Error);  // ld_in < n
+}
+
 TEST(CudaOps, EmbeddingMatchesDequantizedRows) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());

@@ -42,10 +42,18 @@ struct PrefillParams {
   int group;  // query heads per kv head
   int p0;
   int t;
-  float* out;  // [t, ld_out]
+  float* out;    // [t, ld_out] f32, or nullptr when out16 is written instead
+  void* out16;   // [t, ld_out] bf16 (out16_bf16) or f16: o's matmul_x16 input, rounded once at the store
+  bool out16_bf16;
   int64_t ld_out;
   float scale_log2;  // scale * log2(e): the softmax runs in base 2 (ex2 is one MUFU instruction)
 };
+
+__device__ __forceinline__ uint32_t pack16x2(float a, float b, bool bf16) {
+  const uint32_t lo = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(a)) : __half_as_ushort(__float2half_rn(a));
+  const uint32_t hi = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(b)) : __half_as_ushort(__float2half_rn(b));
+  return lo | (hi << 16);
+}
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -345,10 +353,19 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(const PrefillPar
       const float inv = 1.0f / sum;
       const int row = r0 + wrow + mt * 16 + g + 8 * hf;
       if (row >= p.t) continue;
-      float* dst = p.out + static_cast<size_t>(row) * p.ld_out + head * HD + 2 * c4;
+      const size_t at = static_cast<size_t>(row) * p.ld_out + head * HD + 2 * c4;
+      if (p.out16 != nullptr) {
+        uint32_t* dst = reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.out16) + at);
 #pragma unroll
-      for (int nt = 0; nt < HD / 8; ++nt)
-        *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[mt][nt][2 * hf] * inv, o[mt][nt][2 * hf + 1] * inv);
+        for (int nt = 0; nt < HD / 8; ++nt)
+          dst[nt * 4] = pack16x2(o[mt][nt][2 * hf] * inv, o[mt][nt][2 * hf + 1] * inv, p.out16_bf16);
+      } else {
+        float* dst = p.out + at;
+#pragma unroll
+        for (int nt = 0; nt < HD / 8; ++nt)
+          *reinterpret_cast<float2*>(dst + nt * 8) =
+              make_float2(o[mt][nt][2 * hf] * inv, o[mt][nt][2 * hf + 1] * inv);
+      }
     }
 }
 
@@ -433,7 +450,16 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_f32_kernel(const Prefil
   }
   if (row >= p.t) return;
   const float inv = 1.0f / l;
-  float4* dst = reinterpret_cast<float4*>(p.out + static_cast<size_t>(row) * p.ld_out + head * HD);
+  const size_t at = static_cast<size_t>(row) * p.ld_out + head * HD;
+  if (p.out16 != nullptr) {
+    uint2* dst = reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.out16) + at);
+#pragma unroll
+    for (int i = 0; i < NV; ++i)
+      dst[quarter + 4 * i] = make_uint2(pack16x2(acc[i].x * inv, acc[i].y * inv, p.out16_bf16),
+                                        pack16x2(acc[i].z * inv, acc[i].w * inv, p.out16_bf16));
+    return;
+  }
+  float4* dst = reinterpret_cast<float4*>(p.out + at);
 #pragma unroll
   for (int i = 0; i < NV; ++i)
     dst[quarter + 4 * i] = make_float4(acc[i].x * inv, acc[i].y * inv, acc[i].z * inv, acc[i].w * inv);
@@ -503,10 +529,14 @@ int attn_prefill_default_variant(int64_t hd, int64_t n_head, int64_t t) {
 }
 
 void attn_prefill_variant(int variant, const float* q, int64_t ld_q, const KvCacheView& c, int64_t seq, int64_t p0,
-                          int64_t t, float* out, int64_t n_head, float scale, cudaStream_t stream) {
+                          int64_t t, float* out, int64_t n_head, float scale, cudaStream_t stream, void* out16,
+                          DType out16_type) {
   const std::string o = "attn_prefill";
   TESSERA_CUDA_REQUIRE(variant >= 0 && variant < kNumShapes, o + ": launch shape " + num(variant) + " does not exist");
-  TESSERA_CUDA_REQUIRE(q && out && c.k && c.v, o + ": a pointer argument (q, out or the KV cache) is null");
+  TESSERA_CUDA_REQUIRE(q && c.k && c.v, o + ": a pointer argument (q or the KV cache) is null");
+  TESSERA_CUDA_REQUIRE((out == nullptr) != (out16 == nullptr), o + ": exactly one of out and out16 must be given");
+  TESSERA_CUDA_REQUIRE(out16 == nullptr || out16_type == DType::BF16 || out16_type == DType::F16,
+                       o + ": the 16-bit output must be bf16 or f16");
   TESSERA_CUDA_REQUIRE(c.dtype == DType::F16 || c.dtype == DType::BF16 || c.dtype == DType::F32,
                        o + ": the KV cache must be f16, bf16 or f32");
   TESSERA_CUDA_REQUIRE(c.hd == 64 || c.hd == 128, o + ": head size " + num(c.hd) + " is not 64 or 128");
@@ -524,7 +554,7 @@ void attn_prefill_variant(int variant, const float* q, int64_t ld_q, const KvCac
                        o + ": " + num(t) + " rows are more than one launch's grid holds with an f32 cache (2097120)");
   TESSERA_CUDA_REQUIRE(ld_q >= n_head * c.hd && ld_q % 4 == 0 && aligned16(q),
                        o + ": q must be 16-byte aligned with a row stride that is a multiple of 4 and >= n_head * hd");
-  TESSERA_CUDA_REQUIRE(aligned16(out) && aligned16(c.k) && aligned16(c.v),
+  TESSERA_CUDA_REQUIRE(aligned16(out) && aligned16(out16) && aligned16(c.k) && aligned16(c.v),
                        o + ": out and the KV cache must be 16-byte aligned");
   if (t == 0) return;
   PrefillParams p{};
@@ -539,6 +569,8 @@ void attn_prefill_variant(int variant, const float* q, int64_t ld_q, const KvCac
   p.p0 = static_cast<int>(p0);
   p.t = static_cast<int>(t);
   p.out = out;
+  p.out16 = out16;
+  p.out16_bf16 = out16_type == DType::BF16;
   p.ld_out = n_head * c.hd;
   p.scale_log2 = scale * kLog2e;
   const int nh = static_cast<int>(n_head);
@@ -557,9 +589,9 @@ void attn_prefill_variant(int variant, const float* q, int64_t ld_q, const KvCac
 }  // namespace detail
 
 void attn_prefill(const float* q, int64_t ld_q, const KvCacheView& cache, int64_t seq, int64_t p0, int64_t t,
-                  float* out, int64_t n_head, float scale, cudaStream_t stream) {
+                  float* out, int64_t n_head, float scale, cudaStream_t stream, void* out16, DType out16_type) {
   detail::attn_prefill_variant(detail::attn_prefill_default_variant(cache.hd, n_head, t), q, ld_q, cache, seq, p0, t,
-                               out, n_head, scale, stream);
+                               out, n_head, scale, stream, out16, out16_type);
 }
 
 }  // namespace tessera::cuda

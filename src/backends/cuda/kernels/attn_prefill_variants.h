@@ -18,6 +18,7 @@ std::string attn_prefill_variant_name(int variant, int64_t hd);
 int attn_prefill_default_variant(int64_t hd, int64_t n_head, int64_t t);
 // attn_prefill with a given launch shape (same checks, same results up to summation order).
 void attn_prefill_variant(int variant, const float* q, int64_t ld_q, const KvCacheView& cache, int64_t seq, int64_t p0,
-                          int64_t t, float* out, int64_t n_head, float scale, cudaStream_t stream);
+                          int64_t t, float* out, int64_t n_head, float scale, cudaStream_t stream,
+                          void* out16 = nullptr, DType out16_type = DType::BF16);
 
 }  // namespace tessera::cuda::detail
