@@ -6,6 +6,14 @@
 #   scripts/make_gpu_bundle.sh                    # build dependencies only (scripts/gpu_check.sh builds there)
 #   scripts/make_gpu_bundle.sh --prebuilt DIR     # also the GPU test and bench binaries built here in DIR
 #                                                 # (e.g. build-cuda), as a fallback when the build there fails
+#   scripts/make_gpu_bundle.sh --cudnn-only DIR   # only the cuDNN headers (below), into DIR/cudnn/include
+#
+# cuDNN attention (src/backends/cuda/attn_cudnn.cpp) needs headers only: the cuDNN frontend (header-only, PyPI
+# nvidia-cudnn-frontend: the wheel's include/ folder, 3 MB) and cudnn*.h (0.4 MB). They go to .gpu-deps/cudnn/include,
+# which gpu_check.sh passes as TESSERA_CUDNN_ROOT. Sources, first found: $TESSERA_CUDNN_FRONTEND (an include folder
+# or a nvidia_cudnn_frontend wheel), else the wheel nvidia-cudnn-frontend==1.32.0 (downloaded once into
+# ~/.cache/tessera/cudnn); cudnn*.h from $TESSERA_CUDNN_INCLUDE, else
+# the CUDA toolkit's include folder. libcudnn itself is not bundled: the GPU machine's PyTorch wheel has it.
 #
 # Two ways to run on the GPU machine, both prepared here:
 #  1. Build there (the default of gpu_check.sh): the Debian packages' own files, copied with their layout under
@@ -20,12 +28,46 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dest="$root/.gpu-deps"
 prebuilt=""
+cudnn_only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --prebuilt) prebuilt="$2"; shift 2 ;;
-    *) echo "usage: $0 [--prebuilt BUILD_DIR]" >&2; exit 2 ;;
+    --cudnn-only) cudnn_only="$2"; shift 2 ;;
+    *) echo "usage: $0 [--prebuilt BUILD_DIR | --cudnn-only DIR]" >&2; exit 2 ;;
   esac
 done
+
+# Copies the cuDNN frontend and cudnn*.h headers into $1/cudnn/include; says why not when either is missing.
+bundle_cudnn() {
+  local to="$1/cudnn/include" fe="${TESSERA_CUDNN_FRONTEND:-}" inc="${TESSERA_CUDNN_INCLUDE:-/usr/local/cuda/include}"
+  if [ -z "$fe" ]; then
+    # The pinned frontend wheel, fetched once into the cache (PyPI; only its headers are used).
+    local cache="$HOME/.cache/tessera/cudnn"
+    fe=$(ls "$cache"/nvidia_cudnn_frontend-1.32.0-*.whl /tmp/cudnn_probe/nvidia_cudnn_frontend-*.whl 2>/dev/null | head -1)
+    if [ -z "$fe" ]; then
+      mkdir -p "$cache" && python3 -m pip download -q --no-deps nvidia-cudnn-frontend==1.32.0 -d "$cache" >&2 || true
+      fe=$(ls "$cache"/nvidia_cudnn_frontend-1.32.0-*.whl 2>/dev/null | head -1)
+    fi
+  fi
+  if [ -z "$fe" ] || ! ls "$inc"/cudnn_version.h > /dev/null 2>&1; then
+    echo "make_gpu_bundle: no cuDNN frontend or cudnn.h found: cuDNN attention stays off there" >&2
+    return 0
+  fi
+  rm -rf "$1/cudnn" && mkdir -p "$to"
+  if [ -d "$fe" ]; then
+    cp -r "$fe"/. "$to"/
+  else  # a wheel: its include/ folder
+    local tmp; tmp=$(mktemp -d)
+    unzip -q -o "$fe" 'include/*' -d "$tmp" && cp -r "$tmp"/include/. "$to"/
+    rm -rf "$tmp"
+  fi
+  cp "$inc"/cudnn*.h "$to"/
+  echo "make_gpu_bundle: cuDNN headers ($(grep -E 'define CUDNN_(MAJOR|MINOR) ' "$to"/cudnn_version.h | awk '{print $3}' | paste -sd.)) in $to"
+}
+if [ -n "$cudnn_only" ]; then
+  bundle_cudnn "$cudnn_only"
+  exit 0
+fi
 
 rm -rf "$dest"
 mkdir -p "$dest"
@@ -57,6 +99,8 @@ LD_LIBRARY_PATH="$here/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 PKG_CONFIG_LIBDIR="$here/lib/x86_64-linux-gnu/pkgconfig" exec "$here/bin/pkgconf" "$@"
 EOF
 chmod +x "$dest/bin/pkg-config"
+
+bundle_cudnn "$dest"
 
 if [ -n "$prebuilt" ]; then
   bin="$dest/prebuilt/bin"
