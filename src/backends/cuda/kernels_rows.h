@@ -62,6 +62,9 @@ void matmul_x16_out16(const DeviceWeight& w, const void* x16 /*[t, K]*/, void* y
 // or f16); the merged gate|up passes up = gate + F with ld_in = 2F.
 void swiglu_rows16(const void* gate, const void* up, DType in_type, int64_t ld_in, float* out /*[t, n] or nullptr*/,
                    void* out16 /*[t, n] or nullptr*/, DType out16_type, int64_t t, int64_t n, cudaStream_t stream);
+// out[i] = in[i] between f16 and bf16 (widened to f32, rounded to nearest even). n a multiple of 8, both buffers
+// 16-byte aligned.
+void convert_16bit(const void* in, DType in_type, void* out, DType out_type, int64_t n, cudaStream_t stream);
 // BF16 or F16: the activation type matmul_x16 takes for weights of `wtype`; F32 when it takes none (f32 weights).
 DType matmul_x16_type(DType wtype);
 // The smallest t from which matmul itself takes the cuBLASLt path for weights of `wtype` at every N and K: from there
@@ -76,9 +79,12 @@ int64_t matmul_x16_min_t(DType wtype);
 // Row r rotates q and k at position pos[r] (theta_i = pos * inv_freq[i], as rope_store_kv) and stores k and v into
 // the cache of slot seq[r] (seq == nullptr: slot 0) at pos[r]. q is rotated in place. A row whose pos is outside
 // [0, n_ctx) or whose slot is outside [0, n_seq) stores nothing and sets its q to NaN.
+// q16 (a 16-bit cache only): the rotated q goes there instead, [t, n_head * hd] in the cache's type (what cuDNN's
+// attention reads), and q is left as it was.
 void rope_store_kv_rows(float* q, int64_t ld_q, const float* k, const float* v, int64_t ld_kv, const KvCacheView& cache,
                         const int32_t* pos /*[t]*/, const int32_t* seq /*[t] or nullptr*/, int64_t t, int64_t n_head,
-                        int64_t rope_dim, const float* inv_freq /*[rope_dim/2]*/, bool neox, cudaStream_t stream);
+                        int64_t rope_dim, const float* inv_freq /*[rope_dim/2]*/, bool neox, cudaStream_t stream,
+                        void* q16 = nullptr);
 
 // ---------------------------------------------------------------------------------------------------------------------
 // Attention for T rows

@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backends/cuda/attn_cudnn.h"
 #include "backends/cuda/backend_cuda.h"
 #include "cuda_test_util.h"
 #include "tessera/error.h"
@@ -354,6 +355,46 @@ TEST(CudaBackend, Out16PrefillMatchesF32Outputs) {
   EXPECT_NE(a, b) << "TESSERA_CUDA_OUT16=0 changed nothing: the 16-bit outputs were not used";
   const Compare c = compare_rows(b, a, 49152, 1e-2);
   EXPECT_LE(c.worst_rel, 1e-2);
+}
+
+// Prefill attention through cuDNN (chunks of >= 256 rows, where it is available: libcudnn loadable, Hopper) against
+// the CPU session, and against attn_prefill (TESSERA_CUDA_CUDNN=0) on the same GPU: 300 ids in one chunk on bf16 and
+// f16 weights (the default f16 cache: bf16 weights also take the f16 -> bf16 conversion of cuDNN's output), then a
+// 300-row chunk after 200 cached positions (bottom-right causal alignment). Skips where cuDNN is unavailable.
+TEST(CudaBackend, CudnnPrefillMatchesCpuAndAttnPrefill) {
+  TESSERA_REQUIRE_GPU();
+  std::string why;
+  if (!cuda::cudnn_attention_available(&why)) GTEST_SKIP() << "cuDNN attention unavailable: " << why;
+  const double tol = 3e-2;
+  for (const std::string dtype : {"bf16", "f16"}) {
+    SCOPED_TRACE(dtype);
+    const Model m = make_random_model({.arch = "smollm2-135m", .dtype = dtype, .seed = 11, .n_layers = 2});
+    const std::vector<int32_t> first = random_ids(200, 49152, 23), ids = random_ids(300, 49152, 29);
+    SessionOptions co{.n_ctx = 512, .n_batch = 512, .n_threads = 2};
+    SessionOptions go = co;
+    go.device = "cuda";
+    const auto gpu_logits = [&](bool cudnn) {
+      if (!cudnn) setenv("TESSERA_CUDA_CUDNN", "0", 1);
+      Session s(m, go);
+      std::vector<float> a = s.eval_all_logits(ids);
+      s.reset();
+      s.eval(first);
+      const std::vector<float> b = s.eval_all_logits(ids);
+      a.insert(a.end(), b.begin(), b.end());
+      unsetenv("TESSERA_CUDA_CUDNN");
+      return a;
+    };
+    Session cpu(m, co);
+    std::vector<float> ref = cpu.eval_all_logits(ids);
+    cpu.reset();
+    cpu.eval(first);
+    const std::vector<float> ref2 = cpu.eval_all_logits(ids);
+    ref.insert(ref.end(), ref2.begin(), ref2.end());
+    const std::vector<float> with = gpu_logits(true), without = gpu_logits(false);
+    expect_close(compare_rows(ref, with, 49152, tol), tol, "cuDNN prefill vs CPU, " + dtype);
+    EXPECT_NE(with, without) << "TESSERA_CUDA_CUDNN=0 changed nothing: cuDNN was not used";
+    EXPECT_LE(compare_rows(without, with, 49152, 1e-2).worst_rel, 1e-2);
+  }
 }
 
 // The opt-in f32 KV cache on an f32 model, against the CPU session with an f32 cache: nothing is rounded to 16 bits

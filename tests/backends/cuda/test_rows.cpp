@@ -16,6 +16,7 @@
 #include "backends/cuda/kernels_rows.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
+#include "quant/half.h"
 
 namespace tessera::cuda::test {
 namespace {
@@ -185,6 +186,54 @@ TEST(CudaRows, RopeStoreKvRowsMatchesReference) {
       check_rope_rows(c, t, false, rng);
       check_rope_rows(c, t, true, rng);
     }
+}
+
+// rope_store_kv_rows with q16 (the cuDNN attention's input): the rotated q lands in the 16-bit copy, equal to the
+// in-place f32 rotation rounded to the cache type, bit for bit (the same kernel math), q itself is left as it was, and
+// the cache receives the same k and v.
+TEST(CudaRows, RopeStoreKvRowsQ16IsTheF32RotationRounded) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const RopeCase& c : {RopeCase{DType::F16, 9, 3, 64, 64, false}, RopeCase{DType::BF16, 32, 8, 128, 128, true}}) {
+    for (int64_t t : {3, 40}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " heads " << c.n_head << " t " << t);
+      const int64_t n_ctx = 64, hd = c.hd, qw = c.n_head * hd, kvw = c.n_kv * hd, width = qw + 2 * kvw;
+      const Rows rows = make_rows(rng, t, n_ctx, true);
+      const auto qkv = random_floats(rng, static_cast<size_t>(t * width), -2.0f, 2.0f);
+      const auto inv_freq = llama_inv_freq(c.rope_dim, 10000.0);
+      DeviceBuffer a = to_device(qkv), b = to_device(qkv), f_d = to_device(inv_freq);
+      DeviceBuffer pos_d = to_device(rows.pos), seq_d = to_device(rows.seq);
+      const size_t cache_elems = static_cast<size_t>(kSeqs * c.n_kv * n_ctx * hd);
+      DeviceBuffer kc_a = poisoned(2 * cache_elems), vc_a = poisoned(2 * cache_elems);
+      DeviceBuffer kc_b = poisoned(2 * cache_elems), vc_b = poisoned(2 * cache_elems);
+      DeviceBuffer q16 = poisoned(2 * t * qw);
+      const KvCacheView ca{c.dtype, kc_a.get(), vc_a.get(), n_ctx, c.n_kv, hd, kSeqs};
+      const KvCacheView cb{c.dtype, kc_b.get(), vc_b.get(), n_ctx, c.n_kv, hd, kSeqs};
+      float* qa = a.as<float>();
+      float* qb = b.as<float>();
+      rope_store_kv_rows(qa, width, qa + qw, qa + qw + kvw, width, ca, pos_d.as<int32_t>(), seq_d.as<int32_t>(), t,
+                         c.n_head, c.rope_dim, f_d.as<float>(), c.neox, nullptr);
+      rope_store_kv_rows(qb, width, qb + qw, qb + qw + kvw, width, cb, pos_d.as<int32_t>(), seq_d.as<int32_t>(), t,
+                         c.n_head, c.rope_dim, f_d.as<float>(), c.neox, nullptr, q16.get());
+      synchronize();
+      const auto rotated = to_host<float>(a, qkv.size());
+      EXPECT_EQ(to_host<float>(b, qkv.size()), qkv) << "q must be left as it was";
+      const auto bits = to_host<uint16_t>(q16, static_cast<size_t>(t * qw));
+      int bad = 0;
+      for (int64_t r = 0; r < t && bad < 5; ++r)
+        for (int64_t e = 0; e < qw && bad < 5; ++e) {
+          const float v = rotated[r * width + e];
+          const uint16_t want = c.dtype == DType::BF16 ? f32_to_bf16(v) : f32_to_fp16(v);
+          const bool both_nan = std::isnan(v) && std::isnan(cache_value(c.dtype, bits[r * qw + e]));
+          if (!both_nan && bits[r * qw + e] != want) {
+            ADD_FAILURE() << "row " << r << " element " << e << ": q16 " << bits[r * qw + e] << ", f32 " << v;
+            ++bad;
+          }
+        }
+      EXPECT_EQ(to_host<uint16_t>(kc_a, cache_elems), to_host<uint16_t>(kc_b, cache_elems));
+      EXPECT_EQ(to_host<uint16_t>(vc_a, cache_elems), to_host<uint16_t>(vc_b, cache_elems));
+    }
+  }
 }
 
 TEST(CudaRows, RopeStoreKvRowsRejectsBadArguments) {

@@ -1,7 +1,9 @@
-// SwiGLU over the 16-bit output of prefill's merged gate|up matmul (matmul_x16_out16): at Llama-3-8B's t = 2048 the
-// f32 [t, 2 * 14336] gate|up output is 235 MB written by the GEMM and read back here per layer; in 16 bits both moves
-// halve. The values are widened to f32, silu(g) * u is formed in f32 as swiglu_rows does, and rounded once at the
-// 16-bit store (or stored in f32 when down's matmul takes an f32 x).
+// Elementwise ops over 16-bit prefill activations.
+// swiglu_rows16: SwiGLU over the 16-bit output of prefill's merged gate|up matmul (matmul_x16_out16): at Llama-3-8B's
+// t = 2048 the f32 [t, 2 * 14336] gate|up output is 235 MB written by the GEMM and read back here per layer; in 16
+// bits both moves halve. The values are widened to f32, silu(g) * u is formed in f32 as swiglu_rows does, and rounded
+// once at the 16-bit store (or stored in f32 when down's matmul takes an f32 x).
+// convert_16bit: f16 <-> bf16 (cuDNN attention writes the cache's type; the o-projection may take the other).
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels_rows.h"
@@ -62,8 +64,37 @@ __global__ void __launch_bounds__(kThreads)
     out[i] = v;
 }
 
+// Eight values per thread: widened to f32, rounded once to the other type.
+__global__ void __launch_bounds__(kThreads)
+    convert16_kernel(const uint4* in, bool in_bf16, uint4* out, bool out_bf16, int64_t n8) {
+  pdl_wait();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
+  if (i >= n8) return;
+  const uint4 a = in[i];
+  const uint32_t w[4] = {a.x, a.y, a.z, a.w};
+  uint32_t o[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    o[j] = static_cast<uint32_t>(to16(from16(static_cast<uint16_t>(w[j]), in_bf16), out_bf16)) |
+           (static_cast<uint32_t>(to16(from16(static_cast<uint16_t>(w[j] >> 16), in_bf16), out_bf16)) << 16);
+  out[i] = make_uint4(o[0], o[1], o[2], o[3]);
+}
+
 }  // namespace
 }  // namespace detail
+
+void convert_16bit(const void* in, DType in_type, void* out, DType out_type, int64_t n, cudaStream_t stream) {
+  const std::string o = "convert_16bit";
+  TESSERA_CUDA_REQUIRE((in_type == DType::BF16 || in_type == DType::F16) &&
+                           (out_type == DType::BF16 || out_type == DType::F16),
+                       o + ": both types must be bf16 or f16");
+  TESSERA_CUDA_REQUIRE(in && out && n > 0 && n % 8 == 0 && detail::aligned16(in) && detail::aligned16(out),
+                       o + ": needs non-null 16-byte aligned buffers and a positive count that is a multiple of 8");
+  detail::launch("convert16_kernel", detail::convert16_kernel,
+                 dim3(static_cast<unsigned>((n / 8 + detail::kThreads - 1) / detail::kThreads)), dim3(detail::kThreads),
+                 0, stream, static_cast<const uint4*>(in), in_type == DType::BF16, static_cast<uint4*>(out),
+                 out_type == DType::BF16, n / 8);
+}
 
 void swiglu_rows16(const void* gate, const void* up, DType in_type, int64_t ld_in, float* out, void* out16,
                    DType out16_type, int64_t t, int64_t n, cudaStream_t stream) {

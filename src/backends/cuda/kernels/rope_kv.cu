@@ -101,7 +101,8 @@ __global__ void __launch_bounds__(kRopeThreads)
                            const float* __restrict__ v /*[t, ld_kv]*/, size_t ld_q, size_t ld_kv, T* __restrict__ kc,
                            T* __restrict__ vc /*[n_seq, n_kv, n_ctx, hd]*/, const int32_t* __restrict__ pos_ptr,
                            const int32_t* __restrict__ seq_ptr, int n_head, int n_kv, int hd, int n_ctx, int n_seq,
-                           int rope_dim, const float* __restrict__ inv_freq, bool neox, int n_chunks, int64_t items) {
+                           int rope_dim, const float* __restrict__ inv_freq, bool neox, int n_chunks, int64_t items,
+                           T* __restrict__ q16 /*[t, n_head * hd] or null*/) {
   pdl_wait();
   const int64_t item = blockIdx.x * static_cast<int64_t>(kRopeThreads) + threadIdx.x;
   if (item >= items) return;
@@ -125,8 +126,13 @@ __global__ void __launch_bounds__(kRopeThreads)
 #pragma unroll
     for (int u = 0; u < kHeadsPerThread; ++u) {
       const int head = h0 + u;
-      if (head < n_head) qrow[static_cast<size_t>(head) * hd + a_r] = qrow[static_cast<size_t>(head) * hd + b_r] =
-                             __int_as_float(0x7fc00000);
+      if (head < n_head && q16 != nullptr) {
+        T* qh = q16 + (row * n_head + head) * static_cast<size_t>(hd);
+        qh[a_r] = qh[b_r] = from_float<T>(__int_as_float(0x7fc00000));
+      } else if (head < n_head) {
+        qrow[static_cast<size_t>(head) * hd + a_r] = qrow[static_cast<size_t>(head) * hd + b_r] =
+            __int_as_float(0x7fc00000);
+      }
     }
     return;
   }
@@ -151,6 +157,12 @@ __global__ void __launch_bounds__(kRopeThreads)
     const bool is_q = head < n_head, is_v = head >= n_head + n_kv;
     float ya = xa[u], yb = xb[u];
     if (!is_v && in_rot) ya = xa[u] * c - xb[u] * s, yb = xa[u] * s + xb[u] * c;
+    if (is_q && q16 != nullptr) {
+      T* qh = q16 + (row * n_head + head) * static_cast<size_t>(hd);
+      qh[a_r] = from_float<T>(ya);
+      qh[b_r] = from_float<T>(yb);
+      continue;
+    }
     if (is_q) {
       qrow[static_cast<size_t>(head) * hd + a_r] = ya;
       qrow[static_cast<size_t>(head) * hd + b_r] = yb;
@@ -166,13 +178,13 @@ __global__ void __launch_bounds__(kRopeThreads)
 template <typename T>
 void launch_rope_rows(float* q, const float* k, const float* v, size_t ld_q, size_t ld_kv, T* kc, T* vc,
                       const int32_t* pos, const int32_t* seq, int nh, int nkv, int hd, int nctx, int nseq, int rd,
-                      const float* inv_freq, bool neox, int64_t t, cudaStream_t stream) {
-  if (t >= kRowsV3MinT) {
+                      const float* inv_freq, bool neox, int64_t t, cudaStream_t stream, T* q16) {
+  if (t >= kRowsV3MinT || q16 != nullptr) {
     const int n_chunks = (nh + 2 * nkv + kHeadsPerThread - 1) / kHeadsPerThread;
     const int64_t items = t * n_chunks * (hd / 2);
     launch("rope_store_rows_kernel", rope_store_rows_kernel<T>, dim3(ceil_div(items, kRopeThreads)),
            dim3(kRopeThreads), 0, stream, q, k, v, ld_q, ld_kv, kc, vc, pos, seq, nh, nkv, hd, nctx, nseq, rd, inv_freq,
-           neox, n_chunks, items);
+           neox, n_chunks, items, q16);
     return;
   }
   const int64_t items = (nh + 2 * nkv) * (hd / 2);
@@ -183,8 +195,10 @@ void launch_rope_rows(float* q, const float* k, const float* v, size_t ld_q, siz
 
 void rope_rows(const char* op, float* q, int64_t ld_q, const float* k, const float* v, int64_t ld_kv,
                const KvCacheView& cache, const int32_t* pos, const int32_t* seq, int64_t t, int64_t n_head,
-               int64_t rope_dim, const float* inv_freq, bool neox, cudaStream_t stream) {
+               int64_t rope_dim, const float* inv_freq, bool neox, cudaStream_t stream, void* q16 = nullptr) {
   const std::string o(op);
+  TESSERA_CUDA_REQUIRE(q16 == nullptr || cache.dtype != DType::F32,
+                       o + ": a 16-bit copy of q needs a 16-bit (f16 or bf16) cache");
   TESSERA_CUDA_REQUIRE(q && k && v && pos && cache.k && cache.v, o + ": a pointer argument is null");
   TESSERA_CUDA_REQUIRE(cache.dtype == DType::F16 || cache.dtype == DType::BF16 || cache.dtype == DType::F32,
                        o + ": the KV cache must be f16, bf16 or f32");
@@ -208,13 +222,13 @@ void rope_rows(const char* op, float* q, int64_t ld_q, const float* k, const flo
   const auto lq = static_cast<size_t>(ld_q), lkv = static_cast<size_t>(ld_kv);
   if (cache.dtype == DType::F16)
     launch_rope_rows(q, k, v, lq, lkv, static_cast<__half*>(cache.k), static_cast<__half*>(cache.v), pos, seq, nh, nkv,
-                     hd, nctx, nseq, rd, inv_freq, neox, t, stream);
+                     hd, nctx, nseq, rd, inv_freq, neox, t, stream, static_cast<__half*>(q16));
   else if (cache.dtype == DType::F32)
     launch_rope_rows(q, k, v, lq, lkv, static_cast<float*>(cache.k), static_cast<float*>(cache.v), pos, seq, nh, nkv,
-                     hd, nctx, nseq, rd, inv_freq, neox, t, stream);
+                     hd, nctx, nseq, rd, inv_freq, neox, t, stream, static_cast<float*>(nullptr));
   else
     launch_rope_rows(q, k, v, lq, lkv, static_cast<__nv_bfloat16*>(cache.k), static_cast<__nv_bfloat16*>(cache.v), pos,
-                     seq, nh, nkv, hd, nctx, nseq, rd, inv_freq, neox, t, stream);
+                     seq, nh, nkv, hd, nctx, nseq, rd, inv_freq, neox, t, stream, static_cast<__nv_bfloat16*>(q16));
 }
 
 }  // namespace
@@ -228,9 +242,9 @@ void rope_store_kv(float* q, const float* k, const float* v, const KvCacheView& 
 
 void rope_store_kv_rows(float* q, int64_t ld_q, const float* k, const float* v, int64_t ld_kv, const KvCacheView& cache,
                         const int32_t* pos, const int32_t* seq, int64_t t, int64_t n_head, int64_t rope_dim,
-                        const float* inv_freq, bool neox, cudaStream_t stream) {
+                        const float* inv_freq, bool neox, cudaStream_t stream, void* q16) {
   detail::rope_rows("rope_store_kv_rows", q, ld_q, k, v, ld_kv, cache, pos, seq, t, n_head, rope_dim, inv_freq, neox,
-                    stream);
+                    stream, q16);
 }
 
 }  // namespace tessera::cuda
