@@ -376,14 +376,18 @@ void Bench::attention() {
     int64_t n_head, n_kv, hd, n_ctx;
     std::vector<int32_t> ctxs;
   };
-  const std::vector<Case> cases = {{"llama3-8b", 32, 8, 128, 8192, {128, 512, 1024, 4096, 8192}},
-                                   {"llama3.2-1b", 32, 8, 64, 8192, {128, 512, 2048}},
-                                   {"smollm2-135m", 9, 3, 64, 8192, {64, 128, 256, 512, 1024, 2048, 4096}}};
-  // us / fused: attn_decode / attn_decode_rope (rope + cache store fused in, as the decoder runs it), v5 (default);
-  // v4: the same with TESSERA_CUDA_ATTN_V4=1; fused e0 / c8: v5 fused with TESSERA_CUDA_ATTN_EARLY=0 (no loads
-  // before pdl_wait) / TESSERA_CUDA_ATTN_CLUSTER=8 (clusters, opt-in). All switches are read at launch, so at capture.
-  fmt::print("\n{:<18} {:>5} {:>7} {:>12} {:>6} {:>8} {:>8} {:>9} {:>9} {:>9}\n", "attn_decode (bf16)", "ctx", "us",
-             "(min-max)", "%copy", "fused", "v4", "v4 fused", "fused e0", "fused c8");
+  const std::vector<Case> cases = {{"llama3-8b", 32, 8, 128, 8192, {128, 256, 512, 1024, 4096, 8192}},
+                                   {"llama3.2-1b", 32, 8, 64, 8192, {128, 256, 512, 2048}},
+                                   {"smollm2-135m", 9, 3, 64, 8192, {64, 128, 256, 384, 512, 1024, 2048, 4096}},
+                                   // caches of the compact kernel's capacity (tessera bench -n 256 makes these)
+                                   {"smollm2-135m/256", 9, 3, 64, 256, {64, 128, 256}},
+                                   {"llama3.2-1b/256", 32, 8, 64, 256, {128, 256}}};
+  // us / fused: attn_decode / attn_decode_rope (rope + cache store fused in, as the decoder runs it), v6 (default:
+  // v5 plus the short-context paths); fused nc: TESSERA_CUDA_ATTN_COMPACT=0 (no compact kernel); v5 / v5 fused:
+  // TESSERA_CUDA_ATTN_SHORT=0; fused e0 / c8: fused with TESSERA_CUDA_ATTN_EARLY=0 (no loads before pdl_wait) /
+  // TESSERA_CUDA_ATTN_CLUSTER=8 (clusters, opt-in: no short path). All switches are read at launch, so at capture.
+  fmt::print("\n{:<18} {:>5} {:>7} {:>12} {:>6} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9}\n", "attn_decode (bf16)", "ctx",
+             "us", "(min-max)", "%copy", "fused", "fused nc", "v5", "v5 fused", "fused e0", "fused c8");
   for (const Case& c : cases) {
     const uint64_t layer_bytes = 2ull * c.n_kv * c.n_ctx * c.hd * 2;
     const int layers = std::clamp(rotation(layer_bytes / 4), 2, 16);  // rotate over several layers' caches
@@ -438,21 +442,25 @@ void Bench::attention() {
         return t;
       };
       const Timing t = plain(), tf = fused();
-      const Timing t4 = with_env("TESSERA_CUDA_ATTN_V4", "1", plain);
-      const Timing tf4 = with_env("TESSERA_CUDA_ATTN_V4", "1", fused);
+      const Timing t5 = with_env("TESSERA_CUDA_ATTN_SHORT", "0", plain);
+      const Timing tf5 = with_env("TESSERA_CUDA_ATTN_SHORT", "0", fused);
+      const Timing tfn = with_env("TESSERA_CUDA_ATTN_COMPACT", "0", fused);
       const Timing tfe = with_env("TESSERA_CUDA_ATTN_EARLY", "0", fused);
       const Timing tfc = with_env("TESSERA_CUDA_ATTN_CLUSTER", "8", fused);
       const uint64_t bytes = 2ull * c.n_kv * ctx * c.hd * 2 + 2ull * c.n_head * c.hd * 4;
       record({{"kind", "attn_decode"}, {"model", c.name}, {"ctx", ctx}, {"max_splits", ws.max_splits()}}, t, bytes);
       record({{"kind", "attn_decode_rope"}, {"model", c.name}, {"ctx", ctx}}, tf, bytes);
-      record({{"kind", "attn_decode_v4"}, {"model", c.name}, {"ctx", ctx}}, t4, bytes);
-      record({{"kind", "attn_decode_rope_v4"}, {"model", c.name}, {"ctx", ctx}}, tf4, bytes);
+      record({{"kind", "attn_decode_v5"}, {"model", c.name}, {"ctx", ctx}}, t5, bytes);
+      record({{"kind", "attn_decode_rope_v5"}, {"model", c.name}, {"ctx", ctx}}, tf5, bytes);
+      record({{"kind", "attn_decode_rope_no_compact"}, {"model", c.name}, {"ctx", ctx}}, tfn, bytes);
       record({{"kind", "attn_decode_rope_no_early"}, {"model", c.name}, {"ctx", ctx}}, tfe, bytes);
       record({{"kind", "attn_decode_rope_cluster8"}, {"model", c.name}, {"ctx", ctx}}, tfc, bytes);
       small_us_[fmt::format("attn {} {}", c.name, ctx)] = t.us;
       const double gbps = bytes / (t.us * 1e-6) / 1e9;
-      fmt::print("{:<18} {:>5} {:>7.2f} {:>5.2f}-{:<6.2f} {:>5.1f}% {:>8.2f} {:>8.2f} {:>9.2f} {:>9.2f} {:>9.2f}\n",
-                 c.name, ctx, t.us, t.min_us, t.max_us, 100 * gbps / copy_gbps_, tf.us, t4.us, tf4.us, tfe.us, tfc.us);
+      fmt::print(
+          "{:<18} {:>5} {:>7.2f} {:>5.2f}-{:<6.2f} {:>5.1f}% {:>8.2f} {:>8.2f} {:>9.2f} {:>9.2f} {:>9.2f} "
+          "{:>9.2f}\n",
+          c.name, ctx, t.us, t.min_us, t.max_us, 100 * gbps / copy_gbps_, tf.us, tfn.us, t5.us, tf5.us, tfe.us, tfc.us);
     }
   }
 }

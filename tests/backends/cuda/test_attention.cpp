@@ -15,11 +15,12 @@
 namespace tessera::cuda::test {
 namespace {
 
-// Runs body once per decode attention kernel: v5 (the default), v4 (TESSERA_CUDA_ATTN_V4=1) and v3
-// (TESSERA_CUDA_ATTN_V1=1); the switches are read at launch.
+// Runs body once per decode attention kernel: v6 (the default: v5 with the short-context path), v5
+// (TESSERA_CUDA_ATTN_SHORT=0), v4 (TESSERA_CUDA_ATTN_V4=1) and v3 (TESSERA_CUDA_ATTN_V1=1); the switches are read at
+// launch.
 template <typename F>
 void for_each_attn_version(F&& body) {
-  for (const char* v : {"v5", "v4", "v3"}) {
+  for (const char* v : {"v6", "v5", "v4", "v3"}) {
     SCOPED_TRACE(::testing::Message() << "attention " << v);
     const std::string version(v);
     if (version == "v3")
@@ -30,11 +31,16 @@ void for_each_attn_version(F&& body) {
       setenv("TESSERA_CUDA_ATTN_V4", "1", 1);
     else
       unsetenv("TESSERA_CUDA_ATTN_V4");
+    if (version == "v5")
+      setenv("TESSERA_CUDA_ATTN_SHORT", "0", 1);
+    else
+      unsetenv("TESSERA_CUDA_ATTN_SHORT");
     body();
     if (::testing::Test::HasFatalFailure()) break;
   }
   unsetenv("TESSERA_CUDA_ATTN_V1");
   unsetenv("TESSERA_CUDA_ATTN_V4");
+  unsetenv("TESSERA_CUDA_ATTN_SHORT");
 }
 
 struct RopeCase {
@@ -170,9 +176,11 @@ TEST(CudaAttention, DecodeMatchesReference) {
   });
 }
 
-// Positions at both versions' thresholds: a v4 warp step (64 positions for hd 64, 32 for hd 128), a tile (128 / 64
+// Positions at the versions' thresholds: a v4 warp step (64 positions for hd 64, 32 for hd 128), a tile (128 / 64
 // for groups <= 4; 64 / 32 / 16 for wider groups or hd 256), the single-block limit = smallest chunk (two tiles),
-// chunk boundaries (512, 768 for hd 64), and the last cache position.
+// chunk boundaries (512, 768 for hd 64), v6's short-context limit (8 steps of a block: 512 positions at hd 64 and
+// 256 at hd 128 for groups <= 4, 128 for a group of 12 at hd 128 and for hd 256 without GQA, 256 for a group of 8
+// at hd 64, 32 for a group of 8 at hd 256), and the last cache position.
 TEST(CudaAttention, DecodeMatchesReferenceAtThresholds) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
@@ -184,11 +192,11 @@ TEST(CudaAttention, DecodeMatchesReferenceAtThresholds) {
   const Shape shapes[] = {
       {DType::F16, 9, 3, 64, 2048, {0, 1, 62, 63, 64, 127, 128, 255, 256, 257, 511, 512, 513, 767, 768, 2047}},
       {DType::BF16, 9, 3, 64, 1024, {1, 63, 64, 129, 511, 512, 1023}},
-      {DType::BF16, 32, 8, 128, 4096, {0, 1, 31, 32, 63, 64, 127, 128, 511, 512, 513, 4095}},
+      {DType::BF16, 32, 8, 128, 4096, {0, 1, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512, 513, 4095}},
       {DType::F16, 12, 1, 128, 1100, {0, 1, 127, 128, 511, 512, 1099}},
-      {DType::BF16, 4, 4, 256, 1200, {0, 1, 15, 16, 63, 64, 511, 512, 1199}},
-      {DType::F16, 16, 2, 256, 700, {0, 255, 256, 511, 512, 699}},  // a group of 8 at hd 256: 4 warps in v4
-      {DType::F16, 16, 2, 64, 600, {0, 127, 128, 511, 512, 599}},   // a group of 8 at hd 64: 8 warps in v4
+      {DType::BF16, 4, 4, 256, 1200, {0, 1, 15, 16, 63, 64, 127, 128, 511, 512, 1199}},
+      {DType::F16, 16, 2, 256, 700, {0, 31, 32, 255, 256, 511, 512, 699}},   // a group of 8 at hd 256: 4 warps in v4
+      {DType::F16, 16, 2, 64, 600, {0, 127, 128, 255, 256, 511, 512, 599}},  // a group of 8 at hd 64: 8 warps in v4
   };
   for_each_attn_version([&] {
     for (const Shape& s : shapes)
@@ -321,7 +329,7 @@ TEST(CudaAttention, DecodeV5ClusterSizesAndEarlyLoads) {
     const char* cluster;
     const char* early;
   };
-  const Mode modes[] = {{"8", "1"}, {"2", "1"}, {"4", "1"}, {"8", "0"}, {"1", "1"}};
+  const Mode modes[] = {{"8", "1"}, {"2", "1"}, {"4", "1"}, {"8", "0"}, {"1", "1"}, {"1", "0"}};
   for (const Mode& m : modes) {
     SCOPED_TRACE(::testing::Message() << "cluster " << m.cluster << " early " << m.early);
     setenv("TESSERA_CUDA_ATTN_CLUSTER", m.cluster, 1);
@@ -342,11 +350,127 @@ TEST(CudaAttention, DecodeV5ClusterSizesAndEarlyLoads) {
   unsetenv("TESSERA_CUDA_ATTN_EARLY");
 }
 
+// v6's short-context paths against v5 (TESSERA_CUDA_ATTN_SHORT=0) on the same fresh random inputs, fused: over a
+// 520-position cache (attn_split_kernel's short path) and over a cache of the compact kernel's capacity (256 positions
+// at hd 64, 128 at hd 128: attn_compact_kernel by default, attn_split_kernel's short path with
+// TESSERA_CUDA_ATTN_COMPACT=0), at positions where the paths differ most (one position, a partial warp step, one step,
+// a block step, the limits), under caps (TESSERA_CUDA_ATTN_SHORT=N: contexts up to N take the short path, longer ones
+// v5; a cap below the cache size also rules the compact kernel out), with PDL's early loads on and off. Every result
+// must match the double reference (check_fused_result) and v5's; the caches must be identical except k at pos, which
+// each path rotates in f32 on its own (checked against the reference's tolerance for the stored k).
+TEST(CudaAttention, DecodeShortPathMatchesSplitPath) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  struct Shape {
+    DType dtype;
+    int64_t n_head, n_kv, hd, rope_dim;
+    bool neox;
+    int64_t small_ctx;  // the compact kernel's capacity
+    std::vector<int32_t> positions;
+  };
+  const Shape shapes[] = {
+      {DType::BF16, 9, 3, 64, 64, false, 256, {0, 1, 5, 63, 64, 200, 255, 383, 511}},  // SmolLM2-135M heads
+      {DType::BF16, 32, 8, 64, 64, true, 256, {0, 100, 255, 384, 511}},                // Llama-3.2-1B heads
+      {DType::BF16, 32, 8, 128, 128, false, 128, {0, 31, 127, 200, 255}},              // Llama-3-8B heads
+      {DType::F16, 8, 2, 128, 64, true, 128, {7, 127, 130}},                           // partial neox rotation
+  };
+  struct Path {
+    const char* short_env;  // TESSERA_CUDA_ATTN_SHORT (nullptr: unset)
+    const char* compact_env;
+  };
+  for (const char* early : {"1", "0"})
+    for (const char* cap : {"", "64", "300"})  // "": the default limit
+      for (const Shape& sh : shapes)
+        for (int64_t n_ctx : {int64_t{520}, sh.small_ctx})
+          for (int32_t pos : sh.positions) {
+            if (pos >= n_ctx) continue;
+            const FusedCase c{sh.dtype, sh.n_head, sh.n_kv, sh.hd, n_ctx, sh.rope_dim, sh.neox, pos};
+            SCOPED_TRACE(::testing::Message() << "early " << early << " cap '" << cap << "' heads " << c.n_head << "/"
+                                              << c.n_kv << " hd " << c.hd << " n_ctx " << n_ctx << " pos " << pos);
+            std::vector<uint16_t> kc_h, vc_h;
+            random_prefix(c, rng, kc_h, vc_h);
+            const auto q = random_floats(rng, c.n_head * c.hd, -2.0f, 2.0f);
+            const auto k = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+            const auto v = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+            const auto inv_freq = llama_inv_freq(c.rope_dim, 10000.0);
+            DeviceBuffer qd = to_device(q), kd = to_device(k), vd = to_device(v), fd = to_device(inv_freq);
+            DeviceBuffer posd = to_device(std::vector<int32_t>{pos});
+            // v5 last: the others are compared with it.
+            const Path paths[] = {{*cap ? cap : nullptr, nullptr}, {*cap ? cap : nullptr, "0"}, {"0", nullptr}};
+            std::vector<float> o[3];
+            std::vector<uint16_t> vc_out[3];
+            for (int i = 0; i < 3; ++i) {
+              SCOPED_TRACE(::testing::Message()
+                           << "SHORT " << (paths[i].short_env ? paths[i].short_env : "unset") << " COMPACT "
+                           << (paths[i].compact_env ? paths[i].compact_env : "unset"));
+              setenv("TESSERA_CUDA_ATTN_EARLY", early, 1);
+              if (paths[i].short_env)
+                setenv("TESSERA_CUDA_ATTN_SHORT", paths[i].short_env, 1);
+              else
+                unsetenv("TESSERA_CUDA_ATTN_SHORT");
+              if (paths[i].compact_env)
+                setenv("TESSERA_CUDA_ATTN_COMPACT", paths[i].compact_env, 1);
+              else
+                unsetenv("TESSERA_CUDA_ATTN_COMPACT");
+              DeviceBuffer kc = to_device(kc_h), vc = to_device(vc_h), out = poisoned(sizeof(float) * q.size());
+              const KvCacheView cache{c.dtype, kc.get(), vc.get(), c.n_ctx, c.n_kv, c.hd};
+              AttnWorkspace ws(c.n_head, cache);
+              attn_decode_rope(qd.as<float>(), kd.as<float>(), vd.as<float>(), cache, posd.as<int32_t>(), c.rope_dim,
+                               fd.as<float>(), c.neox, out.as<float>(), c.n_head, 1.0f / std::sqrt(float(c.hd)), ws,
+                               nullptr);
+              synchronize();
+              o[i] = to_host<float>(out, q.size());
+              vc_out[i] = to_host<uint16_t>(vc, vc_h.size());
+              check_fused_result(c, q, k, v, inv_freq, kc_h, vc_h, to_host<uint16_t>(kc, kc_h.size()), vc_out[i], o[i]);
+              if (HasFatalFailure()) break;
+            }
+            unsetenv("TESSERA_CUDA_ATTN_SHORT");
+            unsetenv("TESSERA_CUDA_ATTN_COMPACT");
+            unsetenv("TESSERA_CUDA_ATTN_EARLY");
+            if (HasFatalFailure()) return;
+            for (int i = 0; i < 2; ++i) {
+              ASSERT_EQ(vc_out[i], vc_out[2]);
+              for (size_t j = 0; j < o[i].size(); ++j)
+                ASSERT_NEAR(o[i][j], o[2][j], 2e-5) << "path " << i << " head " << j / c.hd << " dim " << j % c.hd;
+            }
+          }
+}
+
+// The compact kernel unfused (attn_decode after rope_store_kv) over small caches of every head size (the f32 cache:
+// F32CacheDecodeAndDecodeRopeMatchReference), and a position outside the cache (NaN).
+TEST(CudaAttention, DecodeCompactSmallCaches) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const char* early : {"1", "0"}) {
+    SCOPED_TRACE(::testing::Message() << "early " << early);
+    setenv("TESSERA_CUDA_ATTN_EARLY", early, 1);
+    for (int32_t p : {0, 1, 100, 255}) check_attention({DType::BF16, 9, 3, 64, 256, p}, rng);
+    for (int32_t p : {0, 63, 64, 127}) check_attention({DType::F16, 32, 8, 128, 128, p}, rng);
+    for (int32_t p : {0, 33, 63}) check_attention({DType::BF16, 4, 4, 256, 64, p}, rng);
+    if (HasFatalFailure()) break;
+  }
+  unsetenv("TESSERA_CUDA_ATTN_EARLY");
+  // pos == n_ctx: NaN rows, nothing stored (compact kernel, fused).
+  const int64_t n_head = 9, n_kv = 3, hd = 64, n_ctx = 32;
+  DeviceBuffer q = to_device(std::vector<float>(n_head * hd, 1.0f)), k = to_device(std::vector<float>(n_kv * hd, 1.0f));
+  DeviceBuffer f = to_device(std::vector<float>(hd / 2, 0.5f)), out = poisoned(sizeof(float) * n_head * hd);
+  DeviceBuffer kc = poisoned(2 * n_kv * n_ctx * hd), vc = poisoned(2 * n_kv * n_ctx * hd);
+  DeviceBuffer pos = to_device(std::vector<int32_t>{static_cast<int32_t>(n_ctx)});
+  const KvCacheView cache{DType::BF16, kc.get(), vc.get(), n_ctx, n_kv, hd};
+  AttnWorkspace ws(n_head, cache);
+  out.fill_bytes(0);
+  attn_decode_rope(q.as<float>(), k.as<float>(), k.as<float>(), cache, pos.as<int32_t>(), hd, f.as<float>(), false,
+                   out.as<float>(), n_head, 0.125f, ws, nullptr);
+  synchronize();
+  for (float x : to_host<float>(out, n_head * hd)) ASSERT_TRUE(std::isnan(x));
+  for (uint16_t x : to_host<uint16_t>(kc, n_kv * n_ctx * hd)) ASSERT_EQ(x, 0xFFFF);
+}
+
 // The decode pattern: one attn_decode_rope captured in a CUDA graph, replayed for tokens at positions 0..259, then
 // every 13th, then 505..520, with new q, k, v each step.
-void graph_replay_at_successive_positions() {
+void graph_replay_at_successive_positions(int64_t n_ctx) {
   std::mt19937 rng(test_seed());
-  FusedCase c{DType::BF16, 9, 3, 64, 540, 64, false, 0};
+  FusedCase c{DType::BF16, 9, 3, 64, n_ctx, 64, false, 0};
   const size_t elems = static_cast<size_t>(c.n_kv * c.n_ctx * c.hd);
   const auto inv_freq = llama_inv_freq(c.rope_dim, 10000.0);
   DeviceBuffer qd(sizeof(float) * c.n_head * c.hd), kd(sizeof(float) * c.n_kv * c.hd), vd(kd.bytes());
@@ -368,7 +492,7 @@ void graph_replay_at_successive_positions() {
     ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     std::vector<uint16_t> kc_before(elems, 0xFFFF), vc_before(elems, 0xFFFF);
-    for (int32_t p = 0; p < 530; p += (p < 260 || (p >= 505 && p < 520) ? 1 : 13)) {
+    for (int32_t p = 0; p < std::min<int64_t>(530, n_ctx); p += (p < 260 || (p >= 505 && p < 520) ? 1 : 13)) {
       SCOPED_TRACE(::testing::Message() << "position " << p);
       c.pos = p;
       if (p > 0 && kc_before[static_cast<size_t>(p - 1) * c.hd] == 0xFFFF) {  // a jump: fill the skipped positions
@@ -399,11 +523,14 @@ void graph_replay_at_successive_positions() {
   set_pdl(true);
 }
 
-// The graph replay across the single-block/split boundary (256) and a chunk boundary (512); every step checked, PDL on
-// and off, both kernel versions.
+// The graph replay across the single-block/split boundary (256) and a chunk boundary and v6's short-context limit
+// (512); every step checked, PDL on and off, every kernel version; then v6 over a cache that only the compact kernel
+// serves.
 TEST(CudaAttention, DecodeRopeGraphReplayAtSuccessivePositions) {
   TESSERA_REQUIRE_GPU();
-  for_each_attn_version([] { graph_replay_at_successive_positions(); });
+  for_each_attn_version([] { graph_replay_at_successive_positions(540); });
+  // A 256-position cache: the compact kernel (v6's default there) at every position.
+  graph_replay_at_successive_positions(256);
 }
 
 TEST(CudaAttention, DecodeRopeRejectsBadArguments) {
@@ -592,6 +719,7 @@ TEST(CudaAttention, F32CacheDecodeAndDecodeRopeMatchReference) {
       {4, 4, 256, 1200, 256, false, {0, 15, 16, 63, 64, 511, 512, 1199}},
       {16, 2, 256, 700, 256, false, {0, 255, 256, 699}},  // a group of 8 at hd 256
       {16, 2, 64, 600, 64, true, {0, 127, 128, 599}},     // a group of 8 at hd 64
+      {9, 3, 64, 128, 64, false, {0, 100, 127}},          // v6's compact kernel (128 f32 positions at hd 64)
   };
   for (const Shape& s : shapes)
     for (int32_t p : s.positions)

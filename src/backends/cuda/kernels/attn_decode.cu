@@ -11,12 +11,12 @@
 // a grid of 64-position chunks over the whole cache (three waves of blocks) and a combine that still walked the
 // chunks serially. v3: a one-wave grid (two blocks per SM), 8 positions per thread per tile, and a combine
 // with 8 float4 loads in flight per thread.
-// v4 (the default; TESSERA_CUDA_ATTN_V1=1 restores v3): at short context a kv head is one block and v3's 4 warps
+// v4 (TESSERA_CUDA_ATTN_V1=1 restores v3): at short context a kv head is one block and v3's 4 warps
 // each ran ~1000 dependent instructions per 128-position tile with one warp per scheduler to hide them (~1.5 us a
 // tile). v4 spreads a tile over 16 warps (2 positions per thread per tile instead of 8), skips the steps that start
 // past the chunk's end, runs a group of 3 without an idle fourth head, uses ex2 on log2-scaled scores, sizes its
 // grid for one wave of its own blocks, and asks the next 64 KB of K and V into L2 ahead of the tile loop.
-// v5 (the default; TESSERA_CUDA_ATTN_V4=1 restores v4): v4's instantiations with two run-time paths. (1) Early loads:
+// v5 (TESSERA_CUDA_ATTN_V4=1 restores v4): v4's instantiations with two run-time paths. (1) Early loads:
 // pos, the cache positions below pos and (fused) the rotation angles do not depend on the previous kernel, so they are
 // read before pdl_wait() and the first tile's memory round trip overlaps the previous kernel's tail (measured on the
 // H100: 0.6-2.2 us less per launch, every shape and context). This requires that the kernel just before in the stream
@@ -28,6 +28,16 @@
 // global round trip). In the kernel benchmark SmolLM2 heads at 512-2048 positions took 5.1-6.7 us instead of
 // 7.6-7.7, but the one end-to-end run with clusters on (SmolLM2 tg256 at 128-384 positions) was 4% slower than v4:
 // off until an end-to-end measurement says otherwise.
+// v6 (the default; TESSERA_CUDA_ATTN_SHORT=0 restores v5, =N caps the short path at N positions): one decode row
+// over a short context takes attn_short (attn_decode_short.cuh): one block per query head with every position of the
+// context in registers, loaded before pdl_wait() (512 positions at hd 64, 256 at hd 128), q and k rotated in
+// registers, no tiles, no partials, no ticket. Inside attn_split_kernel (a CUDA graph replays one grid for every
+// position, so the choice is made in the kernel: ctx <= a.short_limit), and, for a cache that no context can outgrow
+// (256 positions at hd 64, 128 at hd 128), as attn_compact_kernel: the same path in 8-warp blocks that fit beside the
+// previous GEMV's blocks (TESSERA_CUDA_ATTN_COMPACT=0: attn_split_kernel instead). Measured on the H100 (2026-11-22,
+// fused, kernel bench): SmolLM2 heads 3.37 / 3.65 / 3.86 us at 128 / 256 / 384 positions (v5: 3.71 / 4.74 / 7.48),
+// compact 3.18 / 3.56 at 128 / 256; end to end (tessera bench -p 128 -n 256, a 256-position cache) SmolLM2 bf16
+// 2,407-2,433 tok/s with the compact kernel, 2,279-2,292 without, 2,240 with v5.
 // Batched decode (attn_decode_rows) is the same kernel with a row dimension folded into grid z: row r reads its own
 // q row, position pos[r] and cache slot seq[r], and owns its own partials and tickets. With t rows the chunks per kv
 // head shrink (about max_splits / t, at least 1) so the grid stays about one wave.
@@ -40,6 +50,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels/attn_decode_kernel.cuh"
+#include "backends/cuda/kernels/attn_decode_short.cuh"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels_rows.h"
 
@@ -101,6 +112,15 @@ int cluster_cap() {
   const char* e = std::getenv("TESSERA_CUDA_ATTN_CLUSTER");
   const int v = e ? std::atoi(e) : 1;
   return v == 1 || v == 2 || v == 4 || v == 8 ? v : 1;
+}
+
+// v6's switches, read at launch (so at capture for graphs): TESSERA_CUDA_ATTN_SHORT=0 turns the short-context path off
+// (v5 at every context), =N caps it at N positions (it is on up to attn_short's register capacity by default);
+// TESSERA_CUDA_ATTN_COMPACT=0 keeps small caches on attn_split_kernel's short path.
+int short_cap(int capacity) {
+  const char* e = std::getenv("TESSERA_CUDA_ATTN_SHORT");
+  if (e == nullptr || *e == '\0') return capacity;
+  return std::clamp(std::atoi(e), 0, capacity);
 }
 
 // Clusters of `csize` blocks of a kernel that can be resident at once (0: none), asked once per kernel and size.
@@ -180,7 +200,13 @@ void launch_split(const KvCacheView& c, const AttnArgs& a, int group) {
       splits = static_cast<int>(per) * csize;
     }
   }
-  const dim3 grid(splits, static_cast<unsigned>(c.n_kv), static_cast<unsigned>(tiles * a.t));
+  // v6: one decode row without clusters also takes the short-context path, which needs a block per query head of a
+  // head tile along x (the chunks' extra blocks exit at once) and neox pairs that lie in whole 16-byte slices.
+  const bool rope_ok = a.rope.k == nullptr || !a.rope.neox || (a.rope.rope_dim / 2) % 8 == 0;
+  const int short_limit =
+      v5 && a.t == 1 && csize == 1 && rope_ok ? short_cap(short_positions<T, HD, attn_warps<HD, G, kV4>()>()) : 0;
+  const int grid_x = short_limit > 0 ? std::max(splits, G) : splits;
+  const dim3 grid(grid_x, static_cast<unsigned>(c.n_kv), static_cast<unsigned>(tiles * a.t));
   const int forced = min_chunk_override();
   const int min_chunk = forced ? forced : default_min_chunk<T, HD, G, kV4>();
   AttnParams<T> p{};
@@ -191,6 +217,17 @@ void launch_split(const KvCacheView& c, const AttnArgs& a, int group) {
   p.k_new = a.rope.k, p.v_new = a.rope.v, p.ld_kv = a.rope.ld_kv, p.inv_freq = a.rope.inv_freq;
   p.rope_dim = a.rope.rope_dim, p.neox = a.rope.neox;
   p.early = v5 && !env_is("TESSERA_CUDA_ATTN_EARLY", "0"), p.cluster = csize;
+  p.splits = splits, p.short_limit = short_limit;
+  if constexpr (kV4) {
+    // v6 compact: a cache that no context can outgrow (under the cap) takes the 8-warp kernel (attn_decode_short.cuh
+    // says why); TESSERA_CUDA_ATTN_COMPACT=0 keeps it on attn_split_kernel's short path.
+    if (short_limit >= c.n_ctx && c.n_ctx <= compact_positions<T, HD>() && !env_is("TESSERA_CUDA_ATTN_COMPACT", "0")) {
+      const bool rope = a.rope.k != nullptr;
+      auto* ck = rope ? attn_compact_kernel<T, HD, true> : attn_compact_kernel<T, HD, false>;
+      return launch(rope ? "attn_compact_kernel<rope>" : "attn_compact_kernel", ck,
+                    dim3(static_cast<unsigned>(c.n_kv * group)), dim3(kCompactThreads), 0, a.stream, p);
+    }
+  }
   launch_clustered(a.rope.k != nullptr ? "attn_split_kernel<rope>" : "attn_split_kernel", kernel, grid, threads, csize,
                    a.stream, p);
 }

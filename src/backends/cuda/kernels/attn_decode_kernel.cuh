@@ -167,7 +167,26 @@ struct AttnParams {
   // spread over one cluster's blocks, which combine through distributed shared memory.
   bool early;
   int cluster;
+  // splits: the chunks a context is cut into (v3-v5; the grid's x may be larger, its extra blocks exit). short_limit
+  // (v6, t = 1): contexts of at most this many positions take attn_short, one block per query head (0: never).
+  int splits;
+  int short_limit;
 };
+
+// v6's short-context path (attn_decode_short.cuh, included by attn_decode.cu after this file).
+template <typename T, int HD, bool kRope, int kWarps, int G>
+__device__ __forceinline__ void attn_short(const AttnParams<T>& a, int n_kv, int row, int kvh, int head, int pos,
+                                           int slot, bool early, bool store, float* s_acc, float* s_m, float* s_l,
+                                           float2* s_cs);
+
+// Whether another of the t rows stores into row's cache slot below row's position (slots and positions are copied
+// from the host before the launch, so this may run before pdl_wait()).
+__device__ __forceinline__ bool slot_written_below(const int32_t* pos, const int32_t* seq, int row, int t) {
+  const int p = pos[row], s = seq ? seq[row] : 0;
+  for (int j = 0; j < t; ++j)
+    if (j != row && (seq ? seq[j] : 0) == s && pos[j] < p) return true;
+  return false;
+}
 
 constexpr int kMaxCluster = 8;  // the portable cluster size: 8 SMs of one GPC
 
@@ -234,7 +253,13 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
   // v5 early: nothing below up to pdl_wait() reads what the previous kernel writes (q, k, v, and the cache at pos):
   // pos and seq are copied from the host before the graph runs, inv_freq is a constant, and the cache positions
   // below pos were stored by earlier tokens' launches, which completed before the previous kernel could start.
-  const bool early = kV4 && a.early;
+  // Batched rows may share a cache slot (several tokens of one sequence; seq == null puts every row in slot 0): the
+  // previous kernel (rope + store for every row) then writes positions below this row's pos, so such a row's block
+  // loads nothing before the wait. (2026-11-22: CudaRows.GraphReplayReadsPositionsOnTheDevice, whose rows 1 and 2
+  // share a slot, failed for row 1 with PDL on only; this check came after that run and has not run on a GPU yet.)
+  const bool early = kV4 && a.early &&
+                     !(gridDim.z > static_cast<unsigned>(a.tiles) &&
+                       slot_written_below(a.pos, a.seq, blockIdx.z / a.tiles, gridDim.z / a.tiles));
   if (!early) pdl_wait();
   const int kvh = blockIdx.y;
   const int row = blockIdx.z / a.tiles, tile = blockIdx.z % a.tiles;
@@ -255,8 +280,20 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
     return;
   }
   const int ctx = pos + 1;
+  if constexpr (kV4) {
+    if (ctx <= a.short_limit) {  // v6: block x of this head tile computes query head head0 + x alone
+      const int h = blockIdx.x;
+      if (h >= nh) {
+        if (early) pdl_wait();
+        return;
+      }
+      attn_short<T, HD, kRope, kWarps, G>(a, n_kv, row, kvh, head0 + h, pos, slot, early, tile == 0 && h == 0,
+                                          &s_u.acc[0][0][0], &s_m[0][0], &s_l[0][0], s_cs);
+      return;
+    }
+  }
   const int csize = kV4 ? a.cluster : 1;
-  int chunk = attn_chunk(ctx, gridDim.x, a.min_chunk);
+  int chunk = attn_chunk(ctx, a.splits, a.min_chunk);
   if (csize > 1 && ctx > a.min_chunk) {
     // v5: a context longer than the single-block limit (two tiles) and at most csize smallest chunks is spread over
     // the first cluster's blocks (at least one block step each). Measured: the cluster combine costs ~1.3-1.5 us, more
