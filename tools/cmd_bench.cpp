@@ -1,6 +1,8 @@
 // tessera bench: llama-bench-like throughput. pp<P> evaluates P random token ids on a fresh context (one forward
 // pass per --ubatch chunk); tg<N> decodes N tokens one at a time from an empty context, or with --batch B > 1 advances B
-// sequences together (B tokens per step, rows named tg<N>xB, B·N tokens per run). Each test runs once to warm
+// sequences together (B tokens per step, rows named tg<N>xB, B·N tokens per run); with -d D, tg decodes after D tokens
+// already in every sequence's cache (positions D .. D+N-1, rows named tg<N>@dD), as after a D-token prompt (the
+// depth is prefilled once, untimed; each repeat truncates back to it). Each test runs once to warm
 // up, then -r times; rows report the median tok/s and its spread, the achieved GB/s of weight bytes and TFLOP/s,
 // peak memory, and the measured limit next to them. --ceilings measures only the limits.
 // On CUDA, tg decodes greedily with the argmax on the device (Session::decode_greedy / decode_batch_greedy: the next
@@ -34,6 +36,7 @@ struct BenchFlags {
   std::string device = "cpu";
   int64_t ubatch = 512;  // prefill chunk (n_batch)
   int64_t batch = 1;     // sequences decoded together by tg
+  int64_t depth = 0;     // tokens already in each sequence's cache when tg starts
   bool host_logits = false;  // CUDA tg: copy the logits to the host every step instead of the device argmax
   std::string kv_type = "f16";
   bool json = false;
@@ -98,6 +101,8 @@ void validate(const BenchFlags& f) {
   if (f.n_prompt == 0 && f.n_gen == 0) throw Error("nothing to measure: -p and -n are both 0");
   if (f.ubatch < 1) throw Error(fmt::format("-ub {} must be positive", f.ubatch));
   if (f.batch < 1 || f.batch > 1024) throw Error(fmt::format("--batch {} must be between 1 and 1024", f.batch));
+  if (f.depth < 0) throw Error(fmt::format("-d {} must not be negative", f.depth));
+  if (f.depth > 0 && f.n_gen == 0) throw Error("-d sets where tg starts, but -n is 0: there is no tg test");
 }
 
 Ceilings measure_limits(const BenchFlags& f, const std::vector<std::string>& dtypes) {
@@ -142,7 +147,7 @@ int run(const BenchFlags& f) {
   const Model model = load_model_source(f.src, false);
   if (f.src.random_weights) reset_peak_host_bytes();  // the pool of random weights is gone; it is no part of a run
   SessionOptions so;
-  so.n_ctx = std::max<int64_t>(std::max(f.n_prompt, f.n_gen), 1);
+  so.n_ctx = std::max<int64_t>(std::max(f.n_prompt, f.depth + f.n_gen), 1);
   so.n_batch = f.ubatch;
   so.n_seq = f.batch;
   so.n_threads = f.threads;
@@ -174,18 +179,26 @@ int run(const BenchFlags& f) {
   }
   if (f.n_gen > 0) {
     const int64_t b = f.batch;
-    Row r{"tg" + std::to_string(f.n_gen) + (b > 1 ? "x" + std::to_string(b) : ""), 0, f.n_gen, {}, 0, 0, 0, b};
+    Row r{"tg" + std::to_string(f.n_gen) + (b > 1 ? "x" + std::to_string(b) : "") +
+              (f.depth > 0 ? "@d" + std::to_string(f.depth) : ""),
+          0, f.n_gen, {}, 0, 0, 0, b};
     // Only attention depends on the position, and linearly: the mean of the first and last step is exact. A batched
     // step reads the weights once for all B rows.
-    const WorkCost last = work_cost(session.graph(1, f.n_gen - 1));
-    r.flops = double(b) * double(f.n_gen) * 0.5 * double(decode0.flops + last.flops);
+    const WorkCost first = work_cost(session.graph(1, f.depth));
+    const WorkCost last = work_cost(session.graph(1, f.depth + f.n_gen - 1));
+    r.flops = double(b) * double(f.n_gen) * 0.5 * double(first.flops + last.flops);
     r.weight_bytes = double(f.n_gen) * double(decode0.weight_bytes);
     const std::vector<int32_t> ids = random_ids(f.n_gen * b, n_vocab, 4321);
     std::vector<int32_t> seqs(static_cast<size_t>(b));
     for (int64_t s = 0; s < b; ++s) seqs[static_cast<size_t>(s)] = static_cast<int32_t>(s);
+    if (f.depth > 0) {  // the depth's cache rows, written once (untimed) and kept by every repeat's truncate
+      session.reset();
+      const std::vector<int32_t> ctx = random_ids(f.depth, n_vocab, 999);
+      for (int64_t s = 0; s < b; ++s) session.eval_seq(s, ctx, false);
+    }
     fmt::print(stderr, "tessera: {} (1 warm-up + {} repeats)\n", r.test, f.repeats);
     r.seconds = time_runs(f.repeats, [&] {
-      for (int64_t s = 0; s < b; ++s) session.truncate(s, 0);
+      for (int64_t s = 0; s < b; ++s) session.truncate(s, f.depth);
       const bool greedy = f.device == "cuda" && !f.host_logits;
       if (b == 1) {
         for (int32_t id : ids) greedy ? (void)session.decode_greedy(id) : (void)session.decode(id);
@@ -233,6 +246,7 @@ int run(const BenchFlags& f) {
         {"n_threads", session.n_threads()},
         {"n_batch", session.n_batch()},
         {"batch", r.batch},
+        {"depth", r.n_gen > 0 ? f.depth : 0},
         {"tg_logits", f.device == "cuda" && !f.host_logits ? "device argmax" : "host"},
         {"kv_type", session.kv_dtype()},
         {"n_prompt", r.n_prompt},
@@ -302,6 +316,10 @@ const int registered = register_command(
        app.add_option("--ub,--ubatch", f->ubatch, "Prefill chunk: tokens per forward pass of pp (n_batch, default 512)");
        app.add_option("-b,--batch", f->batch,
                       "Sequences decoded together by tg (default 1): rows tg<N>xB report B*N tokens/s");
+       app.add_option("-d,--depth", f->depth,
+                      "tg starts with this many tokens already in each sequence's cache (default 0: an empty "
+                      "context, as llama-bench's tg); e.g. -d 128 -n 256 decodes positions 128..383, as after a "
+                      "128-token prompt");
        app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default) or f32");
        app.add_flag("--host-logits", f->host_logits,
                     "CUDA tg: copy every step's logits to the host (decode / decode_batch) instead of taking the "

@@ -102,6 +102,26 @@ TEST(BenchCli, BatchedDecodeRow) {
   EXPECT_NE(out.find("tessera: error: "), std::string::npos) << out;
 }
 
+// -d D: tg decodes after D cached tokens (the row is named tg<N>@dD and records the depth); its attention FLOPs grow
+// with the position, so a deeper row does more FLOPs for the same weight bytes. -d without a tg test, or negative,
+// is an error.
+TEST(BenchCli, DepthStartsDecodeAfterCachedTokens) {
+  TESSERA_REQUIRE_DEFAULT_MODEL(model);
+  const json deep = run_json("bench -m " + model + " -p 0 -n 4 -d 24 -r 1 -t 2 --batch 2 --json --no-ceilings");
+  const json flat = run_json("bench -m " + model + " -p 0 -n 4 -r 1 -t 2 --batch 2 --json --no-ceilings");
+  ASSERT_EQ(deep.size(), 1u);
+  ASSERT_EQ(flat.size(), 1u);
+  EXPECT_EQ(deep[0]["test"], "tg4x2@d24");
+  EXPECT_EQ(deep[0]["depth"], 24);
+  EXPECT_EQ(flat[0]["depth"], 0);
+  EXPECT_DOUBLE_EQ(deep[0]["weight_bytes_per_run"].get<double>(), flat[0]["weight_bytes_per_run"].get<double>());
+  EXPECT_GT(deep[0]["flops_per_run"].get<double>(), flat[0]["flops_per_run"].get<double>());
+  std::string out;
+  EXPECT_EQ(run_command(cli_path() + " bench -m " + model + " -p 8 -n 0 -d 4", &out), 1) << out;
+  EXPECT_NE(out.find("tessera: error: "), std::string::npos) << out;
+  EXPECT_EQ(run_command(cli_path() + " bench -m " + model + " -n 4 -d -1", &out), 1) << out;
+}
+
 TEST(BenchCli, TextTableWithCeilings) {
   TESSERA_REQUIRE_DEFAULT_MODEL(model);
   std::string out;
