@@ -224,7 +224,8 @@ specs_decode=${TESSERA_DECODE_SPECS:-"llama3-8b:bf16 llama3-8b:q8_0 llama3-8b:q4
 if has decode; then
   stamp "decode (batch 1)"
   for spec in $specs_decode; do
-    tbench decode --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 128 -n 256 -r 3 --no-ceilings
+    # tg after 128 cached tokens (-d 128: positions 128..383), as the issue's 128-token prompt and the peers.
+    tbench decode --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 128 -d 128 -n 256 -r 3 --no-ceilings
   done
   [ -n "${TESSERA_LONG_CTX:-1}" ] && [ "${TESSERA_LONG_CTX:-1}" != 0 ] &&
     tbench decode --device cuda --arch llama3-8b --random-weights --dtype bf16 -p 4096 -n 64 -r 2 --no-ceilings
@@ -240,7 +241,7 @@ if has batch; then
   stamp "batched decode"
   for b in 8 32; do
     for spec in ${TESSERA_BATCH_SPECS:-llama3-8b:bf16 llama3.2-1b:bf16}; do
-      tbench batch --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 128 -n 128 --batch "$b" -r 3 --no-ceilings
+      tbench batch --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 0 -d 128 -n 128 --batch "$b" -r 3 --no-ceilings
     done
   done
 fi
