@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -82,6 +83,7 @@ struct CudaRowsExecutor::Impl {
   // conversion; both [T, n_head * hd], shared by all layers.
   std::unique_ptr<CudnnAttnWorkspace> cudnn_ws;
   DeviceBuffer cudnn_q16, cudnn_o16;
+  bool cudnn_refused = false;  // cuDNN refused a shape (graph build failed): attn_prefill from then on
   uint64_t gemm_generation = 0;  // of the workspace the captured graph was recorded over
 
   std::vector<Launch> launches;
@@ -514,13 +516,26 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
           }
         }
         const DType cache_type = cache.dtype;
+        bool* refused = &cudnn_refused;
         launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
-                              if (cws != nullptr && a.t >= std::max(h.min_t, kCudnnMinT)) {
+                              if (cws != nullptr && !*refused && a.t >= std::max(h.min_t, kCudnnMinT)) {
                                 rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim,
                                                    inv_freq, neox, s, q16);
-                                attn_prefill_cudnn(q16, width, cache, a.seq, a.p0, a.t, o16, n_head, scale, *cws, s);
-                                if (o16 != h.buf) convert_16bit(o16, cache_type, h.buf, h.type, a.t * width, s);
-                                return;
+                                try {
+                                  attn_prefill_cudnn(q16, width, cache, a.seq, a.p0, a.t, o16, n_head, scale, *cws,
+                                                     s);
+                                } catch (const Error& e) {
+                                  // A shape cuDNN will not build fails before anything is enqueued: say so once and
+                                  // take attn_prefill (the rope below rotates q in place and stores k and v again,
+                                  // the same values).
+                                  std::fprintf(stderr, "tessera: cuDNN attention unavailable for this shape (%s); "
+                                                       "using the built-in prefill attention\n", e.what());
+                                  *refused = true;
+                                }
+                                if (!*refused) {
+                                  if (o16 != h.buf) convert_16bit(o16, cache_type, h.buf, h.type, a.t * width, s);
+                                  return;
+                                }
                               }
                               rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim,
                                                  inv_freq, neox, s);

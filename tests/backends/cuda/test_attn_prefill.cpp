@@ -47,6 +47,18 @@ struct PrefillCase {
   int64_t hd, n_head, n_kv, t, p0, seq;
 };
 
+// A call of attn_prefill (variant < 0) or of one launch shape on case c, as run(out, out16, out16_type).
+auto prefill_runner(int variant, const float* q, int64_t ld_q, const KvCacheView& cache, const PrefillCase& c,
+                    float scale) {
+  return [=](float* out, void* out16, DType type) {
+    if (variant < 0)
+      attn_prefill(q, ld_q, cache, c.seq, c.p0, c.t, out, c.n_head, scale, nullptr, out16, type);
+    else
+      detail::attn_prefill_variant(variant, q, ld_q, cache, c.seq, c.p0, c.t, out, c.n_head, scale, nullptr, out16,
+                                   type);
+  };
+}
+
 // Row i of out against attn_decode_ref at position p0 + i, row by row: a masking error at one position of one row
 // would vanish in a norm over 513 rows.
 void check_prefill(const PrefillCase& c, std::mt19937& rng) {
@@ -94,13 +106,7 @@ void check_prefill(const PrefillCase& c, std::mt19937& rng) {
   double worst_all = 0;
   for (int variant = -1; variant < detail::attn_prefill_variant_count(); ++variant) {
     SCOPED_TRACE(variant < 0 ? std::string("attn_prefill") : detail::attn_prefill_variant_name(variant, c.hd));
-    const auto run = [&](float* out, void* out16, DType type) {
-      if (variant < 0)
-        attn_prefill(qd.as<float>(), ld_q, cache, c.seq, c.p0, c.t, out, c.n_head, scale, nullptr, out16, type);
-      else
-        detail::attn_prefill_variant(variant, qd.as<float>(), ld_q, cache, c.seq, c.p0, c.t, out, c.n_head, scale,
-                                     nullptr, out16, type);
-    };
+    const auto run = prefill_runner(variant, qd.as<float>(), ld_q, cache, c, scale);
     DeviceBuffer out = poisoned(sizeof(float) * c.t * width);
     run(out.as<float>(), nullptr, DType::BF16);
     synchronize();
@@ -171,13 +177,7 @@ void check_prefill_f32(const PrefillCase& c, std::mt19937& rng) {
   cache.n_seq = n_seq;
   // Every launch-shape variant must give the same f32 results (the f32 path has one shape and ignores the variant).
   for (int variant = -1; variant < detail::attn_prefill_variant_count(); ++variant) {
-    const auto run = [&](float* out, void* out16, DType type) {
-      if (variant < 0)
-        attn_prefill(qd.as<float>(), ld_q, cache, c.seq, c.p0, c.t, out, c.n_head, scale, nullptr, out16, type);
-      else
-        detail::attn_prefill_variant(variant, qd.as<float>(), ld_q, cache, c.seq, c.p0, c.t, out, c.n_head, scale,
-                                     nullptr, out16, type);
-    };
+    const auto run = prefill_runner(variant, qd.as<float>(), ld_q, cache, c, scale);
     DeviceBuffer out = poisoned(sizeof(float) * c.t * width);
     run(out.as<float>(), nullptr, DType::BF16);
     synchronize();
