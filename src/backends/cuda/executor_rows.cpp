@@ -502,32 +502,35 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
         constexpr int64_t kCudnnMinT = 256;
         const int64_t width = n_head * cache.hd;
         const size_t need = static_cast<size_t>(T * width) * 2;
-        CudnnAttnWorkspace* cws = nullptr;
+        // The workspace (cuDNN's handle, and the graph built at its first call) is made at the first chunk that
+        // uses it, so sessions whose prompts stay short never pay for cuDNN.
+        std::unique_ptr<CudnnAttnWorkspace>* cws = nullptr;
         void *q16 = nullptr, *o16 = nullptr;
         if (h.buf != nullptr && cache.dtype != DType::F32 && (cache.hd == 64 || cache.hd == 128) && T >= kCudnnMinT &&
             width % 8 == 0 && cudnn_attention_available()) {
-          if (!cudnn_ws) cudnn_ws = std::make_unique<CudnnAttnWorkspace>(T);
           if (cudnn_q16.empty()) cudnn_q16 = DeviceBuffer(need);
           if (cache.dtype != h.type && cudnn_o16.empty()) cudnn_o16 = DeviceBuffer(need);
           if (cudnn_q16.bytes() >= need && (cache.dtype == h.type || cudnn_o16.bytes() >= need)) {
-            cws = cudnn_ws.get();
+            cws = &cudnn_ws;
             q16 = cudnn_q16.get();
             o16 = cache.dtype == h.type ? h.buf : cudnn_o16.get();
           }
         }
         const DType cache_type = cache.dtype;
+        const int64_t max_t = T;
         bool* refused = &cudnn_refused;
         launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
                               if (cws != nullptr && !*refused && a.t >= std::max(h.min_t, kCudnnMinT)) {
                                 rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim,
                                                    inv_freq, neox, s, q16);
                                 try {
-                                  attn_prefill_cudnn(q16, width, cache, a.seq, a.p0, a.t, o16, n_head, scale, *cws,
+                                  if (!*cws) *cws = std::make_unique<CudnnAttnWorkspace>(max_t);
+                                  attn_prefill_cudnn(q16, width, cache, a.seq, a.p0, a.t, o16, n_head, scale, **cws,
                                                      s);
                                 } catch (const Error& e) {
-                                  // A shape cuDNN will not build fails before anything is enqueued: say so once and
-                                  // take attn_prefill (the rope below rotates q in place and stores k and v again,
-                                  // the same values).
+                                  // A workspace or shape cuDNN will not build fails before anything is enqueued: say
+                                  // so once and take attn_prefill (the rope below rotates q in place and stores k and
+                                  // v again, the same values).
                                   std::fprintf(stderr, "tessera: cuDNN attention unavailable for this shape (%s); "
                                                        "using the built-in prefill attention\n", e.what());
                                   *refused = true;

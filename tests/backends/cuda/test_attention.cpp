@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -50,6 +51,61 @@ struct RopeCase {
   int32_t pos;
 };
 
+// rope_store_kv for one token against the double rotation: q in place, k rotated into the cache (E: uint16_t for an
+// f16/bf16 cache, float for an f32 one), v copied, the other positions left poisoned (all bits set).
+template <typename E>
+void check_rope_store_kv(const RopeCase& c, std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " heads " << c.n_head << "/" << c.n_kv << " hd " << c.hd
+                                    << " rope_dim " << c.rope_dim << " neox " << c.neox << " pos " << c.pos);
+  const int64_t n_ctx = c.pos + 2;
+  const auto q = random_floats(rng, c.n_head * c.hd, -2.0f, 2.0f);
+  const auto k = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+  const auto v = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+  const auto inv_freq = llama_inv_freq(c.rope_dim, 500000.0);
+  DeviceBuffer qd = to_device(q), kd = to_device(k), vd = to_device(v), fd = to_device(inv_freq);
+  DeviceBuffer posd = to_device(std::vector<int32_t>{c.pos});
+  const size_t cache_elems = static_cast<size_t>(c.n_kv * n_ctx * c.hd);
+  DeviceBuffer kc = poisoned(sizeof(E) * cache_elems), vc = poisoned(sizeof(E) * cache_elems);
+  const KvCacheView cache{c.dtype, kc.get(), vc.get(), n_ctx, c.n_kv, c.hd};
+  rope_store_kv(qd.as<float>(), kd.as<float>(), vd.as<float>(), cache, posd.as<int32_t>(), c.n_head, c.rope_dim,
+                fd.as<float>(), c.neox, nullptr);
+  synchronize();
+  const auto q_out = to_host<float>(qd, q.size());
+  const auto kc_h = to_host<E>(kc, cache_elems), vc_h = to_host<E>(vc, cache_elems);
+  const auto poison = [](E x) {
+    E all;
+    std::memset(&all, 0xFF, sizeof all);
+    return std::memcmp(&x, &all, sizeof x) == 0;
+  };
+  std::vector<double> ref(c.hd);
+  // Inputs are within +-2, so rotated values within 2.83: the device's sincosf (2 ulp) and its two rounded
+  // products agree with the double rotation to ~4 ulp of 2.83 (1e-6); 2e-6 leaves room. A 16-bit cache adds one
+  // rounding to f16 (2^-11 relative) or bf16 (2^-8); an f32 cache holds k exactly as rotated.
+  for (int64_t h = 0; h < c.n_head; ++h) {
+    rope_head_ref(&q[h * c.hd], ref.data(), c.hd, c.rope_dim, c.pos, inv_freq.data(), c.neox);
+    for (int64_t e = 0; e < c.hd; ++e) ASSERT_NEAR(q_out[h * c.hd + e], ref[e], 2e-6) << "q head " << h << " e " << e;
+  }
+  const double rel = c.dtype == DType::F32 ? 0.0 : c.dtype == DType::F16 ? 0x1.0p-11 : 0x1.0p-8;
+  for (int64_t h = 0; h < c.n_kv; ++h) {
+    rope_head_ref(&k[h * c.hd], ref.data(), c.hd, c.rope_dim, c.pos, inv_freq.data(), c.neox);
+    const size_t row = static_cast<size_t>((h * n_ctx + c.pos) * c.hd);
+    for (int64_t e = 0; e < c.hd; ++e) {
+      if constexpr (std::is_same_v<E, float>) {
+        ASSERT_NEAR(kc_h[row + e], ref[e], 2e-6) << "k head " << h << " e " << e;
+        ASSERT_EQ(vc_h[row + e], v[h * c.hd + e]) << "v head " << h << " e " << e;
+      } else {
+        ASSERT_NEAR(cache_to_float(c.dtype, kc_h[row + e]), ref[e], rel * std::fabs(ref[e]) + 6e-6)
+            << "k head " << h << " e " << e;
+        // v is only rounded: both sides round to nearest even, so the bits match.
+        ASSERT_EQ(vc_h[row + e], float_to_cache(c.dtype, v[h * c.hd + e])) << "v head " << h << " e " << e;
+      }
+    }
+    // Positions other than pos stay untouched (still the poison).
+    ASSERT_TRUE(poison(kc_h[static_cast<size_t>((h * n_ctx + c.pos + 1) * c.hd)]));
+    ASSERT_TRUE(poison(vc_h[static_cast<size_t>((h * n_ctx + c.pos + 1) * c.hd)]));
+  }
+}
+
 TEST(CudaAttention, RopeStoreKvMatchesReference) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
@@ -59,44 +115,8 @@ TEST(CudaAttention, RopeStoreKvMatchesReference) {
       {DType::F16, 4, 4, 256, 256, false, 123456},  // large theta: the accurate sincosf path
   };
   for (const RopeCase& c : cases) {
-    SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " heads " << c.n_head << "/" << c.n_kv << " hd " << c.hd
-                                      << " rope_dim " << c.rope_dim << " neox " << c.neox << " pos " << c.pos);
-    const int64_t n_ctx = c.pos + 2;
-    const auto q = random_floats(rng, c.n_head * c.hd, -2.0f, 2.0f);
-    const auto k = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
-    const auto v = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
-    const auto inv_freq = llama_inv_freq(c.rope_dim, 500000.0);
-    DeviceBuffer qd = to_device(q), kd = to_device(k), vd = to_device(v), fd = to_device(inv_freq);
-    DeviceBuffer posd = to_device(std::vector<int32_t>{c.pos});
-    const size_t cache_elems = static_cast<size_t>(c.n_kv * n_ctx * c.hd);
-    DeviceBuffer kc = poisoned(2 * cache_elems), vc = poisoned(2 * cache_elems);
-    const KvCacheView cache{c.dtype, kc.get(), vc.get(), n_ctx, c.n_kv, c.hd};
-    rope_store_kv(qd.as<float>(), kd.as<float>(), vd.as<float>(), cache, posd.as<int32_t>(), c.n_head, c.rope_dim,
-                  fd.as<float>(), c.neox, nullptr);
-    synchronize();
-    const auto q_out = to_host<float>(qd, q.size());
-    const auto kc_h = to_host<uint16_t>(kc, cache_elems), vc_h = to_host<uint16_t>(vc, cache_elems);
-    std::vector<double> ref(c.hd);
-    // Inputs are within +-2, so rotated values within 2.83: the device's sincosf (2 ulp) and its two rounded
-    // products agree with the double rotation to ~4 ulp of 2.83 (1e-6); 2e-6 leaves room. The cache adds one rounding
-    // to f16 (2^-11 relative) or bf16 (2^-8).
-    for (int64_t h = 0; h < c.n_head; ++h) {
-      rope_head_ref(&q[h * c.hd], ref.data(), c.hd, c.rope_dim, c.pos, inv_freq.data(), c.neox);
-      for (int64_t e = 0; e < c.hd; ++e) ASSERT_NEAR(q_out[h * c.hd + e], ref[e], 2e-6) << "q head " << h << " e " << e;
-    }
-    const double rel = c.dtype == DType::F16 ? 0x1.0p-11 : 0x1.0p-8;
-    for (int64_t h = 0; h < c.n_kv; ++h) {
-      rope_head_ref(&k[h * c.hd], ref.data(), c.hd, c.rope_dim, c.pos, inv_freq.data(), c.neox);
-      const size_t row = static_cast<size_t>((h * n_ctx + c.pos) * c.hd);
-      for (int64_t e = 0; e < c.hd; ++e) {
-        ASSERT_NEAR(cache_to_float(c.dtype, kc_h[row + e]), ref[e], rel * std::fabs(ref[e]) + 6e-6)
-            << "k head " << h << " e " << e;
-        // v is only rounded: both sides round to nearest even, so the bits match.
-        ASSERT_EQ(vc_h[row + e], float_to_cache(c.dtype, v[h * c.hd + e])) << "v head " << h << " e " << e;
-      }
-      // Positions other than pos stay untouched (still the 0xFFFF poison).
-      ASSERT_EQ(kc_h[static_cast<size_t>((h * n_ctx + c.pos + 1) * c.hd)], 0xFFFF);
-    }
+    check_rope_store_kv<uint16_t>(c, rng);
+    if (HasFatalFailure()) return;
   }
 }
 
@@ -575,11 +595,6 @@ TEST(CudaAttention, DecodeRejectsBadArguments) {
 // The f32 cache (opt-in, so that f32 models keep f32 precision): the same kernels store and read f32. Host caches are
 // float vectors; NaN with all bits set is the poison (0xFF bytes).
 
-bool is_poison(float v) {
-  uint32_t u = 0;
-  std::memcpy(&u, &v, sizeof(u));
-  return u == 0xFFFFFFFFu;
-}
 float poison_f32() {
   float v = 0;
   std::memset(&v, 0xFF, sizeof(v));
@@ -595,39 +610,8 @@ TEST(CudaAttention, F32CacheRopeStoreKvMatchesReference) {
       {DType::F32, 4, 4, 256, 256, false, 123456},  // large theta
   };
   for (const RopeCase& c : cases) {
-    SCOPED_TRACE(::testing::Message() << "f32 heads " << c.n_head << "/" << c.n_kv << " hd " << c.hd << " rope_dim "
-                                      << c.rope_dim << " neox " << c.neox << " pos " << c.pos);
-    const int64_t n_ctx = c.pos + 2;
-    const auto q = random_floats(rng, c.n_head * c.hd, -2.0f, 2.0f);
-    const auto k = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
-    const auto v = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
-    const auto inv_freq = llama_inv_freq(c.rope_dim, 500000.0);
-    DeviceBuffer qd = to_device(q), kd = to_device(k), vd = to_device(v), fd = to_device(inv_freq);
-    DeviceBuffer posd = to_device(std::vector<int32_t>{c.pos});
-    const size_t cache_elems = static_cast<size_t>(c.n_kv * n_ctx * c.hd);
-    DeviceBuffer kc = poisoned(4 * cache_elems), vc = poisoned(4 * cache_elems);
-    const KvCacheView cache{c.dtype, kc.get(), vc.get(), n_ctx, c.n_kv, c.hd};
-    rope_store_kv(qd.as<float>(), kd.as<float>(), vd.as<float>(), cache, posd.as<int32_t>(), c.n_head, c.rope_dim,
-                  fd.as<float>(), c.neox, nullptr);
-    synchronize();
-    const auto q_out = to_host<float>(qd, q.size());
-    const auto kc_h = to_host<float>(kc, cache_elems), vc_h = to_host<float>(vc, cache_elems);
-    std::vector<double> ref(c.hd);
-    // k is stored exactly as rotated in f32, so it meets q's tolerance (RopeStoreKvMatchesReference); v is copied.
-    for (int64_t h = 0; h < c.n_kv; ++h) {
-      rope_head_ref(&k[h * c.hd], ref.data(), c.hd, c.rope_dim, c.pos, inv_freq.data(), c.neox);
-      const size_t row = static_cast<size_t>((h * n_ctx + c.pos) * c.hd);
-      for (int64_t e = 0; e < c.hd; ++e) {
-        ASSERT_NEAR(kc_h[row + e], ref[e], 2e-6) << "k head " << h << " e " << e;
-        ASSERT_EQ(vc_h[row + e], v[h * c.hd + e]) << "v head " << h << " e " << e;
-      }
-      ASSERT_TRUE(is_poison(kc_h[static_cast<size_t>((h * n_ctx + c.pos + 1) * c.hd)]));
-      ASSERT_TRUE(is_poison(vc_h[static_cast<size_t>((h * n_ctx + c.pos + 1) * c.hd)]));
-    }
-    for (int64_t h = 0; h < c.n_head; ++h) {
-      rope_head_ref(&q[h * c.hd], ref.data(), c.hd, c.rope_dim, c.pos, inv_freq.data(), c.neox);
-      for (int64_t e = 0; e < c.hd; ++e) ASSERT_NEAR(q_out[h * c.hd + e], ref[e], 2e-6) << "q head " << h << " e " << e;
-    }
+    check_rope_store_kv<float>(c, rng);
+    if (HasFatalFailure()) return;
   }
 }
 

@@ -42,6 +42,17 @@ void expect_out16_is_f32_rounded(const Run& run, const std::vector<float>& o) {
   }
 }
 
+// `run` into a poisoned f32 output, whose 16-bit outputs are then checked against it; returns the f32 output.
+template <typename Run>
+std::vector<float> run_f32_and_out16(const Run& run, int64_t n) {
+  DeviceBuffer out = poisoned(sizeof(float) * n);
+  run(out.as<float>(), nullptr, DType::BF16);
+  synchronize();
+  std::vector<float> o = to_host<float>(out, n);
+  expect_out16_is_f32_rounded(run, o);
+  return o;
+}
+
 struct PrefillCase {
   DType dtype;
   int64_t hd, n_head, n_kv, t, p0, seq;
@@ -107,11 +118,7 @@ void check_prefill(const PrefillCase& c, std::mt19937& rng) {
   for (int variant = -1; variant < detail::attn_prefill_variant_count(); ++variant) {
     SCOPED_TRACE(variant < 0 ? std::string("attn_prefill") : detail::attn_prefill_variant_name(variant, c.hd));
     const auto run = prefill_runner(variant, qd.as<float>(), ld_q, cache, c, scale);
-    DeviceBuffer out = poisoned(sizeof(float) * c.t * width);
-    run(out.as<float>(), nullptr, DType::BF16);
-    synchronize();
-    const auto o = to_host<float>(out, c.t * width);
-    expect_out16_is_f32_rounded(run, o);
+    const auto o = run_f32_and_out16(run, c.t * width);
     double worst = 0;
     for (int64_t r = 0; r < c.t; ++r) {
       double err = 0, norm = 0;
@@ -178,11 +185,7 @@ void check_prefill_f32(const PrefillCase& c, std::mt19937& rng) {
   // Every launch-shape variant must give the same f32 results (the f32 path has one shape and ignores the variant).
   for (int variant = -1; variant < detail::attn_prefill_variant_count(); ++variant) {
     const auto run = prefill_runner(variant, qd.as<float>(), ld_q, cache, c, scale);
-    DeviceBuffer out = poisoned(sizeof(float) * c.t * width);
-    run(out.as<float>(), nullptr, DType::BF16);
-    synchronize();
-    const auto o = to_host<float>(out, c.t * width);
-    expect_out16_is_f32_rounded(run, o);
+    const auto o = run_f32_and_out16(run, c.t * width);
     // f32 throughout: dot products and sums over <= 820 terms (~1e-6 relative), exp2f (2 ulp) of scores whose
     // f32 rounding moves a weight by ~1e-6; 1e-5 leaves several times that while a masking off-by-one moves a row
     // by ~1e-3.

@@ -123,21 +123,6 @@ constexpr int default_min_chunk() {
   return (2 * tile_positions<T, HD, G, kV4>() + kMinChunk - 1) / kMinChunk * kMinChunk;
 }
 
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-
 // Kernel arguments (one struct: the fused path adds six).
 template <typename T>
 struct AttnParams {

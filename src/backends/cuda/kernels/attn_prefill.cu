@@ -49,12 +49,6 @@ struct PrefillParams {
   float scale_log2;  // scale * log2(e): the softmax runs in base 2 (ex2 is one MUFU instruction)
 };
 
-__device__ __forceinline__ uint32_t pack16x2(float a, float b, bool bf16) {
-  const uint32_t lo = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(a)) : __half_as_ushort(__float2half_rn(a));
-  const uint32_t hi = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(b)) : __half_as_ushort(__float2half_rn(b));
-  return lo | (hi << 16);
-}
-
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -102,15 +96,7 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 // Two floats -> two 16-bit values in one word (lo in the low half, as the MMA fragments expect).
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  uint32_t r;
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    memcpy(&r, &h, 4);
-  } else {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    memcpy(&r, &h, 4);
-  }
-  return r;
+  return pack16x2(lo, hi, std::is_same_v<T, __nv_bfloat16>);
 }
 
 __device__ __forceinline__ float ex2(float x) {

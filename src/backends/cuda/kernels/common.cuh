@@ -58,6 +58,42 @@ __device__ __forceinline__ float2 half2_to_float2(uint32_t w) {
   return __half22float2(h);
 }
 
+// ---- 16-bit values (bf16 or f16): rounded to nearest even, as the host's f32_to_bf16 / f32_to_fp16 ----
+// A 16-bit output written by any kernel is therefore bit-identical to its f32 output converted elsewhere.
+__device__ __forceinline__ uint16_t to16(float v, bool bf16) {
+  return bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
+}
+__device__ __forceinline__ float from16(uint16_t v, bool bf16) {
+  return bf16 ? __uint_as_float(static_cast<uint32_t>(v) << 16) : __half2float(__ushort_as_half(v));
+}
+// Two values in one word, lo in the low half (one paired conversion instruction).
+__device__ __forceinline__ uint32_t pack16x2(float lo, float hi, bool bf16) {
+  uint32_t u;
+  if (bf16) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    memcpy(&u, &h, 4);
+  } else {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    memcpy(&u, &h, 4);
+  }
+  return u;
+}
+// The same by element type, for templated kernels (f32: unchanged).
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+
 // Float formats: 16 bytes hold 4 (f32) or 8 (f16, bf16) elements.
 template <DType D>
 struct FloatFmt;

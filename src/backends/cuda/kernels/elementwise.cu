@@ -11,14 +11,9 @@ namespace {
 constexpr int kNormThreads = 256;
 constexpr int kEltThreads = 256;
 
-// Round to nearest even, as gemm_convert.cu's f32 -> 16-bit conversion does: a 16-bit output here is bit-identical to
-// the f32 output converted there.
-__device__ __forceinline__ uint16_t to16(float v, bool bf16) {
-  return bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
-}
+// Four values rounded to 16 bits (common.cuh's to16: bit-identical to gemm_convert.cu's conversion of the f32 output).
 __device__ __forceinline__ uint2 pack4(float4 v, bool bf16) {
-  return make_uint2(static_cast<uint32_t>(to16(v.x, bf16)) | (static_cast<uint32_t>(to16(v.y, bf16)) << 16),
-                    static_cast<uint32_t>(to16(v.z, bf16)) | (static_cast<uint32_t>(to16(v.w, bf16)) << 16));
+  return make_uint2(pack16x2(v.x, v.y, bf16), pack16x2(v.z, v.w, bf16));
 }
 
 __global__ void __launch_bounds__(kNormThreads)

@@ -14,13 +14,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float from16(uint16_t v, bool bf16) {
-  return bf16 ? __uint_as_float(static_cast<uint32_t>(v) << 16) : __half2float(__ushort_as_half(v));
-}
-__device__ __forceinline__ uint16_t to16(float v, bool bf16) {
-  return bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
-}
-
 // Eight columns per thread: one 16-byte load of gate, one of up, one 16-byte (16-bit out) or two (f32 out) stores.
 __global__ void __launch_bounds__(kThreads)
     swiglu16_vec_kernel(const uint4* gate, const uint4* up, int64_t ld8, bool in_bf16, uint4* out16, bool out_bf16,
@@ -42,7 +35,7 @@ __global__ void __launch_bounds__(kThreads)
     uint32_t w[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j)
-      w[j] = static_cast<uint32_t>(to16(v[2 * j], out_bf16)) | (static_cast<uint32_t>(to16(v[2 * j + 1], out_bf16)) << 16);
+      w[j] = pack16x2(v[2 * j], v[2 * j + 1], out_bf16);
     out16[i] = make_uint4(w[0], w[1], w[2], w[3]);
   } else {
     out[2 * i] = make_float4(v[0], v[1], v[2], v[3]);
@@ -75,8 +68,8 @@ __global__ void __launch_bounds__(kThreads)
   uint32_t o[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j)
-    o[j] = static_cast<uint32_t>(to16(from16(static_cast<uint16_t>(w[j]), in_bf16), out_bf16)) |
-           (static_cast<uint32_t>(to16(from16(static_cast<uint16_t>(w[j] >> 16), in_bf16), out_bf16)) << 16);
+    o[j] = pack16x2(from16(static_cast<uint16_t>(w[j]), in_bf16), from16(static_cast<uint16_t>(w[j] >> 16), in_bf16),
+                    out_bf16);
   out[i] = make_uint4(o[0], o[1], o[2], o[3]);
 }
 

@@ -9,37 +9,21 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ uint32_t pack2(float a, float b, bool to_bf16) {
-  if (to_bf16) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    uint32_t u;
-    memcpy(&u, &h, 4);
-    return u;
-  }
-  const __half2 h = __floats2half2_rn(a, b);
-  uint32_t u;
-  memcpy(&u, &h, 4);
-  return u;
-}
-
 // Eight values per thread: two 16-byte loads, one 16-byte store.
 __global__ void __launch_bounds__(kThreads)
     f32_to_16bit_vec_kernel(const float4* __restrict__ x, uint4* __restrict__ out, int64_t n8, bool to_bf16) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (i >= n8) return;
   const float4 a = __ldcs(x + 2 * i), b = __ldcs(x + 2 * i + 1);
-  out[i] = make_uint4(pack2(a.x, a.y, to_bf16), pack2(a.z, a.w, to_bf16), pack2(b.x, b.y, to_bf16),
-                      pack2(b.z, b.w, to_bf16));
+  out[i] = make_uint4(pack16x2(a.x, a.y, to_bf16), pack16x2(a.z, a.w, to_bf16), pack16x2(b.x, b.y, to_bf16),
+                      pack16x2(b.z, b.w, to_bf16));
 }
 
 __global__ void __launch_bounds__(kThreads)
     f32_to_16bit_kernel(const float* __restrict__ x, uint16_t* __restrict__ out, int64_t n, bool to_bf16) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (i >= n) return;
-  if (to_bf16)
-    out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
-  else
-    out[i] = __half_as_ushort(__float2half_rn(x[i]));
+  out[i] = to16(x[i], to_bf16);
 }
 
 // One 32-block per thread: its quants and scale in, 32 bf16 (64 bytes) out. The value is formed in f32 exactly as the
@@ -84,8 +68,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 #pragma unroll
   for (int o = 0; o < 4; ++o)
-    out[4 * i + o] = make_uint4(pack2(v[8 * o], v[8 * o + 1], true), pack2(v[8 * o + 2], v[8 * o + 3], true),
-                                pack2(v[8 * o + 4], v[8 * o + 5], true), pack2(v[8 * o + 6], v[8 * o + 7], true));
+    out[4 * i + o] = make_uint4(pack16x2(v[8 * o], v[8 * o + 1], true), pack16x2(v[8 * o + 2], v[8 * o + 3], true),
+                                pack16x2(v[8 * o + 4], v[8 * o + 5], true), pack16x2(v[8 * o + 6], v[8 * o + 7], true));
 }
 
 int blocks_for(int64_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); }

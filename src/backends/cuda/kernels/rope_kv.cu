@@ -24,21 +24,6 @@ namespace {
 constexpr int kMaxHd = 512;
 constexpr int kRopeThreads = 128;
 
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-
 // Grid (ceil(items / kRopeThreads), t). Item i of row r is pair j = i % (hd/2) of head slot i / (hd/2): slots
 // [0, n_head) are q heads, then n_kv k heads, then n_kv v heads (copied, not rotated). Pair j holds elements (a, b):
 // rotated pairs are (2j, 2j+1) (neox: (j, j + rope_dim/2)) for j < rope_dim/2; the rest pass through.
