@@ -370,11 +370,11 @@ TEST(CudaAttention, DecodeV5ClusterSizesAndEarlyLoads) {
   unsetenv("TESSERA_CUDA_ATTN_EARLY");
 }
 
-// v6's short-context paths against v5 (TESSERA_CUDA_ATTN_SHORT=0) on the same fresh random inputs, fused: over a
-// 520-position cache (attn_split_kernel's short path) and over a cache of the compact kernel's capacity (256 positions
-// at hd 64, 128 at hd 128: attn_compact_kernel by default, attn_split_kernel's short path with
-// TESSERA_CUDA_ATTN_COMPACT=0), at positions where the paths differ most (one position, a partial warp step, one step,
-// a block step, the limits), under caps (TESSERA_CUDA_ATTN_SHORT=N: contexts up to N take the short path, longer ones
+// v6's short-context paths against v5 (TESSERA_CUDA_ATTN_SHORT=0) on the same fresh random inputs, fused: over caches
+// of one compact register window (256 positions at hd 64, 128 at hd 128), of 520 positions and of the compact
+// kernel's four windows (attn_compact_kernel by default where the cache is at most four windows, walking 1-4 windows;
+// attn_split_kernel's short path or v5 with TESSERA_CUDA_ATTN_COMPACT=0), at positions where the paths differ most
+// (one position, a partial warp step, one step, a block step, window edges, the limits), under caps (TESSERA_CUDA_ATTN_SHORT=N: contexts up to N take the short path, longer ones
 // v5; a cap below the cache size also rules the compact kernel out), with PDL's early loads on and off. Every result
 // must match the double reference (check_fused_result) and v5's; the caches must be identical except k at pos, which
 // each path rotates in f32 on its own (checked against the reference's tolerance for the stored k).
@@ -385,14 +385,14 @@ TEST(CudaAttention, DecodeShortPathMatchesSplitPath) {
     DType dtype;
     int64_t n_head, n_kv, hd, rope_dim;
     bool neox;
-    int64_t small_ctx;  // the compact kernel's capacity
+    int64_t window;  // the compact kernel's register window
     std::vector<int32_t> positions;
   };
   const Shape shapes[] = {
-      {DType::BF16, 9, 3, 64, 64, false, 256, {0, 1, 5, 63, 64, 200, 255, 383, 511}},  // SmolLM2-135M heads
-      {DType::BF16, 32, 8, 64, 64, true, 256, {0, 100, 255, 384, 511}},                // Llama-3.2-1B heads
-      {DType::BF16, 32, 8, 128, 128, false, 128, {0, 31, 127, 200, 255}},              // Llama-3-8B heads
-      {DType::F16, 8, 2, 128, 64, true, 128, {7, 127, 130}},                           // partial neox rotation
+      {DType::BF16, 9, 3, 64, 64, false, 256, {0, 1, 5, 63, 64, 200, 255, 256, 383, 511, 512, 700, 1023}},  // SmolLM2
+      {DType::BF16, 32, 8, 64, 64, true, 256, {0, 100, 255, 384, 511, 767, 768, 1000}},  // Llama-3.2-1B heads
+      {DType::BF16, 32, 8, 128, 128, false, 128, {0, 31, 127, 128, 200, 255, 300, 511}},  // Llama-3-8B heads
+      {DType::F16, 8, 2, 128, 64, true, 128, {7, 127, 130, 400}},                        // partial neox rotation
   };
   struct Path {
     const char* short_env;  // TESSERA_CUDA_ATTN_SHORT (nullptr: unset)
@@ -401,7 +401,7 @@ TEST(CudaAttention, DecodeShortPathMatchesSplitPath) {
   for (const char* early : {"1", "0"})
     for (const char* cap : {"", "64", "300"})  // "": the default limit
       for (const Shape& sh : shapes)
-        for (int64_t n_ctx : {int64_t{520}, sh.small_ctx})
+        for (int64_t n_ctx : {int64_t{520}, sh.window, 4 * sh.window})
           for (int32_t pos : sh.positions) {
             if (pos >= n_ctx) continue;
             const FusedCase c{sh.dtype, sh.n_head, sh.n_kv, sh.hd, n_ctx, sh.rope_dim, sh.neox, pos};
@@ -456,7 +456,8 @@ TEST(CudaAttention, DecodeShortPathMatchesSplitPath) {
           }
 }
 
-// The compact kernel unfused (attn_decode after rope_store_kv) over small caches of every head size (the f32 cache:
+// The compact kernel unfused (attn_decode after rope_store_kv) over small caches of every head size and over caches of
+// several register windows (the f32 cache:
 // F32CacheDecodeAndDecodeRopeMatchReference), and a position outside the cache (NaN).
 TEST(CudaAttention, DecodeCompactSmallCaches) {
   TESSERA_REQUIRE_GPU();
@@ -467,6 +468,9 @@ TEST(CudaAttention, DecodeCompactSmallCaches) {
     for (int32_t p : {0, 1, 100, 255}) check_attention({DType::BF16, 9, 3, 64, 256, p}, rng);
     for (int32_t p : {0, 63, 64, 127}) check_attention({DType::F16, 32, 8, 128, 128, p}, rng);
     for (int32_t p : {0, 33, 63}) check_attention({DType::BF16, 4, 4, 256, 64, p}, rng);
+    // Caches of several register windows (1,024 positions at hd 64, 512 at hd 128): 1-4 windows walked.
+    for (int32_t p : {256, 511, 600, 1023}) check_attention({DType::BF16, 9, 3, 64, 1024, p}, rng);
+    for (int32_t p : {128, 300, 511}) check_attention({DType::F16, 32, 8, 128, 512, p}, rng);
     if (HasFatalFailure()) break;
   }
   unsetenv("TESSERA_CUDA_ATTN_EARLY");
@@ -704,6 +708,8 @@ TEST(CudaAttention, F32CacheDecodeAndDecodeRopeMatchReference) {
       {16, 2, 256, 700, 256, false, {0, 255, 256, 699}},  // a group of 8 at hd 256
       {16, 2, 64, 600, 64, true, {0, 127, 128, 599}},     // a group of 8 at hd 64
       {9, 3, 64, 128, 64, false, {0, 100, 127}},          // v6's compact kernel (128 f32 positions at hd 64)
+      {9, 3, 64, 512, 64, false, {127, 128, 300, 511}},   // the compact kernel's four windows
+      {8, 2, 128, 256, 64, true, {63, 64, 200, 255}},     // the same at hd 128 (64 f32 positions a window)
   };
   for (const Shape& s : shapes)
     for (int32_t p : s.positions)

@@ -38,6 +38,11 @@
 // fused, kernel bench): SmolLM2 heads 3.37 / 3.65 / 3.86 us at 128 / 256 / 384 positions (v5: 3.71 / 4.74 / 7.48),
 // compact 3.18 / 3.56 at 128 / 256; end to end (tessera bench -p 128 -n 256, a 256-position cache) SmolLM2 bf16
 // 2,407-2,433 tok/s with the compact kernel, 2,279-2,292 without, 2,240 with v5.
+// v6 windows (TESSERA_CUDA_ATTN_COMPACT=1 restores one window): the compact kernel walks up to four register windows
+// (online softmax across them; the later windows asked into L2 before pdl_wait()), so caches up to 1,024 positions at
+// hd 64 (512 at hd 128) take it instead of attn_split_kernel's 16-warp blocks. End to end on the H100 (tessera bench
+// -p 0 -d 128 -n 256, a 384-position cache, chained greedy decode): SmolLM2 bf16 2,487.8 tok/s vs 2,395.3 with one
+// window; Llama-3.2-1B 1,033.2 vs 1,020.9; Llama-3-8B 194.1 vs 193.1.
 // Batched decode (attn_decode_rows) is the same kernel with a row dimension folded into grid z: row r reads its own
 // q row, position pos[r] and cache slot seq[r], and owns its own partials and tickets. With t rows the chunks per kv
 // head shrink (about max_splits / t, at least 1) so the grid stays about one wave.
@@ -123,6 +128,13 @@ int short_cap(int capacity) {
   return std::clamp(std::atoi(e), 0, capacity);
 }
 
+// Register windows the compact kernel may walk (TESSERA_CUDA_ATTN_COMPACT=N: at most N, 0: never; default all).
+int compact_windows_cap() {
+  const char* e = std::getenv("TESSERA_CUDA_ATTN_COMPACT");
+  if (e == nullptr || *e == '\0') return kCompactWindows;
+  return std::clamp(std::atoi(e), 0, kCompactWindows);
+}
+
 // Clusters of `csize` blocks of a kernel that can be resident at once (0: none), asked once per kernel and size.
 template <typename K>
 int active_clusters(K* kernel, int threads, int csize) {
@@ -203,8 +215,8 @@ void launch_split(const KvCacheView& c, const AttnArgs& a, int group) {
   // v6: one decode row without clusters also takes the short-context path, which needs a block per query head of a
   // head tile along x (the chunks' extra blocks exit at once) and neox pairs that lie in whole 16-byte slices.
   const bool rope_ok = a.rope.k == nullptr || !a.rope.neox || (a.rope.rope_dim / 2) % 8 == 0;
-  const int short_limit =
-      v5 && a.t == 1 && csize == 1 && rope_ok ? short_cap(short_positions<T, HD, attn_warps<HD, G, kV4>()>()) : 0;
+  constexpr int short_capacity = short_positions<T, HD, attn_warps<HD, G, kV4>()>();
+  const int short_limit = v5 && a.t == 1 && csize == 1 && rope_ok ? short_cap(short_capacity) : 0;
   const int grid_x = short_limit > 0 ? std::max(splits, G) : splits;
   const dim3 grid(grid_x, static_cast<unsigned>(c.n_kv), static_cast<unsigned>(tiles * a.t));
   const int forced = min_chunk_override();
@@ -219,9 +231,11 @@ void launch_split(const KvCacheView& c, const AttnArgs& a, int group) {
   p.early = v5 && !env_is("TESSERA_CUDA_ATTN_EARLY", "0"), p.cluster = csize;
   p.splits = splits, p.short_limit = short_limit;
   if constexpr (kV4) {
-    // v6 compact: a cache that no context can outgrow (under the cap) takes the 8-warp kernel (attn_decode_short.cuh
-    // says why); TESSERA_CUDA_ATTN_COMPACT=0 keeps it on attn_split_kernel's short path.
-    if (short_limit >= c.n_ctx && c.n_ctx <= compact_positions<T, HD>() && !env_is("TESSERA_CUDA_ATTN_COMPACT", "0")) {
+    // v6 compact: a cache of at most kCompactWindows register windows takes the 8-warp kernel (attn_decode_short.cuh
+    // says why); TESSERA_CUDA_ATTN_COMPACT=0 keeps it on attn_split_kernel (=N: caches of at most N windows).
+    // A cap on the short path (TESSERA_CUDA_ATTN_SHORT=N) below the cache size rules it out too.
+    if (short_limit > 0 && short_limit >= std::min<int64_t>(c.n_ctx, short_capacity) &&
+        c.n_ctx <= compact_windows_cap() * compact_window<T, HD>()) {
       const bool rope = a.rope.k != nullptr;
       auto* ck = rope ? attn_compact_kernel<T, HD, true> : attn_compact_kernel<T, HD, false>;
       return launch(rope ? "attn_compact_kernel<rope>" : "attn_compact_kernel", ck,

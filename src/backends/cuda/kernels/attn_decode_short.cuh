@@ -93,15 +93,23 @@ __device__ __forceinline__ void rope_slice8(const float (&own)[8], int e0, int r
 // block per kv head). Shared memory (the caller's): s_acc [kWarps][G][HD] (only [w][0] used), s_m / s_l [kWarps][G],
 // s_cs [rope_dim / 2]. Ordering contract as v5 (early): before pdl_wait() only pos, the cache below pos and inv_freq
 // are read.
-template <typename T, int HD, bool kRope, int kWarps, int G>
+//
+// kMaxWin > 1 (the compact kernel): a context longer than one register window (S * PG positions) is walked in up to
+// kMaxWin windows with an online softmax across them; the first window is loaded before pdl_wait() as above, the later
+// windows' cache lines (below pos) are asked into L2 before the wait and loaded into the same registers when the
+// previous window is done (one L2 round trip each, instead of v5's chunks, partials and ticket). The caller keeps
+// ctx <= kMaxWin * S * PG.
+template <typename T, int HD, bool kRope, int kWarps, int G, int kMaxWin>
 __device__ __forceinline__ void attn_short(const AttnParams<T>& a, int n_kv, int row, int kvh, int head, int pos,
                                            int slot, bool early, bool store, float* s_acc, float* s_m, float* s_l,
                                            float2* s_cs) {
   constexpr int kThreads = kWarps * kWarp;
   constexpr int LPP = HD / 8, PPW = kWarp / LPP, PG = kWarps * PPW;
   constexpr int S = short_steps<T>();
+  constexpr int W = S * PG;  // positions per register window
   const int n_head = n_kv * a.group;
   const int ctx = pos + 1;
+  const int n_win = kMaxWin == 1 ? 1 : min(kMaxWin, (ctx + W - 1) / W);
   const int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp;
   const int ld = lane % LPP, sub = lane / LPP;
   const int p0 = warp * PPW + sub;  // this lane's position in step 0; step s adds s * PG
@@ -119,6 +127,20 @@ __device__ __forceinline__ void attn_short(const AttnParams<T>& a, int n_kv, int
     const bool in = p < n_pre;
     kr[s] = in ? load_slice(kbase + static_cast<size_t>(p) * HD) : zero_slice<T>();
     vr[s] = in ? load_slice(vbase + static_cast<size_t>(p) * HD) : zero_slice<T>();
+  }
+  if constexpr (kMaxWin > 1) {
+    // The later windows' lines into L2 (one prefetch per 128-byte line: the lanes whose slice starts a line).
+    constexpr int kLineLanes = 128 / (8 * static_cast<int>(sizeof(T)));
+    if (ld % kLineLanes == 0)
+      for (int w = 1; w < n_win; ++w)
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+          const int p = w * W + p0 + s * PG;
+          if (p < n_pre) {
+            prefetch_l2(kbase + static_cast<size_t>(p) * HD);
+            prefetch_l2(vbase + static_cast<size_t>(p) * HD);
+          }
+        }
   }
   if constexpr (kRope) {
     for (int j = threadIdx.x; j < a.rope_dim / 2; j += kThreads) {
@@ -166,11 +188,13 @@ __device__ __forceinline__ void attn_short(const AttnParams<T>& a, int n_kv, int
   }
 #pragma unroll
   for (int j = 0; j < 8; ++j) qv[j] *= qscale;
+  // This token's k and v, rounded to the cache type as rope_store_kv stores them (lanes of position pos only).
+  Slice8<T> ks = zero_slice<T>(), vs = zero_slice<T>();
   if (pos_warp) {
-    // Rounded to the cache type, as rope_store_kv stores them; this block stores them when `store`.
+    // This block stores them when `store`.
     float kf[8];
     rope_slice8(ko, e0, a.rope_dim, a.neox, s_cs, kf);
-    const Slice8<T> ks = to_slice<T>(kf), vs = to_slice<T>(vo);
+    ks = to_slice<T>(kf), vs = to_slice<T>(vo);
     if (p0 == pos % PG) {
 #pragma unroll
       for (int s = 0; s < S; ++s)
@@ -185,34 +209,61 @@ __device__ __forceinline__ void attn_short(const AttnParams<T>& a, int n_kv, int
 
   // Scores of this lane's positions (every lane of a position's sub-group ends with the full dot product). A step is
   // live when some lane of the warp has a position in the context (warp-uniform, so the shuffles see all 32 lanes).
-  float sc[S];
-  float m = -INFINITY;
-#pragma unroll
-  for (int s = 0; s < S; ++s) {
-    sc[s] = -INFINITY;
-    if (s * PG + warp * PPW >= ctx) continue;
-    float kf[8];
-    to_float8<T>(kr[s], kf);
-    float dot = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) dot = fmaf(qv[j], kf[j], dot);
-#pragma unroll
-    for (int off = LPP / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-    if (p0 + s * PG < ctx) sc[s] = dot;
-    m = fmaxf(m, sc[s]);
-  }
-  float l = 0.0f, acc[8];
+  // Window by window (one unless kMaxWin > 1), with a running maximum m, sum l and accumulator acc per lane.
+  float m = -INFINITY, l = 0.0f, acc[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
+#pragma unroll 1
+  for (int w = 0; w < n_win; ++w) {
+    const int base = w * W;
+    if (w > 0) {
+      // After the wait: every position below pos is in the cache; pos is this token's (fused: ks/vs, unfused: stored
+      // by the previous kernel, so loaded like the others).
+      const int n_lim = kRope ? pos : ctx;
 #pragma unroll
-  for (int s = 0; s < S; ++s) {
-    if (s * PG + warp * PPW >= ctx) continue;
-    const float e = exp_rel<true>(sc[s], m);  // 0 for positions past the context (and when m is -inf)
-    float vf[8];
-    to_float8<T>(vr[s], vf);
-    l += e;
+      for (int s = 0; s < S; ++s) {
+        const int p = base + p0 + s * PG;
+        kr[s] = p < n_lim ? load_slice(kbase + static_cast<size_t>(p) * HD) : zero_slice<T>();
+        vr[s] = p < n_lim ? load_slice(vbase + static_cast<size_t>(p) * HD) : zero_slice<T>();
+        if (kRope && p == pos) kr[s] = ks, vr[s] = vs;  // only lanes of pos_warp reach p == pos
+      }
+    }
+    float sc[S];
+    float mw = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) acc[j] = fmaf(e, vf[j], acc[j]);
+    for (int s = 0; s < S; ++s) {
+      sc[s] = -INFINITY;
+      if (base + s * PG + warp * PPW >= ctx) continue;
+      float kf[8];
+      to_float8<T>(kr[s], kf);
+      float dot = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) dot = fmaf(qv[j], kf[j], dot);
+#pragma unroll
+      for (int off = LPP / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+      if (base + p0 + s * PG < ctx) sc[s] = dot;
+      mw = fmaxf(mw, sc[s]);
+    }
+    if (w > 0) {  // rescale what the earlier windows summed to the new maximum
+      const float mn = fmaxf(m, mw);
+      const float c = exp_rel<true>(m, mn);
+      l *= c;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[j] *= c;
+      m = mn;
+    } else {
+      m = mw;
+    }
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      if (base + s * PG + warp * PPW >= ctx) continue;
+      const float e = exp_rel<true>(sc[s], m);  // 0 for positions past the context (and when m is -inf)
+      float vf[8];
+      to_float8<T>(vr[s], vf);
+      l += e;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[j] = fmaf(e, vf[j], acc[j]);
+    }
   }
   // Merge the sub-groups of each warp, then the warps through shared memory (as attn_split_kernel).
 #pragma unroll
@@ -254,14 +305,17 @@ __device__ __forceinline__ void attn_short(const AttnParams<T>& a, int n_kv, int
 }
 
 // v6 compact: attn_short alone in 8-warp blocks (at most 128 registers per thread: launch bounds of two blocks per SM),
-// for one decode row over a cache of at most compact_positions() positions, so that no context needs v5. Why a second
+// for one decode row over a cache of at most kCompactWindows register windows, so that no such context needs v5. Why a second
 // kernel: attn_split_kernel's 16-warp blocks take every register of an SM (512 threads x 128), so none of them can
 // start while the previous kernel (the q|k|v GEMV) still has a block on that SM, and its loads before pdl_wait() only
 // begin once the GEMV has drained; half the registers fit beside the GEMV's blocks. Grid: one block per query head.
 constexpr int kCompactWarps = 8;
 constexpr int kCompactThreads = kCompactWarps * kWarp;
+// Register windows the compact kernel walks at most (kMaxWin of attn_short): 1,024 positions at hd 64, 512 at hd 128
+// for a 16-bit cache (TESSERA_CUDA_ATTN_COMPACT=N: caches of at most N windows).
+constexpr int kCompactWindows = 4;
 template <typename T, int HD>
-constexpr int compact_positions() {
+constexpr int compact_window() {
   return short_positions<T, HD, kCompactWarps>();
 }
 
@@ -280,8 +334,8 @@ __global__ void __launch_bounds__(kCompactThreads, 2) attn_compact_kernel(const 
       a.out[static_cast<size_t>(head) * HD + i] = __int_as_float(0x7fc00000);
     return;
   }
-  attn_short<T, HD, kRope, kCompactWarps, 1>(a, n_kv, 0, kvh, head, pos, slot, a.early, head % a.group == 0,
-                                             &s_acc[0][0], s_m, s_l, s_cs);
+  attn_short<T, HD, kRope, kCompactWarps, 1, kCompactWindows>(a, n_kv, 0, kvh, head, pos, slot, a.early,
+                                                              head % a.group == 0, &s_acc[0][0], s_m, s_l, s_cs);
 }
 
 }  // namespace

@@ -148,6 +148,10 @@ inline std::string num(int64_t v) { return std::to_string(v); }
 // The current device's multiprocessor count (cached per process; Tessera drives one device per process).
 int sm_count();
 
+// Asks L2 to fetch the line holding p (no register, no fault on an address past the end): bytes in flight for the
+// next step without holding them in registers.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 // ---- Programmatic Dependent Launch (PDL) ----
 // Decode runs ~300 small kernels per token; between two dependent kernels the GPU drains the first grid, flushes its
 // memory and only then starts launching the second (~2 us, even inside a CUDA graph). With PDL the next kernel is

@@ -21,10 +21,6 @@ __device__ __forceinline__ uint32_t ld_stream2(const void* p) {
   return v;
 }
 
-// Asks L2 to fetch the line holding p (no register, no fault on an address past the end): bytes in flight for the
-// next step without holding them in registers.
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-
 // Before pdl_wait(): asks L2 for the first bytes of this block's weights, [p, p + bytes), at most two 128-byte lines
 // per thread. Weights never depend on an earlier kernel, so with PDL these loads overlap the previous kernel's tail
 // and the launch gap; the block's own loads after the wait then hit L2. Only the first kPrefetchBlocks blocks (about
