@@ -5,9 +5,11 @@
 // depth is prefilled once, untimed; each repeat truncates back to it). Each test runs once to warm
 // up, then -r times; rows report the median tok/s and its spread, the achieved GB/s of weight bytes and TFLOP/s,
 // peak memory, and the measured limit next to them. --ceilings measures only the limits.
-// On CUDA, tg decodes greedily with the argmax on the device (Session::decode_greedy / decode_batch_greedy: the next
-// token comes back, not the logits), as a generation loop and the PyTorch peers do; --host-logits copies every step's
-// logits to the host instead (what decode / decode_batch return; B * n_vocab floats per step).
+// On CUDA, tg decodes greedily with the argmax on the device, as a generation loop and the PyTorch peers do: at batch
+// 1 each token is the previous step's argmax and the steps are chained on the device (Session::decode_greedy_chain:
+// no host round trip per token; TESSERA_CUDA_CHAIN=0 waits for every token), batched steps return B ids
+// (decode_batch_greedy); --host-logits copies every step's logits to the host instead (what decode / decode_batch
+// return; B * n_vocab floats per step, random token ids).
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -200,8 +202,13 @@ int run(const BenchFlags& f) {
     r.seconds = time_runs(f.repeats, [&] {
       for (int64_t s = 0; s < b; ++s) session.truncate(s, f.depth);
       const bool greedy = f.device == "cuda" && !f.host_logits;
+      if (b == 1 && greedy) {  // a generation loop: each token is the previous step's argmax, chained on the device
+        const int64_t done = session.decode_greedy_chain(ids[0], f.n_gen, [](int32_t) { return true; });
+        if (done != f.n_gen) throw Error(fmt::format("tg decoded {} of {} tokens", done, f.n_gen));
+        return;
+      }
       if (b == 1) {
-        for (int32_t id : ids) greedy ? (void)session.decode_greedy(id) : (void)session.decode(id);
+        for (int32_t id : ids) (void)session.decode(id);
         return;
       }
       for (int64_t i = 0; i < f.n_gen; ++i) {

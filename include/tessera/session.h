@@ -114,6 +114,12 @@ class Session {
   // the argmax runs on the device and only the id comes back (what a generation loop needs; no logits copy), so
   // logits() may be empty afterwards, until the next logits-returning call.
   int32_t decode_greedy(int32_t id);
+  // Greedy generation without a host round trip per token: appends `id`, then each next token while on_token(next)
+  // returns true, at most n tokens appended in all (fewer when the context fills). On CUDA the steps are chained on
+  // the device (each step's argmax feeds the next; the host reads the tokens as they land, a step or two behind);
+  // elsewhere it is a decode_greedy loop. Returns the tokens appended (= on_token calls: the last token passed to
+  // on_token is not appended).
+  int64_t decode_greedy_chain(int32_t id, int64_t n, const std::function<bool(int32_t)>& on_token);
   std::span<const float> logits() const;  // of the last evaluated token ([] before any)
   // Appends `ids` and returns the logits of every one of them: [ids.size() * n_vocab], row-major.
   std::vector<float> eval_all_logits(std::span<const int32_t> ids);

@@ -102,6 +102,10 @@ int32_t Session::decode_greedy(int32_t id) {
   return impl_->engine->decode_batch_greedy(std::span<const int32_t>(&id, 1), std::span<const int32_t>(&seq, 1))[0];
 }
 
+int64_t Session::decode_greedy_chain(int32_t id, int64_t n, const std::function<bool(int32_t)>& on_token) {
+  return impl_->engine->decode_greedy_chain(id, n, on_token);
+}
+
 std::vector<GenerateResult> Session::generate_batch(std::span<const std::vector<int32_t>> prompts,
                                                     const GenerateOptions& options) {
   const Tokenizer* tok = impl_->model.has_tokenizer() ? &impl_->model.tokenizer() : nullptr;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <optional>
 
 #include "core/error.h"
@@ -273,6 +274,45 @@ std::vector<int32_t> Engine::decode_batch_greedy(std::span<const int32_t> ids, s
   return out;
 }
 
+int64_t Engine::decode_greedy_chain(int32_t first, int64_t n, const std::function<bool(int32_t)>& on_token) {
+  const int32_t slot = 0;
+  check_batch(std::span<const int32_t>(&first, 1), std::span<const int32_t>(&slot, 1));
+  n = std::min(n, o_.n_ctx - n_past(0));
+  if (n <= 0) return 0;
+#ifdef TESSERA_HAVE_CUDA
+  if (cuda_) {
+    decoder_logits_ = false;  // slot 0 moves on
+    has_logits_[0] = false;
+    cuda_->set_profile(profile_slot(1));
+    std::vector<int32_t>& toks = tokens_[0];
+    const size_t before = toks.size();
+    toks.push_back(first);  // evaluated by the first step; each accepted argmax but the last is evaluated next
+    int64_t calls = 0;
+    int64_t evaluated = 0;
+    try {
+      evaluated = cuda_->generate_greedy(first, static_cast<int64_t>(before), n, [&](int32_t id) {
+        ++calls;
+        if (!on_token(id)) return false;
+        if (calls < n) toks.push_back(id);
+        return true;
+      });
+    } catch (...) {
+      toks.resize(before);  // what was evaluated is unknown: the context goes back to before the call
+      throw;
+    }
+    decoder_logits_ = true;  // logits(0) fetches them if the device still holds them
+    return evaluated;
+  }
+#endif
+  int64_t done = 0;
+  for (int32_t t = first; done < n;) {
+    t = decode_batch_greedy(std::span<const int32_t>(&t, 1), std::span<const int32_t>(&slot, 1))[0];
+    ++done;
+    if (!on_token(t)) break;
+  }
+  return done;
+}
+
 std::span<const float> Engine::decode_batch(std::span<const int32_t> ids, std::span<const int32_t> seqs) {
   check_batch(ids, seqs);
   if (std::find(seqs.begin(), seqs.end(), 0) != seqs.end()) decoder_logits_ = false;  // slot 0 moves on
@@ -310,9 +350,11 @@ std::span<const float> Engine::logits(int64_t seq) {
   const size_t s = static_cast<size_t>(seq);
 #ifdef TESSERA_HAVE_CUDA
   if (s == 0 && !has_logits_[0] && decoder_logits_ && cuda_) {
-    const std::span<const float> l = cuda_->logits();
-    std::memcpy(logits_[0].data(), l.data(), l.size() * sizeof(float));
-    has_logits_[0] = true;
+    const std::span<const float> l = cuda_->logits();  // empty when a dropped chained step overwrote them
+    if (l.size() == logits_[0].size()) {
+      std::memcpy(logits_[0].data(), l.data(), l.size() * sizeof(float));
+      has_logits_[0] = true;
+    }
     decoder_logits_ = false;
   }
 #endif
@@ -378,6 +420,13 @@ class Generation {
   std::optional<int32_t> next_picked(int32_t id, bool full) {
     if (at_max_tokens()) return std::nullopt;
     return accept(id, full);
+  }
+
+  // Steps a greedy loop may still evaluate before max_tokens stops it (the step whose pick would exceed it included,
+  // as the step-by-step loop evaluates it); unbounded without max_tokens.
+  int64_t steps_left() const {
+    if (options_.max_tokens < 0) return std::numeric_limits<int64_t>::max();
+    return std::max<int64_t>(0, options_.max_tokens - static_cast<int64_t>(r_.tokens.size()) + 1);
   }
 
   // Greedy without penalties: the sampler would return the logits' argmax, which the engine can pick by itself.
@@ -482,12 +531,17 @@ GenerateResult generate(Engine& engine, const Tokenizer* tokenizer, std::span<co
   const auto t_gen = std::chrono::steady_clock::now();
   std::optional<int32_t> id = gen.next(logits, engine.tokens(), engine.n_past() >= engine.n_ctx());
   if (Generation::plain_greedy(options.sampling)) {
-    // The engine picks the argmax itself (on CUDA on the device: one token id comes back per step, not the logits).
-    const int32_t slot = 0;
-    while (id) {
-      const int32_t picked =
-          engine.decode_batch_greedy(std::span<const int32_t>(&*id, 1), std::span<const int32_t>(&slot, 1))[0];
-      id = gen.next_picked(picked, engine.n_past() >= engine.n_ctx());
+    // The engine picks the argmax itself (on CUDA on the device, chained: the steps queue up on the GPU and one token
+    // id comes back per step, not the logits). The k-th picked token follows k evaluated ones.
+    if (id) {
+      const int64_t start = engine.n_past();
+      int64_t k = 0;
+      // Bounded by max_tokens too: the chain then launches no step past the last one the loop would evaluate.
+      engine.decode_greedy_chain(*id, std::min(engine.n_ctx() - start, gen.steps_left()), [&](int32_t picked) {
+        ++k;
+        id = gen.next_picked(picked, start + k >= engine.n_ctx());
+        return id.has_value();
+      });
     }
   } else {
     while (id) {

@@ -118,6 +118,34 @@ TEST_F(BatchTest, DecodeBatchGreedyIsTheArgmaxOfDecodeBatch) {
   EXPECT_EQ(b->tokens(0).size(), a->tokens(0).size());  // the failed calls evaluated nothing
 }
 
+// decode_greedy_chain (on the CPU a decode_batch_greedy loop) picks what step-by-step greedy decoding picks, stops
+// when its callback says so (the last token passed is not evaluated) and at the end of the context.
+TEST_F(BatchTest, DecodeGreedyChainEqualsStepByStep) {
+  auto a = make_engine(weights_, 24, 1), b = make_engine(weights_, 24, 1);
+  a->eval(kPrompts[0]);
+  b->eval(kPrompts[0]);
+  const int32_t slot = 0;
+  const auto steps = [&](int32_t t, int n) {
+    std::vector<int32_t> out;
+    for (int i = 0; i < n; ++i)
+      out.push_back(t = b->decode_batch_greedy(std::span<const int32_t>(&t, 1), std::span<const int32_t>(&slot, 1))[0]);
+    return out;
+  };
+  std::vector<int32_t> got;
+  EXPECT_EQ(a->decode_greedy_chain(200, 5, [&](int32_t id) { return got.push_back(id), true; }), 5);
+  EXPECT_EQ(got, steps(200, 5));
+  EXPECT_EQ(a->tokens(), b->tokens());
+  got.clear();
+  EXPECT_EQ(a->decode_greedy_chain(201, 10, [&](int32_t id) { return got.push_back(id), got.size() < 3; }), 3);
+  EXPECT_EQ(got, steps(201, 3));
+  EXPECT_EQ(a->tokens(), b->tokens());
+  got.clear();  // 7 + 5 + 3 = 15 of 24: 9 more fit
+  EXPECT_EQ(a->decode_greedy_chain(202, 100, [&](int32_t id) { return got.push_back(id), true; }), 9);
+  EXPECT_EQ(got, steps(202, 9));
+  EXPECT_EQ(a->tokens(), b->tokens());
+  EXPECT_THROW(a->decode_greedy_chain(203, 1, [](int32_t) { return true; }), Error);  // full
+}
+
 TEST_F(BatchTest, SlotsAreIndependent) {
   auto e = make_engine(weights_, 64, 2);
   e->eval_seq(0, kPrompts[0]);

@@ -7,8 +7,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <string>
 #include <unordered_map>
@@ -75,6 +77,25 @@ struct CudaDecoder::Impl {
   bool captured = false, capture_failed = false;
   int steps = 0;
   uint64_t bytes = 0;
+  bool logits_current = true;  // false after generate_greedy ran steps past the last accepted one
+  // Chained greedy decoding (generate_greedy): the step's launches plus the chained argmax, captured as one graph for
+  // a single step ([0]) and one for chain_k steps in a row ([1]: no graph boundary between those steps, so PDL
+  // overlaps them too); the host-mapped ring of generated tokens, by position; an event per launch in flight.
+  static constexpr int kChainAhead = 2;  // launches queued beyond the one the host waits for
+  int chain_k = 8;                       // steps per multi-step launch (TESSERA_CUDA_CHAIN_STEPS, 1..16)
+  std::vector<Launch> chain_launches[2];
+  cudaGraph_t chain_graph[2] = {nullptr, nullptr};
+  cudaGraphExec_t chain_exec[2] = {nullptr, nullptr};
+  bool chain_captured[2] = {false, false}, chain_capture_failed[2] = {false, false};
+  // The EMBED launch (its index in `launches`; -1 none, -2 several): chained steps fold it into the previous step's
+  // argmax (TESSERA_CUDA_CHAIN_EMBED=0: kept), so it runs once, before the chain's first step.
+  int embed_launch = -1;
+  const DeviceWeight* embed_table = nullptr;
+  float* embed_out = nullptr;
+  bool chain_embed = false;
+  int32_t* ring_host = nullptr;  // [ctx], cudaHostAllocMapped
+  int32_t* ring_dev = nullptr;
+  std::vector<cudaEvent_t> chain_events;
 
   void* alloc(size_t n) {
     owned.emplace_back(n);
@@ -169,7 +190,12 @@ struct CudaDecoder::Impl {
 
   void compile();
   void compile_node(int id);
+  void check_step(int32_t token, int64_t pos) const;
+  void upload_step(int32_t token, int64_t pos);
   void step(int32_t token, int64_t pos);
+  void chain_setup();
+  void chain_step(int n_steps);
+  int64_t generate_greedy(int32_t token, int64_t pos, int64_t n, const std::function<bool(int32_t)>& on_token);
 };
 
 void CudaDecoder::Impl::compile() {
@@ -232,6 +258,9 @@ void CudaDecoder::Impl::compile_node(int id) {
       const auto* ids = static_cast<const int32_t*>(ptr[static_cast<size_t>(in(1))]);
       float* y = new_act();
       const DeviceWeight* wp = &w;
+      embed_launch = embed_launch == -1 ? static_cast<int>(launches.size()) : -2;  // -2: several, none folded
+      embed_table = wp;
+      embed_out = y;
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { embedding(*wp, ids, y, 1, s); }});
       return;
     }
@@ -431,10 +460,15 @@ void CudaDecoder::Impl::compile_node(int id) {
   unsupported(n, "the op has no CUDA kernel");
 }
 
-void CudaDecoder::Impl::step(int32_t token, int64_t pos) {
+void CudaDecoder::Impl::check_step(int32_t token, int64_t pos) const {
   TESSERA_CHECK(token >= 0 && token < embd_rows, "token id {} is outside the vocabulary of {} tokens", token,
                 embd_rows);
   TESSERA_CHECK(pos >= 0 && pos < ctx, "the context is full: position {} is outside the cache of {} tokens", pos, ctx);
+}
+
+void CudaDecoder::Impl::upload_step(int32_t token, int64_t pos) {
+  // host_io is pinned and read by the copies asynchronously: nothing may still be reading it (the callers synchronize
+  // after every step, or, chained, upload once before the first).
   host_io[0] = token;
   host_io[1] = static_cast<int32_t>(pos);
   TESSERA_CUDA_CHECK(cudaMemcpyAsync(ptr[static_cast<size_t>(tokens_id)], &host_io[0], sizeof(int32_t),
@@ -442,6 +476,12 @@ void CudaDecoder::Impl::step(int32_t token, int64_t pos) {
   if (positions_id >= 0)
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(ptr[static_cast<size_t>(positions_id)], &host_io[1], sizeof(int32_t),
                                        cudaMemcpyHostToDevice, stream));
+}
+
+void CudaDecoder::Impl::step(int32_t token, int64_t pos) {
+  check_step(token, pos);
+  upload_step(token, pos);
+  logits_current = true;
   if (profile != nullptr) {  // timed launch by launch: no graph replay
     runner.run(launches, stream, RunArgs{}, profile);
     ++steps;
@@ -457,6 +497,112 @@ void CudaDecoder::Impl::step(int32_t token, int64_t pos) {
   else
     runner.run(launches, stream, RunArgs{}, nullptr);
   ++steps;
+}
+
+void CudaDecoder::Impl::chain_setup() {
+  if (ring_host != nullptr) return;
+  TESSERA_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&ring_host), static_cast<size_t>(ctx) * sizeof(int32_t),
+                                   cudaHostAllocMapped));
+  TESSERA_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&ring_dev), ring_host, 0));
+  for (int i = 0; i < kChainAhead + 2; ++i) {
+    cudaEvent_t e = nullptr;
+    TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    chain_events.push_back(e);
+  }
+  if (const char* e = std::getenv("TESSERA_CUDA_CHAIN_STEPS"); e != nullptr && *e != '\0')
+    chain_k = std::clamp(std::atoi(e), 1, 16);
+  chain_embed = embed_launch >= 0 && !env_switched_off("TESSERA_CUDA_CHAIN_EMBED");
+  chain_launches[0] = launches;
+  if (chain_embed) chain_launches[0].erase(chain_launches[0].begin() + embed_launch);
+  ArgmaxChain c;
+  if (chain_embed) c.embed = embed_table, c.embed_out = embed_out;
+  c.token = static_cast<int32_t*>(ptr[static_cast<size_t>(tokens_id)]);
+  c.pos = static_cast<int32_t*>(ptr[static_cast<size_t>(positions_id)]);
+  c.ring = ring_dev;
+  c.ring_size = static_cast<int32_t>(ctx);
+  const float* x = act(logits_id);
+  const int64_t n = vocab;
+  ArgmaxWorkspace* ws = argmax_ws.get();
+  int32_t* out = argmax_out.as<int32_t>();
+  chain_launches[0].push_back({-1, [=](cudaStream_t s, const RunArgs&) { argmax(x, n, out, *ws, s, c); }});
+  for (int i = 0; i < chain_k; ++i)
+    chain_launches[1].insert(chain_launches[1].end(), chain_launches[0].begin(), chain_launches[0].end());
+}
+
+void CudaDecoder::Impl::chain_step(int n_steps) {
+  // As step(): the first chained step runs plainly, the next captures (once per kind; a failed capture keeps
+  // launching plainly).
+  const int g = n_steps == 1 ? 0 : 1;
+  if (options.use_graph && !chain_captured[g] && !chain_capture_failed[g] && steps >= 1) {
+    chain_captured[g] = capture_graph(chain_launches[g], stream, RunArgs{}, &chain_graph[g], &chain_exec[g]);
+    chain_capture_failed[g] = !chain_captured[g];
+  }
+  if (chain_captured[g])
+    TESSERA_CUDA_CHECK(cudaGraphLaunch(chain_exec[g], stream));
+  else
+    for (int i = 0; i < n_steps; ++i) runner.run(chain_launches[0], stream, RunArgs{}, nullptr);
+  steps += n_steps;
+}
+
+int64_t CudaDecoder::Impl::generate_greedy(int32_t token, int64_t pos, int64_t n,
+                                           const std::function<bool(int32_t)>& on_token) {
+  TESSERA_CHECK(n >= 0, "cannot generate {} tokens", n);
+  if (n == 0) return 0;
+  check_step(token, pos);
+  TESSERA_CHECK(pos + n <= ctx, "the context is full: {} steps from position {} do not fit the cache of {} tokens", n,
+                pos, ctx);
+  int64_t done = 0;
+  if (profile != nullptr || positions_id < 0 || env_switched_off("TESSERA_CUDA_CHAIN")) {
+    // Step by step: every step's argmax comes back before the next is launched.
+    for (int32_t t = token; done < n;) {
+      step(t, pos + done);
+      argmax(act(logits_id), vocab, argmax_out.as<int32_t>(), *argmax_ws, stream);
+      TESSERA_CUDA_CHECK(
+          cudaMemcpyAsync(&host_io[2], argmax_out.get(), sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+      TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+      t = host_io[2];
+      ++done;
+      if (!on_token(t)) break;
+    }
+    return done;
+  }
+  chain_setup();
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));  // host_io may still be read by an earlier step's copy
+  upload_step(token, pos);
+  if (chain_embed) launches[static_cast<size_t>(embed_launch)].fn(stream, RunArgs{});  // later steps: the argmax
+  // Launches in flight, oldest first: (the step after its last, its event). chain_k steps per launch while that many
+  // remain, then single steps.
+  std::deque<std::pair<int64_t, cudaEvent_t>> flight;
+  int64_t launched = 0, n_launches = 0;
+  try {
+    while (done < n) {
+      while (launched < n && flight.size() <= static_cast<size_t>(kChainAhead)) {
+        const int take = chain_k > 1 && n - launched >= chain_k ? chain_k : 1;
+        chain_step(take);
+        cudaEvent_t e = chain_events[static_cast<size_t>(n_launches++) % chain_events.size()];
+        TESSERA_CUDA_CHECK(cudaEventRecord(e, stream));
+        launched += take;
+        flight.emplace_back(launched, e);
+      }
+      TESSERA_CUDA_CHECK(cudaEventSynchronize(flight.front().second));
+      const int64_t end = flight.front().first;
+      flight.pop_front();
+      bool go = true;
+      while (go && done < end) {
+        const int32_t id = static_cast<volatile int32_t*>(ring_host)[pos + done];
+        ++done;
+        go = on_token(id);
+      }
+      if (!go) break;
+    }
+  } catch (...) {
+    (void)cudaStreamSynchronize(stream);  // the steps in flight finish before anything else reuses their buffers
+    logits_current = false;
+    throw;
+  }
+  if (launched > done) TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  logits_current = launched == done;
+  return done;
 }
 
 CudaDecoder::CudaDecoder(const graph::Graph& g, std::shared_ptr<CudaShared> shared, const CudaBackendOptions& options)
@@ -479,6 +625,12 @@ CudaDecoder::~CudaDecoder() {
   if (impl_->stream != nullptr) (void)cudaStreamSynchronize(impl_->stream);
   if (impl_->cexec != nullptr) (void)cudaGraphExecDestroy(impl_->cexec);
   if (impl_->cgraph != nullptr) (void)cudaGraphDestroy(impl_->cgraph);
+  for (int g = 0; g < 2; ++g) {
+    if (impl_->chain_exec[g] != nullptr) (void)cudaGraphExecDestroy(impl_->chain_exec[g]);
+    if (impl_->chain_graph[g] != nullptr) (void)cudaGraphDestroy(impl_->chain_graph[g]);
+  }
+  for (cudaEvent_t e : impl_->chain_events) (void)cudaEventDestroy(e);
+  if (impl_->ring_host != nullptr) (void)cudaFreeHost(impl_->ring_host);
   if (impl_->host_io != nullptr) (void)cudaFreeHost(impl_->host_io);
   if (impl_->host_logits != nullptr) (void)cudaFreeHost(impl_->host_logits);
 }
@@ -504,9 +656,14 @@ int32_t CudaDecoder::decode_argmax(int32_t token, int64_t pos) {
   return m.host_io[2];
 }
 
+int64_t CudaDecoder::generate_greedy(int32_t token, int64_t pos, int64_t n,
+                                     const std::function<bool(int32_t)>& on_token) {
+  return impl_->generate_greedy(token, pos, n, on_token);
+}
+
 std::span<const float> CudaDecoder::logits() {
   Impl& m = *impl_;
-  if (m.steps == 0) return {};
+  if (m.steps == 0 || !m.logits_current) return {};
   TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.host_logits, m.act(m.logits_id), static_cast<size_t>(m.vocab) * sizeof(float),
                                      cudaMemcpyDeviceToHost, m.stream));
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(m.stream));

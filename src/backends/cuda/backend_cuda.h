@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -65,8 +66,17 @@ class CudaDecoder {
   std::span<const float> decode(int32_t token, int64_t pos);
   // Same step, but only the argmax of the logits comes back (computed on the device).
   int32_t decode_argmax(int32_t token, int64_t pos);
-  // The logits [n_vocab] of the last step (decode or decode_argmax), copied from the device now; valid until the next
-  // call. Empty before any step.
+  // Greedy decoding chained on the device: evaluates `token` at `pos`, then each step's argmax at the next position,
+  // n steps at most, and the host never waits between steps: each step's argmax kernel writes the next step's token
+  // and position (and the token into host-mapped memory), and up to two steps run ahead of the host (no host round
+  // trip per token). on_token(id) gets every step's argmax in order; false stops (the steps already running finish
+  // and are dropped: their cache rows lie past the accepted positions). Returns the steps accepted = the tokens
+  // evaluated (`token` and every accepted argmax but the last). Error as decode(), or when pos + n exceeds the cache.
+  // Profiled or with TESSERA_CUDA_CHAIN=0 it runs decode_argmax step by step (same results).
+  int64_t generate_greedy(int32_t token, int64_t pos, int64_t n, const std::function<bool(int32_t)>& on_token);
+  // The logits [n_vocab] of the last step (decode, decode_argmax or the last accepted generate_greedy step), copied
+  // from the device now; valid until the next call. Empty before any step, and after a generate_greedy whose steps
+  // ran past the last accepted one (the device holds a dropped step's logits).
   std::span<const float> logits();
 
   // When set (size = the graph's nodes), steps run as plain launches with events between them and each launch's

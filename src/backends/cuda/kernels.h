@@ -147,7 +147,21 @@ class ArgmaxWorkspace {
   DeviceBuffer partials_;  // [blocks] packed (value, index) keys
   DeviceBuffer counter_;   // blocks finished; zero between launches (the last block resets it)
 };
-void argmax(const float* x /*[n]*/, int64_t n, int32_t* out /*[1]*/, ArgmaxWorkspace& ws, cudaStream_t stream);
+// Chained greedy decoding (CudaDecoder::generate_greedy): besides out[0], the last block writes the token into the
+// next step's input (*token), appends it to ring[*pos] (host-mapped memory the host reads after the step's event;
+// skipped when *pos is outside [0, ring_size)) and advances *pos by one, so that the next step needs nothing from the
+// host; with `embed` it also writes the token's row of that table into embed_out (f32 [embed->k], as embedding()
+// would: the next step's embedding launch folded in). All null: plain argmax.
+struct ArgmaxChain {
+  int32_t* token = nullptr;
+  int32_t* pos = nullptr;
+  int32_t* ring = nullptr;
+  int32_t ring_size = 0;
+  const DeviceWeight* embed = nullptr;
+  float* embed_out = nullptr;
+};
+void argmax(const float* x /*[n]*/, int64_t n, int32_t* out /*[1]*/, ArgmaxWorkspace& ws, cudaStream_t stream,
+            const ArgmaxChain& chain = {});
 
 // ---------------------------------------------------------------------------------------------------------------------
 // Attention (one query token)

@@ -568,6 +568,78 @@ TEST(CudaBackend, GreedyDecodeIsTheLogitsArgmax) {
   EXPECT_THROW(b.decode_batch_greedy(std::vector<int32_t>{1, 2}, std::vector<int32_t>{3, 3}), Error);
 }
 
+// Greedy decoding chained on the device (decode_greedy_chain: each step's argmax feeds the next, the host reads the
+// tokens a step or two behind) picks the same tokens as decode_greedy step by step, leaves the same context and the
+// same last logits; a chain stopped early by its callback drops the steps that ran ahead without disturbing what
+// follows; a chain asked for more tokens than the context holds stops at the end of the context. The same with 1, 3
+// (a remainder of single steps) and the default 8 steps per launch (TESSERA_CUDA_CHAIN_STEPS), with the embedding
+// launched per step instead of written by the argmax (TESSERA_CUDA_CHAIN_EMBED=0), with TESSERA_CUDA_CHAIN=0 (step by
+// step inside the decoder), and with a q4_1 embedding table (the folded embedding reads quantized rows).
+TEST(CudaBackend, GreedyChainEqualsStepByStep) {
+  TESSERA_REQUIRE_GPU();
+  struct Config {
+    const char *dtype, *chain, *steps, *embed;
+  };
+  const Config configs[] = {{"bf16", "1", "", ""},  {"bf16", "1", "1", ""}, {"bf16", "1", "3", ""},
+                            {"bf16", "1", "", "0"}, {"bf16", "0", "", ""},  {"q4_1", "1", "3", ""}};
+  for (const Config& cf : configs) {
+    SCOPED_TRACE(::testing::Message() << cf.dtype << " TESSERA_CUDA_CHAIN=" << cf.chain
+                                      << " TESSERA_CUDA_CHAIN_STEPS=" << cf.steps
+                                      << " TESSERA_CUDA_CHAIN_EMBED=" << cf.embed);
+    const Model m = make_random_model({.arch = "smollm2-135m", .dtype = cf.dtype, .seed = 23, .n_layers = 2});
+    setenv("TESSERA_CUDA_CHAIN", cf.chain, 1);
+    setenv("TESSERA_CUDA_CHAIN_STEPS", cf.steps, 1);
+    setenv("TESSERA_CUDA_CHAIN_EMBED", cf.embed, 1);
+    SessionOptions o{.n_ctx = 64, .n_batch = 16, .device = "cuda"};
+    Session a(m, o), b(m, o);
+    const std::vector<int32_t> prompt = random_ids(10, 49152, 77);
+    a.eval(prompt);
+    b.eval(prompt);
+    // Step by step on b; chained on a.
+    const auto steps = [&](int32_t t, int n) {
+      std::vector<int32_t> out;
+      for (int i = 0; i < n; ++i) out.push_back(t = b.decode_greedy(t));
+      return out;
+    };
+    std::vector<int32_t> got;
+    const auto collect = [&](int64_t stop_after) {
+      return [&got, stop_after](int32_t id) {
+        got.push_back(id);
+        return static_cast<int64_t>(got.size()) < stop_after;
+      };
+    };
+    EXPECT_EQ(a.decode_greedy_chain(5, 20, collect(1000)), 20);
+    EXPECT_EQ(got, steps(5, 20));
+    EXPECT_EQ(a.tokens(), b.tokens());
+    {
+      const std::span<const float> la = a.logits(), lb = b.logits();
+      EXPECT_EQ(std::vector<float>(la.begin(), la.end()), std::vector<float>(lb.begin(), lb.end()));
+    }
+    // Stopped by the callback after 4 tokens (up to two more steps ran ahead on the device and are dropped).
+    got.clear();
+    EXPECT_EQ(a.decode_greedy_chain(7, 20, collect(4)), 4);
+    EXPECT_EQ(got, steps(7, 4));
+    EXPECT_EQ(a.tokens(), b.tokens());
+    const std::span<const float> la = a.decode(got.back());
+    const std::vector<float> la_copy(la.begin(), la.end());
+    const std::span<const float> lb = b.decode(got.back());
+    EXPECT_EQ(la_copy, std::vector<float>(lb.begin(), lb.end()));
+    // More than the context holds: the chain stops at its end (64 - 35 = 29 tokens).
+    got.clear();
+    ASSERT_EQ(a.n_past(), 35);
+    EXPECT_EQ(a.decode_greedy_chain(9, 100, collect(1000)), 29);
+    EXPECT_EQ(got, steps(9, 29));
+    EXPECT_EQ(a.tokens(), b.tokens());
+    EXPECT_THROW(a.decode_greedy_chain(9, 1, collect(1000)), Error);  // the context is full
+    a.truncate(10);
+    EXPECT_THROW(a.decode_greedy_chain(-1, 3, collect(1000)), Error);  // outside the vocabulary
+    EXPECT_EQ(a.n_past(), 10);
+  }
+  unsetenv("TESSERA_CUDA_CHAIN");
+  unsetenv("TESSERA_CUDA_CHAIN_STEPS");
+  unsetenv("TESSERA_CUDA_CHAIN_EMBED");
+}
+
 // Float weights: the decoder folds each RMSNorm into the GEMVs reading it and the SwiGLU into the gate|up GEMV's
 // epilogue, so those nodes launch nothing (profile time 0) and the logits match the unfolded decoder
 // (TESSERA_CUDA_FOLD_NORM=0, TESSERA_CUDA_FOLD_SWIGLU=0) up to f32 rounding: the folded GEMV sums x^2 itself and

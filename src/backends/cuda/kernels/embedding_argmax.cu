@@ -1,6 +1,7 @@
 // Embedding lookup (first op of a decode step) and argmax over the vocabulary (greedy sampling, last op). Both read
 // little (one table row; one logits vector) but sit on the critical path of every token, so each is one launch.
 #include <algorithm>
+#include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
@@ -91,9 +92,19 @@ __device__ __forceinline__ unsigned long long block_max_key(unsigned long long k
   return key;  // valid in thread 0
 }
 
+// The chained argmax's embedding table (ArgmaxChain::embed) as the kernel reads it.
+struct ChainEmbed {
+  const uint8_t* quants = nullptr;
+  const uint8_t* scales = nullptr;
+  int n = 0, k = 0;
+  float* out = nullptr;
+};
+
+// D: the chained embedding table's dtype (unused without one).
+template <DType D>
 __global__ void __launch_bounds__(kArgmaxThreads)
     argmax_kernel(const float* __restrict__ x, int n, unsigned long long* partials, unsigned int* counter,
-                  int32_t* out) {
+                  int32_t* out, const ArgmaxChain chain, const ChainEmbed emb) {
   pdl_wait();
   unsigned long long best = 0;
   for (int i = blockIdx.x * kArgmaxThreads + threadIdx.x; i < n; i += gridDim.x * kArgmaxThreads) {
@@ -119,9 +130,26 @@ __global__ void __launch_bounds__(kArgmaxThreads)
     best = key > best ? key : best;
   }
   best = block_max_key(best);
+  __shared__ int32_t s_id;
   if (threadIdx.x == 0) {
-    out[0] = best == 0 ? 0 : static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(best & 0xFFFFFFFFu));
+    const int32_t id = best == 0 ? 0 : static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(best & 0xFFFFFFFFu));
+    s_id = id;
+    out[0] = id;
     *counter = 0;  // ready for the next launch (a CUDA graph replays this kernel without a memset)
+    if (chain.token != nullptr) {  // the next step's input, with nothing from the host
+      const int32_t p = *chain.pos;
+      if (p >= 0 && p < chain.ring_size) chain.ring[p] = id;
+      *chain.token = id;
+      *chain.pos = p + 1;
+      __threadfence_system();  // the ring entry reaches host memory before the kernel is seen complete
+    }
+  }
+  if (emb.out != nullptr) {  // the next step's embedding row (a NaN row for an id outside the table, as embedding())
+    __syncthreads();
+    const int32_t id = s_id;
+    for (int i = threadIdx.x; i < emb.k; i += kArgmaxThreads)
+      emb.out[i] = id >= 0 && id < emb.n ? table_value<D>(emb.quants, emb.scales, static_cast<size_t>(id), emb.k, i)
+                                         : __int_as_float(0x7fc00000);
   }
 }
 
@@ -142,6 +170,26 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   best = block_max_key(best);
   if (threadIdx.x == 0)
     out[blockIdx.x] = best == 0 ? 0 : static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(best & 0xFFFFFFFFu));
+}
+
+// pick(std::integral_constant<DType, D>) for a table's dtype D (one of gemv_supports'; the callers check): the kernel
+// instantiation for that table format.
+template <typename Pick>
+auto by_table_dtype(DType d, Pick pick) {
+  switch (d) {
+    case DType::F16:
+      return pick(std::integral_constant<DType, DType::F16>{});
+    case DType::BF16:
+      return pick(std::integral_constant<DType, DType::BF16>{});
+    case DType::Q8_0:
+      return pick(std::integral_constant<DType, DType::Q8_0>{});
+    case DType::Q4_0:
+      return pick(std::integral_constant<DType, DType::Q4_0>{});
+    case DType::Q4_1:
+      return pick(std::integral_constant<DType, DType::Q4_1>{});
+    default:
+      return pick(std::integral_constant<DType, DType::F32>{});
+  }
 }
 
 }  // namespace
@@ -165,26 +213,7 @@ void embedding(const DeviceWeight& table, const int32_t* ids, float* out, int64_
   const int n = static_cast<int>(table.n), k = static_cast<int>(table.k);
   const auto* q = table.quants.as<uint8_t>();
   const auto* s = table.scales.as<uint8_t>();
-  auto* kernel = detail::embedding_kernel<DType::Q4_1>;
-  switch (table.dtype) {
-    case DType::F32:
-      kernel = detail::embedding_kernel<DType::F32>;
-      break;
-    case DType::F16:
-      kernel = detail::embedding_kernel<DType::F16>;
-      break;
-    case DType::BF16:
-      kernel = detail::embedding_kernel<DType::BF16>;
-      break;
-    case DType::Q8_0:
-      kernel = detail::embedding_kernel<DType::Q8_0>;
-      break;
-    case DType::Q4_0:
-      kernel = detail::embedding_kernel<DType::Q4_0>;
-      break;
-    default:
-      break;
-  }
+  auto* kernel = detail::by_table_dtype(table.dtype, [](auto d) { return detail::embedding_kernel<d.value>; });
   detail::launch("embedding_kernel", kernel, grid, dim3(detail::kEmbThreads), 0, stream, q, s, n, k, ids, out);
 }
 
@@ -198,13 +227,26 @@ ArgmaxWorkspace::ArgmaxWorkspace(int64_t max_n) : max_n_(max_n) {
   counter_.fill_bytes(0);
 }
 
-void argmax(const float* x, int64_t n, int32_t* out, ArgmaxWorkspace& ws, cudaStream_t stream) {
+void argmax(const float* x, int64_t n, int32_t* out, ArgmaxWorkspace& ws, cudaStream_t stream,
+            const ArgmaxChain& chain) {
   TESSERA_CUDA_REQUIRE(x && out, "argmax: a pointer argument is null");
+  TESSERA_CUDA_REQUIRE(chain.token == nullptr || (chain.pos && chain.ring && chain.ring_size > 0),
+                       "argmax: a chained argmax needs its position and ring");
   TESSERA_CUDA_REQUIRE(n > 0 && n <= ws.max_n(), "argmax: size " + detail::num(n) + " is outside 1.." +
                                                      detail::num(ws.max_n()) + " (the workspace's size)");
   const int blocks = std::min(ws.blocks(), detail::ceil_div(n, detail::kArgmaxThreads * 4));
-  detail::launch("argmax_kernel", detail::argmax_kernel, dim3(blocks), dim3(detail::kArgmaxThreads), 0, stream, x,
-                 static_cast<int>(n), ws.partials(), ws.counter(), out);
+  detail::ChainEmbed emb;
+  auto* kernel = detail::argmax_kernel<DType::F32>;
+  if (chain.embed != nullptr) {
+    const DeviceWeight& t = *chain.embed;
+    TESSERA_CUDA_REQUIRE(chain.token && chain.embed_out && gemv_supports(t.dtype) && !t.quants.empty(),
+                         "argmax: a chained embedding needs the chain, its output and a supported table");
+    emb = {t.quants.as<uint8_t>(), t.scales.as<uint8_t>(), static_cast<int>(t.n), static_cast<int>(t.k),
+           chain.embed_out};
+    kernel = detail::by_table_dtype(t.dtype, [](auto d) { return detail::argmax_kernel<d.value>; });
+  }
+  detail::launch("argmax_kernel", kernel, dim3(blocks), dim3(detail::kArgmaxThreads), 0, stream, x,
+                 static_cast<int>(n), ws.partials(), ws.counter(), out, chain, emb);
 }
 
 }  // namespace tessera::cuda
