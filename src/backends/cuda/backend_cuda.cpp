@@ -600,7 +600,9 @@ int64_t CudaDecoder::Impl::generate_greedy(int32_t token, int64_t pos, int64_t n
     logits_current = false;
     throw;
   }
-  if (launched > done) TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  // Steps launched past the last accepted one are not waited for: they only write cache rows past the accepted context,
+  // the token/position buffers (the next step uploads its own, stream-ordered after them) and the ring, and whatever
+  // runs next on the stream runs after them (a chat's next prompt is typed meanwhile).
   logits_current = launched == done;
   return done;
 }

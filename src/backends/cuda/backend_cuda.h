@@ -67,12 +67,13 @@ class CudaDecoder {
   // Same step, but only the argmax of the logits comes back (computed on the device).
   int32_t decode_argmax(int32_t token, int64_t pos);
   // Greedy decoding chained on the device: evaluates `token` at `pos`, then each step's argmax at the next position,
-  // n steps at most, and the host never waits between steps: each step's argmax kernel writes the next step's token
-  // and position (and the token into host-mapped memory), and up to two steps run ahead of the host (no host round
-  // trip per token). on_token(id) gets every step's argmax in order; false stops (the steps already running finish
-  // and are dropped: their cache rows lie past the accepted positions). Returns the steps accepted = the tokens
-  // evaluated (`token` and every accepted argmax but the last). Error as decode(), or when pos + n exceeds the cache.
-  // Profiled or with TESSERA_CUDA_CHAIN=0 it runs decode_argmax step by step (same results).
+  // n steps at most, and the host never waits between steps: each step's argmax kernel writes the next step's token,
+  // position and embedding row, and the token into host-mapped memory; graphs of 8 steps (TESSERA_CUDA_CHAIN_STEPS),
+  // up to three queued ahead of the host. on_token(id) gets every step's argmax in order; false stops (the steps
+  // already queued finish in stream order after the return, unwaited, and are dropped: their cache rows lie past the
+  // accepted positions). Returns the steps accepted = the tokens evaluated (`token` and every accepted argmax but the
+  // last). Error as decode(), or when pos + n exceeds the cache. Profiled or with TESSERA_CUDA_CHAIN=0 it runs
+  // decode_argmax step by step (same results).
   int64_t generate_greedy(int32_t token, int64_t pos, int64_t n, const std::function<bool(int32_t)>& on_token);
   // The logits [n_vocab] of the last step (decode, decode_argmax or the last accepted generate_greedy step), copied
   // from the device now; valid until the next call. Empty before any step, and after a generate_greedy whose steps
