@@ -398,8 +398,18 @@ void CudaDecoder::Impl::compile_node(int id) {
       const float scale = n.params.attn_scale;
       float* y = new_act();
       if (fuse_attention_enabled()) {
+        // A quantized o-projection's 8-bit input written by attention itself (TESSERA_CUDA_ATTN_Q8=1; off until it
+        // has been measured on a GPU): one quantize_q8 launch less per layer where the context is short.
+        int8_t* q8o = nullptr;
+        float2* dso = nullptr;
+        if (env_is_on("TESSERA_CUDA_ATTN_Q8") && ot.numel() % 32 == 0 && feeds_quantized_matmul(out)) {
+          Q8& b = q8_of(out);
+          b.written = true;
+          q8o = b.q8.as<int8_t>();
+          dso = b.ds.as<float2>();
+        }
         launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
-          attn_decode_rope(qp, kp, vp, cache, pos, rope_dim, inv_freq, neox, y, n_head, scale, *ws, s);
+          attn_decode_rope(qp, kp, vp, cache, pos, rope_dim, inv_freq, neox, y, n_head, scale, *ws, s, q8o, dso);
         }});
         return;
       }

@@ -78,6 +78,8 @@ KvCacheView attention_cache_view(const graph::Node& n, const graph::Tensor& kt, 
 bool fuse_attention_enabled();
 // Whether the environment variable `name` is "0": the executors' switches that turn a fusion off for comparison.
 bool env_switched_off(const char* name);
+// Whether it is "1": the switches of a path still off by default.
+bool env_is_on(const char* name);
 
 // Run-time values of one step that the launches read on the host (PREFILL passes t, p0 and the slot; BATCH t only).
 struct RunArgs {

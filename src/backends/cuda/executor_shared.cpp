@@ -48,6 +48,11 @@ bool env_switched_off(const char* name) {
   return e != nullptr && std::string(e) == "0";
 }
 
+bool env_is_on(const char* name) {
+  const char* e = std::getenv(name);
+  return e != nullptr && std::string(e) == "1";
+}
+
 bool fuse_attention_enabled() { return !env_switched_off("TESSERA_CUDA_FUSE_ATTN"); }
 
 void CudaShared::Impl::unsupported(const graph::Node& n, const std::string& why) {

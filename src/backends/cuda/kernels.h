@@ -220,9 +220,13 @@ class AttnWorkspace {
 // out[h, :] = softmax(scale * q[h, :] · K[0..pos, kvh, :]ᵀ) · V[0..pos, kvh, :]. hd in {64, 128, 256}. A pos outside
 // [0, n_ctx) yields NaNs. Ordering contract (programmatic dependent launch): this and attn_decode_rope read pos and
 // the cache below pos before waiting on the previous kernel in the stream (attn_decode.cu, v5 early loads), so that
-// kernel must write neither pos nor the cache below pos (the decoders copy pos from the host before the step).
+// kernel must write neither pos nor the cache below pos (the decoders copy pos from the host before the step, or the
+// previous step's chained argmax wrote it). out_q8/out_ds (optional, both or neither): the output also quantized as
+// quantize_q8 writes it, for a quantized o-projection; in the kernel where the context is short (attn_short), by a
+// quantize_q8 launch after it otherwise.
 void attn_decode(const float* q /*[n_head, hd]*/, const KvCacheView& cache, const int32_t* pos /*[1]*/,
-                 float* out /*[n_head, hd]*/, int64_t n_head, float scale, AttnWorkspace& ws, cudaStream_t stream);
+                 float* out /*[n_head, hd]*/, int64_t n_head, float scale, AttnWorkspace& ws, cudaStream_t stream,
+                 int8_t* out_q8 = nullptr /*[n_head * hd]*/, float2* out_ds = nullptr /*[n_head * hd / 32]*/);
 
 // rope_store_kv + attn_decode in one launch (one fewer per layer): q and k arrive unrotated; every block rotates its
 // own query heads, and the block whose chunk ends at pos rotates this token's k, takes k and v (rounded to the cache
@@ -231,6 +235,7 @@ void attn_decode(const float* q /*[n_head, hd]*/, const KvCacheView& cache, cons
 void attn_decode_rope(const float* q /*[n_head, hd]*/, const float* k /*[n_kv, hd]*/, const float* v /*[n_kv, hd]*/,
                       const KvCacheView& cache, const int32_t* pos /*[1]*/, int64_t rope_dim,
                       const float* inv_freq /*[rope_dim/2]*/, bool neox, float* out /*[n_head, hd]*/, int64_t n_head,
-                      float scale, AttnWorkspace& ws, cudaStream_t stream);
+                      float scale, AttnWorkspace& ws, cudaStream_t stream, int8_t* out_q8 = nullptr,
+                      float2* out_ds = nullptr);
 
 }  // namespace tessera::cuda

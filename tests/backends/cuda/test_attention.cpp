@@ -201,15 +201,17 @@ TEST(CudaAttention, DecodeMatchesReference) {
 // chunk boundaries (512, 768 for hd 64), v6's short-context limit (8 steps of a block: 512 positions at hd 64 and
 // 256 at hd 128 for groups <= 4, 128 for a group of 12 at hd 128 and for hd 256 without GQA, 256 for a group of 8
 // at hd 64, 32 for a group of 8 at hd 256), and the last cache position.
+// A cache shape and the positions a test decodes at.
+struct CacheShape {
+  DType dtype;
+  int64_t n_head, n_kv, hd, n_ctx;
+  std::vector<int32_t> positions;
+};
+
 TEST(CudaAttention, DecodeMatchesReferenceAtThresholds) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
-  struct Shape {
-    DType dtype;
-    int64_t n_head, n_kv, hd, n_ctx;
-    std::vector<int32_t> positions;
-  };
-  const Shape shapes[] = {
+  const CacheShape shapes[] = {
       {DType::F16, 9, 3, 64, 2048, {0, 1, 62, 63, 64, 127, 128, 255, 256, 257, 511, 512, 513, 767, 768, 2047}},
       {DType::BF16, 9, 3, 64, 1024, {1, 63, 64, 129, 511, 512, 1023}},
       {DType::BF16, 32, 8, 128, 4096, {0, 1, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512, 513, 4095}},
@@ -219,7 +221,7 @@ TEST(CudaAttention, DecodeMatchesReferenceAtThresholds) {
       {DType::F16, 16, 2, 64, 600, {0, 127, 128, 255, 256, 511, 512, 599}},  // a group of 8 at hd 64: 8 warps in v4
   };
   for_each_attn_version([&] {
-    for (const Shape& s : shapes)
+    for (const CacheShape& s : shapes)
       for (int32_t p : s.positions) {
         check_attention({s.dtype, s.n_head, s.n_kv, s.hd, s.n_ctx, p}, rng);
         if (HasFatalFailure()) return;
@@ -454,6 +456,72 @@ TEST(CudaAttention, DecodeShortPathMatchesSplitPath) {
                 ASSERT_NEAR(o[i][j], o[2][j], 2e-5) << "path " << i << " head " << j / c.hd << " dim " << j % c.hd;
             }
           }
+}
+
+// The optional quantized output (attn_decode_rope's out_q8/out_ds, for a quantized o-projection) is exactly what
+// quantize_q8 makes of the f32 output, which it leaves unchanged: over caches the compact kernel serves (written in
+// attn_short) and larger ones (the split kernel, then a quantize_q8 launch), short and chunked contexts.
+TEST(CudaAttention, DecodeQ8OutputIsQuantizeQ8OfTheOutput) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const CacheShape shapes[] = {
+      {DType::BF16, 32, 8, 128, 384, {0, 200, 383}},        // Llama-3-8B heads, compact (three windows)
+      {DType::BF16, 32, 8, 128, 2048, {100, 1500}},         // the split kernel: short path, then chunks
+      {DType::F16, 9, 3, 64, 1024, {5, 700}},               // SmolLM2 heads, compact
+      {DType::BF16, 9, 3, 64, 4096, {3000}},                // the split kernel's chunks at hd 64
+  };
+  for (const CacheShape& sh : shapes)
+    for (int32_t pos : sh.positions) {
+      const FusedCase c{sh.dtype, sh.n_head, sh.n_kv, sh.hd, sh.n_ctx, sh.hd, false, pos};
+      SCOPED_TRACE(::testing::Message() << "heads " << c.n_head << "/" << c.n_kv << " hd " << c.hd << " n_ctx "
+                                        << c.n_ctx << " pos " << pos);
+      std::vector<uint16_t> kc_h, vc_h;
+      random_prefix(c, rng, kc_h, vc_h);
+      const int64_t width = c.n_head * c.hd;
+      const auto q = random_floats(rng, width, -2.0f, 2.0f);
+      const auto k = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+      const auto v = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+      const auto inv_freq = llama_inv_freq(c.hd, 10000.0);
+      DeviceBuffer qd = to_device(q), kd = to_device(k), vd = to_device(v), fd = to_device(inv_freq);
+      DeviceBuffer posd = to_device(std::vector<int32_t>{pos});
+      std::vector<float> out[2];
+      DeviceBuffer q8 = poisoned(static_cast<size_t>(width)), ds = poisoned(sizeof(float2) * (width / 32));
+      for (int with_q8 = 0; with_q8 < 2; ++with_q8) {
+        DeviceBuffer kc = to_device(kc_h), vc = to_device(vc_h), o = poisoned(sizeof(float) * width);
+        const KvCacheView cache{c.dtype, kc.get(), vc.get(), c.n_ctx, c.n_kv, c.hd};
+        AttnWorkspace ws(c.n_head, cache);
+        attn_decode_rope(qd.as<float>(), kd.as<float>(), vd.as<float>(), cache, posd.as<int32_t>(), c.rope_dim,
+                         fd.as<float>(), c.neox, o.as<float>(), c.n_head, 1.0f / std::sqrt(float(c.hd)), ws, nullptr,
+                         with_q8 ? q8.as<int8_t>() : nullptr, with_q8 ? ds.as<float2>() : nullptr);
+        synchronize();
+        out[with_q8] = to_host<float>(o, static_cast<size_t>(width));
+      }
+      ASSERT_EQ(out[0], out[1]);  // the f32 output does not depend on the quantized one being written
+      DeviceBuffer od = to_device(out[1]), q8_ref = poisoned(static_cast<size_t>(width)),
+                   ds_ref = poisoned(sizeof(float2) * (width / 32));
+      quantize_q8(od.as<float>(), q8_ref.as<int8_t>(), ds_ref.as<float2>(), width, nullptr);
+      synchronize();
+      EXPECT_EQ(to_host<int8_t>(q8, static_cast<size_t>(width)), to_host<int8_t>(q8_ref, static_cast<size_t>(width)));
+      const auto d_got = to_host<float>(ds, static_cast<size_t>(width / 16));
+      const auto d_ref = to_host<float>(ds_ref, static_cast<size_t>(width / 16));
+      EXPECT_EQ(d_got, d_ref);
+      if (HasFailure()) return;
+    }
+  // Only one of the pair is an error.
+  {
+    const FusedCase c{DType::BF16, 9, 3, 64, 64, 64, false, 3};
+    DeviceBuffer q = to_device(std::vector<float>(c.n_head * c.hd, 1.0f));
+    DeviceBuffer k = to_device(std::vector<float>(c.n_kv * c.hd, 1.0f)), f = to_device(llama_inv_freq(c.hd, 1e4));
+    DeviceBuffer kc = poisoned(2 * c.n_kv * c.n_ctx * c.hd), vc = poisoned(2 * c.n_kv * c.n_ctx * c.hd);
+    DeviceBuffer posd = to_device(std::vector<int32_t>{c.pos}), o = poisoned(sizeof(float) * c.n_head * c.hd);
+    DeviceBuffer q8 = poisoned(static_cast<size_t>(c.n_head * c.hd));
+    const KvCacheView cache{c.dtype, kc.get(), vc.get(), c.n_ctx, c.n_kv, c.hd};
+    AttnWorkspace ws(c.n_head, cache);
+    EXPECT_THROW(attn_decode_rope(q.as<float>(), k.as<float>(), k.as<float>(), cache, posd.as<int32_t>(), c.hd,
+                                  f.as<float>(), false, o.as<float>(), c.n_head, 0.125f, ws, nullptr,
+                                  q8.as<int8_t>(), nullptr),
+                 Error);
+  }
 }
 
 // The compact kernel unfused (attn_decode after rope_store_kv) over small caches of every head size and over caches of

@@ -640,6 +640,37 @@ TEST(CudaBackend, GreedyChainEqualsStepByStep) {
   unsetenv("TESSERA_CUDA_CHAIN_EMBED");
 }
 
+// Quantized weights with TESSERA_CUDA_ATTN_Q8=1: attention writes the o-projection's 8-bit input itself (no
+// quantize_q8 launch); the same quantization of the same values, so the logits are bit for bit those of the default
+// decoder, step by step and chained, over a cache the compact kernel serves (64) and one the split kernel serves (2048).
+TEST(CudaBackend, AttentionQ8OutputMatchesQuantizeLaunch) {
+  TESSERA_REQUIRE_GPU();
+  for (const char* dtype : {"q8_0", "q4_1"})
+    for (const int64_t n_ctx : {int64_t{64}, int64_t{2048}}) {
+      SCOPED_TRACE(::testing::Message() << dtype << " n_ctx " << n_ctx);
+      const Model m = make_random_model({.arch = "smollm2-135m", .dtype = dtype, .seed = 29, .n_layers = 2});
+      const std::vector<int32_t> prompt = random_ids(12, 49152, 5);
+      std::vector<std::vector<float>> logits[2];
+      std::vector<int32_t> chained[2];
+      for (int on = 0; on < 2; ++on) {
+        if (on)
+          setenv("TESSERA_CUDA_ATTN_Q8", "1", 1);
+        else
+          unsetenv("TESSERA_CUDA_ATTN_Q8");
+        Session s(m, {.n_ctx = n_ctx, .n_batch = 16, .device = "cuda"});
+        s.eval(prompt);
+        for (int32_t id : {11, 12, 13, 14}) {
+          const std::span<const float> l = s.decode(id);
+          logits[on].emplace_back(l.begin(), l.end());
+        }
+        s.decode_greedy_chain(15, 6, [&](int32_t t) { return chained[on].push_back(t), true; });
+      }
+      unsetenv("TESSERA_CUDA_ATTN_Q8");
+      EXPECT_EQ(logits[0], logits[1]);
+      EXPECT_EQ(chained[0], chained[1]);
+    }
+}
+
 // Float weights: the decoder folds each RMSNorm into the GEMVs reading it and the SwiGLU into the gate|up GEMV's
 // epilogue, so those nodes launch nothing (profile time 0) and the logits match the unfolded decoder
 // (TESSERA_CUDA_FOLD_NORM=0, TESSERA_CUDA_FOLD_SWIGLU=0) up to f32 rounding: the folded GEMV sums x^2 itself and

@@ -89,6 +89,8 @@ struct AttnArgs {
   unsigned int* counters;
   cudaStream_t stream;
   RopeIn rope;
+  int8_t* out_q8 = nullptr;  // t = 1: the output also quantized (quantize_q8's q8 and ds); null: not written
+  float2* out_ds = nullptr;
 };
 
 // TESSERA_CUDA_ATTN_CHUNK=N (a multiple of 64) overrides the smallest chunk, for measuring the single-block/split
@@ -238,12 +240,16 @@ void launch_split(const KvCacheView& c, const AttnArgs& a, int group) {
         c.n_ctx <= compact_windows_cap() * compact_window<T, HD>()) {
       const bool rope = a.rope.k != nullptr;
       auto* ck = rope ? attn_compact_kernel<T, HD, true> : attn_compact_kernel<T, HD, false>;
+      p.out_q8 = a.out_q8, p.out_ds = a.out_ds;  // every context takes attn_short here: it quantizes too
       return launch(rope ? "attn_compact_kernel<rope>" : "attn_compact_kernel", ck,
                     dim3(static_cast<unsigned>(c.n_kv * group)), dim3(kCompactThreads), 0, a.stream, p);
     }
   }
   launch_clustered(a.rope.k != nullptr ? "attn_split_kernel<rope>" : "attn_split_kernel", kernel, grid, threads, csize,
                    a.stream, p);
+  // The split kernel's chunked paths do not quantize (their output is written by several blocks or a combine): one
+  // quantize_q8 launch after it, as the decoder would have launched.
+  if (a.out_q8 != nullptr) quantize_q8(a.out, a.out_q8, a.out_ds, a.n_head * c.hd, a.stream);
 }
 
 template <typename T, int HD, bool kV4>
@@ -342,7 +348,8 @@ AttnWorkspace::AttnWorkspace(int64_t n_head, const KvCacheView& cache) : n_head_
 namespace {
 
 void decode_one(const char* op, const float* q, const KvCacheView& cache, const int32_t* pos, float* out,
-                int64_t n_head, float scale, AttnWorkspace& ws, cudaStream_t stream, const detail::RopeIn& rope) {
+                int64_t n_head, float scale, AttnWorkspace& ws, cudaStream_t stream, const detail::RopeIn& rope,
+                int8_t* out_q8, float2* out_ds) {
   const std::string o(op);
   detail::require_cache(op, cache, n_head);
   TESSERA_CUDA_REQUIRE(q && pos && out, o + ": a pointer argument is null");
@@ -351,6 +358,8 @@ void decode_one(const char* op, const float* q, const KvCacheView& cache, const 
       ws.n_head() == n_head && ws.hd() == cache.hd && ws.max_splits() == detail::attn_max_splits(n_head, cache),
       o + ": the workspace was made for another head count, head size or context size");
   if (rope.k != nullptr || rope.v != nullptr) detail::require_rope(op, cache, rope);
+  TESSERA_CUDA_REQUIRE((out_q8 == nullptr) == (out_ds == nullptr),
+                       o + ": the quantized output needs both q8 and ds (or neither)");
   detail::AttnArgs a{q,
                      static_cast<size_t>(n_head * cache.hd),
                      pos,
@@ -365,25 +374,26 @@ void decode_one(const char* op, const float* q, const KvCacheView& cache, const 
                      ws.counters(),
                      stream};
   a.rope = rope;
+  a.out_q8 = out_q8, a.out_ds = out_ds;
   detail::launch_attn(cache, a);
 }
 
 }  // namespace
 
 void attn_decode(const float* q, const KvCacheView& cache, const int32_t* pos, float* out, int64_t n_head, float scale,
-                 AttnWorkspace& ws, cudaStream_t stream) {
-  decode_one("attn_decode", q, cache, pos, out, n_head, scale, ws, stream, detail::RopeIn{});
+                 AttnWorkspace& ws, cudaStream_t stream, int8_t* out_q8, float2* out_ds) {
+  decode_one("attn_decode", q, cache, pos, out, n_head, scale, ws, stream, detail::RopeIn{}, out_q8, out_ds);
 }
 
 void attn_decode_rope(const float* q, const float* k, const float* v, const KvCacheView& cache, const int32_t* pos,
                       int64_t rope_dim, const float* inv_freq, bool neox, float* out, int64_t n_head, float scale,
-                      AttnWorkspace& ws, cudaStream_t stream) {
+                      AttnWorkspace& ws, cudaStream_t stream, int8_t* out_q8, float2* out_ds) {
   TESSERA_CUDA_REQUIRE(k && v, "attn_decode_rope: the k or v pointer is null");
   const detail::RopeIn rope{k,   v, static_cast<size_t>(cache.n_kv * cache.hd), inv_freq, static_cast<int>(rope_dim),
                             neox};
   TESSERA_CUDA_REQUIRE(rope_dim >= 0 && rope_dim <= cache.hd,
                        "attn_decode_rope: rope_dim " + detail::num(rope_dim) + " is outside 0..head size");
-  decode_one("attn_decode_rope", q, cache, pos, out, n_head, scale, ws, stream, rope);
+  decode_one("attn_decode_rope", q, cache, pos, out, n_head, scale, ws, stream, rope, out_q8, out_ds);
 }
 
 // ---------------------------------------------------------------------------------------------------------------------

@@ -156,6 +156,10 @@ struct AttnParams {
   // (v6, t = 1): contexts of at most this many positions take attn_short, one block per query head (0: never).
   int splits;
   int short_limit;
+  // Optional (t = 1, attn_short only): the output also quantized for a quantized o-projection, q8 [n_head * HD] and
+  // ds [n_head * HD / 32] as quantize_q8 writes them (null: not written).
+  int8_t* out_q8;
+  float2* out_ds;
 };
 
 // v6's short-context path (attn_decode_short.cuh, included by attn_decode.cu after this file).

@@ -288,7 +288,10 @@ __device__ __forceinline__ void attn_short(const AttnParams<T>& a, int n_kv, int
   }
   __syncthreads();
   // A warp without positions holds m = -inf, l = 0, acc = 0 (weight 0); warp 0 always holds position 0.
-  float* out = a.out + (static_cast<size_t>(row) * n_head + head) * HD;
+  const size_t out0 = (static_cast<size_t>(row) * n_head + head) * HD;
+  float* out = a.out + out0;
+  // d runs over whole warps (HD and kThreads are multiples of 32), so with out_q8 each warp quantizes one block of 32
+  // as quantize_q8 does (the same warp reduction on the same f32 values: bit-identical).
   for (int d = threadIdx.x; d < HD; d += kThreads) {
     float mx = -INFINITY;
 #pragma unroll
@@ -301,6 +304,7 @@ __device__ __forceinline__ void attn_short(const AttnParams<T>& a, int n_kv, int
       sum = fmaf(s_l[w * G], c, sum);
     }
     out[d] = o / sum;
+    if (a.out_q8 != nullptr) a.out_q8[out0 + d] = quantize_lane_q8(o / sum, a.out_ds + (out0 + d) / kQ);
   }
 }
 
