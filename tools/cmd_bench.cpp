@@ -329,8 +329,9 @@ const int registered = register_command(
                       "128-token prompt");
        app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default) or f32");
        app.add_flag("--host-logits", f->host_logits,
-                    "CUDA tg: copy every step's logits to the host (decode / decode_batch) instead of taking the "
-                    "greedy argmax on the device (the default there, as a generation loop does)");
+                    "CUDA tg: copy every step's logits to the host (decode / decode_batch, random token ids) "
+                    "instead of taking the greedy argmax on the device (the default there, as a generation loop "
+                    "does; at batch 1 the steps are chained on the device: TESSERA_CUDA_CHAIN=0 waits for each)");
        app.add_flag("--json", f->json, "Print a JSON array of rows (test, tok_s, tok_s_stddev, gbps, tflops, ...)");
        app.add_flag("--ceilings", f->ceilings_only,
                     "Measure only this machine's limits: memory bandwidth and GEMM rate per dtype");
