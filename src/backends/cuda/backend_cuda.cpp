@@ -332,7 +332,24 @@ void CudaDecoder::Impl::compile_node(int id) {
       }
       float* y = nullptr;
       bool accumulate = false;
-      if (const int sw = swiglu_of_pair(group); sw >= 0 && !is_quantized_dtype(wp->dtype)) {
+      int sw = swiglu_of_pair(group);
+      if (sw >= 0 && is_quantized_dtype(wp->dtype)) {
+        // Quantized: the epilogue also writes the down projection's q8 input (TESSERA_CUDA_QUANT_SWIGLU=1; off until
+        // it has been measured on a GPU), so only when that is what reads the SwiGLU's output.
+        const int so = g.node(sw).output;
+        const int64_t f = g.tensor(so).numel();
+        if (!env_is_on("TESSERA_CUDA_QUANT_SWIGLU") || f % 32 != 0 || !feeds_quantized_matmul(so)) {
+          sw = -1;
+        } else {
+          Q8& b = q8_of(so);
+          b.written = true;
+          x.swiglu_q8 = b.q8.as<int8_t>();
+          x.swiglu_ds = b.ds.as<float2>();
+          x.swiglu_tickets = static_cast<unsigned int*>(alloc(static_cast<size_t>(f / 32) * sizeof(unsigned int)));
+          TESSERA_CUDA_CHECK(cudaMemset(x.swiglu_tickets, 0, static_cast<size_t>(f / 32) * sizeof(unsigned int)));
+        }
+      }
+      if (sw >= 0) {
         // silu(gate) * up in the GEMV's epilogue: the merged [gate; up] weight, one output of F elements.
         const graph::Node& s = g.node(sw);
         y = static_cast<float*>(alloc(static_cast<size_t>(g.tensor(s.output).numel()) * sizeof(float)));

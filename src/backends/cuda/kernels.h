@@ -75,9 +75,14 @@ struct GemvInput {
   // launch before the q|k|v and gate|up GEMVs disappears).
   const float* norm_w = nullptr;  // [K]
   float norm_eps = 0.0f;
-  // Float weights only: the weight is a merged [gate; up] matrix (2F rows) and y [F] = silu(gate · x) * (up · x), the
-  // SwiGLU after the gate|up GEMV folded into its epilogue (no accumulate; the launch shape must pair rows).
+  // The weight is a merged [gate; up] matrix (2F rows) and y [F] = silu(gate · x) * (up · x), the SwiGLU after the
+  // gate|up GEMV folded into its epilogue (no accumulate; the launch shape must pair rows). Quantized weights need the
+  // outputs below too (F % 32 == 0): the SwiGLU result also quantized as quantize_q8 writes it, for the down
+  // projection, each block of 32 by the last GEMV block finishing it (a ticket per block of 32, zero between launches).
   bool swiglu = false;
+  int8_t* swiglu_q8 = nullptr;             // [F]
+  float2* swiglu_ds = nullptr;             // [F/32]
+  unsigned int* swiglu_tickets = nullptr;  // [F/32], zeroed once
 };
 
 // A launch shape: threads per block, weight rows per block, loads in flight per row (unroll), and whether each step

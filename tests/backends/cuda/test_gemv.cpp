@@ -193,7 +193,8 @@ TEST(CudaGemv, FusedRmsnormMatchesNormThenGemv) {
 // The SwiGLU epilogue (GemvInput::swiglu) over a merged [gate; up] weight: bit for bit what the plain GEMV of the same
 // launch shape followed by the swiglu kernel computes (each row's sum runs in the same order; silu is the same
 // code), with and without the fused RMSNorm, for every launch shape it accepts; shapes with an odd number of gate rows
-// leave a block's last pair half outside. Shapes it does not accept fail with an error, as does a quantized weight.
+// leave a block's last pair half outside. Shapes it does not accept fail with an error, as does a quantized weight
+// without the quantized epilogue's outputs (QuantSwigluEpilogueEqualsGemvThenSwiglu).
 TEST(CudaGemv, SwigluEpilogueEqualsGemvThenSwiglu) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
@@ -244,6 +245,80 @@ TEST(CudaGemv, SwigluEpilogueEqualsGemvThenSwiglu) {
   in.q8_ds = dq.as<float2>();
   in.swiglu = true;
   EXPECT_THROW(gemv(q, in, y.as<float>(), nullptr), Error);
+}
+
+// The quantized SwiGLU epilogue (GemvInput::swiglu with its q8, ds and ticket outputs; the decoder's
+// TESSERA_CUDA_QUANT_SWIGLU=1): y bit for bit what the plain quantized GEMV of the same launch shape followed by the
+// swiglu kernel computes, and the q8 / ds bit for bit the swiglu kernel's quantized output; a second launch on the
+// same tickets gives the same (the last block of each 32 resets its ticket). Launch shapes it does not accept, and a
+// call without the ticket buffer, fail with an error.
+TEST(CudaGemv, QuantSwigluEpilogueEqualsGemvThenSwiglu) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const int64_t shapes[][2] = {{32, 256}, {1536, 576}, {256, 4096}};  // {F, k}: the weight is [2F, k]
+  int accepted = 0;
+  for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_1})
+    for (const auto& sh : shapes) {
+      const int64_t f = sh[0], k = sh[1];
+      const auto w_host = random_weight(rng, dtype, 2 * f, k);
+      DeviceWeight w = upload_weight(dtype, w_host.data(), 2 * f, k);
+      DeviceBuffer xd = to_device(random_floats(rng, k, -3.0f, 3.0f));
+      DeviceBuffer xq = poisoned(static_cast<size_t>(k)), xds = poisoned(sizeof(float2) * (k / 32));
+      quantize_q8(xd.as<float>(), xq.as<int8_t>(), xds.as<float2>(), k, nullptr);
+      for (const GemvConfig& c : gemv_configs()) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " F=" << f << " k=" << k << " config=" << c.threads
+                                          << "/" << c.rows << "/" << c.unroll << "/" << c.prefetch);
+        GemvInput in;
+        in.q8 = xq.as<int8_t>();
+        in.q8_ds = xds.as<float2>();
+        DeviceBuffer both = poisoned(sizeof(float) * 2 * f), want = poisoned(sizeof(float) * f);
+        DeviceBuffer want_q8 = poisoned(static_cast<size_t>(f)), want_ds = poisoned(sizeof(float2) * (f / 32));
+        DeviceBuffer got = poisoned(sizeof(float) * f), got_q8 = poisoned(static_cast<size_t>(f)),
+                     got_ds = poisoned(sizeof(float2) * (f / 32)), tickets(sizeof(unsigned int) * (f / 32));
+        tickets.fill_bytes(0);
+        GemvInput fused = in;
+        fused.swiglu = true;
+        fused.swiglu_q8 = got_q8.as<int8_t>();
+        fused.swiglu_ds = got_ds.as<float2>();
+        fused.swiglu_tickets = tickets.as<unsigned int>();
+        if (c.rows % 2 != 0 || c.prefetch != 0 || 32 % (c.rows / 2) != 0) {
+          EXPECT_THROW(gemv(w, fused, got.as<float>(), nullptr, &c), Error);
+          continue;
+        }
+        gemv(w, in, both.as<float>(), nullptr, &c);
+        swiglu(both.as<float>(), both.as<float>() + f, want.as<float>(), f, nullptr, want_q8.as<int8_t>(),
+               want_ds.as<float2>());
+        const auto ref_y = to_host<float>(want, static_cast<size_t>(f));
+        const auto ref_q8 = to_host<int8_t>(want_q8, static_cast<size_t>(f));
+        const auto ref_ds = to_host<float>(want_ds, static_cast<size_t>(f / 16));
+        for (int run = 0; run < 2; ++run) {
+          SCOPED_TRACE(::testing::Message() << "run " << run);
+          gemv(w, fused, got.as<float>(), nullptr, &c);
+          synchronize();
+          const auto y = to_host<float>(got, static_cast<size_t>(f));
+          for (int64_t i = 0; i < f; ++i) {
+            ASSERT_FALSE(std::isnan(ref_y[i])) << "row " << i;
+            ASSERT_EQ(y[i], ref_y[i]) << "row " << i;
+          }
+          EXPECT_EQ(to_host<int8_t>(got_q8, static_cast<size_t>(f)), ref_q8);
+          EXPECT_EQ(to_host<float>(got_ds, static_cast<size_t>(f / 16)), ref_ds);
+          EXPECT_EQ(to_host<unsigned int>(tickets, static_cast<size_t>(f / 32)),
+                    std::vector<unsigned int>(static_cast<size_t>(f / 32), 0u));
+          if (HasFailure()) return;
+        }
+        ++accepted;
+      }
+      GemvInput no_tickets;
+      no_tickets.q8 = xq.as<int8_t>();
+      no_tickets.q8_ds = xds.as<float2>();
+      no_tickets.swiglu = true;
+      DeviceBuffer y = poisoned(sizeof(float) * f), q = poisoned(static_cast<size_t>(f));
+      no_tickets.swiglu_q8 = q.as<int8_t>();
+      DeviceBuffer d = poisoned(sizeof(float2) * (f / 32));
+      no_tickets.swiglu_ds = d.as<float2>();
+      EXPECT_THROW(gemv(w, no_tickets, y.as<float>(), nullptr), Error);
+    }
+  EXPECT_GT(accepted, 0);
 }
 
 // Grids of exactly one wave of the capped float kernel (1024 / threads blocks per SM, at most 64 registers): for the

@@ -151,9 +151,14 @@ void gemv(const DeviceWeight& w, const GemvInput& x, float* y, cudaStream_t stre
       detail::launch_gemv_float(index, a);
       break;
     default:
-      TESSERA_CUDA_REQUIRE(x.norm_w == nullptr && !x.swiglu,
-                           "gemv: the fused RMSNorm and SwiGLU need float weights (quantized weights read "
+      TESSERA_CUDA_REQUIRE(x.norm_w == nullptr,
+                           "gemv: the fused RMSNorm needs float weights (quantized weights read "
                            "x already normalized and quantized: rmsnorm with a q8 output)");
+      TESSERA_CUDA_REQUIRE(
+          !x.swiglu || (w.n % 64 == 0 && !accumulate && c.rows % 2 == 0 && 32 % (c.rows / 2) == 0 && c.prefetch == 0 &&
+                        x.swiglu_q8 && x.swiglu_ds && x.swiglu_tickets),
+          "gemv: the quantized SwiGLU epilogue needs [gate; up] with F % 32 == 0, no accumulate, a launch shape "
+          "pairing rows without prefetch, and the q8, ds and ticket outputs");
       TESSERA_CUDA_REQUIRE(
           x.q8 != nullptr && x.q8_ds != nullptr && detail::aligned16(x.q8) && detail::aligned16(x.q8_ds),
           "gemv: quantized weights need the q8 activation (16-byte aligned; see quantize_q8)");

@@ -91,29 +91,50 @@ __device__ __forceinline__ void quant_step(const uint4 (&wv)[ROWS][QuantFmt<D>::
 // one-wave grid at K = 14336 (4096x14336 q4_0, 128/4/1: 1024 blocks, 7 per SM uncapped = 924 resident: 13.0 us;
 // capped, 8 per SM: 11.1 us). launch_shape picks it only when the grid does not fit in one uncapped wave, and only
 // for shapes whose pipeline fits 64 registers without spilling.
-template <DType D, int THREADS, int ROWS, int UNROLL, int PF, bool CAP>
+// SWIGLU (GemvInput::swiglu): the weight is [gate; up] (n = 2F rows), a block takes gate rows g0 .. g0 + ROWS/2 - 1
+// and the same up rows, stores y[g0 + j] = silu(gate) * up (y [F]) and counts its rows into the ticket of their block
+// of 32; the block completing a ticket quantizes those 32 values into sq8/sds (quantize_lane_q8, as quantize_q8) and
+// resets the ticket (the next launch finds it zero).
+struct SwigluOut {
+  int8_t* q8;
+  float2* ds;
+  unsigned int* tickets;
+};
+
+template <DType D, int THREADS, int ROWS, int UNROLL, int PF, bool CAP, bool SWIGLU = false>
 __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
     gemv_quant_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
                       const int8_t* __restrict__ xq /*[k]*/, const float2* __restrict__ xds /*[k/32]*/,
-                      float* __restrict__ y /*[n]*/, int n, int k, bool accumulate) {
+                      float* __restrict__ y /*[n], SWIGLU: [n/2]*/, int n, int k, bool accumulate, SwigluOut so) {
   using Q = QuantFmt<D>;
   constexpr int QB = Q::kQuantBytes;
   constexpr int SB = Q::kScaleBytes;
   constexpr int V = QB / 16;
   constexpr int kStep = THREADS * UNROLL;  // 32-blocks per row per step
+  constexpr int H = ROWS / 2;              // SWIGLU: gate rows per block
   const int nb = k / kQ;
-  const int row0 = blockIdx.x * ROWS;
+  const int row0 = blockIdx.x * (SWIGLU ? H : ROWS);  // SWIGLU: the first gate row (g0)
+  const int n_out = SWIGLU ? n / 2 : n;
   const uint8_t* qr[ROWS];
   const uint8_t* sr[ROWS];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
-    const size_t row = static_cast<size_t>(min(row0 + r, n - 1));
+    const int rr = SWIGLU ? (r < H ? row0 + r : n_out + row0 + r - H) : row0 + r;
+    const size_t row = static_cast<size_t>(min(rr, n - 1));
     qr[r] = quants + row * nb * QB;
     sr[r] = scales + row * nb * SB;
   }
-  const int rows_here = min(ROWS, n - row0);
-  prefetch_block_l2<THREADS>(qr[0], static_cast<size_t>(rows_here) * nb * QB);
-  prefetch_block_l2<THREADS>(sr[0], static_cast<size_t>(rows_here) * nb * SB);
+  if constexpr (SWIGLU) {  // two runs of rows: the gate rows' and the up rows'
+    const int half_here = min(H, n_out - row0);
+    prefetch_block_l2<THREADS>(qr[0], static_cast<size_t>(half_here) * nb * QB);
+    prefetch_block_l2<THREADS>(qr[H], static_cast<size_t>(half_here) * nb * QB);
+    prefetch_block_l2<THREADS>(sr[0], static_cast<size_t>(half_here) * nb * SB);
+    prefetch_block_l2<THREADS>(sr[H], static_cast<size_t>(half_here) * nb * SB);
+  } else {
+    const int rows_here = min(ROWS, n - row0);
+    prefetch_block_l2<THREADS>(qr[0], static_cast<size_t>(rows_here) * nb * QB);
+    prefetch_block_l2<THREADS>(sr[0], static_cast<size_t>(rows_here) * nb * SB);
+  }
   // Slot u of the step at b0 covers block b0 + u * THREADS of each row; slots past the row's end load nothing.
   auto load_step = [&](int b0, uint4(&wv)[UNROLL][ROWS][V], uint32_t(&sc)[UNROLL][ROWS]) {
 #pragma unroll
@@ -154,7 +175,23 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
         for (int v = 0; v < V; ++v) wv[u][r][v] = wn[u][r][v];
       }
   }
-  block_sum_store<THREADS, ROWS>(acc, y, row0, n, accumulate);
+  if constexpr (SWIGLU) {
+    block_sum_store_swiglu<THREADS, ROWS>(acc, y, row0, n_out, 1.0f);  // thread 0 stores the block's H values
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+      __threadfence();  // this block's values are visible before its ticket counts them
+      last = atomicAdd(so.tickets + row0 / kQ, static_cast<unsigned int>(H)) == static_cast<unsigned int>(kQ - H);
+    }
+    __syncthreads();
+    if (last && threadIdx.x < kWarp) {  // warp 0 quantizes the block of 32 (n_out % 32 == 0: it is whole)
+      __threadfence();
+      const int i = row0 / kQ * kQ + static_cast<int>(threadIdx.x);
+      so.q8[i] = quantize_lane_q8(__ldcg(y + i), so.ds + i / kQ);  // L2: never a stale L1 line
+      if (threadIdx.x == 0) so.tickets[row0 / kQ] = 0;
+    }
+  } else {
+    block_sum_store<THREADS, ROWS>(acc, y, row0, n, accumulate);
+  }
 }
 
 template <DType D, int I>
@@ -164,6 +201,19 @@ void launch_shape(const LaunchArgs& a) {
   // at 4 vectors per step (the defaults that need it). q8_0 at 2 rows and q4_1 at 2 vectors per step spilled.
   constexpr bool kCappable = QuantFmt<D>::kQuantBytes == 16 && s.rows * s.unroll == 4;
   const int n = static_cast<int>(a.w->n), k = static_cast<int>(a.w->k);
+  const SwigluOut so{a.x->swiglu_q8, a.x->swiglu_ds, a.x->swiglu_tickets};
+  if (a.x->swiglu) {
+    // Instantiated only for the shapes the gemv() check admits (paired rows, no prefetch), uncapped; the default
+    // shapes of a merged gate|up (64 or 128 threads, 2 or 4 rows) are among them, so the rows sum as without it.
+    constexpr bool kPairs = s.rows % 2 == 0 && s.prefetch == 0;
+    if constexpr (kPairs && kQ % (s.rows >= 2 ? s.rows / 2 : 1) == 0) {
+      launch("gemv_quant_kernel<swiglu>", gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, false, true>,
+             dim3(ceil_div(n / 2, s.rows / 2)), dim3(s.threads), 0, a.stream, a.w->quants.as<uint8_t>(),
+             a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, false, so);
+      return;
+    }
+    fail_message("gemv: this launch shape has no quantized SwiGLU epilogue");
+  }
   const dim3 grid(ceil_div(n, s.rows));
   auto plain = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, false>;
   auto kernel = plain;
@@ -173,7 +223,7 @@ void launch_shape(const LaunchArgs& a) {
       kernel = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, true>;
   }
   launch("gemv_quant_kernel", kernel, grid, dim3(s.threads), 0, a.stream, a.w->quants.as<uint8_t>(),
-         a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, a.accumulate);
+         a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, a.accumulate, so);
 }
 
 template <DType D, size_t... I>
