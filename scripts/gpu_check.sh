@@ -15,7 +15,8 @@
 #   scripts/gpu_check.sh --only peer
 # Phases: tests (GPU tests; + memcheck unless --no-sanitizer), race (compute-sanitizer racecheck, by test group),
 #   default (only the default-model tests), hf (HF-transformers oracle vs tessera logits),
-#   kernels (kernel benchmarks), decode (tessera bench --device cuda, batch 1), prefill (pp2048), batch (--batch 8, 32),
+#   kernels (kernel benchmarks), decode (tessera bench --device cuda, batch 1), quantfolds (8B q8_0/q4_1 decode with
+#   the quantized decoder's opt-in folds off, each on, both on), prefill (pp2048), batch (--batch 8, 32),
 #   ceilings (tessera bench --ceilings --device cuda), profile (tessera profile --device cuda), peer (PyTorch peers).
 # The default model (98 MB) is larger than one call may carry: scripts/gpu_model_parts.sh splits it here into
 # .gpu-model-0/ and .gpu-model-1/; a first call carrying .gpu-model-0 adds --stage-model (it stores that half, then
@@ -250,6 +251,21 @@ if has decode; then
   [ -n "${TESSERA_LONG_CTX:-1}" ] && [ "${TESSERA_LONG_CTX:-1}" != 0 ] &&
     tbench decode --device cuda --arch llama3-8b --random-weights --dtype bf16 -p 4096 -n 64 -r 2 --no-ceilings
   [ -f "$default_model" ] && tbench decode --device cuda -m "$default_model" -p 128 -n 256 -r 3 --no-ceilings
+fi
+# The quantized decoder's opt-in folds (TESSERA_CUDA_ATTN_Q8, TESSERA_CUDA_QUANT_SWIGLU; off by default until this
+# says they gain): Llama-3-8B q8_0 and q4_1 with neither, each, and both, in one call.
+if has quantfolds; then
+  stamp "quantized folds"
+  for dt in q8_0 q4_1; do
+    for sw in "" "TESSERA_CUDA_ATTN_Q8=1" "TESSERA_CUDA_QUANT_SWIGLU=1" "TESSERA_CUDA_ATTN_Q8=1 TESSERA_CUDA_QUANT_SWIGLU=1"; do
+      unset TESSERA_CUDA_ATTN_Q8 TESSERA_CUDA_QUANT_SWIGLU
+      for kv in $sw; do export "${kv?}"; done
+      say "- quantfolds switches: ${sw:-none}"
+      echo "## switches: ${sw:-none}" >> "$bench_log"
+      tbench quantfolds --device cuda --arch llama3-8b --random-weights --dtype "$dt" -p 0 -d 128 -n 256 -r 5 --no-ceilings
+    done
+  done
+  unset TESSERA_CUDA_ATTN_Q8 TESSERA_CUDA_QUANT_SWIGLU
 fi
 if has prefill; then
   stamp "prefill"
