@@ -116,8 +116,8 @@ class Session {
   int32_t decode_greedy(int32_t id);
   // Greedy generation without a host round trip per token: appends `id`, then each next token while on_token(next)
   // returns true, at most n tokens appended in all (fewer when the context fills). On CUDA the steps are chained on
-  // the device (each step's argmax feeds the next; the host reads the tokens as they land, a step or two behind);
-  // elsewhere it is a decode_greedy loop. Returns the tokens appended (= on_token calls: the last token passed to
+  // the device (each step's argmax feeds the next; the host reads the tokens as they land, up to three launches of 8
+  // steps behind; steps queued past a stop are dropped); elsewhere it is a decode_greedy loop. Returns the tokens appended (= on_token calls: the last token passed to
   // on_token is not appended).
   int64_t decode_greedy_chain(int32_t id, int64_t n, const std::function<bool(int32_t)>& on_token);
   std::span<const float> logits() const;  // of the last evaluated token ([] before any)

@@ -62,8 +62,8 @@ class Engine {
   std::vector<int32_t> decode_batch_greedy(std::span<const int32_t> tokens, std::span<const int32_t> seqs);
   // Greedy decoding of slot 0 from `first`: evaluates it, then each argmax, at most n tokens in all (fewer when the
   // context fills). on_token gets each step's argmax in order and returns whether to go on (evaluate it next). On CUDA
-  // the steps chain on the device (CudaDecoder::generate_greedy: no host round trip per token; a step or two may run
-  // ahead and be dropped). Returns the tokens evaluated (= on_token calls). Errors as decode_batch_greedy.
+  // the steps chain on the device (CudaDecoder::generate_greedy: no host round trip per token; steps queued past a
+  // stop are dropped). Returns the tokens evaluated (= on_token calls). Errors as decode_batch_greedy.
   int64_t decode_greedy_chain(int32_t first, int64_t n, const std::function<bool(int32_t)>& on_token);
   // The last token's logits of slot `seq` ([] when there are none: nothing evaluated, truncated, or a greedy batch
   // row on CUDA). After a greedy decoder step on CUDA (slot 0) they are fetched from the device on first call.
