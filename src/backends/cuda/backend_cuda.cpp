@@ -193,6 +193,7 @@ struct CudaDecoder::Impl {
   void check_step(int32_t token, int64_t pos) const;
   void upload_step(int32_t token, int64_t pos);
   void step(int32_t token, int64_t pos);
+  int32_t step_argmax(int32_t token, int64_t pos);  // step, then its argmax back on the host (decode_argmax)
   void chain_setup();
   void chain_step(int n_steps);
   int64_t generate_greedy(int32_t token, int64_t pos, int64_t n, const std::function<bool(int32_t)>& on_token);
@@ -582,12 +583,7 @@ int64_t CudaDecoder::Impl::generate_greedy(int32_t token, int64_t pos, int64_t n
   if (profile != nullptr || positions_id < 0 || env_switched_off("TESSERA_CUDA_CHAIN")) {
     // Step by step: every step's argmax comes back before the next is launched.
     for (int32_t t = token; done < n;) {
-      step(t, pos + done);
-      argmax(act(logits_id), vocab, argmax_out.as<int32_t>(), *argmax_ws, stream);
-      TESSERA_CUDA_CHECK(
-          cudaMemcpyAsync(&host_io[2], argmax_out.get(), sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
-      TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
-      t = host_io[2];
+      t = step_argmax(t, pos + done);
       ++done;
       if (!on_token(t)) break;
     }
@@ -675,15 +671,15 @@ std::span<const float> CudaDecoder::decode(int32_t token, int64_t pos) {
   return logits();
 }
 
-int32_t CudaDecoder::decode_argmax(int32_t token, int64_t pos) {
-  Impl& m = *impl_;
-  m.step(token, pos);
-  argmax(m.act(m.logits_id), m.vocab, m.argmax_out.as<int32_t>(), *m.argmax_ws, m.stream);
-  TESSERA_CUDA_CHECK(
-      cudaMemcpyAsync(&m.host_io[2], m.argmax_out.get(), sizeof(int32_t), cudaMemcpyDeviceToHost, m.stream));
-  TESSERA_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-  return m.host_io[2];
+int32_t CudaDecoder::Impl::step_argmax(int32_t token, int64_t pos) {
+  step(token, pos);
+  argmax(act(logits_id), vocab, argmax_out.as<int32_t>(), *argmax_ws, stream);
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(&host_io[2], argmax_out.get(), sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return host_io[2];
 }
+
+int32_t CudaDecoder::decode_argmax(int32_t token, int64_t pos) { return impl_->step_argmax(token, pos); }
 
 int64_t CudaDecoder::generate_greedy(int32_t token, int64_t pos, int64_t n,
                                      const std::function<bool(int32_t)>& on_token) {

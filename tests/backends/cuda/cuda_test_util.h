@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -56,12 +58,34 @@ std::vector<T> to_host(const DeviceBuffer& b, size_t count) {
   return out;
 }
 
-// KV-cache element bits (f16 or bf16) <-> float, rounding to nearest even as the kernels do.
+// 16-bit element bits (f16 or bf16: KV-cache entries, 16-bit activations) <-> float, rounding to nearest even as the
+// kernels do.
 float cache_to_float(DType dtype, uint16_t bits);
 uint16_t float_to_cache(DType dtype, float v);
 
 // RoPE frequencies base^(-2i / rope_dim), i < rope_dim / 2 (Llama's).
 std::vector<float> llama_inv_freq(int64_t rope_dim, double base);
+
+// Per-row relative error ||o_r - ref_r|| / ||ref_r|| over t rows of `width` floats (a masking error at one position of
+// one row would vanish in a norm over all rows); row r's reference is ref_row(r), indexable by [i]. The first row over
+// `limit` fails the test, naming its position p0 + r, and is returned; otherwise the worst row.
+template <typename Ref>
+double check_rows_rel(const std::vector<float>& o, int64_t t, int64_t width, int64_t p0, Ref ref_row, double limit) {
+  double worst = 0;
+  for (int64_t r = 0; r < t; ++r) {
+    const auto& ref = ref_row(r);
+    double err = 0, norm = 0;
+    for (int64_t i = 0; i < width; ++i) {
+      const double d = o[r * width + i] - ref[i];
+      err += d * d, norm += ref[i] * ref[i];
+    }
+    const double rel = std::sqrt(err / norm);
+    EXPECT_TRUE(rel <= limit) << "row " << r << " (position " << p0 + r << "): relative error " << rel;
+    if (!(rel <= limit)) return rel;
+    worst = std::max(worst, rel);
+  }
+  return worst;
+}
 
 // ---- References (plain loops, double accumulation) ----
 

@@ -290,19 +290,36 @@ void random_prefix(const FusedCase& c, std::mt19937& rng, std::vector<uint16_t>&
       }
 }
 
+// Fresh random inputs of one fused launch at c.pos: the cache prefix (random_prefix), q, this token's k and v, the
+// RoPE frequencies for `rope_base`, and device copies of q, k, v, the frequencies and pos (the caches are copied per
+// run: the launch stores into them).
+struct FusedInputs {
+  std::vector<uint16_t> kc_h, vc_h;
+  std::vector<float> q, k, v, inv_freq;
+  DeviceBuffer qd, kd, vd, fd, posd;
+};
+FusedInputs fused_inputs(const FusedCase& c, std::mt19937& rng, double rope_base) {
+  FusedInputs in;
+  random_prefix(c, rng, in.kc_h, in.vc_h);
+  in.q = random_floats(rng, c.n_head * c.hd, -2.0f, 2.0f);
+  in.k = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+  in.v = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
+  in.inv_freq = llama_inv_freq(c.rope_dim, rope_base);
+  in.qd = to_device(in.q), in.kd = to_device(in.k), in.vd = to_device(in.v), in.fd = to_device(in.inv_freq);
+  in.posd = to_device(std::vector<int32_t>{c.pos});
+  return in;
+}
+
 // One fused launch at c.pos over a random prefix, checked as check_fused_result.
 void check_fused(const FusedCase& c, std::mt19937& rng) {
   SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " heads " << c.n_head << "/" << c.n_kv << " hd " << c.hd
                                     << " rope_dim " << c.rope_dim << " neox " << c.neox << " n_ctx " << c.n_ctx
                                     << " pos " << c.pos);
-  std::vector<uint16_t> kc_h, vc_h;
-  random_prefix(c, rng, kc_h, vc_h);
-  const auto q = random_floats(rng, c.n_head * c.hd, -2.0f, 2.0f);
-  const auto k = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
-  const auto v = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
-  const auto inv_freq = llama_inv_freq(c.rope_dim, 500000.0);
-  DeviceBuffer qd = to_device(q), kd = to_device(k), vd = to_device(v), fd = to_device(inv_freq);
-  DeviceBuffer kc = to_device(kc_h), vc = to_device(vc_h), posd = to_device(std::vector<int32_t>{c.pos});
+  FusedInputs in = fused_inputs(c, rng, 500000.0);
+  const auto &q = in.q, &k = in.k, &v = in.v, &inv_freq = in.inv_freq;
+  const auto &kc_h = in.kc_h, &vc_h = in.vc_h;
+  DeviceBuffer &qd = in.qd, &kd = in.kd, &vd = in.vd, &fd = in.fd, &posd = in.posd;
+  DeviceBuffer kc = to_device(kc_h), vc = to_device(vc_h);
   DeviceBuffer out = poisoned(sizeof(float) * q.size());
   const KvCacheView cache{c.dtype, kc.get(), vc.get(), c.n_ctx, c.n_kv, c.hd};
   AttnWorkspace ws(c.n_head, cache);
@@ -409,14 +426,10 @@ TEST(CudaAttention, DecodeShortPathMatchesSplitPath) {
             const FusedCase c{sh.dtype, sh.n_head, sh.n_kv, sh.hd, n_ctx, sh.rope_dim, sh.neox, pos};
             SCOPED_TRACE(::testing::Message() << "early " << early << " cap '" << cap << "' heads " << c.n_head << "/"
                                               << c.n_kv << " hd " << c.hd << " n_ctx " << n_ctx << " pos " << pos);
-            std::vector<uint16_t> kc_h, vc_h;
-            random_prefix(c, rng, kc_h, vc_h);
-            const auto q = random_floats(rng, c.n_head * c.hd, -2.0f, 2.0f);
-            const auto k = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
-            const auto v = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
-            const auto inv_freq = llama_inv_freq(c.rope_dim, 10000.0);
-            DeviceBuffer qd = to_device(q), kd = to_device(k), vd = to_device(v), fd = to_device(inv_freq);
-            DeviceBuffer posd = to_device(std::vector<int32_t>{pos});
+            FusedInputs in = fused_inputs(c, rng, 10000.0);
+            const auto &q = in.q, &k = in.k, &v = in.v, &inv_freq = in.inv_freq;
+            const auto &kc_h = in.kc_h, &vc_h = in.vc_h;
+            DeviceBuffer &qd = in.qd, &kd = in.kd, &vd = in.vd, &fd = in.fd, &posd = in.posd;
             // v5 last: the others are compared with it.
             const Path paths[] = {{*cap ? cap : nullptr, nullptr}, {*cap ? cap : nullptr, "0"}, {"0", nullptr}};
             std::vector<float> o[3];
@@ -475,15 +488,10 @@ TEST(CudaAttention, DecodeQ8OutputIsQuantizeQ8OfTheOutput) {
       const FusedCase c{sh.dtype, sh.n_head, sh.n_kv, sh.hd, sh.n_ctx, sh.hd, false, pos};
       SCOPED_TRACE(::testing::Message() << "heads " << c.n_head << "/" << c.n_kv << " hd " << c.hd << " n_ctx "
                                         << c.n_ctx << " pos " << pos);
-      std::vector<uint16_t> kc_h, vc_h;
-      random_prefix(c, rng, kc_h, vc_h);
       const int64_t width = c.n_head * c.hd;
-      const auto q = random_floats(rng, width, -2.0f, 2.0f);
-      const auto k = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
-      const auto v = random_floats(rng, c.n_kv * c.hd, -2.0f, 2.0f);
-      const auto inv_freq = llama_inv_freq(c.hd, 10000.0);
-      DeviceBuffer qd = to_device(q), kd = to_device(k), vd = to_device(v), fd = to_device(inv_freq);
-      DeviceBuffer posd = to_device(std::vector<int32_t>{pos});
+      FusedInputs in = fused_inputs(c, rng, 10000.0);  // c.rope_dim = c.hd
+      const auto &kc_h = in.kc_h, &vc_h = in.vc_h;
+      DeviceBuffer &qd = in.qd, &kd = in.kd, &vd = in.vd, &fd = in.fd, &posd = in.posd;
       std::vector<float> out[2];
       DeviceBuffer q8 = poisoned(static_cast<size_t>(width)), ds = poisoned(sizeof(float2) * (width / 32));
       for (int with_q8 = 0; with_q8 < 2; ++with_q8) {

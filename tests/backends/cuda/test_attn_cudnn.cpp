@@ -94,26 +94,6 @@ std::vector<float> run_cudnn(const Case& c, const Inputs& in, CudnnAttnWorkspace
   return o;
 }
 
-// Per-row relative error ||o - ref|| / ||ref||: a masking error at one position of one row would vanish in a norm over
-// all rows. Returns the worst row.
-template <typename Ref>
-double check_rows(const Case& c, const std::vector<float>& o, int64_t width, Ref ref_row, double limit) {
-  double worst = 0;
-  for (int64_t r = 0; r < c.t; ++r) {
-    const auto ref = ref_row(r);
-    double err = 0, norm = 0;
-    for (int64_t i = 0; i < width; ++i) {
-      const double d = o[r * width + i] - ref[i];
-      err += d * d, norm += ref[i] * ref[i];
-    }
-    const double rel = std::sqrt(err / norm);
-    EXPECT_TRUE(rel <= limit) << "row " << r << " (position " << c.p0 + r << "): relative error " << rel;
-    if (!(rel <= limit)) return rel;
-    worst = std::max(worst, rel);
-  }
-  return worst;
-}
-
 // Error budget of cuDNN against the exact result: attn_prefill's (test_attn_prefill.cpp: P rounded to 16 bits for P·V,
 // fast exp, f32 sums; 1e-2 for bf16, 3e-3 for f16) plus the output rounded to 16 bits (2^-9 relative per element for
 // bf16, 2^-12 for f16, far under those limits). q, K and V are rounded identically on every side.
@@ -150,7 +130,7 @@ TEST(CudaAttnCudnn, MatchesReference) {
                       ref);
       return ref;
     };
-    const double worst = check_rows(c, o, in.width, ref_row, limit_vs_exact(c.dtype));
+    const double worst = check_rows_rel(o, c.t, in.width, c.p0, ref_row, limit_vs_exact(c.dtype));
     print_worst("vs reference", c, worst, limit_vs_exact(c.dtype));
     if (HasFailure()) return;
   }
@@ -182,7 +162,7 @@ TEST(CudaAttnCudnn, MatchesAttnPrefill) {
     const double limit = 2 * limit_vs_exact(c.dtype);
     auto ref_row = [&](int64_t r) { return &ref[r * in.width]; };
     const auto o = run_cudnn(c, in, ws);
-    const double worst = check_rows(c, o, in.width, ref_row, limit);
+    const double worst = check_rows_rel(o, c.t, in.width, c.p0, ref_row, limit);
     print_worst("vs attn_prefill", c, worst, limit);
     if (HasFailure()) return;
   }
@@ -243,7 +223,7 @@ TEST(CudaAttnCudnn, VariableLengthSharesOneGraph) {
     const auto ref = to_host<float>(ref_d, c.t * in.width);
     const double limit = 2 * limit_vs_exact(c.dtype);
     auto ref_row = [&](int64_t r) { return &ref[r * in.width]; };
-    const double worst = check_rows(c, o, in.width, ref_row, limit);
+    const double worst = check_rows_rel(o, c.t, in.width, c.p0, ref_row, limit);
     print_worst("varlen vs attn_prefill", c, worst, limit);
     if (HasFailure()) return;
   }

@@ -17,9 +17,6 @@
 namespace tessera::cuda::test {
 namespace {
 
-float cache_to_float(DType dtype, uint16_t bits) { return dtype == DType::F16 ? fp16_to_f32(bits) : bf16_to_f32(bits); }
-uint16_t float_to_cache(DType dtype, float v) { return dtype == DType::F16 ? f32_to_fp16(v) : f32_to_bf16(v); }
-
 // The 16-bit output (out16, what the prefill executor asks for when the o-projection takes a 16-bit x) must be the f32
 // output of the same launch shape rounded to nearest even, bit for bit: the kernel differs only in its store. `run`
 // makes the launch with (out, out16, type); o is the f32 output it gave with out16 == nullptr.
@@ -32,7 +29,7 @@ void expect_out16_is_f32_rounded(const Run& run, const std::vector<float>& o) {
     const auto bits = to_host<uint16_t>(o16, o.size());
     int bad = 0;
     for (size_t i = 0; i < o.size() && bad < 5; ++i) {
-      const uint16_t want = type == DType::BF16 ? f32_to_bf16(o[i]) : f32_to_fp16(o[i]);
+      const uint16_t want = float_to_cache(type, o[i]);
       if (bits[i] != want) {
         ADD_FAILURE() << dtype_name(type) << " output element " << i << ": " << bits[i] << ", the f32 output " << o[i]
                       << " rounds to " << want;
@@ -119,17 +116,9 @@ void check_prefill(const PrefillCase& c, std::mt19937& rng) {
     SCOPED_TRACE(variant < 0 ? std::string("attn_prefill") : detail::attn_prefill_variant_name(variant, c.hd));
     const auto run = prefill_runner(variant, qd.as<float>(), ld_q, cache, c, scale);
     const auto o = run_f32_and_out16(run, c.t * width);
-    double worst = 0;
-    for (int64_t r = 0; r < c.t; ++r) {
-      double err = 0, norm = 0;
-      for (int64_t i = 0; i < width; ++i) {
-        const double d = o[r * width + i] - ref[r][i];
-        err += d * d, norm += ref[r][i] * ref[r][i];
-      }
-      const double rel = std::sqrt(err / norm);
-      ASSERT_TRUE(rel <= limit) << "row " << r << " (position " << c.p0 + r << "): relative error " << rel;
-      worst = std::max(worst, rel);
-    }
+    const double worst =
+        check_rows_rel(o, c.t, width, c.p0, [&](int64_t r) -> const std::vector<double>& { return ref[r]; }, limit);
+    if (!(worst <= limit)) return;  // the first bad row ends the case (it failed the test), as before
     worst_all = std::max(worst_all, worst);
   }
   // The headroom, for the log: the worst row over all launch shapes against the limit.

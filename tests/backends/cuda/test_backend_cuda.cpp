@@ -373,23 +373,24 @@ TEST(CudaBackend, CudnnPrefillMatchesCpuAndAttnPrefill) {
     SessionOptions co{.n_ctx = 512, .n_batch = 512, .n_threads = 2};
     SessionOptions go = co;
     go.device = "cuda";
-    const auto gpu_logits = [&](bool cudnn) {
-      if (!cudnn) setenv("TESSERA_CUDA_CUDNN", "0", 1);
-      Session s(m, go);
+    // Every row's logits of `ids` on a fresh context, then after `first`.
+    const auto both_chunks = [&](Session& s) {
       std::vector<float> a = s.eval_all_logits(ids);
       s.reset();
       s.eval(first);
       const std::vector<float> b = s.eval_all_logits(ids);
       a.insert(a.end(), b.begin(), b.end());
+      return a;
+    };
+    const auto gpu_logits = [&](bool cudnn) {
+      if (!cudnn) setenv("TESSERA_CUDA_CUDNN", "0", 1);
+      Session s(m, go);
+      std::vector<float> a = both_chunks(s);
       unsetenv("TESSERA_CUDA_CUDNN");
       return a;
     };
     Session cpu(m, co);
-    std::vector<float> ref = cpu.eval_all_logits(ids);
-    cpu.reset();
-    cpu.eval(first);
-    const std::vector<float> ref2 = cpu.eval_all_logits(ids);
-    ref.insert(ref.end(), ref2.begin(), ref2.end());
+    const std::vector<float> ref = both_chunks(cpu);
     const std::vector<float> with = gpu_logits(true), without = gpu_logits(false);
     expect_close(compare_rows(ref, with, 49152, tol), tol, "cuDNN prefill vs CPU, " + dtype);
     EXPECT_NE(with, without) << "TESSERA_CUDA_CUDNN=0 changed nothing: cuDNN was not used";

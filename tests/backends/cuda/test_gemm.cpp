@@ -271,7 +271,7 @@ TEST(CudaGemm, X16InputMatchesTheF32InputPath) {
                                             << " accumulate=" << accumulate);
           const auto x = random_floats(rng, static_cast<size_t>(t * k), -2.0f, 2.0f);
           std::vector<uint16_t> x16(x.size());
-          for (size_t i = 0; i < x.size(); ++i) x16[i] = type == DType::BF16 ? f32_to_bf16(x[i]) : f32_to_fp16(x[i]);
+          for (size_t i = 0; i < x.size(); ++i) x16[i] = float_to_cache(type, x[i]);
           const auto y0 = random_floats(rng, static_cast<size_t>(t * n));
           DeviceBuffer xd = to_device(x), x16d = to_device(x16);
           DeviceBuffer ya = accumulate ? to_device(y0) : poisoned(sizeof(float) * t * n);
@@ -323,7 +323,7 @@ TEST(CudaGemm, X16Out16IsTheF32OutputRounded) {
       SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " t=" << t);
       const auto x = random_floats(rng, static_cast<size_t>(t * w.k), -2.0f, 2.0f);
       std::vector<uint16_t> x16(x.size());
-      for (size_t i = 0; i < x.size(); ++i) x16[i] = type == DType::BF16 ? f32_to_bf16(x[i]) : f32_to_fp16(x[i]);
+      for (size_t i = 0; i < x.size(); ++i) x16[i] = float_to_cache(type, x[i]);
       DeviceBuffer x16d = to_device(x16), yf = poisoned(sizeof(float) * t * w.n), y16 = poisoned(2 * t * w.n);
       matmul_x16(w.dev, x16d.get(), yf.as<float>(), t, ws, nullptr);
       matmul_x16_out16(w.dev, x16d.get(), y16.get(), t, ws, nullptr);

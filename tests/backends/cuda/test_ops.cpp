@@ -60,7 +60,7 @@ void expect_16bit_of(const std::vector<float>& y, const DeviceBuffer& y16, DType
   const auto bits = to_host<uint16_t>(y16, n);
   int bad = 0;
   for (int64_t i = 0; i < n && bad < 5; ++i) {
-    const uint16_t want = type == DType::BF16 ? f32_to_bf16(y[i]) : f32_to_fp16(y[i]);
+    const uint16_t want = float_to_cache(type, y[i]);
     if (bits[i] != want) {
       ADD_FAILURE() << "element " << i << ": 16-bit output " << bits[i] << ", f32 output " << y[i] << " rounds to "
                     << want;
@@ -216,7 +216,7 @@ TEST(CudaOps, SwigluRows16MatchesSwigluOnWidenedInputs) {
         std::vector<uint16_t> bits(vals.size());
         std::vector<float> g(t * n), u(t * n);
         for (size_t i = 0; i < vals.size(); ++i)
-          bits[i] = in_type == DType::BF16 ? f32_to_bf16(vals[i]) : f32_to_fp16(vals[i]);
+          bits[i] = float_to_cache(in_type, vals[i]);
         const auto widen = [&](size_t i) { return in_type == DType::BF16 ? bf16_to_f32(bits[i]) : fp16_to_f32(bits[i]); };
         for (int64_t r = 0; r < t; ++r)
           for (int64_t i = 0; i < n; ++i) {
