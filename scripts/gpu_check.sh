@@ -16,7 +16,7 @@
 # Phases: tests (GPU tests; + memcheck unless --no-sanitizer), race (compute-sanitizer racecheck, by test group),
 #   default (only the default-model tests), hf (HF-transformers oracle vs tessera logits),
 #   kernels (kernel benchmarks), decode (tessera bench --device cuda, batch 1), quantfolds (8B q8_0/q4_1 decode with
-#   the quantized decoder's opt-in folds off, each on, both on), prefill (pp2048), batch (--batch 8, 32),
+#   the quantized decoder's folds on, each off, and the opt-in one on), prefill (pp2048), batch (--batch 8, 32),
 #   ceilings (tessera bench --ceilings --device cuda), profile (tessera profile --device cuda), peer (PyTorch peers).
 # The default model (98 MB) is larger than one call may carry: scripts/gpu_model_parts.sh splits it here into
 # .gpu-model-0/ and .gpu-model-1/; a first call carrying .gpu-model-0 adds --stage-model (it stores that half, then
@@ -252,20 +252,22 @@ if has decode; then
     tbench decode --device cuda --arch llama3-8b --random-weights --dtype bf16 -p 4096 -n 64 -r 2 --no-ceilings
   [ -f "$default_model" ] && tbench decode --device cuda -m "$default_model" -p 128 -n 256 -r 3 --no-ceilings
 fi
-# The quantized decoder's opt-in folds (TESSERA_CUDA_ATTN_Q8, TESSERA_CUDA_QUANT_SWIGLU; off by default until this
-# says they gain): Llama-3-8B q8_0 and q4_1 with neither, each, and both, in one call.
+# The quantized decoder's folds, Llama-3-8B q8_0 and q4_1 in one call: the default (attention writes the o input,
+# TESSERA_CUDA_ATTN_Q8), that switched off, and each opt-in one on: the residual GEMV writing the next norm's readers'
+# input (TESSERA_CUDA_QUANT_NORM=1), the gate|up GEMV's SwiGLU epilogue (TESSERA_CUDA_QUANT_SWIGLU=1).
 if has quantfolds; then
   stamp "quantized folds"
+  fold_vars="TESSERA_CUDA_ATTN_Q8 TESSERA_CUDA_QUANT_NORM TESSERA_CUDA_QUANT_SWIGLU"
   for dt in q8_0 q4_1; do
-    for sw in "" "TESSERA_CUDA_ATTN_Q8=1" "TESSERA_CUDA_QUANT_SWIGLU=1" "TESSERA_CUDA_ATTN_Q8=1 TESSERA_CUDA_QUANT_SWIGLU=1"; do
-      unset TESSERA_CUDA_ATTN_Q8 TESSERA_CUDA_QUANT_SWIGLU
+    for sw in "" "TESSERA_CUDA_ATTN_Q8=0" "TESSERA_CUDA_QUANT_NORM=1" "TESSERA_CUDA_QUANT_SWIGLU=1"; do
+      unset $fold_vars
       for kv in $sw; do export "${kv?}"; done
       say "- quantfolds switches: ${sw:-none}"
       echo "## switches: ${sw:-none}" >> "$bench_log"
       tbench quantfolds --device cuda --arch llama3-8b --random-weights --dtype "$dt" -p 0 -d 128 -n 256 -r 5 --no-ceilings
     done
   done
-  unset TESSERA_CUDA_ATTN_Q8 TESSERA_CUDA_QUANT_SWIGLU
+  unset $fold_vars
 fi
 if has prefill; then
   stamp "prefill"

@@ -1,8 +1,9 @@
 // CudaDecoder: compiles a T = 1 graph into a list of kernel launches over fixed device pointers, then runs them plainly
 // or as a captured CUDA graph. ROPE and KV_STORE emit no launch of their own: the attention node launches
 // attn_decode_rope (rotation, cache store and attention in one kernel), so the graph's rope/store/attention triple
-// becomes one launch (TESSERA_CUDA_FUSE_ATTN=0: rope_store_kv then attn_decode, two). Quantized matmuls read an 8-bit copy of their input written by
-// the producing rmsnorm or swiglu (or one quantize_q8 launch), shared by every matmul reading that tensor.
+// becomes one launch (TESSERA_CUDA_FUSE_ATTN=0: rope_store_kv then attn_decode, two). Quantized matmuls read an 8-bit
+// copy of their input written by its producer (attention, the residual GEMV before an RMSNorm, rmsnorm or swiglu; or
+// one quantize_q8 launch), shared by every matmul reading that tensor.
 #include "backends/cuda/backend_cuda.h"
 
 #include <cuda_runtime_api.h>
@@ -64,6 +65,16 @@ struct CudaDecoder::Impl {
     float eps;
   };
   std::unordered_map<int, NormFold> norm_fold;
+  // RMSNorm before quantized GEMVs folded into the residual GEMV before it (GemvInput::norm_out_* / rms_sumsq), by the
+  // norm's output tensor id: that GEMV writes the readers' rms-free q8 input and per-32 sums of squares, the readers
+  // scale by 1/rms; no rmsnorm launch. Opt-in (TESSERA_CUDA_QUANT_NORM=1): measured slower on the H100 (8B q8_0
+  // 307.7 -> 240.7 tok/s, q4_1 476.4 -> 448.8): the residual GEMVs run as thread-block clusters, which cost more than
+  // the rmsnorm launch they replace (docs/CUDA_NOTES.md).
+  struct QuantNorm {
+    const float* sumsq;
+    float eps;
+  };
+  std::unordered_map<int, QuantNorm> quant_norm;
   bool fold_norm = true;
   bool fold_swiglu = true;  // SwiGLU in the gate|up GEMV's epilogue (float weights; TESSERA_CUDA_FOLD_SWIGLU=0: off)
   int tokens_id = -1, positions_id = -1, logits_id = -1;
@@ -168,6 +179,28 @@ struct CudaDecoder::Impl {
       if (c != co[0] && c > id) return -1;
     return co[0];
   }
+  // The RMSNORM node that the quantized residual GEMV accumulating through ADD node `add` (weight w) can write the
+  // input of (GemvInput::norm_out_*): the first reader of the sum is that norm, every reader of the norm's output is a
+  // quantized matmul of it, the shapes fit and the GEMV's launch shape has the epilogue. -1 if none.
+  int quant_norm_after(int add, const DeviceWeight& w) const {
+    if (!fuse || !is_quantized_dtype(w.dtype) || !env_is_on("TESSERA_CUDA_QUANT_NORM")) return -1;
+    const int sum = g.node(add).output;
+    const auto& cs = consumers[static_cast<size_t>(sum)];
+    if (cs.empty()) return -1;
+    const graph::Node& nn = g.node(cs[0]);
+    if (nn.op != Op::RMSNORM || nn.inputs.at(0) != sum) return -1;
+    const graph::Tensor& o = g.tensor(nn.output);
+    const auto& co = consumers[static_cast<size_t>(nn.output)];
+    if (o.is_output || co.empty() || o.numel() != w.n || w.n % 32 != 0) return -1;
+    for (int c : co) {
+      const graph::Node& m = g.node(c);
+      if (m.op != Op::MATMUL || m.inputs.at(0) != nn.output) return -1;
+      const graph::Tensor& wt = g.tensor(m.inputs.at(1));
+      if (wt.data == nullptr || wt.shape.size() != 2 || !is_quantized_dtype(wt.dtype)) return -1;
+    }
+    if (!gemv_norm_out_supported(gemv_default_config(w.dtype, w.n, w.k))) return -1;
+    return cs[0];
+  }
   float* act(int tid) { return static_cast<float*>(ptr[static_cast<size_t>(tid)]); }
   // Whether a quantized matmul reads tensor `tid` (then its producer writes the 8-bit copy too).
   bool feeds_quantized_matmul(int tid) const {
@@ -266,6 +299,10 @@ void CudaDecoder::Impl::compile_node(int id) {
       return;
     }
     case Op::RMSNORM: {
+      if (done[static_cast<size_t>(id)]) {  // written by the residual GEMV before it (quant_norm)
+        ptr[static_cast<size_t>(out)] = ptr[static_cast<size_t>(in(0))];  // never read as f32: its readers read q8
+        return;
+      }
       const float* x = act(in(0));
       const float* w = vector_f32(n, in(1));
       if (norm_foldable(id)) {
@@ -324,6 +361,10 @@ void CudaDecoder::Impl::compile_node(int id) {
         }
         x.q8 = b.q8.as<int8_t>();
         x.q8_ds = b.ds.as<float2>();
+        if (const auto f = quant_norm.find(in(0)); f != quant_norm.end()) {
+          x.rms_sumsq = f->second.sumsq;
+          x.rms_eps = f->second.eps;
+        }
       } else {
         x.f32 = act(in(0));
         if (const auto f = norm_fold.find(in(0)); f != norm_fold.end()) {
@@ -335,8 +376,10 @@ void CudaDecoder::Impl::compile_node(int id) {
       bool accumulate = false;
       int sw = swiglu_of_pair(group);
       if (sw >= 0 && is_quantized_dtype(wp->dtype)) {
-        // Quantized: the epilogue also writes the down projection's q8 input (TESSERA_CUDA_QUANT_SWIGLU=1; off until
-        // it has been measured on a GPU), so only when that is what reads the SwiGLU's output.
+        // Quantized: the epilogue also writes the down projection's q8 input, so only when that is what reads the
+        // SwiGLU's output. Opt-in (TESSERA_CUDA_QUANT_SWIGLU=1): measured slower on the H100 (8B q8_0 303.2 -> 295.0
+        // tok/s, q4_1 461.1 -> 425.4): every block of the multi-wave gate|up grid holds its slot through a fence and
+        // a ticket atomic, and the paired launch has no register-capped copy (docs/CUDA_NOTES.md).
         const int so = g.node(sw).output;
         const int64_t f = g.tensor(so).numel();
         if (!env_is_on("TESSERA_CUDA_QUANT_SWIGLU") || f % 32 != 0 || !feeds_quantized_matmul(so)) {
@@ -377,6 +420,18 @@ void CudaDecoder::Impl::compile_node(int id) {
         ptr[static_cast<size_t>(out)] = y;
         accumulate = true;
         done[static_cast<size_t>(r)] = true;
+        if (const int nn = quant_norm_after(r, *wp); nn >= 0) {
+          const graph::Node& norm = g.node(nn);
+          Q8& b = q8_of(norm.output);
+          b.written = true;
+          auto* sumsq = static_cast<float*>(alloc(static_cast<size_t>(wp->n / 32) * sizeof(float)));
+          x.norm_out_w = vector_f32(norm, norm.inputs.at(1));
+          x.norm_out_q8 = b.q8.as<int8_t>();
+          x.norm_out_ds = b.ds.as<float2>();
+          x.norm_out_sumsq = sumsq;
+          quant_norm[norm.output] = QuantNorm{sumsq, norm.params.eps};
+          done[static_cast<size_t>(nn)] = true;
+        }
       } else {
         y = new_act();
       }
@@ -416,11 +471,12 @@ void CudaDecoder::Impl::compile_node(int id) {
       const float scale = n.params.attn_scale;
       float* y = new_act();
       if (fuse_attention_enabled()) {
-        // A quantized o-projection's 8-bit input written by attention itself (TESSERA_CUDA_ATTN_Q8=1; off until it
-        // has been measured on a GPU): one quantize_q8 launch less per layer where the context is short.
+        // A quantized o-projection's 8-bit input written by attention itself: one quantize_q8 launch less per layer
+        // where the context is short (H100, 8B -d 128: q8_0 303.2 -> 309.9 tok/s, q4_1 461.1 -> 475.8;
+        // TESSERA_CUDA_ATTN_Q8=0: the quantize_q8 launch).
         int8_t* q8o = nullptr;
         float2* dso = nullptr;
-        if (env_is_on("TESSERA_CUDA_ATTN_Q8") && ot.numel() % 32 == 0 && feeds_quantized_matmul(out)) {
+        if (!env_switched_off("TESSERA_CUDA_ATTN_Q8") && ot.numel() % 32 == 0 && feeds_quantized_matmul(out)) {
           Q8& b = q8_of(out);
           b.written = true;
           q8o = b.q8.as<int8_t>();

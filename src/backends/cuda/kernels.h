@@ -83,6 +83,22 @@ struct GemvInput {
   int8_t* swiglu_q8 = nullptr;             // [F]
   float2* swiglu_ds = nullptr;             // [F/32]
   unsigned int* swiglu_tickets = nullptr;  // [F/32], zeroed once
+  // Quantized weights, the RMSNorm before them folded away (the decoder's opt-in TESSERA_CUDA_QUANT_NORM=1): q8 /
+  // q8_ds hold x ⊙ norm_w quantized WITHOUT the 1/rms factor (the codes of a block of 32 do not depend on it; only the
+  // block scale would carry it, and every dot product is linear in the scale), and rms_sumsq [K/32] the per-block sums
+  // of x^2. The GEMV sums them in a fixed order and scales its outputs by 1 / sqrt(sum / K + rms_eps). Written by the
+  // GEMV before (norm_out below).
+  const float* rms_sumsq = nullptr;  // [K/32]
+  float rms_eps = 0.0f;
+  // Quantized weights, the output side of the same fold: the GEMV's (accumulated) outputs y [N] are the residual stream
+  // that an RMSNorm with weight norm_out_w reads next; per block of 32 outputs it also writes the rms-free q8 codes
+  // and scales of y ⊙ norm_out_w and the block's sum of y^2 (the next GEMV's q8 / q8_ds / rms_sumsq). The blocks of a
+  // group of 32 rows run as one thread-block cluster and hand their rows to the cluster's first block through
+  // distributed shared memory: no fence, no atomic. N % 32 == 0; launch shapes: gemv_norm_out_supported.
+  const float* norm_out_w = nullptr;  // [N]
+  int8_t* norm_out_q8 = nullptr;      // [N]
+  float2* norm_out_ds = nullptr;      // [N/32]
+  float* norm_out_sumsq = nullptr;    // [N/32]
 };
 
 // A launch shape: threads per block, weight rows per block, loads in flight per row (unroll), and whether each step
@@ -96,6 +112,10 @@ struct GemvConfig {
 };
 const std::vector<GemvConfig>& gemv_configs();
 GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k);
+// Whether quantized GEMVs of launch shape c have the norm_out epilogue (GemvInput::norm_out_*): two or four rows per
+// block (a cluster of 16 or 8 blocks covers 32 rows), no prefetch, and only the shapes gemv_default_config picks for
+// the residual projections (each is one more kernel per weight format to compile).
+bool gemv_norm_out_supported(const GemvConfig& c);
 
 // accumulate: y += W·x instead of y = W·x, which fuses the residual add after the attention-output and FFN-down
 // projections into their GEMVs (one launch and one pass over the residual less, per projection).

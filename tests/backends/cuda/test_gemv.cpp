@@ -321,6 +321,133 @@ TEST(CudaGemv, QuantSwigluEpilogueEqualsGemvThenSwiglu) {
   EXPECT_GT(accepted, 0);
 }
 
+// The norm_out epilogue (GemvInput::norm_out_*; the decoder's opt-in TESSERA_CUDA_QUANT_NORM=1): y bit for bit
+// what the plain accumulating quantized GEMV of the same launch shape stores; q8 / ds bit for bit the host
+// quantization of y ⊙ w per block of 32 (quantize_q8's arithmetic, without the 1/rms factor); sumsq each block's sum
+// of y^2 (a warp tree's order: relative 1e-5). Launch shapes without the epilogue, and a call missing an output, fail
+// with an error.
+TEST(CudaGemv, QuantNormOutEpilogueWritesTheNextInput) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const int64_t shapes[][2] = {{64, 256}, {576, 1536}, {4096, 4096}, {4096, 14336}};  // {n, k}
+  int accepted = 0;
+  for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_1})
+    for (const auto& sh : shapes) {
+      const int64_t n = sh[0], k = sh[1];
+      const auto w_host = random_weight(rng, dtype, n, k);
+      DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
+      DeviceBuffer xd = to_device(random_floats(rng, k, -3.0f, 3.0f));
+      DeviceBuffer xq = poisoned(static_cast<size_t>(k)), xds = poisoned(sizeof(float2) * (k / 32));
+      quantize_q8(xd.as<float>(), xq.as<int8_t>(), xds.as<float2>(), k, nullptr);
+      const std::vector<float> y0 = random_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f);
+      const std::vector<float> norm_w = random_floats(rng, static_cast<size_t>(n), 0.5f, 1.5f);
+      DeviceBuffer nw = to_device(norm_w);
+      for (const GemvConfig& c : gemv_configs()) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " config=" << c.threads
+                                          << "/" << c.rows << "/" << c.unroll << "/" << c.prefetch);
+        GemvInput in;
+        in.q8 = xq.as<int8_t>();
+        in.q8_ds = xds.as<float2>();
+        DeviceBuffer q8 = poisoned(static_cast<size_t>(n)), ds = poisoned(sizeof(float2) * (n / 32)),
+                     ss = poisoned(sizeof(float) * (n / 32));
+        GemvInput fused = in;
+        fused.norm_out_w = nw.as<float>();
+        fused.norm_out_q8 = q8.as<int8_t>();
+        fused.norm_out_ds = ds.as<float2>();
+        fused.norm_out_sumsq = ss.as<float>();
+        DeviceBuffer want = to_device(y0), got = to_device(y0);
+        if (!gemv_norm_out_supported(c)) {
+          EXPECT_THROW(gemv(w, fused, got.as<float>(), nullptr, &c, true), Error);
+          continue;
+        }
+        gemv(w, in, want.as<float>(), nullptr, &c, true);
+        gemv(w, fused, got.as<float>(), nullptr, &c, true);
+        synchronize();
+        const auto y = to_host<float>(got, static_cast<size_t>(n));
+        ASSERT_EQ(y, to_host<float>(want, static_cast<size_t>(n)));
+        std::vector<float> yw(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) yw[i] = y[i] * norm_w[i];
+        std::vector<int8_t> ref_q8(static_cast<size_t>(n));
+        std::vector<float2> ref_ds(static_cast<size_t>(n / 32));
+        quantize_q8_ref(yw.data(), ref_q8.data(), ref_ds.data(), n);
+        EXPECT_EQ(to_host<int8_t>(q8, static_cast<size_t>(n)), ref_q8);
+        const auto got_ds = to_host<float>(ds, static_cast<size_t>(n / 16));
+        const auto got_ss = to_host<float>(ss, static_cast<size_t>(n / 32));
+        for (int64_t b = 0; b < n / 32; ++b) {
+          EXPECT_EQ(got_ds[2 * b], ref_ds[b].x) << "block " << b;
+          EXPECT_EQ(got_ds[2 * b + 1], ref_ds[b].y) << "block " << b;
+          double s = 0;
+          for (int64_t j = 0; j < 32; ++j) s += double(y[b * 32 + j]) * y[b * 32 + j];
+          EXPECT_NEAR(got_ss[b], s, 1e-5 * s) << "block " << b;
+        }
+        if (HasFailure()) return;
+        ++accepted;
+        GemvInput missing = fused;
+        missing.norm_out_sumsq = nullptr;
+        EXPECT_THROW(gemv(w, missing, got.as<float>(), nullptr, &c, true), Error);
+      }
+    }
+  EXPECT_GT(accepted, 0);
+}
+
+// The rms_sumsq input (the consumer side of the same fold): fed x ⊙ w quantized without 1/rms plus the per-32 sums of
+// x^2, every launch shape equals the GEMV fed rmsnorm(x)'s own q8 output, to rounding: a block's codes agree except
+// where x w / d falls within a rounding error of a half step (the two sides quantize differently rounded products),
+// so the rows agree to 1e-3 of the output's RMS rather than bit for bit. Without the 1/rms scale they would differ
+// by 1 - 1/rms (~40% here).
+TEST(CudaGemv, QuantRmsInputEqualsRmsnormThenGemv) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const int64_t shapes[][2] = {{256, 576}, {2048, 4096}};  // {n, k}
+  const float eps = 1e-5f;
+  for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_1})
+    for (const auto& sh : shapes) {
+      const int64_t n = sh[0], k = sh[1];
+      const auto w_host = random_weight(rng, dtype, n, k);
+      DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
+      const std::vector<float> x = random_floats(rng, static_cast<size_t>(k), -3.0f, 3.0f);
+      const std::vector<float> nw = random_floats(rng, static_cast<size_t>(k), 0.5f, 1.5f);
+      DeviceBuffer xd = to_device(x), nwd = to_device(nw), xn = poisoned(sizeof(float) * k);
+      DeviceBuffer qa = poisoned(static_cast<size_t>(k)), dsa = poisoned(sizeof(float2) * (k / 32));
+      rmsnorm(xd.as<float>(), nwd.as<float>(), xn.as<float>(), 1, k, eps, nullptr, qa.as<int8_t>(),
+              dsa.as<float2>());
+      std::vector<float> xw(static_cast<size_t>(k)), sumsq(static_cast<size_t>(k / 32), 0.0f);
+      for (int64_t i = 0; i < k; ++i) {
+        xw[i] = x[i] * nw[i];
+        sumsq[i / 32] += x[i] * x[i];
+      }
+      std::vector<int8_t> qb_host(static_cast<size_t>(k));
+      std::vector<float2> dsb_host(static_cast<size_t>(k / 32));
+      quantize_q8_ref(xw.data(), qb_host.data(), dsb_host.data(), k);
+      DeviceBuffer qb = to_device(qb_host), dsb = to_device(dsb_host), ssb = to_device(sumsq);
+      for (const GemvConfig& c : gemv_configs()) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " config=" << c.threads
+                                          << "/" << c.rows << "/" << c.unroll << "/" << c.prefetch);
+        GemvInput a;
+        a.q8 = qa.as<int8_t>();
+        a.q8_ds = dsa.as<float2>();
+        GemvInput b;
+        b.q8 = qb.as<int8_t>();
+        b.q8_ds = dsb.as<float2>();
+        b.rms_sumsq = ssb.as<float>();
+        b.rms_eps = eps;
+        DeviceBuffer ya = poisoned(sizeof(float) * n), yb = poisoned(sizeof(float) * n);
+        gemv(w, a, ya.as<float>(), nullptr, &c);
+        gemv(w, b, yb.as<float>(), nullptr, &c);
+        synchronize();
+        const auto va = to_host<float>(ya, static_cast<size_t>(n)), vb = to_host<float>(yb, static_cast<size_t>(n));
+        double rms = 0;
+        for (float v : va) rms += double(v) * v;
+        rms = std::sqrt(rms / static_cast<double>(n));
+        ASSERT_GT(rms, 0.0);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_FALSE(std::isnan(vb[i])) << "row " << i;
+          ASSERT_NEAR(vb[i], va[i], 1e-3 * rms) << "row " << i;
+        }
+      }
+    }
+}
+
 // Grids of exactly one wave of the capped float kernel (1024 / threads blocks per SM, at most 64 registers): for the
 // launch shapes that have a capped copy (16-bit weights, rows * unroll <= 4; gemv_float_kernel.cuh), gemv_float.cu
 // launches it wherever the plain kernel holds fewer blocks per SM (the fused RMSNorm at most of these shapes: 67-95

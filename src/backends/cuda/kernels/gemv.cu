@@ -76,6 +76,10 @@ const std::vector<GemvConfig>& gemv_configs() {
   return configs;
 }
 
+bool gemv_norm_out_supported(const GemvConfig& c) {
+  return detail::has_norm_out(detail::Shape{c.threads, c.rows, c.unroll, c.prefetch});
+}
+
 bool gemv_supports(DType dtype) {
   switch (dtype) {
     case DType::F32:
@@ -144,6 +148,9 @@ void gemv(const DeviceWeight& w, const GemvInput& x, float* y, cudaStream_t stre
                            "gemv: float weights need a 16-byte aligned f32 activation");
       TESSERA_CUDA_REQUIRE(x.norm_w == nullptr || detail::aligned16(x.norm_w),
                            "gemv: the fused RMSNorm weight must be 16-byte aligned");
+      TESSERA_CUDA_REQUIRE(x.rms_sumsq == nullptr && x.norm_out_w == nullptr,
+                           "gemv: rms_sumsq and norm_out are for quantized weights (float weights fold the RMSNorm "
+                           "through norm_w)");
       TESSERA_CUDA_REQUIRE(
           !x.swiglu || (w.n % 2 == 0 && !accumulate && c.rows % 2 == 0 && c.prefetch == 0 && c.threads >= 128),
           "gemv: the SwiGLU epilogue needs an even number of weight rows ([gate; up]), no accumulate, and a launch "
@@ -162,6 +169,13 @@ void gemv(const DeviceWeight& w, const GemvInput& x, float* y, cudaStream_t stre
       TESSERA_CUDA_REQUIRE(
           x.q8 != nullptr && x.q8_ds != nullptr && detail::aligned16(x.q8) && detail::aligned16(x.q8_ds),
           "gemv: quantized weights need the q8 activation (16-byte aligned; see quantize_q8)");
+      TESSERA_CUDA_REQUIRE(
+          x.norm_out_w == nullptr || (gemv_norm_out_supported(c) && w.n % 32 == 0 && !x.swiglu &&
+                                      x.norm_out_q8 != nullptr && x.norm_out_ds != nullptr &&
+                                      x.norm_out_sumsq != nullptr),
+          "gemv: the norm_out epilogue needs N % 32 == 0, no SwiGLU, its q8, ds and sumsq outputs, and a launch shape "
+          "of gemv_norm_out_supported (threads " + num(c.threads) + ", rows " + num(c.rows) + ", unroll " +
+              num(c.unroll) + ", prefetch " + num(c.prefetch) + " is not)");
       detail::launch_gemv_quant(index, a);
       break;
   }

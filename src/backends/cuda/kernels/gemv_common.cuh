@@ -58,7 +58,8 @@ __device__ __forceinline__ float block_sum_all(float v) {
   }
 }
 
-// Sums acc[r] over the block and stores y[row0 + r] = scale * sum (rows past n are dropped).
+// Sums acc[r] over the block and stores y[row0 + r] = scale * sum (rows past n are dropped); the storing thread
+// (thread 0) is left holding the stored values in acc.
 template <int THREADS, int ROWS>
 __device__ __forceinline__ void block_sum_store(float (&acc)[ROWS], float* __restrict__ y, int row0, int n,
                                                 bool accumulate, float scale = 1.0f) {
@@ -71,7 +72,7 @@ __device__ __forceinline__ void block_sum_store(float (&acc)[ROWS], float* __res
     if (lane == 0) {
 #pragma unroll
       for (int r = 0; r < ROWS; ++r)
-        if (row0 + r < n) y[row0 + r] = accumulate ? y[row0 + r] + acc[r] * scale : acc[r] * scale;
+        if (row0 + r < n) y[row0 + r] = acc[r] = accumulate ? y[row0 + r] + acc[r] * scale : acc[r] * scale;
     }
   } else {
     __shared__ float part[ROWS][kWarps];
@@ -85,7 +86,7 @@ __device__ __forceinline__ void block_sum_store(float (&acc)[ROWS], float* __res
       for (int r = 0; r < ROWS; ++r) {
         float v = lane < kWarps ? part[r][lane] : 0.0f;
         v = warp_sum(v);
-        if (lane == 0 && row0 + r < n) y[row0 + r] = accumulate ? y[row0 + r] + v * scale : v * scale;
+        if (lane == 0 && row0 + r < n) y[row0 + r] = acc[r] = accumulate ? y[row0 + r] + v * scale : v * scale;
       }
     }
   }
@@ -150,6 +151,17 @@ constexpr Shape kShapes[] = {
     {64, 4, 1, 0},  {64, 2, 1, 0},
 };
 constexpr int kNumShapes = static_cast<int>(sizeof(kShapes) / sizeof(kShapes[0]));
+
+// The launch shapes with the quantized norm_out epilogue (GemvInput::norm_out_*): those gemv_default_config picks for
+// the residual projections (o: 64/4/1, down: 256/2/2 for q8_0, 256/4/1 and 128/4/1 for the 4-bit formats; below 4096
+// rows 64/2/1 for q8_0 and 128/4/1).
+constexpr bool has_norm_out(const Shape& s) {
+  return s.prefetch == 0 && ((s.threads == 64 && s.rows == 4 && s.unroll == 1) ||
+                             (s.threads == 64 && s.rows == 2 && s.unroll == 1) ||
+                             (s.threads == 256 && s.rows == 2 && s.unroll == 2) ||
+                             (s.threads == 256 && s.rows == 4 && s.unroll == 1) ||
+                             (s.threads == 128 && s.rows == 4 && s.unroll == 1));
+}
 
 struct LaunchArgs {
   const DeviceWeight* w;  // with GemvInput::swiglu: [gate; up], 2 * n_out rows

@@ -100,12 +100,30 @@ struct SwigluOut {
   float2* ds;
   unsigned int* tickets;
 };
+// RMS (GemvInput::rms_sumsq): x was quantized without its 1/rms factor; the GEMV scales its outputs by it.
+struct RmsIn {
+  const float* sumsq;  // [k/32] or nullptr
+  float eps;
+};
+// NORM_OUT (GemvInput::norm_out_*): the outputs also quantized for the next RMSNorm's readers, rms-free, with the
+// per-32 sums of squares. The grid runs as clusters of kQ / ROWS blocks (one cluster per 32 rows): every block pushes
+// its ROWS stored values into the cluster's first block's shared memory and arrives on the cluster barrier (release);
+// the first block waits (acquire) and quantizes the 32 values times the norm weight with one warp (quantize_lane_q8,
+// as quantize_q8). Phase 1 of the barrier (arrive at the start, wait before the push) makes sure the first block runs
+// before anyone writes into it; it never waits, as the blocks of a cluster start together.
+struct NormOut {
+  const float* w;  // [n]
+  int8_t* q8;      // [n]
+  float2* ds;      // [n/32]
+  float* sumsq;    // [n/32]
+};
 
-template <DType D, int THREADS, int ROWS, int UNROLL, int PF, bool CAP, bool SWIGLU = false>
+template <DType D, int THREADS, int ROWS, int UNROLL, int PF, bool CAP, bool SWIGLU = false, bool NORM_OUT = false>
 __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
     gemv_quant_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
                       const int8_t* __restrict__ xq /*[k]*/, const float2* __restrict__ xds /*[k/32]*/,
-                      float* __restrict__ y /*[n], SWIGLU: [n/2]*/, int n, int k, bool accumulate, SwigluOut so) {
+                      float* __restrict__ y /*[n], SWIGLU: [n/2]*/, int n, int k, bool accumulate, SwigluOut so,
+                      RmsIn rin, NormOut no) {
   using Q = QuantFmt<D>;
   constexpr int QB = Q::kQuantBytes;
   constexpr int SB = Q::kScaleBytes;
@@ -144,12 +162,26 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
         for (int r = 0; r < ROWS; ++r) load_block<QB, SB>(qr[r], sr[r], b0 + u * THREADS, wv[u][r], sc[u][r]);
       }
   };
+  float norm_w = 0.0f;  // NORM_OUT, the cluster's first block, warp 0: lane i's norm weight
+  if constexpr (NORM_OUT) {
+    static_assert(kQ % ROWS == 0, "a cluster covers one block of 32 rows");
+    cluster_arrive_relaxed();
+    if (cluster_rank() == 0 && threadIdx.x < kWarp) norm_w = __ldg(no.w + row0 + threadIdx.x);
+  }
   float acc[ROWS] = {};
   int b = threadIdx.x;
   uint4 wv[UNROLL][ROWS][V] = {};
   uint32_t sc[UNROLL][ROWS] = {};
   load_step(b, wv, sc);
   pdl_wait();
+  // RMS: warp 0 sums the k/32 partial sums (lane-strided, then the warp tree: a fixed order) while the weights stream;
+  // only warp 0 stores (block_sum_store and its SwiGLU twin), so only it needs the scale.
+  float out_scale = 1.0f;
+  if (rin.sumsq != nullptr && threadIdx.x < kWarp) {
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < nb; j += kWarp) ss += rin.sumsq[j];
+    out_scale = 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(k) + rin.eps);  // correctly rounded, as rmsnorm
+  }
   while (b < nb) {
     if constexpr (PF > 0) {
       const int ahead = b + (PF + 1) * kStep;
@@ -176,7 +208,7 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
       }
   }
   if constexpr (SWIGLU) {
-    block_sum_store_swiglu<THREADS, ROWS>(acc, y, row0, n_out, 1.0f);  // thread 0 stores the block's H values
+    block_sum_store_swiglu<THREADS, ROWS>(acc, y, row0, n_out, out_scale);  // thread 0 stores the block's H values
     __shared__ bool last;
     if (threadIdx.x == 0) {
       __threadfence();  // this block's values are visible before its ticket counts them
@@ -190,7 +222,26 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
       if (threadIdx.x == 0) so.tickets[row0 / kQ] = 0;
     }
   } else {
-    block_sum_store<THREADS, ROWS>(acc, y, row0, n, accumulate);
+    block_sum_store<THREADS, ROWS>(acc, y, row0, n, accumulate, out_scale);  // thread 0 keeps the stored values
+    if constexpr (NORM_OUT) {
+      __shared__ float group[kQ];  // used in the cluster's first block
+      const unsigned rank = cluster_rank();
+      cluster_wait_acquire();  // phase 1: every block of the cluster runs
+      if (threadIdx.x == 0) {
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) store_cluster_f32(group + rank * ROWS + r, 0, acc[r]);
+      }
+      cluster_arrive_release();  // phase 2: this block's rows are in place
+      if (rank != 0) return;
+      cluster_wait_acquire();
+      if (threadIdx.x < kWarp) {
+        const float v = group[threadIdx.x];
+        const int g = row0 / kQ;
+        no.q8[row0 + threadIdx.x] = quantize_lane_q8(v * norm_w, no.ds + g);
+        const float ss = warp_sum(v * v);
+        if (threadIdx.x == 0) no.sumsq[g] = ss;
+      }
+    }
   }
 }
 
@@ -202,6 +253,36 @@ void launch_shape(const LaunchArgs& a) {
   constexpr bool kCappable = QuantFmt<D>::kQuantBytes == 16 && s.rows * s.unroll == 4;
   const int n = static_cast<int>(a.w->n), k = static_cast<int>(a.w->k);
   const SwigluOut so{a.x->swiglu_q8, a.x->swiglu_ds, a.x->swiglu_tickets};
+  const RmsIn rin{a.x->rms_sumsq, a.x->rms_eps};
+  const NormOut no{a.x->norm_out_w, a.x->norm_out_q8, a.x->norm_out_ds, a.x->norm_out_sumsq};
+  if (a.x->norm_out_w != nullptr) {
+    if constexpr (has_norm_out(s)) {
+      constexpr unsigned kCluster = kQ / s.rows;
+      auto plain = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, false, false, true>;
+      auto kernel = plain;
+      if constexpr (kCappable) {
+        static const int plain_per_sm = blocks_per_sm(plain, s.threads);
+        if (static_cast<int64_t>(ceil_div(n, s.rows)) > static_cast<int64_t>(plain_per_sm) * sm_count())
+          kernel = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, true, false, true>;
+      }
+      if constexpr (kCluster > 8) {  // 16 blocks: a non-portable cluster size (sm_90 allows it when asked)
+        static const bool allowed = [&] {
+          TESSERA_CUDA_CHECK(cudaFuncSetAttribute(plain, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+          if constexpr (kCappable)
+            TESSERA_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch,
+                                                                      true, false, true>,
+                                                    cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+          return true;
+        }();
+        (void)allowed;
+      }
+      launch_cluster("gemv_quant_kernel<norm_out>", kernel, dim3(ceil_div(n, s.rows)), dim3(s.threads), 0, a.stream,
+                     kCluster, a.w->quants.as<uint8_t>(), a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k,
+                     a.accumulate, so, rin, no);
+      return;
+    }
+    fail_message("gemv: this launch shape has no norm_out epilogue");
+  }
   if (a.x->swiglu) {
     // Instantiated only for the shapes the gemv() check admits (paired rows, no prefetch), uncapped; the default
     // shapes of a merged gate|up (64 or 128 threads, 2 or 4 rows) are among them, so the rows sum as without it.
@@ -209,7 +290,7 @@ void launch_shape(const LaunchArgs& a) {
     if constexpr (kPairs && kQ % (s.rows >= 2 ? s.rows / 2 : 1) == 0) {
       launch("gemv_quant_kernel<swiglu>", gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, false, true>,
              dim3(ceil_div(n / 2, s.rows / 2)), dim3(s.threads), 0, a.stream, a.w->quants.as<uint8_t>(),
-             a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, false, so);
+             a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, false, so, rin, no);
       return;
     }
     fail_message("gemv: this launch shape has no quantized SwiGLU epilogue");
@@ -223,7 +304,7 @@ void launch_shape(const LaunchArgs& a) {
       kernel = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, true>;
   }
   launch("gemv_quant_kernel", kernel, grid, dim3(s.threads), 0, a.stream, a.w->quants.as<uint8_t>(),
-         a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, a.accumulate, so);
+         a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, a.accumulate, so, rin, no);
 }
 
 template <DType D, size_t... I>
