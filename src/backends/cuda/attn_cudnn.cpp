@@ -14,10 +14,13 @@
 #if TESSERA_HAVE_CUDNN
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include "backends/cuda/memory.h"
 #include "cudnn_frontend.h"
@@ -29,6 +32,14 @@ void* cudnn_dlhandle = nullptr;
 #endif
 
 namespace tessera::cuda {
+
+CudnnAttnOptions CudnnAttnOptions::from_env() {
+  CudnnAttnOptions o;
+  const char* tune = std::getenv("TESSERA_CUDNN_AUTOTUNE");
+  o.autotune = tune == nullptr ? 0 : std::string(tune) == "1" ? 1 : std::string(tune) == "2" ? 2 : 0;
+  o.exact_full_chunk = env_is_on("TESSERA_CUDNN_EXACT_FIRST");
+  return o;
+}
 
 #if !TESSERA_HAVE_CUDNN
 
@@ -42,16 +53,22 @@ bool cudnn_attention_available(std::string* why) {
 
 struct CudnnAttnWorkspace::Impl {};
 
-CudnnAttnWorkspace::CudnnAttnWorkspace(int64_t) {
+CudnnAttnWorkspace::CudnnAttnWorkspace(int64_t, const CudnnAttnOptions&) {
   std::string why;
   cudnn_attention_available(&why);
   fail("cuDNN attention is unavailable: {}", why);
 }
 CudnnAttnWorkspace::~CudnnAttnWorkspace() = default;
 int64_t CudnnAttnWorkspace::max_t() const { return 0; }
+const CudnnAttnOptions& CudnnAttnWorkspace::options() const {
+  static const CudnnAttnOptions none;
+  return none;
+}
 void CudnnAttnWorkspace::prepare(const KvCacheView&, int64_t, int64_t, int64_t, int64_t, float) {}
 int64_t CudnnAttnWorkspace::graphs_built() const { return 0; }
 double CudnnAttnWorkspace::build_ms() const { return 0; }
+std::vector<CudnnGraphInfo> CudnnAttnWorkspace::graph_info() const { return {}; }
+void CudnnAttnWorkspace::force_plan(int64_t) {}
 
 void attn_prefill_cudnn(const void*, int64_t, const KvCacheView&, int64_t, int64_t, int64_t, void*, int64_t, float,
                         CudnnAttnWorkspace&, cudaStream_t) {
@@ -136,7 +153,38 @@ struct ShapeKey {
 
 struct Built {
   std::shared_ptr<fe::graph::Graph> graph;
-  int64_t workspace_bytes = 0;
+  int64_t workspace_bytes = 0;  // the largest of the plans'
+  std::vector<int64_t> plan_index;  // the graph's index of each of info.plans
+  CudnnGraphInfo info;
+};
+
+// Plan timing: two warm-up rounds, then rounds of one timed launch per plan (interleaved, so that clock and thermal
+// drift lands on every plan alike) until about this many milliseconds of GPU time, within [kTuneMinRounds,
+// kTuneMaxRounds] rounds; each plan's median decides. Another plan replaces the heuristics' first only when it is at
+// least kTuneMargin faster (closer is noise, and the first is what every other cuDNN user runs).
+constexpr double kTuneBudgetMs = 100;
+constexpr int kTuneMinRounds = 5, kTuneMaxRounds = 25;
+constexpr double kTuneMargin = 0.01;
+// TESSERA_CUDNN_AUTOTUNE=2: at most this many knob variants per graph, and only knobs with at most kKnobValues values.
+constexpr int64_t kMaxKnobVariants = 32, kKnobValues = 16;
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Two CUDA events, destroyed on every way out.
+struct EventPair {
+  cudaEvent_t a = nullptr, b = nullptr;
+  EventPair() {
+    TESSERA_CUDA_CHECK(cudaEventCreate(&a));
+    TESSERA_CUDA_CHECK(cudaEventCreate(&b));
+  }
+  ~EventPair() {
+    if (a != nullptr) cudaEventDestroy(a);
+    if (b != nullptr) cudaEventDestroy(b);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
 };
 
 void check_fe(const fe::error_t& e, const char* step, const ShapeKey& k) {
@@ -145,8 +193,9 @@ void check_fe(const fe::error_t& e, const char* step, const ShapeKey& k) {
        k.t, k.s_kv, step, e.err_msg);
 }
 
+// max_t > 0: the variable-length key, except for p0 = 0 and t = max_t when exact_full (the exact key).
 ShapeKey make_key(const KvCacheView& cache, int64_t ld_q, int64_t p0, int64_t t, int64_t n_head, float scale,
-                  int64_t max_t) {
+                  int64_t max_t, bool exact_full) {
   TESSERA_CHECK(cache.dtype == DType::BF16 || cache.dtype == DType::F16,
                 "attn_prefill_cudnn: the KV cache is {}, but cuDNN attention takes a bf16 or f16 cache",
                 dtype_name(cache.dtype));
@@ -162,7 +211,8 @@ ShapeKey make_key(const KvCacheView& cache, int64_t ld_q, int64_t p0, int64_t t,
   std::memcpy(&bits, &scale, sizeof bits);
   if (max_t > 0) {
     TESSERA_CHECK(t <= max_t, "attn_prefill_cudnn: {} rows exceed the workspace's max_t {}", t, max_t);
-    return ShapeKey{cache.dtype, n_head, cache.n_kv, cache.hd, max_t, cache.n_ctx, ld_q, cache.n_ctx, bits, true};
+    if (!(exact_full && p0 == 0 && t == max_t))
+      return ShapeKey{cache.dtype, n_head, cache.n_kv, cache.hd, max_t, cache.n_ctx, ld_q, cache.n_ctx, bits, true};
   }
   return ShapeKey{cache.dtype, n_head, cache.n_kv, cache.hd, t, p0 + t, ld_q, cache.n_ctx, bits, false};
 }
@@ -177,6 +227,8 @@ struct CudnnAttnWorkspace::Impl {
   std::map<ShapeKey, Built> graphs;
   DeviceBuffer workspace;
   double build_ms = 0;
+  CudnnAttnOptions options;
+  int64_t forced = -1;  // force_plan
 
   // The graph for `k`: Q [1, n_head, t, hd] with rows ld_q apart, K and V [1, n_kv, s_kv, hd] inside the cache slot
   // (rows hd apart, heads n_ctx * hd apart), O [1, n_head, t, hd] row-major [t, n_head * hd].
@@ -238,16 +290,145 @@ struct CudnnAttnWorkspace::Impl {
     check_fe(g->build_operation_graph(handle), "build_operation_graph", k);
     check_fe(g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "create_execution_plans", k);
     check_fe(g->check_support(), "check_support", k);
-    check_fe(g->build_plans(), "build_plans", k);
     Built b;
     b.graph = g;
-    check_fe(g->get_workspace_size(b.workspace_bytes), "get_workspace_size", k);
+    build_plans(b, k);
+    check_fe(g->prepare_variant_pack_template(), "prepare_variant_pack_template", k);
     if (static_cast<size_t>(b.workspace_bytes) > workspace.bytes()) {
       TESSERA_CUDA_CHECK(cudaDeviceSynchronize());  // the old buffer may still be in use by queued launches
       workspace = DeviceBuffer(static_cast<size_t>(b.workspace_bytes));
     }
-    build_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    b.info.t = k.t;
+    b.info.s_kv = k.s_kv;
+    b.info.varlen = k.varlen;
+    b.info.tuned = options.autotune == 0 || b.plan_index.size() == 1;
+    b.info.build_ms = ms_since(t0);
+    build_ms += b.info.build_ms;
     return graphs.emplace(k, std::move(b)).first->second;
+  }
+
+  // The plans of b.graph: the heuristics' configurations in their order, each distinct one (by engine tag) that
+  // builds; with autotune off only the first that builds (what build_plans() would pick). With autotune 2, then
+  // variants of each engine among them with one knob moved off the heuristics' value.
+  void build_plans(Built& b, const ShapeKey& k) {
+    fe::graph::Graph& g = *b.graph;
+    std::set<std::string> seen;
+    std::string failures;
+    auto try_build = [&](int64_t i) {
+      std::string name;
+      if (g.get_plan_name_at_index(i, name).is_bad() || !seen.insert(name).second) return false;
+      const fe::error_t st = g.build_plan_at_index(i);
+      if (st.is_bad()) {
+        if (failures.size() < 2000) failures += "\n  plan " + std::to_string(i) + " (" + name + "): " + st.err_msg;
+        return false;
+      }
+      int64_t ws = 0;
+      check_fe(g.get_workspace_size_plan_at_index(i, ws), "get_workspace_size", k);
+      b.plan_index.push_back(i);
+      b.info.plans.push_back(CudnnPlanInfo{name, ws, -1});
+      b.workspace_bytes = std::max(b.workspace_bytes, ws);
+      return true;
+    };
+    const int64_t offered = g.get_execution_plan_count();
+    for (int64_t i = 0; i < offered; ++i)
+      if (try_build(i) && options.autotune == 0) break;
+    if (b.plan_index.empty())
+      fail("cuDNN attention ({} q heads, {} kv heads, hd {}, {} rows over {} keys): no plan of {} built:{}", k.n_head,
+           k.n_kv, k.hd, k.t, k.s_kv, offered, failures);
+    if (options.autotune >= 2) {
+      std::set<int64_t> engines;
+      int64_t variants = 0;
+      const size_t base = b.plan_index.size();
+      for (size_t c = 0; c < base && variants < kMaxKnobVariants; ++c) {
+        int64_t engine = -1;
+        std::unordered_map<fe::KnobType_t, int64_t> chosen;
+        if (g.get_engine_and_knobs_at_index(b.plan_index[c], engine, chosen).is_bad() || !engines.insert(engine).second)
+          continue;
+        std::vector<fe::Knob> knobs;
+        if (g.get_knobs_for_engine(engine, knobs).is_bad()) continue;
+        for (const fe::Knob& kn : knobs) {
+          if (fe::is_frontend_knob_type(kn.type)) continue;
+          const int64_t step = std::max<int64_t>(1, kn.stride);
+          if (kn.maxValue < kn.minValue || (kn.maxValue - kn.minValue) / step + 1 > kKnobValues) continue;
+          for (int64_t v = kn.minValue; v <= kn.maxValue && variants < kMaxKnobVariants; v += step) {
+            auto it = chosen.find(kn.type);
+            if (it != chosen.end() && it->second == v) continue;
+            auto knob_values = chosen;
+            knob_values[kn.type] = v;
+            const int64_t at = g.get_execution_plan_count();
+            if (g.create_execution_plan(engine, knob_values).is_bad()) continue;  // cuDNN refuses the combination
+            ++variants;
+            try_build(at);
+          }
+        }
+      }
+    }
+    b.info.configs = g.get_execution_plan_count();
+  }
+
+  // Times every plan of b on this call's buffers (pack; lengths already queued) and chooses (kTune* above). Leaves
+  // b untouched during stream capture. `stream` is the handle's stream already.
+  void tune(Built& b, std::unordered_map<int64_t, void*>& pack, cudaStream_t stream) {
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (stream != nullptr) TESSERA_CUDA_CHECK(cudaStreamIsCapturing(stream, &cap));
+    if (cap != cudaStreamCaptureStatusNone) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    const size_t n = b.plan_index.size();
+    EventPair ev;
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<bool> ok(n, true);
+    std::vector<std::vector<float>> times(n);
+    std::string failures;
+    auto timed = [&](size_t c) -> float {  // < 0: the plan failed to run
+      TESSERA_CUDA_CHECK(cudaEventRecord(ev.a, stream));
+      const fe::error_t st = b.graph->execute_plan_at_index(handle, pack, workspace.get(), b.plan_index[c]);
+      TESSERA_CUDA_CHECK(cudaEventRecord(ev.b, stream));
+      TESSERA_CUDA_CHECK(cudaEventSynchronize(ev.b));
+      if (st.is_bad()) {
+        (void)cudaGetLastError();  // a refused launch must not poison the next checked call
+        if (failures.size() < 2000) failures += "\n  " + b.info.plans[c].name + ": " + st.err_msg;
+        return -1;
+      }
+      float ms = 0;
+      TESSERA_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.a, ev.b));
+      return ms;
+    };
+    double round_ms = 0;
+    for (int w = 0; w < 2; ++w) {
+      round_ms = 0;
+      for (size_t c = 0; c < n; ++c) {
+        if (!ok[c]) continue;
+        const float ms = timed(c);
+        ok[c] = ms >= 0;
+        round_ms += std::max(0.0f, ms);
+      }
+    }
+    const int rounds = std::clamp(static_cast<int>(kTuneBudgetMs / std::max(round_ms, 1e-3)), kTuneMinRounds,
+                                  kTuneMaxRounds);
+    for (int r = 0; r < rounds; ++r)
+      for (size_t j = 0; j < n; ++j) {
+        const size_t c = (j + static_cast<size_t>(r)) % n;  // rotate the order: no plan always runs first
+        if (!ok[c]) continue;
+        const float ms = timed(c);
+        ok[c] = ms >= 0;
+        if (ok[c]) times[c].push_back(ms);
+      }
+    int64_t best = -1;
+    for (size_t c = 0; c < n; ++c) {
+      if (!ok[c] || times[c].empty()) continue;
+      std::sort(times[c].begin(), times[c].end());
+      b.info.plans[c].tune_ms = times[c][times[c].size() / 2];
+      if (best < 0 || b.info.plans[c].tune_ms < b.info.plans[static_cast<size_t>(best)].tune_ms)
+        best = static_cast<int64_t>(c);
+    }
+    b.info.tune_ms = ms_since(t0);
+    if (best < 0) {
+      fail("cuDNN attention ({} rows over {} keys): no plan ran while tuning:{}", b.info.t, b.info.s_kv, failures);
+    }
+    const double best_ms = b.info.plans[static_cast<size_t>(best)].tune_ms;
+    if (best != 0 && ok[0] && best_ms > (1 - kTuneMargin) * b.info.plans[0].tune_ms) best = 0;
+    b.info.chosen = best;
+    b.info.tuned = true;
   }
 };
 
@@ -264,11 +445,15 @@ bool cudnn_attention_available(std::string* why) {
   return device_is_hopper(why);
 }
 
-CudnnAttnWorkspace::CudnnAttnWorkspace(int64_t max_t) : impl_(std::make_unique<Impl>()) {
+CudnnAttnWorkspace::CudnnAttnWorkspace(int64_t max_t, const CudnnAttnOptions& options)
+    : impl_(std::make_unique<Impl>()) {
   std::string why;
   if (!cudnn_attention_available(&why)) fail("cuDNN attention is unavailable: {}", why);
   TESSERA_CHECK(max_t >= 0, "cuDNN attention: max_t {} is negative", max_t);
+  TESSERA_CHECK(options.autotune >= 0 && options.autotune <= 2, "cuDNN attention: autotune level {} is not 0, 1 or 2",
+                options.autotune);
   impl_->max_t = max_t;
+  impl_->options = options;
   if (max_t > 0) impl_->lengths = DeviceBuffer(32);
   try {
     const cudnnStatus_t st = fe::detail::create_handle(&impl_->handle);
@@ -287,7 +472,7 @@ CudnnAttnWorkspace::~CudnnAttnWorkspace() {
 
 void CudnnAttnWorkspace::prepare(const KvCacheView& cache, int64_t ld_q, int64_t p0, int64_t t, int64_t n_head,
                                  float scale) {
-  const ShapeKey k = make_key(cache, ld_q, p0, t, n_head, scale, impl_->max_t);
+  const ShapeKey k = make_key(cache, ld_q, p0, t, n_head, scale, impl_->max_t, impl_->options.exact_full_chunk);
   std::lock_guard<std::mutex> lock(impl_->mu);
   try {
     impl_->get(k, nullptr);
@@ -299,6 +484,8 @@ void CudnnAttnWorkspace::prepare(const KvCacheView& cache, int64_t ld_q, int64_t
 
 int64_t CudnnAttnWorkspace::max_t() const { return impl_->max_t; }
 
+const CudnnAttnOptions& CudnnAttnWorkspace::options() const { return impl_->options; }
+
 int64_t CudnnAttnWorkspace::graphs_built() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return static_cast<int64_t>(impl_->graphs.size());
@@ -309,10 +496,22 @@ double CudnnAttnWorkspace::build_ms() const {
   return impl_->build_ms;
 }
 
+std::vector<CudnnGraphInfo> CudnnAttnWorkspace::graph_info() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<CudnnGraphInfo> out;
+  for (const auto& [key, built] : impl_->graphs) out.push_back(built.info);
+  return out;
+}
+
+void CudnnAttnWorkspace::force_plan(int64_t plan) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->forced = plan < 0 ? -1 : plan;
+}
+
 void attn_prefill_cudnn(const void* q, int64_t ld_q, const KvCacheView& cache, int64_t seq, int64_t p0, int64_t t,
                         void* out, int64_t n_head, float scale, CudnnAttnWorkspace& ws, cudaStream_t stream) {
   CudnnAttnWorkspace::Impl& im = ws.impl();
-  const ShapeKey k = make_key(cache, ld_q, p0, t, n_head, scale, im.max_t);
+  const ShapeKey k = make_key(cache, ld_q, p0, t, n_head, scale, im.max_t, im.options.exact_full_chunk);
   TESSERA_CHECK(seq >= 0 && seq < cache.n_seq, "attn_prefill_cudnn: slot {} is outside the cache's {} slots", seq,
                 cache.n_seq);
   TESSERA_CHECK(reinterpret_cast<uintptr_t>(q) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
@@ -323,6 +522,9 @@ void attn_prefill_cudnn(const void* q, int64_t ld_q, const KvCacheView& cache, i
   std::lock_guard<std::mutex> lock(im.mu);
   try {
     Built& b = im.get(k, stream);
+    TESSERA_CHECK(im.forced < static_cast<int64_t>(b.plan_index.size()),
+                  "attn_prefill_cudnn: plan {} forced, but this shape's graph has {} plans", im.forced,
+                  b.plan_index.size());
     std::unordered_map<int64_t, void*> pack = {{UID_Q, const_cast<void*>(q)}, {UID_K, kp}, {UID_V, vp}, {UID_O, out}};
     if (k.varlen) {
       // A pageable copy this small is written into the stream's command buffer at the call, so `lens` may go out of
@@ -335,7 +537,11 @@ void attn_prefill_cudnn(const void* q, int64_t ld_q, const KvCacheView& cache, i
     const cudnnStatus_t st = fe::detail::set_stream(im.handle, stream);
     TESSERA_CHECK(st == CUDNN_STATUS_SUCCESS, "attn_prefill_cudnn: cudnnSetStream failed with status {}",
                   static_cast<int>(st));
-    check_fe(b.graph->execute(im.handle, pack, im.workspace.get()), "execute", k);
+    // The chosen plan; at the graph's first call outside capture, timed among its candidates first.
+    if (im.forced < 0 && !b.info.tuned) im.tune(b, pack, stream);
+    const int64_t plan = im.forced >= 0 ? im.forced : b.info.chosen;
+    const int64_t index = b.plan_index[static_cast<size_t>(plan)];
+    check_fe(b.graph->execute_plan_at_index(im.handle, pack, im.workspace.get(), index), "execute", k);
   } catch (const std::runtime_error& e) {
     if (dynamic_cast<const Error*>(&e) != nullptr) throw;
     fail("attn_prefill_cudnn: cuDNN failed: {}", e.what());

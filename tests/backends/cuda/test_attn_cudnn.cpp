@@ -1,7 +1,9 @@
 // cuDNN prefill attention (attn_prefill_cudnn, attn_cudnn.h): against a double-precision CPU reference at small
 // shapes, against our attn_prefill (itself checked against that reference in test_attn_prefill.cpp) at prefill-sized
-// shapes, replayed from a captured CUDA graph, and its argument checks. Skips where cuDNN attention is unavailable
-// (no GPU, a build without TESSERA_CUDNN, libcudnn not found, or TESSERA_CUDA_CUDNN=0).
+// shapes, every candidate plan of the autotuner (and its choice) against the reference, the variable-length
+// workspace's exact graph for a full first chunk, replayed from a captured CUDA graph, and its argument checks. Skips
+// where cuDNN attention is unavailable (no GPU, a build without TESSERA_CUDNN, libcudnn not found, or
+// TESSERA_CUDA_CUDNN=0).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -83,9 +85,26 @@ void make_inputs(const Case& c, std::mt19937& rng, Inputs& in) {
   in.cache.n_seq = n_seq;
 }
 
-std::vector<float> run_cudnn(const Case& c, const Inputs& in, CudnnAttnWorkspace& ws) {
+// The variable-length mode's contract: finite values in slot c.seq past p0 + t (make_inputs poisons them with NaN).
+void fill_past_end(const Case& c, std::mt19937& rng, Inputs& in) {
+  const int64_t slot = c.n_kv * in.n_ctx * c.hd;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t h = 0; h < c.n_kv; ++h)
+    for (int64_t p = c.p0 + c.t; p < in.n_ctx; ++p)
+      for (int64_t i = 0; i < c.hd; ++i) {
+        const size_t at = static_cast<size_t>(c.seq * slot + (h * in.n_ctx + p) * c.hd + i);
+        in.kc[at] = float_to_cache(c.dtype, normal(rng));
+        in.vc[at] = float_to_cache(c.dtype, normal(rng));
+      }
+  in.kc_d.upload(in.kc.data(), 2 * in.kc.size());
+  in.vc_d.upload(in.vc.data(), 2 * in.vc.size());
+}
+
+// out_rows: the rows of the output buffer, when more than c.t (a variable-length workspace's max_t: cuDNN may write
+// rows t .. max_t - 1).
+std::vector<float> run_cudnn(const Case& c, const Inputs& in, CudnnAttnWorkspace& ws, int64_t out_rows = 0) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
-  DeviceBuffer out = poisoned(2 * c.t * in.width);
+  DeviceBuffer out = poisoned(2 * std::max(c.t, out_rows) * in.width);
   attn_prefill_cudnn(in.q16_d.get(), in.ld_q, in.cache, c.seq, c.p0, c.t, out.get(), c.n_head, scale, ws, nullptr);
   synchronize();
   const auto bits = to_host<uint16_t>(out, c.t * in.width);
@@ -106,6 +125,19 @@ void print_worst(const char* what, const Case& c, double worst, double limit) {
               static_cast<long long>(c.seq), worst, limit);
 }
 
+// The CPU reference of every row of c, checked against o (limit_vs_exact); returns the worst row's error.
+double check_vs_reference(const Case& c, const Inputs& in, const std::vector<float>& o) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+  std::vector<double> ref;
+  auto ref_row = [&](int64_t r) {
+    std::vector<float> qr(in.q32.begin() + r * in.ld_q, in.q32.begin() + r * in.ld_q + in.width);
+    attn_decode_ref(qr.data(), in.kf, in.vf, in.n_ctx, c.n_head, c.n_kv, c.hd, static_cast<int32_t>(c.p0 + r), scale,
+                    ref);
+    return ref;
+  };
+  return check_rows_rel(o, c.t, in.width, c.p0, ref_row, limit_vs_exact(c.dtype));
+}
+
 TEST(CudaAttnCudnn, MatchesReference) {
   TESSERA_REQUIRE_CUDNN();
   std::mt19937 rng(test_seed());
@@ -122,15 +154,7 @@ TEST(CudaAttnCudnn, MatchesReference) {
     Inputs in;
     make_inputs(c, rng, in);
     const auto o = run_cudnn(c, in, ws);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
-    std::vector<double> ref;
-    auto ref_row = [&](int64_t r) {
-      std::vector<float> qr(in.q32.begin() + r * in.ld_q, in.q32.begin() + r * in.ld_q + in.width);
-      attn_decode_ref(qr.data(), in.kf, in.vf, in.n_ctx, c.n_head, c.n_kv, c.hd, static_cast<int32_t>(c.p0 + r), scale,
-                      ref);
-      return ref;
-    };
-    const double worst = check_rows_rel(o, c.t, in.width, c.p0, ref_row, limit_vs_exact(c.dtype));
+    const double worst = check_vs_reference(c, in, o);
     print_worst("vs reference", c, worst, limit_vs_exact(c.dtype));
     if (HasFailure()) return;
   }
@@ -194,17 +218,7 @@ TEST(CudaAttnCudnn, VariableLengthSharesOneGraph) {
     std::printf("  varlen with NaN in the cache past p0 + t: %lld of 435 rows NaN\n", static_cast<long long>(nan_rows));
   }
   // The contract: finite values past p0 + t (a zeroed cache, or stale finite values of an earlier sequence).
-  const int64_t slot = whole.n_kv * in.n_ctx * whole.hd;
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int64_t h = 0; h < whole.n_kv; ++h)
-    for (int64_t p = whole.p0 + whole.t; p < in.n_ctx; ++p)
-      for (int64_t i = 0; i < whole.hd; ++i) {
-        const size_t at = static_cast<size_t>(whole.seq * slot + (h * in.n_ctx + p) * whole.hd + i);
-        in.kc[at] = float_to_cache(whole.dtype, normal(rng));
-        in.vc[at] = float_to_cache(whole.dtype, normal(rng));
-      }
-  in.kc_d.upload(in.kc.data(), 2 * in.kc.size());
-  in.vc_d.upload(in.vc.data(), 2 * in.vc.size());
+  fill_past_end(whole, rng, in);
   const int64_t chunks[][2] = {{300, 0}, {300, 300}, {64, 600}, {1, 664}, {435, 665}, {600, 500}};  // {t, p0}
   int64_t rows_past_t_written = 0;
   for (const auto& ch : chunks) {
@@ -233,6 +247,111 @@ TEST(CudaAttnCudnn, VariableLengthSharesOneGraph) {
   EXPECT_THROW(attn_prefill_cudnn(in.q16_d.get(), in.ld_q, in.cache, whole.seq, 0, whole.t + 1, in.q16_d.get(),
                                   whole.n_head, scale, ws, nullptr),
                Error);  // more rows than max_t
+}
+
+// Autotuning: whichever plan the timing picks on a given device, every candidate must compute the same attention.
+// Each candidate plan (forced) and the tuned choice against the CPU reference, for exact graphs (top-left and
+// bottom-right causal) and a variable-length one; autotune level 2 (knob variants) at one shape.
+TEST(CudaAttnCudnn, EveryPlanMatchesReference) {
+  TESSERA_REQUIRE_CUDNN();
+  std::mt19937 rng(test_seed());
+  struct TuneCase {
+    Case c;
+    int64_t max_t;  // > 0: a variable-length workspace (= c.t: q and out hold max_t rows)
+    int autotune;
+  };
+  const TuneCase cases[] = {
+      {{DType::BF16, 128, 32, 8, 64, 0, 0}, 0, 1},
+      {{DType::F16, 64, 9, 3, 129, 300, 1}, 0, 1},
+      {{DType::BF16, 128, 8, 2, 96, 37, 1}, 96, 1},
+      {{DType::BF16, 128, 32, 8, 64, 0, 1}, 0, 2},
+  };
+  for (const TuneCase& tc : cases) {
+    const Case& c = tc.c;
+    SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " hd " << c.hd << " heads " << c.n_head << "/" << c.n_kv
+                                      << " t " << c.t << " p0 " << c.p0 << " max_t " << tc.max_t << " autotune "
+                                      << tc.autotune);
+    Inputs in;
+    make_inputs(c, rng, in);
+    if (tc.max_t > 0) fill_past_end(c, rng, in);
+    CudnnAttnOptions opt;
+    opt.autotune = tc.autotune;
+    CudnnAttnWorkspace ws(tc.max_t, opt);
+    const auto tuned = run_cudnn(c, in, ws);  // the first call times the plans and keeps one
+    const auto graphs = ws.graph_info();
+    ASSERT_EQ(graphs.size(), 1u);
+    const CudnnGraphInfo& g = graphs[0];
+    EXPECT_EQ(g.varlen, tc.max_t > 0);
+    ASSERT_FALSE(g.plans.empty());
+    EXPECT_TRUE(g.tuned);
+    ASSERT_GE(g.chosen, 0);
+    ASSERT_LT(g.chosen, static_cast<int64_t>(g.plans.size()));
+    std::printf("  %s hd %lld t %lld p0 %lld %s, autotune %d: %zu plans of %lld configs, build %.0f ms, tune %.1f ms, "
+                "chose %lld\n",
+                std::string(dtype_name(c.dtype)).c_str(), static_cast<long long>(c.hd), static_cast<long long>(c.t),
+                static_cast<long long>(c.p0), g.varlen ? "varlen" : "exact", tc.autotune, g.plans.size(),
+                static_cast<long long>(g.configs), g.build_ms, g.tune_ms, static_cast<long long>(g.chosen));
+    for (size_t p = 0; p < g.plans.size(); ++p)
+      std::printf("    plan %zu: %s, workspace %lld B, median %.4f ms\n", p, g.plans[p].name.c_str(),
+                  static_cast<long long>(g.plans[p].workspace_bytes), g.plans[p].tune_ms);
+    if (g.plans.size() > 1) {
+      EXPECT_GE(g.plans[static_cast<size_t>(g.chosen)].tune_ms, 0.0);
+    }
+    const double worst = check_vs_reference(c, in, tuned);
+    print_worst("tuned vs reference", c, worst, limit_vs_exact(c.dtype));
+    if (HasFailure()) return;
+    for (size_t p = 0; p < g.plans.size(); ++p) {
+      SCOPED_TRACE(::testing::Message() << "plan " << p << " " << g.plans[p].name);
+      ws.force_plan(static_cast<int64_t>(p));
+      const auto o = run_cudnn(c, in, ws);
+      check_vs_reference(c, in, o);
+      if (p == static_cast<size_t>(g.chosen)) {
+        int64_t differ = 0;  // the same plan on the same inputs: the same bits
+        for (size_t i = 0; i < o.size(); ++i) differ += o[i] != tuned[i];
+        EXPECT_EQ(differ, 0) << "outputs differ between the tuned call and its plan forced";
+      }
+      if (HasFailure()) return;
+    }
+    ws.force_plan(static_cast<int64_t>(g.plans.size()));  // past the last plan: refused, nothing enqueued
+    EXPECT_THROW(run_cudnn(c, in, ws), Error);
+    ws.force_plan(-1);
+    EXPECT_EQ(ws.graphs_built(), 1);  // forcing and tuning built nothing more
+  }
+}
+
+// A variable-length workspace runs a full first chunk (p0 = 0, t = max_t) on an exact graph of its own, and every
+// other chunk on the variable-length graph; exact_full_chunk = false keeps all on the variable-length one.
+TEST(CudaAttnCudnn, FullFirstChunkTakesExactGraph) {
+  TESSERA_REQUIRE_CUDNN();
+  std::mt19937 rng(test_seed());
+  const Case full{DType::BF16, 128, 32, 8, 256, 0, 1};
+  Inputs in;
+  make_inputs(full, rng, in);
+  fill_past_end(full, rng, in);
+  for (bool exact : {true, false}) {
+    SCOPED_TRACE(exact ? "exact_full_chunk" : "variable-length only");
+    CudnnAttnOptions opt;
+    opt.exact_full_chunk = exact;
+    CudnnAttnWorkspace ws(full.t, opt);
+    // q (make_inputs) and out hold max_t = full.t rows for every chunk; row r of a chunk is position p0 + r.
+    check_vs_reference(full, in, run_cudnn(full, in, ws));
+    const Case shorter{full.dtype, full.hd, full.n_head, full.n_kv, full.t - 56, 0, full.seq};
+    check_vs_reference(shorter, in, run_cudnn(shorter, in, ws, full.t));
+    const Case later{full.dtype, full.hd, full.n_head, full.n_kv, 100, 156, full.seq};
+    check_vs_reference(later, in, run_cudnn(later, in, ws, full.t));
+    const auto graphs = ws.graph_info();
+    int64_t exact_graphs = 0, varlen_graphs = 0;
+    for (const CudnnGraphInfo& g : graphs) {
+      exact_graphs += g.varlen ? 0 : 1;
+      varlen_graphs += g.varlen ? 1 : 0;
+      if (!g.varlen) {
+        EXPECT_EQ(g.t, full.t);
+      }
+    }
+    EXPECT_EQ(exact_graphs, exact ? 1 : 0);
+    EXPECT_EQ(varlen_graphs, 1);
+    if (HasFailure()) return;
+  }
 }
 
 // The executors capture their launches into CUDA graphs: a prepared shape's execute must be capturable, and the
@@ -312,6 +431,37 @@ TEST(CudaAttnCudnn, RejectsBadArguments) {
   KvCacheView hd96 = cache;
   hd96.hd = 96;
   EXPECT_THROW(call(hd96, 0, 0, 8, n_head, ld, q.get()), Error);
+}
+
+// Runs everywhere: the options' switches.
+TEST(CudaAttnCudnn, OptionsFromEnv) {
+  const char* names[] = {"TESSERA_CUDNN_AUTOTUNE", "TESSERA_CUDNN_EXACT_FIRST"};
+  std::string saved[2];
+  bool had[2];
+  for (int i = 0; i < 2; ++i) {
+    const char* v = std::getenv(names[i]);
+    had[i] = v != nullptr;
+    saved[i] = v ? v : "";
+    unsetenv(names[i]);
+  }
+  EXPECT_EQ(CudnnAttnOptions::from_env().autotune, 0);
+  EXPECT_FALSE(CudnnAttnOptions::from_env().exact_full_chunk);
+  setenv("TESSERA_CUDNN_AUTOTUNE", "1", 1);
+  EXPECT_EQ(CudnnAttnOptions::from_env().autotune, 1);
+  setenv("TESSERA_CUDNN_AUTOTUNE", "2", 1);
+  EXPECT_EQ(CudnnAttnOptions::from_env().autotune, 2);
+  setenv("TESSERA_CUDNN_AUTOTUNE", "0", 1);
+  EXPECT_EQ(CudnnAttnOptions::from_env().autotune, 0);
+  setenv("TESSERA_CUDNN_EXACT_FIRST", "1", 1);
+  EXPECT_TRUE(CudnnAttnOptions::from_env().exact_full_chunk);
+  setenv("TESSERA_CUDNN_EXACT_FIRST", "0", 1);
+  EXPECT_FALSE(CudnnAttnOptions::from_env().exact_full_chunk);
+  for (int i = 0; i < 2; ++i) {
+    if (had[i])
+      setenv(names[i], saved[i].c_str(), 1);
+    else
+      unsetenv(names[i]);
+  }
 }
 
 // Runs everywhere (CI has no GPU and no cuDNN): availability is a clean false with a reason, and the switch wins.
