@@ -9,11 +9,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -223,6 +225,26 @@ struct CudaDecoder::Impl {
 
   void compile();
   void compile_node(int id);
+  // TESSERA_CUDA_DROP_OPS=op[,op...] (graph op names: rmsnorm, swiglu, attention, matmul, add, embed): the decode
+  // step leaves out every launch of a node of those ops, so a benchmark shows what they cost in the replayed graph
+  // (their readers read whatever the buffers held: the outputs are WRONG; a timing study only, announced on stderr).
+  void drop_launches_for_timing() {
+    const char* e = std::getenv("TESSERA_CUDA_DROP_OPS");
+    if (e == nullptr || *e == '\0') return;
+    std::vector<std::string> ops;
+    for (std::string_view rest = e; !rest.empty();) {
+      const size_t comma = rest.find(',');
+      ops.emplace_back(rest.substr(0, comma));
+      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    }
+    const size_t before = launches.size();
+    std::erase_if(launches, [&](const Launch& l) {
+      return l.node >= 0 && std::find(ops.begin(), ops.end(), graph::op_name(g.node(l.node).op)) != ops.end();
+    });
+    embed_launch = -2;  // launch indices moved: the chain keeps the embedding as a launch (if it is still there)
+    std::fprintf(stderr, "tessera: TESSERA_CUDA_DROP_OPS=%s left out %zu of %zu decode launches: outputs are wrong, "
+                 "timing study only\n", e, before - launches.size(), before);
+  }
   void check_step(int32_t token, int64_t pos) const;
   void upload_step(int32_t token, int64_t pos);
   void step(int32_t token, int64_t pos);
@@ -258,6 +280,7 @@ void CudaDecoder::Impl::compile() {
   }
   TESSERA_CHECK(tokens_id >= 0, "cuda backend: the graph has no 'tokens' input");
   for (size_t i = 0; i < g.nodes().size(); ++i) compile_node(static_cast<int>(i));
+  drop_launches_for_timing();
   for (const auto& [out, src] : kv_src) {
     bool read = false;
     for (int c : consumers[static_cast<size_t>(out)]) read |= g.node(c).op == Op::ATTENTION;

@@ -12,6 +12,7 @@
 // instruction), so dequantization costs a few integer instructions per 32 weights instead of 32 float conversions.
 // This file: launch-shape choice and host dispatch; the kernels are in gemv_float.cu and gemv_quant.cu.
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -94,7 +95,47 @@ bool gemv_supports(DType dtype) {
   }
 }
 
+namespace {
+
+// TESSERA_CUDA_GEMV_SHAPES="NxK=threads/rows/unroll/prefetch[,...]": launch shapes for the matrices of those shapes
+// (any weight format), in place of the defaults below, so a benchmark can sweep shapes inside the decode graph. Read
+// once; an entry that does not parse, or names a shape gemv_configs() lacks, is reported on stderr and ignored.
+struct ShapeOverride {
+  int64_t n, k;
+  GemvConfig c;
+};
+const std::vector<ShapeOverride>& shape_overrides() {
+  static const std::vector<ShapeOverride> list = [] {
+    std::vector<ShapeOverride> v;
+    const char* e = std::getenv("TESSERA_CUDA_GEMV_SHAPES");
+    for (const char* p = e; p != nullptr && *p != '\0';) {
+      long long n = 0, k = 0;
+      int t = 0, r = 0, u = 0, f = 0, used = 0;
+      ShapeOverride o{};
+      if (std::sscanf(p, "%lldx%lld=%d/%d/%d/%d%n", &n, &k, &t, &r, &u, &f, &used) == 6) {
+        o = ShapeOverride{n, k, GemvConfig{t, r, u, f}};
+        if (detail::shape_index(o.c) >= 0)
+          v.push_back(o);
+        else
+          std::fprintf(stderr, "tessera: TESSERA_CUDA_GEMV_SHAPES: %d/%d/%d/%d is not a compiled launch shape\n", t, r,
+                       u, f);
+        p += used;
+      } else {
+        std::fprintf(stderr, "tessera: TESSERA_CUDA_GEMV_SHAPES: cannot read '%s' (NxK=t/r/u/p,...)\n", p);
+        break;
+      }
+      if (*p == ',') ++p;
+    }
+    return v;
+  }();
+  return list;
+}
+
+}  // namespace
+
 GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
+  for (const ShapeOverride& o : shape_overrides())
+    if (o.n == n && o.k == k) return o.c;
   // Picked from the H100 sweeps of every shape in the table (docs/CUDA_NOTES.md, runs 1-3): at the issue's large
   // shapes each choice is within ~3% of the sweep's best (q8_0/q4 at 4096x14336 within ~5%).
   const bool quant = dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q4_1;
@@ -104,8 +145,10 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
     // each pick is within ~2% of the best of 16 shapes x 5 kernel variants at Llama-3-8B's shapes.
     const bool q8 = dtype == DType::Q8_0;
     const int64_t blocks = k / detail::kQ;  // 32-blocks per row
-    if (blocks >= 256) {                     // ffn_down (K = 14336): the capped kernel, one wave
-      if (q8) return {256, 2, 2, 0};
+    if (blocks >= 256) {  // ffn_down (K = 14336): 4-bit formats take the capped kernel, one wave
+      // q8_0: 128/4/1 inside the decode graph beat the isolated sweep's 256/2/2 (8B q8_0 decode 306.7 -> 311.4 tok/s,
+      // H100, TESSERA_CUDA_GEMV_SHAPES sweep of 2026-11-22; 256/4/1 305.9, 128/2/2 302.6).
+      if (q8) return {128, 4, 1, 0};
       return dtype == DType::Q4_0 ? GemvConfig{128, 4, 1, 0} : GemvConfig{256, 4, 1, 0};
     }
     if (n >= 8192) return {128, 4, 1, 0};               // many rows (gate|up, lm_head): several waves

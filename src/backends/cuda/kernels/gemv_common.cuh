@@ -153,12 +153,11 @@ constexpr Shape kShapes[] = {
 constexpr int kNumShapes = static_cast<int>(sizeof(kShapes) / sizeof(kShapes[0]));
 
 // The launch shapes with the quantized norm_out epilogue (GemvInput::norm_out_*): those gemv_default_config picks for
-// the residual projections (o: 64/4/1, down: 256/2/2 for q8_0, 256/4/1 and 128/4/1 for the 4-bit formats; below 4096
-// rows 64/2/1 for q8_0 and 128/4/1).
+// the residual projections (o: 64/4/1, down: 128/4/1 for q8_0 and q4_0, 256/4/1 for q4_1; below 4096 rows 64/2/1 for
+// q8_0 and 128/4/1).
 constexpr bool has_norm_out(const Shape& s) {
   return s.prefetch == 0 && ((s.threads == 64 && s.rows == 4 && s.unroll == 1) ||
                              (s.threads == 64 && s.rows == 2 && s.unroll == 1) ||
-                             (s.threads == 256 && s.rows == 2 && s.unroll == 2) ||
                              (s.threads == 256 && s.rows == 4 && s.unroll == 1) ||
                              (s.threads == 128 && s.rows == 4 && s.unroll == 1));
 }
