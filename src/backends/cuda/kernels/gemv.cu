@@ -162,8 +162,11 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
     // best or within ~3% of it at every SmolLM2, Llama-3.2-1B and Llama-3-8B shape; 256 threads for rows of >= 512
     // vectors (K >= 4096), 128 below. The previous default (256/2/2) lost 2-9% with the pipeline.
     // TESSERA_CUDA_GEMV_PREV_SHAPES=1 restores the previous shapes (and the capped copy only where it makes one wave)
-    // for an A/B in one run.
-    return vectors >= 512 ? GemvConfig{256, 4, 1, 0} : GemvConfig{128, 4, 1, 0};
+    // for an A/B in one run. Inside the decode graph (TESSERA_CUDA_GEMV_SHAPES sweep, H100, 2026-11-22) a few rows of
+    // long K also take 256 threads: SmolLM2's ffn_down (576 x 1536, 192 vectors) 2,482-2,484 -> 2,501-2,502 tok/s
+    // end to end; its other shapes (960 x 576, 576 x 576, 3072 x 576, 49152 x 576) lost 1-10% with any other shape.
+    if (vectors >= 512 || (vectors >= 192 && n <= 1024)) return GemvConfig{256, 4, 1, 0};
+    return GemvConfig{128, 4, 1, 0};
   }
   if (vectors >= 384) return {256, 2, 2, 0};
   if (vectors >= 128) return {128, 2, 2, 0};
