@@ -13,10 +13,14 @@
 #   scripts/gpu_check.sh --only race
 #   scripts/gpu_check.sh --only kernels,decode,prefill,batch,ceilings,profile
 #   scripts/gpu_check.sh --only peer
+#   scripts/gpu_check.sh --only quantfolds,graphcost      # the quantized decoder's studies (~170 s + ~170 s)
+#   scripts/gpu_check.sh --only shapesweep,attnplans      # in-graph GEMV shapes, cuDNN plans vs SDPA (~180 s + ~130 s)
 # Phases: tests (GPU tests; + memcheck unless --no-sanitizer), race (compute-sanitizer racecheck, by test group),
 #   default (only the default-model tests), hf (HF-transformers oracle vs tessera logits),
 #   kernels (kernel benchmarks), decode (tessera bench --device cuda, batch 1), quantfolds (8B q8_0/q4_1 decode with
-#   the quantized decoder's folds on, each off, and the opt-in one on), prefill (pp2048), batch (--batch 8, 32),
+#   the quantized decoder's folds on, each off, and the opt-in one on), graphcost (8B q8_0/q4_1 decode with op
+#   classes left out of the graph), shapesweep (GEMV launch shapes inside the decode graph), attnplans (cuDNN's
+#   prefill-attention plans vs PyTorch SDPA at 2k/8k/16k), prefill (pp2048), batch (--batch 8, 32),
 #   ceilings (tessera bench --ceilings --device cuda), profile (tessera profile --device cuda), peer (PyTorch peers).
 # The default model (98 MB) is larger than one call may carry: scripts/gpu_model_parts.sh splits it here into
 # .gpu-model-0/ and .gpu-model-1/; a first call carrying .gpu-model-0 adds --stage-model (it stores that half, then
@@ -268,6 +272,53 @@ if has quantfolds; then
     done
   done
   unset $fold_vars
+fi
+# What the quantized decoder's small launches cost inside the replayed graph: the 8B q8_0 and q4_1 decode with every
+# launch, without rmsnorm and swiglu, without attention, and with GEMVs (plus embedding and argmax) only
+# (TESSERA_CUDA_DROP_OPS: wrong outputs, timing only; docs/PERFORMANCE.md, fifth session).
+if has graphcost; then
+  stamp "graph cost of the small launches"
+  for dt in q8_0 q4_1; do
+    for drop in "" rmsnorm,swiglu attention rmsnorm,swiglu,attention; do
+      say "- graphcost $dt, TESSERA_CUDA_DROP_OPS=${drop:-none}"
+      echo "## TESSERA_CUDA_DROP_OPS=${drop:-none}" >> "$bench_log"
+      TESSERA_CUDA_DROP_OPS=$drop tbench graphcost --device cuda --arch llama3-8b --random-weights --dtype "$dt" \
+        -p 0 -d 128 -n 256 -r 3 --no-ceilings
+    done
+  done
+fi
+# GEMV launch shapes swept inside the decode graph, one matrix shape at a time (TESSERA_CUDA_GEMV_SHAPES), against the
+# default run before and after: SmolLM2-135M bf16 and Llama-3-8B q8_0 (TESSERA_SHAPE_SWEEP overrides the list:
+# "arch:dtype:NxK=t/r/u/p ...").
+if has shapesweep; then
+  stamp "GEMV shapes inside the graph"
+  sweep=${TESSERA_SHAPE_SWEEP:-"smollm2-135m:bf16: smollm2-135m:bf16:960x576=128/2/2/0 smollm2-135m:bf16:576x576=128/2/2/0
+    smollm2-135m:bf16:3072x576=128/2/2/0 smollm2-135m:bf16:576x1536=128/4/1/0 smollm2-135m:bf16:576x1536=128/2/2/0
+    smollm2-135m:bf16:49152x576=128/2/2/0 smollm2-135m:bf16:
+    llama3-8b:q8_0: llama3-8b:q8_0:4096x14336=256/2/2/0 llama3-8b:q8_0:4096x14336=256/4/1/0
+    llama3-8b:q8_0:4096x4096=128/4/1/0 llama3-8b:q8_0:6144x4096=128/4/1/0 llama3-8b:q8_0:"}
+  for spec in $sweep; do
+    arch=${spec%%:*}; rest=${spec#*:}; dt=${rest%%:*}; shp=${rest#*:}
+    say "- shapesweep $arch $dt TESSERA_CUDA_GEMV_SHAPES=${shp:-default}"
+    echo "## TESSERA_CUDA_GEMV_SHAPES=${shp:-default}" >> "$bench_log"
+    TESSERA_CUDA_GEMV_SHAPES=$shp tbench shapesweep --device cuda --arch "$arch" --random-weights --dtype "$dt" \
+      -p 0 -d 128 -n 256 -r 5 --no-ceilings
+  done
+fi
+# cuDNN's execution plans for prefill attention at 2k/8k/16k (32/8 heads, hd 128) against PyTorch's SDPA: three
+# interleaved passes of the heuristics' first plan, every plan (TESSERA_CUDNN_AUTOTUNE=1 --plans) and torch.
+if has attnplans && [ -x "$bin/tessera_bench_attention" ]; then
+  stamp "cuDNN plans vs SDPA"
+  for pass in 1 2 3; do
+    echo "## pass $pass: cuDNN, the heuristics' first plan" >> "$bench_log"
+    timeout 90 "$bin/tessera_bench_attention" --t 2048,8192,16384 --cudnn-only --reps 30 >> "$bench_log" 2>&1
+    echo "## pass $pass: cuDNN, every plan" >> "$bench_log"
+    TESSERA_CUDNN_AUTOTUNE=1 timeout 120 "$bin/tessera_bench_attention" --t 2048,8192,16384 --cudnn-only --plans \
+      --reps 30 >> "$bench_log" 2>&1
+    echo "## pass $pass: torch SDPA" >> "$bench_log"
+    PYTHONUNBUFFERED=1 timeout 120 python3 bench/peer/torch_sdpa.py --reps 30 >> "$bench_log" 2>&1
+    say "- attnplans pass $pass: exit $? (bench.log)"
+  done
 fi
 if has prefill; then
   stamp "prefill"
