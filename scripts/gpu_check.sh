@@ -14,7 +14,8 @@
 #   scripts/gpu_check.sh --only kernels,decode,prefill,batch,ceilings,profile
 #   scripts/gpu_check.sh --only peer
 #   scripts/gpu_check.sh --only quantfolds,graphcost      # the quantized decoder's studies (~170 s + ~170 s)
-#   scripts/gpu_check.sh --only shapesweep,attnplans      # in-graph GEMV shapes, cuDNN plans vs SDPA (~180 s + ~130 s)
+#   scripts/gpu_check.sh --only shapesweep                # in-graph GEMV shapes (~6 minutes)
+#   scripts/gpu_check.sh --only attnplans                 # cuDNN plans vs SDPA at 2k/8k/16k (~130 s)
 # Phases: tests (GPU tests; + memcheck unless --no-sanitizer), race (compute-sanitizer racecheck, by test group),
 #   default (only the default-model tests), hf (HF-transformers oracle vs tessera logits),
 #   kernels (kernel benchmarks), decode (tessera bench --device cuda, batch 1), quantfolds (8B q8_0/q4_1 decode with
@@ -288,7 +289,8 @@ if has graphcost; then
   done
 fi
 # GEMV launch shapes swept inside the decode graph, one matrix shape at a time (TESSERA_CUDA_GEMV_SHAPES), against the
-# default run before and after: SmolLM2-135M bf16 and Llama-3-8B q8_0 (TESSERA_SHAPE_SWEEP overrides the list:
+# default run before and after: SmolLM2-135M bf16, Llama-3-8B q8_0 and q4_1 (the q4_1 rows not yet run; ~6 minutes in
+# all: run the phase alone in a call; TESSERA_SHAPE_SWEEP overrides the list:
 # "arch:dtype:NxK=t/r/u/p ...").
 if has shapesweep; then
   stamp "GEMV shapes inside the graph"
@@ -296,7 +298,10 @@ if has shapesweep; then
     smollm2-135m:bf16:3072x576=128/2/2/0 smollm2-135m:bf16:576x1536=128/4/1/0 smollm2-135m:bf16:576x1536=128/2/2/0
     smollm2-135m:bf16:49152x576=128/2/2/0 smollm2-135m:bf16:
     llama3-8b:q8_0: llama3-8b:q8_0:4096x14336=256/2/2/0 llama3-8b:q8_0:4096x14336=256/4/1/0
-    llama3-8b:q8_0:4096x4096=128/4/1/0 llama3-8b:q8_0:6144x4096=128/4/1/0 llama3-8b:q8_0:"}
+    llama3-8b:q8_0:4096x4096=128/4/1/0 llama3-8b:q8_0:6144x4096=128/4/1/0 llama3-8b:q8_0:
+    llama3-8b:q4_1: llama3-8b:q4_1:4096x14336=128/4/1/0 llama3-8b:q4_1:4096x14336=256/2/2/0
+    llama3-8b:q4_1:4096x4096=128/4/1/0 llama3-8b:q4_1:6144x4096=128/4/1/0 llama3-8b:q4_1:28672x4096=64/4/1/0
+    llama3-8b:q4_1:"}
   for spec in $sweep; do
     arch=${spec%%:*}; rest=${spec#*:}; dt=${rest%%:*}; shp=${rest#*:}
     say "- shapesweep $arch $dt TESSERA_CUDA_GEMV_SHAPES=${shp:-default}"
