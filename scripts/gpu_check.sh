@@ -13,9 +13,9 @@
 #   scripts/gpu_check.sh --only race
 #   scripts/gpu_check.sh --only kernels,decode,prefill,batch,ceilings,profile
 #   scripts/gpu_check.sh --only peer
-#   scripts/gpu_check.sh --only quantfolds,graphcost      # the quantized decoder's studies (~170 s + ~170 s)
-#   scripts/gpu_check.sh --only shapesweep                # in-graph GEMV shapes (~6 minutes)
-#   scripts/gpu_check.sh --only attnplans                 # cuDNN plans vs SDPA at 2k/8k/16k (~130 s)
+#   scripts/gpu_check.sh --only quantfolds,graphcost      # the quantized decoder's studies (170 s measured + ~170 s)
+#   scripts/gpu_check.sh --only shapesweep                # in-graph GEMV shapes (~6 minutes, estimated)
+#   scripts/gpu_check.sh --only attnplans                 # cuDNN plans vs SDPA at 2k/8k/16k (~130 s, estimated)
 # Phases: tests (GPU tests; + memcheck unless --no-sanitizer), race (compute-sanitizer racecheck, by test group),
 #   default (only the default-model tests), hf (HF-transformers oracle vs tessera logits),
 #   kernels (kernel benchmarks), decode (tessera bench --device cuda, batch 1), quantfolds (8B q8_0/q4_1 decode with

@@ -245,43 +245,60 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
   }
 }
 
+// Capped only where 64 registers hold the pipeline without spills (ptxas, -Xptxas --warn-on-spills): 4-bit formats
+// at 4 vectors per step (the defaults that need it). q8_0 at 2 rows and q4_1 at 2 vectors per step spilled.
+template <DType D>
+constexpr bool quant_cappable(const Shape& s) {
+  return QuantFmt<D>::kQuantBytes == 16 && s.rows * s.unroll == 4;
+}
+
+// Lets `kernel` run in clusters of more than 8 blocks (16: a non-portable size, which sm_90 allows when asked).
+template <typename Kernel>
+bool allow_large_clusters(Kernel kernel) {
+  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  return true;
+}
+
+// One output per row (no SwiGLU pairing): the plain kernel, or its register-capped copy where the grid does not fit one
+// uncapped wave. NORM_OUT: the same kernels with the norm_out epilogue, run as clusters of kQ / rows blocks.
+template <DType D, int I, bool NORM_OUT>
+void launch_rows(const LaunchArgs& a, int n, int k, const SwigluOut& so, const RmsIn& rin, const NormOut& no) {
+  constexpr Shape s = kShapes[I];
+  constexpr unsigned kCluster = NORM_OUT ? kQ / s.rows : 1;
+  const auto plain = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, false, false, NORM_OUT>;
+  auto kernel = plain;
+  const dim3 grid(ceil_div(n, s.rows));
+  if constexpr (quant_cappable<D>(s)) {
+    const auto capped = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, true, false, NORM_OUT>;
+    static const int plain_per_sm = blocks_per_sm(plain, s.threads);
+    if (static_cast<int64_t>(grid.x) > static_cast<int64_t>(plain_per_sm) * sm_count()) kernel = capped;
+    if constexpr (kCluster > 8) {
+      static const bool allowed = allow_large_clusters(capped);
+      (void)allowed;
+    }
+  }
+  if constexpr (kCluster > 8) {
+    static const bool allowed = allow_large_clusters(plain);
+    (void)allowed;
+  }
+  launch_cluster(NORM_OUT ? "gemv_quant_kernel<norm_out>" : "gemv_quant_kernel", kernel, grid, dim3(s.threads), 0,
+                 a.stream, kCluster, a.w->quants.as<uint8_t>(), a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n,
+                 k, a.accumulate, so, rin, no);
+}
+
 template <DType D, int I>
 void launch_shape(const LaunchArgs& a) {
   constexpr Shape s = kShapes[I];
-  // Capped only where 64 registers hold the pipeline without spills (ptxas, -Xptxas --warn-on-spills): 4-bit formats
-  // at 4 vectors per step (the defaults that need it). q8_0 at 2 rows and q4_1 at 2 vectors per step spilled.
-  constexpr bool kCappable = QuantFmt<D>::kQuantBytes == 16 && s.rows * s.unroll == 4;
   const int n = static_cast<int>(a.w->n), k = static_cast<int>(a.w->k);
   const SwigluOut so{a.x->swiglu_q8, a.x->swiglu_ds, a.x->swiglu_tickets};
   const RmsIn rin{a.x->rms_sumsq, a.x->rms_eps};
   const NormOut no{a.x->norm_out_w, a.x->norm_out_q8, a.x->norm_out_ds, a.x->norm_out_sumsq};
   if (a.x->norm_out_w != nullptr) {
-    if constexpr (has_norm_out(s)) {
-      constexpr unsigned kCluster = kQ / s.rows;
-      auto plain = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, false, false, true>;
-      auto kernel = plain;
-      if constexpr (kCappable) {
-        static const int plain_per_sm = blocks_per_sm(plain, s.threads);
-        if (static_cast<int64_t>(ceil_div(n, s.rows)) > static_cast<int64_t>(plain_per_sm) * sm_count())
-          kernel = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, true, false, true>;
-      }
-      if constexpr (kCluster > 8) {  // 16 blocks: a non-portable cluster size (sm_90 allows it when asked)
-        static const bool allowed = [&] {
-          TESSERA_CUDA_CHECK(cudaFuncSetAttribute(plain, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-          if constexpr (kCappable)
-            TESSERA_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch,
-                                                                      true, false, true>,
-                                                    cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-          return true;
-        }();
-        (void)allowed;
-      }
-      launch_cluster("gemv_quant_kernel<norm_out>", kernel, dim3(ceil_div(n, s.rows)), dim3(s.threads), 0, a.stream,
-                     kCluster, a.w->quants.as<uint8_t>(), a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k,
-                     a.accumulate, so, rin, no);
-      return;
-    }
-    fail_message("gemv: this launch shape has no norm_out epilogue");
+    if constexpr (has_norm_out(s))
+      launch_rows<D, I, true>(a, n, k, so, rin, no);
+    else
+      fail_message("gemv: this launch shape has no norm_out epilogue");
+    return;
   }
   if (a.x->swiglu) {
     // Instantiated only for the shapes the gemv() check admits (paired rows, no prefetch), uncapped; the default
@@ -295,16 +312,7 @@ void launch_shape(const LaunchArgs& a) {
     }
     fail_message("gemv: this launch shape has no quantized SwiGLU epilogue");
   }
-  const dim3 grid(ceil_div(n, s.rows));
-  auto plain = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, false>;
-  auto kernel = plain;
-  if constexpr (kCappable) {
-    static const int plain_per_sm = blocks_per_sm(plain, s.threads);
-    if (static_cast<int64_t>(grid.x) > static_cast<int64_t>(plain_per_sm) * sm_count())
-      kernel = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, true>;
-  }
-  launch("gemv_quant_kernel", kernel, grid, dim3(s.threads), 0, a.stream, a.w->quants.as<uint8_t>(),
-         a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, a.accumulate, so, rin, no);
+  launch_rows<D, I, false>(a, n, k, so, rin, no);
 }
 
 template <DType D, size_t... I>
