@@ -60,7 +60,8 @@ using namespace tessera::cuda::detail;
 template <DType D, int THREADS, int ROWS, int UNROLL, int PF, bool NORM, bool SWIGLU = false>
 __global__ void __launch_bounds__(THREADS)
     gemv_float_v0(const uint8_t* __restrict__ w, const float* __restrict__ x, float* __restrict__ y, int n, int k,
-                  bool accumulate, const float* __restrict__ norm_w, float norm_eps) {
+                  bool accumulate, const float* __restrict__ norm_w, float norm_eps,
+                  EarlyL2 /*src/'s later argument*/) {
   using F = FloatFmt<D>;
   constexpr int E = F::kElems;
   constexpr int kElemBytes = 16 / E;
@@ -125,9 +126,10 @@ __global__ void __launch_bounds__(THREADS)
 template <int THREADS, int ROWS, int UNROLL, bool NORM, bool SWIGLU>
 __global__ void __launch_bounds__(THREADS)
     gemv_float_early(const uint8_t* __restrict__ w, const float* __restrict__ x, float* __restrict__ y, int n, int k,
-                     bool accumulate, const float* __restrict__ norm_w, float norm_eps) {
+                     bool accumulate, const float* __restrict__ norm_w, float norm_eps, EarlyL2 early) {
   asm volatile("griddepcontrol.launch_dependents;" :::);
-  gemv_float_rows<DType::BF16, THREADS, ROWS, UNROLL, 0, NORM, SWIGLU>(w, x, y, n, k, accumulate, norm_w, norm_eps);
+  gemv_float_rows<DType::BF16, THREADS, ROWS, UNROLL, 0, NORM, SWIGLU>(w, x, y, n, k, accumulate, norm_w, norm_eps,
+                                                                       early);
 }
 
 // ---- Host ----
@@ -135,7 +137,7 @@ __global__ void __launch_bounds__(THREADS)
 enum Kind { PLAIN = 0, NORM = 1, SWIGLU = 2 };
 const char* kind_name(int kind) { return kind == PLAIN ? "" : kind == NORM ? "+norm" : "+swiglu"; }
 
-using KFn = void (*)(const uint8_t*, const float*, float*, int, int, bool, const float*, float);
+using KFn = void (*)(const uint8_t*, const float*, float*, int, int, bool, const float*, float, EarlyL2);
 struct Entry {
   Shape c;
   int mode;
@@ -365,7 +367,7 @@ int main(int argc, char** argv) {
       cfg.attrs = at;
       cfg.numAttrs = 1;
       CK(cudaLaunchKernelEx(&cfg, e.f[p.kind], dw + bytes * copy, static_cast<const float*>(dx), dy, p.n, p.k, false,
-                            static_cast<const float*>(p.kind == PLAIN ? nullptr : dg), 1e-5f));
+                            static_cast<const float*>(p.kind == PLAIN ? nullptr : dg), 1e-5f, EarlyL2{}));
       CK(cudaGetLastError());
     };
     auto pc = [&](float us) { return 100.0 * bytes / (us * 1e-6) / 1e9 / copy_gbps; };
@@ -382,7 +384,8 @@ int main(int argc, char** argv) {
       const int rows_per_block = p.kind == SWIGLU ? od.rows / 2 : od.rows;
       const int64_t grid = (p.n + rows_per_block - 1) / rows_per_block;
       if (plain && capped &&
-          use_capped_kernel(grid, plain->per_sm[p.kind], capped->per_sm[p.kind], prop.multiProcessorCount))
+          use_capped_kernel(grid, plain->per_sm[p.kind], capped->per_sm[p.kind], prop.multiProcessorCount,
+                            p.kind != PLAIN))  // the fused variants always take the capped copy, as in src/
         src_mode = 2;
     }
     float old_us = -1, new_def_us = -1, best_us[4] = {1e30f, 1e30f, 1e30f, 1e30f};

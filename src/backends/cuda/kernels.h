@@ -93,12 +93,16 @@ struct GemvInput {
   // Quantized weights, the output side of the same fold: the GEMV's (accumulated) outputs y [N] are the residual stream
   // that an RMSNorm with weight norm_out_w reads next; per block of 32 outputs it also writes the rms-free q8 codes
   // and scales of y ⊙ norm_out_w and the block's sum of y^2 (the next GEMV's q8 / q8_ds / rms_sumsq). The blocks of a
-  // group of 32 rows run as one thread-block cluster and hand their rows to the cluster's first block through
-  // distributed shared memory: no fence, no atomic. N % 32 == 0; launch shapes: gemv_norm_out_supported.
+  // group of 32 rows run as one block of warps, each warp streaming the launch shape's rows of the group, and warp 0
+  // quantizes the 32 values from shared memory: no fence, no atomic, no cluster. norm_out_clusters: the group's rows
+  // spread over the launch shape's blocks, run as one thread-block cluster that hands its rows to the cluster's first
+  // block through distributed shared memory (the first form, measured slower). N % 32 == 0; launch shapes:
+  // gemv_norm_out_supported.
   const float* norm_out_w = nullptr;  // [N]
   int8_t* norm_out_q8 = nullptr;      // [N]
   float2* norm_out_ds = nullptr;      // [N/32]
   float* norm_out_sumsq = nullptr;    // [N/32]
+  bool norm_out_clusters = false;
 };
 
 // A launch shape: threads per block, weight rows per block, loads in flight per row (unroll), and whether each step
@@ -115,7 +119,11 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k);
 // Whether quantized GEMVs of launch shape c have the norm_out epilogue (GemvInput::norm_out_*): two or four rows per
 // block (a cluster of 16 or 8 blocks covers 32 rows), no prefetch, and only the shapes gemv_default_config picks for
 // the residual projections (each is one more kernel per weight format to compile).
-bool gemv_norm_out_supported(const GemvConfig& c);
+// Whether launch shape c has the norm_out epilogue (GemvInput::norm_out_*), as warp groups or (clusters) as
+// thread-block clusters.
+bool gemv_norm_out_supported(const GemvConfig& c, bool clusters);
+// The launch shape of a GEMV with the norm_out epilogue (its TESSERA_CUDA_GEMV_SHAPES override where one is given).
+GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k, bool clusters);
 
 // accumulate: y += W·x instead of y = W·x, which fuses the residual add after the attention-output and FFN-down
 // projections into their GEMVs (one launch and one pass over the residual less, per projection).

@@ -751,35 +751,41 @@ TEST(CudaBackend, FoldedNormAndSwigluMatchUnfolded) {
 // every layer norm but the first (its input comes from the embedding, not a GEMV) launches nothing, and the logits
 // agree with the unfolded decoder's to 2e-3 relative L2: the two sides quantize differently rounded products of x w,
 // so a code flips only where one lands within a rounding error of a half step (a missing or wrong 1/rms would be off
-// by tens of percent; measured on the H100: 1.4-1.9e-7). With the quantized SwiGLU epilogue off and on (its gate|up
-// GEMV applies the 1/rms too).
+// by tens of percent; measured on the H100: 1.4-1.9e-7). The warp-group form (the default) also sums the residual
+// GEMV's rows in another order than the unfolded launch, so its residual stream differs in the last bit and more codes
+// flip: 5e-3 (measured 1.6e-7 q4_0, 2.2e-4 q8_0, 2.0e-3 q4_1). With the quantized SwiGLU epilogue off and on (its
+// gate|up GEMV applies the 1/rms too), and both forms of the residual GEMV.
 TEST(CudaBackend, QuantNormFoldMatchesUnfolded) {
   TESSERA_REQUIRE_GPU();
   for (const char* dtype : {"q8_0", "q4_0", "q4_1"})
-    for (const char* swiglu : {"0", "1"}) {
-      SCOPED_TRACE(::testing::Message() << dtype << " TESSERA_CUDA_QUANT_SWIGLU=" << swiglu);
-      const Model m = make_random_model({.arch = "smollm2-135m", .dtype = dtype, .seed = 31, .n_layers = 2});
-      const std::vector<int32_t> ids = random_ids(12, 49152, 6);
-      const ProfiledDecode a =
-          decode_profiled(m, ids, {{"TESSERA_CUDA_QUANT_NORM", "1"}, {"TESSERA_CUDA_QUANT_SWIGLU", swiglu}});
-      const ProfiledDecode b =
-          decode_profiled(m, ids, {{"TESSERA_CUDA_QUANT_NORM", "0"}, {"TESSERA_CUDA_QUANT_SWIGLU", swiglu}});
-      ASSERT_EQ(a.names, b.names);
-      int folded = 0, launched = 0;
-      for (size_t i = 0; i < a.names.size(); ++i) {
-        if (a.names[i].rfind("rmsnorm blk.", 0) != 0) continue;
-        EXPECT_GT(b.ns[i], 0u) << a.names[i] << " launches nothing with the fold off";
-        EXPECT_EQ(a.ns[i] == 0, a.names[i] != "rmsnorm blk.0.attn_norm") << a.names[i];
-        folded += a.ns[i] == 0;
-        launched += a.ns[i] > 0;
+    for (const char* swiglu : {"0", "1"})
+      for (const char* clusters : {"0", "1"}) {
+        SCOPED_TRACE(::testing::Message() << dtype << " TESSERA_CUDA_QUANT_SWIGLU=" << swiglu
+                                          << " TESSERA_CUDA_QUANT_NORM_CLUSTERS=" << clusters);
+        const Model m = make_random_model({.arch = "smollm2-135m", .dtype = dtype, .seed = 31, .n_layers = 2});
+        const std::vector<int32_t> ids = random_ids(12, 49152, 6);
+        const ProfiledDecode a = decode_profiled(m, ids,
+                                                 {{"TESSERA_CUDA_QUANT_NORM", "1"},
+                                                  {"TESSERA_CUDA_QUANT_SWIGLU", swiglu},
+                                                  {"TESSERA_CUDA_QUANT_NORM_CLUSTERS", clusters}});
+        const ProfiledDecode b =
+            decode_profiled(m, ids, {{"TESSERA_CUDA_QUANT_NORM", "0"}, {"TESSERA_CUDA_QUANT_SWIGLU", swiglu}});
+        ASSERT_EQ(a.names, b.names);
+        int folded = 0, launched = 0;
+        for (size_t i = 0; i < a.names.size(); ++i) {
+          if (a.names[i].rfind("rmsnorm blk.", 0) != 0) continue;
+          EXPECT_GT(b.ns[i], 0u) << a.names[i] << " launches nothing with the fold off";
+          EXPECT_EQ(a.ns[i] == 0, a.names[i] != "rmsnorm blk.0.attn_norm") << a.names[i];
+          folded += a.ns[i] == 0;
+          launched += a.ns[i] > 0;
+        }
+        EXPECT_EQ(folded, 3);
+        EXPECT_EQ(launched, 1);
+        const double rel = relative_l2(a.logits, b.logits);
+        std::cout << "quantized norm fold vs unfolded, " << dtype << " swiglu " << swiglu << " clusters " << clusters
+                  << ": relative L2 " << rel << "\n";
+        EXPECT_LT(rel, clusters[0] == '1' ? 2e-3 : 5e-3);
       }
-      EXPECT_EQ(folded, 3);
-      EXPECT_EQ(launched, 1);
-      const double rel = relative_l2(a.logits, b.logits);
-      std::cout << "quantized norm fold vs unfolded, " << dtype << " swiglu " << swiglu << ": relative L2 " << rel
-                << "\n";
-      EXPECT_LT(rel, 2e-3);
-    }
 }
 
 }  // namespace

@@ -321,7 +321,8 @@ TEST(CudaGemv, QuantSwigluEpilogueEqualsGemvThenSwiglu) {
   EXPECT_GT(accepted, 0);
 }
 
-// The norm_out epilogue (GemvInput::norm_out_*; the decoder's opt-in TESSERA_CUDA_QUANT_NORM=1): y bit for bit
+// The norm_out epilogue (GemvInput::norm_out_*; the decoder's opt-in TESSERA_CUDA_QUANT_NORM=1), as warp groups and
+// as clusters: y (warp groups: to rounding, their warps sum in a 32-thread order; clusters: bit for bit)
 // what the plain accumulating quantized GEMV of the same launch shape stores; q8 / ds bit for bit the host
 // quantization of y ⊙ w per block of 32 (quantize_q8's arithmetic, without the 1/rms factor); sumsq each block's sum
 // of y^2 (a warp tree's order: relative 1e-5). Launch shapes without the epilogue, and a call missing an output, fail
@@ -342,50 +343,59 @@ TEST(CudaGemv, QuantNormOutEpilogueWritesTheNextInput) {
       const std::vector<float> y0 = random_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f);
       const std::vector<float> norm_w = random_floats(rng, static_cast<size_t>(n), 0.5f, 1.5f);
       DeviceBuffer nw = to_device(norm_w);
-      for (const GemvConfig& c : gemv_configs()) {
-        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " config=" << c.threads
-                                          << "/" << c.rows << "/" << c.unroll << "/" << c.prefetch);
-        GemvInput in;
-        in.q8 = xq.as<int8_t>();
-        in.q8_ds = xds.as<float2>();
-        DeviceBuffer q8 = poisoned(static_cast<size_t>(n)), ds = poisoned(sizeof(float2) * (n / 32)),
-                     ss = poisoned(sizeof(float) * (n / 32));
-        GemvInput fused = in;
-        fused.norm_out_w = nw.as<float>();
-        fused.norm_out_q8 = q8.as<int8_t>();
-        fused.norm_out_ds = ds.as<float2>();
-        fused.norm_out_sumsq = ss.as<float>();
-        DeviceBuffer want = to_device(y0), got = to_device(y0);
-        if (!gemv_norm_out_supported(c)) {
-          EXPECT_THROW(gemv(w, fused, got.as<float>(), nullptr, &c, true), Error);
-          continue;
+      for (const GemvConfig& c : gemv_configs())
+        for (bool clusters : {false, true}) {
+          SCOPED_TRACE(::testing::Message()
+                       << dtype_name(dtype) << " n=" << n << " k=" << k << " config=" << c.threads << "/" << c.rows
+                       << "/" << c.unroll << "/" << c.prefetch << (clusters ? " clusters" : " warp groups"));
+          GemvInput in;
+          in.q8 = xq.as<int8_t>();
+          in.q8_ds = xds.as<float2>();
+          DeviceBuffer q8 = poisoned(static_cast<size_t>(n)), ds = poisoned(sizeof(float2) * (n / 32)),
+                       ss = poisoned(sizeof(float) * (n / 32));
+          GemvInput fused = in;
+          fused.norm_out_w = nw.as<float>();
+          fused.norm_out_q8 = q8.as<int8_t>();
+          fused.norm_out_ds = ds.as<float2>();
+          fused.norm_out_sumsq = ss.as<float>();
+          fused.norm_out_clusters = clusters;
+          DeviceBuffer want = to_device(y0), got = to_device(y0);
+          if (!gemv_norm_out_supported(c, clusters)) {
+            EXPECT_THROW(gemv(w, fused, got.as<float>(), nullptr, &c, true), Error);
+            continue;
+          }
+          gemv(w, in, want.as<float>(), nullptr, &c, true);
+          gemv(w, fused, got.as<float>(), nullptr, &c, true);
+          synchronize();
+          const auto y = to_host<float>(got, static_cast<size_t>(n));
+          if (clusters) {
+            ASSERT_EQ(y, to_host<float>(want, static_cast<size_t>(n)));
+          } else {  // each warp sums its rows as a 32-thread block would: another order than the shape's own
+            const auto w0 = to_host<float>(want, static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i)
+              ASSERT_NEAR(y[i], w0[i], 1e-4f * (std::fabs(w0[i]) + std::fabs(y0[i]) + 1.0f)) << "row " << i;
+          }
+          std::vector<float> yw(static_cast<size_t>(n));
+          for (int64_t i = 0; i < n; ++i) yw[i] = y[i] * norm_w[i];
+          std::vector<int8_t> ref_q8(static_cast<size_t>(n));
+          std::vector<float2> ref_ds(static_cast<size_t>(n / 32));
+          quantize_q8_ref(yw.data(), ref_q8.data(), ref_ds.data(), n);
+          EXPECT_EQ(to_host<int8_t>(q8, static_cast<size_t>(n)), ref_q8);
+          const auto got_ds = to_host<float>(ds, static_cast<size_t>(n / 16));
+          const auto got_ss = to_host<float>(ss, static_cast<size_t>(n / 32));
+          for (int64_t b = 0; b < n / 32; ++b) {
+            EXPECT_EQ(got_ds[2 * b], ref_ds[b].x) << "block " << b;
+            EXPECT_EQ(got_ds[2 * b + 1], ref_ds[b].y) << "block " << b;
+            double s = 0;
+            for (int64_t j = 0; j < 32; ++j) s += double(y[b * 32 + j]) * y[b * 32 + j];
+            EXPECT_NEAR(got_ss[b], s, 1e-5 * s) << "block " << b;
+          }
+          if (HasFailure()) return;
+          ++accepted;
+          GemvInput missing = fused;
+          missing.norm_out_sumsq = nullptr;
+          EXPECT_THROW(gemv(w, missing, got.as<float>(), nullptr, &c, true), Error);
         }
-        gemv(w, in, want.as<float>(), nullptr, &c, true);
-        gemv(w, fused, got.as<float>(), nullptr, &c, true);
-        synchronize();
-        const auto y = to_host<float>(got, static_cast<size_t>(n));
-        ASSERT_EQ(y, to_host<float>(want, static_cast<size_t>(n)));
-        std::vector<float> yw(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) yw[i] = y[i] * norm_w[i];
-        std::vector<int8_t> ref_q8(static_cast<size_t>(n));
-        std::vector<float2> ref_ds(static_cast<size_t>(n / 32));
-        quantize_q8_ref(yw.data(), ref_q8.data(), ref_ds.data(), n);
-        EXPECT_EQ(to_host<int8_t>(q8, static_cast<size_t>(n)), ref_q8);
-        const auto got_ds = to_host<float>(ds, static_cast<size_t>(n / 16));
-        const auto got_ss = to_host<float>(ss, static_cast<size_t>(n / 32));
-        for (int64_t b = 0; b < n / 32; ++b) {
-          EXPECT_EQ(got_ds[2 * b], ref_ds[b].x) << "block " << b;
-          EXPECT_EQ(got_ds[2 * b + 1], ref_ds[b].y) << "block " << b;
-          double s = 0;
-          for (int64_t j = 0; j < 32; ++j) s += double(y[b * 32 + j]) * y[b * 32 + j];
-          EXPECT_NEAR(got_ss[b], s, 1e-5 * s) << "block " << b;
-        }
-        if (HasFailure()) return;
-        ++accepted;
-        GemvInput missing = fused;
-        missing.norm_out_sumsq = nullptr;
-        EXPECT_THROW(gemv(w, missing, got.as<float>(), nullptr, &c, true), Error);
-      }
     }
   EXPECT_GT(accepted, 0);
 }

@@ -45,6 +45,23 @@ bool float_gemv_prev_shapes() {
   return prev;
 }
 
+EarlyL2 early_l2() {
+  static const EarlyL2 cached = [] {
+    EarlyL2 e;
+    const char* v = std::getenv("TESSERA_CUDA_EARLY_L2");
+    if (v == nullptr || *v == '\0') return e;
+    unsigned blocks = 0, bytes = 0, bulk = 0;
+    const int got = std::sscanf(v, "%u/%u/%u", &blocks, &bytes, &bulk);
+    if (got < 2 || bulk > 1) {
+      std::fprintf(stderr, "tessera: TESSERA_CUDA_EARLY_L2: cannot read '%s' (blocks/bytes[/bulk]); ignored\n", v);
+      return e;
+    }
+    e.blocks = blocks, e.bytes = bytes, e.bulk = got == 3 ? bulk : 0;
+    return e;
+  }();
+  return cached;
+}
+
 int sm_count() {
   static int cached = [] {
     int dev = 0, n = 0;
@@ -77,8 +94,9 @@ const std::vector<GemvConfig>& gemv_configs() {
   return configs;
 }
 
-bool gemv_norm_out_supported(const GemvConfig& c) {
-  return detail::has_norm_out(detail::Shape{c.threads, c.rows, c.unroll, c.prefetch});
+bool gemv_norm_out_supported(const GemvConfig& c, bool clusters) {
+  const detail::Shape s{c.threads, c.rows, c.unroll, c.prefetch};
+  return clusters ? detail::has_norm_out(s) : detail::has_norm_out_groups(s);
 }
 
 bool gemv_supports(DType dtype) {
@@ -173,6 +191,16 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
   return {128, 4, 2, 0};  // short rows: latency-bound; four rows per block keep the block count low
 }
 
+GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k, bool clusters) {
+  for (const ShapeOverride& o : shape_overrides())
+    if (o.n == n && o.k == k) return o.c;
+  if (clusters) return gemv_default_config(dtype, n, k);
+  // Warp groups of two rows, two loads in flight per row (16 warps per 32 rows): inside the 8B q4_1 decode graph
+  // (H100, TESSERA_CUDA_GEMV_SHAPES sweep of 2026-11-22, o and down alike) 498.6 tok/s against 497.6 at one load,
+  // 490.0 at four rows and two loads, 463.2 at the plain default's four rows and one load.
+  return {128, 2, 2, 0};
+}
+
 void gemv(const DeviceWeight& w, const GemvInput& x, float* y, cudaStream_t stream, const GemvConfig* config,
           bool accumulate) {
   using detail::num;
@@ -216,12 +244,13 @@ void gemv(const DeviceWeight& w, const GemvInput& x, float* y, cudaStream_t stre
           x.q8 != nullptr && x.q8_ds != nullptr && detail::aligned16(x.q8) && detail::aligned16(x.q8_ds),
           "gemv: quantized weights need the q8 activation (16-byte aligned; see quantize_q8)");
       TESSERA_CUDA_REQUIRE(
-          x.norm_out_w == nullptr || (gemv_norm_out_supported(c) && w.n % 32 == 0 && !x.swiglu &&
-                                      x.norm_out_q8 != nullptr && x.norm_out_ds != nullptr &&
-                                      x.norm_out_sumsq != nullptr),
+          x.norm_out_w == nullptr ||
+              (gemv_norm_out_supported(c, x.norm_out_clusters) && w.n % 32 == 0 && !x.swiglu &&
+               x.norm_out_q8 != nullptr && x.norm_out_ds != nullptr && x.norm_out_sumsq != nullptr),
           "gemv: the norm_out epilogue needs N % 32 == 0, no SwiGLU, its q8, ds and sumsq outputs, and a launch shape "
-          "of gemv_norm_out_supported (threads " + num(c.threads) + ", rows " + num(c.rows) + ", unroll " +
-              num(c.unroll) + ", prefetch " + num(c.prefetch) + " is not)");
+          "of gemv_norm_out_supported (threads " +
+              num(c.threads) + ", rows " + num(c.rows) + ", unroll " + num(c.unroll) + ", prefetch " + num(c.prefetch) +
+              " is not)");
       detail::launch_gemv_quant(index, a);
       break;
   }

@@ -26,7 +26,7 @@ __device__ __forceinline__ uint32_t ld_stream2(const void* p) {
 // and the launch gap; the block's own loads after the wait then hit L2. Only the first kPrefetchBlocks blocks (about
 // the first wave) do it: run 1 let every block prefetch, and a large GEMV launched early behind another large one
 // pulled its whole matrix into L2 while the first still streamed, evicting lines before use (q4_0 4096x14336: 79% of
-// copy bandwidth -> 69%).
+// copy bandwidth -> 69%). (The bench/cuda/experiments sweeps call this form.)
 constexpr unsigned kPrefetchBlocks = 256;
 template <int THREADS>
 __device__ __forceinline__ void prefetch_block_l2(const uint8_t* p, size_t bytes) {
@@ -34,6 +34,50 @@ __device__ __forceinline__ void prefetch_block_l2(const uint8_t* p, size_t bytes
   const size_t end = bytes < size_t{2} * THREADS * 128 ? bytes : size_t{2} * THREADS * 128;
   for (size_t off = static_cast<size_t>(threadIdx.x) * 128; off < end; off += THREADS * 128) prefetch_l2(p + off);
 }
+
+// How much of its weights a GEMV block asks L2 for before pdl_wait() (gemv.cu's early_l2(), TESSERA_CUDA_EARLY_L2):
+// in the decode graph every GEMV follows a small kernel (rmsnorm, attention, swiglu) that reads a few kilobytes, and
+// the GEMV's blocks start (PDL) while it runs: memory bandwidth idles unless those blocks fetch their rows meanwhile.
+// The first `blocks` blocks prefetch up to `bytes` each (0: two 128-byte lines per thread, the rule above), through
+// per-thread prefetch instructions or, with `bulk`, cp.async.bulk.prefetch.L2 from one thread (a single instruction
+// per 16 KB run: the block's rows are contiguous).
+struct EarlyL2 {
+  unsigned blocks = kPrefetchBlocks;
+  unsigned bytes = 0;
+  unsigned bulk = 0;
+};
+
+// [p, p + bytes) into L2 with bulk prefetches (sm_90): the range shrunk inward to 16-byte bounds, 16 KB per
+// instruction.
+__device__ __forceinline__ void bulk_prefetch_l2(const uint8_t* p, size_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uintptr_t lo = (a + 15) & ~uintptr_t{15};
+  const uintptr_t hi = (a + bytes) & ~uintptr_t{15};
+  constexpr uintptr_t kChunk = 16384;
+  for (; lo < hi; lo += kChunk) {
+    const uint32_t n = static_cast<uint32_t>(hi - lo < kChunk ? hi - lo : kChunk);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"(n) : "memory");
+  }
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
+template <int THREADS>
+__device__ __forceinline__ void prefetch_block_l2(const uint8_t* p, size_t bytes, const EarlyL2& e) {
+  if (blockIdx.x >= e.blocks) return;
+  const size_t cap = e.bytes != 0 ? e.bytes : size_t{2} * THREADS * 128;
+  const size_t end = bytes < cap ? bytes : cap;
+  if (e.bulk != 0) {
+    if (threadIdx.x == 0) bulk_prefetch_l2(p, end);
+    return;
+  }
+  for (size_t off = static_cast<size_t>(threadIdx.x) * 128; off < end; off += THREADS * 128) prefetch_l2(p + off);
+}
+
+// The early prefetch every decode GEMV launch passes (TESSERA_CUDA_EARLY_L2="blocks/bytes[/bulk]"; unset: EarlyL2{}).
+EarlyL2 early_l2();
 
 // The block-wide sum of v, returned to every thread (two barriers; only for the fused RMSNorm's sum of squares).
 template <int THREADS>
@@ -160,6 +204,14 @@ constexpr bool has_norm_out(const Shape& s) {
                              (s.threads == 64 && s.rows == 2 && s.unroll == 1) ||
                              (s.threads == 256 && s.rows == 4 && s.unroll == 1) ||
                              (s.threads == 128 && s.rows == 4 && s.unroll == 1));
+}
+
+// The launch shapes with the warp-group norm_out epilogue (the default form): a block of kQ / rows warps owns 32 rows
+// and each warp streams its rows as a 32-thread block of the shape's rows and unroll would (the shape's thread count
+// is not used). Rows 2 or 4 (512 or 256 threads: 1,024-thread blocks would cap registers at 64), at most 2 loads in
+// flight per row.
+constexpr bool has_norm_out_groups(const Shape& s) {
+  return s.prefetch == 0 && (s.rows == 2 || s.rows == 4) && s.unroll <= 2;
 }
 
 struct LaunchArgs {

@@ -19,7 +19,7 @@ void launch_float(const LaunchArgs& a, dim3 grid, int n, int k, bool accumulate)
       kernel = gemv_float_kernel<D, S.threads, S.rows, S.unroll, S.prefetch, NORM, SWIGLU, true>;
   }
   launch("gemv_float_kernel", kernel, grid, dim3(S.threads), 0, a.stream, a.w->quants.as<uint8_t>(), a.x->f32, a.y, n,
-         k, accumulate, NORM ? a.x->norm_w : nullptr, NORM ? a.x->norm_eps : 0.0f);
+         k, accumulate, NORM ? a.x->norm_w : nullptr, NORM ? a.x->norm_eps : 0.0f, early_l2());
 }
 
 template <DType D, int I>

@@ -57,7 +57,8 @@ template <DType D, int THREADS, int ROWS, int UNROLL, int PF, bool NORM, bool SW
 __device__ __forceinline__ void gemv_float_rows(const uint8_t* __restrict__ w /*[n, k], SWIGLU: [2n, k]*/,
                                                 const float* __restrict__ x /*[k]*/, float* __restrict__ y /*[n]*/,
                                                 int n, int k, bool accumulate,
-                                                const float* __restrict__ norm_w /*[k] or null*/, float norm_eps) {
+                                                const float* __restrict__ norm_w /*[k] or null*/, float norm_eps,
+                                                const EarlyL2& early = EarlyL2{}) {
   using F = FloatFmt<D>;
   constexpr int E = F::kElems;
   constexpr int kElemBytes = 16 / E;
@@ -73,13 +74,13 @@ __device__ __forceinline__ void gemv_float_rows(const uint8_t* __restrict__ w /*
       wr[r] = w + static_cast<size_t>(min(row0 + r, n - 1)) * k * kElemBytes;
       wr[H + r] = w + static_cast<size_t>(n + min(row0 + r, n - 1)) * k * kElemBytes;
     }
-    prefetch_block_l2<THREADS>(wr[0], static_cast<size_t>(min(H, n - row0)) * k * kElemBytes);
-    prefetch_block_l2<THREADS>(wr[H], static_cast<size_t>(min(H, n - row0)) * k * kElemBytes);
+    prefetch_block_l2<THREADS>(wr[0], static_cast<size_t>(min(H, n - row0)) * k * kElemBytes, early);
+    prefetch_block_l2<THREADS>(wr[H], static_cast<size_t>(min(H, n - row0)) * k * kElemBytes, early);
   } else {
     row0 = blockIdx.x * ROWS;
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) wr[r] = w + static_cast<size_t>(min(row0 + r, n - 1)) * k * kElemBytes;
-    prefetch_block_l2<THREADS>(wr[0], static_cast<size_t>(min(ROWS, n - row0)) * k * kElemBytes);
+    prefetch_block_l2<THREADS>(wr[0], static_cast<size_t>(min(ROWS, n - row0)) * k * kElemBytes, early);
   }
   // Slot u of the step at b0 covers elements b0 + u * kSlot .. + E of each row; slots past the row's end load nothing
   // (k is a multiple of E: upload_weight keeps rows 16-byte aligned).
@@ -136,8 +137,8 @@ template <DType D, int THREADS, int ROWS, int UNROLL, int PF, bool NORM, bool SW
 __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
     gemv_float_kernel(const uint8_t* __restrict__ w /*[n, k], SWIGLU: [2n, k]*/, const float* __restrict__ x /*[k]*/,
                       float* __restrict__ y /*[n]*/, int n, int k, bool accumulate,
-                      const float* __restrict__ norm_w /*[k] or null*/, float norm_eps) {
-  gemv_float_rows<D, THREADS, ROWS, UNROLL, PF, NORM, SWIGLU>(w, x, y, n, k, accumulate, norm_w, norm_eps);
+                      const float* __restrict__ norm_w /*[k] or null*/, float norm_eps, EarlyL2 early) {
+  gemv_float_rows<D, THREADS, ROWS, UNROLL, PF, NORM, SWIGLU>(w, x, y, n, k, accumulate, norm_w, norm_eps, early);
 }
 
 // Only 16-bit weights at launch shapes of at most 4 vectors per row per step have a capped instantiation: ptxas fits

@@ -118,20 +118,28 @@ struct NormOut {
   float* sumsq;    // [n/32]
 };
 
-template <DType D, int THREADS, int ROWS, int UNROLL, int PF, bool CAP, bool SWIGLU = false, bool NORM_OUT = false>
+// WG (warp groups, with NORM_OUT only): the block is kQ / ROWS warps and owns the group of 32 rows; each warp streams
+// its ROWS rows as a block of THREADS = 32 threads would (same slots, same order: the sums are those of a 32-thread
+// launch), and the epilogue meets in shared memory: no cluster. THREADS is then the block's size (32 * kQ / ROWS).
+template <DType D, int THREADS, int ROWS, int UNROLL, int PF, bool CAP, bool SWIGLU = false, bool NORM_OUT = false,
+          bool WG = false>
 __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
     gemv_quant_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
                       const int8_t* __restrict__ xq /*[k]*/, const float2* __restrict__ xds /*[k/32]*/,
                       float* __restrict__ y /*[n], SWIGLU: [n/2]*/, int n, int k, bool accumulate, SwigluOut so,
-                      RmsIn rin, NormOut no) {
+                      RmsIn rin, NormOut no, EarlyL2 early) {
   using Q = QuantFmt<D>;
   constexpr int QB = Q::kQuantBytes;
   constexpr int SB = Q::kScaleBytes;
   constexpr int V = QB / 16;
-  constexpr int kStep = THREADS * UNROLL;  // 32-blocks per row per step
-  constexpr int H = ROWS / 2;              // SWIGLU: gate rows per block
+  static_assert(!WG || (NORM_OUT && !SWIGLU && THREADS == kWarp * (kQ / ROWS)), "warp groups: norm_out blocks only");
+  constexpr int LT = WG ? kWarp : THREADS;  // threads sharing a row (a warp with WG, else the block)
+  constexpr int kStep = LT * UNROLL;        // 32-blocks per row per step
+  constexpr int H = ROWS / 2;               // SWIGLU: gate rows per block
+  const int tid = WG ? static_cast<int>(threadIdx.x) % kWarp : static_cast<int>(threadIdx.x);
   const int nb = k / kQ;
-  const int row0 = blockIdx.x * (SWIGLU ? H : ROWS);  // SWIGLU: the first gate row (g0)
+  const int row0 = WG ? static_cast<int>(blockIdx.x) * kQ + static_cast<int>(threadIdx.x) / kWarp * ROWS
+                      : blockIdx.x * (SWIGLU ? H : ROWS);  // SWIGLU: the first gate row (g0)
   const int n_out = SWIGLU ? n / 2 : n;
   const uint8_t* qr[ROWS];
   const uint8_t* sr[ROWS];
@@ -144,42 +152,51 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
   }
   if constexpr (SWIGLU) {  // two runs of rows: the gate rows' and the up rows'
     const int half_here = min(H, n_out - row0);
-    prefetch_block_l2<THREADS>(qr[0], static_cast<size_t>(half_here) * nb * QB);
-    prefetch_block_l2<THREADS>(qr[H], static_cast<size_t>(half_here) * nb * QB);
-    prefetch_block_l2<THREADS>(sr[0], static_cast<size_t>(half_here) * nb * SB);
-    prefetch_block_l2<THREADS>(sr[H], static_cast<size_t>(half_here) * nb * SB);
+    prefetch_block_l2<THREADS>(qr[0], static_cast<size_t>(half_here) * nb * QB, early);
+    prefetch_block_l2<THREADS>(qr[H], static_cast<size_t>(half_here) * nb * QB, early);
+    prefetch_block_l2<THREADS>(sr[0], static_cast<size_t>(half_here) * nb * SB, early);
+    prefetch_block_l2<THREADS>(sr[H], static_cast<size_t>(half_here) * nb * SB, early);
+  } else if constexpr (WG) {  // the whole block's 32 rows (n % 32 == 0), as the cluster's blocks would together
+    prefetch_block_l2<THREADS>(quants + static_cast<size_t>(blockIdx.x) * kQ * nb * QB,
+                               static_cast<size_t>(kQ) * nb * QB, early);
+    prefetch_block_l2<THREADS>(scales + static_cast<size_t>(blockIdx.x) * kQ * nb * SB,
+                               static_cast<size_t>(kQ) * nb * SB, early);
   } else {
     const int rows_here = min(ROWS, n - row0);
-    prefetch_block_l2<THREADS>(qr[0], static_cast<size_t>(rows_here) * nb * QB);
-    prefetch_block_l2<THREADS>(sr[0], static_cast<size_t>(rows_here) * nb * SB);
+    prefetch_block_l2<THREADS>(qr[0], static_cast<size_t>(rows_here) * nb * QB, early);
+    prefetch_block_l2<THREADS>(sr[0], static_cast<size_t>(rows_here) * nb * SB, early);
   }
   // Slot u of the step at b0 covers block b0 + u * THREADS of each row; slots past the row's end load nothing.
   auto load_step = [&](int b0, uint4(&wv)[UNROLL][ROWS][V], uint32_t(&sc)[UNROLL][ROWS]) {
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
-      if (b0 + u * THREADS < nb) {
+      if (b0 + u * LT < nb) {
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) load_block<QB, SB>(qr[r], sr[r], b0 + u * THREADS, wv[u][r], sc[u][r]);
+        for (int r = 0; r < ROWS; ++r) load_block<QB, SB>(qr[r], sr[r], b0 + u * LT, wv[u][r], sc[u][r]);
       }
   };
   float norm_w = 0.0f;  // NORM_OUT, the cluster's first block, warp 0: lane i's norm weight
   if constexpr (NORM_OUT) {
     static_assert(kQ % ROWS == 0, "a cluster covers one block of 32 rows");
-    cluster_arrive_relaxed();
-    if (cluster_rank() == 0 && threadIdx.x < kWarp) norm_w = __ldg(no.w + row0 + threadIdx.x);
+    if constexpr (WG) {
+      if (threadIdx.x < kWarp) norm_w = __ldg(no.w + blockIdx.x * kQ + threadIdx.x);
+    } else {
+      cluster_arrive_relaxed();
+      if (cluster_rank() == 0 && threadIdx.x < kWarp) norm_w = __ldg(no.w + row0 + threadIdx.x);
+    }
   }
   float acc[ROWS] = {};
-  int b = threadIdx.x;
+  int b = tid;
   uint4 wv[UNROLL][ROWS][V] = {};
   uint32_t sc[UNROLL][ROWS] = {};
   load_step(b, wv, sc);
   pdl_wait();
   // RMS: warp 0 sums the k/32 partial sums (lane-strided, then the warp tree: a fixed order) while the weights stream;
-  // only warp 0 stores (block_sum_store and its SwiGLU twin), so only it needs the scale.
+  // only warp 0 stores (block_sum_store and its SwiGLU twin), so only it needs the scale (with WG every warp stores).
   float out_scale = 1.0f;
-  if (rin.sumsq != nullptr && threadIdx.x < kWarp) {
+  if (rin.sumsq != nullptr && tid < kWarp) {
     float ss = 0.0f;
-    for (int j = threadIdx.x; j < nb; j += kWarp) ss += rin.sumsq[j];
+    for (int j = tid; j < nb; j += kWarp) ss += rin.sumsq[j];
     out_scale = 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(k) + rin.eps);  // correctly rounded, as rmsnorm
   }
   while (b < nb) {
@@ -189,14 +206,14 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
       for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
         for (int r = 0; r < ROWS; ++r)
-          if (ahead + u * THREADS < nb) prefetch_l2(qr[r] + static_cast<size_t>(ahead + u * THREADS) * QB);
+          if (ahead + u * LT < nb) prefetch_l2(qr[r] + static_cast<size_t>(ahead + u * LT) * QB);
     }
     uint4 wn[UNROLL][ROWS][V] = {};
     uint32_t sn[UNROLL][ROWS] = {};
     if (b + kStep < nb) load_step(b + kStep, wn, sn);
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
-      if (b + u * THREADS < nb) quant_step<D, ROWS>(wv[u], sc[u], xq, xds, b + u * THREADS, acc);
+      if (b + u * LT < nb) quant_step<D, ROWS>(wv[u], sc[u], xq, xds, b + u * LT, acc);
     b += kStep;
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
@@ -220,6 +237,21 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
       const int i = row0 / kQ * kQ + static_cast<int>(threadIdx.x);
       so.q8[i] = quantize_lane_q8(__ldcg(y + i), so.ds + i / kQ);  // L2: never a stale L1 line
       if (threadIdx.x == 0) so.tickets[row0 / kQ] = 0;
+    }
+  } else if constexpr (WG) {
+    block_sum_store<LT, ROWS>(acc, y, row0, n, accumulate, out_scale);  // each warp's lane 0 keeps its stored values
+    __shared__ float group[kQ];
+    if (tid == 0) {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) group[threadIdx.x / kWarp * ROWS + r] = acc[r];
+    }
+    __syncthreads();
+    if (threadIdx.x < kWarp) {
+      const float v = group[threadIdx.x];
+      const int g = static_cast<int>(blockIdx.x);
+      no.q8[g * kQ + threadIdx.x] = quantize_lane_q8(v * norm_w, no.ds + g);
+      const float ss = warp_sum(v * v);
+      if (threadIdx.x == 0) no.sumsq[g] = ss;
     }
   } else {
     block_sum_store<THREADS, ROWS>(acc, y, row0, n, accumulate, out_scale);  // thread 0 keeps the stored values
@@ -264,26 +296,44 @@ bool allow_large_clusters(Kernel kernel) {
 template <DType D, int I, bool NORM_OUT>
 void launch_rows(const LaunchArgs& a, int n, int k, const SwigluOut& so, const RmsIn& rin, const NormOut& no) {
   constexpr Shape s = kShapes[I];
-  constexpr unsigned kCluster = NORM_OUT ? kQ / s.rows : 1;
-  const auto plain = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, false, false, NORM_OUT>;
-  auto kernel = plain;
-  const dim3 grid(ceil_div(n, s.rows));
-  if constexpr (quant_cappable<D>(s)) {
-    const auto capped = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, true, false, NORM_OUT>;
-    static const int plain_per_sm = blocks_per_sm(plain, s.threads);
-    if (static_cast<int64_t>(grid.x) > static_cast<int64_t>(plain_per_sm) * sm_count()) kernel = capped;
-    if constexpr (kCluster > 8) {
-      static const bool allowed = allow_large_clusters(capped);
-      (void)allowed;
+  if constexpr (NORM_OUT) {
+    if (!a.x->norm_out_clusters) {  // warp groups: one block of kQ / rows warps per 32 rows, uncapped
+      if constexpr (has_norm_out_groups(s)) {
+        constexpr int kThreads = kWarp * (kQ / s.rows);
+        launch("gemv_quant_kernel<norm_out, warps>",
+               gemv_quant_kernel<D, kThreads, s.rows, s.unroll, s.prefetch, false, false, true, true>,
+               dim3(ceil_div(n, kQ)), dim3(kThreads), 0, a.stream, a.w->quants.as<uint8_t>(), a.w->scales.as<uint8_t>(),
+               a.x->q8, a.x->q8_ds, a.y, n, k, a.accumulate, so, rin, no, early_l2());
+      } else {
+        fail_message("gemv: this launch shape has no warp-group norm_out epilogue");
+      }
+      return;
     }
   }
-  if constexpr (kCluster > 8) {
-    static const bool allowed = allow_large_clusters(plain);
-    (void)allowed;
+  if constexpr (NORM_OUT && !has_norm_out(s)) {
+    fail_message("gemv: this launch shape has no cluster norm_out epilogue");
+  } else {
+    constexpr unsigned kCluster = NORM_OUT ? kQ / s.rows : 1;
+    const auto plain = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, false, false, NORM_OUT>;
+    auto kernel = plain;
+    const dim3 grid(ceil_div(n, s.rows));
+    if constexpr (quant_cappable<D>(s)) {
+      const auto capped = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, true, false, NORM_OUT>;
+      static const int plain_per_sm = blocks_per_sm(plain, s.threads);
+      if (static_cast<int64_t>(grid.x) > static_cast<int64_t>(plain_per_sm) * sm_count()) kernel = capped;
+      if constexpr (kCluster > 8) {
+        static const bool allowed = allow_large_clusters(capped);
+        (void)allowed;
+      }
+    }
+    if constexpr (kCluster > 8) {
+      static const bool allowed = allow_large_clusters(plain);
+      (void)allowed;
+    }
+    launch_cluster(NORM_OUT ? "gemv_quant_kernel<norm_out>" : "gemv_quant_kernel", kernel, grid, dim3(s.threads), 0,
+                   a.stream, kCluster, a.w->quants.as<uint8_t>(), a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y,
+                   n, k, a.accumulate, so, rin, no, early_l2());
   }
-  launch_cluster(NORM_OUT ? "gemv_quant_kernel<norm_out>" : "gemv_quant_kernel", kernel, grid, dim3(s.threads), 0,
-                 a.stream, kCluster, a.w->quants.as<uint8_t>(), a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n,
-                 k, a.accumulate, so, rin, no);
 }
 
 template <DType D, int I>
@@ -294,7 +344,7 @@ void launch_shape(const LaunchArgs& a) {
   const RmsIn rin{a.x->rms_sumsq, a.x->rms_eps};
   const NormOut no{a.x->norm_out_w, a.x->norm_out_q8, a.x->norm_out_ds, a.x->norm_out_sumsq};
   if (a.x->norm_out_w != nullptr) {
-    if constexpr (has_norm_out(s))
+    if constexpr (has_norm_out(s) || has_norm_out_groups(s))
       launch_rows<D, I, true>(a, n, k, so, rin, no);
     else
       fail_message("gemv: this launch shape has no norm_out epilogue");
@@ -307,7 +357,7 @@ void launch_shape(const LaunchArgs& a) {
     if constexpr (kPairs && kQ % (s.rows >= 2 ? s.rows / 2 : 1) == 0) {
       launch("gemv_quant_kernel<swiglu>", gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, false, true>,
              dim3(ceil_div(n / 2, s.rows / 2)), dim3(s.threads), 0, a.stream, a.w->quants.as<uint8_t>(),
-             a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, false, so, rin, no);
+             a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, false, so, rin, no, early_l2());
       return;
     }
     fail_message("gemv: this launch shape has no quantized SwiGLU epilogue");
