@@ -13,13 +13,15 @@
 #   scripts/gpu_check.sh --only race
 #   scripts/gpu_check.sh --only kernels,decode,prefill,batch,ceilings,profile
 #   scripts/gpu_check.sh --only peer
-#   scripts/gpu_check.sh --only quantfolds,graphcost      # the quantized decoder's studies (170 s measured + ~170 s)
+#   scripts/gpu_check.sh --only quantfolds,graphcost      # the quantized decoder's studies (~250 s + ~170 s, estimated)
+#   scripts/gpu_check.sh --only earlyl2                   # GEMV early L2 prefetch amounts (~6 minutes, estimated)
 #   scripts/gpu_check.sh --only shapesweep                # in-graph GEMV shapes (~6 minutes, estimated)
 #   scripts/gpu_check.sh --only attnplans                 # cuDNN plans vs SDPA at 2k/8k/16k (~130 s, estimated)
 # Phases: tests (GPU tests; + memcheck unless --no-sanitizer), race (compute-sanitizer racecheck, by test group),
 #   default (only the default-model tests), hf (HF-transformers oracle vs tessera logits),
 #   kernels (kernel benchmarks), decode (tessera bench --device cuda, batch 1), quantfolds (8B q8_0/q4_1 decode with
-#   the quantized decoder's folds on, each off, and the opt-in one on), graphcost (8B q8_0/q4_1 decode with op
+#   the quantized decoder's folds at their defaults, each switched, and the norm fold's cluster form), earlyl2 (the
+#   GEMVs' early L2 prefetch amounts), graphcost (8B q8_0/q4_1 decode with op
 #   classes left out of the graph), shapesweep (GEMV launch shapes inside the decode graph), attnplans (cuDNN's
 #   prefill-attention plans vs PyTorch SDPA at 2k/8k/16k), prefill (pp2048), batch (--batch 8, 32),
 #   ceilings (tessera bench --ceilings --device cuda), profile (tessera profile --device cuda), peer (PyTorch peers).
@@ -262,9 +264,10 @@ fi
 # input (TESSERA_CUDA_QUANT_NORM=1), the gate|up GEMV's SwiGLU epilogue (TESSERA_CUDA_QUANT_SWIGLU=1).
 if has quantfolds; then
   stamp "quantized folds"
-  fold_vars="TESSERA_CUDA_ATTN_Q8 TESSERA_CUDA_QUANT_NORM TESSERA_CUDA_QUANT_SWIGLU"
+  fold_vars="TESSERA_CUDA_ATTN_Q8 TESSERA_CUDA_QUANT_NORM TESSERA_CUDA_QUANT_NORM_CLUSTERS TESSERA_CUDA_QUANT_SWIGLU"
   for dt in q8_0 q4_1; do
-    for sw in "" "TESSERA_CUDA_ATTN_Q8=0" "TESSERA_CUDA_QUANT_NORM=1" "TESSERA_CUDA_QUANT_SWIGLU=1"; do
+    for sw in "" "TESSERA_CUDA_ATTN_Q8=0" "TESSERA_CUDA_QUANT_NORM=0" "TESSERA_CUDA_QUANT_NORM=1" \
+      "TESSERA_CUDA_QUANT_NORM=1 TESSERA_CUDA_QUANT_NORM_CLUSTERS=1" "TESSERA_CUDA_QUANT_SWIGLU=1"; do
       unset $fold_vars
       for kv in $sw; do export "${kv?}"; done
       say "- quantfolds switches: ${sw:-none}"
@@ -273,6 +276,19 @@ if has quantfolds; then
     done
   done
   unset $fold_vars
+fi
+# The GEMVs' early L2 prefetch before the PDL wait (TESSERA_CUDA_EARLY_L2=blocks/bytes/bulk; docs/PERFORMANCE.md,
+# sixth session: every larger prefetch measured slower).
+if has earlyl2; then
+  stamp "early L2 prefetch"
+  for spec in llama3-8b:q8_0 llama3-8b:q4_1 smollm2-135m:bf16; do
+    for e in "" 256/16384/0 4096/16384/0 100000/1048576/0 4096/16384/1 100000/1048576/1; do
+      say "- earlyl2 $spec TESSERA_CUDA_EARLY_L2=${e:-default}"
+      echo "## TESSERA_CUDA_EARLY_L2=${e:-default}" >> "$bench_log"
+      TESSERA_CUDA_EARLY_L2=$e tbench earlyl2 --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec#*:}" \
+        -p 0 -d 128 -n 256 -r 5 --no-ceilings
+    done
+  done
 fi
 # What the quantized decoder's small launches cost inside the replayed graph: the 8B q8_0 and q4_1 decode with every
 # launch, without rmsnorm and swiglu, without attention, and with GEMVs (plus embedding and argmax) only

@@ -83,7 +83,7 @@ struct GemvInput {
   int8_t* swiglu_q8 = nullptr;             // [F]
   float2* swiglu_ds = nullptr;             // [F/32]
   unsigned int* swiglu_tickets = nullptr;  // [F/32], zeroed once
-  // Quantized weights, the RMSNorm before them folded away (the decoder's opt-in TESSERA_CUDA_QUANT_NORM=1): q8 /
+  // Quantized weights, the RMSNorm before them folded away (the decoder, q4_1 by default): q8 /
   // q8_ds hold x ⊙ norm_w quantized WITHOUT the 1/rms factor (the codes of a block of 32 do not depend on it; only the
   // block scale would carry it, and every dot product is linear in the scale), and rms_sumsq [K/32] the per-block sums
   // of x^2. The GEMV sums them in a fixed order and scales its outputs by 1 / sqrt(sum / K + rms_eps). Written by the

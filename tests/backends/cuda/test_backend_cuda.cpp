@@ -747,11 +747,11 @@ TEST(CudaBackend, FoldedNormAndSwigluMatchUnfolded) {
   EXPECT_LT(rel, 1e-4);
 }
 
-// The RMSNorm before quantized GEMVs folded into the residual GEMV before it (opt-in: TESSERA_CUDA_QUANT_NORM=1):
-// every layer norm but the first (its input comes from the embedding, not a GEMV) launches nothing, and the logits
-// agree with the unfolded decoder's to 2e-3 relative L2: the two sides quantize differently rounded products of x w,
-// so a code flips only where one lands within a rounding error of a half step (a missing or wrong 1/rms would be off
-// by tens of percent; measured on the H100: 1.4-1.9e-7). The warp-group form (the default) also sums the residual
+// The RMSNorm before quantized GEMVs folded into the residual GEMV before it (q4_1 by default; TESSERA_CUDA_QUANT_NORM
+// = 1 / 0 for every format): every layer norm but the first (its input comes from the embedding, not a GEMV) launches
+// nothing, and the logits of the cluster form agree with the unfolded decoder's to 2e-3 relative L2: the two sides
+// quantize differently rounded products of x w, so a code flips only where one lands within a rounding error of a half
+// step (a missing or wrong 1/rms would be off by tens of percent; measured on the H100: 1.4-1.9e-7). The warp-group form (the default) also sums the residual
 // GEMV's rows in another order than the unfolded launch, so its residual stream differs in the last bit and more codes
 // flip: 5e-3 (measured 1.6e-7 q4_0, 2.2e-4 q8_0, 2.0e-3 q4_1). With the quantized SwiGLU epilogue off and on (its
 // gate|up GEMV applies the 1/rms too), and both forms of the residual GEMV.

@@ -321,7 +321,7 @@ TEST(CudaGemv, QuantSwigluEpilogueEqualsGemvThenSwiglu) {
   EXPECT_GT(accepted, 0);
 }
 
-// The norm_out epilogue (GemvInput::norm_out_*; the decoder's opt-in TESSERA_CUDA_QUANT_NORM=1), as warp groups and
+// The norm_out epilogue (GemvInput::norm_out_*; the decoder's norm fold), as warp groups and
 // as clusters: y (warp groups: to rounding, their warps sum in a 32-thread order; clusters: bit for bit)
 // what the plain accumulating quantized GEMV of the same launch shape stores; q8 / ds bit for bit the host
 // quantization of y ⊙ w per block of 32 (quantize_q8's arithmetic, without the 1/rms factor); sumsq each block's sum
