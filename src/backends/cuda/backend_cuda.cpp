@@ -405,20 +405,29 @@ void CudaDecoder::Impl::compile_node(int id) {
       int sw = swiglu_of_pair(group);
       if (sw >= 0 && is_quantized_dtype(wp->dtype)) {
         // Quantized: the epilogue also writes the down projection's q8 input, so only when that is what reads the
-        // SwiGLU's output. Opt-in (TESSERA_CUDA_QUANT_SWIGLU=1): measured slower on the H100 (8B q8_0 303.2 -> 295.0
-        // tok/s, q4_1 461.1 -> 425.4): every block of the multi-wave gate|up grid holds its slot through a fence and
-        // a ticket atomic, and the paired launch has no register-capped copy (docs/CUDA_NOTES.md).
+        // SwiGLU's output. Opt-in (TESSERA_CUDA_QUANT_SWIGLU=1), measured slower on the H100 in both forms: tickets
+        // (8B q8_0 303.2 -> 295.0 tok/s, q4_1 461.1 -> 425.4; every block of the multi-wave gate|up grid holds its
+        // slot through a fence and a ticket atomic) and warp groups (q8_0 311.9 -> 290.7, q4_1 499.0 -> 460.8; the
+        // 448 blocks of 16 warps stream slower than the 7,168 small blocks; not profiled) (docs/CUDA_NOTES.md).
         const int so = g.node(sw).output;
         const int64_t f = g.tensor(so).numel();
-        if (!env_is_on("TESSERA_CUDA_QUANT_SWIGLU") || f % 32 != 0 || !feeds_quantized_matmul(so)) {
+        // TESSERA_CUDA_QUANT_SWIGLU_TICKETS=1: the first form (tickets across blocks); =1: warp groups, one block per
+        // 32 gate rows and their up rows, at the default shape if it has that form.
+        const bool tickets = env_is_on("TESSERA_CUDA_QUANT_SWIGLU_TICKETS");
+        const bool groups_ok = gemv_swiglu_groups_supported(gemv_default_config(wp->dtype, wp->n, wp->k));
+        if (!env_is_on("TESSERA_CUDA_QUANT_SWIGLU") || f % 32 != 0 || !feeds_quantized_matmul(so) ||
+            (!tickets && !groups_ok)) {
           sw = -1;
         } else {
           Q8& b = q8_of(so);
           b.written = true;
           x.swiglu_q8 = b.q8.as<int8_t>();
           x.swiglu_ds = b.ds.as<float2>();
-          x.swiglu_tickets = static_cast<unsigned int*>(alloc(static_cast<size_t>(f / 32) * sizeof(unsigned int)));
-          TESSERA_CUDA_CHECK(cudaMemset(x.swiglu_tickets, 0, static_cast<size_t>(f / 32) * sizeof(unsigned int)));
+          x.swiglu_groups = !tickets;
+          if (tickets) {
+            x.swiglu_tickets = static_cast<unsigned int*>(alloc(static_cast<size_t>(f / 32) * sizeof(unsigned int)));
+            TESSERA_CUDA_CHECK(cudaMemset(x.swiglu_tickets, 0, static_cast<size_t>(f / 32) * sizeof(unsigned int)));
+          }
         }
       }
       if (sw >= 0) {

@@ -79,10 +79,14 @@ struct GemvInput {
   // gate|up GEMV folded into its epilogue (no accumulate; the launch shape must pair rows). Quantized weights need the
   // outputs below too (F % 32 == 0): the SwiGLU result also quantized as quantize_q8 writes it, for the down
   // projection, each block of 32 by the last GEMV block finishing it (a ticket per block of 32, zero between launches).
+  // swiglu_groups: instead, one block of warps per 32 gate rows and their up rows computes and quantizes its 32
+  // values in shared memory (no tickets; its warps sum in a 32-thread order, so y differs from the plain GEMV's in
+  // the last bits; launch shapes: gemv_swiglu_groups_supported).
   bool swiglu = false;
   int8_t* swiglu_q8 = nullptr;             // [F]
   float2* swiglu_ds = nullptr;             // [F/32]
   unsigned int* swiglu_tickets = nullptr;  // [F/32], zeroed once
+  bool swiglu_groups = false;
   // Quantized weights, the RMSNorm before them folded away (the decoder, q4_1 by default): q8 /
   // q8_ds hold x ⊙ norm_w quantized WITHOUT the 1/rms factor (the codes of a block of 32 do not depend on it; only the
   // block scale would carry it, and every dot product is linear in the scale), and rms_sumsq [K/32] the per-block sums
@@ -122,6 +126,8 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k);
 // Whether launch shape c has the norm_out epilogue (GemvInput::norm_out_*), as warp groups or (clusters) as
 // thread-block clusters.
 bool gemv_norm_out_supported(const GemvConfig& c, bool clusters);
+// Whether launch shape c has the warp-group form of the quantized SwiGLU epilogue (GemvInput::swiglu_groups).
+bool gemv_swiglu_groups_supported(const GemvConfig& c);
 // The launch shape of a GEMV with the norm_out epilogue (its TESSERA_CUDA_GEMV_SHAPES override where one is given).
 GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k, bool clusters);
 

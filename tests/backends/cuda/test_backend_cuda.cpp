@@ -661,6 +661,7 @@ TEST(CudaBackend, QuantizedFoldsMatchTheLaunchesTheyReplace) {
                                           << " TESSERA_CUDA_QUANT_SWIGLU=" << switches[i].second);
         setenv("TESSERA_CUDA_ATTN_Q8", switches[i].first, 1);
         setenv("TESSERA_CUDA_QUANT_SWIGLU", switches[i].second, 1);
+        setenv("TESSERA_CUDA_QUANT_SWIGLU_TICKETS", "1", 1);  // the bitwise form (warp groups: QuantSwigluGroups...)
         Session s(m, {.n_ctx = n_ctx, .n_batch = 16, .device = "cuda"});
         s.eval(prompt);
         for (int32_t id : {11, 12, 13, 14}) {
@@ -676,6 +677,7 @@ TEST(CudaBackend, QuantizedFoldsMatchTheLaunchesTheyReplace) {
     }
   unsetenv("TESSERA_CUDA_ATTN_Q8");
   unsetenv("TESSERA_CUDA_QUANT_SWIGLU");
+  unsetenv("TESSERA_CUDA_QUANT_SWIGLU_TICKETS");
 }
 
 // A profiled decode of `ids`, one token at a time, in a fresh session with the environment switches `env` set (and
@@ -786,6 +788,33 @@ TEST(CudaBackend, QuantNormFoldMatchesUnfolded) {
                   << ": relative L2 " << rel << "\n";
         EXPECT_LT(rel, clusters[0] == '1' ? 2e-3 : 5e-3);
       }
+}
+
+// The quantized SwiGLU epilogue as warp groups (TESSERA_CUDA_QUANT_SWIGLU=1; one block per 32 gate rows and their up
+// rows quantizes its own 32 outputs): every swiglu node launches nothing, and the logits agree with the decoder's
+// swiglu launch to 5e-3 relative L2 (its warps sum each row in a 32-thread order, so the SwiGLU output differs in the
+// last bits and a q8 code flips now and then; a wrong or missing output would be off by tens of percent).
+TEST(CudaBackend, QuantSwigluGroupsMatchTheLaunch) {
+  TESSERA_REQUIRE_GPU();
+  for (const char* dtype : {"q8_0", "q4_0", "q4_1"}) {
+    SCOPED_TRACE(dtype);
+    const Model m = make_random_model({.arch = "smollm2-135m", .dtype = dtype, .seed = 37, .n_layers = 2});
+    const std::vector<int32_t> ids = random_ids(12, 49152, 8);
+    const ProfiledDecode a = decode_profiled(m, ids, {{"TESSERA_CUDA_QUANT_SWIGLU", "1"}});
+    const ProfiledDecode b = decode_profiled(m, ids, {{"TESSERA_CUDA_QUANT_SWIGLU", "0"}});
+    ASSERT_EQ(a.names, b.names);
+    int folded = 0;
+    for (size_t i = 0; i < a.names.size(); ++i) {
+      if (a.names[i].rfind("swiglu ", 0) != 0) continue;
+      EXPECT_EQ(a.ns[i], 0u) << a.names[i] << " still launches";
+      EXPECT_GT(b.ns[i], 0u) << a.names[i] << " launches nothing with the fold off";
+      ++folded;
+    }
+    EXPECT_EQ(folded, 2);
+    const double rel = relative_l2(a.logits, b.logits);
+    std::cout << "quantized SwiGLU warp groups vs the launch, " << dtype << ": relative L2 " << rel << "\n";
+    EXPECT_LT(rel, 5e-3);
+  }
 }
 
 }  // namespace

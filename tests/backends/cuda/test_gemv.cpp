@@ -321,6 +321,73 @@ TEST(CudaGemv, QuantSwigluEpilogueEqualsGemvThenSwiglu) {
   EXPECT_GT(accepted, 0);
 }
 
+// The quantized SwiGLU epilogue as warp groups (GemvInput::swiglu_groups; TESSERA_CUDA_QUANT_SWIGLU=1): y within
+// 1e-4 relative of the plain quantized GEMV of the same launch shape followed by the swiglu kernel (the warps sum in
+// a 32-thread order), and q8 / ds bit for bit the host quantization of its own y; shapes without the form, and calls
+// with the ticket form's missing outputs, fail with an error.
+TEST(CudaGemv, QuantSwigluGroupsEqualGemvThenSwiglu) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const int64_t shapes[][2] = {{32, 256}, {1536, 576}, {256, 4096}};  // {F, k}: the weight is [2F, k]
+  int accepted = 0;
+  for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_1})
+    for (const auto& sh : shapes) {
+      const int64_t f = sh[0], k = sh[1];
+      const auto w_host = random_weight(rng, dtype, 2 * f, k);
+      DeviceWeight w = upload_weight(dtype, w_host.data(), 2 * f, k);
+      DeviceBuffer xd = to_device(random_floats(rng, k, -3.0f, 3.0f));
+      DeviceBuffer xq = poisoned(static_cast<size_t>(k)), xds = poisoned(sizeof(float2) * (k / 32));
+      quantize_q8(xd.as<float>(), xq.as<int8_t>(), xds.as<float2>(), k, nullptr);
+      for (const GemvConfig& c : gemv_configs()) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " F=" << f << " k=" << k << " config=" << c.threads
+                                          << "/" << c.rows << "/" << c.unroll << "/" << c.prefetch);
+        GemvInput in;
+        in.q8 = xq.as<int8_t>();
+        in.q8_ds = xds.as<float2>();
+        DeviceBuffer got = poisoned(sizeof(float) * f), got_q8 = poisoned(static_cast<size_t>(f)),
+                     got_ds = poisoned(sizeof(float2) * (f / 32));
+        GemvInput fused = in;
+        fused.swiglu = true;
+        fused.swiglu_q8 = got_q8.as<int8_t>();
+        fused.swiglu_ds = got_ds.as<float2>();
+        fused.swiglu_groups = true;
+        if (!gemv_swiglu_groups_supported(c)) {
+          EXPECT_THROW(gemv(w, fused, got.as<float>(), nullptr, &c), Error);
+          continue;
+        }
+        DeviceBuffer both = poisoned(sizeof(float) * 2 * f), want = poisoned(sizeof(float) * f);
+        gemv(w, in, both.as<float>(), nullptr, &c);
+        swiglu(both.as<float>(), both.as<float>() + f, want.as<float>(), f, nullptr);
+        gemv(w, fused, got.as<float>(), nullptr, &c);
+        synchronize();
+        const auto ref_y = to_host<float>(want, static_cast<size_t>(f));
+        const auto y = to_host<float>(got, static_cast<size_t>(f));
+        const auto gu = to_host<float>(both, static_cast<size_t>(2 * f));
+        for (int64_t i = 0; i < f; ++i) {
+          ASSERT_FALSE(std::isnan(ref_y[i])) << "row " << i;
+          // silu(g) * u moves by about (|g| + |u|) relative ulps of the sums: bound by the operands' size
+          const double scale = (std::fabs(gu[i]) + 1.0) * (std::fabs(gu[f + i]) + 1.0);
+          ASSERT_NEAR(y[i], ref_y[i], 1e-4 * scale) << "row " << i;
+        }
+        std::vector<int8_t> ref_q8(static_cast<size_t>(f));
+        std::vector<float2> ref_ds(static_cast<size_t>(f / 32));
+        quantize_q8_ref(y.data(), ref_q8.data(), ref_ds.data(), f);
+        EXPECT_EQ(to_host<int8_t>(got_q8, static_cast<size_t>(f)), ref_q8);
+        const auto ds = to_host<float>(got_ds, static_cast<size_t>(f / 16));
+        for (int64_t b = 0; b < f / 32; ++b) {
+          EXPECT_EQ(ds[2 * b], ref_ds[b].x) << "block " << b;
+          EXPECT_EQ(ds[2 * b + 1], ref_ds[b].y) << "block " << b;
+        }
+        if (HasFailure()) return;
+        ++accepted;
+        GemvInput tickets_form = fused;
+        tickets_form.swiglu_groups = false;  // the ticket form without its tickets
+        EXPECT_THROW(gemv(w, tickets_form, got.as<float>(), nullptr, &c), Error);
+      }
+    }
+  EXPECT_GT(accepted, 0);
+}
+
 // The norm_out epilogue (GemvInput::norm_out_*; the decoder's norm fold), as warp groups and
 // as clusters: y (warp groups: to rounding, their warps sum in a 32-thread order; clusters: bit for bit)
 // what the plain accumulating quantized GEMV of the same launch shape stores; q8 / ds bit for bit the host

@@ -191,6 +191,10 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
   return {128, 4, 2, 0};  // short rows: latency-bound; four rows per block keep the block count low
 }
 
+bool gemv_swiglu_groups_supported(const GemvConfig& c) {
+  return detail::has_swiglu_groups(detail::Shape{c.threads, c.rows, c.unroll, c.prefetch});
+}
+
 GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k, bool clusters) {
   for (const ShapeOverride& o : shape_overrides())
     if (o.n == n && o.k == k) return o.c;
@@ -237,9 +241,11 @@ void gemv(const DeviceWeight& w, const GemvInput& x, float* y, cudaStream_t stre
                            "x already normalized and quantized: rmsnorm with a q8 output)");
       TESSERA_CUDA_REQUIRE(
           !x.swiglu || (w.n % 64 == 0 && !accumulate && c.rows % 2 == 0 && 32 % (c.rows / 2) == 0 && c.prefetch == 0 &&
-                        x.swiglu_q8 && x.swiglu_ds && x.swiglu_tickets),
+                        x.swiglu_q8 && x.swiglu_ds &&
+                        (x.swiglu_groups ? gemv_swiglu_groups_supported(c) : x.swiglu_tickets != nullptr)),
           "gemv: the quantized SwiGLU epilogue needs [gate; up] with F % 32 == 0, no accumulate, a launch shape "
-          "pairing rows without prefetch, and the q8, ds and ticket outputs");
+          "pairing rows without prefetch (warp groups: gemv_swiglu_groups_supported), and the q8, ds and ticket "
+          "outputs (warp groups: no tickets)");
       TESSERA_CUDA_REQUIRE(
           x.q8 != nullptr && x.q8_ds != nullptr && detail::aligned16(x.q8) && detail::aligned16(x.q8_ds),
           "gemv: quantized weights need the q8 activation (16-byte aligned; see quantize_q8)");

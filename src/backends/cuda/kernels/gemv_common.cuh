@@ -214,6 +214,13 @@ constexpr bool has_norm_out_groups(const Shape& s) {
   return s.prefetch == 0 && (s.rows == 2 || s.rows == 4) && s.unroll <= 2;
 }
 
+// The launch shapes with the warp-group quantized SwiGLU epilogue (GemvInput::swiglu_groups): each warp takes rows / 2
+// gate rows and their up rows, so a block is 32 / (rows / 2) warps: rows 4 (512 threads, at most 128 registers each)
+// or rows 2 (1,024 threads, 64 registers), at one load in flight per row (two spilled at q8_0).
+constexpr bool has_swiglu_groups(const Shape& s) {
+  return s.prefetch == 0 && s.unroll == 1 && (s.rows == 4 || s.rows == 2);
+}
+
 struct LaunchArgs {
   const DeviceWeight* w;  // with GemvInput::swiglu: [gate; up], 2 * n_out rows
   const GemvInput* x;

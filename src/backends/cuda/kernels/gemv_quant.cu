@@ -118,9 +118,10 @@ struct NormOut {
   float* sumsq;    // [n/32]
 };
 
-// WG (warp groups, with NORM_OUT only): the block is kQ / ROWS warps and owns the group of 32 rows; each warp streams
-// its ROWS rows as a block of THREADS = 32 threads would (same slots, same order: the sums are those of a 32-thread
-// launch), and the epilogue meets in shared memory: no cluster. THREADS is then the block's size (32 * kQ / ROWS).
+// WG (warp groups, with NORM_OUT or SWIGLU): the block owns one group of 32 output rows and is one warp per ROWS rows
+// of it (NORM_OUT: kQ / ROWS warps; SWIGLU: a warp takes ROWS / 2 gate rows and their up rows, kQ / (ROWS / 2)
+// warps); each warp streams its rows as a block of 32 threads would (same slots, same order: the sums are those of a
+// 32-thread launch), and the epilogue meets in shared memory: no cluster, no ticket. THREADS is the block's size.
 template <DType D, int THREADS, int ROWS, int UNROLL, int PF, bool CAP, bool SWIGLU = false, bool NORM_OUT = false,
           bool WG = false>
 __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
@@ -132,13 +133,15 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
   constexpr int QB = Q::kQuantBytes;
   constexpr int SB = Q::kScaleBytes;
   constexpr int V = QB / 16;
-  static_assert(!WG || (NORM_OUT && !SWIGLU && THREADS == kWarp * (kQ / ROWS)), "warp groups: norm_out blocks only");
+  constexpr int kGroupWarps = SWIGLU ? kQ / (ROWS / 2) : kQ / ROWS;  // WG: warps per block
+  static_assert(!WG || (NORM_OUT != SWIGLU && THREADS == kWarp * kGroupWarps),
+                "warp groups: norm_out or swiglu blocks of one group of 32 outputs");
   constexpr int LT = WG ? kWarp : THREADS;  // threads sharing a row (a warp with WG, else the block)
   constexpr int kStep = LT * UNROLL;        // 32-blocks per row per step
   constexpr int H = ROWS / 2;               // SWIGLU: gate rows per block
   const int tid = WG ? static_cast<int>(threadIdx.x) % kWarp : static_cast<int>(threadIdx.x);
   const int nb = k / kQ;
-  const int row0 = WG ? static_cast<int>(blockIdx.x) * kQ + static_cast<int>(threadIdx.x) / kWarp * ROWS
+  const int row0 = WG ? static_cast<int>(blockIdx.x) * kQ + static_cast<int>(threadIdx.x) / kWarp * (SWIGLU ? H : ROWS)
                       : blockIdx.x * (SWIGLU ? H : ROWS);  // SWIGLU: the first gate row (g0)
   const int n_out = SWIGLU ? n / 2 : n;
   const uint8_t* qr[ROWS];
@@ -150,17 +153,20 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
     qr[r] = quants + row * nb * QB;
     sr[r] = scales + row * nb * SB;
   }
-  if constexpr (SWIGLU) {  // two runs of rows: the gate rows' and the up rows'
+  if constexpr (WG) {  // the whole block's 32 rows (n_out % 32 == 0), and with SWIGLU their 32 up rows
+    const size_t g = static_cast<size_t>(blockIdx.x) * kQ;
+    prefetch_block_l2<THREADS>(quants + g * nb * QB, static_cast<size_t>(kQ) * nb * QB, early);
+    prefetch_block_l2<THREADS>(scales + g * nb * SB, static_cast<size_t>(kQ) * nb * SB, early);
+    if constexpr (SWIGLU) {
+      prefetch_block_l2<THREADS>(quants + (n_out + g) * nb * QB, static_cast<size_t>(kQ) * nb * QB, early);
+      prefetch_block_l2<THREADS>(scales + (n_out + g) * nb * SB, static_cast<size_t>(kQ) * nb * SB, early);
+    }
+  } else if constexpr (SWIGLU) {  // two runs of rows: the gate rows' and the up rows'
     const int half_here = min(H, n_out - row0);
     prefetch_block_l2<THREADS>(qr[0], static_cast<size_t>(half_here) * nb * QB, early);
     prefetch_block_l2<THREADS>(qr[H], static_cast<size_t>(half_here) * nb * QB, early);
     prefetch_block_l2<THREADS>(sr[0], static_cast<size_t>(half_here) * nb * SB, early);
     prefetch_block_l2<THREADS>(sr[H], static_cast<size_t>(half_here) * nb * SB, early);
-  } else if constexpr (WG) {  // the whole block's 32 rows (n % 32 == 0), as the cluster's blocks would together
-    prefetch_block_l2<THREADS>(quants + static_cast<size_t>(blockIdx.x) * kQ * nb * QB,
-                               static_cast<size_t>(kQ) * nb * QB, early);
-    prefetch_block_l2<THREADS>(scales + static_cast<size_t>(blockIdx.x) * kQ * nb * SB,
-                               static_cast<size_t>(kQ) * nb * SB, early);
   } else {
     const int rows_here = min(ROWS, n - row0);
     prefetch_block_l2<THREADS>(qr[0], static_cast<size_t>(rows_here) * nb * QB, early);
@@ -224,7 +230,26 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
         for (int v = 0; v < V; ++v) wv[u][r][v] = wn[u][r][v];
       }
   }
-  if constexpr (SWIGLU) {
+  if constexpr (SWIGLU && WG) {
+    // Each warp's lane 0 stores its H values (block_sum_store_swiglu's arithmetic) and puts them in shared memory;
+    // warp 0 quantizes the group of 32 (quantize_lane_q8, as quantize_q8).
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) acc[r] = warp_sum(acc[r]);
+    __shared__ float group[kQ];
+    if (tid == 0) {
+#pragma unroll
+      for (int j = 0; j < H; ++j) {
+        const float v = silu_mul(acc[j] * out_scale, acc[H + j] * out_scale);
+        y[row0 + j] = v;
+        group[threadIdx.x / kWarp * H + j] = v;
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < kWarp) {
+      const int g = static_cast<int>(blockIdx.x);
+      so.q8[g * kQ + threadIdx.x] = quantize_lane_q8(group[threadIdx.x], so.ds + g);
+    }
+  } else if constexpr (SWIGLU) {
     block_sum_store_swiglu<THREADS, ROWS>(acc, y, row0, n_out, out_scale);  // thread 0 stores the block's H values
     __shared__ bool last;
     if (threadIdx.x == 0) {
@@ -349,6 +374,17 @@ void launch_shape(const LaunchArgs& a) {
     else
       fail_message("gemv: this launch shape has no norm_out epilogue");
     return;
+  }
+  if (a.x->swiglu && a.x->swiglu_groups) {
+    if constexpr (has_swiglu_groups(s)) {
+      constexpr int kThreads = kWarp * (kQ / (s.rows / 2));
+      launch("gemv_quant_kernel<swiglu, warps>",
+             gemv_quant_kernel<D, kThreads, s.rows, s.unroll, s.prefetch, false, true, false, true>,
+             dim3(ceil_div(n / 2, kQ)), dim3(kThreads), 0, a.stream, a.w->quants.as<uint8_t>(),
+             a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, false, so, rin, no, early_l2());
+      return;
+    }
+    fail_message("gemv: this launch shape has no warp-group quantized SwiGLU epilogue");
   }
   if (a.x->swiglu) {
     // Instantiated only for the shapes the gemv() check admits (paired rows, no prefetch), uncapped; the default
