@@ -15,13 +15,14 @@
 #   scripts/gpu_check.sh --only peer
 #   scripts/gpu_check.sh --only quantfolds,graphcost      # the quantized decoder's studies (~250 s + ~170 s, estimated)
 #   scripts/gpu_check.sh --only earlyl2                   # GEMV early L2 prefetch amounts (~6 minutes, estimated)
+#   scripts/gpu_check.sh --only ncu                       # Nsight Compute per kernel, 8B q8_0/q4_1 (not yet run)
 #   scripts/gpu_check.sh --only shapesweep                # in-graph GEMV shapes (~6 minutes, estimated)
 #   scripts/gpu_check.sh --only attnplans                 # cuDNN plans vs SDPA at 2k/8k/16k (~130 s, estimated)
 # Phases: tests (GPU tests; + memcheck unless --no-sanitizer), race (compute-sanitizer racecheck, by test group),
 #   default (only the default-model tests), hf (HF-transformers oracle vs tessera logits),
 #   kernels (kernel benchmarks), decode (tessera bench --device cuda, batch 1), quantfolds (8B q8_0/q4_1 decode with
 #   the quantized decoder's folds at their defaults, each switched, and the norm fold's cluster form), earlyl2 (the
-#   GEMVs' early L2 prefetch amounts), graphcost (8B q8_0/q4_1 decode with op
+#   GEMVs' early L2 prefetch amounts), ncu (Nsight Compute per graph kernel), graphcost (8B q8_0/q4_1 decode with op
 #   classes left out of the graph), shapesweep (GEMV launch shapes inside the decode graph), attnplans (cuDNN's
 #   prefill-attention plans vs PyTorch SDPA at 2k/8k/16k), prefill (pp2048), batch (--batch 8, 32),
 #   ceilings (tessera bench --ceilings --device cuda), profile (tessera profile --device cuda), peer (PyTorch peers).
@@ -301,6 +302,27 @@ if has graphcost; then
       echo "## TESSERA_CUDA_DROP_OPS=${drop:-none}" >> "$bench_log"
       TESSERA_CUDA_DROP_OPS=$drop tbench graphcost --device cuda --arch llama3-8b --random-weights --dtype "$dt" \
         -p 0 -d 128 -n 256 -r 3 --no-ceilings
+    done
+  done
+fi
+# Nsight Compute over the graph's kernels, one per node (--graph-profiling node: each kernel alone, so no PDL overlap;
+# durations and DRAM throughput per kernel of about one decode step), 8B q8_0 and q4_1 with the norm fold off and on:
+# whether the fold's residual GEMV streams slower than the plain one. Output in ncu.log (the per-kernel summary). Added
+# in the sixth session after its device budget was spent: not yet run.
+if has ncu; then
+  stamp "Nsight Compute per kernel"
+  ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  ncu_log="$OUT/ncu.log"
+  : > "$ncu_log"
+  for dt in q8_0 q4_1; do
+    for qn in 0 1; do
+      echo "## $dt TESSERA_CUDA_QUANT_NORM=$qn" >> "$ncu_log"
+      TESSERA_CUDA_QUANT_NORM=$qn TESSERA_CUDA_CHAIN=0 timeout 200 "$ncu_bin" --graph-profiling node --csv \
+        --print-summary per-kernel --launch-count 300 -k "regex:gemv|rmsnorm|attn|swiglu|quantize_q8_kernel|argmax" \
+        --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+        "$cli" bench --device cuda --arch llama3-8b --random-weights --dtype "$dt" -p 0 -d 0 -n 2 -r 1 --no-ceilings \
+        >> "$ncu_log" 2>&1
+      say "- ncu $dt TESSERA_CUDA_QUANT_NORM=$qn: exit $? (ncu.log)"
     done
   done
 fi
