@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
   constexpr int QB = Q::kQuantBytes;
   constexpr int SB = Q::kScaleBytes;
   constexpr int V = QB / 16;
-  constexpr int kGroupWarps = SWIGLU ? kQ / (ROWS / 2) : kQ / ROWS;  // WG: warps per block
+  constexpr int kGroupWarps = !WG ? 1 : SWIGLU ? kQ / (ROWS / 2) : kQ / ROWS;  // WG: warps per block
   static_assert(!WG || (NORM_OUT != SWIGLU && THREADS == kWarp * kGroupWarps),
                 "warp groups: norm_out or swiglu blocks of one group of 32 outputs");
   constexpr int LT = WG ? kWarp : THREADS;  // threads sharing a row (a warp with WG, else the block)
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
     prefetch_block_l2<THREADS>(qr[0], static_cast<size_t>(rows_here) * nb * QB, early);
     prefetch_block_l2<THREADS>(sr[0], static_cast<size_t>(rows_here) * nb * SB, early);
   }
-  // Slot u of the step at b0 covers block b0 + u * THREADS of each row; slots past the row's end load nothing.
+  // Slot u of the step at b0 covers block b0 + u * LT of each row; slots past the row's end load nothing.
   auto load_step = [&](int b0, uint4(&wv)[UNROLL][ROWS][V], uint32_t(&sc)[UNROLL][ROWS]) {
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
         for (int r = 0; r < ROWS; ++r) load_block<QB, SB>(qr[r], sr[r], b0 + u * LT, wv[u][r], sc[u][r]);
       }
   };
-  float norm_w = 0.0f;  // NORM_OUT, the cluster's first block, warp 0: lane i's norm weight
+  float norm_w = 0.0f;  // NORM_OUT, warp 0 of the group's block (clusters: of the cluster's first): lane i's weight
   if constexpr (NORM_OUT) {
     static_assert(kQ % ROWS == 0, "a cluster covers one block of 32 rows");
     if constexpr (WG) {
