@@ -183,10 +183,9 @@ struct CudaDecoder::Impl {
   }
   // The RMSNORM node that the quantized residual GEMV accumulating through ADD node `add` (weight w) can write the
   // input of (GemvInput::norm_out_*): the first reader of the sum is that norm, every reader of the norm's output is a
-  // quantized matmul of it, the shapes fit and the GEMV's launch shape has the epilogue. -1 if none.
-  // The RMSNorm after residual add `add` folded into the quantized residual GEMV w (GemvInput::norm_out_*), or -1.
-  // On by default for q4_1 (8B decode on the H100, warp groups, 2026-11-22: 476.2 -> 498.6 tok/s); q8_0 measured even
-  // (311.8 vs 312.3-313.1), q4_0 not measured: off. TESSERA_CUDA_QUANT_NORM=1 / 0 turns it on / off for every format.
+  // quantized matmul of it, the shapes fit and the GEMV's launch shape has the epilogue. -1 if none. On by default for
+  // q4_1 (8B decode on the H100, warp groups, 2026-11-22: 476.2 -> 498.6 tok/s); q8_0 measured even (311.8 vs
+  // 312.3-313.1), q4_0 not measured: off. TESSERA_CUDA_QUANT_NORM=1 / 0 turns it on / off for every format.
   int quant_norm_after(int add, const DeviceWeight& w) const {
     if (!fuse || !is_quantized_dtype(w.dtype) || env_switched_off("TESSERA_CUDA_QUANT_NORM")) return -1;
     if (w.dtype != DType::Q4_1 && !env_is_on("TESSERA_CUDA_QUANT_NORM")) return -1;
@@ -473,12 +472,9 @@ void CudaDecoder::Impl::compile_node(int id) {
       } else {
         y = new_act();
       }
-      if (x.norm_out_w != nullptr) {
-        const GemvConfig c = gemv_norm_out_config(wp->dtype, wp->n, wp->k, x.norm_out_clusters);
-        launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { gemv(*wp, x, y, s, &c, accumulate); }});
-        return;
-      }
-      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { gemv(*wp, x, y, s, nullptr, accumulate); }});
+      const GemvConfig c = x.norm_out_w != nullptr ? gemv_norm_out_config(wp->dtype, wp->n, wp->k, x.norm_out_clusters)
+                                                   : gemv_default_config(wp->dtype, wp->n, wp->k);
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { gemv(*wp, x, y, s, &c, accumulate); }});
       return;
     }
     case Op::ROPE: {

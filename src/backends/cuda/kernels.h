@@ -120,11 +120,10 @@ struct GemvConfig {
 };
 const std::vector<GemvConfig>& gemv_configs();
 GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k);
-// Whether quantized GEMVs of launch shape c have the norm_out epilogue (GemvInput::norm_out_*): two or four rows per
-// block (a cluster of 16 or 8 blocks covers 32 rows), no prefetch, and only the shapes gemv_default_config picks for
-// the residual projections (each is one more kernel per weight format to compile).
-// Whether launch shape c has the norm_out epilogue (GemvInput::norm_out_*), as warp groups or (clusters) as
-// thread-block clusters.
+// Whether quantized GEMVs of launch shape c have the norm_out epilogue (GemvInput::norm_out_*): as warp groups, two or
+// four rows per warp with at most two loads in flight; as clusters (norm_out_clusters), two or four rows per block (a
+// cluster of 16 or 8 blocks covers 32 rows) and only the shapes gemv_default_config picks for the residual
+// projections (each is one more kernel per weight format to compile). No prefetch either way.
 bool gemv_norm_out_supported(const GemvConfig& c, bool clusters);
 // Whether launch shape c has the warp-group form of the quantized SwiGLU epilogue (GemvInput::swiglu_groups).
 bool gemv_swiglu_groups_supported(const GemvConfig& c);

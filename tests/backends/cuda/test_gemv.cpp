@@ -121,6 +121,18 @@ TEST(CudaGemv, QuantLargeGridsMatchReference) {
 // the unfused rmsnorm kernel would hand the GEMV), then check_gemv's bound plus the scale: the kernel sums x^2 in
 // another order than the reference and multiplies the row sum by 1/rms once instead of each x (a few ulp of the
 // result, 2e-6 relative).
+// A random x [k] in [-3, 3] quantized on the device (quantize_q8): the activation the quantized epilogue tests feed.
+struct QuantX {
+  DeviceBuffer q8, ds;
+};
+QuantX random_quant_x(std::mt19937& rng, int64_t k) {
+  DeviceBuffer xd = to_device(random_floats(rng, k, -3.0f, 3.0f));
+  QuantX x{poisoned(static_cast<size_t>(k)), poisoned(sizeof(float2) * (k / 32))};
+  quantize_q8(xd.as<float>(), x.q8.as<int8_t>(), x.ds.as<float2>(), k, nullptr);
+  synchronize();
+  return x;
+}
+
 void check_gemv_norm(DType dtype, int64_t n, int64_t k, const GemvConfig& c, std::mt19937& rng) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " config=" << c.threads << "/"
                                     << c.rows << "/" << c.unroll << "/" << c.prefetch);
@@ -262,15 +274,13 @@ TEST(CudaGemv, QuantSwigluEpilogueEqualsGemvThenSwiglu) {
       const int64_t f = sh[0], k = sh[1];
       const auto w_host = random_weight(rng, dtype, 2 * f, k);
       DeviceWeight w = upload_weight(dtype, w_host.data(), 2 * f, k);
-      DeviceBuffer xd = to_device(random_floats(rng, k, -3.0f, 3.0f));
-      DeviceBuffer xq = poisoned(static_cast<size_t>(k)), xds = poisoned(sizeof(float2) * (k / 32));
-      quantize_q8(xd.as<float>(), xq.as<int8_t>(), xds.as<float2>(), k, nullptr);
+      const QuantX xin = random_quant_x(rng, k);
       for (const GemvConfig& c : gemv_configs()) {
         SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " F=" << f << " k=" << k << " config=" << c.threads
                                           << "/" << c.rows << "/" << c.unroll << "/" << c.prefetch);
         GemvInput in;
-        in.q8 = xq.as<int8_t>();
-        in.q8_ds = xds.as<float2>();
+        in.q8 = xin.q8.as<int8_t>();
+        in.q8_ds = xin.ds.as<float2>();
         DeviceBuffer both = poisoned(sizeof(float) * 2 * f), want = poisoned(sizeof(float) * f);
         DeviceBuffer want_q8 = poisoned(static_cast<size_t>(f)), want_ds = poisoned(sizeof(float2) * (f / 32));
         DeviceBuffer got = poisoned(sizeof(float) * f), got_q8 = poisoned(static_cast<size_t>(f)),
@@ -309,8 +319,8 @@ TEST(CudaGemv, QuantSwigluEpilogueEqualsGemvThenSwiglu) {
         ++accepted;
       }
       GemvInput no_tickets;
-      no_tickets.q8 = xq.as<int8_t>();
-      no_tickets.q8_ds = xds.as<float2>();
+      no_tickets.q8 = xin.q8.as<int8_t>();
+      no_tickets.q8_ds = xin.ds.as<float2>();
       no_tickets.swiglu = true;
       DeviceBuffer y = poisoned(sizeof(float) * f), q = poisoned(static_cast<size_t>(f));
       no_tickets.swiglu_q8 = q.as<int8_t>();
@@ -335,15 +345,13 @@ TEST(CudaGemv, QuantSwigluGroupsEqualGemvThenSwiglu) {
       const int64_t f = sh[0], k = sh[1];
       const auto w_host = random_weight(rng, dtype, 2 * f, k);
       DeviceWeight w = upload_weight(dtype, w_host.data(), 2 * f, k);
-      DeviceBuffer xd = to_device(random_floats(rng, k, -3.0f, 3.0f));
-      DeviceBuffer xq = poisoned(static_cast<size_t>(k)), xds = poisoned(sizeof(float2) * (k / 32));
-      quantize_q8(xd.as<float>(), xq.as<int8_t>(), xds.as<float2>(), k, nullptr);
+      const QuantX xin = random_quant_x(rng, k);
       for (const GemvConfig& c : gemv_configs()) {
         SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " F=" << f << " k=" << k << " config=" << c.threads
                                           << "/" << c.rows << "/" << c.unroll << "/" << c.prefetch);
         GemvInput in;
-        in.q8 = xq.as<int8_t>();
-        in.q8_ds = xds.as<float2>();
+        in.q8 = xin.q8.as<int8_t>();
+        in.q8_ds = xin.ds.as<float2>();
         DeviceBuffer got = poisoned(sizeof(float) * f), got_q8 = poisoned(static_cast<size_t>(f)),
                      got_ds = poisoned(sizeof(float2) * (f / 32));
         GemvInput fused = in;
@@ -404,9 +412,7 @@ TEST(CudaGemv, QuantNormOutEpilogueWritesTheNextInput) {
       const int64_t n = sh[0], k = sh[1];
       const auto w_host = random_weight(rng, dtype, n, k);
       DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
-      DeviceBuffer xd = to_device(random_floats(rng, k, -3.0f, 3.0f));
-      DeviceBuffer xq = poisoned(static_cast<size_t>(k)), xds = poisoned(sizeof(float2) * (k / 32));
-      quantize_q8(xd.as<float>(), xq.as<int8_t>(), xds.as<float2>(), k, nullptr);
+      const QuantX xin = random_quant_x(rng, k);
       const std::vector<float> y0 = random_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f);
       const std::vector<float> norm_w = random_floats(rng, static_cast<size_t>(n), 0.5f, 1.5f);
       DeviceBuffer nw = to_device(norm_w);
@@ -416,8 +422,8 @@ TEST(CudaGemv, QuantNormOutEpilogueWritesTheNextInput) {
                        << dtype_name(dtype) << " n=" << n << " k=" << k << " config=" << c.threads << "/" << c.rows
                        << "/" << c.unroll << "/" << c.prefetch << (clusters ? " clusters" : " warp groups"));
           GemvInput in;
-          in.q8 = xq.as<int8_t>();
-          in.q8_ds = xds.as<float2>();
+          in.q8 = xin.q8.as<int8_t>();
+          in.q8_ds = xin.ds.as<float2>();
           DeviceBuffer q8 = poisoned(static_cast<size_t>(n)), ds = poisoned(sizeof(float2) * (n / 32)),
                        ss = poisoned(sizeof(float) * (n / 32));
           GemvInput fused = in;

@@ -149,11 +149,17 @@ const std::vector<ShapeOverride>& shape_overrides() {
   return list;
 }
 
+// The TESSERA_CUDA_GEMV_SHAPES launch shape for an n x k matrix, or null.
+const GemvConfig* shape_override(int64_t n, int64_t k) {
+  for (const ShapeOverride& o : shape_overrides())
+    if (o.n == n && o.k == k) return &o.c;
+  return nullptr;
+}
+
 }  // namespace
 
 GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
-  for (const ShapeOverride& o : shape_overrides())
-    if (o.n == n && o.k == k) return o.c;
+  if (const GemvConfig* o = shape_override(n, k)) return *o;
   // Picked from the H100 sweeps of every shape in the table (docs/CUDA_NOTES.md, runs 1-3): at the issue's large
   // shapes each choice is within ~3% of the sweep's best (q8_0/q4 at 4096x14336 within ~5%).
   const bool quant = dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q4_1;
@@ -196,9 +202,8 @@ bool gemv_swiglu_groups_supported(const GemvConfig& c) {
 }
 
 GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k, bool clusters) {
-  for (const ShapeOverride& o : shape_overrides())
-    if (o.n == n && o.k == k) return o.c;
   if (clusters) return gemv_default_config(dtype, n, k);
+  if (const GemvConfig* o = shape_override(n, k)) return *o;
   // Warp groups of two rows, two loads in flight per row (16 warps per 32 rows): inside the 8B q4_1 decode graph
   // (H100, TESSERA_CUDA_GEMV_SHAPES sweep of 2026-11-22, o and down alike) 498.6 tok/s against 497.6 at one load,
   // 490.0 at four rows and two loads, 463.2 at the plain default's four rows and one load.
