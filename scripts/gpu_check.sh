@@ -15,7 +15,7 @@
 #   scripts/gpu_check.sh --only peer
 #   scripts/gpu_check.sh --only quantfolds,graphcost      # the quantized decoder's studies (~250 s + ~170 s, estimated)
 #   scripts/gpu_check.sh --only earlyl2                   # GEMV early L2 prefetch amounts (~6 minutes, estimated)
-#   scripts/gpu_check.sh --only ncu                       # Nsight Compute per kernel, 8B q8_0/q4_1 (not yet run)
+#   scripts/gpu_check.sh --only ncu                       # Nsight Compute per kernel, 8B q8_0/q4_1 (~60 s after the build)
 #   scripts/gpu_check.sh --only shapesweep                # in-graph GEMV shapes (~6 minutes, estimated)
 #   scripts/gpu_check.sh --only attnplans                 # cuDNN plans vs SDPA at 2k/8k/16k (~130 s, estimated)
 # Phases: tests (GPU tests; + memcheck unless --no-sanitizer), race (compute-sanitizer racecheck, by test group),
@@ -307,8 +307,8 @@ if has graphcost; then
 fi
 # Nsight Compute over the graph's kernels, one per node (--graph-profiling node: each kernel alone, so no PDL overlap;
 # durations and DRAM throughput per kernel of about one decode step), 8B q8_0 and q4_1 with the norm fold off and on:
-# whether the fold's residual GEMV streams slower than the plain one. Output in ncu.log (the per-kernel summary). Added
-# in the sixth session after its device budget was spent: not yet run.
+# whether the fold's residual GEMV streams slower than the plain one. Output in ncu.log (the per-kernel summary). First
+# run in the seventh session (docs/PERFORMANCE.md has its table; ncu locks the base clock and flushes the caches).
 if has ncu; then
   stamp "Nsight Compute per kernel"
   ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)

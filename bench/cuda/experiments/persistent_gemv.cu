@@ -1,5 +1,7 @@
 // Persistent-kernel experiment (issue 6, the quantized decoder's launch cost; docs/CUDA_NOTES.md, "Persistent decode
-// kernel: a sketch"). Written in the sixth session, compiled, NOT yet run on a GPU.
+// kernel: a sketch"). Written in the sixth session; run in the seventh (H100, `persistent 20 32`): graph 2.556 ms per
+// step (2,901 GB/s); persistent 3.011 ms at 1,056 blocks, 3.041 at 528; barriers alone 2.61 / 2.15 µs each; outputs
+// bit for bit equal. A grid barrier costs more than a PDL boundary (~0.7 µs), so the persistent decoder was not built.
 //
 // Question: can one persistent kernel, looping over every GEMV of a Llama-3-8B-shaped q8_0 decode step with a
 // grid-wide barrier between GEMVs, stream the weights at least as fast as today's chain of one PDL launch per GEMV?
