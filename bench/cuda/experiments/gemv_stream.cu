@@ -120,8 +120,8 @@ __device__ __forceinline__ void load_unit(const Mat& m, int row, int u, Slot& s)
   } else {
     const uint8_t* qr = m.q + static_cast<size_t>(row) * nb * 16;
     const uint8_t* sr = m.s + static_cast<size_t>(row) * nb * 4;
-    if constexpr (M == kCoal || M == kReadCoal) {  // unit u: chunk c = u / 32, lane l = u % 32: blocks 64c + 2l + j at
-                                                   // slot 64c + 32j + l
+    // coal: unit u is chunk c = u / 32, lane l = u % 32; its blocks 64c + 2l + j (j = 0, 1) sit at slot 64c + 32j + l.
+    if constexpr (M == kCoal || M == kReadCoal) {
       const int c = u / 32, l = u % 32;
       s.w[0] = ld16(qr + 16 * static_cast<size_t>(64 * c + l));
       s.w[1] = ld16(qr + 16 * static_cast<size_t>(64 * c + 32 + l));
