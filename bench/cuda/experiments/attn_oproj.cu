@@ -38,16 +38,14 @@
 #include <random>
 #include <vector>
 
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
+#include "exp_common.cuh"
 
 namespace {
+
+using exp_common::ld16;
+using exp_common::median;
+using exp_common::warp_max;
+using exp_common::warp_sum;
 
 constexpr int kQ = 32;
 constexpr int kD = 4096, kHeads = 32, kKv = 8, kHd = 128, kGroup = 4, kCtx = 256, kQkv = 6144, kFf = 14336;
@@ -62,21 +60,6 @@ constexpr int kAttnThreads = 256;
 __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
-}
-__device__ __forceinline__ int4 ld16(const void* p) {
-  int4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
 }
 __device__ __forceinline__ void cp_async16(void* smem, const void* g) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -513,11 +496,6 @@ int max_clusters(bool fused) {
     return -1;
   }
   return n;
-}
-
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

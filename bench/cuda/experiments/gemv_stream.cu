@@ -42,16 +42,14 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
+#include "exp_common.cuh"
 
 namespace {
+
+using exp_common::ld16;
+using exp_common::median;
+using exp_common::warp_max;
+using exp_common::warp_sum;
 
 constexpr int kQ = 32;
 constexpr int kRows = 4;
@@ -65,13 +63,6 @@ struct Mat {
   int n, k;
 };
 
-__device__ __forceinline__ int4 ld16(const void* p) {
-  int4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 __device__ __forceinline__ uint32_t ld4(const void* p) {
   uint32_t v;
   asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
@@ -85,10 +76,6 @@ __device__ __forceinline__ uint2 ld8(const void* p) {
 __device__ __forceinline__ uint32_t ld2(const void* p) {
   unsigned short v;
   asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 
@@ -306,11 +293,6 @@ struct Variant {
 int threads_for(Fmt f, const Mat& m) {
   if (m.k >= 256 * kQ) return f == kQ8 ? 128 : 256;
   return m.n >= 8192 ? 128 : 64;
-}
-
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Host reference: row `row` of m (bytes copied to the host) against x.

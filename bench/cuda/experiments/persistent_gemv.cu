@@ -39,16 +39,12 @@
 #include <random>
 #include <vector>
 
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
+#include "exp_common.cuh"
 
 namespace {
+
+using exp_common::ld16;
+using exp_common::warp_sum;
 
 constexpr int kQ = 32;
 constexpr int kThreads = 64;
@@ -61,18 +57,7 @@ struct Mat {
   int n, k;
 };
 
-__device__ __forceinline__ int4 ld_stream16(const void* p) {
-  int4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -90,8 +75,8 @@ __device__ __forceinline__ void load_step(const Mat& m, int rg, int b, Step& s) 
   for (int r = 0; r < kRows; ++r) {
     const int row = min(rg * kRows + r, m.n - 1);
     const int8_t* p = m.q + static_cast<size_t>(row) * m.k + static_cast<size_t>(b) * kQ;
-    s.w[r][0] = ld_stream16(p);
-    s.w[r][1] = ld_stream16(p + 16);
+    s.w[r][0] = ld16(p);
+    s.w[r][1] = ld16(p + 16);
     s.d[r] = m.d[static_cast<size_t>(row) * nb + b];
   }
 }
