@@ -1,0 +1,324 @@
+// Causal prefill attention on Hopper tensor cores (wgmma): an experiment for issue 7's last goal (prefill attention
+// at 16k at least as fast as PyTorch's SDPA, which on the H100 is cuDNN's engine 2: 3.4-3.8 ms at 32/8 heads, hd 128,
+// ~600-650 TFLOP/s counting the causal half). Our attn_prefill (mma.sync m16n8k16, FlashAttention-2 style) runs
+// 6.7 ms there. Seventh session: written and compiled here, NOT yet run on a GPU.
+//
+// This first form is FlashAttention-3's arithmetic without its scheduling: one CTA = 128 query rows of one head as two
+// consumer warpgroups of 64 rows; K and V tiles of 128 positions double-buffered in shared memory by cp.async from all
+// 256 threads (no TMA, no producer warp, no ping-pong between the warpgroups); S = Q K^T by wgmma m64n128k16 with both
+// operands in 128-byte-swizzled shared memory (K-major); the online softmax in registers (base 2); P converted in
+// registers to the A operand of O += P V (wgmma with A from registers, V as an MN-major B operand: the transpose bit).
+// Causal: a CTA walks kv tiles 0 .. its own, the diagonal one masked; CTAs are issued longest first. GQA: kv head =
+// head / (heads / kv heads). Layout as the engine's prefill: q [t, heads, 128], k and v [t, kv heads, 128] bf16,
+// out [t, heads, 128] f32.
+//
+// Expected if the descriptors are right: 400-550 TFLOP/s (FlashAttention-3's ablation without warp specialization and
+// ping-pong); beating cuDNN needs those next (a producer warp with TMA and mbarriers, two consumer warpgroups
+// alternating softmax and GEMMs). The uncertain part is the V descriptor (MN-major, 128-byte swizzle: LBO = the
+// 16 KB between the two 64-column halves, SBO = 1,024 B between groups of 8 rows); if the check fails on every row
+// while S alone is right, that is the first suspect.
+//
+// Build here (no GPU needed):
+//   mkdir -p build-persistent && nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo \
+//     -o build-persistent/attn_wgmma bench/cuda/experiments/attn_wgmma.cu
+// Run on the GPU machine:   build-persistent/attn_wgmma [reps]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "exp_common.cuh"
+
+namespace {
+
+using exp_common::median;
+
+constexpr int kHd = 128;
+constexpr int kBM = 128;  // query rows per CTA (two warpgroups of 64)
+constexpr int kBN = 128;  // key/value rows per tile
+constexpr int kThreads = 256;
+constexpr int kTileBytes = kBM * kHd * 2;        // a [128][128] bf16 tile: 32 KB
+constexpr int kHalfBytes = kTileBytes / 2;       // its 64-column half: [128 rows][128 B]
+constexpr size_t kSmem = 5 * kTileBytes + 1024;  // Q, K x 2, V x 2, alignment
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+// cp.async writes through the generic proxy, wgmma reads through the async proxy.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+
+// Shared-memory matrix descriptors, 128-byte swizzle. K-major (Q, K): LBO unused (1), SBO = 1,024 B between groups of
+// 8 rows. MN-major (V as B of O += P V): LBO = 16 KB between the 64-column halves (N), SBO = 1,024 B between groups of
+// 8 rows (K).
+__device__ __forceinline__ uint64_t desc_kmajor(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+__device__ __forceinline__ uint64_t desc_mnmajor(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(kHalfBytes >> 4) << 16) | (64ull << 32) |
+         (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, "
+      "%13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, "
+      "%35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, "
+      "%57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, "
+      "%13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, "
+      "%35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, "
+      "%57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
+// A [128 rows][128 cols] bf16 tile from global (row stride ld elements) into shared memory as two 64-column halves,
+// each [128 rows][128 B] with the 16-byte chunks of row r at chunk ^ (r % 8) (the 128-byte swizzle wgmma reads).
+__device__ __forceinline__ void load_tile(uint32_t dst, const __nv_bfloat16* src, size_t ld) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int c = threadIdx.x + i * kThreads;  // 2,048 chunks of 16 bytes
+    const int r = c / 16, ch = c % 16, half = ch / 8, k = ch % 8;
+    cp_async16(dst + half * kHalfBytes + r * 128 + ((k ^ (r & 7)) << 4), src + r * ld + ch * 8);
+  }
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    attn_wgmma_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
+                      const __nv_bfloat16* __restrict__ v, float* __restrict__ out, int t_len, int heads, int kv_heads,
+                      float scale_log2) {
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;  // swizzle atoms are 1,024-byte aligned
+  const uint32_t sq = base, sk[2] = {base + kTileBytes, base + 2 * kTileBytes},
+                 sv[2] = {base + 3 * kTileBytes, base + 4 * kTileBytes};
+  const int n_qt = t_len / kBM;
+  const int qt = n_qt - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
+  const int h = blockIdx.y, hk = h / (heads / kv_heads);
+  const size_t ldq = static_cast<size_t>(heads) * kHd, ldkv = static_cast<size_t>(kv_heads) * kHd;
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+
+  load_tile(sq, q + static_cast<size_t>(qt) * kBM * ldq + h * kHd, ldq);
+  load_tile(sk[0], k + hk * kHd, ldkv);
+  load_tile(sv[0], v + hk * kHd, ldkv);
+  cp_commit();
+
+  float o[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  const int row0 = qt * kBM + wg * 64 + warp * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
+
+  for (int j = 0; j <= qt; ++j) {
+    const int buf = j & 1;
+    cp_wait_all();
+    fence_proxy_async();
+    __syncthreads();  // tile j is in place, and every warpgroup is done with tile j - 1's buffers
+    if (j < qt) {
+      const size_t r = static_cast<size_t>(j + 1) * kBN;
+      load_tile(sk[buf ^ 1], k + r * ldkv + hk * kHd, ldkv);
+      load_tile(sv[buf ^ 1], v + r * ldkv + hk * kHd, ldkv);
+      cp_commit();
+    }
+    // S = Q K^T: 8 steps of 16 along the head dimension (4 per 64-column half, 32 bytes apart inside the atom).
+    float s[64];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      const uint32_t off = (kk / 4) * kHalfBytes + (kk % 4) * 32;
+      wgmma_ss(s, desc_kmajor(sq + off + wg * 64 * 128), desc_kmajor(sk[buf] + off), kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait0();
+    // Mask (the diagonal tile), then the online softmax in base 2. s[i]: row row0 + 8 * ((i / 2) % 2), column
+    // j * 128 + 8 * (i / 4) + 2 * (lane % 4) + i % 2.
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int r = (i / 2) % 2;
+      float x = s[i] * scale_log2;
+      if (j == qt) {
+        const int col = j * kBN + 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
+        if (col > row0 + 8 * r) x = -INFINITY;
+      }
+      s[i] = x;
+      mx[r] = fmaxf(mx[r], x);
+    }
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float m_new = fmaxf(m_run[r], mx[r]);
+      corr[r] = exp2f(m_run[r] - m_new);
+      m_run[r] = m_new;
+      l_run[r] *= corr[r];
+    }
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int r = (i / 2) % 2;
+      s[i] = exp2f(s[i] - m_run[r]);
+      l_run[r] += s[i];
+      o[i] *= corr[r];
+    }
+    // P as the A operand (registers): k step kk = columns 16 kk .. 16 kk + 15 = accumulators 8 kk .. 8 kk + 7.
+    uint32_t a[8][4];
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      a[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+      a[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+      a[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+      a[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+    // O += P V: 8 steps of 16 positions; V's rows 16 kk .. 16 kk + 15 are two groups of 8 rows (2 x 1,024 B).
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) wgmma_rs(o, a[kk], desc_mnmajor(sv[buf] + kk * 2048), 1);
+    wgmma_commit();
+    wgmma_wait0();
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+  }
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const int r = (i / 2) % 2;
+    const int row = row0 + 8 * r, col = 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
+    out[(static_cast<size_t>(row) * heads + h) * kHd + col] = o[i] / l_run[r];
+  }
+}
+
+__global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32) * 40503u;
+    x ^= x >> 15, x *= 2246822519u, x ^= x >> 13;
+    p[i] = __float2bfloat16(static_cast<float>(x % 2001u) / 1000.0f - 1.0f);
+  }
+}
+
+float bf(const __nv_bfloat16& v) { return __bfloat162float(v); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 10;
+  const int heads = 32, kv_heads = 8;
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  CK(cudaFuncSetAttribute(attn_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
+  const float scale_log2 = 1.4426950408889634f / std::sqrt(static_cast<float>(kHd));
+  std::printf("| t | ms (median of %d) | TFLOP/s (causal half) | check |\n|---|---|---|---|\n", reps);
+  for (int t_len : {2048, 8192, 16384}) {
+    const size_t nq = static_cast<size_t>(t_len) * heads * kHd, nkv = static_cast<size_t>(t_len) * kv_heads * kHd;
+    __nv_bfloat16 *q = nullptr, *k = nullptr, *v = nullptr;
+    float* out = nullptr;
+    CK(cudaMalloc(&q, nq * 2));
+    CK(cudaMalloc(&k, nkv * 2));
+    CK(cudaMalloc(&v, nkv * 2));
+    CK(cudaMalloc(&out, nq * 4));
+    fill_bf16<<<1024, 256>>>(q, nq, 1u + t_len);
+    fill_bf16<<<1024, 256>>>(k, nkv, 2u + t_len);
+    fill_bf16<<<1024, 256>>>(v, nkv, 3u + t_len);
+    CK(cudaMemset(out, 0xFF, nq * 4));  // NaN: rows the kernel does not write show up
+    const dim3 grid(t_len / kBM, heads);
+    attn_wgmma_kernel<<<grid, kThreads, kSmem>>>(q, k, v, out, t_len, heads, kv_heads, scale_log2);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    // Check sampled rows of two heads against a double-precision reference.
+    std::vector<__nv_bfloat16> hq(nq), hk(nkv), hv(nkv);
+    std::vector<float> ho(nq);
+    CK(cudaMemcpy(hq.data(), q, nq * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hk.data(), k, nkv * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hv.data(), v, nkv * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ho.data(), out, nq * 4, cudaMemcpyDeviceToHost));
+    double err = 0, ref = 0;
+    for (int h : {0, 5, heads - 1}) {
+      const int hk_ = h / (heads / kv_heads);
+      for (int row : {0, 1, 63, 64, 127, 128, 1000, t_len / 2 + 3, t_len - 1}) {
+        std::vector<double> p(row + 1);
+        double mx = -1e300;
+        for (int c = 0; c <= row; ++c) {
+          double s = 0;
+          for (int d = 0; d < kHd; ++d)
+            s += static_cast<double>(bf(hq[(static_cast<size_t>(row) * heads + h) * kHd + d])) *
+                 bf(hk[(static_cast<size_t>(c) * kv_heads + hk_) * kHd + d]);
+          p[c] = s / std::sqrt(static_cast<double>(kHd));
+          mx = std::max(mx, p[c]);
+        }
+        double den = 0;
+        for (auto& x : p) x = std::exp(x - mx), den += x;
+        for (int d = 0; d < kHd; ++d) {
+          double want = 0;
+          for (int c = 0; c <= row; ++c) want += p[c] * bf(hv[(static_cast<size_t>(c) * kv_heads + hk_) * kHd + d]);
+          want /= den;
+          const double got = ho[(static_cast<size_t>(row) * heads + h) * kHd + d];
+          err += (got - want) * (got - want), ref += want * want;
+        }
+      }
+    }
+    const double rel = std::sqrt(err / ref);  // NaN if any sampled output was not written
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> ms;
+    for (int i = 0; i < reps + 2; ++i) {
+      CK(cudaEventRecord(e0));
+      attn_wgmma_kernel<<<grid, kThreads, kSmem>>>(q, k, v, out, t_len, heads, kv_heads, scale_log2);
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      float t = 0;
+      CK(cudaEventElapsedTime(&t, e0, e1));
+      if (i >= 2) ms.push_back(t);
+    }
+    const float med = median(ms);
+    const double flops = 4.0 * t_len * static_cast<double>(t_len) * kHd * heads / 2;
+    std::printf("| %d | %.3f | %.1f | relative L2 %.2e (P in bf16: ~3e-3 expected) %s |\n", t_len, med,
+                flops / (med * 1e-3) / 1e12, rel, rel < 2e-2 ? "ok" : "WRONG");
+    CK(cudaFree(q));
+    CK(cudaFree(k));
+    CK(cudaFree(v));
+    CK(cudaFree(out));
+  }
+  return 0;
+}
