@@ -21,7 +21,7 @@
 // Build here (no GPU needed):
 //   mkdir -p build-persistent && nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo \
 //     -o build-persistent/attn_wgmma bench/cuda/experiments/attn_wgmma.cu
-// Run on the GPU machine:   build-persistent/attn_wgmma [reps]
+// Run on the GPU machine:   build-persistent/attn_wgmma [reps]   (first a unit check of the two wgmma forms alone)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -228,6 +228,70 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// Unit check of the two wgmma forms alone, one warpgroup (the first thing to run if the attention check fails):
+// s_out [64][128] = Q[0:64] K^T for one 128 x 128 K tile (K-major descriptors), o_out [64][128] = P V with P [64][128]
+// read from global into the A-operand registers and V a 128 x 128 tile (the MN-major descriptor).
+__global__ void __launch_bounds__(128)
+    unit_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
+                const __nv_bfloat16* __restrict__ p, const __nv_bfloat16* __restrict__ v, float* __restrict__ s_out,
+                float* __restrict__ o_out) {
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
+  const uint32_t sq = base, sk = base + kTileBytes, sv = base + 2 * kTileBytes;
+  // load_tile is written for 256 threads: two passes of this warpgroup's 128 (threadIdx.x and threadIdx.x + 128).
+  for (int pass = 0; pass < 2; ++pass)
+    for (int i = 0; i < 8; ++i) {
+      const int c = threadIdx.x + pass * 128 + i * kThreads;
+      const int r = c / 16, ch = c % 16, half = ch / 8, kq = ch % 8;
+      const uint32_t off = half * kHalfBytes + r * 128 + ((kq ^ (r & 7)) << 4);
+      cp_async16(sq + off, q + r * kHd + ch * 8);
+      cp_async16(sk + off, k + r * kHd + ch * 8);
+      cp_async16(sv + off, v + r * kHd + ch * 8);
+    }
+  cp_commit();
+  cp_wait_all();
+  fence_proxy_async();
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = warp * 16 + lane / 4;
+  float acc[64];
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    const uint32_t off = (kk / 4) * kHalfBytes + (kk % 4) * 32;
+    wgmma_ss(acc, desc_kmajor(sq + off), desc_kmajor(sk + off), kk > 0);
+  }
+  wgmma_commit();
+  wgmma_wait0();
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const int row = row0 + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
+    s_out[row * 128 + col] = acc[i];
+  }
+  uint32_t a[8][4];
+  auto pv = [&](int row, int col) { return __bfloat162float(p[row * 128 + col]); };
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    const int c = 16 * kk + 2 * (lane % 4);
+    a[kk][0] = pack_bf16(pv(row0, c), pv(row0, c + 1));
+    a[kk][1] = pack_bf16(pv(row0 + 8, c), pv(row0 + 8, c + 1));
+    a[kk][2] = pack_bf16(pv(row0, c + 8), pv(row0, c + 9));
+    a[kk][3] = pack_bf16(pv(row0 + 8, c + 8), pv(row0 + 8, c + 9));
+  }
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) wgmma_rs(acc, a[kk], desc_mnmajor(sv + kk * 2048), 1);
+  wgmma_commit();
+  wgmma_wait0();
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const int row = row0 + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
+    o_out[row * 128 + col] = acc[i];
+  }
+}
+
 __global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32) * 40503u;
@@ -248,6 +312,47 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   CK(cudaFuncSetAttribute(attn_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
   const float scale_log2 = 1.4426950408889634f / std::sqrt(static_cast<float>(kHd));
+  {  // the unit check: S = Q K^T and O = P V for one tile each
+    const size_t n = 128 * 128;
+    __nv_bfloat16 *q = nullptr, *k = nullptr, *p = nullptr, *v = nullptr;
+    float *so = nullptr, *oo = nullptr;
+    for (auto** b : {&q, &k, &p, &v}) CK(cudaMalloc(b, n * 2));
+    CK(cudaMalloc(&so, 64 * 128 * 4));
+    CK(cudaMalloc(&oo, 64 * 128 * 4));
+    fill_bf16<<<64, 256>>>(q, n, 11u);
+    fill_bf16<<<64, 256>>>(k, n, 12u);
+    fill_bf16<<<64, 256>>>(p, n, 13u);
+    fill_bf16<<<64, 256>>>(v, n, 14u);
+    CK(cudaFuncSetAttribute(unit_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * kTileBytes + 1024));
+    unit_kernel<<<1, 128, 3 * kTileBytes + 1024>>>(q, k, p, v, so, oo);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<__nv_bfloat16> hq(n), hk(n), hp(n), hv(n);
+    std::vector<float> hs(64 * 128), ho(64 * 128);
+    CK(cudaMemcpy(hq.data(), q, n * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hk.data(), k, n * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hp.data(), p, n * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hv.data(), v, n * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hs.data(), so, hs.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ho.data(), oo, ho.size() * 4, cudaMemcpyDeviceToHost));
+    double es = 0, rs = 0, eo = 0, ro = 0;
+    for (int r = 0; r < 64; ++r)
+      for (int c = 0; c < 128; ++c) {
+        double ws = 0, wo = 0;
+        for (int d = 0; d < 128; ++d) {
+          ws += static_cast<double>(bf(hq[r * 128 + d])) * bf(hk[c * 128 + d]);
+          wo += static_cast<double>(bf(hp[r * 128 + d])) * bf(hv[d * 128 + c]);
+        }
+        es += (hs[r * 128 + c] - ws) * (hs[r * 128 + c] - ws), rs += ws * ws;
+        eo += (ho[r * 128 + c] - wo) * (ho[r * 128 + c] - wo), ro += wo * wo;
+      }
+    std::printf("unit: S = Q K^T relative L2 %.2e %s; O = P V relative L2 %.2e %s\n", std::sqrt(es / rs),
+                std::sqrt(es / rs) < 1e-5 ? "ok" : "WRONG", std::sqrt(eo / ro),
+                std::sqrt(eo / ro) < 1e-5 ? "ok" : "WRONG");
+    for (auto* b : {q, k, p, v}) CK(cudaFree(b));
+    CK(cudaFree(so));
+    CK(cudaFree(oo));
+  }
   std::printf("| t | ms (median of %d) | TFLOP/s (causal half) | check |\n|---|---|---|---|\n", reps);
   for (int t_len : {2048, 8192, 16384}) {
     const size_t nq = static_cast<size_t>(t_len) * heads * kHd, nkv = static_cast<size_t>(t_len) * kv_heads * kHd;
