@@ -22,6 +22,10 @@
 #   scripts/gpu_check.sh --only ncu                       # Nsight Compute per kernel, 8B q8_0/q4_1 (~60 s after the build)
 #   scripts/gpu_check.sh --only shapesweep                # in-graph GEMV shapes (~6 minutes, estimated)
 #   scripts/gpu_check.sh --only attnplans                 # cuDNN plans vs SDPA at 2k/8k/16k (~130 s, estimated)
+# Options: --only LIST (comma-separated phases, below; default: tests,race,hf,kernels,decode,prefill,batch,ceilings,
+#   profile,peer); --quick (alone: the one-call check; with --only: the shorter form of those phases); --no-sanitizer
+#   (no memcheck after the tests); --no-peer (drop the peer phase); --stage-model (see the default model below);
+#   -h, --help (this text).
 # Phases: tests (GPU tests; + memcheck unless --no-sanitizer), race (compute-sanitizer racecheck, by test group),
 #   default (only the default-model tests), hf (HF-transformers oracle vs tessera logits),
 #   kernels (kernel benchmarks), decode (tessera bench --device cuda, batch 1), quantfolds (8B q8_0/q4_1 decode with
@@ -53,6 +57,10 @@ for a in "$@"; do
     --no-sanitizer) sanitizer=0 ;;
     --no-peer) phases=$(echo "$phases" | sed 's/,\?peer//') ;;
     --stage-model) stage_model=1 ;;
+    -h | --help)
+      # The header above is the help: every option, phase and output.
+      sed -n '2,/^set -uo pipefail/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'
+      exit 0 ;;
     *)
       if [ "${shift_next:-0}" = 1 ]; then phases="$a"; shift_next=0
       else echo "gpu_check: unknown option $a" >&2; exit 2; fi ;;
