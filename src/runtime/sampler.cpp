@@ -27,21 +27,29 @@ Sampler::Sampler(const SamplingOptions& options) : o_(options) {
 
 double Sampler::uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
 
+void penalty_counts(std::span<const int32_t> history, int32_t last_n, size_t vocab, std::vector<int32_t>& scratch,
+                    std::vector<std::pair<int32_t, int32_t>>& out) {
+  out.clear();
+  if (last_n == 0 || history.empty()) return;
+  const size_t n = last_n < 0 ? history.size() : std::min(history.size(), static_cast<size_t>(last_n));
+  // Count occurrences by sorting a copy of the window.
+  scratch.assign(history.end() - static_cast<std::ptrdiff_t>(n), history.end());
+  std::sort(scratch.begin(), scratch.end());
+  for (size_t i = 0; i < scratch.size();) {
+    size_t j = i;
+    while (j < scratch.size() && scratch[j] == scratch[i]) ++j;
+    if (scratch[i] >= 0 && static_cast<size_t>(scratch[i]) < vocab)
+      out.emplace_back(scratch[i], static_cast<int32_t>(j - i));
+    i = j;
+  }
+}
+
 void Sampler::apply_penalties(std::span<const int32_t> history) {
   const bool any = o_.repeat_penalty != 1.0f || o_.frequency_penalty != 0.0f || o_.presence_penalty != 0.0f;
-  if (!any || o_.penalty_last_n == 0 || history.empty()) return;
-  const size_t n = o_.penalty_last_n < 0 ? history.size()
-                                         : std::min(history.size(), static_cast<size_t>(o_.penalty_last_n));
-  // Count occurrences by sorting a copy of the window: no allocation once the buffer has grown.
-  window_.assign(history.end() - static_cast<std::ptrdiff_t>(n), history.end());
-  std::sort(window_.begin(), window_.end());
-  for (size_t i = 0; i < window_.size();) {
-    size_t j = i;
-    while (j < window_.size() && window_[j] == window_[i]) ++j;
-    const int32_t id = window_[i];
-    const float count = float(j - i);
-    i = j;
-    if (id < 0 || static_cast<size_t>(id) >= logits_.size()) continue;
+  if (!any) return;
+  penalty_counts(history, o_.penalty_last_n, logits_.size(), window_, counts_);
+  for (const auto& [id, n] : counts_) {
+    const float count = float(n);
     float& l = logits_[static_cast<size_t>(id)];
     l = l > 0 ? l / o_.repeat_penalty : l * o_.repeat_penalty;
     l -= count * o_.frequency_penalty + o_.presence_penalty;

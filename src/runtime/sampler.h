@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "tessera/session.h"
@@ -19,6 +20,12 @@ struct Candidate {
 // The index of the largest value: the first on ties, NaNs skipped, 0 when every value is NaN (the answer the CUDA
 // argmax kernels give). Greedy sampling and the engine's greedy decoding both use it.
 int32_t argmax_first(std::span<const float> values);
+
+// The penalty window: each token of the last `last_n` of `history` (-1: all of it, 0: none) once, ascending, with
+// its occurrences; ids outside [0, vocab) dropped. `scratch` is reused between calls (no allocation once grown).
+// Sampler's penalties and the CUDA device sampler's caller read the same counts.
+void penalty_counts(std::span<const int32_t> history, int32_t last_n, size_t vocab, std::vector<int32_t>& scratch,
+                    std::vector<std::pair<int32_t, int32_t>>& out);
 
 class Sampler {
  public:
@@ -43,6 +50,7 @@ class Sampler {
   std::vector<Candidate> cands_;
   std::vector<float> logits_;    // penalized copy [n_vocab]
   std::vector<int32_t> window_;  // the tokens the penalties look at, sorted
+  std::vector<std::pair<int32_t, int32_t>> counts_;  // penalty_counts of the window
 };
 
 }  // namespace tessera::runtime

@@ -8,6 +8,8 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "runtime/sampler.h"
 #include "tessera/error.h"
@@ -201,6 +203,24 @@ TEST(Sampler, RejectsBadOptions) {
   EXPECT_THROW(Sampler{o}, Error);
   Sampler s(plain(1.0f));
   EXPECT_THROW(s.sample({}, {}), Error);
+}
+
+// The penalty window's counts (what Sampler's penalties and the CUDA device sampler's caller read).
+TEST(Sampler, PenaltyCountsMatchTheWindow) {
+  const std::vector<int32_t> h = {5, 3, 5, 9, 5, 3, -1, 100000};
+  std::vector<int32_t> scratch;
+  std::vector<std::pair<int32_t, int32_t>> all, last3, none;
+  penalty_counts(h, -1, 1000, scratch, all);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0], (std::pair<int32_t, int32_t>{3, 2}));
+  EXPECT_EQ(all[1], (std::pair<int32_t, int32_t>{5, 3}));
+  EXPECT_EQ(all[2], (std::pair<int32_t, int32_t>{9, 1}));
+  penalty_counts(h, 3, 1000, scratch, last3);  // {3, -1, 100000}: only 3 lies in the vocabulary
+  ASSERT_EQ(last3.size(), 1u);
+  EXPECT_EQ(last3[0], (std::pair<int32_t, int32_t>{3, 1}));
+  none.emplace_back(1, 1);  // cleared by the call
+  penalty_counts(h, 0, 1000, scratch, none);
+  EXPECT_TRUE(none.empty());
 }
 
 }  // namespace

@@ -28,20 +28,16 @@ struct DeviceSamplingParams {
   float presence_penalty = 0.0f;
 };
 
-// The penalty window as (token, occurrences) pairs, each token once, ids outside [0, vocab) dropped: what
-// runtime::Sampler counts over the last `last_n` tokens of `history` (-1: all of it, 0: none).
-// (This header is compiled as C++17 by nvcc too: vectors, not spans.)
-std::vector<std::pair<int32_t, int32_t>> penalty_counts(const std::vector<int32_t>& history, int32_t last_n,
-                                                        int64_t vocab);
-
 class DeviceSampler {
  public:
   explicit DeviceSampler(int64_t vocab);
 
-  // Draws from logits [vocab] (device memory). `u` is the uniform number in [0, 1) runtime::Sampler would draw next
-  // (the host keeps the generator, so a seed gives the same stream either way). Writes out[0] = the token and out[1] =
-  // how many candidates the draw chose from (1: no draw was needed, and runtime::Sampler then draws no number, so the
-  // caller must not advance its generator; 0: every logit was NaN). `out` is device memory (or host-mapped).
+  // Draws from logits [vocab] (device memory); `penalties`: the window's (token, occurrences), as
+  // runtime::penalty_counts gives them (this header is compiled by nvcc as C++17 too: a vector, not a span). `u` is the
+  // uniform number in [0, 1) runtime::Sampler would draw next (the host keeps the generator, so a seed gives the same
+  // stream either way). Writes out[0] = the token and out[1] = how many candidates the draw chose from (1: no draw was
+  // needed, and runtime::Sampler then draws no number, so the caller must not advance its generator; 0: every logit was
+  // NaN). `out` is device memory (or host-mapped).
   void sample(const float* logits, const DeviceSamplingParams& p,
               const std::vector<std::pair<int32_t, int32_t>>& penalties, double u, int32_t* out, cudaStream_t stream);
 

@@ -161,22 +161,6 @@ __global__ void __launch_bounds__(kWalkThreads)
 }  // namespace
 }  // namespace detail
 
-std::vector<std::pair<int32_t, int32_t>> penalty_counts(const std::vector<int32_t>& history, int32_t last_n,
-                                                        int64_t vocab) {
-  std::vector<std::pair<int32_t, int32_t>> out;
-  if (last_n == 0 || history.empty()) return out;
-  const size_t n = last_n < 0 ? history.size() : std::min(history.size(), static_cast<size_t>(last_n));
-  std::vector<int32_t> w(history.end() - static_cast<std::ptrdiff_t>(n), history.end());
-  std::sort(w.begin(), w.end());
-  for (size_t i = 0; i < w.size();) {
-    size_t j = i;
-    while (j < w.size() && w[j] == w[i]) ++j;
-    if (w[i] >= 0 && w[i] < vocab) out.emplace_back(w[i], static_cast<int32_t>(j - i));
-    i = j;
-  }
-  return out;
-}
-
 DeviceSampler::DeviceSampler(int64_t vocab) : vocab_(vocab) {
   TESSERA_CUDA_REQUIRE(vocab > 0 && vocab < (int64_t{1} << 30), "DeviceSampler: vocabulary size out of range");
   const size_t n = static_cast<size_t>(vocab);
