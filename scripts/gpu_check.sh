@@ -19,7 +19,7 @@
 #   scripts/gpu_check.sh --only peer
 #   scripts/gpu_check.sh --only quantfolds,graphcost      # the quantized decoder's studies (~250 s + ~170 s, estimated)
 #   scripts/gpu_check.sh --only earlyl2                   # GEMV early L2 prefetch amounts (~6 minutes, estimated)
-#   scripts/gpu_check.sh --only ncu                       # Nsight Compute per kernel, 8B q8_0/q4_1 (~60 s after the build)
+#   scripts/gpu_check.sh --only ncu                       # Nsight Compute per kernel, 8B q8_0/q4_1 (103 s after the build, measured)
 #   scripts/gpu_check.sh --only shapesweep                # in-graph GEMV shapes (~6 minutes, estimated)
 #   scripts/gpu_check.sh --only attnplans                 # cuDNN plans vs SDPA at 2k/8k/16k (~130 s, estimated)
 # Options: --only LIST (comma-separated phases, below; default: tests,race,hf,kernels,decode,prefill,batch,ceilings,
