@@ -1,7 +1,7 @@
 // tessera bench: llama-bench-like throughput. pp<P> evaluates P random token ids on a fresh context (one forward
-// pass per --ubatch chunk); tg<N> decodes N tokens one at a time from an empty context, or with --batch B > 1 advances B
-// sequences together (B tokens per step, rows named tg<N>xB, B·N tokens per run); with -d D, tg decodes after D tokens
-// already in every sequence's cache (positions D .. D+N-1, rows named tg<N>@dD), as after a D-token prompt (the
+// pass per --ubatch chunk); tg<N> decodes N tokens one at a time from an empty context, or with --batch B > 1 advances
+// B sequences together (B tokens per step, rows named tg<N>xB, B·N tokens per run); with -d D, tg decodes after D
+// tokens already in every sequence's cache (positions D .. D+N-1, rows named tg<N>@dD), as after a D-token prompt (the
 // depth is prefilled once, untimed; each repeat truncates back to it). Each test runs once to warm
 // up, then -r times; rows report the median tok/s and its spread, the achieved GB/s of weight bytes and TFLOP/s,
 // peak memory, and the measured limit next to them. --ceilings measures only the limits.
@@ -9,15 +9,19 @@
 // 1 each token is the previous step's argmax and the steps are chained on the device (Session::decode_greedy_chain:
 // no host round trip per token; TESSERA_CUDA_CHAIN=0 waits for every token), batched steps return B ids
 // (decode_batch_greedy); --host-logits copies every step's logits to the host instead (what decode / decode_batch
-// return; B * n_vocab floats per step, random token ids).
+// return; B * n_vocab floats per step, random token ids). --sample measures a sampled generation loop instead
+// (Session::generate_tokens with the default sampler chain; on CUDA the draw runs on the device).
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <string>
+#include <string_view>
 
 #include "bench_util.h"
 #include "command.h"
@@ -40,6 +44,7 @@ struct BenchFlags {
   int64_t batch = 1;     // sequences decoded together by tg
   int64_t depth = 0;     // tokens already in each sequence's cache when tg starts
   bool host_logits = false;  // CUDA tg: copy the logits to the host every step instead of the device argmax
+  bool sample = false;       // tg: a sampled generation loop (Session::generate_tokens, default sampler chain)
   std::string kv_type = "f16";
   bool json = false;
   bool ceilings_only = false;
@@ -48,6 +53,17 @@ struct BenchFlags {
   std::string write_model;
   bool list_archs = false;
 };
+
+// How tg picks its tokens (the table's header and the JSON rows' tg_logits).
+std::string tg_mode(const BenchFlags& f) {
+  const bool cuda = f.device == "cuda";
+  if (f.sample) {
+    const char* e = std::getenv("TESSERA_CUDA_SAMPLE");
+    const bool device = cuda && (e == nullptr || std::string_view(e) != "0");
+    return device ? "sampled on the device" : "sampled on the host";
+  }
+  return cuda && !f.host_logits ? "greedy argmax on the device" : "host logits";
+}
 
 struct Row {
   std::string test;  // "pp512", "tg128"
@@ -105,6 +121,12 @@ void validate(const BenchFlags& f) {
   if (f.batch < 1 || f.batch > 1024) throw Error(fmt::format("--batch {} must be between 1 and 1024", f.batch));
   if (f.depth < 0) throw Error(fmt::format("-d {} must not be negative", f.depth));
   if (f.depth > 0 && f.n_gen == 0) throw Error("-d sets where tg starts, but -n is 0: there is no tg test");
+  if (f.sample && f.batch != 1) throw Error("--sample measures one sequence's generation loop: it needs --batch 1");
+  if (f.sample && f.host_logits)
+    throw Error(
+        "--sample and --host-logits exclude each other (TESSERA_CUDA_SAMPLE=0 "
+        "makes the sampled loop draw on the host)");
+  if (f.sample && f.n_gen < 2) throw Error("--sample needs -n 2 or more (the first token is the prompt)");
 }
 
 Ceilings measure_limits(const BenchFlags& f, const std::vector<std::string>& dtypes) {
@@ -202,6 +224,16 @@ int run(const BenchFlags& f) {
     r.seconds = time_runs(f.repeats, [&] {
       for (int64_t s = 0; s < b; ++s) session.truncate(s, f.depth);
       const bool greedy = f.device == "cuda" && !f.host_logits;
+      if (f.sample) {  // evaluates ids[0], then n_gen - 1 sampled tokens: n_gen steps, as the greedy loop
+        GenerateOptions g;
+        g.max_tokens = f.n_gen - 1;
+        g.ignore_eos = true;
+        g.sampling.seed = 1;
+        const GenerateResult res = session.generate_tokens(std::span<const int32_t>(ids.data(), 1), g);
+        if (static_cast<int64_t>(res.tokens.size()) != f.n_gen - 1)
+          throw Error(fmt::format("tg sampled {} of {} tokens", res.tokens.size(), f.n_gen - 1));
+        return;
+      }
       if (b == 1 && greedy) {  // a generation loop: each token is the previous step's argmax, chained on the device
         const int64_t done = session.decode_greedy_chain(ids[0], f.n_gen, [](int32_t) { return true; });
         if (done != f.n_gen) throw Error(fmt::format("tg decoded {} of {} tokens", done, f.n_gen));
@@ -254,7 +286,7 @@ int run(const BenchFlags& f) {
         {"n_batch", session.n_batch()},
         {"batch", r.batch},
         {"depth", r.n_gen > 0 ? f.depth : 0},
-        {"tg_logits", f.device == "cuda" && !f.host_logits ? "device argmax" : "host"},
+        {"tg_logits", tg_mode(f)},
         {"kv_type", session.kv_dtype()},
         {"n_prompt", r.n_prompt},
         {"n_gen", r.n_gen},
@@ -286,8 +318,7 @@ int run(const BenchFlags& f) {
   fmt::print("model   {} ({}), {} of weights, {} matmuls\n", model_label(model), model.path(), human_bytes(model_bytes),
              decode0.matmul_dtype);
   fmt::print("device  {}, {} threads, ubatch {}, batch {}, kv {}{}; {} repeats after 1 warm-up\n\n", f.device,
-             session.n_threads(), session.n_batch(), f.batch, session.kv_dtype(),
-             f.device == "cuda" && !f.host_logits ? ", tg: greedy argmax on the device" : "", f.repeats);
+             session.n_threads(), session.n_batch(), f.batch, session.kv_dtype(), ", tg: " + tg_mode(f), f.repeats);
   fmt::print("| {:<7} | {:>20} | {:>9} | {:>8} | {:>8} | {:>10} |\n", "test", "tok/s (median ± sd)", "ms/run", "GB/s",
              "TFLOP/s", "% of limit");
   fmt::print("| {:-<7} | {:->20} | {:->9} | {:->8} | {:->8} | {:->10} |\n", "", "", "", "", "", "");
@@ -332,6 +363,11 @@ const int registered = register_command(
                     "CUDA tg: copy every step's logits to the host (decode / decode_batch, random token ids) "
                     "instead of taking the greedy argmax on the device (the default there, as a generation loop "
                     "does; at batch 1 the steps are chained on the device: TESSERA_CUDA_CHAIN=0 waits for each)");
+       app.add_flag("--sample", f->sample,
+                    "tg as a sampled generation loop (batch 1): evaluates one token, then samples and evaluates N-1 "
+                    "more with the default sampler chain (T 0.8, top-k 40, top-p 0.95, min-p 0.05; seed 1). On CUDA "
+                    "the draw runs on the device and one token comes back per step (TESSERA_CUDA_SAMPLE=0: the "
+                    "logits come back and the host draws)");
        app.add_flag("--json", f->json, "Print a JSON array of rows (test, tok_s, tok_s_stddev, gbps, tflops, ...)");
        app.add_flag("--ceilings", f->ceilings_only,
                     "Measure only this machine's limits: memory bandwidth and GEMM rate per dtype");

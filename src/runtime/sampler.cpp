@@ -25,7 +25,21 @@ Sampler::Sampler(const SamplingOptions& options) : o_(options) {
   rng_.seed(seed_);
 }
 
-double Sampler::uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
+double Sampler::uniform() {
+  if (peeked_) {
+    const double u = *peeked_;
+    peeked_.reset();
+    return u;
+  }
+  return double(rng_() >> 11) * 0x1.0p-53;
+}
+
+double Sampler::peek_uniform() {
+  if (!peeked_) peeked_ = double(rng_() >> 11) * 0x1.0p-53;
+  return *peeked_;
+}
+
+void Sampler::take_uniform() { (void)uniform(); }
 
 void penalty_counts(std::span<const int32_t> history, int32_t last_n, size_t vocab, std::vector<int32_t>& scratch,
                     std::vector<std::pair<int32_t, int32_t>>& out) {

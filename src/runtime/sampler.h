@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <utility>
@@ -40,13 +41,20 @@ class Sampler {
   uint64_t seed() const { return seed_; }
   const SamplingOptions& options() const { return o_; }
 
+  // For a draw made elsewhere (the CUDA device sampler): the uniform number sample() would draw next, without using
+  // it up; take_uniform() uses it up (the caller calls it when the draw chose among more than one candidate, as
+  // sample() draws only then). The stream of numbers is the same either way.
+  double peek_uniform();
+  void take_uniform();
+
  private:
   void apply_penalties(std::span<const int32_t> history);
-  double uniform();  // [0, 1), from 53 random bits: the same on every platform for a given seed
+  double uniform();  // [0, 1), from 53 random bits: the same on every platform for a given seed; peeked first if so
 
   SamplingOptions o_;
   uint64_t seed_;
   std::mt19937_64 rng_;
+  std::optional<double> peeked_;  // drawn by peek_uniform, not yet used
   std::vector<Candidate> cands_;
   std::vector<float> logits_;    // penalized copy [n_vocab]
   std::vector<int32_t> window_;  // the tokens the penalties look at, sorted

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <string_view>
 
 #include "core/error.h"
 #include "models/llama.h"
@@ -100,6 +102,8 @@ Engine::Engine(ModelWeights weights, std::shared_ptr<cpu::WeightCache> cache, co
     // Uploading every weight now keeps it out of the first prompt's timing.
     cuda_shared_ = std::make_shared<cuda::CudaShared>(o_.n_seq, std::max(o_.n_batch, o_.n_seq));
     cuda_ = std::make_unique<cuda::CudaDecoder>(build_graph(1, 0, false), cuda_shared_);
+    const char* e = std::getenv("TESSERA_CUDA_SAMPLE");
+    device_sample_ = e == nullptr || std::string_view(e) != "0";
     return;
   }
 #endif
@@ -313,6 +317,41 @@ int64_t Engine::decode_greedy_chain(int32_t first, int64_t n, const std::functio
   return done;
 }
 
+int32_t Engine::decode_sampled(int32_t token, Sampler& sampler) {
+#ifdef TESSERA_HAVE_CUDA
+  if (cuda_ && device_sample_) {
+    const int32_t slot = 0;
+    check_batch(std::span<const int32_t>(&token, 1), std::span<const int32_t>(&slot, 1));
+    const SamplingOptions& so = sampler.options();
+    const cuda::DeviceSamplingParams p{so.temperature,       so.top_k,           so.top_p, so.min_p, so.repeat_penalty,
+                                       so.frequency_penalty, so.presence_penalty};
+    std::vector<int32_t>& toks = tokens_[0];
+    const int64_t pos = n_past(0);
+    decoder_logits_ = false;
+    has_logits_[0] = false;
+    toks.push_back(token);  // the penalty window includes it, as the context after eval does for Sampler::sample
+    pen_counts_.clear();
+    if (so.repeat_penalty != 1.0f || so.frequency_penalty != 0.0f || so.presence_penalty != 0.0f)
+      penalty_counts(toks, so.penalty_last_n, static_cast<size_t>(n_vocab()), pen_scratch_, pen_counts_);
+    std::pair<int32_t, int32_t> r;
+    try {
+      cuda_->set_profile(profile_slot(1));
+      r = cuda_->decode_sample(token, pos, p, pen_counts_, sampler.peek_uniform());
+    } catch (...) {
+      toks.pop_back();
+      throw;
+    }
+    decoder_logits_ = true;  // logits(0) fetches them if asked
+    // Sampler::sample draws a number only when more than one candidate is left; greedy on all-NaN logits gives 0.
+    if (r.second > 1) sampler.take_uniform();
+    TESSERA_CHECK(r.second > 0 || so.temperature <= 0, "sampling: every logit is NaN");
+    return r.first;
+  }
+#endif
+  const std::span<const float> l = eval(std::span<const int32_t>(&token, 1));
+  return sampler.sample(l, tokens_[0]);
+}
+
 std::span<const float> Engine::decode_batch(std::span<const int32_t> ids, std::span<const int32_t> seqs) {
   check_batch(ids, seqs);
   if (std::find(seqs.begin(), seqs.end(), 0) != seqs.end()) decoder_logits_ = false;  // slot 0 moves on
@@ -428,6 +467,12 @@ class Generation {
     if (options_.max_tokens < 0) return std::numeric_limits<int64_t>::max();
     return std::max<int64_t>(0, options_.max_tokens - static_cast<int64_t>(r_.tokens.size()) + 1);
   }
+
+  // Whether next() would sample after the token just accepted (false: max_tokens reached, it returns none).
+  bool wants_more() const {
+    return options_.max_tokens < 0 || static_cast<int64_t>(r_.tokens.size()) < options_.max_tokens;
+  }
+  Sampler& sampler() { return sampler_; }
 
   // Greedy without penalties: the sampler would return the logits' argmax, which the engine can pick by itself.
   static bool plain_greedy(const SamplingOptions& s) {
@@ -545,8 +590,14 @@ GenerateResult generate(Engine& engine, const Tokenizer* tokenizer, std::span<co
     }
   } else {
     while (id) {
-      logits = engine.eval(std::span<const int32_t>(&*id, 1));
-      id = gen.next(logits, engine.tokens(), engine.n_past() >= engine.n_ctx());
+      if (!gen.wants_more()) {  // the last token is evaluated (it stays in the context), nothing is drawn
+        engine.eval(std::span<const int32_t>(&*id, 1));
+        id = gen.next({}, engine.tokens(), true);  // none: max_tokens
+        break;
+      }
+      // Evaluates the token and draws the next (on CUDA on the device: one token comes back, not the logits).
+      const int32_t picked = engine.decode_sampled(*id, gen.sampler());
+      id = gen.next_picked(picked, engine.n_past() >= engine.n_ctx());
     }
   }
   return gen.finish(t_gen);

@@ -17,6 +17,7 @@
 #endif
 #include "models/model_weights.h"
 #include "runtime/kv_cache.h"
+#include "runtime/sampler.h"
 #include "tessera/session.h"
 #include "tessera/tokenizer.h"
 
@@ -65,6 +66,11 @@ class Engine {
   // the steps chain on the device (CudaDecoder::generate_greedy: no host round trip per token; steps queued past a
   // stop are dropped). Returns the tokens evaluated (= on_token calls). Errors as decode_batch_greedy.
   int64_t decode_greedy_chain(int32_t first, int64_t n, const std::function<bool(int32_t)>& on_token);
+  // Appends `token` to slot 0 and draws the next token from its logits with `sampler` (whose penalties read slot 0's
+  // context, `token` included), as eval then sampler.sample would. On CUDA the draw runs on the device
+  // (CudaDecoder::decode_sample: only the token comes back, logits(0) fetches the logits if asked) unless
+  // TESSERA_CUDA_SAMPLE=0; the sampler's generator advances exactly as sample() would advance it. Errors as eval.
+  int32_t decode_sampled(int32_t token, Sampler& sampler);
   // The last token's logits of slot `seq` ([] when there are none: nothing evaluated, truncated, or a greedy batch
   // row on CUDA). After a greedy decoder step on CUDA (slot 0) they are fetched from the device on first call.
   std::span<const float> logits(int64_t seq = 0);
@@ -98,6 +104,9 @@ class Engine {
   std::vector<bool> has_logits_;
   bool decoder_logits_ = false;  // CUDA: slot 0's last logits are in the decoder's device buffer, not yet fetched
   std::vector<float> batch_logits_;  // [B, n_vocab] of the last decode_batch
+  std::vector<int32_t> pen_scratch_;  // decode_sampled's penalty window
+  std::vector<std::pair<int32_t, int32_t>> pen_counts_;
+  bool device_sample_ = true;  // CUDA: decode_sampled draws on the device (TESSERA_CUDA_SAMPLE=0: on the host)
   bool profiling_ = false;
 #ifdef TESSERA_HAVE_CUDA
   std::shared_ptr<cuda::CudaShared> cuda_shared_;

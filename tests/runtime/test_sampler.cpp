@@ -176,6 +176,38 @@ TEST(Sampler, SeedMakesDrawsReproducible) {
   EXPECT_NE(Sampler(r).seed(), kRandomSeed);
 }
 
+// A draw made elsewhere (the CUDA device sampler) peeks the next uniform number and uses it up only when it chose among
+// several candidates: mixing such draws with sample() keeps the stream a sampler alone would give.
+TEST(Sampler, PeekedUniformKeepsTheStream) {
+  const auto l = random_logits(100, 6);
+  SamplingOptions o = plain(1.0f);
+  o.seed = 99;
+  Sampler alone(o), mixed(o);
+  std::vector<int32_t> a, m;
+  for (int i = 0; i < 40; ++i) {
+    a.push_back(alone.sample(l, {}));
+    if (i % 3 == 0) {  // a foreign draw: walk the candidates with the peeked number, then use it up
+      const double u = mixed.peek_uniform();
+      EXPECT_EQ(u, mixed.peek_uniform()) << "peeking twice must not advance";
+      double left = u;
+      int32_t pick = -1;
+      for (const Candidate& c : mixed.candidates(l, {}))
+        if ((left -= c.p) < 0) {
+          pick = c.id;
+          break;
+        }
+      m.push_back(pick);
+      mixed.take_uniform();
+    } else if (i % 3 == 1) {  // peeked, then not used up (a one-candidate draw elsewhere), then sample() draws it
+      (void)mixed.peek_uniform();
+      m.push_back(mixed.sample(l, {}));
+    } else {
+      m.push_back(mixed.sample(l, {}));
+    }
+  }
+  EXPECT_EQ(a, m);
+}
+
 TEST(Sampler, DrawsFollowTheDistribution) {
   std::vector<float> l{1.0f, 0.0f, -1.0f, 0.5f};
   SamplingOptions o = plain(1.0f);

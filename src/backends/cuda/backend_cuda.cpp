@@ -21,6 +21,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_info.h"
+#include "backends/cuda/device_sampler.h"
 #include "backends/cuda/executor_common.h"
 #include "backends/cuda/kernels.h"
 #include "core/error.h"
@@ -81,10 +82,11 @@ struct CudaDecoder::Impl {
   bool fold_swiglu = true;  // SwiGLU in the gate|up GEMV's epilogue (float weights; TESSERA_CUDA_FOLD_SWIGLU=0: off)
   int tokens_id = -1, positions_id = -1, logits_id = -1;
   int64_t vocab = 0, ctx = 0, embd_rows = 0;
-  int32_t* host_io = nullptr;    // pinned: [0] token, [1] position, [2] argmax
+  int32_t* host_io = nullptr;    // pinned: [0] token, [1] position, [2] argmax or sampled token, [3] candidates
   float* host_logits = nullptr;  // pinned [vocab]
   std::unique_ptr<ArgmaxWorkspace> argmax_ws;
-  DeviceBuffer argmax_out;
+  DeviceBuffer argmax_out;                 // [2]: the argmax, or decode_sample's token and candidates
+  std::unique_ptr<DeviceSampler> sampler;  // decode_sample's, made on first use
   cudaGraph_t cgraph = nullptr;
   cudaGraphExec_t cexec = nullptr;
   bool captured = false, capture_failed = false;
@@ -299,7 +301,7 @@ void CudaDecoder::Impl::compile() {
   TESSERA_CUDA_CHECK(
       cudaHostAlloc(reinterpret_cast<void**>(&host_logits), static_cast<size_t>(vocab) * sizeof(float), 0));
   argmax_ws = std::make_unique<ArgmaxWorkspace>(vocab);
-  argmax_out = DeviceBuffer(sizeof(int32_t));
+  argmax_out = DeviceBuffer(2 * sizeof(int32_t));
 }
 
 void CudaDecoder::Impl::compile_node(int id) {
@@ -775,6 +777,19 @@ int32_t CudaDecoder::Impl::step_argmax(int32_t token, int64_t pos) {
 }
 
 int32_t CudaDecoder::decode_argmax(int32_t token, int64_t pos) { return impl_->step_argmax(token, pos); }
+
+std::pair<int32_t, int32_t> CudaDecoder::decode_sample(int32_t token, int64_t pos, const DeviceSamplingParams& params,
+                                                       const std::vector<std::pair<int32_t, int32_t>>& penalties,
+                                                       double u) {
+  Impl& m = *impl_;
+  if (!m.sampler) m.sampler = std::make_unique<DeviceSampler>(m.vocab);
+  m.step(token, pos);
+  int32_t* out = m.argmax_out.as<int32_t>();
+  m.sampler->sample(m.act(m.logits_id), params, penalties, u, out, m.stream);
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(&m.host_io[2], out, 2 * sizeof(int32_t), cudaMemcpyDeviceToHost, m.stream));
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  return {m.host_io[2], m.host_io[3]};
+}
 
 int64_t CudaDecoder::generate_greedy(int32_t token, int64_t pos, int64_t n,
                                      const std::function<bool(int32_t)>& on_token) {

@@ -16,8 +16,10 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "backends/cuda/sampling_params.h"
 #include "graph/graph.h"
 
 namespace tessera::cuda {
@@ -66,6 +68,12 @@ class CudaDecoder {
   std::span<const float> decode(int32_t token, int64_t pos);
   // Same step, but only the argmax of the logits comes back (computed on the device).
   int32_t decode_argmax(int32_t token, int64_t pos);
+  // Same step, then a draw from its logits on the device (DeviceSampler: the sampler chain with `params`, the
+  // window's penalty counts as runtime::penalty_counts gives them, and u, the uniform number the host's generator
+  // would draw next). Returns {token, candidates}: candidates 1 means no number was needed (the caller's generator
+  // must not advance), 0 that every logit was NaN (token 0). Only the two ids come back; logits() fetches the logits.
+  std::pair<int32_t, int32_t> decode_sample(int32_t token, int64_t pos, const DeviceSamplingParams& params,
+                                            const std::vector<std::pair<int32_t, int32_t>>& penalties, double u);
   // Greedy decoding chained on the device: evaluates `token` at `pos`, then each step's argmax at the next position,
   // n steps at most, and the host never waits between steps: each step's argmax kernel writes the next step's token,
   // position and embedding row, and the token into host-mapped memory; graphs of 8 steps (TESSERA_CUDA_CHAIN_STEPS),

@@ -1,4 +1,4 @@
-// Sampling on the device (device_sampler.h says what and why; written in the seventh session, compiled, not yet run).
+// Sampling on the device (device_sampler.h says what and why).
 //
 // runtime::Sampler sorts the candidates by (logit descending, id ascending), cuts top-k, top-p (at temperature 1) and
 // min-p, applies the temperature and walks the sorted list subtracting probabilities from one uniform draw. Here:
@@ -113,10 +113,22 @@ __global__ void __launch_bounds__(kWalkThreads)
   pdl_wait();
   __shared__ double s_warp[kWalkThreads / kWarp];
   __shared__ int s_first;
-  // Candidates: the keys above 0 (NaNs sort last as 0).
-  double cnt = 0.0;
-  for (int i = threadIdx.x; i < vocab; i += kWalkThreads) cnt += keys[i] > 0u ? 1.0 : 0.0;
-  const int n_valid = static_cast<int>(block_sum(cnt, s_warp));
+  // Candidates: the keys above 0. NaNs are key 0 and sort last, so their count is where the sorted keys reach 0: a
+  // binary search by one thread (reading the whole vocabulary in one block would cost microseconds).
+  __shared__ int s_valid;
+  if (threadIdx.x == 0) {
+    int lo = 0, hi = vocab;  // keys[i] > 0 for i < lo, keys[i] == 0 for i >= hi
+    while (lo < hi) {
+      const int mid = lo + (hi - lo) / 2;
+      if (keys[mid] > 0u)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    s_valid = lo;
+  }
+  __syncthreads();
+  const int n_valid = s_valid;
   const bool lead = threadIdx.x == 0;
   if (n_valid == 0) {  // every logit NaN: greedy takes 0 (argmax_first), anything else is an error for the caller
     if (lead) out[0] = 0, out[1] = 0;
@@ -174,6 +186,10 @@ DeviceSampler::DeviceSampler(int64_t vocab) : vocab_(vocab) {
   temp_ = DeviceBuffer(std::max<size_t>(temp_bytes_, 16));
 }
 
+DeviceSampler::~DeviceSampler() {
+  if (pen_host_ != nullptr) (void)cudaFreeHost(pen_host_);
+}
+
 void DeviceSampler::sample(const float* logits, const DeviceSamplingParams& p,
                            const std::vector<std::pair<int32_t, int32_t>>& penalties, double u, int32_t* out,
                            cudaStream_t stream) {
@@ -187,20 +203,23 @@ void DeviceSampler::sample(const float* logits, const DeviceSamplingParams& p,
                  dim3(detail::kKeyThreads), 0, stream, logits, v, keys_in_.as<uint32_t>(), ids_in_.as<int32_t>());
   const bool any = p.repeat_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
   if (any && !penalties.empty()) {
-    const size_t bytes = penalties.size() * sizeof(int2);
-    if (bytes > pen_capacity_) {
-      pen_ = DeviceBuffer(bytes);
-      pen_capacity_ = bytes;
+    if (penalties.size() > pen_capacity_) {
+      const size_t cap = std::max<size_t>(penalties.size(), 256);
+      if (pen_host_ != nullptr) TESSERA_CUDA_CHECK(cudaFreeHost(pen_host_));
+      pen_host_ = nullptr;
+      TESSERA_CUDA_CHECK(cudaHostAlloc(&pen_host_, cap * sizeof(int2), cudaHostAllocDefault));
+      pen_ = DeviceBuffer(cap * sizeof(int2));
+      pen_capacity_ = cap;
     }
-    std::vector<int2> host(penalties.size());
+    auto* host = static_cast<int2*>(pen_host_);
     for (size_t i = 0; i < penalties.size(); ++i) {
       TESSERA_CUDA_REQUIRE(penalties[i].first >= 0 && penalties[i].first < vocab_,
                            "DeviceSampler: a penalty token is outside the vocabulary");
       host[i] = make_int2(penalties[i].first, penalties[i].second);
     }
-    // Synchronous with respect to `host` (pageable memory): the copy is done when the call returns.
-    TESSERA_CUDA_CHECK(cudaMemcpyAsync(pen_.get(), host.data(), bytes, cudaMemcpyHostToDevice, stream));
-    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    // Pinned: the copy is truly asynchronous (the caller synchronizes before the next call rewrites the staging).
+    TESSERA_CUDA_CHECK(
+        cudaMemcpyAsync(pen_.get(), host, penalties.size() * sizeof(int2), cudaMemcpyHostToDevice, stream));
     const int n_pen = static_cast<int>(penalties.size());
     detail::launch("sample_penalty_kernel", detail::sample_penalty_kernel,
                    dim3(detail::ceil_div(n_pen, detail::kKeyThreads)), dim3(detail::kKeyThreads), 0, stream, logits,
