@@ -235,6 +235,21 @@ def decode_one(model, cur, input_pos):  # cur [B, 1], input_pos [1] -> next toke
     return model(cur, input_pos)[:, -1].argmax(dim=-1, keepdim=True)
 
 
+SAMPLE_TEMPERATURE, SAMPLE_TOP_K = 0.8, 40
+SAMPLE = False  # --sample
+
+
+def decode_one_sampled(model, cur, input_pos):
+    """gpt-fast's sampling on the device: logits / temperature, top-k, softmax, and its sync-free draw (the argmax
+    of p / q with q ~ Exp(1), which picks token i with probability p_i)."""
+    logits = model(cur, input_pos)[:, -1].float() / SAMPLE_TEMPERATURE
+    v, _ = torch.topk(logits, SAMPLE_TOP_K)
+    logits = torch.where(logits < v[:, -1:], torch.full_like(logits, -float("inf")), logits)
+    probs = torch.softmax(logits, dim=-1)
+    q = torch.empty_like(probs).exponential_(1)
+    return torch.argmax(probs / q, dim=-1, keepdim=True)
+
+
 def gptfast_generate(model, step, ids, gen: int, timer: Timer):
     """Prefill (uncompiled), then gen - 1 timed decode steps. Returns (seconds per step, tokens [B, gen])."""
     p = ids.shape[1]
@@ -274,10 +289,11 @@ def bench_gptfast(hf, impl: str, ids, gen: int, repeats: int, timer: Timer, comp
     model = GptFast(hf, b, -(-(p + gen) // 16) * 16)  # cache length a multiple of 16, as the SDPA kernels prefer
     rel = check_gptfast(model, hf, ids)
     check = f"{'ok' if rel <= CHECK_TOL else 'MISMATCH'} rel {rel:.1e}"
-    step, used, note = decode_one, "gptfast-nocompile", ""
+    one = decode_one_sampled if SAMPLE else decode_one
+    step, used, note = one, "gptfast-nocompile", ""
     if compile_ok:
         torch._dynamo.reset()  # fresh caches per model: the compiled-code cache limit would otherwise be reached
-        step = torch.compile(decode_one, mode="reduce-overhead", fullgraph=True)
+        step = torch.compile(one, mode="reduce-overhead", fullgraph=True)
         used = "gptfast-compile"
     t0 = time.perf_counter()
     try:
@@ -288,7 +304,7 @@ def bench_gptfast(hf, impl: str, ids, gen: int, repeats: int, timer: Timer, comp
         note = f"torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0][:200]}); ran uncompiled"
         print(f"  {note}", flush=True)
         torch._dynamo.reset()
-        step, used = decode_one, "gptfast-nocompile"
+        step, used = one, "gptfast-nocompile"
         t0 = time.perf_counter()
         first, _ = gptfast_generate(model, step, ids, gen, timer)
     first_total = time.perf_counter() - t0
@@ -418,6 +434,10 @@ def main() -> int:
     ap.add_argument("--prompt", type=int, help="prompt tokens (default 128; 16 with --tiny)")
     ap.add_argument("--gen", type=int, help="generated tokens (default 256; 16 with --tiny)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sample", action="store_true",
+                    help=f"gptfast rows sample each token on the device as gpt-fast does (temperature "
+                         f"{SAMPLE_TEMPERATURE}, top-k {SAMPLE_TOP_K}) instead of the greedy argmax; impl names get "
+                         f"'-sample'")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (gptfast runs uncompiled)")
     ap.add_argument("--prefill", action="store_true", help="also time HF prefill of 2048 tokens at Llama-3-8B shape")
     ap.add_argument("--prefill-len", type=int, default=2048)
@@ -426,6 +446,8 @@ def main() -> int:
     ap.add_argument("--json", help="write the rows here (rewritten after every row)")
     ap.add_argument("--json-key", help="store the result under this key of the existing JSON object in --json")
     args = ap.parse_args()
+    global SAMPLE
+    SAMPLE = args.sample
     models = args.models.split(",") if args.models else (TINY_MODELS if args.tiny else FULL_MODELS)
     impls = args.impls.split(",") if args.impls else []
     for m in models:
@@ -472,6 +494,8 @@ def main() -> int:
                             hf_tokens = r["tokens"]
                     else:
                         r = bench_gptfast(hf, impl, ids, gen, args.repeats, timer, not args.no_compile)
+                        if SAMPLE:
+                            r["impl"] += "-sample"
                 except Exception as e:  # noqa: BLE001 - one failing peer must not lose the others' rows
                     report.error(f"{m} {impl} batch {b}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
                     if device.startswith("cuda"):
@@ -481,7 +505,7 @@ def main() -> int:
                        "tok_s": b / r["step_s"], "ms_per_token": r["step_s"] * 1e3,
                        "first_run_s": r["first_s"], "compile_s": r["compile_s"], "check": r["check"],
                        "note": r["note"], "agree_hf": None}
-                if hf_tokens is not None and r["impl"] != "hf-eager":
+                if hf_tokens is not None and r["impl"] != "hf-eager" and not SAMPLE:
                     n = min(hf_tokens.shape[1], r["tokens"].shape[1])
                     row["agree_hf"] = float((hf_tokens[:, :n] == r["tokens"][:, :n]).float().mean())
                 report.add(row)

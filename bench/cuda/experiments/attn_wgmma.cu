@@ -1,7 +1,8 @@
 // Causal prefill attention on Hopper tensor cores (wgmma): an experiment for issue 7's last goal (prefill attention
 // at 16k at least as fast as PyTorch's SDPA, which on the H100 is cuDNN's engine 2: 3.4-3.8 ms at 32/8 heads, hd 128,
 // ~600-650 TFLOP/s counting the causal half). Our attn_prefill (mma.sync m16n8k16, FlashAttention-2 style) runs
-// 6.7 ms there. Seventh session: written and compiled here, NOT yet run on a GPU.
+// 6.7 ms there. Written in the seventh session; first run in the eighth (H100): both forms pass their checks; 16k in
+// 4.99 ms (first form) and 4.64 ms (intra-warpgroup overlap), against cuDNN's 3.4-3.8 (docs/PERFORMANCE.md).
 //
 // This first form is FlashAttention-3's arithmetic without its scheduling: one CTA = 128 query rows of one head as two
 // consumer warpgroups of 64 rows; K and V tiles of 128 positions double-buffered in shared memory by cp.async from all
@@ -228,6 +229,179 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// The second form (eighth session): FlashAttention-3's intra-warpgroup overlap. Iteration j issues S_j = Q K_j and
+// O += P_{j-1} V_{j-1} back to back, waits for S_j only, runs the softmax of S_j while the tensor cores do P_{j-1} V_{j-1},
+// then waits for O and rescales it. K and V live in three-stage rings so that the loads run two iterations ahead: the
+// group issued at iteration j holds K_{j+2} and V_{j+1}, exactly what iteration j + 2 reads (V_{j-1} is still read by
+// the PV of iteration j, K_{j-1} is free). 224 KB of shared memory (Q + 3 K + 3 V). The softmax scales inside one FFMA
+// before ex2.approx (the max taken on the raw scores: the scale is positive).
+constexpr int kStages = 3;
+constexpr size_t kSmemPipe = (1 + 2 * kStages) * kTileBytes + 1024;
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// Keeps the compiler from moving registers a wgmma still reads or writes (CUTLASS's warpgroup_fence_operand).
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) asm volatile("" : "+r"(r[i][c])::"memory");
+}
+__device__ __forceinline__ void cp_wait_1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
+
+__global__ void __launch_bounds__(kThreads, 1)
+    attn_pipe_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
+                     const __nv_bfloat16* __restrict__ v, float* __restrict__ out, int t_len, int heads, int kv_heads,
+                     float scale_log2) {
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
+  const uint32_t sq = base;
+  const auto sk = [&](int j) { return base + (1 + j % kStages) * kTileBytes; };
+  const auto sv = [&](int j) { return base + (1 + kStages + j % kStages) * kTileBytes; };
+  const int n_qt = t_len / kBM;
+  const int qt = n_qt - 1 - static_cast<int>(blockIdx.x);
+  const int h = blockIdx.y, hk = h / (heads / kv_heads);
+  const size_t ldq = static_cast<size_t>(heads) * kHd, ldkv = static_cast<size_t>(kv_heads) * kHd;
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const __nv_bfloat16* kb = k + hk * kHd;
+  const __nv_bfloat16* vb = v + hk * kHd;
+
+  load_tile(sq, q + static_cast<size_t>(qt) * kBM * ldq + h * kHd, ldq);
+  load_tile(sk(0), kb, ldkv);
+  cp_commit();
+  if (qt >= 1) load_tile(sk(1), kb + static_cast<size_t>(kBN) * ldkv, ldkv);
+  load_tile(sv(0), vb, ldkv);
+  cp_commit();
+
+  float o[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  uint32_t a[8][4];
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  const int row0 = qt * kBM + wg * 64 + warp * 16 + lane / 4;
+
+  // Iteration j's loads: wait for its group (K_j, V_{j-1}; the next group may still be in flight), make them visible to
+  // every thread's wgmma, and issue the group iteration j + 2 reads. Every iteration commits a group (maybe empty),
+  // so the wait counts stay uniform.
+  const auto next_loads = [&](int j) {
+    cp_wait_1();
+    fence_proxy_async();
+    __syncthreads();  // ... and both warpgroups are done with iteration j - 1's buffers
+    if (j + 2 <= qt) load_tile(sk(j + 2), kb + static_cast<size_t>(j + 2) * kBN * ldkv, ldkv);
+    if (j + 1 <= qt) load_tile(sv(j + 1), vb + static_cast<size_t>(j + 1) * kBN * ldkv, ldkv);
+    cp_commit();
+  };
+  const auto issue_s = [&](float (&s)[64], int j) {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      const uint32_t off = (kk / 4) * kHalfBytes + (kk % 4) * 32;
+      wgmma_ss(s, desc_kmajor(sq + off + wg * 64 * 128), desc_kmajor(sk(j) + off), kk > 0);
+    }
+    wgmma_commit();
+  };
+  // The online softmax of S_j in place (s becomes P_j, unnormalized); returns the factor O must be scaled by.
+  const auto softmax = [&](float (&s)[64], int j, float (&corr)[2]) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int r = (i / 2) % 2;
+      if (j == qt) {
+        const int col = j * kBN + 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
+        if (col > row0 + 8 * r) s[i] = -INFINITY;
+      }
+      mx[r] = fmaxf(mx[r], s[i]);
+    }
+    float neg_m[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float m_new = fmaxf(m_run[r], mx[r] * scale_log2);
+      corr[r] = ex2(m_run[r] - m_new);
+      m_run[r] = m_new;
+      neg_m[r] = -m_new;
+      l_run[r] *= corr[r];
+    }
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int r = (i / 2) % 2;
+      s[i] = ex2(fmaf(s[i], scale_log2, neg_m[r]));
+      l_run[r] += s[i];
+    }
+  };
+  const auto pack = [&](const float (&s)[64]) {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      a[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+      a[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+      a[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+      a[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  };
+  {  // iteration 0: S_0 alone (O is zero)
+    next_loads(0);
+    float s[64], corr[2];
+    wgmma_fence();
+    issue_s(s, 0);
+    wgmma_wait0();
+    fence_regs(s);
+    softmax(s, 0, corr);
+    pack(s);
+  }
+  for (int j = 1; j <= qt; ++j) {
+    next_loads(j);
+    float s[64], corr[2];
+    fence_regs(o);
+    fence_regs(a);
+    wgmma_fence();
+    issue_s(s, j);
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) wgmma_rs(o, a[kk], desc_mnmajor(sv(j - 1) + kk * 2048), 1);
+    wgmma_commit();
+    wgmma_wait1();  // S_j is ready; P_{j-1} V_{j-1} may still run
+    fence_regs(s);
+    softmax(s, j, corr);
+    wgmma_wait0();
+    fence_regs(o);
+    fence_regs(a);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o[i] *= corr[(i / 2) % 2];
+    pack(s);
+  }
+  cp_wait_all();  // V_qt
+  fence_proxy_async();
+  __syncthreads();
+  wgmma_fence();
+  fence_regs(o);
+  fence_regs(a);
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) wgmma_rs(o, a[kk], desc_mnmajor(sv(qt) + kk * 2048), 1);
+  wgmma_commit();
+  wgmma_wait0();
+  fence_regs(o);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+  }
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const int r = (i / 2) % 2;
+    const int row = row0 + 8 * r, col = 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
+    out[(static_cast<size_t>(row) * heads + h) * kHd + col] = o[i] / l_run[r];
+  }
+}
+
 // Unit check of the two wgmma forms alone, one warpgroup (the first thing to run if the attention check fails):
 // s_out [64][128] = Q[0:64] K^T for one 128 x 128 K tile (K-major descriptors), o_out [64][128] = P V with P [64][128]
 // read from global into the A-operand registers and V a 128 x 128 tile (the MN-major descriptor).
@@ -311,6 +485,8 @@ int main(int argc, char** argv) {
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   CK(cudaFuncSetAttribute(attn_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
+  CK(cudaFuncSetAttribute(attn_pipe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          static_cast<int>(kSmemPipe)));
   const float scale_log2 = 1.4426950408889634f / std::sqrt(static_cast<float>(kHd));
   {  // the unit check: S = Q K^T and O = P V for one tile each
     const size_t n = 128 * 128;
@@ -353,8 +529,18 @@ int main(int argc, char** argv) {
     CK(cudaFree(so));
     CK(cudaFree(oo));
   }
-  std::printf("| t | ms (median of %d) | TFLOP/s (causal half) | check |\n|---|---|---|---|\n", reps);
-  for (int t_len : {2048, 8192, 16384}) {
+  using Kernel = void (*)(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, float*, int, int, int,
+                         float);
+  struct Variant {
+    const char* name;
+    Kernel kernel;
+    size_t smem;
+  };
+  const Variant variants[] = {{"first form (S, softmax, PV in turn; 2 stages)", attn_wgmma_kernel, kSmem},
+                              {"intra-warpgroup overlap, 3 stages", attn_pipe_kernel, kSmemPipe}};
+  std::printf("| kernel | t | ms (median of %d) | TFLOP/s (causal half) | check |\n|---|---|---|---|---|\n", reps);
+  for (int t_len : {2048, 8192, 16384})
+  for (const Variant& var : variants) {
     const size_t nq = static_cast<size_t>(t_len) * heads * kHd, nkv = static_cast<size_t>(t_len) * kv_heads * kHd;
     __nv_bfloat16 *q = nullptr, *k = nullptr, *v = nullptr;
     float* out = nullptr;
@@ -367,7 +553,7 @@ int main(int argc, char** argv) {
     fill_bf16<<<1024, 256>>>(v, nkv, 3u + t_len);
     CK(cudaMemset(out, 0xFF, nq * 4));  // NaN: rows the kernel does not write show up
     const dim3 grid(t_len / kBM, heads);
-    attn_wgmma_kernel<<<grid, kThreads, kSmem>>>(q, k, v, out, t_len, heads, kv_heads, scale_log2);
+    var.kernel<<<grid, kThreads, var.smem>>>(q, k, v, out, t_len, heads, kv_heads, scale_log2);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     // Check sampled rows of two heads against a double-precision reference.
@@ -409,7 +595,7 @@ int main(int argc, char** argv) {
     std::vector<float> ms;
     for (int i = 0; i < reps + 2; ++i) {
       CK(cudaEventRecord(e0));
-      attn_wgmma_kernel<<<grid, kThreads, kSmem>>>(q, k, v, out, t_len, heads, kv_heads, scale_log2);
+      var.kernel<<<grid, kThreads, var.smem>>>(q, k, v, out, t_len, heads, kv_heads, scale_log2);
       CK(cudaEventRecord(e1));
       CK(cudaEventSynchronize(e1));
       float t = 0;
@@ -418,7 +604,7 @@ int main(int argc, char** argv) {
     }
     const float med = median(ms);
     const double flops = 4.0 * t_len * static_cast<double>(t_len) * kHd * heads / 2;
-    std::printf("| %d | %.3f | %.1f | relative L2 %.2e (P in bf16: ~3e-3 expected) %s |\n", t_len, med,
+    std::printf("| %s | %d | %.3f | %.1f | relative L2 %.2e (P in bf16: ~3e-3 expected) %s |\n", var.name, t_len, med,
                 flops / (med * 1e-3) / 1e12, rel, rel < 2e-2 ? "ok" : "WRONG");
     CK(cudaFree(q));
     CK(cudaFree(k));
