@@ -154,7 +154,8 @@ except Exception as e:
     print(f"  (no JSON: {e})"); sys.exit()
 for r in rows if isinstance(rows, list) else [rows]:
     print(f"  {r.get('arch') or r.get('model','')} {r.get('weight_dtype','')} {r.get('test','')} batch={r.get('batch',1)}: "
-          f"{r.get('tok_s', 0):.1f} tok/s, {r.get('gbps', 0):.0f} GB/s, {r.get('tflops', 0):.1f} TFLOP/s")
+          f"{r.get('tok_s', 0):.1f} tok/s, {r.get('gbps', 0):.0f} GB/s, {r.get('tflops', 0):.1f} TFLOP/s"
+          + (f" (tg: {r['tg_logits']})" if r.get('n_gen') else ""))
 PY
   say "- $phase: bench $* -> exit $rc"
 }
@@ -281,6 +282,12 @@ if has decode; then
   [ -n "${TESSERA_LONG_CTX:-1}" ] && [ "${TESSERA_LONG_CTX:-1}" != 0 ] &&
     tbench decode --device cuda --arch llama3-8b --random-weights --dtype bf16 -p 0 -d 4096 -n 128 -r 2 --no-ceilings
   [ -f "$default_model" ] && tbench decode --device cuda -m "$default_model" -p 128 -n 256 -r 3 --no-ceilings
+  # Sampled generation (the default sampler chain drawn on the device; TESSERA_CUDA_SAMPLE=0 draws on the host).
+  specs_sample=${TESSERA_SAMPLE_SPECS:-"smollm2-135m:bf16 llama3-8b:bf16"}
+  [ "$quick" = 1 ] && [ -z "${TESSERA_SAMPLE_SPECS:-}" ] && specs_sample="smollm2-135m:bf16"
+  for spec in $specs_sample; do
+    tbench decode --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 0 -d 128 -n 256 -r 3 --sample --no-ceilings
+  done
 fi
 # The quantized decoder's folds, Llama-3-8B q8_0 and q4_1 in one call: the default (attention writes the o input,
 # TESSERA_CUDA_ATTN_Q8), that switched off, and each opt-in one on: the residual GEMV writing the next norm's readers'
