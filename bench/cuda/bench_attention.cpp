@@ -1,11 +1,11 @@
 // Event-timed benchmark of causal prefill attention (attn_prefill, every launch shape; and cuDNN's fused SDPA through
-// attn_prefill_cudnn where cudnn_attention_available()): TFLOP/s counting the causal FLOPs 4 * t^2 * hd * n_head / 2
-// (QKᵀ and PV, half the square), next to bench/peer/torch_sdpa.py's PyTorch SDPA at the same shapes (run both in one
-// session on one device). The cuDNN row's "build" is the one-time graph build for that shape (not in its times),
-// "tune" the one-time timing of its candidate plans at the first call (attn_cudnn.h; only with TESSERA_CUDNN_AUTOTUNE=1
-// or 2, else none: the heuristics' first plan), "plan c/n" the plan it runs. The "varlen" row is the variable-length
-// graph as prefill uses it (exact_full_chunk off, the default). --plans adds a row per candidate plan of both
-// graphs (forced, untuned), and a line per plan with cuDNN's engine tag and its tuning median.
+// attn_prefill_cudnn where cudnn_attention_available(); attn_prefill_tma where supported): TFLOP/s counting the causal
+// FLOPs 4 * t^2 * hd * n_head / 2 (QKᵀ and PV, half the square), next to bench/peer/torch_sdpa.py's PyTorch SDPA at the
+// same shapes (run both in one session on one device). The cuDNN row's "build" is the one-time graph build for that
+// shape (not in its times), "tune" the one-time timing of its candidate plans at the first call (attn_cudnn.h; only
+// with TESSERA_CUDNN_AUTOTUNE=1 or 2, else none: the heuristics' first plan), "plan c/n" the plan it runs. The "varlen"
+// row is the variable-length graph as prefill uses it (exact_full_chunk off, the default). --plans adds a row per
+// candidate plan of both graphs (forced, untuned), and a line per plan with cuDNN's engine tag and its tuning median.
 //
 // Method (device/METHOD.md): random data (never zeros), warm-up, each launch timed alone with events, median of
 // `reps` (min and max printed beside it). Inputs are not rotated: the work is O(t^2) arithmetic over O(t) bytes,
@@ -157,6 +157,13 @@ int run(const Flags& fl) {
         detail::attn_prefill_variant(var, q.as<float>(), width, cache, 0, s.p0, s.t, out.as<float>(), s.n_head, scale,
                                      stream);
       }, 0);
+    }
+    if (attn_prefill_tma_supported(cache, s.n_head)) {  // our Hopper kernel, with cuDNN's 16-bit operands
+      DeviceBuffer q16(2 * s.t * width), out16(2 * s.t * width);
+      fill_random(FillKind::BF16, q16.get(), s.t * width, -2.0f, 2.0f, 1, stream);
+      time_row(
+          "tma (attn_prefill_tma)", false,
+          [&] { attn_prefill_tma(q16.get(), width, cache, 0, s.p0, s.t, out16.get(), s.n_head, scale, stream); }, 0);
     }
     if (cudnn) {
       // 16-bit q and out (cuDNN takes the cache's type): the same values' distribution, rounded to bf16.

@@ -23,6 +23,8 @@
 //   mkdir -p build-persistent && nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo \
 //     -o build-persistent/attn_wgmma bench/cuda/experiments/attn_wgmma.cu
 // Run on the GPU machine:   build-persistent/attn_wgmma [reps]   (first a unit check of the two wgmma forms alone)
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -402,6 +404,265 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// The third form: a producer warp. 288 threads: warps 0-7 are the two consumer warpgroups of the second form, warp 8
+// loads. Stage j % 3 holds K_j and V_j (Q rides with K_0); full_k[s] and full_v[s] (NP arrivals each, made by the
+// hardware as each loading thread's copies land: cp.async.mbarrier.arrive.noinc; the consumers fence for the async
+// proxy after waiting) and empty[s] (256 arrivals: the consumers, after the PV that read V_j) replace the CTA
+// barrier, so the warpgroups drift apart freely. (A first version had each loading thread wait for its copies and
+// arrive itself, K and V behind one barrier: 5.9 ms at 16k with 128 loading threads, 12.6 with 32.) With PINGPONG, the
+// two consumer warpgroups take turns issuing their GEMMs (named barriers 1 and 2): one's softmax runs under the other's
+// GEMMs. 384 threads: the producer is a whole warpgroup (setmaxnreg works per warpgroup) that gives its registers to
+// the consumers (setmaxnreg: 24 for it, 240 for them; at launch 168 each); its warps 9-11 leave at once. (At 288
+// threads ptxas capped the kernel at 168 registers anyway and spilled.)
+constexpr int kThreadsWs = 384;
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// cp.async.mbarrier.arrive.noinc: an arrival on `bar` once every earlier cp.async of this thread has completed (the
+// barrier's count includes it: NP per phase).
+__device__ __forceinline__ void cp_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+
+// A [128][128] tile by the producer's NP threads: 2,048 chunks of 16 bytes.
+template <int NP>
+__device__ __forceinline__ void load_tile_warp(uint32_t dst, const __nv_bfloat16* src, size_t ld, int lane) {
+#pragma unroll 4
+  for (int i = 0; i < 2048 / NP; ++i) {
+    const int c = lane + i * NP;
+    const int r = c / 16, ch = c % 16, half = ch / 8, k = ch % 8;
+    cp_async16(dst + half * kHalfBytes + r * 128 + ((k ^ (r & 7)) << 4), src + r * ld + ch * 8);
+  }
+}
+
+// With TMA (the fourth form), one producer thread loads each half-tile by one cp.async.bulk.tensor (the 128-byte
+// swizzle done by the copy engine), full_k/full_v count one arrival plus the bytes (expect_tx), and no proxy fence is
+// needed (TMA writes through the async proxy, which wgmma reads).
+struct TmaMaps {
+  CUtensorMap q, k, v;
+};
+
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+// A [128 rows][64 columns] box of a [t][heads][128] bf16 tensor (columns c0.., head h, rows r0..) into `dst`, 128-byte
+// swizzled, completing on `bar`.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int c0, int h, int r0, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(h), "r"(r0), "r"(bar)
+      : "memory");
+}
+
+template <bool PINGPONG, int NP, bool TMA = false, bool OUT16 = false>
+__global__ void __launch_bounds__(kThreadsWs, 1)
+    attn_ws_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
+                   const __nv_bfloat16* __restrict__ v, float* __restrict__ out, int t_len, int heads, int kv_heads,
+                   float scale_log2, const __grid_constant__ TmaMaps maps) {
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ alignas(8) uint64_t bars[3 * kStages];
+  const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
+  const uint32_t sq = base;
+  const auto sk = [&](int j) { return base + (1 + j % kStages) * kTileBytes; };
+  const auto sv = [&](int j) { return base + (1 + kStages + j % kStages) * kTileBytes; };
+  const auto full_k = [&](int j) { return smem_u32(&bars[j % kStages]); };
+  const auto empty = [&](int j) { return smem_u32(&bars[kStages + j % kStages]); };
+  const auto full_v = [&](int j) { return smem_u32(&bars[2 * kStages + j % kStages]); };
+  const int n_qt = t_len / kBM;
+  const int qt = n_qt - 1 - static_cast<int>(blockIdx.x);
+  const int h = blockIdx.y, hk = h / (heads / kv_heads);
+  const size_t ldq = static_cast<size_t>(heads) * kHd, ldkv = static_cast<size_t>(kv_heads) * kHd;
+  const int warp_all = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(smem_u32(&bars[s]), TMA ? 1 : NP);
+      mbar_init(smem_u32(&bars[kStages + s]), 256);
+      mbar_init(smem_u32(&bars[2 * kStages + s]), TMA ? 1 : NP);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp_all >= 8) {  // the producer warpgroup; its first NP threads load
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;" ::: "memory");
+    const int pt = threadIdx.x - 256;
+    if (pt >= (TMA ? 1 : NP)) return;
+    if constexpr (TMA) {
+      for (int j = 0; j <= qt; ++j) {
+        if (j >= kStages) mbar_wait(empty(j), ((j / kStages) - 1) & 1);
+        const int r0 = j * kBN;
+        mbar_expect_tx(full_k(j), (j == 0 ? 2 : 1) * kTileBytes);
+        if (j == 0) {
+          tma_load(sq, &maps.q, 0, h, qt * kBM, full_k(0));
+          tma_load(sq + kHalfBytes, &maps.q, 64, h, qt * kBM, full_k(0));
+        }
+        tma_load(sk(j), &maps.k, 0, hk, r0, full_k(j));
+        tma_load(sk(j) + kHalfBytes, &maps.k, 64, hk, r0, full_k(j));
+        mbar_expect_tx(full_v(j), kTileBytes);
+        tma_load(sv(j), &maps.v, 0, hk, r0, full_v(j));
+        tma_load(sv(j) + kHalfBytes, &maps.v, 64, hk, r0, full_v(j));
+      }
+      return;
+    }
+    const __nv_bfloat16* kb = k + hk * kHd;
+    const __nv_bfloat16* vb = v + hk * kHd;
+    for (int j = 0; j <= qt; ++j) {
+      if (j >= kStages) mbar_wait(empty(j), ((j / kStages) - 1) & 1);  // the PV that read tile j - 3 is done
+      if (j == 0) load_tile_warp<NP>(sq, q + static_cast<size_t>(qt) * kBM * ldq + h * kHd, ldq, pt);
+      load_tile_warp<NP>(sk(j), kb + static_cast<size_t>(j) * kBN * ldkv, ldkv, pt);
+      cp_arrive(full_k(j));  // the hardware arrives once this lane's copies so far have landed
+      load_tile_warp<NP>(sv(j), vb + static_cast<size_t>(j) * kBN * ldkv, ldkv, pt);
+      cp_arrive(full_v(j));
+    }
+    cp_wait_all();  // leave no copy in flight behind an exiting thread
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory");
+  const int wg = warp_all / 4, warp = warp_all % 4;
+  float o[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  uint32_t a[8][4];
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  const int row0 = qt * kBM + wg * 64 + warp * 16 + lane / 4;
+  const auto issue_s = [&](float(&s)[64], int j) {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      const uint32_t off = (kk / 4) * kHalfBytes + (kk % 4) * 32;
+      wgmma_ss(s, desc_kmajor(sq + off + wg * 64 * 128), desc_kmajor(sk(j) + off), kk > 0);
+    }
+    wgmma_commit();
+  };
+  const auto softmax = [&](float(&s)[64], int j, float(&corr)[2]) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int r = (i / 2) % 2;
+      if (j == qt) {
+        const int col = j * kBN + 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
+        if (col > row0 + 8 * r) s[i] = -INFINITY;
+      }
+      mx[r] = fmaxf(mx[r], s[i]);
+    }
+    float neg_m[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float m_new = fmaxf(m_run[r], mx[r] * scale_log2);
+      corr[r] = ex2(m_run[r] - m_new);
+      m_run[r] = m_new;
+      neg_m[r] = -m_new;
+      l_run[r] *= corr[r];
+    }
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int r = (i / 2) % 2;
+      s[i] = ex2(fmaf(s[i], scale_log2, neg_m[r]));
+      l_run[r] += s[i];
+    }
+  };
+  const auto pack = [&](const float(&s)[64]) {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      a[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+      a[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+      a[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+      a[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  };
+  // Ping-pong: warpgroup w issues its GEMMs after bar.sync on barrier 1 + w, then lets the other go (bar.arrive on
+  // 2 - w); warpgroup 1 lets warpgroup 0 go first.
+  if (PINGPONG && wg == 1) named_arrive(1, 256);
+  {
+    mbar_wait(full_k(0), 0);
+    if constexpr (!TMA)
+      fence_proxy_async();  // other threads' cp.async writes (generic proxy), read next by wgmma (async proxy)
+    float s[64], corr[2];
+    if (PINGPONG) named_sync(1 + wg, 256);
+    wgmma_fence();
+    issue_s(s, 0);
+    if (PINGPONG) named_arrive(2 - wg, 256);
+    wgmma_wait0();
+    fence_regs(s);
+    softmax(s, 0, corr);
+    pack(s);
+  }
+  for (int j = 1; j <= qt; ++j) {
+    mbar_wait(full_k(j), (j / kStages) & 1);
+    mbar_wait(full_v(j - 1), ((j - 1) / kStages) & 1);
+    if constexpr (!TMA) fence_proxy_async();
+    float s[64], corr[2];
+    fence_regs(o);
+    fence_regs(a);
+    if (PINGPONG) named_sync(1 + wg, 256);
+    wgmma_fence();
+    issue_s(s, j);
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) wgmma_rs(o, a[kk], desc_mnmajor(sv(j - 1) + kk * 2048), 1);
+    wgmma_commit();
+    if (PINGPONG) named_arrive(2 - wg, 256);
+    wgmma_wait1();
+    fence_regs(s);
+    softmax(s, j, corr);
+    wgmma_wait0();
+    fence_regs(o);
+    fence_regs(a);
+    mbar_arrive(empty(j - 1));  // V_{j-1} (and K_{j-1}) read: the producer may refill the stage
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o[i] *= corr[(i / 2) % 2];
+    pack(s);
+  }
+  mbar_wait(full_v(qt), (qt / kStages) & 1);
+  if constexpr (!TMA) fence_proxy_async();
+  if (PINGPONG) named_sync(1 + wg, 256);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) wgmma_rs(o, a[kk], desc_mnmajor(sv(qt) + kk * 2048), 1);
+  wgmma_commit();
+  if (PINGPONG && wg == 0) named_arrive(2, 256);  // warpgroup 1's last turn needs no answer: arrivals stay paired
+  wgmma_wait0();
+  fence_regs(o);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+  }
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const int r = (i / 2) % 2;
+    const int row = row0 + 8 * r, col = 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
+    if constexpr (OUT16) {  // bf16 output as the engine's (and cuDNN's): pairs of columns as one 4-byte store
+      if (i % 2 == 0)
+        *reinterpret_cast<__nv_bfloat162*>(reinterpret_cast<__nv_bfloat16*>(out) +
+                                           (static_cast<size_t>(row) * heads + h) * kHd + col) =
+            __floats2bfloat162_rn(o[i] / l_run[r], o[i + 1] / l_run[r]);
+    } else {
+      out[(static_cast<size_t>(row) * heads + h) * kHd + col] = o[i] / l_run[r];
+    }
+  }
+}
+
 // Unit check of the two wgmma forms alone, one warpgroup (the first thing to run if the attention check fails):
 // s_out [64][128] = Q[0:64] K^T for one 128 x 128 K tile (K-major descriptors), o_out [64][128] = P V with P [64][128]
 // read from global into the A-operand registers and V a 128 x 128 tile (the MN-major descriptor).
@@ -487,6 +748,18 @@ int main(int argc, char** argv) {
   CK(cudaFuncSetAttribute(attn_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
   CK(cudaFuncSetAttribute(attn_pipe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                           static_cast<int>(kSmemPipe)));
+  CK(cudaFuncSetAttribute(attn_ws_kernel<false, 1, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          static_cast<int>(kSmemPipe)));
+  CK(cudaFuncSetAttribute(attn_ws_kernel<true, 1, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          static_cast<int>(kSmemPipe)));
+  CK(cudaFuncSetAttribute(attn_ws_kernel<false, 1, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          static_cast<int>(kSmemPipe)));
+  CK(cudaFuncSetAttribute(attn_ws_kernel<true, 1, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          static_cast<int>(kSmemPipe)));
+  CK(cudaFuncSetAttribute(attn_ws_kernel<true, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          static_cast<int>(kSmemPipe)));
+  CK(cudaFuncSetAttribute(attn_ws_kernel<false, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          static_cast<int>(kSmemPipe)));
   const float scale_log2 = 1.4426950408889634f / std::sqrt(static_cast<float>(kHd));
   {  // the unit check: S = Q K^T and O = P V for one tile each
     const size_t n = 128 * 128;
@@ -531,13 +804,46 @@ int main(int argc, char** argv) {
   }
   using Kernel = void (*)(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, float*, int, int, int,
                          float);
+  using KernelWs =
+      void (*)(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, float*, int, int, int, float, TmaMaps);
+  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  cudaDriverEntryPointQueryResult qres{};
+  CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode), 12000,
+                                      cudaEnableDefault, &qres));
+  // [t][n_heads][128] bf16 as a 3-D tensor map (innermost first), boxes of 64 columns x 1 head x 128 rows, swizzled.
+  const auto make_map = [&](const __nv_bfloat16* ptr, int n_heads, int t) {
+    CUtensorMap m{};
+    const cuuint64_t dims[3] = {kHd, static_cast<cuuint64_t>(n_heads), static_cast<cuuint64_t>(t)};
+    const cuuint64_t strides[2] = {kHd * 2, static_cast<cuuint64_t>(n_heads) * kHd * 2};
+    const cuuint32_t box[3] = {64, 1, 128}, es[3] = {1, 1, 1};
+    const CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<__nv_bfloat16*>(ptr), dims, strides,
+                              box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+      std::printf("cuTensorMapEncodeTiled failed: %d\n", static_cast<int>(r));
+      std::exit(1);
+    }
+    return m;
+  };
   struct Variant {
     const char* name;
     Kernel kernel;
     size_t smem;
+    int threads;
+    KernelWs ws = nullptr;  // the warp-specialized forms (with tensor maps)
+    bool out16 = false;     // writes bf16
   };
-  const Variant variants[] = {{"first form (S, softmax, PV in turn; 2 stages)", attn_wgmma_kernel, kSmem},
-                              {"intra-warpgroup overlap, 3 stages", attn_pipe_kernel, kSmemPipe}};
+  const Variant variants[] = {
+      {"first form (S, softmax, PV in turn; 2 stages)", attn_wgmma_kernel, kSmem, kThreads},
+      {"intra-warpgroup overlap, 3 stages", attn_pipe_kernel, kSmemPipe, kThreads},
+      {"overlap + producer warpgroup (128 loading threads, cp.async), mbarriers", nullptr, kSmemPipe, kThreadsWs,
+       attn_ws_kernel<false, 128>},
+      {"overlap + producer warpgroup (128, cp.async) + ping-pong", nullptr, kSmemPipe, kThreadsWs,
+       attn_ws_kernel<true, 128>},
+      {"overlap + producer thread (TMA), mbarriers", nullptr, kSmemPipe, kThreadsWs, attn_ws_kernel<false, 1, true>},
+      {"overlap + producer thread (TMA) + ping-pong", nullptr, kSmemPipe, kThreadsWs, attn_ws_kernel<true, 1, true>},
+      {"TMA, bf16 output", nullptr, kSmemPipe, kThreadsWs, attn_ws_kernel<false, 1, true, true>, true},
+      {"TMA + ping-pong, bf16 output", nullptr, kSmemPipe, kThreadsWs, attn_ws_kernel<true, 1, true, true>, true}};
   std::printf("| kernel | t | ms (median of %d) | TFLOP/s (causal half) | check |\n|---|---|---|---|---|\n", reps);
   for (int t_len : {2048, 8192, 16384})
   for (const Variant& var : variants) {
@@ -553,7 +859,14 @@ int main(int argc, char** argv) {
     fill_bf16<<<1024, 256>>>(v, nkv, 3u + t_len);
     CK(cudaMemset(out, 0xFF, nq * 4));  // NaN: rows the kernel does not write show up
     const dim3 grid(t_len / kBM, heads);
-    var.kernel<<<grid, kThreads, var.smem>>>(q, k, v, out, t_len, heads, kv_heads, scale_log2);
+    const TmaMaps maps{make_map(q, heads, t_len), make_map(k, kv_heads, t_len), make_map(v, kv_heads, t_len)};
+    const auto launch = [&] {
+      if (var.ws != nullptr)
+        var.ws<<<grid, var.threads, var.smem>>>(q, k, v, out, t_len, heads, kv_heads, scale_log2, maps);
+      else
+        var.kernel<<<grid, var.threads, var.smem>>>(q, k, v, out, t_len, heads, kv_heads, scale_log2);
+    };
+    launch();
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     // Check sampled rows of two heads against a double-precision reference.
@@ -563,6 +876,11 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(hk.data(), k, nkv * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(hv.data(), v, nkv * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(ho.data(), out, nq * 4, cudaMemcpyDeviceToHost));
+    if (var.out16) {  // the first nq bf16 of the buffer; the rest is the NaN poison
+      std::vector<__nv_bfloat16> h16(nq);
+      CK(cudaMemcpy(h16.data(), out, nq * 2, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < nq; ++i) ho[i] = bf(h16[i]);
+    }
     double err = 0, ref = 0;
     for (int h : {0, 5, heads - 1}) {
       const int hk_ = h / (heads / kv_heads);
@@ -595,7 +913,7 @@ int main(int argc, char** argv) {
     std::vector<float> ms;
     for (int i = 0; i < reps + 2; ++i) {
       CK(cudaEventRecord(e0));
-      var.kernel<<<grid, kThreads, var.smem>>>(q, k, v, out, t_len, heads, kv_heads, scale_log2);
+      launch();
       CK(cudaEventRecord(e1));
       CK(cudaEventSynchronize(e1));
       float t = 0;

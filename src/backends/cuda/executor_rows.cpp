@@ -506,12 +506,17 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
         // uses it, so sessions whose prompts stay short never pay for cuDNN.
         std::unique_ptr<CudnnAttnWorkspace>* cws = nullptr;
         void *q16 = nullptr, *o16 = nullptr;
+        // Our own Hopper kernel (attn_prefill_tma: TMA, wgmma, FlashAttention-3's scheduling) where it applies (hd
+        // 128, 16-bit cache, sm_90): measured as fast as cuDNN / PyTorch's SDPA or faster at 2k-16k
+        // (docs/PERFORMANCE.md); TESSERA_CUDA_ATTN_TMA=0 takes cuDNN instead.
+        const bool tma = h.buf != nullptr && cache.dtype != DType::F32 && T >= kCudnnMinT && width % 8 == 0 &&
+                         !env_switched_off("TESSERA_CUDA_ATTN_TMA") && attn_prefill_tma_supported(cache, n_head);
         if (h.buf != nullptr && cache.dtype != DType::F32 && (cache.hd == 64 || cache.hd == 128) && T >= kCudnnMinT &&
-            width % 8 == 0 && cudnn_attention_available()) {
+            width % 8 == 0 && (tma || cudnn_attention_available())) {
           if (cudnn_q16.empty()) cudnn_q16 = DeviceBuffer(need);
           if (cache.dtype != h.type && cudnn_o16.empty()) cudnn_o16 = DeviceBuffer(need);
           if (cudnn_q16.bytes() >= need && (cache.dtype == h.type || cudnn_o16.bytes() >= need)) {
-            cws = &cudnn_ws;
+            if (!tma) cws = &cudnn_ws;
             q16 = cudnn_q16.get();
             o16 = cache.dtype == h.type ? h.buf : cudnn_o16.get();
           }
@@ -520,6 +525,13 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
         const int64_t max_t = T;
         bool* refused = &cudnn_refused;
         launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                              if (tma && q16 != nullptr && a.t >= std::max(h.min_t, kCudnnMinT)) {
+                                rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim,
+                                                   inv_freq, neox, s, q16);
+                                attn_prefill_tma(q16, width, cache, a.seq, a.p0, a.t, o16, n_head, scale, s);
+                                if (o16 != h.buf) convert_16bit(o16, cache_type, h.buf, h.type, a.t * width, s);
+                                return;
+                              }
                               if (cws != nullptr && !*refused && a.t >= std::max(h.min_t, kCudnnMinT)) {
                                 rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim,
                                                    inv_freq, neox, s, q16);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "backends/cuda/kernels.h"
 
@@ -129,6 +130,15 @@ void attn_decode_rope_rows(const float* q, int64_t ld_q, const float* k, const f
 void attn_prefill(const float* q, int64_t ld_q, const KvCacheView& cache, int64_t seq, int64_t p0, int64_t t,
                   float* out, int64_t n_head, float scale, cudaStream_t stream, void* out16 = nullptr,
                   DType out16_type = DType::BF16);
+
+// The same causal prefill attention as attn_prefill_cudnn (attn_cudnn.h: q [t, ld_q] and out [t, n_head * hd] in the
+// cache's 16-bit type, rotated q; keys and values already in the cache for [0, p0 + t)), by our own Hopper kernel
+// (kernels/attn_prefill_tma.cu: TMA loads by a producer warpgroup, wgmma, FlashAttention-3's overlap and ping-pong).
+// Needs attn_prefill_tma_supported: hd 128, an F16 or BF16 cache, n_head a multiple of n_kv, an sm_90 device; else
+// `why` says which. Error for rows outside the cache, a bad slot or misaligned pointers.
+bool attn_prefill_tma_supported(const KvCacheView& cache, int64_t n_head, std::string* why = nullptr);
+void attn_prefill_tma(const void* q, int64_t ld_q, const KvCacheView& cache, int64_t seq, int64_t p0, int64_t t,
+                      void* out, int64_t n_head, float scale, cudaStream_t stream);
 
 // out[r] = index of the largest value of row r of x (the first on ties, NaNs skipped; 0 when all are NaN): the same
 // answer as argmax (kernels.h) per row, one launch for t rows (batched greedy decoding).

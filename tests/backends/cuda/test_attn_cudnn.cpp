@@ -1,8 +1,9 @@
 // cuDNN prefill attention (attn_prefill_cudnn, attn_cudnn.h): against a double-precision CPU reference at small
 // shapes, against our attn_prefill (itself checked against that reference in test_attn_prefill.cpp) at prefill-sized
 // shapes, every candidate plan of the autotuner (and its choice) against the reference, the variable-length
-// workspace's exact graph for a full first chunk, replayed from a captured CUDA graph, and its argument checks. Skips
-// where cuDNN attention is unavailable (no GPU, a build without TESSERA_CUDNN, libcudnn not found, or
+// workspace's exact graph for a full first chunk, replayed from a captured CUDA graph, and its argument checks; and
+// our own Hopper kernel under the same contract (attn_prefill_tma, at the end). The cuDNN tests skip where cuDNN
+// attention is unavailable (no GPU, a build without TESSERA_CUDNN, libcudnn not found, or
 // TESSERA_CUDA_CUDNN=0).
 #include <algorithm>
 #include <cmath>
@@ -483,6 +484,107 @@ TEST(CudaAttnCudnn, ReportsAvailability) {
     setenv("TESSERA_CUDA_CUDNN", saved.c_str(), 1);
   else
     unsetenv("TESSERA_CUDA_CUDNN");
+}
+
+// ---- attn_prefill_tma (kernels/attn_prefill_tma.cu): our Hopper kernel under the same contract as the cuDNN path
+// (16-bit q and output in the cache's type, finite cache values past p0 + t), checked the same ways. Skips where it
+// is unsupported (no GPU or not sm_90).
+
+#define TESSERA_REQUIRE_TMA_ATTN()                                                                           \
+  do {                                                                                                       \
+    TESSERA_REQUIRE_GPU();                                                                                   \
+    std::string why_tma_;                                                                                    \
+    KvCacheView probe_{DType::BF16, nullptr, nullptr, 1, 1, 128};                                            \
+    if (!attn_prefill_tma_supported(probe_, 1, &why_tma_)) GTEST_SKIP() << "attn_prefill_tma: " << why_tma_; \
+  } while (0)
+
+std::vector<float> run_tma(const Case& c, const Inputs& in) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+  DeviceBuffer out = poisoned(2 * c.t * in.width);
+  attn_prefill_tma(in.q16_d.get(), in.ld_q, in.cache, c.seq, c.p0, c.t, out.get(), c.n_head, scale, nullptr);
+  synchronize();
+  const auto bits = to_host<uint16_t>(out, c.t * in.width);
+  std::vector<float> o(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) o[i] = cache_to_float(c.dtype, bits[i]);
+  return o;
+}
+
+// Against the double-precision reference: both dtypes, GQA ratios 4, 1, 4 and 2, one row, ragged row counts, q tiles
+// that start inside a key tile (p0 not a multiple of 128) and chunks after cached keys, both slots.
+TEST(CudaAttnTma, MatchesReference) {
+  TESSERA_REQUIRE_TMA_ATTN();
+  std::mt19937 rng(test_seed());
+  const Case cases[] = {
+      {DType::BF16, 128, 32, 8, 64, 0, 0},   {DType::F16, 128, 4, 4, 7, 37, 1},
+      {DType::BF16, 128, 8, 2, 1, 300, 1},   {DType::F16, 128, 32, 8, 100, 0, 1},
+      {DType::BF16, 128, 8, 8, 300, 129, 0}, {DType::F16, 128, 16, 4, 257, 1000, 1},
+      {DType::BF16, 128, 4, 1, 384, 0, 1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " heads " << c.n_head << "/" << c.n_kv << " t " << c.t
+                                      << " p0 " << c.p0 << " seq " << c.seq);
+    Inputs in;
+    make_inputs(c, rng, in);
+    fill_past_end(c, rng, in);
+    const auto o = run_tma(c, in);
+    const double worst = check_vs_reference(c, in, o);
+    print_worst("tma vs reference", c, worst, limit_vs_exact(c.dtype));
+    if (HasFailure()) return;
+  }
+}
+
+// Prefill-sized shapes against attn_prefill (checked against the reference in test_attn_prefill.cpp).
+TEST(CudaAttnTma, MatchesAttnPrefill) {
+  TESSERA_REQUIRE_TMA_ATTN();
+  std::mt19937 rng(test_seed());
+  const Case cases[] = {
+      {DType::BF16, 128, 32, 8, 2048, 0, 1},    // Llama-3-8B heads, a whole 2k prompt
+      {DType::BF16, 128, 32, 8, 512, 1536, 0},  // a chunk after 1536 cached positions
+      {DType::F16, 128, 32, 8, 777, 1000, 1},   // ragged chunk, f16
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " heads " << c.n_head << "/" << c.n_kv << " t " << c.t
+                                      << " p0 " << c.p0 << " seq " << c.seq);
+    Inputs in;
+    make_inputs(c, rng, in);
+    fill_past_end(c, rng, in);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    DeviceBuffer ref_d = poisoned(sizeof(float) * c.t * in.width);
+    attn_prefill(in.q32_d.as<float>(), in.ld_q, in.cache, c.seq, c.p0, c.t, ref_d.as<float>(), c.n_head, scale,
+                 nullptr);
+    synchronize();
+    const auto ref = to_host<float>(ref_d, c.t * in.width);
+    const double limit = 2 * limit_vs_exact(c.dtype);
+    auto ref_row = [&](int64_t r) { return &ref[r * in.width]; };
+    const auto o = run_tma(c, in);
+    const double worst = check_rows_rel(o, c.t, in.width, c.p0, ref_row, limit);
+    print_worst("tma vs attn_prefill", c, worst, limit);
+    if (HasFailure()) return;
+  }
+}
+
+TEST(CudaAttnTma, RejectsBadArguments) {
+  TESSERA_REQUIRE_TMA_ATTN();
+  std::mt19937 rng(test_seed());
+  Case c{DType::BF16, 128, 8, 2, 16, 0, 0};
+  Inputs in;
+  make_inputs(c, rng, in);
+  DeviceBuffer out = poisoned(2 * c.t * in.width);
+  const auto run = [&](const KvCacheView& cache, int64_t seq, int64_t p0, int64_t t, int64_t n_head) {
+    attn_prefill_tma(in.q16_d.get(), in.ld_q, cache, seq, p0, t, out.get(), n_head, 0.1f, nullptr);
+  };
+  EXPECT_THROW(run(in.cache, 0, in.n_ctx - 4, 16, 8), Error);  // past the cache
+  EXPECT_THROW(run(in.cache, 2, 0, 16, 8), Error);             // slot out of range
+  EXPECT_THROW(run(in.cache, 0, 0, 16, 7), Error);             // heads not a multiple of the kv heads
+  KvCacheView hd64 = in.cache;
+  hd64.hd = 64;
+  std::string why;
+  EXPECT_FALSE(attn_prefill_tma_supported(hd64, 8, &why));
+  EXPECT_NE(why.find("128"), std::string::npos) << why;
+  EXPECT_THROW(run(hd64, 0, 0, 16, 8), Error);
+  KvCacheView f32 = in.cache;
+  f32.dtype = DType::F32;
+  EXPECT_FALSE(attn_prefill_tma_supported(f32, 8, nullptr));
 }
 
 }  // namespace

@@ -569,6 +569,62 @@ TEST(CudaBackend, GreedyDecodeIsTheLogitsArgmax) {
   EXPECT_THROW(b.decode_batch_greedy(std::vector<int32_t>{1, 2}, std::vector<int32_t>{3, 3}), Error);
 }
 
+// Prefill attention of a head-128 model (Llama-3.2-3B shape, one layer) through our TMA kernel (the default for
+// chunks of >= 256 rows there) against the same prompt with TESSERA_CUDA_ATTN_TMA=0 (cuDNN's kernel, or attn_prefill
+// where cuDNN is absent): chunks of 256 at p0 = 0, 256 and 512 (the third ragged, 88 rows: attn_prefill on both
+// sides), every row's logits. Both sides round P to 16 bits in another order: the logits agree to a small fraction of
+// their scale and the argmax where the top two are apart.
+TEST(CudaBackend, PrefillAttentionTmaMatchesTheOtherPath) {
+  TESSERA_REQUIRE_GPU();
+  const Model m = make_random_model({.arch = "llama3.2-3b", .dtype = "q8_0", .seed = 7, .n_layers = 1});
+  const std::vector<int32_t> ids = random_ids(600, 128256, 33);
+  const auto run = [&](bool tma) {
+    if (tma)
+      unsetenv("TESSERA_CUDA_ATTN_TMA");
+    else
+      setenv("TESSERA_CUDA_ATTN_TMA", "0", 1);
+    // The prefill executor reads the switch when it is built, at the first chunk: it stays set until then.
+    Session s(m, {.n_ctx = 640, .n_batch = 256, .device = "cuda"});
+    std::vector<float> all = s.eval_all_logits(ids);
+    unsetenv("TESSERA_CUDA_ATTN_TMA");
+    return all;
+  };
+  const std::vector<float> a = run(true), b = run(false);
+  ASSERT_EQ(a.size(), b.size());
+  const size_t vocab = a.size() / ids.size();
+  double worst = 0, scale = 0;
+  int argmax_checked = 0, argmax_same = 0;
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const float* x = a.data() + r * vocab;
+    const float* y = b.data() + r * vocab;
+    double d = 0, sc = 0;
+    size_t ia = 0, ib = 0;
+    for (size_t i = 0; i < vocab; ++i) {
+      ASSERT_TRUE(std::isfinite(x[i])) << "row " << r;
+      d = std::max(d, std::fabs(double(x[i]) - y[i]));
+      sc = std::max(sc, std::fabs(double(y[i])));
+      if (x[i] > x[ia]) ia = i;
+      if (y[i] > y[ib]) ib = i;
+    }
+    worst = std::max(worst, d / sc);
+    scale = std::max(scale, sc);
+    // The argmax where the reference's top two are apart by more than the tolerance.
+    float second = -INFINITY;
+    for (size_t i = 0; i < vocab; ++i)
+      if (i != ib) second = std::max(second, y[i]);
+    if (y[ib] - second > 2e-2 * sc) {
+      ++argmax_checked;
+      argmax_same += ia == ib;
+    }
+  }
+  std::cout << "prefill attention TMA vs other path: worst row max|diff|/max|logit| " << worst << ", argmax "
+            << argmax_same << "/" << argmax_checked << "\n";
+  EXPECT_LE(worst, 2e-2);
+  EXPECT_GT(worst, 0.0);  // two different kernels: equal logits would mean one path ran twice
+  EXPECT_EQ(argmax_same, argmax_checked);
+  EXPECT_GT(argmax_checked, 10);
+}
+
 // Sampled generation draws on the device (CudaDecoder::decode_sample: penalties, top-k, top-p, min-p, temperature,
 // the host generator's number) and picks the same tokens as the host sampler drawing from the same steps' logits
 // copied back (TESSERA_CUDA_SAMPLE=0), for several option sets and seeds; the sampler's generator advances the same
