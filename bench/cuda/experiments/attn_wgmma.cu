@@ -1,8 +1,10 @@
 // Causal prefill attention on Hopper tensor cores (wgmma): an experiment for issue 7's last goal (prefill attention
 // at 16k at least as fast as PyTorch's SDPA, which on the H100 is cuDNN's engine 2: 3.4-3.8 ms at 32/8 heads, hd 128,
 // ~600-650 TFLOP/s counting the causal half). Our attn_prefill (mma.sync m16n8k16, FlashAttention-2 style) runs
-// 6.7 ms there. Written in the seventh session; first run in the eighth (H100): both forms pass their checks; 16k in
-// 4.99 ms (first form) and 4.64 ms (intra-warpgroup overlap), against cuDNN's 3.4-3.8 (docs/PERFORMANCE.md).
+// 6.7 ms there. Written in the seventh session; run and grown in the eighth (H100), every form passing its checks:
+// 16k in 4.99 ms (first form), 4.64 (intra-warpgroup overlap), 5.3-8.7 (producer threads loading by cp.async), 3.6-3.9
+// (one producer thread loading by TMA, ping-pong, bf16 output), against cuDNN's 3.4-3.8 (docs/PERFORMANCE.md). The
+// last form went into the engine as src/backends/cuda/kernels/attn_prefill_tma.cu; this file keeps the steps.
 //
 // This first form is FlashAttention-3's arithmetic without its scheduling: one CTA = 128 query rows of one head as two
 // consumer warpgroups of 64 rows; K and V tiles of 128 positions double-buffered in shared memory by cp.async from all
