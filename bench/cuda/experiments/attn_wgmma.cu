@@ -24,7 +24,8 @@
 // Build here (no GPU needed):
 //   mkdir -p build-persistent && nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo \
 //     -o build-persistent/attn_wgmma bench/cuda/experiments/attn_wgmma.cu
-// Run on the GPU machine:   build-persistent/attn_wgmma [reps]   (first a unit check of the two wgmma forms alone)
+// Run on the GPU machine:   build-persistent/attn_wgmma [reps [t [form]]]   (first a unit check of the two wgmma forms
+// alone; t and form (the index in the table's order) select one row, e.g. for Nsight Compute)
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -34,6 +35,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "exp_common.cuh"
@@ -475,7 +477,7 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       : "memory");
 }
 
-template <bool PINGPONG, int NP, bool TMA = false, bool OUT16 = false>
+template <bool PINGPONG, int NP, bool TMA = false, bool OUT16 = false, bool LAZY = false>
 __global__ void __launch_bounds__(kThreadsWs, 1)
     attn_ws_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                    const __nv_bfloat16* __restrict__ v, float* __restrict__ out, int t_len, int heads, int kv_heads,
@@ -631,8 +633,12 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
     fence_regs(o);
     fence_regs(a);
     mbar_arrive(empty(j - 1));  // V_{j-1} (and K_{j-1}) read: the producer may refill the stage
+    // LAZY: once the running maxima settle, most tiles leave them unchanged (corr == 1): skip the 64 multiplies when
+    // no row of the warp moved (exact: a multiply by 1).
+    if (!LAZY || __any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
 #pragma unroll
-    for (int i = 0; i < 64; ++i) o[i] *= corr[(i / 2) % 2];
+      for (int i = 0; i < 64; ++i) o[i] *= corr[(i / 2) % 2];
+    }
     pack(s);
   }
   mbar_wait(full_v(qt), (qt / kStages) & 1);
@@ -743,6 +749,11 @@ float bf(const __nv_bfloat16& v) { return __bfloat162float(v); }
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 10;
+  const int only_t = argc > 2 ? std::atoi(argv[2]) : 0;    // 0: 2k, 8k and 16k
+  const int only_var = argc > 3 ? std::atoi(argv[3]) : -1;  // -1: every form (index in the table's order)
+  // "hm": K and V head-major, [kv heads][t][128] (the engine's cache layout), for the TMA forms only (the maps' strides
+  // say it; the kernels' coordinates stay (column, head, row)).
+  const bool head_major = argc > 4 && std::string(argv[4]) == "hm";
   const int heads = 32, kv_heads = 8;
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
@@ -757,6 +768,8 @@ int main(int argc, char** argv) {
   CK(cudaFuncSetAttribute(attn_ws_kernel<false, 1, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                           static_cast<int>(kSmemPipe)));
   CK(cudaFuncSetAttribute(attn_ws_kernel<true, 1, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          static_cast<int>(kSmemPipe)));
+  CK(cudaFuncSetAttribute(attn_ws_kernel<true, 1, true, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                           static_cast<int>(kSmemPipe)));
   CK(cudaFuncSetAttribute(attn_ws_kernel<true, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                           static_cast<int>(kSmemPipe)));
@@ -813,10 +826,11 @@ int main(int argc, char** argv) {
   CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode), 12000,
                                       cudaEnableDefault, &qres));
   // [t][n_heads][128] bf16 as a 3-D tensor map (innermost first), boxes of 64 columns x 1 head x 128 rows, swizzled.
-  const auto make_map = [&](const __nv_bfloat16* ptr, int n_heads, int t) {
+  const auto make_map = [&](const __nv_bfloat16* ptr, int n_heads, int t, bool hm = false) {
     CUtensorMap m{};
     const cuuint64_t dims[3] = {kHd, static_cast<cuuint64_t>(n_heads), static_cast<cuuint64_t>(t)};
-    const cuuint64_t strides[2] = {kHd * 2, static_cast<cuuint64_t>(n_heads) * kHd * 2};
+    const cuuint64_t strides[2] = {hm ? static_cast<cuuint64_t>(t) * kHd * 2 : kHd * 2,
+                                   hm ? kHd * 2 : static_cast<cuuint64_t>(n_heads) * kHd * 2};
     const cuuint32_t box[3] = {64, 1, 128}, es[3] = {1, 1, 1};
     const CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<__nv_bfloat16*>(ptr), dims, strides,
                               box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -845,10 +859,13 @@ int main(int argc, char** argv) {
       {"overlap + producer thread (TMA), mbarriers", nullptr, kSmemPipe, kThreadsWs, attn_ws_kernel<false, 1, true>},
       {"overlap + producer thread (TMA) + ping-pong", nullptr, kSmemPipe, kThreadsWs, attn_ws_kernel<true, 1, true>},
       {"TMA, bf16 output", nullptr, kSmemPipe, kThreadsWs, attn_ws_kernel<false, 1, true, true>, true},
-      {"TMA + ping-pong, bf16 output", nullptr, kSmemPipe, kThreadsWs, attn_ws_kernel<true, 1, true, true>, true}};
+      {"TMA + ping-pong, bf16 output", nullptr, kSmemPipe, kThreadsWs, attn_ws_kernel<true, 1, true, true>, true},
+      {"TMA + ping-pong, bf16 output, rescale only when a max moved", nullptr, kSmemPipe, kThreadsWs,
+       attn_ws_kernel<true, 1, true, true, true>, true}};
   std::printf("| kernel | t | ms (median of %d) | TFLOP/s (causal half) | check |\n|---|---|---|---|---|\n", reps);
   for (int t_len : {2048, 8192, 16384})
   for (const Variant& var : variants) {
+    if ((only_t != 0 && t_len != only_t) || (only_var >= 0 && &var - variants != only_var)) continue;
     const size_t nq = static_cast<size_t>(t_len) * heads * kHd, nkv = static_cast<size_t>(t_len) * kv_heads * kHd;
     __nv_bfloat16 *q = nullptr, *k = nullptr, *v = nullptr;
     float* out = nullptr;
@@ -861,7 +878,8 @@ int main(int argc, char** argv) {
     fill_bf16<<<1024, 256>>>(v, nkv, 3u + t_len);
     CK(cudaMemset(out, 0xFF, nq * 4));  // NaN: rows the kernel does not write show up
     const dim3 grid(t_len / kBM, heads);
-    const TmaMaps maps{make_map(q, heads, t_len), make_map(k, kv_heads, t_len), make_map(v, kv_heads, t_len)};
+    const TmaMaps maps{make_map(q, heads, t_len), make_map(k, kv_heads, t_len, head_major),
+                       make_map(v, kv_heads, t_len, head_major)};
     const auto launch = [&] {
       if (var.ws != nullptr)
         var.ws<<<grid, var.threads, var.smem>>>(q, k, v, out, t_len, heads, kv_heads, scale_log2, maps);
@@ -893,7 +911,8 @@ int main(int argc, char** argv) {
           double s = 0;
           for (int d = 0; d < kHd; ++d)
             s += static_cast<double>(bf(hq[(static_cast<size_t>(row) * heads + h) * kHd + d])) *
-                 bf(hk[(static_cast<size_t>(c) * kv_heads + hk_) * kHd + d]);
+                 bf(hk[(head_major ? static_cast<size_t>(hk_) * t_len + c : static_cast<size_t>(c) * kv_heads + hk_) *
+                           kHd + d]);
           p[c] = s / std::sqrt(static_cast<double>(kHd));
           mx = std::max(mx, p[c]);
         }
@@ -901,7 +920,10 @@ int main(int argc, char** argv) {
         for (auto& x : p) x = std::exp(x - mx), den += x;
         for (int d = 0; d < kHd; ++d) {
           double want = 0;
-          for (int c = 0; c <= row; ++c) want += p[c] * bf(hv[(static_cast<size_t>(c) * kv_heads + hk_) * kHd + d]);
+          for (int c = 0; c <= row; ++c)
+            want += p[c] * bf(hv[(head_major ? static_cast<size_t>(hk_) * t_len + c
+                                             : static_cast<size_t>(c) * kv_heads + hk_) *
+                                     kHd + d]);
           want /= den;
           const double got = ho[(static_cast<size_t>(row) * heads + h) * kHd + d];
           err += (got - want) * (got - want), ref += want * want;
