@@ -7,8 +7,8 @@
 # Then, through the device tool, with carry [".gpu-deps"]:
 #   set -o pipefail; scripts/gpu_check.sh 2>&1 | tee $OUT/log
 # In one device call (10 minutes): scripts/gpu_check.sh --quick (build, every GPU test, the HF oracle on SmolLM2,
-# batch-1 decode of issue 6's shapes and at 4k, the torch.compile peer at Llama-3-8B; its time is in
-# docs/PERFORMANCE.md, seventh session). The default-model tests need the model staged in two calls (below), so they
+# batch-1 decode of issue 6's shapes and at 4k, SmolLM2 sampled, the torch.compile peer at Llama-3-8B; 457 s in the
+# eighth session, docs/PERFORMANCE.md). The default-model tests need the model staged in two calls (below), so they
 # skip in one call.
 # A full run takes longer than one device call (10 minutes): split it with --only, back to back (the build directory
 # stays on a machine kept warm between calls (30 s idle), so a later call does not rebuild); measured 2026-11-22:
