@@ -122,6 +122,28 @@ TEST(BenchCli, DepthStartsDecodeAfterCachedTokens) {
   EXPECT_EQ(run_command(cli_path() + " bench -m " + model + " -n 4 -d -1", &out), 1) << out;
 }
 
+// --sample: tg as a sampled generation loop (one token evaluated, then n - 1 sampled and evaluated: the same n steps
+// and weight bytes as the plain tg row), named like it and marked in tg_logits; it needs batch 1, excludes
+// --host-logits and needs -n 2 or more.
+TEST(BenchCli, SampledGenerationRow) {
+  const std::string model = "--arch smollm2-135m --random-weights --dtype q8_0 --layers 2";
+  const json sampled = run_json("bench " + model + " -p 0 -n 6 -r 2 -t 2 --sample --json --no-ceilings");
+  const json plain = run_json("bench " + model + " -p 0 -n 6 -r 2 -t 2 --json --no-ceilings");
+  ASSERT_EQ(sampled.size(), 1u);
+  ASSERT_EQ(plain.size(), 1u);
+  EXPECT_EQ(sampled[0]["test"], "tg6");
+  EXPECT_EQ(sampled[0]["tg_logits"], "sampled on the host");  // the CPU draws on the host
+  EXPECT_EQ(plain[0]["tg_logits"], "host logits");
+  EXPECT_GT(sampled[0]["tok_s"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(sampled[0]["weight_bytes_per_run"].get<double>(), plain[0]["weight_bytes_per_run"].get<double>());
+  for (const std::string& bad : {std::string(" --sample --batch 2 -n 4"), std::string(" --sample --host-logits -n 4"),
+                                 std::string(" --sample -n 1")}) {
+    std::string out;
+    EXPECT_EQ(run_command(cli_path() + " bench " + model + bad, &out), 1) << bad << "\n" << out;
+    EXPECT_NE(out.find("tessera: error: "), std::string::npos) << bad << "\n" << out;
+  }
+}
+
 TEST(BenchCli, TextTableWithCeilings) {
   TESSERA_REQUIRE_DEFAULT_MODEL(model);
   std::string out;
