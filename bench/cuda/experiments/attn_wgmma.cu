@@ -671,6 +671,199 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
   }
 }
 
+// The persistent form (written at the end of the eighth session after the device budget was spent: compiled, NOT
+// yet run): the TMA + ping-pong + bf16-output form with one CTA per SM walking tiles k = blockIdx.x, + gridDim.x, ...
+// in decreasing length (all heads of the last q tile first), as cuDNN's kernel runs (132 CTAs). What it saves: each
+// tile's launch, barrier setup and setmaxnreg, and the wait for Q (the producer loads the next tile's Q and first K/V
+// while the consumers finish the current one). The K/V rings and their phases run on across tiles (a global
+// iteration count); Q gets its own empty barrier (the consumers' last S of a tile releases it); the consumers also
+// release the last tile's stage; the ping-pong alternation runs on across tiles, warpgroup 1 skipping only its very
+// last arrival.
+__global__ void __launch_bounds__(kThreadsWs, 1)
+    attn_persistent_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
+                           const __nv_bfloat16* __restrict__ v, float* __restrict__ out, int t_len, int heads,
+                           int kv_heads, float scale_log2, const __grid_constant__ TmaMaps maps) {
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ alignas(8) uint64_t bars[3 * kStages + 1];
+  const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
+  const uint32_t sq = base;
+  const auto sk = [&](int it) { return base + (1 + it % kStages) * kTileBytes; };
+  const auto sv = [&](int it) { return base + (1 + kStages + it % kStages) * kTileBytes; };
+  const auto full_k = [&](int it) { return smem_u32(&bars[it % kStages]); };
+  const auto empty = [&](int it) { return smem_u32(&bars[kStages + it % kStages]); };
+  const auto full_v = [&](int it) { return smem_u32(&bars[2 * kStages + it % kStages]); };
+  const uint32_t q_empty = smem_u32(&bars[3 * kStages]);
+  const int n_qt = t_len / kBM;
+  const int n_tiles = n_qt * heads;
+  const auto tile_qt = [&](int kt) { return n_qt - 1 - kt / heads; };
+  const auto tile_h = [&](int kt) { return kt % heads; };
+  const int warp_all = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(smem_u32(&bars[s]), 1);
+      mbar_init(smem_u32(&bars[kStages + s]), 256);
+      mbar_init(smem_u32(&bars[2 * kStages + s]), 1);
+    }
+    mbar_init(q_empty, 256);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp_all >= 8) {  // the producer warpgroup: thread 256 loads
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;" ::: "memory");
+    if (threadIdx.x != 256) return;
+    int it = 0, n = 0;  // global K/V iteration, tiles done by this CTA
+    for (int kt = blockIdx.x; kt < n_tiles; kt += gridDim.x, ++n) {
+      const int qt = tile_qt(kt), h = tile_h(kt), hk = h / (heads / kv_heads);
+      for (int j = 0; j <= qt; ++j, ++it) {
+        if (it >= kStages) mbar_wait(empty(it), ((it / kStages) - 1) & 1);
+        const int r0 = j * kBN;
+        if (j == 0) {
+          if (n > 0) mbar_wait(q_empty, (n - 1) & 1);  // the previous tile's last S GEMM is done with Q
+          mbar_expect_tx(full_k(it), 2 * kTileBytes);
+          tma_load(sq, &maps.q, 0, h, qt * kBM, full_k(it));
+          tma_load(sq + kHalfBytes, &maps.q, 64, h, qt * kBM, full_k(it));
+        } else {
+          mbar_expect_tx(full_k(it), kTileBytes);
+        }
+        tma_load(sk(it), &maps.k, 0, hk, r0, full_k(it));
+        tma_load(sk(it) + kHalfBytes, &maps.k, 64, hk, r0, full_k(it));
+        mbar_expect_tx(full_v(it), kTileBytes);
+        tma_load(sv(it), &maps.v, 0, hk, r0, full_v(it));
+        tma_load(sv(it) + kHalfBytes, &maps.v, 64, hk, r0, full_v(it));
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory");
+  const int wg = warp_all / 4, warp = warp_all % 4;
+  uint32_t a[8][4];
+  if (wg == 1) named_arrive(1, 256);
+  int it = 0;
+  for (int kt = blockIdx.x; kt < n_tiles; kt += gridDim.x) {
+    const int qt = tile_qt(kt), h = tile_h(kt);
+    const bool last_tile = kt + static_cast<int>(gridDim.x) >= n_tiles;
+    float o[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    const int row0 = qt * kBM + wg * 64 + warp * 16 + lane / 4;
+    const auto issue_s = [&](float (&s)[64], int g) {
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {
+        const uint32_t off = (kk / 4) * kHalfBytes + (kk % 4) * 32;
+        wgmma_ss(s, desc_kmajor(sq + off + wg * 64 * 128), desc_kmajor(sk(g) + off), kk > 0);
+      }
+      wgmma_commit();
+    };
+    const auto softmax = [&](float (&s)[64], int j, float (&corr)[2]) {
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int r = (i / 2) % 2;
+        if (j == qt) {
+          const int col = j * kBN + 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
+          if (col > row0 + 8 * r) s[i] = -INFINITY;
+        }
+        mx[r] = fmaxf(mx[r], s[i]);
+      }
+      float neg_m[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        const float m_new = fmaxf(m_run[r], mx[r] * scale_log2);
+        corr[r] = ex2(m_run[r] - m_new);
+        m_run[r] = m_new;
+        neg_m[r] = -m_new;
+        l_run[r] *= corr[r];
+      }
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int r = (i / 2) % 2;
+        s[i] = ex2(fmaf(s[i], scale_log2, neg_m[r]));
+        l_run[r] += s[i];
+      }
+    };
+    const auto pack = [&](const float (&s)[64]) {
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {
+        a[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+        a[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+        a[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+        a[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+      }
+    };
+    const int it0 = it;
+    {
+      mbar_wait(full_k(it0), (it0 / kStages) & 1);
+      float s[64], corr[2];
+      fence_regs(o);
+      named_sync(1 + wg, 256);
+      wgmma_fence();
+      issue_s(s, it0);
+      named_arrive(2 - wg, 256);
+      wgmma_wait0();
+      fence_regs(s);
+      if (qt == 0) mbar_arrive(q_empty);  // a one-tile row block: its only S was the last to read Q
+      softmax(s, 0, corr);
+      pack(s);
+    }
+    for (int j = 1; j <= qt; ++j) {
+      const int g = it0 + j;
+      mbar_wait(full_k(g), (g / kStages) & 1);
+      mbar_wait(full_v(g - 1), ((g - 1) / kStages) & 1);
+      float s[64], corr[2];
+      fence_regs(o);
+      fence_regs(a);
+      named_sync(1 + wg, 256);
+      wgmma_fence();
+      issue_s(s, g);
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) wgmma_rs(o, a[kk], desc_mnmajor(sv(g - 1) + kk * 2048), 1);
+      wgmma_commit();
+      named_arrive(2 - wg, 256);
+      wgmma_wait1();
+      fence_regs(s);
+      if (j == qt) mbar_arrive(q_empty);  // the tile's last S GEMM has read Q
+      softmax(s, j, corr);
+      wgmma_wait0();
+      fence_regs(o);
+      fence_regs(a);
+      mbar_arrive(empty(g - 1));
+#pragma unroll
+      for (int i = 0; i < 64; ++i) o[i] *= corr[(i / 2) % 2];
+      pack(s);
+    }
+    const int gl = it0 + qt;
+    mbar_wait(full_v(gl), (gl / kStages) & 1);
+    named_sync(1 + wg, 256);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) wgmma_rs(o, a[kk], desc_mnmajor(sv(gl) + kk * 2048), 1);
+    wgmma_commit();
+    if (wg == 0 || !last_tile) named_arrive(2 - wg, 256);  // warpgroup 1's very last turn needs no answer
+    wgmma_wait0();
+    fence_regs(o);
+    mbar_arrive(empty(gl));  // the producer runs on into the next tile: release this stage too
+    it = gl + 1;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+      l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+    }
+    __nv_bfloat16* o16 = reinterpret_cast<__nv_bfloat16*>(out);
+#pragma unroll
+    for (int i = 0; i < 64; i += 2) {
+      const int r = (i / 2) % 2;
+      const int row = row0 + 8 * r, col = 8 * (i / 4) + 2 * (lane % 4);
+      *reinterpret_cast<__nv_bfloat162*>(o16 + (static_cast<size_t>(row) * heads + h) * kHd + col) =
+          __floats2bfloat162_rn(o[i] / l_run[r], o[i + 1] / l_run[r]);
+    }
+  }
+}
+
 // Unit check of the two wgmma forms alone, one warpgroup (the first thing to run if the attention check fails):
 // s_out [64][128] = Q[0:64] K^T for one 128 x 128 K tile (K-major descriptors), o_out [64][128] = P V with P [64][128]
 // read from global into the A-operand registers and V a 128 x 128 tile (the MN-major descriptor).
@@ -771,6 +964,8 @@ int main(int argc, char** argv) {
                           static_cast<int>(kSmemPipe)));
   CK(cudaFuncSetAttribute(attn_ws_kernel<true, 1, true, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                           static_cast<int>(kSmemPipe)));
+  CK(cudaFuncSetAttribute(attn_persistent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          static_cast<int>(kSmemPipe)));
   CK(cudaFuncSetAttribute(attn_ws_kernel<true, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                           static_cast<int>(kSmemPipe)));
   CK(cudaFuncSetAttribute(attn_ws_kernel<false, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -848,6 +1043,7 @@ int main(int argc, char** argv) {
     int threads;
     KernelWs ws = nullptr;  // the warp-specialized forms (with tensor maps)
     bool out16 = false;     // writes bf16
+    bool persistent = false;  // grid: one CTA per SM (at most one per tile)
   };
   const Variant variants[] = {
       {"first form (S, softmax, PV in turn; 2 stages)", attn_wgmma_kernel, kSmem, kThreads},
@@ -861,7 +1057,9 @@ int main(int argc, char** argv) {
       {"TMA, bf16 output", nullptr, kSmemPipe, kThreadsWs, attn_ws_kernel<false, 1, true, true>, true},
       {"TMA + ping-pong, bf16 output", nullptr, kSmemPipe, kThreadsWs, attn_ws_kernel<true, 1, true, true>, true},
       {"TMA + ping-pong, bf16 output, rescale only when a max moved", nullptr, kSmemPipe, kThreadsWs,
-       attn_ws_kernel<true, 1, true, true, true>, true}};
+       attn_ws_kernel<true, 1, true, true, true>, true},
+      {"persistent (one CTA per SM) TMA + ping-pong, bf16 output", nullptr, kSmemPipe, kThreadsWs,
+       attn_persistent_kernel, true, true}};
   std::printf("| kernel | t | ms (median of %d) | TFLOP/s (causal half) | check |\n|---|---|---|---|---|\n", reps);
   for (int t_len : {2048, 8192, 16384})
   for (const Variant& var : variants) {
@@ -881,7 +1079,10 @@ int main(int argc, char** argv) {
     const TmaMaps maps{make_map(q, heads, t_len), make_map(k, kv_heads, t_len, head_major),
                        make_map(v, kv_heads, t_len, head_major)};
     const auto launch = [&] {
-      if (var.ws != nullptr)
+      if (var.persistent)
+        var.ws<<<std::min(prop.multiProcessorCount, static_cast<int>(grid.x * grid.y)), var.threads, var.smem>>>(
+            q, k, v, out, t_len, heads, kv_heads, scale_log2, maps);
+      else if (var.ws != nullptr)
         var.ws<<<grid, var.threads, var.smem>>>(q, k, v, out, t_len, heads, kv_heads, scale_log2, maps);
       else
         var.kernel<<<grid, var.threads, var.smem>>>(q, k, v, out, t_len, heads, kv_heads, scale_log2);
