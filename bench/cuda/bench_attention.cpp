@@ -158,17 +158,20 @@ int run(const Flags& fl) {
                                      stream);
       }, 0);
     }
-    if (attn_prefill_tma_supported(cache, s.n_head)) {  // our Hopper kernel, with cuDNN's 16-bit operands
-      DeviceBuffer q16(2 * s.t * width), out16(2 * s.t * width);
+    // 16-bit q and out for our Hopper kernel and cuDNN (both take the cache's type): the same values' distribution,
+    // rounded to bf16.
+    const bool tma = attn_prefill_tma_supported(cache, s.n_head);
+    DeviceBuffer q16, out16;
+    if (tma || cudnn) {
+      q16 = DeviceBuffer(2 * s.t * width);
+      out16 = DeviceBuffer(2 * s.t * width);
       fill_random(FillKind::BF16, q16.get(), s.t * width, -2.0f, 2.0f, 1, stream);
+    }
+    if (tma)
       time_row(
           "tma (attn_prefill_tma)", false,
           [&] { attn_prefill_tma(q16.get(), width, cache, 0, s.p0, s.t, out16.get(), s.n_head, scale, stream); }, 0);
-    }
     if (cudnn) {
-      // 16-bit q and out (cuDNN takes the cache's type): the same values' distribution, rounded to bf16.
-      DeviceBuffer q16(2 * s.t * width), out16(2 * s.t * width);
-      fill_random(FillKind::BF16, q16.get(), s.t * width, -2.0f, 2.0f, 1, stream);
       const double before = cudnn->build_ms();
       cudnn->prepare(cache, width, s.p0, s.t, s.n_head, scale);
       const double built = cudnn->build_ms() - before;

@@ -482,11 +482,9 @@ class Generation {
 
  private:
   bool at_max_tokens() {
-    if (options_.max_tokens >= 0 && static_cast<int64_t>(r_.tokens.size()) >= options_.max_tokens) {
-      r_.stop_reason = StopReason::MAX_TOKENS;
-      return true;
-    }
-    return false;
+    if (wants_more()) return false;
+    r_.stop_reason = StopReason::MAX_TOKENS;
+    return true;
   }
 
   std::optional<int32_t> accept(int32_t id, bool full) {

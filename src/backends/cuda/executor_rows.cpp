@@ -509,10 +509,11 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
         // Our own Hopper kernel (attn_prefill_tma: TMA, wgmma, FlashAttention-3's scheduling) where it applies (hd
         // 128, 16-bit cache, sm_90): measured as fast as cuDNN / PyTorch's SDPA or faster at 2k-16k
         // (docs/PERFORMANCE.md); TESSERA_CUDA_ATTN_TMA=0 takes cuDNN instead.
-        const bool tma = h.buf != nullptr && cache.dtype != DType::F32 && T >= kCudnnMinT && width % 8 == 0 &&
-                         !env_switched_off("TESSERA_CUDA_ATTN_TMA") && attn_prefill_tma_supported(cache, n_head);
-        if (h.buf != nullptr && cache.dtype != DType::F32 && (cache.hd == 64 || cache.hd == 128) && T >= kCudnnMinT &&
-            width % 8 == 0 && (tma || cudnn_attention_available())) {
+        // Both fused paths take 16-bit q and output (the rope kernel writes q16; the o-projection takes 16 bits).
+        const bool fused16 = h.buf != nullptr && cache.dtype != DType::F32 && T >= kCudnnMinT && width % 8 == 0;
+        const bool tma =
+            fused16 && !env_switched_off("TESSERA_CUDA_ATTN_TMA") && attn_prefill_tma_supported(cache, n_head);
+        if (fused16 && (tma || ((cache.hd == 64 || cache.hd == 128) && cudnn_attention_available()))) {
           if (cudnn_q16.empty()) cudnn_q16 = DeviceBuffer(need);
           if (cache.dtype != h.type && cudnn_o16.empty()) cudnn_o16 = DeviceBuffer(need);
           if (cudnn_q16.bytes() >= need && (cache.dtype == h.type || cudnn_o16.bytes() >= need)) {

@@ -139,6 +139,22 @@ double check_vs_reference(const Case& c, const Inputs& in, const std::vector<flo
   return check_rows_rel(o, c.t, in.width, c.p0, ref_row, limit_vs_exact(c.dtype));
 }
 
+// o against attn_prefill on the same rows (attn_prefill is checked against the reference in test_attn_prefill.cpp;
+// each is within limit_vs_exact of the exact result, so within twice that of each other); prints and returns the
+// worst row's error.
+double check_vs_attn_prefill(const Case& c, const Inputs& in, const std::vector<float>& o, const char* what) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+  DeviceBuffer ref_d = poisoned(sizeof(float) * c.t * in.width);
+  attn_prefill(in.q32_d.as<float>(), in.ld_q, in.cache, c.seq, c.p0, c.t, ref_d.as<float>(), c.n_head, scale, nullptr);
+  synchronize();
+  const auto ref = to_host<float>(ref_d, c.t * in.width);
+  const double limit = 2 * limit_vs_exact(c.dtype);
+  auto ref_row = [&](int64_t r) { return &ref[r * in.width]; };
+  const double worst = check_rows_rel(o, c.t, in.width, c.p0, ref_row, limit);
+  print_worst(what, c, worst, limit);
+  return worst;
+}
+
 TEST(CudaAttnCudnn, MatchesReference) {
   TESSERA_REQUIRE_CUDNN();
   std::mt19937 rng(test_seed());
@@ -178,17 +194,7 @@ TEST(CudaAttnCudnn, MatchesAttnPrefill) {
                                       << " t " << c.t << " p0 " << c.p0 << " seq " << c.seq);
     Inputs in;
     make_inputs(c, rng, in);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
-    DeviceBuffer ref_d = poisoned(sizeof(float) * c.t * in.width);
-    attn_prefill(in.q32_d.as<float>(), in.ld_q, in.cache, c.seq, c.p0, c.t, ref_d.as<float>(), c.n_head, scale,
-                 nullptr);
-    synchronize();
-    const auto ref = to_host<float>(ref_d, c.t * in.width);
-    const double limit = 2 * limit_vs_exact(c.dtype);
-    auto ref_row = [&](int64_t r) { return &ref[r * in.width]; };
-    const auto o = run_cudnn(c, in, ws);
-    const double worst = check_rows_rel(o, c.t, in.width, c.p0, ref_row, limit);
-    print_worst("vs attn_prefill", c, worst, limit);
+    check_vs_attn_prefill(c, in, run_cudnn(c, in, ws), "vs attn_prefill");
     if (HasFailure()) return;
   }
   EXPECT_EQ(ws.graphs_built(), 4);  // one per shape
@@ -227,19 +233,12 @@ TEST(CudaAttnCudnn, VariableLengthSharesOneGraph) {
     SCOPED_TRACE(::testing::Message() << "t " << c.t << " p0 " << c.p0);
     DeviceBuffer out = poisoned(2 * whole.t * in.width);  // max_t rows: cuDNN may touch rows past t
     attn_prefill_cudnn(in.q16_d.get(), in.ld_q, in.cache, c.seq, c.p0, c.t, out.get(), c.n_head, scale, ws, nullptr);
-    DeviceBuffer ref_d = poisoned(sizeof(float) * c.t * in.width);
-    attn_prefill(in.q32_d.as<float>(), in.ld_q, in.cache, c.seq, c.p0, c.t, ref_d.as<float>(), c.n_head, scale,
-                 nullptr);
     synchronize();
     const auto bits = to_host<uint16_t>(out, whole.t * in.width);
     std::vector<float> o(c.t * in.width);
     for (size_t i = 0; i < o.size(); ++i) o[i] = cache_to_float(c.dtype, bits[i]);
     for (size_t i = o.size(); i < bits.size(); ++i) rows_past_t_written += bits[i] != 0xFFFF;
-    const auto ref = to_host<float>(ref_d, c.t * in.width);
-    const double limit = 2 * limit_vs_exact(c.dtype);
-    auto ref_row = [&](int64_t r) { return &ref[r * in.width]; };
-    const double worst = check_rows_rel(o, c.t, in.width, c.p0, ref_row, limit);
-    print_worst("varlen vs attn_prefill", c, worst, limit);
+    check_vs_attn_prefill(c, in, o, "varlen vs attn_prefill");
     if (HasFailure()) return;
   }
   EXPECT_EQ(ws.graphs_built(), 1);
@@ -548,17 +547,7 @@ TEST(CudaAttnTma, MatchesAttnPrefill) {
     Inputs in;
     make_inputs(c, rng, in);
     fill_past_end(c, rng, in);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
-    DeviceBuffer ref_d = poisoned(sizeof(float) * c.t * in.width);
-    attn_prefill(in.q32_d.as<float>(), in.ld_q, in.cache, c.seq, c.p0, c.t, ref_d.as<float>(), c.n_head, scale,
-                 nullptr);
-    synchronize();
-    const auto ref = to_host<float>(ref_d, c.t * in.width);
-    const double limit = 2 * limit_vs_exact(c.dtype);
-    auto ref_row = [&](int64_t r) { return &ref[r * in.width]; };
-    const auto o = run_tma(c, in);
-    const double worst = check_rows_rel(o, c.t, in.width, c.p0, ref_row, limit);
-    print_worst("tma vs attn_prefill", c, worst, limit);
+    check_vs_attn_prefill(c, in, run_tma(c, in), "tma vs attn_prefill");
     if (HasFailure()) return;
   }
 }

@@ -117,10 +117,6 @@ TEST(CudaGemv, QuantLargeGridsMatchReference) {
       }
 }
 
-// The fused RMSNorm at one launch shape against rmsnorm-then-GEMV in double: rmsnorm in double rounded to f32 (what
-// the unfused rmsnorm kernel would hand the GEMV), then check_gemv's bound plus the scale: the kernel sums x^2 in
-// another order than the reference and multiplies the row sum by 1/rms once instead of each x (a few ulp of the
-// result, 2e-6 relative).
 // A random x [k] in [-3, 3] quantized on the device (quantize_q8): the activation the quantized epilogue tests feed.
 struct QuantX {
   DeviceBuffer q8, ds;
@@ -133,6 +129,10 @@ QuantX random_quant_x(std::mt19937& rng, int64_t k) {
   return x;
 }
 
+// The fused RMSNorm at one launch shape against rmsnorm-then-GEMV in double: rmsnorm in double rounded to f32 (what
+// the unfused rmsnorm kernel would hand the GEMV), then check_gemv's bound plus the scale: the kernel sums x^2 in
+// another order than the reference and multiplies the row sum by 1/rms once instead of each x (a few ulp of the
+// result, 2e-6 relative).
 void check_gemv_norm(DType dtype, int64_t n, int64_t k, const GemvConfig& c, std::mt19937& rng) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " config=" << c.threads << "/"
                                     << c.rows << "/" << c.unroll << "/" << c.prefetch);
