@@ -7,8 +7,8 @@
 # Then, through the device tool, with carry [".gpu-deps"]:
 #   set -o pipefail; scripts/gpu_check.sh 2>&1 | tee $OUT/log
 # In one device call (10 minutes): scripts/gpu_check.sh --quick (build, every GPU test, the HF oracle on SmolLM2,
-# batch-1 decode of issue 6's shapes and at 4k, SmolLM2 sampled, the torch.compile peer at Llama-3-8B; 457 s in the
-# eighth session, docs/PERFORMANCE.md). The default-model tests need the model staged in two calls (below), so they
+# batch-1 decode of issue 6's shapes and at 4k, SmolLM2 sampled, the torch.compile peer at Llama-3-8B, prefill
+# attention beside torch's SDPA in one process; 457 s without the last in the eighth session, docs/PERFORMANCE.md). The default-model tests need the model staged in two calls (below), so they
 # skip in one call.
 # A full run takes longer than one device call (10 minutes): split it with --only, back to back (the build directory
 # stays on a machine kept warm between calls (30 s idle), so a later call does not rebuild); measured 2026-11-22:
@@ -23,7 +23,7 @@
 #   scripts/gpu_check.sh --only shapesweep                # in-graph GEMV shapes (~6 minutes, estimated)
 #   scripts/gpu_check.sh --only attnplans                 # cuDNN plans vs SDPA at 2k/8k/16k (~130 s, estimated)
 # Options: --only LIST (comma-separated phases, below; default: tests,race,hf,kernels,decode,prefill,batch,ceilings,
-#   profile,peer); --quick (alone: the one-call check; with --only: the shorter form of those phases); --no-sanitizer
+#   profile,sdpa,peer); --quick (alone: the one-call check; with --only: the shorter form of those phases); --no-sanitizer
 #   (no memcheck after the tests); --no-peer (drop the peer phase); --stage-model (see the default model below);
 #   -h, --help (this text).
 # Phases: tests (GPU tests; + memcheck unless --no-sanitizer), race (compute-sanitizer racecheck, by test group),
@@ -32,20 +32,23 @@
 #   the quantized decoder's folds at their defaults, each switched, and the norm fold's cluster form), earlyl2 (the
 #   GEMVs' early L2 prefetch amounts), ncu (Nsight Compute per graph kernel), graphcost (8B q8_0/q4_1 decode with op
 #   classes left out of the graph), shapesweep (GEMV launch shapes inside the decode graph), attnplans (cuDNN's
-#   prefill-attention plans vs PyTorch SDPA at 2k/8k/16k), prefill (pp2048), batch (--batch 8, 32),
+#   prefill-attention plans vs PyTorch SDPA at 2k/8k/16k), sdpa (the engine's prefill-attention kernel and torch's
+#   SDPA alternating launch by launch in one process, bench/peer/sdpa_vs_tessera.py; sdpa.json), prefill (pp2048),
+#   batch (--batch 8, 32),
 #   ceilings (tessera bench --ceilings --device cuda), profile (tessera profile --device cuda), peer (PyTorch peers).
 # The default model (98 MB) is larger than one call may carry: scripts/gpu_model_parts.sh splits it here into
 # .gpu-model-0/ and .gpu-model-1/; a first call carrying .gpu-model-0 adds --stage-model (it stores that half, then
 # runs its phases), the next (carrying .gpu-model-1) assembles and checks the file, and its phases use it.
 # Outputs in $OUT (at most 8 files come back): summary.md, tests.log (build, tests, memcheck), race.log, hf.log,
-# bench.log, results.json (every tessera row), peer.json (PyTorch rows), profile.txt, and the caller's log (use an $OUT
+# bench.log, results.json (every tessera row), peer.json (PyTorch rows), sdpa.json (the last sdpa pass), profile.txt,
+# and the caller's log (use an $OUT
 # subdirectory per invocation when one call runs several: summary.md is rewritten by each).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 OUT=${OUT:-$root/build-gpu/out}
 mkdir -p "$OUT"
-phases="tests,race,hf,kernels,decode,prefill,batch,ceilings,profile,peer"
+phases="tests,race,hf,kernels,decode,prefill,batch,ceilings,profile,sdpa,peer"
 sanitizer=1
 quick=0
 stage_model=0
@@ -69,7 +72,7 @@ done
 # --quick without --only: the issue's one-call check (build, every GPU test without the sanitizer, the HF oracle on
 # SmolLM2, batch-1 decode of the goal shapes and at 4k context, the torch.compile peer at Llama-3-8B).
 if [ "$quick" = 1 ] && [ "${only_given:-0}" = 0 ]; then
-  phases="tests,hf,decode,peer"
+  phases="tests,hf,decode,sdpa,peer"
   sanitizer=0
 fi
 has() { case ",$phases," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
@@ -115,6 +118,7 @@ logt="$OUT/tests.log"
 : > "$logt"
 stamp "building (Release, sm_90a) in build-gpu"
 targets="test_backends_cuda tessera_cli tessera_bench_cuda"
+grep -q tessera_attn_capi bench/cuda/CMakeLists.txt && targets="$targets tessera_attn_capi"
 for t in tessera_bench_gemm tessera_bench_attention; do grep -q "$t" bench/cuda/CMakeLists.txt && targets="$targets $t"; done
 if cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA_ARCHS=90a-real \
     -DCMAKE_PREFIX_PATH="$deps" -Dfmt_DIR="$arch_lib/cmake/fmt" -DGTest_DIR="$arch_lib/cmake/GTest" \
@@ -391,6 +395,26 @@ if has attnplans && [ -x "$bin/tessera_bench_attention" ]; then
     PYTHONUNBUFFERED=1 timeout 120 python3 bench/peer/torch_sdpa.py --reps 30 >> "$bench_log" 2>&1
     say "- attnplans pass $pass: exit $? (bench.log)"
   done
+fi
+# The engine's attention kernel through a ctypes bridge built from its own source (bench/peer/tessera_attn_capi.cu) and
+# torch's SDPA on the same tensors, alternating launch by launch: the same clocks and power state for both.
+if has sdpa; then
+  stamp "prefill attention beside SDPA (one process)"
+  capi=build-gpu/lib/libtessera_attn_capi.so
+  if [ -f "$capi" ]; then
+    echo "## sdpa_vs_tessera" >> "$bench_log"
+    for pass in 1 2 3; do
+      PYTHONUNBUFFERED=1 timeout 120 python3 bench/peer/sdpa_vs_tessera.py --lib "$capi" --reps 30 \
+        --json "$OUT/sdpa.json" >> "$bench_log" 2>&1
+      rc=$?
+      say "- sdpa pass $pass: exit $rc"
+      grep -E "tessera/sdpa" "$bench_log" | tail -3 | sed 's/^/    /' | tee -a "$summary"
+      [ "$rc" -ne 0 ] && status=1
+    done
+  else
+    say "- sdpa: $capi was not built"
+    status=1
+  fi
 fi
 if has prefill; then
   stamp "prefill"

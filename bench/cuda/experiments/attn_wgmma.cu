@@ -36,6 +36,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "exp_common.cuh"
@@ -477,7 +478,13 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       : "memory");
 }
 
-template <bool PINGPONG, int NP, bool TMA = false, bool OUT16 = false, bool LAZY = false>
+// SPLIT_MASK: the causal mask's code only in the last key tile's step (the loop split in two at compile time); without
+// it the mask's test j == qt stays in every step, which ptxas turns into 64 selects and 32 compares per tile.
+// LEAN_DESC: each shared-memory descriptor built once per tile (Q's once per CTA) and the k steps' offsets added to it
+// (the address field is the low 14 bits of (address >> 4): offsets inside a tile cannot carry out of it), instead of
+// masking and shifting every step's address.
+template <bool PINGPONG, int NP, bool TMA = false, bool OUT16 = false, bool LAZY = false, bool HEADS_FAST = false,
+          bool SPLIT_MASK = false, bool LEAN_DESC = false>
 __global__ void __launch_bounds__(kThreadsWs, 1)
     attn_ws_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                    const __nv_bfloat16* __restrict__ v, float* __restrict__ out, int t_len, int heads, int kv_heads,
@@ -492,8 +499,10 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
   const auto empty = [&](int j) { return smem_u32(&bars[kStages + j % kStages]); };
   const auto full_v = [&](int j) { return smem_u32(&bars[2 * kStages + j % kStages]); };
   const int n_qt = t_len / kBM;
-  const int qt = n_qt - 1 - static_cast<int>(blockIdx.x);
-  const int h = blockIdx.y, hk = h / (heads / kv_heads);
+  // HEADS_FAST: grid (heads, q tiles), so the hardware dispatches every head's longest q tile first (longest
+  // processing time first over the whole grid) instead of one head's tiles, longest to shortest, then the next head's.
+  const int qt = n_qt - 1 - static_cast<int>(HEADS_FAST ? blockIdx.y : blockIdx.x);
+  const int h = HEADS_FAST ? blockIdx.x : blockIdx.y, hk = h / (heads / kv_heads);
   const size_t ldq = static_cast<size_t>(heads) * kHd, ldkv = static_cast<size_t>(kv_heads) * kHd;
   const int warp_all = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
@@ -549,20 +558,25 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
   uint32_t a[8][4];
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
   const int row0 = qt * kBM + wg * 64 + warp * 16 + lane / 4;
+  const uint64_t dq0 = desc_kmajor(sq + wg * 64 * 128);
   const auto issue_s = [&](float(&s)[64], int j) {
+    const uint64_t dk0 = desc_kmajor(sk(j));
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
       const uint32_t off = (kk / 4) * kHalfBytes + (kk % 4) * 32;
-      wgmma_ss(s, desc_kmajor(sq + off + wg * 64 * 128), desc_kmajor(sk(j) + off), kk > 0);
+      if constexpr (LEAN_DESC)
+        wgmma_ss(s, dq0 + (off >> 4), dk0 + (off >> 4), kk > 0);
+      else
+        wgmma_ss(s, desc_kmajor(sq + off + wg * 64 * 128), desc_kmajor(sk(j) + off), kk > 0);
     }
     wgmma_commit();
   };
-  const auto softmax = [&](float(&s)[64], int j, float(&corr)[2]) {
+  const auto softmax = [&](float(&s)[64], int j, float(&corr)[2], auto masked) {
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int i = 0; i < 64; ++i) {
       const int r = (i / 2) % 2;
-      if (j == qt) {
+      if (decltype(masked)::value && j == qt) {
         const int col = j * kBN + 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
         if (col > row0 + 8 * r) s[i] = -INFINITY;
       }
@@ -609,10 +623,10 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
     if (PINGPONG) named_arrive(2 - wg, 256);
     wgmma_wait0();
     fence_regs(s);
-    softmax(s, 0, corr);
+    softmax(s, 0, corr, std::true_type{});
     pack(s);
   }
-  for (int j = 1; j <= qt; ++j) {
+  const auto step = [&](int j, auto masked) {
     mbar_wait(full_k(j), (j / kStages) & 1);
     mbar_wait(full_v(j - 1), ((j - 1) / kStages) & 1);
     if constexpr (!TMA) fence_proxy_async();
@@ -623,12 +637,13 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
     wgmma_fence();
     issue_s(s, j);
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) wgmma_rs(o, a[kk], desc_mnmajor(sv(j - 1) + kk * 2048), 1);
+    for (int kk = 0; kk < 8; ++kk)
+      wgmma_rs(o, a[kk], LEAN_DESC ? desc_mnmajor(sv(j - 1)) + kk * 128 : desc_mnmajor(sv(j - 1) + kk * 2048), 1);
     wgmma_commit();
     if (PINGPONG) named_arrive(2 - wg, 256);
     wgmma_wait1();
     fence_regs(s);
-    softmax(s, j, corr);
+    softmax(s, j, corr, masked);
     wgmma_wait0();
     fence_regs(o);
     fence_regs(a);
@@ -640,13 +655,20 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
       for (int i = 0; i < 64; ++i) o[i] *= corr[(i / 2) % 2];
     }
     pack(s);
+  };
+  if constexpr (SPLIT_MASK) {
+    for (int j = 1; j < qt; ++j) step(j, std::false_type{});
+    if (qt >= 1) step(qt, std::true_type{});
+  } else {
+    for (int j = 1; j <= qt; ++j) step(j, std::true_type{});
   }
   mbar_wait(full_v(qt), (qt / kStages) & 1);
   if constexpr (!TMA) fence_proxy_async();
   if (PINGPONG) named_sync(1 + wg, 256);
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < 8; ++kk) wgmma_rs(o, a[kk], desc_mnmajor(sv(qt) + kk * 2048), 1);
+  for (int kk = 0; kk < 8; ++kk)
+    wgmma_rs(o, a[kk], LEAN_DESC ? desc_mnmajor(sv(qt)) + kk * 128 : desc_mnmajor(sv(qt) + kk * 2048), 1);
   wgmma_commit();
   if (PINGPONG && wg == 0) named_arrive(2, 256);  // warpgroup 1's last turn needs no answer: arrivals stay paired
   wgmma_wait0();
@@ -964,6 +986,12 @@ int main(int argc, char** argv) {
                           static_cast<int>(kSmemPipe)));
   CK(cudaFuncSetAttribute(attn_ws_kernel<true, 1, true, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                           static_cast<int>(kSmemPipe)));
+  CK(cudaFuncSetAttribute(attn_ws_kernel<true, 1, true, true, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          static_cast<int>(kSmemPipe)));
+  CK(cudaFuncSetAttribute(attn_ws_kernel<true, 1, true, true, false, true, true>,
+                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemPipe)));
+  CK(cudaFuncSetAttribute(attn_ws_kernel<true, 1, true, true, false, true, true, true>,
+                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemPipe)));
   CK(cudaFuncSetAttribute(attn_persistent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                           static_cast<int>(kSmemPipe)));
   CK(cudaFuncSetAttribute(attn_ws_kernel<true, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1044,6 +1072,7 @@ int main(int argc, char** argv) {
     KernelWs ws = nullptr;  // the warp-specialized forms (with tensor maps)
     bool out16 = false;     // writes bf16
     bool persistent = false;  // grid: one CTA per SM (at most one per tile)
+    bool heads_fast = false;  // grid (heads, q tiles)
   };
   const Variant variants[] = {
       {"first form (S, softmax, PV in turn; 2 stages)", attn_wgmma_kernel, kSmem, kThreads},
@@ -1059,7 +1088,13 @@ int main(int argc, char** argv) {
       {"TMA + ping-pong, bf16 output, rescale only when a max moved", nullptr, kSmemPipe, kThreadsWs,
        attn_ws_kernel<true, 1, true, true, true>, true},
       {"persistent (one CTA per SM) TMA + ping-pong, bf16 output", nullptr, kSmemPipe, kThreadsWs,
-       attn_persistent_kernel, true, true}};
+       attn_persistent_kernel, true, true},
+      {"TMA + ping-pong, bf16 output, grid heads-fast (all heads' longest q tiles dispatched first)", nullptr,
+       kSmemPipe, kThreadsWs, attn_ws_kernel<true, 1, true, true, false, true>, true, false, true},
+      {"TMA + ping-pong, bf16 output, heads-fast grid, mask code only in the last key tile", nullptr, kSmemPipe,
+       kThreadsWs, attn_ws_kernel<true, 1, true, true, false, true, true>, true, false, true},
+      {"TMA + ping-pong, bf16 output, heads-fast grid, mask only in the last key tile, descriptors per tile", nullptr,
+       kSmemPipe, kThreadsWs, attn_ws_kernel<true, 1, true, true, false, true, true, true>, true, false, true}};
   std::printf("| kernel | t | ms (median of %d) | TFLOP/s (causal half) | check |\n|---|---|---|---|---|\n", reps);
   for (int t_len : {2048, 8192, 16384})
   for (const Variant& var : variants) {
@@ -1082,6 +1117,8 @@ int main(int argc, char** argv) {
       if (var.persistent)
         var.ws<<<std::min(prop.multiProcessorCount, static_cast<int>(grid.x * grid.y)), var.threads, var.smem>>>(
             q, k, v, out, t_len, heads, kv_heads, scale_log2, maps);
+      else if (var.heads_fast)
+        var.ws<<<dim3(grid.y, grid.x), var.threads, var.smem>>>(q, k, v, out, t_len, heads, kv_heads, scale_log2, maps);
       else if (var.ws != nullptr)
         var.ws<<<grid, var.threads, var.smem>>>(q, k, v, out, t_len, heads, kv_heads, scale_log2, maps);
       else

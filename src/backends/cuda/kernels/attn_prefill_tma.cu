@@ -21,6 +21,7 @@
 #include <cmath>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/common.cuh"
@@ -152,7 +153,8 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi, __half*) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Grid (ceil(t / 128), n_head), the longest q tiles first. out [t, ld_out] in T.
+// Grid (n_head, ceil(t / 128)); out [t, ld_out] in T. The hardware dispatches x fastest, so every head's longest q
+// tile goes first and the shortest fill the tail (with the q tiles fastest, the last heads' long tiles started late).
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_prefill_tma_kernel(const __grid_constant__ TmaMaps maps, T* __restrict__ out, int64_t ld_out, int t, int p0,
@@ -170,11 +172,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto empty = [&](int j) { return smem_u32(&bars[kStages + j % kStages]); };
   const auto full_v = [&](int j) { return smem_u32(&bars[2 * kStages + j % kStages]); };
   const int n_qt = (t + kBM - 1) / kBM;
-  const int qt = n_qt - 1 - static_cast<int>(blockIdx.x);
-  const int h = blockIdx.y, hk = h / (n_head / n_kv);
+  const int qt = n_qt - 1 - static_cast<int>(blockIdx.y);
+  const int h = blockIdx.x, hk = h / (n_head / n_kv);
   // Key tiles 0 .. jl: through the last position a stored row of this tile attends to.
   const int rows_end = (qt + 1) * kBM < t ? (qt + 1) * kBM : t;
   const int jl = (p0 + rows_end - 1) / kBN;
+  // Key tiles from jm on reach past the q tile's first position and need the causal mask; the step below is compiled
+  // twice, with the mask's code and without it (in every step it costs 64 selects and 32 compares per tile).
+  const int jm = (p0 + qt * kBM + 1) / kBN;
   const int warp_all = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -215,28 +220,33 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t a[8][4];
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
   const int row0 = qt * kBM + wg * 64 + warp * 16 + lane / 4;  // this thread's rows (chunk-local): row0, row0 + 8
-  const auto issue_s = [&](float (&s)[64], int j) {
+  // Descriptors: built once per tile (Q's once) and each k step's offset added (the address field is the low 14 bits
+  // of address >> 4, and no offset inside a tile carries out of it).
+  const uint64_t dq = desc_kmajor(sq + wg * 64 * 128);
+  const auto issue_s = [&](float(&s)[64], int j) {
+    const uint64_t dk = desc_kmajor(sk(j));
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {  // 8 steps of 16 along hd: 4 per 64-column half, 32 bytes apart in the atom
-      const uint32_t off = (kk / 4) * kHalfBytes + (kk % 4) * 32;
-      Wgmma<T>::ss(s, desc_kmajor(sq + off + wg * 64 * 128), desc_kmajor(sk(j) + off), kk > 0);
+      const uint32_t off = ((kk / 4) * kHalfBytes + (kk % 4) * 32) >> 4;
+      Wgmma<T>::ss(s, dq + off, dk + off, kk > 0);
     }
     wgmma_commit();
   };
   const auto issue_pv = [&](int j) {
+    const uint64_t dv = desc_mnmajor(sv(j));
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) Wgmma<T>::rs(o, a[kk], desc_mnmajor(sv(j) + kk * 2048));
+    for (int kk = 0; kk < 8; ++kk) Wgmma<T>::rs(o, a[kk], dv + kk * (2048 >> 4));
     wgmma_commit();
   };
   // The online softmax of S_j in place (s becomes P_j, unnormalized); corr: the factor O must be scaled by. s[i] is
   // row row0 + 8 * ((i / 2) % 2), key j * 128 + 8 * (i / 4) + 2 * (lane % 4) + i % 2.
-  const auto softmax = [&](float (&s)[64], int j, float (&corr)[2]) {
+  // masked: std::true_type where the tile reaches past the q tile's first position (j >= jm).
+  const auto softmax = [&](float(&s)[64], int j, float(&corr)[2], auto masked) {
     float mx[2] = {-INFINITY, -INFINITY};
-    const bool mask = (j + 1) * kBN - 1 > p0 + qt * kBM;  // the tile reaches past the q tile's first position
 #pragma unroll
     for (int i = 0; i < 64; ++i) {
       const int r = (i / 2) % 2;
-      if (mask) {
+      if constexpr (decltype(masked)::value) {
         const int col = j * kBN + 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
         if (col > p0 + row0 + 8 * r) s[i] = -INFINITY;
       }
@@ -278,10 +288,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     named_arrive(2 - wg);
     wgmma_wait0();
     fence_regs(s);
-    softmax(s, 0, corr);
+    if (jm == 0)
+      softmax(s, 0, corr, std::true_type{});
+    else
+      softmax(s, 0, corr, std::false_type{});
     pack(s);
   }
-  for (int j = 1; j <= jl; ++j) {
+  const auto step = [&](int j, auto masked) {
     mbar_wait(full_k(j), (j / kStages) & 1);
     mbar_wait(full_v(j - 1), ((j - 1) / kStages) & 1);
     float s[64], corr[2];
@@ -294,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     named_arrive(2 - wg);
     wgmma_wait1();  // S_j is ready; P_{j-1} V_{j-1} may still run
     fence_regs(s);
-    softmax(s, j, corr);
+    softmax(s, j, corr, masked);
     wgmma_wait0();
     fence_regs(o);
     fence_regs(a);
@@ -302,6 +315,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < 64; ++i) o[i] *= corr[(i / 2) % 2];
     pack(s);
+  };
+  for (int j = 1; j <= jl; ++j) {
+    if (j < jm)
+      step(j, std::false_type{});
+    else
+      step(j, std::true_type{});
   }
   mbar_wait(full_v(jl), (jl / kStages) & 1);
   named_sync(1 + wg);
@@ -381,7 +400,7 @@ void run(const void* q, int64_t ld_q, const KvCacheView& c, int64_t seq, int64_t
                static_cast<uint64_t>(c.n_ctx) * row_bytes, kBN, 1),
       make_map(type, c.v, static_cast<uint64_t>(c.n_ctx), static_cast<uint64_t>(c.n_seq * c.n_kv), row_bytes,
                static_cast<uint64_t>(c.n_ctx) * row_bytes, kBN, 1)};
-  const dim3 grid(static_cast<unsigned>((t + kBM - 1) / kBM), static_cast<unsigned>(n_head));
+  const dim3 grid(static_cast<unsigned>(n_head), static_cast<unsigned>((t + kBM - 1) / kBM));
   launch("attn_prefill_tma_kernel", attn_prefill_tma_kernel<T>, grid, dim3(kThreads), kSmem, stream, maps,
          static_cast<T*>(out), n_head * kHd, static_cast<int>(t), static_cast<int>(p0), static_cast<int>(n_head),
          static_cast<int>(c.n_kv), static_cast<int>(seq), scale * 1.4426950408889634f);
@@ -413,6 +432,7 @@ void attn_prefill_tma(const void* q, int64_t ld_q, const KvCacheView& cache, int
   std::string why;
   TESSERA_CUDA_REQUIRE(attn_prefill_tma_supported(cache, n_head, &why), "attn_prefill_tma: " + why);
   TESSERA_CUDA_REQUIRE(t >= 1 && p0 >= 0 && p0 + t <= cache.n_ctx, "attn_prefill_tma: rows outside the cache");
+  TESSERA_CUDA_REQUIRE(t <= 65535 * int64_t{detail::attn_tma::kBM}, "attn_prefill_tma: more than 65,535 q tiles");
   TESSERA_CUDA_REQUIRE(seq >= 0 && seq < cache.n_seq, "attn_prefill_tma: sequence slot out of range");
   TESSERA_CUDA_REQUIRE(ld_q % 8 == 0 && ld_q >= n_head * detail::attn_tma::kHd, "attn_prefill_tma: q's row stride");
   TESSERA_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(q) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
