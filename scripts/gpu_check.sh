@@ -8,8 +8,9 @@
 #   set -o pipefail; scripts/gpu_check.sh 2>&1 | tee $OUT/log
 # In one device call (10 minutes): scripts/gpu_check.sh --quick (build, every GPU test, the HF oracle on SmolLM2,
 # batch-1 decode of issue 6's shapes and at 4k, SmolLM2 sampled, the torch.compile peer at Llama-3-8B, prefill
-# attention beside torch's SDPA in one process; 457 s without the last in the eighth session, docs/PERFORMANCE.md). The default-model tests need the model staged in two calls (below), so they
-# skip in one call.
+# attention beside torch's SDPA in one process (one pass; three without --quick); 457 s without the last in the eighth
+# session, docs/PERFORMANCE.md; one sdpa pass takes ~20 s). The default-model tests need the model staged in two calls
+# (below), so they skip in one call.
 # A full run takes longer than one device call (10 minutes): split it with --only, back to back (the build directory
 # stays on a machine kept warm between calls (30 s idle), so a later call does not rebuild); measured 2026-11-22:
 # build ~170 s on a fresh machine, tests ~90 s, memcheck ~80 s, hf ~240 s, racecheck several minutes:
@@ -403,7 +404,8 @@ if has sdpa; then
   capi=build-gpu/lib/libtessera_attn_capi.so
   if [ -f "$capi" ]; then
     echo "## sdpa_vs_tessera" >> "$bench_log"
-    for pass in 1 2 3; do
+    passes="1 2 3"; [ "$quick" = 1 ] && passes=1
+    for pass in $passes; do
       PYTHONUNBUFFERED=1 timeout 120 python3 bench/peer/sdpa_vs_tessera.py --lib "$capi" --reps 30 \
         --json "$OUT/sdpa.json" >> "$bench_log" 2>&1
       rc=$?
