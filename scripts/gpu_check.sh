@@ -406,11 +406,11 @@ if has sdpa; then
     echo "## sdpa_vs_tessera" >> "$bench_log"
     passes="1 2 3"; [ "$quick" = 1 ] && passes=1
     for pass in $passes; do
-      PYTHONUNBUFFERED=1 timeout 120 python3 bench/peer/sdpa_vs_tessera.py --lib "$capi" --reps 30 \
-        --json "$OUT/sdpa.json" >> "$bench_log" 2>&1
+      PYTHONUNBUFFERED=1 timeout 150 python3 bench/peer/sdpa_vs_tessera.py --lib "$capi" --reps 30 \
+        --heads llama3-8b,llama3.2-1b,smollm2 --json "$OUT/sdpa.json" >> "$bench_log" 2>&1
       rc=$?
       say "- sdpa pass $pass: exit $rc"
-      grep -E "tessera/sdpa" "$bench_log" | tail -3 | sed 's/^/    /' | tee -a "$summary"
+      grep -E "tessera/sdpa" "$bench_log" | tail -9 | sed 's/^/    /' | tee -a "$summary"
       [ "$rc" -ne 0 ] && status=1
     done
   else

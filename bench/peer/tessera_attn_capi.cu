@@ -26,11 +26,12 @@ bool pdl_enabled() { return false; }
 
 extern "C" {
 
-// out [t][n_head * 128] = causal attention of q [t][ld_q] (rows p0 .. p0 + t - 1) over a cache k, v
-// [n_kv][n_ctx][128] (one sequence), dtype 0 = bf16, 1 = f16. Returns 0, or 1 with the reason in err (err_len bytes).
+// out [t][n_head * hd] = causal attention of q [t][ld_q] (rows p0 .. p0 + t - 1) over a cache k, v
+// [n_kv][n_ctx][hd] (one sequence), dtype 0 = bf16, 1 = f16, hd 64 or 128. Returns 0, or 1 with the reason in err
+// (err_len bytes).
 int tessera_attn_prefill_tma(int dtype, const void* q, long long ld_q, void* k, void* v, long long n_ctx,
-                             long long n_kv, long long p0, long long t, void* out, long long n_head, float scale,
-                             void* stream, char* err, int err_len) {
+                             long long n_kv, long long hd, long long p0, long long t, void* out, long long n_head,
+                             float scale, void* stream, char* err, int err_len) {
   try {
     tessera::cuda::KvCacheView cache;
     cache.dtype = dtype == 0 ? tessera::DType::BF16 : tessera::DType::F16;
@@ -38,7 +39,7 @@ int tessera_attn_prefill_tma(int dtype, const void* q, long long ld_q, void* k, 
     cache.v = v;
     cache.n_ctx = n_ctx;
     cache.n_kv = n_kv;
-    cache.hd = 128;
+    cache.hd = hd;
     tessera::cuda::attn_prefill_tma(q, ld_q, cache, 0, p0, t, out, n_head, scale,
                                     static_cast<cudaStream_t>(stream));
     return 0;

@@ -507,8 +507,8 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
         std::unique_ptr<CudnnAttnWorkspace>* cws = nullptr;
         void *q16 = nullptr, *o16 = nullptr;
         // Our own Hopper kernel (attn_prefill_tma: TMA, wgmma, FlashAttention-3's scheduling) where it applies (hd
-        // 128, 16-bit cache, sm_90): measured as fast as cuDNN / PyTorch's SDPA or faster at 2k-16k
-        // (docs/PERFORMANCE.md); TESSERA_CUDA_ATTN_TMA=0 takes cuDNN instead.
+        // 64 or 128, 16-bit cache, sm_90): measured faster than PyTorch's SDPA at 2k-16k (docs/PERFORMANCE.md);
+        // TESSERA_CUDA_ATTN_TMA=0 takes cuDNN instead.
         // Both fused paths take 16-bit q and output (the rope kernel writes q16; the o-projection takes 16 bits).
         const bool fused16 = h.buf != nullptr && cache.dtype != DType::F32 && T >= kCudnnMinT && width % 8 == 0;
         const bool tma =

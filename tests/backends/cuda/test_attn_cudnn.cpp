@@ -508,8 +508,9 @@ std::vector<float> run_tma(const Case& c, const Inputs& in) {
   return o;
 }
 
-// Against the double-precision reference: both dtypes, GQA ratios 4, 1, 4 and 2, one row, ragged row counts, q tiles
-// that start inside a key tile (p0 not a multiple of 128) and chunks after cached keys, both slots.
+// Against the double-precision reference: both head dimensions (128, 64), both dtypes, GQA ratios 4, 1, 3 and 2, one
+// row, ragged row counts, q tiles that start inside a key tile (p0 not a multiple of 128) and chunks after cached keys,
+// both slots.
 TEST(CudaAttnTma, MatchesReference) {
   TESSERA_REQUIRE_TMA_ATTN();
   std::mt19937 rng(test_seed());
@@ -517,11 +518,13 @@ TEST(CudaAttnTma, MatchesReference) {
       {DType::BF16, 128, 32, 8, 64, 0, 0},   {DType::F16, 128, 4, 4, 7, 37, 1},
       {DType::BF16, 128, 8, 2, 1, 300, 1},   {DType::F16, 128, 32, 8, 100, 0, 1},
       {DType::BF16, 128, 8, 8, 300, 129, 0}, {DType::F16, 128, 16, 4, 257, 1000, 1},
-      {DType::BF16, 128, 4, 1, 384, 0, 1},
+      {DType::BF16, 128, 4, 1, 384, 0, 1},   {DType::BF16, 64, 9, 3, 200, 0, 1},
+      {DType::F16, 64, 9, 3, 129, 300, 0},   {DType::BF16, 64, 32, 8, 300, 129, 1},
+      {DType::F16, 64, 4, 4, 7, 37, 0},      {DType::BF16, 64, 32, 8, 1, 1000, 0},
   };
   for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " heads " << c.n_head << "/" << c.n_kv << " t " << c.t
-                                      << " p0 " << c.p0 << " seq " << c.seq);
+    SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " hd " << c.hd << " heads " << c.n_head << "/" << c.n_kv
+                                      << " t " << c.t << " p0 " << c.p0 << " seq " << c.seq);
     Inputs in;
     make_inputs(c, rng, in);
     fill_past_end(c, rng, in);
@@ -540,10 +543,13 @@ TEST(CudaAttnTma, MatchesAttnPrefill) {
       {DType::BF16, 128, 32, 8, 2048, 0, 1},    // Llama-3-8B heads, a whole 2k prompt
       {DType::BF16, 128, 32, 8, 512, 1536, 0},  // a chunk after 1536 cached positions
       {DType::F16, 128, 32, 8, 777, 1000, 1},   // ragged chunk, f16
+      {DType::BF16, 64, 32, 8, 2048, 0, 0},     // Llama-3.2-1B heads (hd 64)
+      {DType::BF16, 64, 9, 3, 2048, 0, 1},      // SmolLM2 heads
+      {DType::F16, 64, 9, 3, 600, 1000, 1},     // ragged chunk after cached keys, hd 64, f16
   };
   for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " heads " << c.n_head << "/" << c.n_kv << " t " << c.t
-                                      << " p0 " << c.p0 << " seq " << c.seq);
+    SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " hd " << c.hd << " heads " << c.n_head << "/" << c.n_kv
+                                      << " t " << c.t << " p0 " << c.p0 << " seq " << c.seq);
     Inputs in;
     make_inputs(c, rng, in);
     fill_past_end(c, rng, in);
@@ -565,12 +571,15 @@ TEST(CudaAttnTma, RejectsBadArguments) {
   EXPECT_THROW(run(in.cache, 0, in.n_ctx - 4, 16, 8), Error);  // past the cache
   EXPECT_THROW(run(in.cache, 2, 0, 16, 8), Error);             // slot out of range
   EXPECT_THROW(run(in.cache, 0, 0, 16, 7), Error);             // heads not a multiple of the kv heads
-  KvCacheView hd64 = in.cache;
-  hd64.hd = 64;
+  KvCacheView hd96 = in.cache;
+  hd96.hd = 96;
   std::string why;
-  EXPECT_FALSE(attn_prefill_tma_supported(hd64, 8, &why));
-  EXPECT_NE(why.find("128"), std::string::npos) << why;
-  EXPECT_THROW(run(hd64, 0, 0, 16, 8), Error);
+  EXPECT_FALSE(attn_prefill_tma_supported(hd96, 8, &why));
+  EXPECT_NE(why.find("64 or 128"), std::string::npos) << why;
+  EXPECT_THROW(run(hd96, 0, 0, 16, 8), Error);
+  KvCacheView hd64 = in.cache;  // supported; its q row stride must then hold n_head * 64
+  hd64.hd = 64;
+  EXPECT_TRUE(attn_prefill_tma_supported(hd64, 8, nullptr));
   KvCacheView f32 = in.cache;
   f32.dtype = DType::F32;
   EXPECT_FALSE(attn_prefill_tma_supported(f32, 8, nullptr));

@@ -576,53 +576,61 @@ TEST(CudaBackend, GreedyDecodeIsTheLogitsArgmax) {
 // their scale and the argmax where the top two are apart.
 TEST(CudaBackend, PrefillAttentionTmaMatchesTheOtherPath) {
   TESSERA_REQUIRE_GPU();
-  const Model m = make_random_model({.arch = "llama3.2-3b", .dtype = "q8_0", .seed = 7, .n_layers = 1});
-  const std::vector<int32_t> ids = random_ids(600, 128256, 33);
-  const auto run = [&](bool tma) {
-    if (tma)
+  // Head dimension 128 (Llama-3.2-3B's heads, 24/8) and 64 (SmolLM2's, 9/3).
+  const struct {
+    const char* arch;
+    int32_t vocab;
+  } shapes[] = {{"llama3.2-3b", 128256}, {"smollm2-135m", 49152}};
+  for (const auto& sh : shapes) {
+    SCOPED_TRACE(sh.arch);
+    const Model m = make_random_model({.arch = sh.arch, .dtype = "q8_0", .seed = 7, .n_layers = 1});
+    const std::vector<int32_t> ids = random_ids(600, sh.vocab, 33);
+    const auto run = [&](bool tma) {
+      if (tma)
+        unsetenv("TESSERA_CUDA_ATTN_TMA");
+      else
+        setenv("TESSERA_CUDA_ATTN_TMA", "0", 1);
+      // The prefill executor reads the switch when it is built, at the first chunk: it stays set until then.
+      Session s(m, {.n_ctx = 640, .n_batch = 256, .device = "cuda"});
+      std::vector<float> all = s.eval_all_logits(ids);
       unsetenv("TESSERA_CUDA_ATTN_TMA");
-    else
-      setenv("TESSERA_CUDA_ATTN_TMA", "0", 1);
-    // The prefill executor reads the switch when it is built, at the first chunk: it stays set until then.
-    Session s(m, {.n_ctx = 640, .n_batch = 256, .device = "cuda"});
-    std::vector<float> all = s.eval_all_logits(ids);
-    unsetenv("TESSERA_CUDA_ATTN_TMA");
-    return all;
-  };
-  const std::vector<float> a = run(true), b = run(false);
-  ASSERT_EQ(a.size(), b.size());
-  const size_t vocab = a.size() / ids.size();
-  double worst = 0, scale = 0;
-  int argmax_checked = 0, argmax_same = 0;
-  for (size_t r = 0; r < ids.size(); ++r) {
-    const float* x = a.data() + r * vocab;
-    const float* y = b.data() + r * vocab;
-    double d = 0, sc = 0;
-    size_t ia = 0, ib = 0;
-    for (size_t i = 0; i < vocab; ++i) {
-      ASSERT_TRUE(std::isfinite(x[i])) << "row " << r;
-      d = std::max(d, std::fabs(double(x[i]) - y[i]));
-      sc = std::max(sc, std::fabs(double(y[i])));
-      if (x[i] > x[ia]) ia = i;
-      if (y[i] > y[ib]) ib = i;
+      return all;
+    };
+    const std::vector<float> a = run(true), b = run(false);
+    ASSERT_EQ(a.size(), b.size());
+    const size_t vocab = a.size() / ids.size();
+    double worst = 0, scale = 0;
+    int argmax_checked = 0, argmax_same = 0;
+    for (size_t r = 0; r < ids.size(); ++r) {
+      const float* x = a.data() + r * vocab;
+      const float* y = b.data() + r * vocab;
+      double d = 0, sc = 0;
+      size_t ia = 0, ib = 0;
+      for (size_t i = 0; i < vocab; ++i) {
+        ASSERT_TRUE(std::isfinite(x[i])) << "row " << r;
+        d = std::max(d, std::fabs(double(x[i]) - y[i]));
+        sc = std::max(sc, std::fabs(double(y[i])));
+        if (x[i] > x[ia]) ia = i;
+        if (y[i] > y[ib]) ib = i;
+      }
+      worst = std::max(worst, d / sc);
+      scale = std::max(scale, sc);
+      // The argmax where the reference's top two are apart by more than the tolerance.
+      float second = -INFINITY;
+      for (size_t i = 0; i < vocab; ++i)
+        if (i != ib) second = std::max(second, y[i]);
+      if (y[ib] - second > 2e-2 * sc) {
+        ++argmax_checked;
+        argmax_same += ia == ib;
+      }
     }
-    worst = std::max(worst, d / sc);
-    scale = std::max(scale, sc);
-    // The argmax where the reference's top two are apart by more than the tolerance.
-    float second = -INFINITY;
-    for (size_t i = 0; i < vocab; ++i)
-      if (i != ib) second = std::max(second, y[i]);
-    if (y[ib] - second > 2e-2 * sc) {
-      ++argmax_checked;
-      argmax_same += ia == ib;
-    }
+    std::cout << "prefill attention TMA vs other path, " << sh.arch << ": worst row max|diff|/max|logit| " << worst
+              << ", argmax " << argmax_same << "/" << argmax_checked << "\n";
+    EXPECT_LE(worst, 2e-2);
+    EXPECT_GT(worst, 0.0);  // two different kernels: equal logits would mean one path ran twice
+    EXPECT_EQ(argmax_same, argmax_checked);
+    EXPECT_GT(argmax_checked, 10);
   }
-  std::cout << "prefill attention TMA vs other path: worst row max|diff|/max|logit| " << worst << ", argmax "
-            << argmax_same << "/" << argmax_checked << "\n";
-  EXPECT_LE(worst, 2e-2);
-  EXPECT_GT(worst, 0.0);  // two different kernels: equal logits would mean one path ran twice
-  EXPECT_EQ(argmax_same, argmax_checked);
-  EXPECT_GT(argmax_checked, 10);
 }
 
 // Sampled generation draws on the device (CudaDecoder::decode_sample: penalties, top-k, top-p, min-p, temperature,

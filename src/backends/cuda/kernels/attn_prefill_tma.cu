@@ -1,6 +1,7 @@
 // Causal prefill attention on Hopper's asynchronous units (attn_prefill_tma, kernels_rows.h): FlashAttention-3's
 // structure, grown in bench/cuda/experiments/attn_wgmma.cu (eighth session; the steps and what each gained are in
-// docs/PERFORMANCE.md). One CTA = 128 query rows of one head, 384 threads:
+// docs/PERFORMANCE.md). Head dimension 64 or 128 (a template parameter: the tiles' 64-column blocks, the S GEMM's k
+// steps and the PV GEMM's N follow it). One CTA = 128 query rows of one head, 384 threads:
 //  - warpgroup 2 is the producer: one thread loads Q (once) and each K and V tile of 128 positions by TMA
 //    (cp.async.bulk.tensor, the copy engine writing the 128-byte swizzle wgmma reads) into three-stage rings guarded by
 //    mbarriers (full_k / full_v: one arrival plus the bytes; empty: the 256 consumer threads); it gives its registers
@@ -32,10 +33,14 @@ namespace detail {
 // Named, not anonymous: the compute_90 pass references none of these helpers, which -Werror would otherwise reject.
 namespace attn_tma {
 
-constexpr int kHd = 128, kBM = 128, kBN = 128, kStages = 3, kThreads = 384;
-constexpr int kTileBytes = kBM * kHd * 2;   // [128][128] 16-bit: 32 KB
-constexpr int kHalfBytes = kTileBytes / 2;  // a 64-column half: [128 rows][128 B]
-constexpr size_t kSmem = (1 + 2 * kStages) * kTileBytes + 1024;
+// Head dimension HD = 64 or 128: a tile of 128 rows is HD / 64 column blocks of [128 rows][64 columns] (128 bytes a
+// row, the 128-byte swizzle's width), kHalfBytes apart.
+constexpr int kBM = 128, kBN = 128, kStages = 3, kThreads = 384;
+constexpr int kHalfBytes = kBM * 64 * 2;  // a 64-column block: [128 rows][128 B], 16 KB
+template <int HD>
+constexpr int kTileBytes = kBM* HD * 2;  // [128][HD] 16-bit
+template <int HD>
+constexpr size_t kSmem = (1 + 2 * kStages) * kTileBytes<HD> + 1024;
 
 struct TmaMaps {
   CUtensorMap q, k, v;
@@ -119,30 +124,47 @@ struct Wgmma;
       "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),       \
       "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),       \
       "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-#define TESSERA_WGMMA_TYPE(TYPE, NAME, PACK)                                                                          \
-  template <>                                                                                                         \
-  struct Wgmma<TYPE> {                                                                                                \
-    static constexpr CUtensorMapDataType kMapType = NAME;                                                             \
-    /* D (64 x 128, f32) = A (64 x 16, shared) B (16 x 128, shared)^T, scale_d 0: D = AB. */                         \
-    __device__ __forceinline__ static void ss(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {                \
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32." PACK "." \
-                   PACK " " TESSERA_WGMMA_ACC ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                        \
-                   : TESSERA_WGMMA_D(d)                                                                               \
-                   : "l"(da), "l"(db), "r"(scale_d));                                                                 \
-    }                                                                                                                 \
-    /* D += A (64 x 16, registers) B (16 x 128, shared, MN-major: the transpose bit). */                             \
-    __device__ __forceinline__ static void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {                  \
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32." PACK  \
-                   "." PACK " " TESSERA_WGMMA_ACC ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                    \
-                   : TESSERA_WGMMA_D(d)                                                                               \
-                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));                                    \
-    }                                                                                                                 \
+#define TESSERA_WGMMA_ACC32                                                                                         \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31}"
+#define TESSERA_WGMMA_D32(d)                                                                                  \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
+      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
+      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define TESSERA_WGMMA_TYPE(TYPE, NAME, PACK)                                                                     \
+  template <>                                                                                                    \
+  struct Wgmma<TYPE> {                                                                                           \
+    static constexpr CUtensorMapDataType kMapType = NAME;                                                        \
+    /* D (64 x 128, f32) = A (64 x 16, shared) B (16 x 128, shared)^T, scale_d 0: D = AB. */                     \
+    __device__ __forceinline__ static void ss(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {           \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32." PACK \
+                   "." PACK " " TESSERA_WGMMA_ACC ", %64, %65, p, 1, 1, 0, 0;\n}\n"                              \
+                   : TESSERA_WGMMA_D(d)                                                                          \
+                   : "l"(da), "l"(db), "r"(scale_d));                                                            \
+    }                                                                                                            \
+    /* D += A (64 x 16, registers) B (16 x 128, shared, MN-major: the transpose bit). */                         \
+    __device__ __forceinline__ static void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {             \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32." PACK \
+                   "." PACK " " TESSERA_WGMMA_ACC ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                \
+                   : TESSERA_WGMMA_D(d)                                                                          \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));                               \
+    }                                                                                                            \
+    /* The same with N = 64 (head dimension 64): D 64 x 64. */                                                   \
+    __device__ __forceinline__ static void rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {             \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32." PACK  \
+                   "." PACK " " TESSERA_WGMMA_ACC32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"              \
+                   : TESSERA_WGMMA_D32(d)                                                                        \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));                               \
+    }                                                                                                            \
   };
 TESSERA_WGMMA_TYPE(__nv_bfloat16, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, "bf16")
 TESSERA_WGMMA_TYPE(__half, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, "f16")
 #undef TESSERA_WGMMA_TYPE
 #undef TESSERA_WGMMA_D
 #undef TESSERA_WGMMA_ACC
+#undef TESSERA_WGMMA_D32
+#undef TESSERA_WGMMA_ACC32
 
 __device__ __forceinline__ uint32_t pack2(float lo, float hi, __nv_bfloat16*) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -155,7 +177,7 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi, __half*) {
 
 // Grid (n_head, ceil(t / 128)); out [t, ld_out] in T. The hardware dispatches x fastest, so every head's longest q
 // tile goes first and the shortest fill the tail (with the q tiles fastest, the last heads' long tiles started late).
-template <typename T>
+template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_prefill_tma_kernel(const __grid_constant__ TmaMaps maps, T* __restrict__ out, int64_t ld_out, int t, int p0,
                             int n_head, int n_kv, int seq, float scale_log2) {
@@ -166,8 +188,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ alignas(8) uint64_t bars[3 * kStages];
   const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;  // swizzle atoms are 1,024-byte aligned
   const uint32_t sq = base;
-  const auto sk = [&](int j) { return base + (1 + j % kStages) * kTileBytes; };
-  const auto sv = [&](int j) { return base + (1 + kStages + j % kStages) * kTileBytes; };
+  constexpr int kTile = kTileBytes<HD>, kBlocks = HD / 64;  // bytes per tile, 64-column blocks per row
+  const auto sk = [&](int j) { return base + (1 + j % kStages) * kTile; };
+  const auto sv = [&](int j) { return base + (1 + kStages + j % kStages) * kTile; };
   const auto full_k = [&](int j) { return smem_u32(&bars[j % kStages]); };
   const auto empty = [&](int j) { return smem_u32(&bars[kStages + j % kStages]); };
   const auto full_v = [&](int j) { return smem_u32(&bars[2 * kStages + j % kStages]); };
@@ -198,25 +221,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int kv_row = seq * n_kv + hk;
     for (int j = 0; j <= jl; ++j) {
       if (j >= kStages) mbar_wait(empty(j), ((j / kStages) - 1) & 1);  // the PV that read tile j - 3 is done
-      mbar_expect_tx(full_k(j), (j == 0 ? 2 : 1) * kTileBytes);
-      if (j == 0) {
-        tma_load(sq, &maps.q, 0, h, qt * kBM, full_k(0));
-        tma_load(sq + kHalfBytes, &maps.q, 64, h, qt * kBM, full_k(0));
-      }
-      tma_load(sk(j), &maps.k, 0, j * kBN, kv_row, full_k(j));
-      tma_load(sk(j) + kHalfBytes, &maps.k, 64, j * kBN, kv_row, full_k(j));
-      mbar_expect_tx(full_v(j), kTileBytes);
-      tma_load(sv(j), &maps.v, 0, j * kBN, kv_row, full_v(j));
-      tma_load(sv(j) + kHalfBytes, &maps.v, 64, j * kBN, kv_row, full_v(j));
+      mbar_expect_tx(full_k(j), (j == 0 ? 2 : 1) * kTile);
+      if (j == 0)
+        for (int c = 0; c < kBlocks; ++c) tma_load(sq + c * kHalfBytes, &maps.q, c * 64, h, qt * kBM, full_k(0));
+      for (int c = 0; c < kBlocks; ++c) tma_load(sk(j) + c * kHalfBytes, &maps.k, c * 64, j * kBN, kv_row, full_k(j));
+      mbar_expect_tx(full_v(j), kTile);
+      for (int c = 0; c < kBlocks; ++c) tma_load(sv(j) + c * kHalfBytes, &maps.v, c * 64, j * kBN, kv_row, full_v(j));
     }
     return;
   }
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory");
   const int wg = warp_all / 4, warp = warp_all % 4;
-  float o[64];
+  float o[HD / 2];  // O: 64 rows x HD per warpgroup
 #pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
   uint32_t a[8][4];
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
   const int row0 = qt * kBM + wg * 64 + warp * 16 + lane / 4;  // this thread's rows (chunk-local): row0, row0 + 8
@@ -226,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto issue_s = [&](float(&s)[64], int j) {
     const uint64_t dk = desc_kmajor(sk(j));
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {  // 8 steps of 16 along hd: 4 per 64-column half, 32 bytes apart in the atom
+    for (int kk = 0; kk < HD / 16; ++kk) {  // steps of 16 along hd: 4 per 64-column block, 32 bytes apart in the atom
       const uint32_t off = ((kk / 4) * kHalfBytes + (kk % 4) * 32) >> 4;
       Wgmma<T>::ss(s, dq + off, dk + off, kk > 0);
     }
@@ -313,7 +332,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_regs(a);
     mbar_arrive(empty(j - 1));  // K_{j-1} and V_{j-1} read: the producer may refill the stage
 #pragma unroll
-    for (int i = 0; i < 64; ++i) o[i] *= corr[(i / 2) % 2];
+    for (int i = 0; i < HD / 2; ++i) o[i] *= corr[(i / 2) % 2];
     pack(s);
   };
   for (int j = 1; j <= jl; ++j) {
@@ -335,12 +354,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
   }
 #pragma unroll
-  for (int i = 0; i < 64; i += 2) {
+  for (int i = 0; i < HD / 2; i += 2) {
     const int r = (i / 2) % 2;
     const int row = row0 + 8 * r, col = 8 * (i / 4) + 2 * (lane % 4);
     if (row < t) {
       const float inv = 1.0f / l_run[r];
-      *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(row) * ld_out + h * kHd + col) =
+      *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(row) * ld_out + h * HD + col) =
           pack2(o[i] * inv, o[i + 1] * inv, static_cast<T*>(nullptr));
     }
   }
@@ -367,12 +386,12 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-// A 3-D map of 16-bit elements, innermost first: dims {128, d1, d2}, byte strides of dims 1 and 2, boxes of 64 x b1 x
+// A 3-D map of 16-bit elements, innermost first: dims {hd, d1, d2}, byte strides of dims 1 and 2, boxes of 64 x b1 x
 // b2, 128-byte swizzle, zeros outside.
-CUtensorMap make_map(CUtensorMapDataType type, const void* p, uint64_t d1, uint64_t d2, uint64_t s1, uint64_t s2,
-                     uint32_t b1, uint32_t b2) {
+CUtensorMap make_map(CUtensorMapDataType type, const void* p, uint64_t hd, uint64_t d1, uint64_t d2, uint64_t s1,
+                     uint64_t s2, uint32_t b1, uint32_t b2) {
   CUtensorMap m{};
-  const cuuint64_t dims[3] = {kHd, d1, d2};
+  const cuuint64_t dims[3] = {hd, d1, d2};
   const cuuint64_t strides[2] = {s1, s2};
   const cuuint32_t box[3] = {64, b1, b2}, es[3] = {1, 1, 1};
   const CUresult r = tensor_map_encoder()(&m, type, 3, const_cast<void*>(p), dims, strides, box, es,
@@ -382,27 +401,26 @@ CUtensorMap make_map(CUtensorMapDataType type, const void* p, uint64_t d1, uint6
   return m;
 }
 
-template <typename T>
+template <typename T, int HD>
 void run(const void* q, int64_t ld_q, const KvCacheView& c, int64_t seq, int64_t p0, int64_t t, void* out,
          int64_t n_head, float scale, cudaStream_t stream) {
   static std::once_flag once;
   std::call_once(once, [] {
-    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_tma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(kSmem)));
+    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_tma_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(kSmem<HD>)));
   });
   constexpr CUtensorMapDataType type = Wgmma<T>::kMapType;
-  const uint64_t row_bytes = kHd * 2;
-  // q [t][n_head][128] (row stride ld_q); k, v [n_seq * n_kv][n_ctx][128].
-  const TmaMaps maps{
-      make_map(type, q, static_cast<uint64_t>(n_head), static_cast<uint64_t>(t), row_bytes,
-               static_cast<uint64_t>(ld_q) * 2, 1, kBM),
-      make_map(type, c.k, static_cast<uint64_t>(c.n_ctx), static_cast<uint64_t>(c.n_seq * c.n_kv), row_bytes,
-               static_cast<uint64_t>(c.n_ctx) * row_bytes, kBN, 1),
-      make_map(type, c.v, static_cast<uint64_t>(c.n_ctx), static_cast<uint64_t>(c.n_seq * c.n_kv), row_bytes,
-               static_cast<uint64_t>(c.n_ctx) * row_bytes, kBN, 1)};
+  const uint64_t row_bytes = HD * 2;
+  // q [t][n_head][HD] (row stride ld_q); k, v [n_seq * n_kv][n_ctx][HD].
+  const TmaMaps maps{make_map(type, q, HD, static_cast<uint64_t>(n_head), static_cast<uint64_t>(t), row_bytes,
+                              static_cast<uint64_t>(ld_q) * 2, 1, kBM),
+                     make_map(type, c.k, HD, static_cast<uint64_t>(c.n_ctx), static_cast<uint64_t>(c.n_seq * c.n_kv),
+                              row_bytes, static_cast<uint64_t>(c.n_ctx) * row_bytes, kBN, 1),
+                     make_map(type, c.v, HD, static_cast<uint64_t>(c.n_ctx), static_cast<uint64_t>(c.n_seq * c.n_kv),
+                              row_bytes, static_cast<uint64_t>(c.n_ctx) * row_bytes, kBN, 1)};
   const dim3 grid(static_cast<unsigned>(n_head), static_cast<unsigned>((t + kBM - 1) / kBM));
-  launch("attn_prefill_tma_kernel", attn_prefill_tma_kernel<T>, grid, dim3(kThreads), kSmem, stream, maps,
-         static_cast<T*>(out), n_head * kHd, static_cast<int>(t), static_cast<int>(p0), static_cast<int>(n_head),
+  launch("attn_prefill_tma_kernel", attn_prefill_tma_kernel<T, HD>, grid, dim3(kThreads), kSmem<HD>, stream, maps,
+         static_cast<T*>(out), n_head * HD, static_cast<int>(t), static_cast<int>(p0), static_cast<int>(n_head),
          static_cast<int>(c.n_kv), static_cast<int>(seq), scale * 1.4426950408889634f);
 }
 
@@ -414,7 +432,7 @@ bool attn_prefill_tma_supported(const KvCacheView& cache, int64_t n_head, std::s
     if (why != nullptr) *why = r;
     return false;
   };
-  if (cache.hd != detail::attn_tma::kHd) return no("head dimension is not 128");
+  if (cache.hd != 64 && cache.hd != 128) return no("head dimension is not 64 or 128");
   if (cache.dtype != DType::F16 && cache.dtype != DType::BF16) return no("the cache is not 16-bit");
   if (n_head % cache.n_kv != 0) return no("query heads are not a multiple of the kv heads");
   int dev = 0, major = 0, minor = 0;
@@ -434,13 +452,16 @@ void attn_prefill_tma(const void* q, int64_t ld_q, const KvCacheView& cache, int
   TESSERA_CUDA_REQUIRE(t >= 1 && p0 >= 0 && p0 + t <= cache.n_ctx, "attn_prefill_tma: rows outside the cache");
   TESSERA_CUDA_REQUIRE(t <= 65535 * int64_t{detail::attn_tma::kBM}, "attn_prefill_tma: more than 65,535 q tiles");
   TESSERA_CUDA_REQUIRE(seq >= 0 && seq < cache.n_seq, "attn_prefill_tma: sequence slot out of range");
-  TESSERA_CUDA_REQUIRE(ld_q % 8 == 0 && ld_q >= n_head * detail::attn_tma::kHd, "attn_prefill_tma: q's row stride");
+  TESSERA_CUDA_REQUIRE(ld_q % 8 == 0 && ld_q >= n_head * cache.hd, "attn_prefill_tma: q's row stride");
   TESSERA_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(q) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
                        "attn_prefill_tma: q and out must be 16-byte aligned");
-  if (cache.dtype == DType::BF16)
-    detail::run<__nv_bfloat16>(q, ld_q, cache, seq, p0, t, out, n_head, scale, stream);
+  const bool bf16 = cache.dtype == DType::BF16;
+  if (cache.hd == 128)
+    (bf16 ? detail::run<__nv_bfloat16, 128> : detail::run<__half, 128>)(q, ld_q, cache, seq, p0, t, out, n_head, scale,
+                                                                        stream);
   else
-    detail::run<__half>(q, ld_q, cache, seq, p0, t, out, n_head, scale, stream);
+    (bf16 ? detail::run<__nv_bfloat16, 64> : detail::run<__half, 64>)(q, ld_q, cache, seq, p0, t, out, n_head, scale,
+                                                                      stream);
 }
 
 }  // namespace tessera::cuda
