@@ -260,33 +260,47 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The online softmax of S_j in place (s becomes P_j, unnormalized); corr: the factor O must be scaled by. s[i] is
   // row row0 + 8 * ((i / 2) % 2), key j * 128 + 8 * (i / 4) + 2 * (lane % 4) + i % 2.
   // masked: std::true_type where the tile reaches past the q tile's first position (j >= jm).
+  // At head dimension 128 the row maxima and sums reduce into 4 independent partials per row (then a small tree): one
+  // running value per row is a chain of 32 dependent instructions; 4 chains took 2.9% fewer cycles at 16k. At 64 the
+  // same change measured 7.7% MORE cycles (ninth session, docs/PERFORMANCE.md): there one chain per row stays.
   const auto softmax = [&](float(&s)[64], int j, float(&corr)[2], auto masked) {
-    float mx[2] = {-INFINITY, -INFINITY};
+    constexpr int kChains = HD == 128 ? 4 : 1;  // s[i] is in row (i / 2) % 2, partial (i / 4) % kChains
+    if constexpr (decltype(masked)::value) {
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int col = j * kBN + 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
+        if (col > p0 + row0 + 8 * ((i / 2) % 2)) s[i] = -INFINITY;
+      }
+    }
+    float part[2][kChains];
 #pragma unroll
     for (int i = 0; i < 64; ++i) {
-      const int r = (i / 2) % 2;
-      if constexpr (decltype(masked)::value) {
-        const int col = j * kBN + 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
-        if (col > p0 + row0 + 8 * r) s[i] = -INFINITY;
-      }
-      mx[r] = fmaxf(mx[r], s[i]);
+      float& p = part[(i / 2) % 2][(i / 4) % kChains];
+      p = i < 4 * kChains && i % 2 == 0 ? s[i] : fmaxf(p, s[i]);  // the first element of each partial starts it
     }
     float neg_m[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      const float m_new = fmaxf(m_run[r], mx[r] * scale_log2);  // the scale is positive: max commutes with it
+      float mx = part[r][0];
+      if constexpr (kChains == 4) mx = fmaxf(fmaxf(part[r][0], part[r][1]), fmaxf(part[r][2], part[r][3]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_run[r], mx * scale_log2);  // the scale is positive: max commutes with it
       corr[r] = ex2(m_run[r] - m_new);
       m_run[r] = m_new;
       neg_m[r] = -m_new;
-      l_run[r] *= corr[r];
     }
 #pragma unroll
     for (int i = 0; i < 64; ++i) {
-      const int r = (i / 2) % 2;
-      s[i] = ex2(fmaf(s[i], scale_log2, neg_m[r]));
-      l_run[r] += s[i];
+      float& p = part[(i / 2) % 2][(i / 4) % kChains];
+      s[i] = ex2(fmaf(s[i], scale_log2, neg_m[(i / 2) % 2]));
+      p = i < 4 * kChains && i % 2 == 0 ? s[i] : p + s[i];
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = part[r][0];
+      if constexpr (kChains == 4) sum = (part[r][0] + part[r][1]) + (part[r][2] + part[r][3]);
+      l_run[r] = fmaf(l_run[r], corr[r], sum);
     }
   };
   const auto pack = [&](const float (&s)[64]) {
