@@ -357,10 +357,12 @@ TEST(CudaBackend, Out16PrefillMatchesF32Outputs) {
   EXPECT_LE(c.worst_rel, 1e-2);
 }
 
-// Prefill attention through cuDNN (chunks of >= 256 rows, where it is available: libcudnn loadable, Hopper) against
-// the CPU session, and against attn_prefill (TESSERA_CUDA_CUDNN=0) on the same GPU: 300 ids in one chunk on bf16 and
-// f16 weights (the default f16 cache: bf16 weights also take the f16 -> bf16 conversion of cuDNN's output), then a
-// 300-row chunk after 200 cached positions (bottom-right causal alignment). Skips where cuDNN is unavailable.
+// Prefill attention through cuDNN (chunks of >= 256 rows, where it is available: libcudnn loadable, Hopper; with
+// TESSERA_CUDA_ATTN_TMA=0, since head dimension 64 takes our own attn_prefill_tma by default) against the CPU session,
+// and against attn_prefill (TESSERA_CUDA_CUDNN=0 too) on the same GPU: 300 ids in one chunk on bf16 and f16 weights
+// (the default f16 cache: bf16 weights also take the f16 -> bf16 conversion of the attention's output), then a
+// 300-row chunk after 200 cached positions (bottom-right causal alignment). The default path (attn_prefill_tma where
+// supported) against the CPU session too. Skips where cuDNN is unavailable.
 TEST(CudaBackend, CudnnPrefillMatchesCpuAndAttnPrefill) {
   TESSERA_REQUIRE_GPU();
   std::string why;
@@ -382,16 +384,22 @@ TEST(CudaBackend, CudnnPrefillMatchesCpuAndAttnPrefill) {
       a.insert(a.end(), b.begin(), b.end());
       return a;
     };
-    const auto gpu_logits = [&](bool cudnn) {
+    // tma / cudnn false: TESSERA_CUDA_ATTN_TMA=0 / TESSERA_CUDA_CUDNN=0 (read when the prefill executor is built, at
+    // the first chunk: set until the session is done).
+    const auto gpu_logits = [&](bool tma, bool cudnn) {
+      if (!tma) setenv("TESSERA_CUDA_ATTN_TMA", "0", 1);
       if (!cudnn) setenv("TESSERA_CUDA_CUDNN", "0", 1);
       Session s(m, go);
       std::vector<float> a = both_chunks(s);
+      unsetenv("TESSERA_CUDA_ATTN_TMA");
       unsetenv("TESSERA_CUDA_CUDNN");
       return a;
     };
     Session cpu(m, co);
     const std::vector<float> ref = both_chunks(cpu);
-    const std::vector<float> with = gpu_logits(true), without = gpu_logits(false);
+    const std::vector<float> by_default = gpu_logits(true, true);
+    expect_close(compare_rows(ref, by_default, 49152, tol), tol, "default prefill attention vs CPU, " + dtype);
+    const std::vector<float> with = gpu_logits(false, true), without = gpu_logits(false, false);
     expect_close(compare_rows(ref, with, 49152, tol), tol, "cuDNN prefill vs CPU, " + dtype);
     EXPECT_NE(with, without) << "TESSERA_CUDA_CUDNN=0 changed nothing: cuDNN was not used";
     EXPECT_LE(compare_rows(without, with, 49152, 1e-2).worst_rel, 1e-2);
