@@ -146,4 +146,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except RuntimeError as e:  # the bridge's reason (bad shape, CUDA failure) or torch's, as one line
+        sys.exit(f"error: {e}")

@@ -33,6 +33,7 @@ int tessera_attn_prefill_tma(int dtype, const void* q, long long ld_q, void* k, 
                              long long n_kv, long long hd, long long p0, long long t, void* out, long long n_head,
                              float scale, void* stream, char* err, int err_len) {
   try {
+    if (dtype != 0 && dtype != 1) throw std::invalid_argument("dtype must be 0 (bf16) or 1 (f16)");
     tessera::cuda::KvCacheView cache;
     cache.dtype = dtype == 0 ? tessera::DType::BF16 : tessera::DType::F16;
     cache.k = k;
