@@ -119,11 +119,15 @@ std::vector<float> run_cudnn(const Case& c, const Inputs& in, CudnnAttnWorkspace
 // bf16, 2^-12 for f16, far under those limits). q, K and V are rounded identically on every side.
 double limit_vs_exact(DType dtype) { return dtype == DType::BF16 ? 1e-2 : 3e-3; }
 
+// "bf16 hd 128 heads 32/8 t 64 p0 0 seq 1": the case, for traces and printed results.
+std::string describe(const Case& c) {
+  return std::string(dtype_name(c.dtype)) + " hd " + std::to_string(c.hd) + " heads " + std::to_string(c.n_head) + "/" +
+         std::to_string(c.n_kv) + " t " + std::to_string(c.t) + " p0 " + std::to_string(c.p0) + " seq " +
+         std::to_string(c.seq);
+}
+
 void print_worst(const char* what, const Case& c, double worst, double limit) {
-  std::printf("  %s %s hd %lld heads %lld/%lld t %lld p0 %lld seq %lld: worst row error %.2e (limit %.0e)\n", what,
-              std::string(dtype_name(c.dtype)).c_str(), static_cast<long long>(c.hd), static_cast<long long>(c.n_head),
-              static_cast<long long>(c.n_kv), static_cast<long long>(c.t), static_cast<long long>(c.p0),
-              static_cast<long long>(c.seq), worst, limit);
+  std::printf("  %s %s: worst row error %.2e (limit %.0e)\n", what, describe(c).c_str(), worst, limit);
 }
 
 // The CPU reference of every row of c, checked against o (limit_vs_exact); returns the worst row's error.
@@ -166,8 +170,7 @@ TEST(CudaAttnCudnn, MatchesReference) {
       {DType::F16, 128, 32, 8, 100, 0, 1},
   };
   for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " hd " << c.hd << " heads " << c.n_head << "/" << c.n_kv
-                                      << " t " << c.t << " p0 " << c.p0 << " seq " << c.seq);
+    SCOPED_TRACE(describe(c));
     Inputs in;
     make_inputs(c, rng, in);
     const auto o = run_cudnn(c, in, ws);
@@ -190,8 +193,7 @@ TEST(CudaAttnCudnn, MatchesAttnPrefill) {
       {DType::F16, 64, 32, 8, 777, 1000, 1},    // ragged chunk, f16
   };
   for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " hd " << c.hd << " heads " << c.n_head << "/" << c.n_kv
-                                      << " t " << c.t << " p0 " << c.p0 << " seq " << c.seq);
+    SCOPED_TRACE(describe(c));
     Inputs in;
     make_inputs(c, rng, in);
     check_vs_attn_prefill(c, in, run_cudnn(c, in, ws), "vs attn_prefill");
@@ -268,9 +270,7 @@ TEST(CudaAttnCudnn, EveryPlanMatchesReference) {
   };
   for (const TuneCase& tc : cases) {
     const Case& c = tc.c;
-    SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " hd " << c.hd << " heads " << c.n_head << "/" << c.n_kv
-                                      << " t " << c.t << " p0 " << c.p0 << " max_t " << tc.max_t << " autotune "
-                                      << tc.autotune);
+    SCOPED_TRACE(::testing::Message() << describe(c) << " max_t " << tc.max_t << " autotune " << tc.autotune);
     Inputs in;
     make_inputs(c, rng, in);
     if (tc.max_t > 0) fill_past_end(c, rng, in);
@@ -523,8 +523,7 @@ TEST(CudaAttnTma, MatchesReference) {
       {DType::F16, 64, 4, 4, 7, 37, 0},      {DType::BF16, 64, 32, 8, 1, 1000, 0},
   };
   for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " hd " << c.hd << " heads " << c.n_head << "/" << c.n_kv
-                                      << " t " << c.t << " p0 " << c.p0 << " seq " << c.seq);
+    SCOPED_TRACE(describe(c));
     Inputs in;
     make_inputs(c, rng, in);
     fill_past_end(c, rng, in);
@@ -548,8 +547,7 @@ TEST(CudaAttnTma, MatchesAttnPrefill) {
       {DType::F16, 64, 9, 3, 600, 1000, 1},     // ragged chunk after cached keys, hd 64, f16
   };
   for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << dtype_name(c.dtype) << " hd " << c.hd << " heads " << c.n_head << "/" << c.n_kv
-                                      << " t " << c.t << " p0 " << c.p0 << " seq " << c.seq);
+    SCOPED_TRACE(describe(c));
     Inputs in;
     make_inputs(c, rng, in);
     fill_past_end(c, rng, in);
