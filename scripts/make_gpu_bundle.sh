@@ -22,7 +22,7 @@
 #     pkg_check_modules (with .pc files rewritten to a relocatable prefix). Robust to the GPU machine's newer g++/glibc.
 #  2. Prebuilt (--prebuilt): binaries built here for sm_90a plus the shared libraries they need that the GPU machine
 #     lacks (libfmt, libcudart of this same CUDA 13.0). glibc and libstdc++ there are newer than here, so binaries
-#     built here run there; no compile time is spent on the device. cuBLASLt (linked, unused so far) comes from the
+#     built here run there; no compile time is spent on the device. cuBLASLt (opened at run time) comes from the
 #     CUDA toolkit there.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -43,10 +43,11 @@ bundle_cudnn() {
   if [ -z "$fe" ]; then
     # The pinned frontend wheel, fetched once into the cache (PyPI; only its headers are used).
     local cache="$HOME/.cache/tessera/cudnn"
-    fe=$(ls "$cache"/nvidia_cudnn_frontend-1.32.0-*.whl /tmp/cudnn_probe/nvidia_cudnn_frontend-*.whl 2>/dev/null | head -1)
+    # compgen lists what matches and nothing else: `ls` of a missing folder fails, which pipefail made fatal.
+    fe=$(compgen -G "$cache/nvidia_cudnn_frontend-1.32.0-*.whl" | head -1 || true)
     if [ -z "$fe" ]; then
       mkdir -p "$cache" && python3 -m pip download -q --no-deps nvidia-cudnn-frontend==1.32.0 -d "$cache" >&2 || true
-      fe=$(ls "$cache"/nvidia_cudnn_frontend-1.32.0-*.whl 2>/dev/null | head -1)
+      fe=$(compgen -G "$cache/nvidia_cudnn_frontend-1.32.0-*.whl" | head -1 || true)
     fi
   fi
   if [ -z "$fe" ] || ! ls "$inc"/cudnn_version.h > /dev/null 2>&1; then

@@ -9,7 +9,14 @@ std::vector<DeviceInfo> list_devices(std::string* why) {
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess) {
-    if (why) *why = cudaGetErrorString(err);
+    // The runtime says "CUDA driver version is insufficient for CUDA runtime version" when no driver is installed at
+    // all (libcuda.so.1 absent), which reads as an upgrade request; name the common cause first.
+    if (why) {
+      if (err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice)
+        *why = std::string("no NVIDIA GPU or driver found (") + cudaGetErrorString(err) + ")";
+      else
+        *why = cudaGetErrorString(err);
+    }
     (void)cudaGetLastError();  // clear the sticky error so later calls start clean
     return out;
   }
@@ -29,7 +36,7 @@ std::vector<DeviceInfo> list_devices(std::string* why) {
     d.memory_bandwidth_gbps = 2.0 * clock_khz * 1e3 * (bus_bits / 8.0) / 1e9;
     out.push_back(d);
   }
-  if (out.empty() && why) *why = "no CUDA device found";
+  if (out.empty() && why) *why = "no NVIDIA GPU or driver found";
   return out;
 }
 
