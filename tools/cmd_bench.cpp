@@ -105,12 +105,7 @@ std::vector<double> time_runs(int repeats, const std::function<void()>& run) {
 }
 
 void validate(const BenchFlags& f) {
-#ifdef TESSERA_HAVE_CUDA
-  // Whole-model runs go through the session's CUDA backend; ceilings (--ceilings) are measured on the CPU only.
-  if (f.device != "cuda" || f.ceilings_only) check_device(f.device);
-#else
   check_device(f.device);
-#endif
   if (f.repeats < 1 || f.repeats > 1000) throw Error(fmt::format("-r {} must be between 1 and 1000", f.repeats));
   if (f.threads < 0) throw Error(fmt::format("-t {} must not be negative (0: all cores)", f.threads));
   if (f.ceiling_mib < 1) throw Error(fmt::format("--ceiling-mib {} must be positive", f.ceiling_mib));

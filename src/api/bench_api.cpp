@@ -21,11 +21,7 @@
 #include <thread>
 
 #include "api/model_impl.h"
-#ifdef TESSERA_HAVE_CUDA
-#include "backends/cuda/backend_cuda.h"
-#include "backends/cuda/ceilings.h"
-#include "backends/cuda/kernels.h"
-#endif
+#include "backends/backend.h"
 #include "backends/cpu/kernels.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -86,21 +82,7 @@ WorkCost work_cost(const GraphView& view) {
   return c;
 }
 
-void check_device(const std::string& device) {
-  if (device == "cpu") return;
-  if (device == "cuda") {
-#ifdef TESSERA_HAVE_CUDA
-    std::string why;
-    TESSERA_CHECK(cuda::cuda_available(&why), "device 'cuda' is not available: {}", why);
-    return;
-#else
-    fail(
-        "--device cuda: this tessera was not built with CUDA support (configure with -DTESSERA_CUDA=ON on a machine "
-        "with nvcc)");
-#endif
-  }
-  fail("unknown device '{}' (expected cpu or cuda)", device);
-}
+void check_device(const std::string& device) { (void)backend::get(device); }
 
 uint64_t peak_host_bytes() {
   rusage u{};
@@ -394,22 +376,25 @@ Ceilings measure_ceilings(const CeilingOptions& o) {
                 "bandwidth buffer of {} bytes must be between 1 MiB and 1 TiB", o.buffer_bytes);
   Ceilings c;
   c.device = o.device;
-#ifdef TESSERA_HAVE_CUDA
-  if (o.device == "cuda") {
-    std::vector<DType> dtypes;
+  if (o.device != "cpu") {
+    backend::CeilingsRequest r;
+    r.buffer_bytes = o.buffer_bytes;
+    r.repeats = o.repeats;
+    r.bandwidth = o.bandwidth;
+    r.gemm = o.gemm;
+    const backend::Backend& b = backend::get(o.device);
     for (const std::string& name : o.gemm_dtypes) {
       const std::optional<DType> dt = dtype_from_name(name);
-      TESSERA_CHECK(dt.has_value() && cuda::gemv_supports(*dt),
-                    "dtype '{}' has no CUDA kernel to measure (f32, f16, bf16, q8_0, q4_0, q4_1 have)", name);
-      dtypes.push_back(*dt);
+      TESSERA_CHECK(dt.has_value() && b.native_weight_format(*dt), "dtype '{}' has no {} kernel to measure", name,
+                    o.device);
+      r.dtypes.push_back(*dt);
     }
-    const cuda::CudaCeilings cc = cuda::measure_cuda_ceilings(o.buffer_bytes, o.repeats, dtypes, o.bandwidth, o.gemm);
-    c.cpu_name = cc.gpu_name;
-    for (const auto& b : cc.bandwidth) c.bandwidth.push_back({b.name, b.bytes, summarize(b.gbps)});
-    for (const auto& g : cc.gemm) c.gemm.push_back({g.dtype, g.kernel, g.m, g.n, g.k, summarize(g.tflops)});
+    const backend::Ceilings dc = b.measure_ceilings(r);
+    c.cpu_name = dc.device_name;
+    for (const auto& x : dc.bandwidth) c.bandwidth.push_back({x.name, x.bytes, summarize(x.gbps)});
+    for (const auto& g : dc.gemm) c.gemm.push_back({g.dtype, g.kernel, g.m, g.n, g.k, summarize(g.tflops)});
     return c;
   }
-#endif
   c.cpu_name = read_cpu_name();
   ThreadPool pool(o.n_threads);
   c.n_threads = pool.n_threads();

@@ -26,9 +26,9 @@ Session::Session(const Model& model, const SessionOptions& options) : impl_(std:
   TESSERA_CHECK(model.loaded(), "no model is loaded");
   impl_->model = model;
   impl_->options = options;
-  const Model::Impl& m = *model.impl();
+  Model::Impl& m = *model.impl();
   const runtime::EngineOptions eo = runtime::resolve_options(options, m.weights.config());
-  impl_->engine = std::make_unique<runtime::Engine>(m.weights, m.weight_cache, eo);
+  impl_->engine = std::make_unique<runtime::Engine>(m.weights, m.weight_store(eo.device), eo);
 }
 
 Session::~Session() = default;

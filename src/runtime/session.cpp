@@ -21,8 +21,6 @@ namespace {
 constexpr int64_t kMaxBatch = 1 << 14;
 constexpr int64_t kMaxSeq = 1024;
 constexpr int64_t kDefaultCtxWithoutMetadata = 4096;
-// Plans kept beyond the decode and full-batch ones (prompt remainders of other lengths).
-constexpr size_t kMaxPlans = 6;
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -70,49 +68,33 @@ EngineOptions resolve_options(const SessionOptions& o, const ModelConfig& c) {
   } else {
     fail("kv cache type '{}' is not supported (f16 or f32)", o.kv_dtype);
   }
-  if (o.device == "cuda") {
-#ifndef TESSERA_HAVE_CUDA
-    fail("device 'cuda' is not available: this build of Tessera has no CUDA backend (nvcc was not found at configure "
-         "time)");
-#else
-    std::string why;
-    TESSERA_CHECK(cuda::cuda_available(&why), "device 'cuda' is not available: {}", why);
-    TESSERA_CHECK(!o.reference, "the reference path runs on the CPU only, not on device 'cuda'");
-    // f32 is opt-in on the GPU too (f32 models keep f32 precision; the default stays f16: half the cache bytes).
-    TESSERA_CHECK(e.kv_dtype == DType::F16 || e.kv_dtype == DType::F32,
-                  "kv cache type '{}' is not supported on device 'cuda' (f16 or f32)", o.kv_dtype);
-    e.cuda = true;
-#endif
-  } else {
-    TESSERA_CHECK(o.device == "cpu", "device '{}' is not supported (cpu or cuda)", o.device);
-  }
+  // The registry says why a device cannot run here (unknown, not built in, no GPU or driver); the backend checks
+  // the rest of the options against what it can do when the session opens.
+  const backend::Backend& dev = backend::get(o.device);
+  TESSERA_CHECK(!o.reference || dev.capabilities().reference_mode,
+                "the reference path runs on the CPU only, not on device '{}'", o.device);
+  e.device = o.device;
   return e;
 }
 
-Engine::Engine(ModelWeights weights, std::shared_ptr<cpu::WeightCache> cache, const EngineOptions& options)
-    : w_(std::move(weights)),
-      o_(options),
-      backend_(cpu::BackendOptions{options.n_threads, options.reference}, std::move(cache)) {
+Engine::Engine(ModelWeights weights, std::shared_ptr<backend::WeightStore> store, const EngineOptions& options)
+    : w_(std::move(weights)), o_(options) {
   const size_t n_seq = static_cast<size_t>(o_.n_seq);
   tokens_.resize(n_seq);
   logits_.assign(n_seq, std::vector<float>(static_cast<size_t>(w_.config().n_vocab), 0.0f));
   has_logits_.assign(n_seq, false);
-#ifdef TESSERA_HAVE_CUDA
-  if (o_.cuda) {
-    // Uploading every weight now keeps it out of the first prompt's timing.
-    cuda_shared_ = std::make_shared<cuda::CudaShared>(o_.n_seq, std::max(o_.n_batch, o_.n_seq));
-    cuda_ = std::make_unique<cuda::CudaDecoder>(build_graph(1, 0, false), cuda_shared_);
-    const char* e = std::getenv("TESSERA_CUDA_SAMPLE");
-    device_sample_ = e == nullptr || std::string_view(e) != "0";
-    return;
-  }
-#endif
-  const ModelConfig& c = w_.config();
-  for (size_t s = 0; s < n_seq; ++s)
-    kv_.push_back(std::make_unique<KvCache>(c.n_layers, c.n_head_kv, o_.n_ctx, c.head_dim, o_.kv_dtype));
-  // Compiling the decode plan prepares (repacks) every weight now, so the first prompt's timing measures the
-  // forward pass alone.
-  plan_for(1, false, 0);
+  const backend::Backend& b = backend::get(o_.device);
+  caps_ = b.capabilities();
+  if (!store) store = b.make_weight_store();
+  backend::SessionConfig c;
+  c.n_ctx = o_.n_ctx;
+  c.n_batch = o_.n_batch;
+  c.n_seq = o_.n_seq;
+  c.n_threads = o_.n_threads;
+  c.reference = o_.reference;
+  c.kv_dtype = o_.kv_dtype;
+  c.build_graph = [this](int64_t n_tokens, bool all_logits) { return build_graph(n_tokens, 0, all_logits); };
+  dev_ = b.open(c, std::move(store));
 }
 
 graph::Graph Engine::build_graph(int64_t n_tokens, int64_t n_past, bool all_logits) const {
@@ -133,61 +115,9 @@ const std::vector<int32_t>& Engine::tokens(int64_t seq) const {
   return tokens_[static_cast<size_t>(seq)];
 }
 
-std::vector<uint64_t>* Engine::profile_slot(int64_t n_tokens) { return profiling_ ? &profile_[n_tokens] : nullptr; }
-
-cpu::Plan& Engine::plan_for(int64_t n_tokens, bool all_logits, int64_t seq) {
-  const auto key = std::make_tuple(n_tokens, all_logits, seq);
-  auto it = plans_.find(key);
-  if (it == plans_.end()) {
-    // Decode plans of every slot and slot 0's full-batch plan stay; other chunk sizes come and go.
-    if (plans_.size() >= kMaxPlans + static_cast<size_t>(o_.n_seq))
-      for (auto p = plans_.begin(); p != plans_.end();) {
-        const auto [t, all, s] = p->first;
-        p = ((t == 1 && !all) || (t == o_.n_batch && !all && s == 0)) ? std::next(p) : plans_.erase(p);
-      }
-    it = plans_
-             .emplace(key, backend_.compile(build_graph(n_tokens, 0, all_logits),
-                                            kv_[static_cast<size_t>(seq)]->bindings()))
-             .first;
-  }
-  cpu::Plan& plan = *it->second;
-  if (std::vector<uint64_t>* v = profile_slot(n_tokens)) {
-    v->resize(plan.graph().nodes().size());
-    plan.node_ns = v;
-  } else {
-    plan.node_ns = nullptr;
-  }
-  return plan;
+void Engine::stepped_without_logits(std::span<const int32_t> seqs) {
+  for (int32_t sq : seqs) has_logits_[static_cast<size_t>(sq)] = false;
 }
-
-#ifdef TESSERA_HAVE_CUDA
-cuda::CudaRowsExecutor& Engine::cuda_batch(int64_t rows) {
-  auto& e = cuda_batch_[rows];
-  if (!e) e = std::make_unique<cuda::CudaRowsExecutor>(build_graph(rows, 0, true), cuda::RowsMode::BATCH, cuda_shared_);
-  return *e;
-}
-
-std::span<const float> Engine::cuda_chunk(int64_t seq, std::span<const int32_t> ids, bool all) {
-  const int64_t t = static_cast<int64_t>(ids.size());
-  const int64_t pos = n_past(seq);
-  if (t == 1 && seq == 0) {  // the decoder: merged GEMVs, CUDA graph replay
-    cuda_->set_profile(profile_slot(1));
-    return cuda_->decode(ids[0], pos);
-  }
-  if (t == 1) {  // another slot: a one-row batched decode step
-    cuda::CudaRowsExecutor& e = cuda_batch(1);
-    e.set_profile(profile_slot(1));
-    const int32_t s = static_cast<int32_t>(seq), p = static_cast<int32_t>(pos);
-    return e.decode_rows(ids, std::span<const int32_t>(&s, 1), std::span<const int32_t>(&p, 1));
-  }
-  // One executor compiled for n_batch rows serves every chunk length t <= n_batch and every position.
-  auto& e = cuda_prefill_[all ? 1 : 0];
-  if (!e) e = std::make_unique<cuda::CudaRowsExecutor>(build_graph(o_.n_batch, 0, all), cuda::RowsMode::PREFILL,
-                                                       cuda_shared_);
-  e->set_profile(profile_slot(t));
-  return e->prefill(ids, seq, pos);
-}
-#endif
 
 std::span<const float> Engine::eval_seq(int64_t seq, std::span<const int32_t> ids, float* all) {
   check_seq(seq);
@@ -201,21 +131,12 @@ std::span<const float> Engine::eval_seq(int64_t seq, std::span<const int32_t> id
     TESSERA_CHECK(id >= 0 && id < vocab, "token id {} is outside the vocabulary of {} tokens", id, vocab);
   const size_t s = static_cast<size_t>(seq);
   std::vector<int32_t>& toks = tokens_[s];
-  if (seq == 0) decoder_logits_ = false;
+  if (seq == 0) device_logits_ = false;
   for (int64_t done = 0; done < n;) {
     const int64_t chunk = std::min(o_.n_batch, n - done);
     const std::span<const int32_t> part = ids.subspan(static_cast<size_t>(done), static_cast<size_t>(chunk));
     has_logits_[s] = false;
-    const float* out = nullptr;
-#ifdef TESSERA_HAVE_CUDA
-    if (cuda_) out = cuda_chunk(seq, part, all != nullptr).data();
-#endif
-    if (out == nullptr) {
-      cpu::Plan& plan = plan_for(chunk, all != nullptr, seq);
-      std::memcpy(plan.input("tokens"), part.data(), static_cast<size_t>(chunk) * sizeof(int32_t));
-      backend_.execute(plan, n_past(seq));
-      out = plan.output("output");
-    }
+    const float* out = dev_->eval(seq, part, n_past(seq), all != nullptr).data();
     toks.insert(toks.end(), part.begin(), part.end());
     // A one-token chunk's logits are its only row, whichever graph ran it.
     const int64_t rows = all != nullptr ? chunk : 1;
@@ -245,36 +166,20 @@ void Engine::check_batch(std::span<const int32_t> ids, std::span<const int32_t> 
 
 std::vector<int32_t> Engine::decode_batch_greedy(std::span<const int32_t> ids, std::span<const int32_t> seqs) {
   check_batch(ids, seqs);
-  if (std::find(seqs.begin(), seqs.end(), 0) != seqs.end()) decoder_logits_ = false;  // slot 0 moves on
-#ifdef TESSERA_HAVE_CUDA
-  if (cuda_) {
-    std::vector<int32_t> out;
-    if (ids.size() == 1 && seqs[0] == 0) {  // the decoder (CUDA graph, merged GEMVs) and its device argmax
-      cuda_->set_profile(profile_slot(1));
-      out.push_back(cuda_->decode_argmax(ids[0], n_past(0)));
-      tokens_[0].push_back(ids[0]);
-      has_logits_[0] = false;
-      decoder_logits_ = true;  // logits(0) fetches them if asked
-      return out;
-    }
-    std::vector<int32_t> pos(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) pos[i] = static_cast<int32_t>(n_past(seqs[i]));
-    cuda::CudaRowsExecutor& e = cuda_batch(static_cast<int64_t>(ids.size()));
-    e.set_profile(profile_slot(1));
-    const std::span<const int32_t> r = e.decode_rows_argmax(ids, seqs, pos);
-    out.assign(r.begin(), r.end());
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const size_t sq = static_cast<size_t>(seqs[i]);
-      tokens_[sq].push_back(ids[i]);
-      has_logits_[sq] = false;  // only the argmax came back
-    }
+  if (!caps_.device_argmax) {
+    const std::span<const float> l = decode_batch(ids, seqs);
+    const size_t vocab = static_cast<size_t>(n_vocab());
+    std::vector<int32_t> out(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) out[i] = argmax_first(l.subspan(i * vocab, vocab));
     return out;
   }
-#endif
-  const std::span<const float> l = decode_batch(ids, seqs);
-  const size_t vocab = static_cast<size_t>(n_vocab());
-  std::vector<int32_t> out(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) out[i] = argmax_first(l.subspan(i * vocab, vocab));
+  std::vector<int32_t> pos(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) pos[i] = static_cast<int32_t>(n_past(seqs[i]));
+  std::vector<int32_t> out = dev_->decode_rows_argmax(ids, seqs, pos);
+  for (size_t i = 0; i < ids.size(); ++i) tokens_[static_cast<size_t>(seqs[i])].push_back(ids[i]);
+  stepped_without_logits(seqs);  // only the argmax came back
+  // A lone slot-0 step ran on the decoder, whose logits logits(0) can fetch; a batch's rows are gone.
+  device_logits_ = ids.size() == 1 && seqs[0] == 0;
   return out;
 }
 
@@ -283,18 +188,16 @@ int64_t Engine::decode_greedy_chain(int32_t first, int64_t n, const std::functio
   check_batch(std::span<const int32_t>(&first, 1), std::span<const int32_t>(&slot, 1));
   n = std::min(n, o_.n_ctx - n_past(0));
   if (n <= 0) return 0;
-#ifdef TESSERA_HAVE_CUDA
-  if (cuda_) {
-    decoder_logits_ = false;  // slot 0 moves on
+  if (caps_.chained_greedy) {
+    device_logits_ = false;  // slot 0 moves on
     has_logits_[0] = false;
-    cuda_->set_profile(profile_slot(1));
     std::vector<int32_t>& toks = tokens_[0];
     const size_t before = toks.size();
     toks.push_back(first);  // evaluated by the first step; each accepted argmax but the last is evaluated next
     int64_t calls = 0;
     int64_t evaluated = 0;
     try {
-      evaluated = cuda_->generate_greedy(first, static_cast<int64_t>(before), n, [&](int32_t id) {
+      evaluated = dev_->generate_greedy(first, static_cast<int64_t>(before), n, [&](int32_t id) {
         ++calls;
         if (!on_token(id)) return false;
         if (calls < n) toks.push_back(id);
@@ -304,10 +207,9 @@ int64_t Engine::decode_greedy_chain(int32_t first, int64_t n, const std::functio
       toks.resize(before);  // what was evaluated is unknown: the context goes back to before the call
       throw;
     }
-    decoder_logits_ = true;  // logits(0) fetches them if the device still holds them
+    device_logits_ = true;  // logits(0) fetches them if the device still holds them
     return evaluated;
   }
-#endif
   int64_t done = 0;
   for (int32_t t = first; done < n;) {
     t = decode_batch_greedy(std::span<const int32_t>(&t, 1), std::span<const int32_t>(&slot, 1))[0];
@@ -318,52 +220,51 @@ int64_t Engine::decode_greedy_chain(int32_t first, int64_t n, const std::functio
 }
 
 int32_t Engine::decode_sampled(int32_t token, Sampler& sampler) {
-#ifdef TESSERA_HAVE_CUDA
-  if (cuda_ && device_sample_) {
+  if (caps_.device_sampling) {
     const int32_t slot = 0;
     check_batch(std::span<const int32_t>(&token, 1), std::span<const int32_t>(&slot, 1));
     const SamplingOptions& so = sampler.options();
-    const cuda::DeviceSamplingParams p{so.temperature,       so.top_k,           so.top_p, so.min_p, so.repeat_penalty,
-                                       so.frequency_penalty, so.presence_penalty};
     std::vector<int32_t>& toks = tokens_[0];
     const int64_t pos = n_past(0);
-    decoder_logits_ = false;
-    has_logits_[0] = false;
     toks.push_back(token);  // the penalty window includes it, as the context after eval does for Sampler::sample
     pen_counts_.clear();
     if (so.repeat_penalty != 1.0f || so.frequency_penalty != 0.0f || so.presence_penalty != 0.0f)
       penalty_counts(toks, so.penalty_last_n, static_cast<size_t>(n_vocab()), pen_scratch_, pen_counts_);
-    std::pair<int32_t, int32_t> r;
+    backend::SampleRequest req{so.temperature,       so.top_k,           so.top_p,    so.min_p, so.repeat_penalty,
+                               so.frequency_penalty, so.presence_penalty, &pen_counts_, sampler.peek_uniform()};
+    std::optional<std::pair<int32_t, int32_t>> r;
+    device_logits_ = false;
+    has_logits_[0] = false;
     try {
-      cuda_->set_profile(profile_slot(1));
-      r = cuda_->decode_sample(token, pos, p, pen_counts_, sampler.peek_uniform());
+      r = dev_->decode_sample(token, pos, req);
     } catch (...) {
       toks.pop_back();
       throw;
     }
-    decoder_logits_ = true;  // logits(0) fetches them if asked
-    // Sampler::sample draws a number only when more than one candidate is left; greedy on all-NaN logits gives 0.
-    if (r.second > 1) sampler.take_uniform();
-    TESSERA_CHECK(r.second > 0 || so.temperature <= 0, "sampling: every logit is NaN");
-    return r.first;
+    if (r) {
+      device_logits_ = true;  // logits(0) fetches them if asked
+      // Sampler::sample draws a number only when more than one candidate is left; greedy on all-NaN logits gives 0.
+      if (r->second > 1) sampler.take_uniform();
+      TESSERA_CHECK(r->second > 0 || so.temperature <= 0, "sampling: every logit is NaN");
+      return r->first;
+    }
+    toks.pop_back();  // the backend declined (sampling on the host by option): nothing was evaluated
   }
-#endif
   const std::span<const float> l = eval(std::span<const int32_t>(&token, 1));
   return sampler.sample(l, tokens_[0]);
 }
 
 std::span<const float> Engine::decode_batch(std::span<const int32_t> ids, std::span<const int32_t> seqs) {
   check_batch(ids, seqs);
-  if (std::find(seqs.begin(), seqs.end(), 0) != seqs.end()) decoder_logits_ = false;  // slot 0 moves on
+  if (std::find(seqs.begin(), seqs.end(), 0) != seqs.end()) device_logits_ = false;  // slot 0 moves on
   const int64_t b = static_cast<int64_t>(ids.size());
   const int64_t vocab = n_vocab();
-#ifdef TESSERA_HAVE_CUDA
-  if (cuda_) {
+  if (caps_.batched_decode) {
     std::vector<int32_t> pos(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) pos[i] = static_cast<int32_t>(n_past(seqs[i]));
-    for (int32_t sq : seqs) has_logits_[static_cast<size_t>(sq)] = false;
+    stepped_without_logits(seqs);
     // The executor's pinned buffer is returned as is: it stays valid until that executor's next step.
-    const std::span<const float> out = cuda_batch(b).decode_rows(ids, seqs, pos);
+    const std::span<const float> out = dev_->decode_rows(ids, seqs, pos);
     for (size_t i = 0; i < ids.size(); ++i) {
       const size_t sq = static_cast<size_t>(seqs[i]);
       tokens_[sq].push_back(ids[i]);
@@ -373,7 +274,6 @@ std::span<const float> Engine::decode_batch(std::span<const int32_t> ids, std::s
     }
     return out;
   }
-#endif
   batch_logits_.resize(static_cast<size_t>(b * vocab));
   // The CPU runs the rows one after another (correct, not fast): each through its slot's decode plan.
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -387,16 +287,14 @@ std::span<const float> Engine::decode_batch(std::span<const int32_t> ids, std::s
 std::span<const float> Engine::logits(int64_t seq) {
   check_seq(seq);
   const size_t s = static_cast<size_t>(seq);
-#ifdef TESSERA_HAVE_CUDA
-  if (s == 0 && !has_logits_[0] && decoder_logits_ && cuda_) {
-    const std::span<const float> l = cuda_->logits();  // empty when a dropped chained step overwrote them
+  if (s == 0 && !has_logits_[0] && device_logits_) {
+    const std::span<const float> l = dev_->last_logits();  // empty when a dropped chained step overwrote them
     if (l.size() == logits_[0].size()) {
       std::memcpy(logits_[0].data(), l.data(), l.size() * sizeof(float));
       has_logits_[0] = true;
     }
-    decoder_logits_ = false;
+    device_logits_ = false;
   }
-#endif
   return has_logits_[s] ? std::span<const float>(logits_[s]) : std::span<const float>();
 }
 
@@ -406,12 +304,7 @@ void Engine::truncate(int64_t seq, int64_t n) {
   if (n >= n_past(seq)) return;
   tokens_[static_cast<size_t>(seq)].resize(static_cast<size_t>(n));
   has_logits_[static_cast<size_t>(seq)] = false;  // the logits belonged to a token that is gone
-  if (seq == 0) decoder_logits_ = false;
-}
-
-std::vector<uint64_t> Engine::profile_ns(int64_t n_tokens) const {
-  auto it = profile_.find(n_tokens);
-  return it == profile_.end() ? std::vector<uint64_t>{} : it->second;
+  if (seq == 0) device_logits_ = false;
 }
 
 // ---------------------------------------------------------------------------------------------------------------------

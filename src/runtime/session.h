@@ -8,15 +8,12 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <tuple>
 #include <vector>
 
-#include "backends/cpu/backend.h"
-#ifdef TESSERA_HAVE_CUDA
-#include "backends/cuda/backend_cuda.h"
-#endif
+#include "backends/backend.h"
 #include "models/model_weights.h"
-#include "runtime/kv_cache.h"
 #include "runtime/sampler.h"
 #include "tessera/session.h"
 #include "tessera/tokenizer.h"
@@ -29,7 +26,7 @@ struct EngineOptions {
   int n_threads = 0;
   bool reference = false;
   DType kv_dtype = DType::F16;
-  bool cuda = false;  // run on the CUDA backend (prefill executor, decoder, batched decode)
+  std::string device = "cpu";  // the backend (backends/backend.h registry) that runs the session
   int64_t n_seq = 1;  // sequence slots, each with its own cache and tokens
 };
 
@@ -38,7 +35,8 @@ EngineOptions resolve_options(const SessionOptions& o, const ModelConfig& c);
 
 class Engine {
  public:
-  Engine(ModelWeights weights, std::shared_ptr<cpu::WeightCache> cache, const EngineOptions& options);
+  // store: the model's weights on options.device, shared by its sessions (null: a store private to this engine).
+  Engine(ModelWeights weights, std::shared_ptr<backend::WeightStore> store, const EngineOptions& options);
 
   const EngineOptions& options() const { return o_; }
   const ModelWeights& weights() const { return w_; }
@@ -48,7 +46,7 @@ class Engine {
   // Slot 0 unless a slot is given; Error for a slot outside [0, n_seq).
   int64_t n_past(int64_t seq = 0) const { return static_cast<int64_t>(tokens(seq).size()); }
   const std::vector<int32_t>& tokens(int64_t seq = 0) const;
-  int n_threads() const { return backend_.n_threads(); }
+  int n_threads() const { return dev_->n_threads(); }
 
   // Appends ids to slot 0 (eval) or `seq` at its n_past in chunks of n_batch. Returns the last token's logits
   // [n_vocab]. With `all` set, also writes the logits of every token into all [ids.size() * n_vocab].
@@ -67,9 +65,9 @@ class Engine {
   // stop are dropped). Returns the tokens evaluated (= on_token calls). Errors as decode_batch_greedy.
   int64_t decode_greedy_chain(int32_t first, int64_t n, const std::function<bool(int32_t)>& on_token);
   // Appends `token` to slot 0 and draws the next token from its logits with `sampler` (whose penalties read slot 0's
-  // context, `token` included), as eval then sampler.sample would. On CUDA the draw runs on the device
-  // (CudaDecoder::decode_sample: only the token comes back, logits(0) fetches the logits if asked) unless
-  // TESSERA_CUDA_SAMPLE=0; the sampler's generator advances exactly as sample() would advance it. Errors as eval.
+  // context, `token` included), as eval then sampler.sample would. Where the backend draws on the device
+  // (CudaDecoder::decode_sample: only the token comes back, logits(0) fetches the logits if asked) it does; the
+  // sampler's generator advances exactly as sample() would advance it. Errors as eval.
   int32_t decode_sampled(int32_t token, Sampler& sampler);
   // The last token's logits of slot `seq` ([] when there are none: nothing evaluated, truncated, or a greedy batch
   // row on CUDA). After a greedy decoder step on CUDA (slot 0) they are fetched from the device on first call.
@@ -78,42 +76,26 @@ class Engine {
   void truncate(int64_t seq, int64_t n);
 
   graph::Graph build_graph(int64_t n_tokens, int64_t n_past, bool all_logits) const;
-  void set_profiling(bool on) { profiling_ = on; }
-  std::vector<uint64_t> profile_ns(int64_t n_tokens) const;
+  void set_profiling(bool on) { dev_->set_profiling(on); }
+  std::vector<uint64_t> profile_ns(int64_t n_tokens) const { return dev_->profile_ns(n_tokens); }
 
  private:
-  cpu::Plan& plan_for(int64_t n_tokens, bool all_logits, int64_t seq);
   void check_seq(int64_t seq) const;
   void check_batch(std::span<const int32_t> ids, std::span<const int32_t> seqs) const;
-  std::vector<uint64_t>* profile_slot(int64_t n_tokens);
-#ifdef TESSERA_HAVE_CUDA
-  // One chunk of slot `seq` on the GPU: the decoder (slot 0, one token), a one-row batch (other slots) or the
-  // prefill executor. Returns the logits of every row (all) or of the last.
-  std::span<const float> cuda_chunk(int64_t seq, std::span<const int32_t> ids, bool all);
-  cuda::CudaRowsExecutor& cuda_batch(int64_t rows);
-#endif
+  // Records a step that returned ids only for slots `seqs` (their logits stay on the device, or are gone).
+  void stepped_without_logits(std::span<const int32_t> seqs);
 
   ModelWeights w_;
   EngineOptions o_;
-  cpu::CpuBackend backend_;
-  std::vector<std::unique_ptr<KvCache>> kv_;  // per slot (CPU only)
+  backend::Capabilities caps_;
+  std::unique_ptr<backend::DeviceSession> dev_;
   std::vector<std::vector<int32_t>> tokens_;  // per slot
-  std::map<std::tuple<int64_t, bool, int64_t>, std::unique_ptr<cpu::Plan>> plans_;  // by (tokens, all, slot)
-  std::map<int64_t, std::vector<uint64_t>> profile_;                                // by chunk size
-  std::vector<std::vector<float>> logits_;  // per slot: [n_vocab] of its last token
+  std::vector<std::vector<float>> logits_;    // per slot: [n_vocab] of its last token
   std::vector<bool> has_logits_;
-  bool decoder_logits_ = false;  // CUDA: slot 0's last logits are in the decoder's device buffer, not yet fetched
+  bool device_logits_ = false;  // slot 0's last logits are on the device (an ids-only step), not yet fetched
   std::vector<float> batch_logits_;  // [B, n_vocab] of the last decode_batch
   std::vector<int32_t> pen_scratch_;  // decode_sampled's penalty window
   std::vector<std::pair<int32_t, int32_t>> pen_counts_;
-  bool device_sample_ = true;  // CUDA: decode_sampled draws on the device (TESSERA_CUDA_SAMPLE=0: on the host)
-  bool profiling_ = false;
-#ifdef TESSERA_HAVE_CUDA
-  std::shared_ptr<cuda::CudaShared> cuda_shared_;
-  std::unique_ptr<cuda::CudaDecoder> cuda_;
-  std::unique_ptr<cuda::CudaRowsExecutor> cuda_prefill_[2];  // last-row and all-row logits
-  std::map<int64_t, std::unique_ptr<cuda::CudaRowsExecutor>> cuda_batch_;  // by rows
-#endif
 };
 
 // Appends the prompt ids and generates (see tessera::Session::generate_tokens). `tokenizer` may be null: the text

@@ -19,13 +19,13 @@ namespace {
 const std::vector<int32_t> kIds{504, 3575, 282, 4649, 314, 7042, 30, 378, 1797, 1918, 553, 253};
 
 std::unique_ptr<Engine> make_engine(const ModelWeights& w, int64_t n_ctx, int64_t n_batch, bool reference,
-                                    std::shared_ptr<cpu::WeightCache> cache = nullptr) {
+                                    std::shared_ptr<backend::WeightStore> cache = nullptr) {
   SessionOptions so;
   so.n_ctx = n_ctx;
   so.n_batch = n_batch;
   so.n_threads = 2;
   so.reference = reference;
-  return std::make_unique<Engine>(w, cache ? cache : std::make_shared<cpu::WeightCache>(), resolve_options(so, w.config()));
+  return std::make_unique<Engine>(w, cache, resolve_options(so, w.config()));
 }
 
 std::vector<float> copy(std::span<const float> s) { return {s.begin(), s.end()}; }

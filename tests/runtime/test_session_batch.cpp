@@ -29,7 +29,7 @@ std::unique_ptr<Engine> make_engine(const ModelWeights& w, int64_t n_ctx, int64_
   so.n_batch = n_batch;
   so.n_threads = 2;
   so.n_seq = n_seq;
-  return std::make_unique<Engine>(w, std::make_shared<cpu::WeightCache>(), resolve_options(so, w.config()));
+  return std::make_unique<Engine>(w, nullptr, resolve_options(so, w.config()));
 }
 
 // max |a - b| / max |b|

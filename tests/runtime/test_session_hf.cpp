@@ -91,7 +91,7 @@ TEST_P(HfModel, MatchesNaiveForward) {
     so.n_batch = 4;
     so.n_threads = 2;
     so.reference = reference;
-    Engine e(w, std::make_shared<cpu::WeightCache>(), resolve_options(so, w.config()));
+    Engine e(w, nullptr, resolve_options(so, w.config()));
     const size_t V = size_t(s.n_vocab);
     std::vector<float> rows(ids.size() * V);
     e.eval(ids, rows.data());

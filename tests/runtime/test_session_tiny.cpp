@@ -112,7 +112,7 @@ TEST_P(TinyLlama, MatchesNaiveForward) {
   so.n_batch = cs.n_batch;
   so.n_threads = 2;
   so.reference = cs.reference;
-  Engine e(w, std::make_shared<cpu::WeightCache>(), resolve_options(so, w.config()));
+  Engine e(w, nullptr, resolve_options(so, w.config()));
   // Prefill the first 7 tokens with every position's logits, then decode the rest one by one.
   const size_t V = size_t(m.c.n_vocab);
   std::vector<float> rows(7 * V);

@@ -1,4 +1,4 @@
-#include "runtime/kv_cache.h"
+#include "backends/cpu/kv_cache.h"
 
 #include <sys/mman.h>
 
@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 
-namespace tessera::runtime {
+namespace tessera::cpu {
 
 KvCache::KvCache(int64_t n_layers, int64_t n_head_kv, int64_t n_ctx, int64_t head_dim, DType dtype)
     : n_layers_(n_layers), n_ctx_(n_ctx), dtype_(dtype) {
@@ -32,8 +32,8 @@ KvCache::~KvCache() {
 void* KvCache::k(int64_t layer) const { return data_ + per_tensor_ * uint64_t(2 * layer); }
 void* KvCache::v(int64_t layer) const { return data_ + per_tensor_ * uint64_t(2 * layer + 1); }
 
-std::vector<cpu::StateBinding> KvCache::bindings() const {
-  std::vector<cpu::StateBinding> b;
+std::vector<StateBinding> KvCache::bindings() const {
+  std::vector<StateBinding> b;
   for (int64_t l = 0; l < n_layers_; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     b.push_back({p + "cache_k", k(l)});
@@ -42,4 +42,4 @@ std::vector<cpu::StateBinding> KvCache::bindings() const {
   return b;
 }
 
-}  // namespace tessera::runtime
+}  // namespace tessera::cpu

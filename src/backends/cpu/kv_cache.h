@@ -10,7 +10,7 @@
 #include "backends/cpu/backend.h"
 #include "core/dtype.h"
 
-namespace tessera::runtime {
+namespace tessera::cpu {
 
 class KvCache {
  public:
@@ -25,7 +25,7 @@ class KvCache {
   void* k(int64_t layer) const;
   void* v(int64_t layer) const;
   // Names the llama graph gives its cache tensors ("blk.N.cache_k", "blk.N.cache_v") bound to this storage.
-  std::vector<cpu::StateBinding> bindings() const;
+  std::vector<StateBinding> bindings() const;
 
  private:
   int64_t n_layers_, n_ctx_;
@@ -35,4 +35,4 @@ class KvCache {
   uint8_t* data_ = nullptr;
 };
 
-}  // namespace tessera::runtime
+}  // namespace tessera::cpu

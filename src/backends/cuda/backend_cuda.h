@@ -33,9 +33,13 @@ struct CudaBackendOptions {
 // weights of merged matmuls by their members, the KV caches ("blk.N.cache_k"/"cache_v", each [n_seq, n_kv, n_ctx, hd]
 // f16 or bf16, allocated by the first graph that names them), the stream every executor launches on (so executors
 // never overlap and can share workspaces), and the matmul workspace for up to max_rows rows.
+struct DeviceWeights;  // executor_common.h
+
 class CudaShared {
  public:
-  CudaShared(int64_t n_seq, int64_t max_rows, const CudaBackendOptions& options = {});
+  // weights: the model's device weights, shared with the model's other sessions (null: private to this one).
+  CudaShared(int64_t n_seq, int64_t max_rows, const CudaBackendOptions& options = {},
+             std::shared_ptr<DeviceWeights> weights = nullptr);
   ~CudaShared();
   CudaShared(const CudaShared&) = delete;
   CudaShared& operator=(const CudaShared&) = delete;

@@ -21,14 +21,23 @@ namespace tessera::cuda {
 
 bool is_quantized_dtype(DType t);
 
+// One model's weights on the device (by host data pointer; tied embeddings share one) and its stacked weights of
+// merged matmuls (by their members' host pointers): uploaded once per model, shared by every session's CudaShared.
+struct DeviceWeights {
+  std::unordered_map<const void*, DeviceWeight> weights;
+  std::map<std::vector<const void*>, std::unique_ptr<DeviceWeight>> stacks;
+};
+
 struct CudaShared::Impl {
+  explicit Impl(std::shared_ptr<DeviceWeights> w) : store(w ? std::move(w) : std::make_shared<DeviceWeights>()) {}
+  std::shared_ptr<DeviceWeights> store;
   int64_t n_seq = 1;
   int64_t max_rows = 1;
   CudaBackendOptions options;
   bool fuse = true;  // merge matmuls sharing an input and fold residual adds (TESSERA_CUDA_FUSE=0: off)
   cudaStream_t stream = nullptr;
-  std::unordered_map<const void*, DeviceWeight> weights;                    // by host data pointer
-  std::map<std::vector<const void*>, std::unique_ptr<DeviceWeight>> stacks;  // by member weights' host pointers
+  std::unordered_map<const void*, DeviceWeight>& weights = store->weights;
+  std::map<std::vector<const void*>, std::unique_ptr<DeviceWeight>>& stacks = store->stacks;
   struct Cache {
     DType dtype = DType::F16;
     int64_t n_kv = 0, n_ctx = 0, hd = 0;

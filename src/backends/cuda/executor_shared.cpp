@@ -138,8 +138,9 @@ CudaShared::Impl& shared_impl(std::shared_ptr<CudaShared>& shared, const CudaBac
   return shared->impl();
 }
 
-CudaShared::CudaShared(int64_t n_seq, int64_t max_rows, const CudaBackendOptions& options)
-    : impl_(std::make_unique<Impl>()) {
+CudaShared::CudaShared(int64_t n_seq, int64_t max_rows, const CudaBackendOptions& options,
+                       std::shared_ptr<DeviceWeights> weights)
+    : impl_(std::make_unique<Impl>(std::move(weights))) {
   TESSERA_CHECK(n_seq >= 1, "cuda backend: the sequence count {} must be positive", n_seq);
   TESSERA_CHECK(max_rows >= 1, "cuda backend: the row count {} must be positive", max_rows);
   std::string why;

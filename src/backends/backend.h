@@ -1,0 +1,187 @@
+// The one interface every backend implements, and the registry the runtime finds them in. The runtime (Engine) knows
+// no device: it asks the registry for a backend by name, gets one weight store per model from it (made once, shared
+// by every session of that model) and opens a DeviceSession per session, which owns the KV caches of its sequence
+// slots and the compiled graphs, and runs steps that return what the caller wants back: logits, argmaxes, or a token
+// drawn on the device.
+//
+// Plain C++ (no CUDA types): the runtime includes it without compiling device code. Optional capabilities have
+// default implementations in terms of eval(), so a backend implements what it does better and inherits the rest.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "graph/graph.h"
+
+namespace tessera::backend {
+
+// What a backend does natively (the runtime picks paths by these, never by device name).
+struct Capabilities {
+  bool device_argmax = false;    // decode_rows_argmax / generate_greedy keep the logits on the device
+  bool device_sampling = false;  // decode_sample draws on the device
+  bool chained_greedy = false;   // generate_greedy queues steps without a host round trip per token
+  bool batched_decode = false;   // decode_rows runs B sequences in one step (not one after another)
+  bool reference_mode = false;   // can run the scalar reference kernels (SessionConfig::reference)
+};
+
+// The model's weights as one backend holds them (repacked on the CPU, uploaded on a GPU): made once per model and
+// backend, shared by every session.
+class WeightStore {
+ public:
+  virtual ~WeightStore() = default;
+  virtual uint64_t bytes() const = 0;  // bytes held beyond the mapped file
+};
+
+// How a session's graphs are built: T tokens, logits of every row or of the last.
+using GraphBuilder = std::function<graph::Graph(int64_t n_tokens, bool all_logits)>;
+
+struct SessionConfig {
+  int64_t n_ctx = 0;    // positions per sequence slot
+  int64_t n_batch = 0;  // rows per prefill chunk (eval never gets more)
+  int64_t n_seq = 1;    // sequence slots, each with its own KV cache
+  int n_threads = 0;    // host threads (0: one per hardware thread)
+  bool reference = false;
+  DType kv_dtype = DType::F16;
+  GraphBuilder build_graph;
+};
+
+// One device-side draw (the sampler chain of runtime::Sampler): the window's penalty counts as
+// runtime::penalty_counts gives them, and u, the uniform number the host's generator would draw next.
+struct SampleRequest {
+  float temperature = 0.8f;
+  int32_t top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  const std::vector<std::pair<int32_t, int32_t>>* penalties = nullptr;
+  double u = 0;
+};
+
+// A session's state on one backend. Positions are given by the caller (the runtime keeps the tokens): a slot's cache
+// holds positions [0, pos) when a step at pos runs; truncating is only the caller moving pos back.
+class DeviceSession {
+ public:
+  virtual ~DeviceSession() = default;
+
+  // Evaluates ids (1 <= t <= n_batch tokens) of slot `seq` at positions [pos, pos + t). Returns the logits of every
+  // row [t, n_vocab] (all_rows) or of the last [n_vocab], valid until the next call.
+  virtual std::span<const float> eval(int64_t seq, std::span<const int32_t> ids, int64_t pos, bool all_rows) = 0;
+
+  // Batched decode: row r evaluates ids[r] in slot seqs[r] (distinct) at position pos[r]. Logits [B, n_vocab].
+  virtual std::span<const float> decode_rows(std::span<const int32_t> ids, std::span<const int32_t> seqs,
+                                             std::span<const int32_t> pos) {
+    const size_t vocab = static_cast<size_t>(n_vocab());
+    rows_.resize(ids.size() * vocab);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const std::span<const float> l = eval(seqs[i], ids.subspan(i, 1), pos[i], false);
+      std::copy(l.begin(), l.end(), rows_.begin() + static_cast<std::ptrdiff_t>(i * vocab));
+    }
+    return rows_;
+  }
+  // The same step returning each row's argmax (the first on ties) instead of logits.
+  virtual std::vector<int32_t> decode_rows_argmax(std::span<const int32_t> ids, std::span<const int32_t> seqs,
+                                                  std::span<const int32_t> pos) {
+    const std::span<const float> l = decode_rows(ids, seqs, pos);
+    const size_t vocab = static_cast<size_t>(n_vocab());
+    std::vector<int32_t> out(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto row = l.subspan(i * vocab, vocab);
+      out[i] = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+    }
+    return out;
+  }
+  // Greedy decoding of slot 0 from `token` at `pos`: at most n steps; on_token gets each step's argmax and returns
+  // whether to go on. Returns the steps accepted (tokens evaluated). Backends with chained_greedy run ahead of the
+  // host and drop the steps queued past a stop.
+  virtual int64_t generate_greedy(int32_t token, int64_t pos, int64_t n, const std::function<bool(int32_t)>& on_token) {
+    int64_t done = 0;
+    const int32_t slot = 0;
+    for (int32_t t = token; done < n;) {
+      const int32_t p = static_cast<int32_t>(pos + done);
+      t = decode_rows_argmax(std::span<const int32_t>(&t, 1), std::span<const int32_t>(&slot, 1),
+                             std::span<const int32_t>(&p, 1))[0];
+      ++done;
+      if (!on_token(t)) break;
+    }
+    return done;
+  }
+  // Slot 0 evaluates `token` at `pos`, then draws from its logits on the device: {token, candidates} (candidates 1:
+  // the host's generator must not advance; 0: every logit was NaN). nullopt when the backend cannot draw (the caller
+  // then evaluates and samples on the host; nothing was evaluated).
+  virtual std::optional<std::pair<int32_t, int32_t>> decode_sample(int32_t /*token*/, int64_t /*pos*/,
+                                                                    const SampleRequest& /*r*/) {
+    return std::nullopt;
+  }
+  // Slot 0's logits after a step that returned only ids (argmax, sample, generate_greedy), fetched now; empty when
+  // the device no longer holds them.
+  virtual std::span<const float> last_logits() { return {}; }
+
+  // Per-node wall time of every step of `n_tokens` rows, added into a vector of the graph's size (profile).
+  virtual void set_profiling(bool on) = 0;
+  virtual std::vector<uint64_t> profile_ns(int64_t n_tokens) const = 0;
+
+  virtual int64_t n_vocab() const = 0;
+  virtual int n_threads() const = 0;
+
+ private:
+  std::vector<float> rows_;
+};
+
+// The GPU's (or host's) measured limits for `tessera bench --ceilings`: bandwidths and matmul rates per repeat.
+struct Ceilings {
+  std::string device_name;
+  struct Bandwidth {
+    std::string name;
+    uint64_t bytes = 0;
+    std::vector<double> gbps;
+  };
+  struct Gemm {
+    std::string dtype, kernel;
+    int64_t m = 0, n = 0, k = 0;
+    std::vector<double> tflops;
+  };
+  std::vector<Bandwidth> bandwidth;
+  std::vector<Gemm> gemm;
+};
+struct CeilingsRequest {
+  uint64_t buffer_bytes = 1ull << 30;
+  int repeats = 5;
+  std::vector<DType> dtypes;  // empty: the backend's own list
+  bool bandwidth = true, gemm = true;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // Whether it can run here (a GPU and driver present); `why` gets one sentence when not.
+  virtual bool available(std::string* why) const = 0;
+  virtual Capabilities capabilities() const = 0;
+  // Whether a weight in `dtype` runs natively; others are converted at load (see quant's format traits).
+  virtual bool native_weight_format(DType dtype) const = 0;
+  virtual std::shared_ptr<WeightStore> make_weight_store() const = 0;
+  // Error naming the node or option at fault when the model cannot run here.
+  virtual std::unique_ptr<DeviceSession> open(const SessionConfig& config,
+                                              std::shared_ptr<WeightStore> weights) const = 0;
+  // Measured limits; Error when the backend has none to measure.
+  virtual Ceilings measure_ceilings(const CeilingsRequest& request) const = 0;
+};
+
+// The backend named `name` ("cpu", "cuda"), ready to run. Error naming the backends there are when no backend has
+// that name, or saying in one sentence why it cannot run here (no GPU or driver, not built in).
+const Backend& get(std::string_view name);
+// Names of the backends compiled in, whether usable here or not.
+std::vector<std::string> names();
+
+}  // namespace tessera::backend

@@ -1,0 +1,131 @@
+#include "backends/cpu/session_cpu.h"
+
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include "backends/cpu/backend.h"
+#include "backends/cpu/kv_cache.h"
+#include "core/error.h"
+
+namespace tessera::cpu {
+
+namespace {
+
+// Plans kept beyond the decode and full-batch ones (prompt remainders of other lengths).
+constexpr size_t kMaxPlans = 6;
+
+class CpuWeightStore : public backend::WeightStore {
+ public:
+  uint64_t bytes() const override { return cache->bytes(); }
+  std::shared_ptr<WeightCache> cache = std::make_shared<WeightCache>();
+};
+
+class CpuSession : public backend::DeviceSession {
+ public:
+  CpuSession(const backend::SessionConfig& c, std::shared_ptr<WeightCache> weights)
+      : c_(c), backend_(BackendOptions{c.n_threads, c.reference}, std::move(weights)) {
+    // The caches' shapes are the graph's: one K and one V [n_kv, n_ctx, head_dim] per layer.
+    const graph::Graph g = c_.build_graph(1, false);
+    int64_t layers = 0, n_kv = 0, hd = 0;
+    for (const graph::Tensor& t : g.tensors())
+      if (t.kind == graph::TensorKind::KV_CACHE) {
+        ++layers;
+        n_kv = t.shape.at(0);
+        hd = t.shape.at(2);
+      }
+    TESSERA_CHECK(layers > 0 && layers % 2 == 0, "cpu backend: the graph has no K and V caches");
+    for (int64_t s = 0; s < c_.n_seq; ++s)
+      kv_.push_back(std::make_unique<KvCache>(layers / 2, n_kv, c_.n_ctx, hd, c_.kv_dtype));
+    // Compiling the decode plan prepares (repacks) every weight now, so the first prompt's timing measures the
+    // forward pass alone.
+    const Plan& p = plan_for(1, false, 0);
+    vocab_ = p.graph().tensor(p.graph().find_tensor("output")).shape.back();
+  }
+
+  std::span<const float> eval(int64_t seq, std::span<const int32_t> ids, int64_t pos, bool all_rows) override {
+    const int64_t t = static_cast<int64_t>(ids.size());
+    Plan& plan = plan_for(t, all_rows, seq);
+    std::memcpy(plan.input("tokens"), ids.data(), static_cast<size_t>(t) * sizeof(int32_t));
+    backend_.execute(plan, pos);
+    // A one-token chunk's logits are its only row, whichever graph ran it.
+    const int64_t rows = all_rows ? t : 1;
+    return std::span<const float>(plan.output("output"), static_cast<size_t>(rows * vocab_));
+  }
+
+  void set_profiling(bool on) override { profiling_ = on; }
+  std::vector<uint64_t> profile_ns(int64_t n_tokens) const override {
+    auto it = profile_.find(n_tokens);
+    return it == profile_.end() ? std::vector<uint64_t>{} : it->second;
+  }
+  int64_t n_vocab() const override { return vocab_; }
+  int n_threads() const override { return backend_.n_threads(); }
+
+ private:
+  Plan& plan_for(int64_t n_tokens, bool all_logits, int64_t seq) {
+    const auto key = std::make_tuple(n_tokens, all_logits, seq);
+    auto it = plans_.find(key);
+    if (it == plans_.end()) {
+      // Decode plans of every slot and slot 0's full-batch plan stay; other chunk sizes come and go.
+      if (plans_.size() >= kMaxPlans + static_cast<size_t>(c_.n_seq))
+        for (auto p = plans_.begin(); p != plans_.end();) {
+          const auto [t, all, s] = p->first;
+          p = ((t == 1 && !all) || (t == c_.n_batch && !all && s == 0)) ? std::next(p) : plans_.erase(p);
+        }
+      it = plans_
+               .emplace(key, backend_.compile(c_.build_graph(n_tokens, all_logits),
+                                              kv_[static_cast<size_t>(seq)]->bindings()))
+               .first;
+    }
+    Plan& plan = *it->second;
+    if (profiling_) {
+      std::vector<uint64_t>& v = profile_[n_tokens];
+      v.resize(plan.graph().nodes().size());
+      plan.node_ns = &v;
+    } else {
+      plan.node_ns = nullptr;
+    }
+    return plan;
+  }
+
+  backend::SessionConfig c_;
+  CpuBackend backend_;
+  std::vector<std::unique_ptr<KvCache>> kv_;  // per slot
+  std::map<std::tuple<int64_t, bool, int64_t>, std::unique_ptr<Plan>> plans_;  // by (tokens, all, slot)
+  std::map<int64_t, std::vector<uint64_t>> profile_;                                // by chunk size
+  bool profiling_ = false;
+  int64_t vocab_ = 0;
+};
+
+class CpuBackendEntry : public backend::Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  bool available(std::string*) const override { return true; }
+  backend::Capabilities capabilities() const override {
+    backend::Capabilities c;
+    c.reference_mode = true;
+    return c;
+  }
+  bool native_weight_format(DType dtype) const override { return matmul_supports(dtype); }
+  std::shared_ptr<backend::WeightStore> make_weight_store() const override {
+    return std::make_shared<CpuWeightStore>();
+  }
+  std::unique_ptr<backend::DeviceSession> open(const backend::SessionConfig& config,
+                                               std::shared_ptr<backend::WeightStore> weights) const override {
+    auto* store = dynamic_cast<CpuWeightStore*>(weights.get());
+    TESSERA_CHECK(store != nullptr, "cpu backend: the weight store was made by another backend");
+    return std::make_unique<CpuSession>(config, store->cache);
+  }
+  backend::Ceilings measure_ceilings(const backend::CeilingsRequest&) const override {
+    fail("cpu backend: the host's ceilings are measured by tessera::measure_ceilings");
+  }
+};
+
+}  // namespace
+
+const backend::Backend& cpu_backend() {
+  static const CpuBackendEntry b;
+  return b;
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,169 @@
+#include "backends/cuda/session_cuda.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <string_view>
+#include <thread>
+
+#include "backends/cuda/backend_cuda.h"
+#include "backends/cuda/ceilings.h"
+#include "backends/cuda/executor_common.h"
+#include "backends/cuda/kernels.h"
+#include "core/error.h"
+
+namespace tessera::cuda {
+
+namespace {
+
+class CudaWeightStore : public backend::WeightStore {
+ public:
+  uint64_t bytes() const override {
+    uint64_t b = 0;
+    for (const auto& [p, w] : weights->weights) b += w.bytes();
+    for (const auto& [k, w] : weights->stacks) b += w->bytes();
+    return b;
+  }
+  std::shared_ptr<DeviceWeights> weights = std::make_shared<DeviceWeights>();
+};
+
+class CudaSession : public backend::DeviceSession {
+ public:
+  CudaSession(const backend::SessionConfig& c, std::shared_ptr<DeviceWeights> weights) : c_(c) {
+    TESSERA_CHECK(!c.reference, "the reference path runs on the CPU only, not on device 'cuda'");
+    // f32 is opt-in on the GPU too (f32 models keep f32 precision; the default stays f16: half the cache bytes).
+    TESSERA_CHECK(c.kv_dtype == DType::F16 || c.kv_dtype == DType::F32,
+                  "kv cache type {} is not supported on device 'cuda' (f16 or f32)", dtype_name(c.kv_dtype));
+    // Uploading every weight now (the decoder's graph names them all) keeps it out of the first prompt's timing.
+    shared_ = std::make_shared<CudaShared>(c.n_seq, std::max(c.n_batch, c.n_seq), CudaBackendOptions{},
+                                           std::move(weights));
+    decoder_ = std::make_unique<CudaDecoder>(c.build_graph(1, false), shared_);
+    const char* e = std::getenv("TESSERA_CUDA_SAMPLE");
+    device_sample_ = e == nullptr || std::string_view(e) != "0";
+  }
+
+  std::span<const float> eval(int64_t seq, std::span<const int32_t> ids, int64_t pos, bool all_rows) override {
+    const int64_t t = static_cast<int64_t>(ids.size());
+    if (t == 1 && seq == 0) {  // the decoder: merged GEMVs, CUDA graph replay
+      decoder_->set_profile(slot(1));
+      return decoder_->decode(ids[0], pos);
+    }
+    if (t == 1) {  // another slot: a one-row batched decode step
+      CudaRowsExecutor& e = batch(1);
+      e.set_profile(slot(1));
+      const int32_t s = static_cast<int32_t>(seq), p = static_cast<int32_t>(pos);
+      return e.decode_rows(ids, std::span<const int32_t>(&s, 1), std::span<const int32_t>(&p, 1));
+    }
+    // One executor compiled for n_batch rows serves every chunk length t <= n_batch and every position.
+    auto& e = prefill_[all_rows ? 1 : 0];
+    if (!e) e = std::make_unique<CudaRowsExecutor>(c_.build_graph(c_.n_batch, all_rows), RowsMode::PREFILL, shared_);
+    e->set_profile(slot(t));
+    return e->prefill(ids, seq, pos);
+  }
+
+  std::span<const float> decode_rows(std::span<const int32_t> ids, std::span<const int32_t> seqs,
+                                     std::span<const int32_t> pos) override {
+    CudaRowsExecutor& e = batch(static_cast<int64_t>(ids.size()));
+    e.set_profile(slot(1));
+    return e.decode_rows(ids, seqs, pos);
+  }
+
+  std::vector<int32_t> decode_rows_argmax(std::span<const int32_t> ids, std::span<const int32_t> seqs,
+                                          std::span<const int32_t> pos) override {
+    if (ids.size() == 1 && seqs[0] == 0) {  // the decoder (CUDA graph, merged GEMVs) and its device argmax
+      decoder_->set_profile(slot(1));
+      return {decoder_->decode_argmax(ids[0], pos[0])};
+    }
+    CudaRowsExecutor& e = batch(static_cast<int64_t>(ids.size()));
+    e.set_profile(slot(1));
+    const std::span<const int32_t> r = e.decode_rows_argmax(ids, seqs, pos);
+    return {r.begin(), r.end()};
+  }
+
+  int64_t generate_greedy(int32_t token, int64_t pos, int64_t n,
+                          const std::function<bool(int32_t)>& on_token) override {
+    decoder_->set_profile(slot(1));
+    return decoder_->generate_greedy(token, pos, n, on_token);
+  }
+
+  std::optional<std::pair<int32_t, int32_t>> decode_sample(int32_t token, int64_t pos,
+                                                            const backend::SampleRequest& r) override {
+    if (!device_sample_) return std::nullopt;
+    const DeviceSamplingParams p{r.temperature,       r.top_k,           r.top_p, r.min_p, r.repeat_penalty,
+                                 r.frequency_penalty, r.presence_penalty};
+    static const std::vector<std::pair<int32_t, int32_t>> none;
+    decoder_->set_profile(slot(1));
+    return decoder_->decode_sample(token, pos, p, r.penalties != nullptr ? *r.penalties : none, r.u);
+  }
+
+  std::span<const float> last_logits() override { return decoder_->logits(); }
+
+  void set_profiling(bool on) override { profiling_ = on; }
+  std::vector<uint64_t> profile_ns(int64_t n_tokens) const override {
+    auto it = profile_.find(n_tokens);
+    return it == profile_.end() ? std::vector<uint64_t>{} : it->second;
+  }
+  int64_t n_vocab() const override { return decoder_->n_vocab(); }
+  int n_threads() const override {
+    return c_.n_threads > 0 ? c_.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+
+ private:
+  // The profile vector of steps of n_tokens rows (null when not profiling); executors size it to their graph.
+  std::vector<uint64_t>* slot(int64_t n_tokens) { return profiling_ ? &profile_[n_tokens] : nullptr; }
+  CudaRowsExecutor& batch(int64_t rows) {
+    auto& e = batch_[rows];
+    if (!e) e = std::make_unique<CudaRowsExecutor>(c_.build_graph(rows, true), RowsMode::BATCH, shared_);
+    return *e;
+  }
+
+  backend::SessionConfig c_;
+  std::shared_ptr<CudaShared> shared_;
+  std::unique_ptr<CudaDecoder> decoder_;
+  std::unique_ptr<CudaRowsExecutor> prefill_[2];                    // last-row and all-row logits
+  std::map<int64_t, std::unique_ptr<CudaRowsExecutor>> batch_;      // by rows
+  std::map<int64_t, std::vector<uint64_t>> profile_;                // by chunk size
+  bool profiling_ = false;
+  bool device_sample_ = true;  // decode_sample draws on the device (TESSERA_CUDA_SAMPLE=0: the host draws)
+};
+
+class CudaBackendEntry : public backend::Backend {
+ public:
+  std::string_view name() const override { return "cuda"; }
+  bool available(std::string* why) const override { return cuda_available(why); }
+  backend::Capabilities capabilities() const override {
+    backend::Capabilities c;
+    c.device_argmax = c.device_sampling = c.chained_greedy = c.batched_decode = true;
+    return c;
+  }
+  bool native_weight_format(DType dtype) const override { return gemv_supports(dtype); }
+  std::shared_ptr<backend::WeightStore> make_weight_store() const override {
+    return std::make_shared<CudaWeightStore>();
+  }
+  std::unique_ptr<backend::DeviceSession> open(const backend::SessionConfig& config,
+                                               std::shared_ptr<backend::WeightStore> weights) const override {
+    auto* store = dynamic_cast<CudaWeightStore*>(weights.get());
+    TESSERA_CHECK(store != nullptr, "cuda backend: the weight store was made by another backend");
+    return std::make_unique<CudaSession>(config, store->weights);
+  }
+  backend::Ceilings measure_ceilings(const backend::CeilingsRequest& r) const override {
+    for (DType dt : r.dtypes) {
+      TESSERA_CHECK(gemv_supports(dt), "dtype '{}' has no CUDA kernel to measure", dtype_name(dt));
+    }
+    const CudaCeilings cc = measure_cuda_ceilings(r.buffer_bytes, r.repeats, r.dtypes, r.bandwidth, r.gemm);
+    backend::Ceilings c;
+    c.device_name = cc.gpu_name;
+    for (const auto& b : cc.bandwidth) c.bandwidth.push_back({b.name, b.bytes, b.gbps});
+    for (const auto& g : cc.gemm) c.gemm.push_back({g.dtype, g.kernel, g.m, g.n, g.k, g.tflops});
+    return c;
+  }
+};
+
+}  // namespace
+
+const backend::Backend& cuda_backend() {
+  static const CudaBackendEntry b;
+  return b;
+}
+
+}  // namespace tessera::cuda
