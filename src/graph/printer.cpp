@@ -81,6 +81,12 @@ std::string to_text(const Graph& g) {
     out += fmt::format("{:>4}  {:<{}}  {:<9}  {:<13}  {:<14}  {:<5}  {:>9}  {:>9}  {}\n", i, n.name, name_w, op_name(n.op),
                        role_name(n.role), shape_string(o.shape), dtype_name(o.dtype), human_count(double(n.flops)),
                        human_unit(double(n.bytes), "B"), ins);
+    // A pass's fused node names what it computes, so a rewritten graph can be read against the builder's.
+    if (!n.fusion.fused_from.empty()) {
+      std::string from;
+      for (const std::string& f : n.fusion.fused_from) from += (from.empty() ? "" : ", ") + f;
+      out += fmt::format("{:>4}  {:<{}}  fuses {}\n", "", "", name_w, from);
+    }
   }
   const Totals t = g.totals();
   out += fmt::format("\n{:<12}  {:>6}  {:>10}  {:>6}  {:>10}  {:>6}\n", "op class", "nodes", "FLOPs", "share", "bytes",
@@ -199,7 +205,7 @@ std::string to_dot(const Graph& g) {
       if (t.kind == TensorKind::WEIGHT) weights += fmt::format("\n{} {} {}", t.name, shape_string(t.shape), dtype_name(t.dtype));
     }
     const Tensor& o = g.tensor(n.output);
-    const char* color = n.op == Op::MATMUL ? "#cfe2ff" : n.op == Op::ATTENTION ? "#ffe5b4" : "#eeeeee";
+    const char* color = is_matmul_like(n.op) ? "#cfe2ff" : n.op == Op::ATTENTION ? "#ffe5b4" : "#eeeeee";
     out += fmt::format("  {}{} [style=filled, fillcolor=\"{}\", label={}];\n", n.layer >= 0 ? "  " : "", id(n.name), color,
                        id(fmt::format("{}\n{} -> {} {}{}\n{}, {}", n.name, op_name(n.op), shape_string(o.shape),
                                       dtype_name(o.dtype), weights, human_unit(double(n.flops), "FLOP"),

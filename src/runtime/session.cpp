@@ -212,9 +212,9 @@ std::span<const float> Engine::eval_seq(int64_t seq, std::span<const int32_t> id
 #endif
     if (out == nullptr) {
       cpu::Plan& plan = plan_for(chunk, all != nullptr, seq);
-      std::memcpy(plan.input("tokens"), part.data(), static_cast<size_t>(chunk) * sizeof(int32_t));
+      std::memcpy(plan.input(graph::IoRole::TOKENS), part.data(), static_cast<size_t>(chunk) * sizeof(int32_t));
       backend_.execute(plan, n_past(seq));
-      out = plan.output("output");
+      out = plan.output(graph::IoRole::LOGITS);
     }
     toks.insert(toks.end(), part.begin(), part.end());
     // A one-token chunk's logits are its only row, whichever graph ran it.

@@ -76,6 +76,15 @@ const float* Plan::output(std::string_view name) const {
   return reinterpret_cast<const float*>(static_cast<const uint8_t*>(arena_) + offsets_[static_cast<size_t>(id)]);
 }
 
+void* Plan::input(graph::IoRole role) {
+  const int id = graph_.require_role(role);
+  TESSERA_CHECK(graph_.tensor(id).kind == TensorKind::INPUT && offsets_[static_cast<size_t>(id)] >= 0,
+                "plan: the {} tensor is not an input", graph::io_role_name(role));
+  return static_cast<uint8_t*>(arena_) + offsets_[static_cast<size_t>(id)];
+}
+
+const float* Plan::output(graph::IoRole role) const { return output(graph_.tensor(graph_.require_role(role)).name); }
+
 // ---------------------------------------------------------------------------------------------------------------------
 // Compilation
 
@@ -86,6 +95,7 @@ CpuBackend::CpuBackend(const BackendOptions& options, std::shared_ptr<WeightCach
 
 bool CpuBackend::supports(const graph::Node& n, const graph::Graph& g) const {
   const auto in = [&](size_t i) -> const Tensor& { return g.tensor(n.inputs.at(i)); };
+  if (!n.fusion.empty()) return false;  // the CPU declares no fusion (graph::FusionSupport{}): it runs builder nodes
   switch (n.op) {
     case Op::EMBED:
       return can_dequantize(in(0).dtype) && in(0).shape[1] % dtype_info(in(0).dtype).block_size == 0;
@@ -104,6 +114,8 @@ bool CpuBackend::supports(const graph::Node& n, const graph::Graph& g) const {
       const DType d = in(1).dtype;
       return d == DType::F16 || d == DType::F32;
     }
+    case Op::SLICE:
+      return false;
   }
   return false;
 }
@@ -214,14 +226,14 @@ std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vect
     std::memset(arena + mp.offsets[i], 0, pg.tensors()[i].nbytes());
   }
 
-  // KV caches: bound by name to the session's storage.
+  // KV caches: bound by role and layer to the session's storage.
   std::unordered_map<int, KvView> caches;
   for (size_t i = 0; i < pg.tensors().size(); ++i) {
     const Tensor& t = pg.tensors()[i];
     if (t.kind != TensorKind::KV_CACHE) continue;
     void* data = nullptr;
     for (const StateBinding& b : state)
-      if (b.name == t.name) data = b.data;
+      if (t.io != graph::IoRole::NONE && b.role == t.io && b.layer == t.io_layer) data = b.data;
     TESSERA_CHECK(data != nullptr, "cpu backend: kv cache '{}' is not bound to any storage", t.name);
     caches[static_cast<int>(i)] = kv_head_major(t.dtype, data, t.shape[1], t.shape[0], t.shape[2]);
   }
@@ -311,6 +323,8 @@ std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vect
         s.a = act(n.inputs[0]);
         s.t = in(0).shape[0];
         s.k = in(0).shape[1];
+        break;
+      case Op::SLICE:  // rejected by supports()
         break;
     }
     plan->steps_.push_back(s);

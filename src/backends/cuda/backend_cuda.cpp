@@ -273,18 +273,18 @@ void CudaDecoder::Impl::compile() {
     if (t.kind == graph::TensorKind::INPUT) {
       TESSERA_CHECK(t.dtype == DType::I32 && t.numel() == 1, "cuda backend: input '{}' must be one i32", t.name);
       ptr[i] = alloc(sizeof(int32_t));
-      if (t.name == "tokens")
+      if (t.io == graph::IoRole::TOKENS)
         tokens_id = static_cast<int>(i);
-      else if (t.name == "positions")
+      else if (t.io == graph::IoRole::POSITIONS)
         positions_id = static_cast<int>(i);
       else
-        fail("cuda backend: graph input '{}' is unknown (tokens and positions are)", t.name);
+        fail("cuda backend: graph input '{}' has no known role (tokens and positions have)", t.name);
     } else if (t.kind == graph::TensorKind::KV_CACHE) {
       ptr[i] = sh->cache(t);  // slot 0 of the shared cache
       ctx = t.shape[1];
     }
   }
-  TESSERA_CHECK(tokens_id >= 0, "cuda backend: the graph has no 'tokens' input");
+  TESSERA_CHECK(tokens_id >= 0, "cuda backend: the graph has no tokens input (role TOKENS)");
   for (size_t i = 0; i < g.nodes().size(); ++i) compile_node(static_cast<int>(i));
   drop_launches_for_timing();
   for (const auto& [out, src] : kv_src) {
@@ -293,9 +293,9 @@ void CudaDecoder::Impl::compile() {
     TESSERA_CHECK(read, "cuda backend: cache store '{}' is not followed by attention (stores are fused into it)",
                   g.tensor(out).name);
   }
-  logits_id = g.find_tensor("output");
+  logits_id = g.find_role(graph::IoRole::LOGITS);
   TESSERA_CHECK(logits_id >= 0 && g.tensor(logits_id).dtype == DType::F32,
-                "cuda backend: the graph has no f32 'output' tensor (the logits)");
+                "cuda backend: the graph has no f32 logits tensor (role LOGITS)");
   vocab = g.tensor(logits_id).numel();
   TESSERA_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_io), 4 * sizeof(int32_t), cudaHostAllocDefault));
   TESSERA_CUDA_CHECK(
@@ -484,7 +484,7 @@ void CudaDecoder::Impl::compile_node(int id) {
       // may read the unrotated input.
       if (consumers[static_cast<size_t>(in(0))].size() != 1)
         unsupported(n, "its input is read by other nodes too (rope is fused into attention)");
-      if (in(1) != positions_id) unsupported(n, "its positions are not the graph's 'positions' input");
+      if (in(1) != positions_id) unsupported(n, "its positions are not the graph's positions input");
       ptr[static_cast<size_t>(out)] = ptr[static_cast<size_t>(in(0))];
       rope[out] = RopeInfo{in(0), in(2), n.params};
       vector_f32(n, in(2));
@@ -581,6 +581,8 @@ void CudaDecoder::Impl::compile_node(int id) {
     case Op::LAST_ROW:
       ptr[static_cast<size_t>(out)] = ptr[static_cast<size_t>(in(0))];  // T = 1: the last row is the only one
       return;
+    case Op::SLICE:
+      break;
   }
   unsupported(n, "the op has no CUDA kernel");
 }

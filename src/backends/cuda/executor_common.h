@@ -34,7 +34,7 @@ struct CudaShared::Impl {
     int64_t n_kv = 0, n_ctx = 0, hd = 0;
     DeviceBuffer data;  // [n_seq, n_kv, n_ctx, hd]
   };
-  std::map<std::string, Cache> caches;  // by graph tensor name
+  std::map<std::pair<graph::IoRole, int>, Cache> caches;  // by the graph tensor's role (CACHE_K / CACHE_V) and layer
   std::unique_ptr<GemmWorkspace> gemm;  // created by the first rows executor
   uint64_t bytes = 0;
 
@@ -44,7 +44,7 @@ struct CudaShared::Impl {
   const DeviceWeight& weight(const graph::Node& n, const graph::Tensor& t);
   // The weights of `members` (same dtype and K) stacked row-wise as one matrix (uploaded on first use).
   const DeviceWeight& stack(const graph::Node& n, const std::vector<const graph::Tensor*>& members);
-  // Device storage of KV_CACHE tensor t (every slot): allocated zeroed the first time its name is seen.
+  // Device storage of KV_CACHE tensor t (every slot): allocated zeroed the first time its role and layer are seen.
   void* cache(const graph::Tensor& t);
   // The matmul workspace, grown to (max_rows, max_k, max_quant_nk) if it is smaller. Only before any executor has
   // captured a graph over it: callers size it at compile time.

@@ -305,18 +305,18 @@ void CudaRowsExecutor::Impl::compile() {
       TESSERA_CUDA_CHECK(cudaMemset(owned.back().get(), 0, owned.back().bytes()));
       ptr[i] = owned.back().as<float>();  // i32 storage; never read as float
       scaled[i] = true;
-      if (t.name == "tokens")
+      if (t.io == graph::IoRole::TOKENS)
         tokens_id = static_cast<int>(i);
-      else if (t.name == "positions")
+      else if (t.io == graph::IoRole::POSITIONS)
         positions_id = static_cast<int>(i);
       else
-        fail("cuda backend: graph input '{}' is unknown (tokens and positions are)", t.name);
+        fail("cuda backend: graph input '{}' has no known role (tokens and positions have)", t.name);
     } else if (t.kind == graph::TensorKind::KV_CACHE) {
       ptr[i] = static_cast<float*>(sh->cache(t));  // every slot; views add the slot offset
       ctx = t.shape[1];
     }
   }
-  TESSERA_CHECK(tokens_id >= 0 && positions_id >= 0, "cuda backend: the graph lacks its 'tokens' or 'positions' input");
+  TESSERA_CHECK(tokens_id >= 0 && positions_id >= 0, "cuda backend: the graph lacks its tokens or positions input (roles TOKENS, POSITIONS)");
   for (const graph::Node& n : g.nodes())
     if (n.op != Op::LAST_ROW && n.op != Op::KV_STORE && !n.inputs.empty())
       scaled[static_cast<size_t>(n.output)] = scaled[static_cast<size_t>(n.inputs[n.op == Op::EMBED ? 1 : 0])];
@@ -333,9 +333,9 @@ void CudaRowsExecutor::Impl::compile() {
     TESSERA_CHECK(read, "cuda backend: cache store '{}' is not followed by attention (stores are fused into it)",
                   g.tensor(out).name);
   }
-  logits_id = g.find_tensor("output");
+  logits_id = g.find_role(graph::IoRole::LOGITS);
   TESSERA_CHECK(logits_id >= 0 && g.tensor(logits_id).dtype == DType::F32 && act(logits_id) != nullptr,
-                "cuda backend: the graph has no f32 'output' tensor (the logits)");
+                "cuda backend: the graph has no f32 logits tensor (role LOGITS)");
   vocab = width(logits_id);
   out_rows = g.tensor(logits_id).shape[0];
   TESSERA_CHECK(mode == RowsMode::PREFILL || out_rows == T,
@@ -466,7 +466,7 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
       // Rotated in place by the attention's fused launch (rope_store_kv_rows): nothing else may read the input.
       if (consumers[static_cast<size_t>(in(0))].size() != 1)
         unsupported(n, "its input is read by other nodes too (rope is fused into attention)");
-      if (in(1) != positions_id) unsupported(n, "its positions are not the graph's 'positions' input");
+      if (in(1) != positions_id) unsupported(n, "its positions are not the graph's positions input");
       alias(out, in(0));
       rope[out] = RopeInfo{in(0), in(2), n.params};
       vector_f32(n, in(2));
@@ -656,6 +656,8 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
                           }});
       return;
     }
+    case Op::SLICE:
+      break;
   }
   unsupported(n, "the op has no CUDA kernel");
 }

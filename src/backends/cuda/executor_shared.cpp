@@ -102,7 +102,10 @@ void* CudaShared::Impl::cache(const graph::Tensor& t) {
   TESSERA_CHECK(t.dtype == DType::F16 || t.dtype == DType::BF16 || t.dtype == DType::F32,
                 "cuda backend: KV cache '{}' is {}; the GPU cache is f16, bf16 or f32", t.name, dtype_name(t.dtype));
   TESSERA_CHECK(t.shape.size() == 3, "cuda backend: KV cache '{}' must be [n_kv, n_ctx, head_dim]", t.name);
-  auto it = caches.find(t.name);
+  TESSERA_CHECK(t.io == graph::IoRole::CACHE_K || t.io == graph::IoRole::CACHE_V,
+                "cuda backend: KV cache '{}' has no cache role (CACHE_K or CACHE_V)", t.name);
+  const std::pair<graph::IoRole, int> key{t.io, t.io_layer};
+  auto it = caches.find(key);
   if (it != caches.end()) {
     const Cache& c = it->second;
     TESSERA_CHECK(c.dtype == t.dtype && c.n_kv == t.shape[0] && c.n_ctx == t.shape[1] && c.hd == t.shape[2],
@@ -118,7 +121,7 @@ void* CudaShared::Impl::cache(const graph::Tensor& t) {
   c.data = DeviceBuffer(n);
   TESSERA_CUDA_CHECK(cudaMemset(c.data.get(), 0, n));
   bytes += n;
-  return caches.emplace(t.name, std::move(c)).first->second.data.get();
+  return caches.emplace(key, std::move(c)).first->second.data.get();
 }
 
 GemmWorkspace& CudaShared::Impl::gemm_workspace(int64_t max_k, int64_t max_quant_nk) {
