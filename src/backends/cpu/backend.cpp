@@ -7,6 +7,7 @@
 
 #include "backends/cpu/plan_step.h"
 #include "core/error.h"
+#include "graph/passes/memory_plan.h"
 #include "quant/half.h"
 #include "quant/quant.h"
 
@@ -122,88 +123,8 @@ bool CpuBackend::supports(const graph::Node& n, const graph::Graph& g) const {
 
 namespace {
 
+// Arena blocks start on cache lines: the SIMD kernels' aligned loads and no false sharing between threads' rows.
 constexpr uint64_t kAlign = 64;
-uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
-
-// Activation memory: tensors get arena offsets in node order; a tensor's storage is released after its last
-// reader, and an elementwise op writes over an input that dies with it (ROPE, ADD, SWIGLU and RMSNORM kernels are
-// in-place safe). Freed blocks are reused best-fit, so a llama graph needs a handful of [T, max(E, F)] blocks however
-// many layers it has. Inputs and graph outputs keep their own blocks.
-struct MemoryPlan {
-  std::vector<int64_t> offsets;     // per tensor, -1 when it has no storage of its own
-  std::vector<int> in_place_input;  // per node: the input whose storage the output took, -1 if none
-  uint64_t total = 0;
-};
-
-MemoryPlan plan_memory(const graph::Graph& g) {
-  const size_t nt = g.tensors().size(), nn = g.nodes().size();
-  MemoryPlan mp;
-  mp.offsets.assign(nt, -1);
-  mp.in_place_input.assign(nn, -1);
-  std::vector<int> last_use(nt, -1);
-  for (size_t i = 0; i < nn; ++i)
-    for (int t : g.nodes()[i].inputs) last_use[static_cast<size_t>(t)] = static_cast<int>(i);
-  struct Block {
-    uint64_t offset, size;
-    bool free;
-  };
-  std::vector<Block> blocks;
-  std::vector<int> block_of(nt, -1);
-  const auto give = [&](int t, uint64_t size) {
-    int best = -1;
-    for (size_t b = 0; b < blocks.size(); ++b)
-      if (blocks[b].free && blocks[b].size >= size &&
-          (best < 0 || blocks[b].size < blocks[static_cast<size_t>(best)].size))
-        best = static_cast<int>(b);
-    if (best < 0) {
-      blocks.push_back(Block{mp.total, size, false});
-      mp.total += size;
-      best = static_cast<int>(blocks.size() - 1);
-    }
-    blocks[static_cast<size_t>(best)].free = false;
-    block_of[static_cast<size_t>(t)] = best;
-    mp.offsets[static_cast<size_t>(t)] = static_cast<int64_t>(blocks[static_cast<size_t>(best)].offset);
-  };
-  const auto release = [&](int t) {
-    blocks[static_cast<size_t>(block_of[static_cast<size_t>(t)])].free = true;
-    block_of[static_cast<size_t>(t)] = -1;
-  };
-  const auto dies_here = [&](int t, size_t node) {
-    const Tensor& x = g.tensor(t);
-    return x.kind == TensorKind::ACTIVATION && !x.is_output && last_use[static_cast<size_t>(t)] == static_cast<int>(node) &&
-           block_of[static_cast<size_t>(t)] >= 0;
-  };
-  for (size_t i = 0; i < nt; ++i)
-    if (g.tensors()[i].kind == TensorKind::INPUT) give(static_cast<int>(i), align_up(g.tensors()[i].nbytes()));
-  for (size_t i = 0; i < nn; ++i) {
-    const graph::Node& n = g.nodes()[i];
-    const Tensor& out = g.tensor(n.output);
-    if (n.op != Op::KV_STORE) {
-      std::vector<int> candidates;
-      if (n.op == Op::ROPE || n.op == Op::RMSNORM) candidates = {n.inputs[0]};
-      if ((n.op == Op::ADD || n.op == Op::SWIGLU) && n.inputs[0] != n.inputs[1]) candidates = {n.inputs[0], n.inputs[1]};
-      int reuse = -1;
-      for (int c : candidates)
-        if (dies_here(c, i) && g.tensor(c).nbytes() == out.nbytes()) {
-          reuse = c;
-          break;
-        }
-      if (reuse >= 0) {
-        block_of[static_cast<size_t>(n.output)] = block_of[static_cast<size_t>(reuse)];
-        mp.offsets[static_cast<size_t>(n.output)] = mp.offsets[static_cast<size_t>(reuse)];
-        block_of[static_cast<size_t>(reuse)] = -1;  // the block now belongs to the output
-        mp.in_place_input[i] = reuse;
-      } else {
-        give(n.output, align_up(out.nbytes()));
-      }
-    }
-    for (int t : n.inputs)
-      if (dies_here(t, i)) release(t);
-    if (last_use[static_cast<size_t>(n.output)] < 0 && !out.is_output && block_of[static_cast<size_t>(n.output)] >= 0)
-      release(n.output);  // an output nobody reads (hand-built graphs)
-  }
-  return mp;
-}
 
 }  // namespace
 
@@ -214,7 +135,7 @@ std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vect
   for (const graph::Node& n : pg.nodes())
     TESSERA_CHECK(supports(n, pg), "cpu backend: node '{}' ({}) is not supported with these inputs", n.name,
                   graph::op_name(n.op));
-  MemoryPlan mp = plan_memory(pg);
+  const graph::MemoryPlan mp = graph::plan_memory(pg, graph::MemoryPlanOptions{.alignment = kAlign});
   plan->offsets_ = mp.offsets;
   plan->arena_bytes_ = std::max<uint64_t>(mp.total, kAlign);
   plan->arena_ = ::operator new(plan->arena_bytes_, std::align_val_t{64});
