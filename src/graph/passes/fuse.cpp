@@ -202,7 +202,7 @@ Graph fold_norm_prologues(const Graph& g, const FusionSupport& fs) {
       f.fusion.norm_eps = norm.params.eps;
       // The norm is named by its first reader; the others recompute it too (their norm_weight says so).
       if (i == 0) f.fusion.fused_from = {norm.name, m.name};
-      f.name = i == 0 ? joined_name(f.fusion.fused_from) : m.name + "+norm";
+      f.name = joined_name({norm.name, m.name});
       if (i != 0) f.fusion.fused_from = {m.name};
       f.flops += i == 0 ? norm.flops : 0;
       Tensor out = g.tensor(m.output);
@@ -355,7 +355,7 @@ Graph stack_matmuls(const Graph& g, const FusionSupport& fs) {
     for (int c : group) {
       const Node& m = g.node(c);
       Node s;
-      s.name = m.name + ".cols";
+      s.name = names_of(m).back() + ".cols";
       s.op = Op::SLICE;
       s.role = m.role;
       s.layer = m.layer;
