@@ -104,6 +104,7 @@ struct Fusion {
   float norm_eps = 0;       //   and this epsilon
   int residual = -1;        // epilogue: output = residual + x·Wᵀ, written over the residual's storage
   bool swiglu = false;      // epilogue: silu(gate) * up of the [gate; up] stack, output [T, N/2]
+  bool gate_up = false;     // a stack of (gate, up) whose outputs are one SWIGLU's gate and up (or its epilogue)
   int norm_out = -1;        // epilogue: the output of the RMSNORM (in_producer) whose quantized input it also writes
   // RMSNORM: its output is written by its input's producer (that node's norm_out); it launches nothing itself.
   bool in_producer = false;

@@ -300,12 +300,13 @@ Graph stack_matmuls(const Graph& g, const FusionSupport& fs) {
     if (rw.skipped(id)) continue;
     const Node& n = g.node(id);
     std::vector<int> group{id};
+    bool gate_up = false;
     if (stackable(n)) {
       if (fs.stack_shared_input) {
         group = same_input_members(id, false);
       } else {
         if (fs.stack_gate_up)
-          if (const int up = gate_up_partner(id); up >= 0) group = {id, up};
+          if (const int up = gate_up_partner(id); up >= 0) group = {id, up}, gate_up = true;
         if (group.size() == 1 && fs.stack_qkv) group = same_input_members(id, true);
       }
     }
@@ -332,6 +333,7 @@ Graph stack_matmuls(const Graph& g, const FusionSupport& fs) {
     if (n.fusion.norm_weight >= 0) f.inputs.push_back(n.fusion.norm_weight);
     f.fusion.n_weights = static_cast<int>(group.size());
     const int sw = swiglu_of_pair(group);
+    f.fusion.gate_up = gate_up || sw >= 0;
     Tensor out = g.tensor(n.output);
     out.shape = {g.tensor(n.output).shape[0], rows};
     out.is_output = false;
