@@ -25,7 +25,7 @@ struct CudaShared::Impl {
   int64_t n_seq = 1;
   int64_t max_rows = 1;
   CudaBackendOptions options;
-  bool fuse = true;  // merge matmuls sharing an input and fold residual adds (TESSERA_CUDA_FUSE=0: off)
+  bool fuse = true;  // declare stacked matmuls and epilogues to the graph passes (TESSERA_CUDA_FUSE=0: off)
   cudaStream_t stream = nullptr;
   std::unordered_map<const void*, DeviceWeight> weights;                    // by host data pointer
   std::map<std::vector<const void*>, std::unique_ptr<DeviceWeight>> stacks;  // by member weights' host pointers
@@ -53,24 +53,6 @@ struct CudaShared::Impl {
   uint64_t gemm_generation = 0;  // bumped when the workspace is replaced: graphs captured over the old one are stale
 };
 
-// ROPE and KV_STORE nodes emit no launch of their own: the ATTENTION node reading them launches the fused rotation +
-// cache store (+ attention). A ROPE node as the executors record it (by its output tensor id):
-struct RopeInfo {
-  int src = -1;  // tensor rotated (the matmul output)
-  int inv_freq = -1;
-  graph::OpParams p;
-};
-// What one ATTENTION node fuses: the tensors rotated into q and k, the stored values, and the rotation.
-struct FusedAttention {
-  int q = -1, k = -1, v = -1;
-  const RopeInfo* rope = nullptr;
-};
-// Resolves the ATTENTION node n's inputs through `rope` and `kv_src` (KV_STORE output -> stored tensor) and checks the
-// pattern the fused launches assume (q and k rotated alike, v not, the rotated k read by nothing else); otherwise
-// CudaShared::Impl::unsupported naming the node.
-FusedAttention resolve_fused_attention(const graph::Node& n, const std::unordered_map<int, RopeInfo>& rope,
-                                       const std::unordered_map<int, int>& kv_src,
-                                       const std::vector<std::vector<int>>& consumers);
 // The cache view of an attention node whose K cache tensor is kt ([n_kv, n_ctx, hd], storage k and v for n_seq
 // slots); unsupported when the node's head sizes disagree with it.
 KvCacheView attention_cache_view(const graph::Node& n, const graph::Tensor& kt, void* k, void* v, int64_t n_seq);

@@ -11,24 +11,6 @@ namespace tessera::cuda {
 
 bool is_quantized_dtype(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
 
-FusedAttention resolve_fused_attention(const graph::Node& n, const std::unordered_map<int, RopeInfo>& rope,
-                                       const std::unordered_map<int, int>& kv_src,
-                                       const std::vector<std::vector<int>>& consumers) {
-  const auto unsupported = [&](const char* why) { CudaShared::Impl::unsupported(n, why); };
-  const auto rq = rope.find(n.inputs.at(0));
-  const auto sk = kv_src.find(n.inputs.at(1));
-  const auto sv = kv_src.find(n.inputs.at(2));
-  if (rq == rope.end() || sk == kv_src.end() || sv == kv_src.end())
-    unsupported("its query must come from a rope node and its caches from cache stores");
-  const auto rk = rope.find(sk->second);
-  if (rk == rope.end() || rope.count(sv->second) != 0) unsupported("the stored keys must be rotated and the stored values not");
-  if (rk->second.inv_freq != rq->second.inv_freq || rk->second.p.rope_dim != rq->second.p.rope_dim ||
-      rk->second.p.rope_neox != rq->second.p.rope_neox)
-    unsupported("its query and key rotations differ");
-  if (consumers[static_cast<size_t>(sk->second)].size() != 1) unsupported("the rotated keys are read by other nodes too");
-  return {rq->second.src, rk->second.src, sv->second, &rq->second};
-}
-
 KvCacheView attention_cache_view(const graph::Node& n, const graph::Tensor& kt, void* k, void* v, int64_t n_seq) {
   KvCacheView cache;
   cache.dtype = kt.dtype;
