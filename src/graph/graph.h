@@ -31,7 +31,7 @@ enum class Op : uint8_t {
   SWIGLU,     // (gate[T, F], up[T, F]) -> [T, F]: silu(gate) * up
   LAST_ROW,   // (x[T, E]) -> [1, E]: only the last token goes on to the output projection
   // Made by graph passes only (src/graph/passes), never by a model builder:
-  SLICE,  // (x[T, N]) -> [T, n]: columns [slice_begin, slice_begin + n) of x, a view (row stride N): a stacked matmul's part
+  SLICE,  // (x[T, N]) -> [T, n]: columns [slice_begin, slice_begin + n) of x, a view (row stride N) of a stack
 };
 std::string_view op_name(Op op);
 // Op class for totals: "matmul", "attention", "norm", "rope", "elementwise", "embedding", "kv_cache", "copy".

@@ -53,7 +53,8 @@ Graph llama_like(const Shape& s) {
     g.set_io_role(cv, IoRole::CACHE_V, l);
     int h = g.add_node(p + "attn_norm", Op::RMSNORM, Role::ATTN_NORM, l, "attn",
                        {x, w(p + "attn_norm.weight", {s.E}, DType::F32)}, norm);
-    int q = g.add_node(p + "attn_q", Op::MATMUL, Role::ATTN_Q, l, "attn", {h, w(p + "attn_q.weight", {s.H * s.D, s.E}, s.w)});
+    int q = g.add_node(p + "attn_q", Op::MATMUL, Role::ATTN_Q, l, "attn",
+                       {h, w(p + "attn_q.weight", {s.H * s.D, s.E}, s.w)});
     int k = g.add_node(p + "attn_k", Op::MATMUL, Role::ATTN_K, l, "attn",
                        {h, w(p + "attn_k.weight", {s.Hkv * s.D, s.E}, s.w)});
     int v = g.add_node(p + "attn_v", Op::MATMUL, Role::ATTN_V, l, "attn",
@@ -68,11 +69,12 @@ Graph llama_like(const Shape& s) {
     const int ao = g.add_node(p + "attn_output", Op::MATMUL, Role::ATTN_O, l, "attn",
                               {a, w(p + "attn_output.weight", {s.E, s.H * s.D}, s.w)});
     x = g.add_node(p + "attn_residual", Op::ADD, Role::ATTN_RESIDUAL, l, "attn", {x, ao});
-    h = g.add_node(p + "ffn_norm", Op::RMSNORM, Role::FFN_NORM, l, "ffn", {x, w(p + "ffn_norm.weight", {s.E}, DType::F32)},
-                   norm);
+    h = g.add_node(p + "ffn_norm", Op::RMSNORM, Role::FFN_NORM, l, "ffn",
+                   {x, w(p + "ffn_norm.weight", {s.E}, DType::F32)}, norm);
     const int gate = g.add_node(p + "ffn_gate", Op::MATMUL, Role::FFN_GATE, l, "ffn",
                                 {h, w(p + "ffn_gate.weight", {s.F, s.E}, s.w)});
-    const int up = g.add_node(p + "ffn_up", Op::MATMUL, Role::FFN_UP, l, "ffn", {h, w(p + "ffn_up.weight", {s.F, s.E}, s.w)});
+    const int up =
+        g.add_node(p + "ffn_up", Op::MATMUL, Role::FFN_UP, l, "ffn", {h, w(p + "ffn_up.weight", {s.F, s.E}, s.w)});
     const int act = g.add_node(p + "ffn_act", Op::SWIGLU, Role::FFN_ACT, l, "ffn", {gate, up});
     const int down = g.add_node(p + "ffn_down", Op::MATMUL, Role::FFN_DOWN, l, "ffn",
                                 {act, w(p + "ffn_down.weight", {s.E, s.F}, s.w)});
@@ -211,7 +213,8 @@ TEST(Passes, DecoderQuantizedKeepsNormsAndSwigluAndWritesNormInputs) {
   ASSERT_NE(act, nullptr);
   EXPECT_EQ(r.node(r.tensor(act->inputs[0]).producer).op, Op::SLICE);
   EXPECT_EQ(r.node(r.tensor(act->inputs[1]).producer).op, Op::SLICE);
-  // The last layer's down projection feeds output_norm, whose reader (the f16... here q4_1 tied embedding) is quantized.
+  // The last layer's down projection feeds output_norm, whose reader (the f16... here q4_1 tied embedding) is
+  // quantized.
   EXPECT_TRUE(find(r, "output_norm")->fusion.in_producer);
 }
 
@@ -238,9 +241,12 @@ TEST(Passes, RowsStacksQkvAndGateUpOnly) {
 TEST(Passes, ExtraMatmulChainIsKept) {
   Graph g(1, 0);
   const int x = g.add_input("x", DType::F32, {1, 32});
-  const int a = g.add_node("xa", Op::MATMUL, Role::NONE, 0, "ffn", {x, g.add_weight("A", DType::F16, {16, 32}, bound())});
-  const int ab = g.add_node("xab", Op::MATMUL, Role::NONE, 0, "ffn", {a, g.add_weight("B", DType::F16, {32, 16}, bound())});
-  const int xw = g.add_node("xw", Op::MATMUL, Role::NONE, 0, "ffn", {x, g.add_weight("W", DType::F16, {32, 32}, bound())});
+  const int a =
+      g.add_node("xa", Op::MATMUL, Role::NONE, 0, "ffn", {x, g.add_weight("A", DType::F16, {16, 32}, bound())});
+  const int ab =
+      g.add_node("xab", Op::MATMUL, Role::NONE, 0, "ffn", {a, g.add_weight("B", DType::F16, {32, 16}, bound())});
+  const int xw =
+      g.add_node("xw", Op::MATMUL, Role::NONE, 0, "ffn", {x, g.add_weight("W", DType::F16, {32, 32}, bound())});
   g.mark_output(g.add_node("sum", Op::ADD, Role::NONE, 0, "ffn", {ab, xw}));
   const Graph d = run_passes(g, decoder_support());
   expect_whole(g, d);
@@ -263,7 +269,8 @@ TEST(Passes, ExtraReaderOfMatmulOutputBlocksResidual) {
   const int x = g.add_input("x", DType::F32, {1, 32});
   const int r0 = g.add_node("r0", Op::RMSNORM, Role::NONE, 0, "attn", {x, g.add_weight("n", DType::F32, {32}, bound())},
                             {.eps = 1e-5f});
-  const int y = g.add_node("mm", Op::MATMUL, Role::NONE, 0, "attn", {x, g.add_weight("W", DType::F16, {32, 32}, bound())});
+  const int y =
+      g.add_node("mm", Op::MATMUL, Role::NONE, 0, "attn", {x, g.add_weight("W", DType::F16, {32, 32}, bound())});
   const int sum = g.add_node("res", Op::ADD, Role::NONE, 0, "attn", {r0, y});
   g.mark_output(g.add_node("extra", Op::ADD, Role::NONE, 0, "attn", {sum, y}));
   FusionSupport f;
@@ -290,9 +297,11 @@ TEST(Passes, BiasAddAfterMatmulIsKept) {
   Graph g(1, 0);
   const int x = g.add_input("x", DType::F32, {1, 32});
   const int b = g.add_input("bias", DType::F32, {1, 16});
-  const int y = g.add_node("mm", Op::MATMUL, Role::NONE, 0, "attn", {x, g.add_weight("W", DType::F16, {16, 32}, bound())});
+  const int y =
+      g.add_node("mm", Op::MATMUL, Role::NONE, 0, "attn", {x, g.add_weight("W", DType::F16, {16, 32}, bound())});
   const int yb = g.add_node("bias_add", Op::ADD, Role::NONE, 0, "attn", {y, b});
-  const int y2 = g.add_node("mm2", Op::MATMUL, Role::NONE, 0, "attn", {yb, g.add_weight("W2", DType::F16, {16, 16}, bound())});
+  const int y2 =
+      g.add_node("mm2", Op::MATMUL, Role::NONE, 0, "attn", {yb, g.add_weight("W2", DType::F16, {16, 16}, bound())});
   g.mark_output(g.add_node("bias_add2", Op::ADD, Role::NONE, 0, "attn", {b, y2}));  // bias first: not an activation
   const Graph r = run_passes(g, decoder_support());
   expect_whole(g, r);
@@ -305,10 +314,11 @@ TEST(Passes, BiasAddAfterMatmulIsKept) {
 TEST(Passes, UnknownOpBetweenNormAndMatmulBlocksPrologue) {
   Graph g(1, 0);
   const int x = g.add_input("x", DType::F32, {1, 32});
-  const int h = g.add_node("norm", Op::RMSNORM, Role::NONE, 0, "attn", {x, g.add_weight("n", DType::F32, {32}, bound())},
-                           {.eps = 1e-5f});
+  const int h = g.add_node("norm", Op::RMSNORM, Role::NONE, 0, "attn",
+                           {x, g.add_weight("n", DType::F32, {32}, bound())}, {.eps = 1e-5f});
   const int mid = g.add_node("new_op", Op::LAST_ROW, Role::NONE, 0, "attn", {h});
-  g.mark_output(g.add_node("mm", Op::MATMUL, Role::NONE, 0, "attn", {mid, g.add_weight("W", DType::F16, {16, 32}, bound())}));
+  g.mark_output(
+      g.add_node("mm", Op::MATMUL, Role::NONE, 0, "attn", {mid, g.add_weight("W", DType::F16, {16, 32}, bound())}));
   const Graph r = run_passes(g, decoder_support());
   expect_whole(g, r);
   EXPECT_EQ(r.nodes().size(), 3u);

@@ -7,6 +7,7 @@
 
 #include "backends/cpu/plan_step.h"
 #include "core/error.h"
+#include "graph/passes/fuse.h"
 #include "graph/passes/memory_plan.h"
 #include "quant/half.h"
 #include "quant/quant.h"
@@ -130,7 +131,9 @@ constexpr uint64_t kAlign = 64;
 
 std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vector<StateBinding>& state) {
   auto plan = std::make_unique<Plan>();
-  plan->graph_ = g;
+  // The CPU declares no fusion: the passes return the builder's nodes (and verify them), so every backend runs a graph
+  // that went through the same pipeline.
+  plan->graph_ = graph::run_passes(g, graph::FusionSupport{});
   const graph::Graph& pg = plan->graph_;
   for (const graph::Node& n : pg.nodes())
     TESSERA_CHECK(supports(n, pg), "cpu backend: node '{}' ({}) is not supported with these inputs", n.name,

@@ -178,7 +178,7 @@ struct CudaDecoder::Impl {
 // formats, launch shapes) and on the comparison switches; the graph passes check the rest.
 graph::FusionSupport CudaDecoder::Impl::decoder_fusion() const {
   graph::FusionSupport f;
-  f.rope_store_attention = true;  // rope and stores have no launch of their own (TESSERA_CUDA_FUSE_ATTN=0: two launches)
+  f.rope_store_attention = true;  // rope and stores have no launch of their own (TESSERA_CUDA_FUSE_ATTN=0: two)
   if (!fuse) return f;
   f.stack_shared_input = true;
   f.residual_epilogue = true;

@@ -282,7 +282,8 @@ void CudaRowsExecutor::Impl::compile() {
       ctx = t.shape[1];
     }
   }
-  TESSERA_CHECK(tokens_id >= 0 && positions_id >= 0, "cuda backend: the graph lacks its tokens or positions input (roles TOKENS, POSITIONS)");
+  TESSERA_CHECK(tokens_id >= 0 && positions_id >= 0,
+                "cuda backend: the graph lacks its tokens or positions input (roles TOKENS, POSITIONS)");
   for (const graph::Node& n : g.nodes())
     if (n.op != Op::LAST_ROW && n.op != Op::KV_STORE && !n.inputs.empty())
       scaled[static_cast<size_t>(n.output)] = scaled[static_cast<size_t>(n.inputs[n.op == Op::EMBED ? 1 : 0])];
@@ -364,7 +365,7 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         ptr[static_cast<size_t>(out)] = y;
         ld[static_cast<size_t>(out)] = wp->n;
       } else if (const int a = n.fusion.residual; a >= 0) {
-        // y = a + x·Wᵀ written as a += x·Wᵀ: the residual add (the passes' residual epilogue) disappears into the matmul.
+        // y = a + x·Wᵀ written as a += x·Wᵀ: the residual add (the passes' epilogue) disappears into the matmul.
         if (act(a) == nullptr || !contiguous(a) || act(in(0)) == act(a))
           unsupported(n, "its residual is not a separate contiguous activation");
         alias(out, a);

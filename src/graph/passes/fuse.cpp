@@ -126,9 +126,7 @@ void append_names(std::vector<std::string>* to, const Node& n) {
 
 bool plain(const Node& n) { return n.fusion.empty(); }
 
-bool is_2d_weight(const Tensor& w) {
-  return w.kind == TensorKind::WEIGHT && w.shape.size() == 2 && w.data != nullptr;
-}
+bool is_2d_weight(const Tensor& w) { return w.kind == TensorKind::WEIGHT && w.shape.size() == 2 && w.data != nullptr; }
 
 // The tensor whose storage t lives in when the executors run t's producer in place (a residual matmul writes over its
 // residual; rope over its input; an add over its first operand when it is that operand's last reader; a norm written
@@ -166,7 +164,8 @@ std::vector<bool> row_scaled(const Graph& g) {
 
 }  // namespace
 
-// 1. -------------------------------------------------------------------------------------------------------------------
+// 1.
+// -------------------------------------------------------------------------------------------------------------------
 Graph fold_norm_prologues(const Graph& g, const FusionSupport& fs) {
   if (!fs.norm_prologue) return g;
   const auto co = consumers_of(g);
@@ -178,7 +177,8 @@ Graph fold_norm_prologues(const Graph& g, const FusionSupport& fs) {
     for (size_t i = 0; i < readers.size(); ++i) {
       const Node& m = g.node(readers[i]);
       // The readers are the nodes right after the norm: nothing writes its input before they read it.
-      if (readers[i] != id + 1 + static_cast<int>(i) || !is_matmul_like(m.op) || !plain(m) || m.inputs.at(0) != n.output)
+      if (readers[i] != id + 1 + static_cast<int>(i) || !is_matmul_like(m.op) || !plain(m) ||
+          m.inputs.at(0) != n.output)
         return false;
       const Tensor& w = g.tensor(m.inputs.at(1));
       if (w.data == nullptr || w.shape.size() != 2 || !fs.norm_prologue(w)) return false;
@@ -560,8 +560,8 @@ std::vector<std::string> verify_rewrite(const Graph& source, const Graph& rewrit
       if (it == ops.end())
         problems.push_back(fmt::format("node '{}' is neither a source node nor a fusion of some", n.name));
       else if (it->second != n.op)
-        problems.push_back(fmt::format("node '{}' changed its op from {} to {}", n.name, op_name(it->second),
-                                       op_name(n.op)));
+        problems.push_back(
+            fmt::format("node '{}' changed its op from {} to {}", n.name, op_name(it->second), op_name(n.op)));
       else
         kept.insert(n.name);
       continue;
@@ -580,7 +580,8 @@ std::vector<std::string> verify_rewrite(const Graph& source, const Graph& rewrit
   }
   for (const Tensor& t : source.tensors())
     if (t.io != IoRole::NONE && rewritten.find_role(t.io, t.io_layer) < 0)
-      problems.push_back(fmt::format("role {} (layer {}) of '{}' has no tensor", io_role_name(t.io), t.io_layer, t.name));
+      problems.push_back(
+          fmt::format("role {} (layer {}) of '{}' has no tensor", io_role_name(t.io), t.io_layer, t.name));
   return problems;
 }
 

@@ -67,7 +67,8 @@ MemoryPlan plan_memory(const Graph& g, const MemoryPlanOptions& options) {
       for (size_t j = 0; j < n.inputs.size(); ++j)
         if (may_write_over_input(n.op, j)) candidates.push_back(n.inputs[j]);
       // x + x, silu(x) * x: the kernels read both operands at once from one storage; give the output its own.
-      if (candidates.size() >= 2 && candidates[candidates.size() - 1] == candidates[candidates.size() - 2]) candidates.clear();
+      if (candidates.size() >= 2 && candidates[candidates.size() - 1] == candidates[candidates.size() - 2])
+        candidates.clear();
       int reuse = -1;
       for (int c : candidates)
         if (dies_here(c, i) && g.tensor(c).nbytes() == out.nbytes()) {
@@ -85,7 +86,8 @@ MemoryPlan plan_memory(const Graph& g, const MemoryPlanOptions& options) {
     }
     for (int t : n.inputs)
       if (dies_here(t, i)) release(t);
-    if (mp.last_use[static_cast<size_t>(n.output)] < 0 && !out.is_output && block_of[static_cast<size_t>(n.output)] >= 0)
+    if (mp.last_use[static_cast<size_t>(n.output)] < 0 && !out.is_output &&
+        block_of[static_cast<size_t>(n.output)] >= 0)
       release(n.output);  // an output nobody reads (hand-built graphs)
   }
   return mp;
