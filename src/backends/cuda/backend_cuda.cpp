@@ -46,7 +46,7 @@ struct CudaDecoder::Impl {
   };
 
   graph::Graph src;  // the graph given: profiles and TESSERA_CUDA_DROP_OPS index its nodes (Node::source)
-  graph::Graph g;    // src rewritten by the graph passes with decoder_fusion(): what compile() runs
+  graph::Graph g;    // src rewritten by the graph passes (decoder_fusion_support): what compile() runs
   std::shared_ptr<CudaShared> shared_owner;
   CudaShared::Impl* sh = nullptr;  // weights, caches, stream
   CudaBackendOptions options;
@@ -142,7 +142,6 @@ struct CudaDecoder::Impl {
     return q8.emplace(tid, std::move(b)).first->second;
   }
 
-  graph::FusionSupport decoder_fusion() const;
   void compile();
   void compile_node(int id_in_g);
   // TESSERA_CUDA_DROP_OPS=op[,op...] (graph op names: rmsnorm, swiglu, attention, matmul, add, embed): the decode
@@ -176,7 +175,7 @@ struct CudaDecoder::Impl {
 
 // What the decoder's launches run fused (graph/passes/fuse.h): the preconditions that depend on the device (weight
 // formats, launch shapes) and on the comparison switches; the graph passes check the rest.
-graph::FusionSupport CudaDecoder::Impl::decoder_fusion() const {
+graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold_swiglu) {
   graph::FusionSupport f;
   f.rope_store_attention = true;  // rope and stores have no launch of their own (TESSERA_CUDA_FUSE_ATTN=0: two)
   if (!fuse) return f;
@@ -348,7 +347,7 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       float* y = nullptr;
       bool accumulate = false;
       if (n.fusion.swiglu && is_quantized_dtype(wp->dtype)) {
-        // Quantized (opt-in, decoder_fusion()): the epilogue also writes the down projection's q8 input.
+        // Quantized (opt-in, decoder_fusion_support): the epilogue also writes the down projection's q8 input.
         const int64_t f = ot.numel();
         // TESSERA_CUDA_QUANT_SWIGLU_TICKETS=1: the first form (tickets across blocks); else warp groups.
         const bool tickets = env_is_on("TESSERA_CUDA_QUANT_SWIGLU_TICKETS");
@@ -647,7 +646,7 @@ CudaDecoder::CudaDecoder(const graph::Graph& g, std::shared_ptr<CudaShared> shar
   impl_->fuse = impl_->sh->fuse;
   impl_->fold_norm = !env_switched_off("TESSERA_CUDA_FOLD_NORM");
   impl_->fold_swiglu = !env_switched_off("TESSERA_CUDA_FOLD_SWIGLU");
-  impl_->g = graph::run_passes(g, impl_->decoder_fusion());
+  impl_->g = graph::run_passes(g, decoder_fusion_support(impl_->fuse, impl_->fold_norm, impl_->fold_swiglu));
   impl_->stream = impl_->sh->stream;
   impl_->compile();
   synchronize();

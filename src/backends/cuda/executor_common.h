@@ -16,6 +16,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/memory.h"
+#include "graph/passes/fuse.h"
 
 namespace tessera::cuda {
 
@@ -52,6 +53,15 @@ struct CudaShared::Impl {
   int64_t gemm_k = 0, gemm_nk = 0;
   uint64_t gemm_generation = 0;  // bumped when the workspace is replaced: graphs captured over the old one are stale
 };
+
+// What the executors run fused, declared to the graph passes (graph/passes/fuse.h). Host code only: no device needed.
+// The one-token decoder: norm prologues (float weights; fold_norm), every matmul sharing an input stacked, SwiGLU
+// epilogues (float weights, fold_swiglu; quantized opt-in), residual epilogues, the residual GEMV writing the next
+// norm's q8 input (quantized readers; q4_1 by default), rope + stores + attention. fuse = false: the last only.
+graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold_swiglu);
+// The T-row executor: q|k|v stacked where they feed the attention only, gate|up (merge_gate_up), residual epilogues,
+// rope + stores + attention. fuse = false: the last only.
+graph::FusionSupport rows_fusion_support(bool fuse, bool merge_gate_up);
 
 // The cache view of an attention node whose K cache tensor is kt ([n_kv, n_ctx, hd], storage k and v for n_seq
 // slots); unsupported when the node's head sizes disagree with it.

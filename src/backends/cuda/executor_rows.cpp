@@ -47,7 +47,7 @@ struct CudaRowsExecutor::Impl {
   };
 
   graph::Graph src;  // the graph given: profiles index its nodes (Node::source)
-  graph::Graph g;    // src rewritten by the graph passes with rows_fusion(): what compile() runs
+  graph::Graph g;    // src rewritten by the graph passes (rows_fusion_support): what compile() runs
   RowsMode mode = RowsMode::PREFILL;
   std::shared_ptr<CudaShared> shared_owner;
   CudaShared::Impl* sh = nullptr;
@@ -178,7 +178,6 @@ struct CudaRowsExecutor::Impl {
     if (!contiguous(tid)) unsupported(n, "its input '" + g.tensor(tid).name + "' is a strided slice");
   }
   X16 plan_x16(int tid);
-  graph::FusionSupport rows_fusion() const;
   void size_gemm();
   void compile();
   void compile_node(int id_in_g);
@@ -219,7 +218,7 @@ CudaRowsExecutor::Impl::X16 CudaRowsExecutor::Impl::plan_x16(int tid) {
 // [t, Nq + Nk + Nv] output read with a row stride by rope_store_kv_rows and the attention kernels), gate|up stacked
 // for swiglu_rows (TESSERA_CUDA_MERGE_GATE_UP=0: separate), residual adds as the matmul's beta = 1, and rope + cache
 // store + attention in the attention launch. TESSERA_CUDA_FUSE=0: only the last.
-graph::FusionSupport CudaRowsExecutor::Impl::rows_fusion() const {
+graph::FusionSupport rows_fusion_support(bool fuse, bool merge_gate_up) {
   graph::FusionSupport f;
   f.rope_store_attention = true;
   if (!fuse) return f;
@@ -607,7 +606,7 @@ CudaRowsExecutor::CudaRowsExecutor(const graph::Graph& g, RowsMode mode, std::sh
   impl_->x16 = !env_switched_off("TESSERA_CUDA_X16");
   impl_->merge_gate_up = !env_switched_off("TESSERA_CUDA_MERGE_GATE_UP");
   impl_->out16 = !env_switched_off("TESSERA_CUDA_OUT16");
-  impl_->g = graph::run_passes(g, impl_->rows_fusion());
+  impl_->g = graph::run_passes(g, rows_fusion_support(impl_->fuse, impl_->merge_gate_up));
   impl_->stream = impl_->sh->stream;
   impl_->compile();
   synchronize();
