@@ -183,7 +183,6 @@ class Graph {
  public:
   Graph() = default;
   Graph(int64_t n_tokens, int64_t n_past) : n_tokens_(n_tokens), n_past_(n_past) {}
-  bool rewritten = false;  // made by run_passes (src/graph/passes): nodes may carry fusions
 
   int64_t n_tokens() const { return n_tokens_; }
   int64_t n_past() const { return n_past_; }

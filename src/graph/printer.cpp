@@ -135,13 +135,18 @@ std::string to_json(const Graph& g, int indent) {
       in_shapes += json_shape(t.shape);
       in_dtypes += fmt::format("{}\"{}\"", j ? ", " : "", dtype_name(t.dtype));
     }
+    // A pass's fused node lists the source nodes it computes (absent on a builder's nodes).
+    std::string fused;
+    for (size_t j = 0; j < n.fusion.fused_from.size(); ++j)
+      fused += (j ? ", " : ", \"fused_from\": [") + json_escape(n.fusion.fused_from[j]);
+    if (!fused.empty()) fused += "]";
     out += fmt::format(
         "{}{}{{\"id\": {}, \"name\": {}, \"op\": \"{}\", \"op_class\": \"{}\", \"role\": \"{}\", \"layer\": {}, "
         "\"block\": {}, \"inputs\": {}], \"input_shapes\": {}], \"input_dtypes\": {}], \"output\": {}, \"shape\": {}, "
-        "\"dtype\": \"{}\", \"flops\": {}, \"bytes\": {}}}{}{}",
+        "\"dtype\": \"{}\", \"flops\": {}, \"bytes\": {}{}}}{}{}",
         ind, ind, i, json_escape(n.name), op_name(n.op), op_class(n.op), role_name(n.role), n.layer,
         json_escape(n.block), ins, in_shapes, in_dtypes, json_escape(o.name), json_shape(o.shape), dtype_name(o.dtype),
-        n.flops, n.bytes, i + 1 < g.nodes().size() ? "," : "", nl);
+        n.flops, n.bytes, fused, i + 1 < g.nodes().size() ? "," : "", nl);
   }
   out += ind + "]," + nl;
 

@@ -4,8 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "graph/graph.h"
@@ -187,7 +186,13 @@ TEST(Passes, DecoderFloatLayerIsFiveFusedNodes) {
   }
   EXPECT_GE(r.find_role(IoRole::LOGITS), 0);
   EXPECT_NE(to_text(r).find("fuses blk.0.rope_q, blk.0.rope_k"), std::string::npos);
-  if (std::getenv("PRINT_PASSES")) std::printf("%s", to_text(r).c_str());
+  const auto j = nlohmann::json::parse(to_json(r));
+  bool listed = false;
+  for (const auto& n : j.at("nodes"))
+    if (n.at("name") == "blk.1.attn_output+attn_residual")
+      listed = n.at("fused_from") == nlohmann::json({"blk.1.attn_output", "blk.1.attn_residual"});
+  EXPECT_TRUE(listed);
+  EXPECT_FALSE(nlohmann::json::parse(to_json(g)).at("nodes")[0].contains("fused_from"));
 }
 
 TEST(Passes, DecoderQuantizedKeepsNormsAndSwigluAndWritesNormInputs) {

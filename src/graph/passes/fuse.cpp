@@ -101,7 +101,6 @@ Graph Rewriter::finish() {
   }
   Graph r = g_;
   r.replace_contents(std::move(out), std::move(nodes_));
-  r.rewritten = true;
   return r;
 }
 
@@ -467,7 +466,6 @@ Graph fold_residual_norms(const Graph& g, const FusionSupport& fs) {
   }
   if (!changed) return g;
   r.replace_contents(g.tensors(), std::move(nodes));
-  r.rewritten = true;
   return r;
 }
 
@@ -594,7 +592,6 @@ Graph run_passes(const Graph& g, const FusionSupport& fs) {
   const std::vector<std::string> problems = verify_rewrite(g, r);
   TESSERA_CHECK(problems.empty(), "graph passes: {} (and {} more)", problems.empty() ? "" : problems[0],
                 problems.empty() ? 0 : problems.size() - 1);
-  r.rewritten = true;
   return r;
 }
 
