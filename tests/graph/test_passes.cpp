@@ -128,6 +128,8 @@ int count_op(const Graph& g, Op op, int layer) {
   return c;
 }
 
+void expect_no_overlap(const Graph& g, const MemoryPlan& mp);
+
 void expect_whole(const Graph& source, const Graph& rewritten) {
   const auto problems = verify_rewrite(source, rewritten);
   EXPECT_TRUE(problems.empty()) << (problems.empty() ? "" : problems[0]) << "\n" << to_text(rewritten);
@@ -365,6 +367,44 @@ TEST(Passes, RopeInputReadTwiceBlocksAttentionFusion) {
     if (n.op == Op::ATTENTION) {
       EXPECT_TRUE(n.fusion.rope_store);
     }
+}
+
+// Every combination of declared fusions on graphs of several shapes and weight formats: the rewrite is whole, the
+// FLOPs are all still counted (fused nodes carry their parts' FLOPs), every role is still held once, and the planner
+// keeps live tensors apart.
+TEST(Passes, EveryDeclarationKeepsEverything) {
+  std::vector<FusionSupport> supports{FusionSupport{}, decoder_support(), rows_support()};
+  for (int bit = 0; bit < 6; ++bit) {
+    FusionSupport f;
+    if (bit == 0) f.norm_prologue = [](const Tensor&) { return true; };
+    f.stack_shared_input = bit == 1;
+    f.stack_qkv = bit == 2;
+    f.stack_gate_up = bit == 3;
+    f.residual_epilogue = bit == 4;
+    f.rope_store_attention = bit == 5;
+    supports.push_back(f);
+  }
+  for (DType w : {DType::F16, DType::Q4_1, DType::Q8_0})
+    for (int64_t t : {1, 3})
+      for (int64_t layers : {1, 3})
+        for (size_t k = 0; k < supports.size(); ++k) {
+          Shape s;
+          s.w = w;
+          s.T = t;
+          s.layers = layers;
+          const Graph g = llama_like(s);
+          const Graph r = run_passes(g, supports[k]);
+          SCOPED_TRACE(::testing::Message() << dtype_name(w) << " T=" << t << " layers=" << layers << " support " << k);
+          expect_whole(g, r);
+          EXPECT_EQ(r.totals().flops, g.totals().flops);
+          for (const Tensor& x : g.tensors())
+            if (x.io != IoRole::NONE) {
+              int holders = 0;
+              for (const Tensor& y : r.tensors()) holders += y.io == x.io && y.io_layer == x.io_layer;
+              EXPECT_EQ(holders, 1) << io_role_name(x.io);
+            }
+          expect_no_overlap(r, plan_memory(r));
+        }
 }
 
 TEST(Passes, VerifierNamesWhatWasLost) {

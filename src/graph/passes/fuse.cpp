@@ -336,6 +336,8 @@ Graph stack_matmuls(const Graph& g, const FusionSupport& fs) {
     Tensor out = g.tensor(n.output);
     out.shape = {g.tensor(n.output).shape[0], rows};
     out.is_output = false;
+    out.io = IoRole::NONE;  // a member's role stays with its slice, which is that member's output
+    out.io_layer = -1;
     if (sw >= 0 && fs.swiglu_epilogue(g, weights, sw)) {
       const Node& s = g.node(sw);
       f.fusion.swiglu = true;
