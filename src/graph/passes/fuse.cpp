@@ -163,8 +163,7 @@ std::vector<bool> row_scaled(const Graph& g) {
 
 }  // namespace
 
-// 1.
-// -------------------------------------------------------------------------------------------------------------------
+// 1. Norm prologue.
 Graph fold_norm_prologues(const Graph& g, const FusionSupport& fs) {
   if (!fs.norm_prologue) return g;
   const auto co = consumers_of(g);
@@ -213,11 +212,12 @@ Graph fold_norm_prologues(const Graph& g, const FusionSupport& fs) {
   return rw.finish();
 }
 
-// 2, 3. ---------------------------------------------------------------------------------------------------------------
+// 2, 3. Stacks and the SwiGLU epilogue.
 Graph stack_matmuls(const Graph& g, const FusionSupport& fs) {
   if (!fs.stack_shared_input && !fs.stack_qkv && !fs.stack_gate_up) return g;
   const auto co = consumers_of(g);
   const int64_t T = g.n_tokens();
+  Rewriter rw(g);  // a node claimed by an earlier stack is skipped: no later stack may claim it again
   // Same x (and the same folded norm, if any): the members' inputs agree but for the weight.
   const auto same_x = [&](const Node& a, const Node& b) {
     return a.inputs.at(0) == b.inputs.at(0) && a.fusion.norm_weight == b.fusion.norm_weight &&
@@ -254,7 +254,7 @@ Graph stack_matmuls(const Graph& g, const FusionSupport& fs) {
     if (!shaped(n)) return -1;
     for (int c2 : co[static_cast<size_t>(n.inputs.at(0))]) {
       const Node& m = g.node(c2);
-      if (c2 > id && stackable(m) && m.output == up && same_x(m, n) && shaped(m)) return c2;
+      if (c2 > id && !rw.skipped(c2) && stackable(m) && m.output == up && same_x(m, n) && shaped(m)) return c2;
     }
     return -1;
   };
@@ -266,7 +266,7 @@ Graph stack_matmuls(const Graph& g, const FusionSupport& fs) {
     if (w0.shape.size() != 2 || w0.data == nullptr) return group;
     if (attention_only && !feeds_attention_only(id)) return group;
     for (int c : co[static_cast<size_t>(n.inputs.at(0))]) {
-      if (c <= id) continue;
+      if (c <= id || rw.skipped(c)) continue;
       const Node& m = g.node(c);
       if (!stackable(m) || !same_x(m, n) || (attention_only && !feeds_attention_only(c))) continue;
       const Tensor& wt = g.tensor(m.inputs.at(1));
@@ -294,7 +294,6 @@ Graph stack_matmuls(const Graph& g, const FusionSupport& fs) {
     return ca[0];
   };
 
-  Rewriter rw(g);
   for (int id = 0; id < static_cast<int>(g.nodes().size()); ++id) {
     if (rw.skipped(id)) continue;
     const Node& n = g.node(id);
@@ -375,7 +374,7 @@ Graph stack_matmuls(const Graph& g, const FusionSupport& fs) {
   return rw.finish();
 }
 
-// 4. ------------------------------------------------------------------------------------------------------------------
+// 4. Residual epilogue.
 Graph fold_residual_adds(const Graph& g, const FusionSupport& fs) {
   if (!fs.residual_epilogue) return g;
   const auto co = consumers_of(g);
@@ -430,7 +429,7 @@ Graph fold_residual_adds(const Graph& g, const FusionSupport& fs) {
   return rw.finish();
 }
 
-// 5. ------------------------------------------------------------------------------------------------------------------
+// 5. Norm epilogue.
 Graph fold_residual_norms(const Graph& g, const FusionSupport& fs) {
   if (!fs.residual_norm_out) return g;
   const auto co = consumers_of(g);
@@ -471,7 +470,7 @@ Graph fold_residual_norms(const Graph& g, const FusionSupport& fs) {
   return r;
 }
 
-// 6. ------------------------------------------------------------------------------------------------------------------
+// 6. Rope + cache store + attention.
 Graph fuse_rope_store_attention(const Graph& g, const FusionSupport& fs) {
   if (!fs.rope_store_attention) return g;
   const auto co = consumers_of(g);
@@ -546,7 +545,7 @@ Graph fuse_rope_store_attention(const Graph& g, const FusionSupport& fs) {
   return out.finish();
 }
 
-// ---------------------------------------------------------------------------------------------------------------------
+// The verifier and the pipeline.
 std::vector<std::string> verify_rewrite(const Graph& source, const Graph& rewritten) {
   std::vector<std::string> problems;
   std::map<std::string, int> named;  // source node name -> fused_from mentions
