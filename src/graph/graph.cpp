@@ -20,9 +20,24 @@ std::string_view op_name(Op op) {
     case Op::ADD: return "add";
     case Op::SWIGLU: return "swiglu";
     case Op::LAST_ROW: return "last_row";
+    case Op::SLICE: return "slice";
   }
   return "?";
 }
+
+bool is_matmul_like(Op op) { return op == Op::MATMUL; }
+
+bool may_write_over_input(Op op, size_t i) {
+  switch (op) {
+    case Op::ROPE:
+    case Op::RMSNORM: return i == 0;
+    case Op::ADD:
+    case Op::SWIGLU: return i < 2;
+    default: return false;
+  }
+}
+
+bool is_view(Op op) { return op == Op::KV_STORE || op == Op::SLICE; }
 
 std::string_view op_class(Op op) {
   switch (op) {
@@ -34,7 +49,8 @@ std::string_view op_class(Op op) {
     case Op::ATTENTION: return "attention";
     case Op::ADD:
     case Op::SWIGLU: return "elementwise";
-    case Op::LAST_ROW: return "copy";
+    case Op::LAST_ROW:
+    case Op::SLICE: return "copy";
   }
   return "?";
 }
@@ -45,6 +61,18 @@ std::string_view tensor_kind_name(TensorKind k) {
     case TensorKind::WEIGHT: return "weight";
     case TensorKind::KV_CACHE: return "kv_cache";
     case TensorKind::ACTIVATION: return "activation";
+  }
+  return "?";
+}
+
+std::string_view io_role_name(IoRole r) {
+  switch (r) {
+    case IoRole::NONE: return "";
+    case IoRole::TOKENS: return "tokens";
+    case IoRole::POSITIONS: return "positions";
+    case IoRole::LOGITS: return "logits";
+    case IoRole::CACHE_K: return "cache_k";
+    case IoRole::CACHE_V: return "cache_v";
   }
   return "?";
 }
@@ -139,6 +167,51 @@ int Graph::find_tensor(std::string_view name) const {
 int Graph::find_node(std::string_view name) const {
   auto it = node_index_.find(std::string(name));
   return it == node_index_.end() ? -1 : it->second;
+}
+
+void Graph::set_io_role(int tensor, IoRole role, int layer) {
+  TESSERA_CHECK(tensor >= 0 && static_cast<size_t>(tensor) < tensors_.size(), "graph: no tensor {} to give a role",
+                tensor);
+  const int held = role == IoRole::NONE ? -1 : find_role(role, layer);
+  TESSERA_CHECK(held < 0 || held == tensor, "graph: role {} (layer {}) is already held by '{}'", io_role_name(role),
+                layer, tensors_[static_cast<size_t>(held)].name);
+  Tensor& t = tensors_[static_cast<size_t>(tensor)];
+  t.io = role;
+  t.io_layer = layer;
+}
+
+int Graph::find_role(IoRole role, int layer) const {
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    if (tensors_[i].io == role && tensors_[i].io_layer == layer) return static_cast<int>(i);
+  return -1;
+}
+
+int Graph::require_role(IoRole role, int layer) const {
+  const int id = find_role(role, layer);
+  if (layer >= 0)
+    TESSERA_CHECK(id >= 0, "graph: no tensor has role {} for layer {}", io_role_name(role), layer);
+  else
+    TESSERA_CHECK(id >= 0, "graph: no tensor has role {}", io_role_name(role));
+  return id;
+}
+
+void Graph::replace_contents(std::vector<Tensor> tensors, std::vector<Node> nodes) {
+  std::unordered_map<std::string, int> ti, ni;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    TESSERA_CHECK(ti.emplace(tensors[i].name, static_cast<int>(i)).second, "graph: tensor '{}' is defined twice",
+                  tensors[i].name);
+  const auto valid = [&](int id) { return id >= 0 && static_cast<size_t>(id) < tensors.size(); };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    TESSERA_CHECK(ni.emplace(n.name, static_cast<int>(i)).second, "graph: node '{}' is defined twice", n.name);
+    for (int id : n.inputs) TESSERA_CHECK(valid(id), "graph: node '{}' has a bad input id", n.name);
+    TESSERA_CHECK(valid(n.output) && tensors[static_cast<size_t>(n.output)].producer == static_cast<int>(i),
+                  "graph: node '{}' does not produce its output tensor", n.name);
+  }
+  tensors_ = std::move(tensors);
+  nodes_ = std::move(nodes);
+  tensor_index_ = std::move(ti);
+  node_index_ = std::move(ni);
 }
 
 namespace {
@@ -317,6 +390,8 @@ void Graph::compute_shape_and_cost(Node& n, std::vector<int64_t>* out_shape, DTy
       n.bytes = 2 * u(x.shape[1]) * dtype_info(x.dtype).type_size;
       return;
     }
+    case Op::SLICE:
+      fail("graph: node '{}': slices are made by graph passes, not by add_node", n.name);
   }
   fail("graph: node '{}' has an unknown op", n.name);
 }
@@ -337,6 +412,7 @@ int Graph::add_node(std::string name, Op op, Role role, int layer, std::string b
   out.kind = TensorKind::ACTIVATION;
   compute_shape_and_cost(n, &out.shape, &out.dtype);
   out.producer = static_cast<int>(nodes_.size());
+  n.source = static_cast<int>(nodes_.size());
   if (op == Op::KV_STORE) {
     const Tensor& cache = tensors_[static_cast<size_t>(n.inputs[1])];
     out.alias = cache.alias >= 0 ? cache.alias : n.inputs[1];
@@ -362,7 +438,7 @@ Totals Graph::totals() const {
     ++t.nodes;
     t.flops += n.flops;
     t.bytes += n.bytes;
-    if (n.op == Op::MATMUL) {
+    if (is_matmul_like(n.op)) {
       t.matmul_flops += n.flops;
       t.matmul_bytes += n.bytes;
     }

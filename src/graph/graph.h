@@ -30,10 +30,21 @@ enum class Op : uint8_t {
   ADD,        // (a[T, E], b[T, E]) -> [T, E]
   SWIGLU,     // (gate[T, F], up[T, F]) -> [T, F]: silu(gate) * up
   LAST_ROW,   // (x[T, E]) -> [1, E]: only the last token goes on to the output projection
+  // Made by graph passes only (src/graph/passes), never by a model builder:
+  SLICE,  // (x[T, N]) -> [T, n]: columns [slice_begin, slice_begin + n) of x, a view (row stride N) of a stack
 };
 std::string_view op_name(Op op);
 // Op class for totals: "matmul", "attention", "norm", "rope", "elementwise", "embedding", "kv_cache", "copy".
 std::string_view op_class(Op op);
+
+// Op traits: structural decisions (fusion, planning, totals) ask these, never `op == Op::MATMUL`, so an op added
+// later states what it is once, here, instead of quietly falling out of every test that names ops.
+bool is_matmul_like(Op op);  // (x[T, K], W[N, K], ...) -> [T, N]: reads a weight matrix, fusable epilogues/prologues
+// Whether the op's output may take the storage of input `i` when that input dies at this node (the kernels read each
+// element before writing it): ROPE and RMSNORM input 0, ADD and SWIGLU either input.
+bool may_write_over_input(Op op, size_t i);
+// Whether the op's output is a view of another tensor's storage (KV_STORE: its cache; SLICE: its input).
+bool is_view(Op op);
 
 enum class TensorKind : uint8_t {
   INPUT,       // fed per call: token ids, positions
@@ -43,6 +54,18 @@ enum class TensorKind : uint8_t {
 };
 std::string_view tensor_kind_name(TensorKind k);
 
+// What a graph input or output is for the caller: runtimes and executors find these tensors by role, never by name
+// (names are for display). CACHE_K / CACHE_V come with their layer.
+enum class IoRole : uint8_t {
+  NONE,
+  TOKENS,     // i32 [T] input: token ids
+  POSITIONS,  // i32 [T] input: position of each token
+  LOGITS,     // f32 [T or 1, vocab] output
+  CACHE_K,    // KV_CACHE [Hkv, C, D] of one layer: keys
+  CACHE_V,    // KV_CACHE [Hkv, C, D] of one layer: values
+};
+std::string_view io_role_name(IoRole r);
+
 struct Tensor {
   std::string name;
   TensorKind kind = TensorKind::ACTIVATION;
@@ -51,6 +74,8 @@ struct Tensor {
   int producer = -1;           // node index, -1 for a leaf (INPUT, WEIGHT, KV_CACHE)
   int alias = -1;              // tensor whose storage this one is (a KV_STORE output is its cache), -1 if its own
   bool is_output = false;      // read by the caller after execution (logits, updated caches)
+  IoRole io = IoRole::NONE;    // what the caller binds it to (Graph::set_io_role)
+  int io_layer = -1;           // CACHE_K / CACHE_V: the layer
   const void* data = nullptr;  // WEIGHT: the bytes (mapped file or graph-owned); nullptr in display-only graphs
 
   int64_t numel() const;
@@ -66,6 +91,27 @@ struct OpParams {
   int64_t rope_dim = 0;     // ROPE: rotated dims per head
   bool rope_neox = false;   // ROPE: pairs (i, i + R/2) instead of (2i, 2i+1)
   float attn_scale = 0;     // ATTENTION: usually 1/sqrt(head_dim)
+  int64_t slice_begin = 0;  // SLICE: first column
+};
+
+// What a node made by a graph pass computes beyond its op (src/graph/passes/fuse.h). Builders leave it empty. Every
+// tensor named here is also one of the node's inputs, so edges, liveness and printers see it.
+struct Fusion {
+  std::vector<std::string> fused_from;  // names of the source graph's nodes this node computes (empty: not fused)
+  // Matmul-like nodes. inputs = {x, W0, ..., W(n_weights-1), then the tensors below that are set}.
+  int n_weights = 1;        // weights stacked row-wise: one matmul over [sum N, K], output [T, sum N]
+  int norm_weight = -1;     // prologue: x is RMSNorm'd with this weight (f32 [K]) by the matmul itself
+  float norm_eps = 0;       //   and this epsilon
+  int residual = -1;        // epilogue: output = residual + x·Wᵀ, written over the residual's storage
+  bool swiglu = false;      // epilogue: silu(gate) * up of the [gate; up] stack, output [T, N/2]
+  bool gate_up = false;     // a stack of (gate, up) whose outputs are one SWIGLU's gate and up (or its epilogue)
+  int norm_out = -1;        // epilogue: the output of the RMSNORM (in_producer) whose quantized input it also writes
+  // RMSNORM: its output is written by its input's producer (that node's norm_out); it launches nothing itself.
+  bool in_producer = false;
+  // ATTENTION: rope + cache store + attention in one node. inputs = {q, cache_k, cache_v, k, v, positions, inv_freq}:
+  // q and k unrotated (rotated with params.rope_dim / rope_neox), k and v stored at positions before attending.
+  bool rope_store = false;
+  bool empty() const { return fused_from.empty() && !in_producer; }
 };
 
 // What part of the model a node computes; names follow shared/DESIGN.md.
@@ -106,6 +152,11 @@ struct Node {
   OpParams params;
   uint64_t flops = 0;  // floating-point operations (a multiply-add counts 2)
   uint64_t bytes = 0;  // bytes read and written, each tensor once (weights included)
+  Fusion fusion;       // set by graph passes only
+  // The node of the graph the passes started from that this node's time is reported under (profiles index the
+  // source graph): itself for a builder's node, the anchor of what a pass fused (a stack's first matmul, the matmul
+  // that absorbed an add, the attention that absorbed rope and stores). -1 for a node with no source node (SLICE).
+  int source = -1;
 };
 
 struct Edge {
@@ -150,6 +201,16 @@ class Graph {
                OpParams params = {});
   // Marks a tensor as a graph output.
   void mark_output(int tensor) { tensors_.at(static_cast<size_t>(tensor)).is_output = true; }
+  // Gives a tensor its role for the caller; a role (with its layer) belongs to one tensor (Error otherwise).
+  void set_io_role(int tensor, IoRole role, int layer = -1);
+  // The tensor with this role (and layer, for caches); -1 when absent.
+  int find_role(IoRole role, int layer = -1) const;
+  // Like find_role, but Error naming `what` when absent.
+  int require_role(IoRole role, int layer = -1) const;
+
+  // For graph passes: replaces every tensor and node (leaf tensors are usually carried over; node outputs must name
+  // their producers). Checks names are unique and ids in range; constants stay owned.
+  void replace_contents(std::vector<Tensor> tensors, std::vector<Node> nodes);
 
   const std::vector<Tensor>& tensors() const { return tensors_; }
   const std::vector<Node>& nodes() const { return nodes_; }

@@ -81,6 +81,12 @@ std::string to_text(const Graph& g) {
     out += fmt::format("{:>4}  {:<{}}  {:<9}  {:<13}  {:<14}  {:<5}  {:>9}  {:>9}  {}\n", i, n.name, name_w, op_name(n.op),
                        role_name(n.role), shape_string(o.shape), dtype_name(o.dtype), human_count(double(n.flops)),
                        human_unit(double(n.bytes), "B"), ins);
+    // A pass's fused node names what it computes, so a rewritten graph can be read against the builder's.
+    if (!n.fusion.fused_from.empty()) {
+      std::string from;
+      for (const std::string& f : n.fusion.fused_from) from += (from.empty() ? "" : ", ") + f;
+      out += fmt::format("{:>4}  {:<{}}  fuses {}\n", "", "", name_w, from);
+    }
   }
   const Totals t = g.totals();
   out += fmt::format("\n{:<12}  {:>6}  {:>10}  {:>6}  {:>10}  {:>6}\n", "op class", "nodes", "FLOPs", "share", "bytes",
@@ -129,13 +135,18 @@ std::string to_json(const Graph& g, int indent) {
       in_shapes += json_shape(t.shape);
       in_dtypes += fmt::format("{}\"{}\"", j ? ", " : "", dtype_name(t.dtype));
     }
+    // A pass's fused node lists the source nodes it computes (absent on a builder's nodes).
+    std::string fused;
+    for (size_t j = 0; j < n.fusion.fused_from.size(); ++j)
+      fused += (j ? ", " : ", \"fused_from\": [") + json_escape(n.fusion.fused_from[j]);
+    if (!fused.empty()) fused += "]";
     out += fmt::format(
         "{}{}{{\"id\": {}, \"name\": {}, \"op\": \"{}\", \"op_class\": \"{}\", \"role\": \"{}\", \"layer\": {}, "
         "\"block\": {}, \"inputs\": {}], \"input_shapes\": {}], \"input_dtypes\": {}], \"output\": {}, \"shape\": {}, "
-        "\"dtype\": \"{}\", \"flops\": {}, \"bytes\": {}}}{}{}",
+        "\"dtype\": \"{}\", \"flops\": {}, \"bytes\": {}{}}}{}{}",
         ind, ind, i, json_escape(n.name), op_name(n.op), op_class(n.op), role_name(n.role), n.layer,
         json_escape(n.block), ins, in_shapes, in_dtypes, json_escape(o.name), json_shape(o.shape), dtype_name(o.dtype),
-        n.flops, n.bytes, i + 1 < g.nodes().size() ? "," : "", nl);
+        n.flops, n.bytes, fused, i + 1 < g.nodes().size() ? "," : "", nl);
   }
   out += ind + "]," + nl;
 
@@ -199,7 +210,7 @@ std::string to_dot(const Graph& g) {
       if (t.kind == TensorKind::WEIGHT) weights += fmt::format("\n{} {} {}", t.name, shape_string(t.shape), dtype_name(t.dtype));
     }
     const Tensor& o = g.tensor(n.output);
-    const char* color = n.op == Op::MATMUL ? "#cfe2ff" : n.op == Op::ATTENTION ? "#ffe5b4" : "#eeeeee";
+    const char* color = is_matmul_like(n.op) ? "#cfe2ff" : n.op == Op::ATTENTION ? "#ffe5b4" : "#eeeeee";
     out += fmt::format("  {}{} [style=filled, fillcolor=\"{}\", label={}];\n", n.layer >= 0 ? "  " : "", id(n.name), color,
                        id(fmt::format("{}\n{} -> {} {}{}\n{}, {}", n.name, op_name(n.op), shape_string(o.shape),
                                       dtype_name(o.dtype), weights, human_unit(double(n.flops), "FLOP"),

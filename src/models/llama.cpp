@@ -67,6 +67,8 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
 
   const int tokens = g.add_input("tokens", DType::I32, {T});
   const int positions = g.add_input("positions", DType::I32, {T});
+  g.set_io_role(tokens, graph::IoRole::TOKENS);
+  g.set_io_role(positions, graph::IoRole::POSITIONS);
   const TensorView* freqs = w.find("rope_freqs.weight");
   if (freqs != nullptr) w.require("rope_freqs.weight", {c.rope_dim / 2});
   const int inv_freq = g.add_constant(
@@ -89,6 +91,8 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
                   "{}: tensor '{}attn_q.bias' found: attention biases are not part of the llama family", w.path(), p);
     const int cache_k = g.add_kv_cache(p + "cache_k", o.kv_dtype, {Hkv, n_ctx, D});
     const int cache_v = g.add_kv_cache(p + "cache_v", o.kv_dtype, {Hkv, n_ctx, D});
+    g.set_io_role(cache_k, graph::IoRole::CACHE_K, l);
+    g.set_io_role(cache_v, graph::IoRole::CACHE_V, l);
 
     int h = g.add_node(p + "attn_norm", Op::RMSNORM, Role::ATTN_NORM, l, "attn", {x, weight(p + "attn_norm.weight", {E})},
                        norm);
@@ -123,6 +127,7 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
   const int out_w = c.tied_output ? embd : weight("output.weight", {V, E});
   const int logits = g.add_node("output", Op::MATMUL, Role::OUTPUT, -1, "output", {x, out_w});
   g.mark_output(logits);
+  g.set_io_role(logits, graph::IoRole::LOGITS);
   return g;
 }
 

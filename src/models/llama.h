@@ -19,8 +19,9 @@ struct LlamaGraphOptions {
   bool all_logits = false;  // logits for all T tokens ([T, vocab]) instead of the last one ([1, vocab])
 };
 
-// Graph inputs: "tokens" i32 [T], "positions" i32 [T], caches "blk.N.cache_k" / "blk.N.cache_v" [Hkv, C, D].
-// Graph outputs: "output" f32 [T or 1, vocab] and the updated caches ("blk.N.cache_k_store", ...).
+// Graph inputs, by role (graph::IoRole; names are for display): TOKENS "tokens" i32 [T], POSITIONS "positions" i32 [T],
+// CACHE_K / CACHE_V of layer N "blk.N.cache_k" / "blk.N.cache_v" [Hkv, C, D].
+// Graph outputs: LOGITS "output" f32 [T or 1, vocab] and the updated caches ("blk.N.cache_k_store", ...).
 // Weights are bound to the model's tensors (Error naming the tensor when one is missing or mis-shaped).
 graph::Graph build_llama_graph(const ModelWeights& weights, const LlamaGraphOptions& options);
 

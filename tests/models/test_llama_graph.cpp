@@ -94,6 +94,12 @@ TEST(LlamaGraph, NodesNamesAndShapes) {
   EXPECT_EQ(g.tensor(g.node(g.find_node("output")).inputs[1]).name, "output.weight");
   EXPECT_EQ(g.tensor(g.find_tensor("blk.0.cache_v")).kind, graph::TensorKind::KV_CACHE);
   EXPECT_TRUE(g.tensor(g.find_tensor("output")).is_output);
+  // The builder gives its inputs, logits and caches roles: what backends and the runtime look them up by.
+  EXPECT_EQ(g.find_role(graph::IoRole::TOKENS), g.find_tensor("tokens"));
+  EXPECT_EQ(g.find_role(graph::IoRole::POSITIONS), g.find_tensor("positions"));
+  EXPECT_EQ(g.find_role(graph::IoRole::LOGITS), g.find_tensor("output"));
+  EXPECT_EQ(g.find_role(graph::IoRole::CACHE_K, 1), g.find_tensor("blk.1.cache_k"));
+  EXPECT_EQ(g.find_role(graph::IoRole::CACHE_V, 0), g.find_tensor("blk.0.cache_v"));
 
   uint64_t mm = 0;
   for (const auto& n : g.nodes())

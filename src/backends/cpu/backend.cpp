@@ -7,6 +7,8 @@
 
 #include "backends/cpu/plan_step.h"
 #include "core/error.h"
+#include "graph/passes/fuse.h"
+#include "graph/passes/memory_plan.h"
 #include "quant/half.h"
 #include "quant/quant.h"
 
@@ -76,6 +78,15 @@ const float* Plan::output(std::string_view name) const {
   return reinterpret_cast<const float*>(static_cast<const uint8_t*>(arena_) + offsets_[static_cast<size_t>(id)]);
 }
 
+void* Plan::input(graph::IoRole role) {
+  const int id = graph_.require_role(role);
+  TESSERA_CHECK(graph_.tensor(id).kind == TensorKind::INPUT && offsets_[static_cast<size_t>(id)] >= 0,
+                "plan: the {} tensor is not an input", graph::io_role_name(role));
+  return static_cast<uint8_t*>(arena_) + offsets_[static_cast<size_t>(id)];
+}
+
+const float* Plan::output(graph::IoRole role) const { return output(graph_.tensor(graph_.require_role(role)).name); }
+
 // ---------------------------------------------------------------------------------------------------------------------
 // Compilation
 
@@ -86,6 +97,7 @@ CpuBackend::CpuBackend(const BackendOptions& options, std::shared_ptr<WeightCach
 
 bool CpuBackend::supports(const graph::Node& n, const graph::Graph& g) const {
   const auto in = [&](size_t i) -> const Tensor& { return g.tensor(n.inputs.at(i)); };
+  if (!n.fusion.empty()) return false;  // the CPU declares no fusion (graph::FusionSupport{}): it runs builder nodes
   switch (n.op) {
     case Op::EMBED:
       return can_dequantize(in(0).dtype) && in(0).shape[1] % dtype_info(in(0).dtype).block_size == 0;
@@ -104,105 +116,29 @@ bool CpuBackend::supports(const graph::Node& n, const graph::Graph& g) const {
       const DType d = in(1).dtype;
       return d == DType::F16 || d == DType::F32;
     }
+    case Op::SLICE:
+      return false;
   }
   return false;
 }
 
 namespace {
 
+// Arena blocks start on cache lines: the SIMD kernels' aligned loads and no false sharing between threads' rows.
 constexpr uint64_t kAlign = 64;
-uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
-
-// Activation memory: tensors get arena offsets in node order; a tensor's storage is released after its last
-// reader, and an elementwise op writes over an input that dies with it (ROPE, ADD, SWIGLU and RMSNORM kernels are
-// in-place safe). Freed blocks are reused best-fit, so a llama graph needs a handful of [T, max(E, F)] blocks however
-// many layers it has. Inputs and graph outputs keep their own blocks.
-struct MemoryPlan {
-  std::vector<int64_t> offsets;     // per tensor, -1 when it has no storage of its own
-  std::vector<int> in_place_input;  // per node: the input whose storage the output took, -1 if none
-  uint64_t total = 0;
-};
-
-MemoryPlan plan_memory(const graph::Graph& g) {
-  const size_t nt = g.tensors().size(), nn = g.nodes().size();
-  MemoryPlan mp;
-  mp.offsets.assign(nt, -1);
-  mp.in_place_input.assign(nn, -1);
-  std::vector<int> last_use(nt, -1);
-  for (size_t i = 0; i < nn; ++i)
-    for (int t : g.nodes()[i].inputs) last_use[static_cast<size_t>(t)] = static_cast<int>(i);
-  struct Block {
-    uint64_t offset, size;
-    bool free;
-  };
-  std::vector<Block> blocks;
-  std::vector<int> block_of(nt, -1);
-  const auto give = [&](int t, uint64_t size) {
-    int best = -1;
-    for (size_t b = 0; b < blocks.size(); ++b)
-      if (blocks[b].free && blocks[b].size >= size &&
-          (best < 0 || blocks[b].size < blocks[static_cast<size_t>(best)].size))
-        best = static_cast<int>(b);
-    if (best < 0) {
-      blocks.push_back(Block{mp.total, size, false});
-      mp.total += size;
-      best = static_cast<int>(blocks.size() - 1);
-    }
-    blocks[static_cast<size_t>(best)].free = false;
-    block_of[static_cast<size_t>(t)] = best;
-    mp.offsets[static_cast<size_t>(t)] = static_cast<int64_t>(blocks[static_cast<size_t>(best)].offset);
-  };
-  const auto release = [&](int t) {
-    blocks[static_cast<size_t>(block_of[static_cast<size_t>(t)])].free = true;
-    block_of[static_cast<size_t>(t)] = -1;
-  };
-  const auto dies_here = [&](int t, size_t node) {
-    const Tensor& x = g.tensor(t);
-    return x.kind == TensorKind::ACTIVATION && !x.is_output && last_use[static_cast<size_t>(t)] == static_cast<int>(node) &&
-           block_of[static_cast<size_t>(t)] >= 0;
-  };
-  for (size_t i = 0; i < nt; ++i)
-    if (g.tensors()[i].kind == TensorKind::INPUT) give(static_cast<int>(i), align_up(g.tensors()[i].nbytes()));
-  for (size_t i = 0; i < nn; ++i) {
-    const graph::Node& n = g.nodes()[i];
-    const Tensor& out = g.tensor(n.output);
-    if (n.op != Op::KV_STORE) {
-      std::vector<int> candidates;
-      if (n.op == Op::ROPE || n.op == Op::RMSNORM) candidates = {n.inputs[0]};
-      if ((n.op == Op::ADD || n.op == Op::SWIGLU) && n.inputs[0] != n.inputs[1]) candidates = {n.inputs[0], n.inputs[1]};
-      int reuse = -1;
-      for (int c : candidates)
-        if (dies_here(c, i) && g.tensor(c).nbytes() == out.nbytes()) {
-          reuse = c;
-          break;
-        }
-      if (reuse >= 0) {
-        block_of[static_cast<size_t>(n.output)] = block_of[static_cast<size_t>(reuse)];
-        mp.offsets[static_cast<size_t>(n.output)] = mp.offsets[static_cast<size_t>(reuse)];
-        block_of[static_cast<size_t>(reuse)] = -1;  // the block now belongs to the output
-        mp.in_place_input[i] = reuse;
-      } else {
-        give(n.output, align_up(out.nbytes()));
-      }
-    }
-    for (int t : n.inputs)
-      if (dies_here(t, i)) release(t);
-    if (last_use[static_cast<size_t>(n.output)] < 0 && !out.is_output && block_of[static_cast<size_t>(n.output)] >= 0)
-      release(n.output);  // an output nobody reads (hand-built graphs)
-  }
-  return mp;
-}
 
 }  // namespace
 
 std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vector<StateBinding>& state) {
   auto plan = std::make_unique<Plan>();
-  plan->graph_ = g;
+  // The CPU declares no fusion: the passes return the builder's nodes (and verify them), so every backend runs a graph
+  // that went through the same pipeline.
+  plan->graph_ = graph::run_passes(g, graph::FusionSupport{});
   const graph::Graph& pg = plan->graph_;
   for (const graph::Node& n : pg.nodes())
     TESSERA_CHECK(supports(n, pg), "cpu backend: node '{}' ({}) is not supported with these inputs", n.name,
                   graph::op_name(n.op));
-  MemoryPlan mp = plan_memory(pg);
+  const graph::MemoryPlan mp = graph::plan_memory(pg, graph::MemoryPlanOptions{.alignment = kAlign});
   plan->offsets_ = mp.offsets;
   plan->arena_bytes_ = std::max<uint64_t>(mp.total, kAlign);
   plan->arena_ = ::operator new(plan->arena_bytes_, std::align_val_t{64});
@@ -214,14 +150,14 @@ std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vect
     std::memset(arena + mp.offsets[i], 0, pg.tensors()[i].nbytes());
   }
 
-  // KV caches: bound by name to the session's storage.
+  // KV caches: bound by role and layer to the session's storage.
   std::unordered_map<int, KvView> caches;
   for (size_t i = 0; i < pg.tensors().size(); ++i) {
     const Tensor& t = pg.tensors()[i];
     if (t.kind != TensorKind::KV_CACHE) continue;
     void* data = nullptr;
     for (const StateBinding& b : state)
-      if (b.name == t.name) data = b.data;
+      if (t.io != graph::IoRole::NONE && b.role == t.io && b.layer == t.io_layer) data = b.data;
     TESSERA_CHECK(data != nullptr, "cpu backend: kv cache '{}' is not bound to any storage", t.name);
     caches[static_cast<int>(i)] = kv_head_major(t.dtype, data, t.shape[1], t.shape[0], t.shape[2]);
   }
@@ -311,6 +247,8 @@ std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vect
         s.a = act(n.inputs[0]);
         s.t = in(0).shape[0];
         s.k = in(0).shape[1];
+        break;
+      case Op::SLICE:  // rejected by supports()
         break;
     }
     plan->steps_.push_back(s);

@@ -40,9 +40,10 @@ class WeightCache {
   uint64_t bytes_ = 0;
 };
 
-// Persistent tensors the session owns, bound to graph KV_CACHE tensors by name.
+// Persistent tensors the session owns, bound to graph KV_CACHE tensors by role (CACHE_K / CACHE_V) and layer.
 struct StateBinding {
-  std::string name;
+  graph::IoRole role = graph::IoRole::NONE;
+  int layer = -1;
   void* data = nullptr;
 };
 
@@ -58,6 +59,9 @@ class Plan {
   // Storage of an INPUT tensor (e.g. "tokens", "positions": i32 [T]); Error when there is none of that name.
   void* input(std::string_view name);
   const float* output(std::string_view name) const;  // an f32 ACTIVATION tensor
+  // The same by role (TOKENS, POSITIONS; LOGITS): what runtimes use, so a builder may name its tensors freely.
+  void* input(graph::IoRole role);
+  const float* output(graph::IoRole role) const;
   uint64_t arena_bytes() const { return arena_bytes_; }
   // When set (size = nodes), execute() adds each node's wall time in nanoseconds (for `tessera profile`).
   std::vector<uint64_t>* node_ns = nullptr;

@@ -104,6 +104,8 @@ void CpuBackend::run_step(const Plan::Step& s, int64_t n_past) {
     case Op::LAST_ROW:
       std::memmove(s.y, s.a + (s.t - 1) * s.k, static_cast<size_t>(s.k) * sizeof(float));
       return;
+    case Op::SLICE:  // rejected by supports(): the CPU declares no fusion, so its graphs have no slices
+      return;
   }
 }
 
@@ -112,9 +114,8 @@ void CpuBackend::execute(Plan& plan, int64_t n_past) {
   const int64_t t = g.n_tokens();
   TESSERA_CHECK(n_past >= 0, "cpu backend: position {} is negative", n_past);
   // Positions are always n_past + i: written here so a caller cannot make rope and the cache disagree.
-  for (const auto& [name, id] : plan.input_ids_) {
-    if (name != "positions") continue;
-    auto* pos = static_cast<int32_t*>(plan.input("positions"));
+  if (g.find_role(graph::IoRole::POSITIONS) >= 0) {
+    auto* pos = static_cast<int32_t*>(plan.input(graph::IoRole::POSITIONS));
     for (int64_t i = 0; i < t; ++i) pos[i] = static_cast<int32_t>(n_past + i);
   }
   // Everything a kernel would reject is checked before the first dispatch (exceptions must not leave pool tasks).

@@ -35,9 +35,8 @@ void* KvCache::v(int64_t layer) const { return data_ + per_tensor_ * uint64_t(2 
 std::vector<StateBinding> KvCache::bindings() const {
   std::vector<StateBinding> b;
   for (int64_t l = 0; l < n_layers_; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    b.push_back({p + "cache_k", k(l)});
-    b.push_back({p + "cache_v", v(l)});
+    b.push_back({graph::IoRole::CACHE_K, static_cast<int>(l), k(l)});
+    b.push_back({graph::IoRole::CACHE_V, static_cast<int>(l), v(l)});
   }
   return b;
 }

@@ -24,7 +24,7 @@ class KvCache {
   uint64_t bytes() const { return bytes_; }  // reserved
   void* k(int64_t layer) const;
   void* v(int64_t layer) const;
-  // Names the llama graph gives its cache tensors ("blk.N.cache_k", "blk.N.cache_v") bound to this storage.
+  // This storage bound to the graph's cache tensors by role (CACHE_K, CACHE_V) and layer.
   std::vector<StateBinding> bindings() const;
 
  private:

@@ -40,17 +40,17 @@ class CpuSession : public backend::DeviceSession {
     // Compiling the decode plan prepares (repacks) every weight now, so the first prompt's timing measures the
     // forward pass alone.
     const Plan& p = plan_for(1, false, 0);
-    vocab_ = p.graph().tensor(p.graph().find_tensor("output")).shape.back();
+    vocab_ = p.graph().tensor(p.graph().require_role(graph::IoRole::LOGITS)).shape.back();
   }
 
   std::span<const float> eval(int64_t seq, std::span<const int32_t> ids, int64_t pos, bool all_rows) override {
     const int64_t t = static_cast<int64_t>(ids.size());
     Plan& plan = plan_for(t, all_rows, seq);
-    std::memcpy(plan.input("tokens"), ids.data(), static_cast<size_t>(t) * sizeof(int32_t));
+    std::memcpy(plan.input(graph::IoRole::TOKENS), ids.data(), static_cast<size_t>(t) * sizeof(int32_t));
     backend_.execute(plan, pos);
     // A one-token chunk's logits are its only row, whichever graph ran it.
     const int64_t rows = all_rows ? t : 1;
-    return std::span<const float>(plan.output("output"), static_cast<size_t>(rows * vocab_));
+    return std::span<const float>(plan.output(graph::IoRole::LOGITS), static_cast<size_t>(rows * vocab_));
   }
 
   void set_profiling(bool on) override { profiling_ = on; }

@@ -25,6 +25,7 @@
 #include "backends/cuda/executor_common.h"
 #include "backends/cuda/kernels.h"
 #include "core/error.h"
+#include "graph/passes/fuse.h"
 #include "quant/quant.h"
 
 namespace tessera::cuda {
@@ -44,7 +45,8 @@ struct CudaDecoder::Impl {
     bool written = false;  // a launch that writes it has been emitted
   };
 
-  graph::Graph g;  // a copy: node and tensor metadata for error messages
+  graph::Graph src;  // the graph given: profiles and TESSERA_CUDA_DROP_OPS index its nodes (Node::source)
+  graph::Graph g;    // src rewritten by the graph passes (decoder_fusion_support): what compile() runs
   std::shared_ptr<CudaShared> shared_owner;
   CudaShared::Impl* sh = nullptr;  // weights, caches, stream
   CudaBackendOptions options;
@@ -52,27 +54,15 @@ struct CudaDecoder::Impl {
   std::vector<DeviceBuffer> owned;
   std::vector<void*> ptr;          // per tensor: device storage
   std::unordered_map<int, Q8> q8;  // by activation tensor id
-  std::unordered_map<int, RopeInfo> rope;                 // by ROPE output tensor id
-  std::unordered_map<int, int> kv_src;                    // KV_STORE output tensor -> stored tensor
   std::vector<std::unique_ptr<AttnWorkspace>> attn_ws;
   std::vector<Launch> launches;
   LaunchRunner runner;
   std::vector<uint64_t>* profile = nullptr;
   std::vector<std::vector<int>> consumers;  // per tensor: consuming node ids
-  std::vector<bool> done;                   // per node: already emitted by a fused launch
   bool fuse = true;                         // merge GEMVs and fold residual adds (TESSERA_CUDA_FUSE=0: off)
-  // RMSNorm folded into the float GEMVs reading its output (GemvInput::norm_w), by the norm's output tensor id: the
-  // GEMVs read the raw input and scale by themselves, one launch less per norm (TESSERA_CUDA_FOLD_NORM=0: off).
-  struct NormFold {
-    const float* w;
-    float eps;
-  };
-  std::unordered_map<int, NormFold> norm_fold;
-  // RMSNorm before quantized GEMVs folded into the residual GEMV before it (GemvInput::norm_out_* / rms_sumsq), by the
-  // norm's output tensor id: that GEMV writes the readers' rms-free q8 input and per-32 sums of squares, the readers
-  // scale by 1/rms; no rmsnorm launch. Opt-in (TESSERA_CUDA_QUANT_NORM=1): measured slower on the H100 (8B q8_0
-  // 307.7 -> 240.7 tok/s, q4_1 476.4 -> 448.8): the residual GEMVs run as thread-block clusters, which cost more than
-  // the rmsnorm launch they replace (docs/CUDA_NOTES.md).
+  // RMSNorm before quantized GEMVs folded into the residual GEMV before it (GemvInput::norm_out_* / rms_sumsq; the
+  // graph passes' norm epilogue, Fusion::norm_out), by the norm's output tensor id: that GEMV writes the readers'
+  // rms-free q8 input and per-32 sums of squares, the readers scale by 1/rms; no rmsnorm launch.
   struct QuantNorm {
     const float* sumsq;
     float eps;
@@ -131,90 +121,13 @@ struct CudaDecoder::Impl {
     ptr[static_cast<size_t>(tid)] = d;
     return static_cast<float*>(d);
   }
-  // Whether RMSNorm node `id` can fold into its readers: every reader is a float-weight matmul of its output, and they
-  // are the nodes right after it, so nothing can write its input in between (the GEMVs read the input when they run,
-  // not when the norm would have).
-  bool norm_foldable(int id) const {
-    if (!fuse || !fold_norm) return false;
-    const graph::Node& n = g.node(id);
-    const graph::Tensor& o = g.tensor(n.output);
-    const auto& co = consumers[static_cast<size_t>(n.output)];
-    if (o.is_output || co.empty() || o.numel() % 4 != 0) return false;
-    for (size_t i = 0; i < co.size(); ++i) {
-      const graph::Node& m = g.node(co[i]);
-      if (co[i] != id + 1 + static_cast<int>(i) || m.op != Op::MATMUL || m.inputs.at(0) != n.output) return false;
-      const graph::Tensor& w = g.tensor(m.inputs.at(1));
-      if (w.data == nullptr || w.shape.size() != 2 || is_quantized_dtype(w.dtype) || !gemv_supports(w.dtype))
-        return false;
-    }
-    return true;
-  }
-  // The SWIGLU node a merged (gate, up) matmul pair feeds, when it can fold into their GEMV's epilogue: the pair's
-  // outputs are that node's gate and up inputs (in order) and nothing else reads them. -1 if none.
-  int swiglu_of_pair(const std::vector<int>& group) const {
-    if (!fuse || !fold_swiglu || group.size() != 2) return -1;
-    const int a = g.node(group[0]).output, b = g.node(group[1]).output;
-    const auto& ca = consumers[static_cast<size_t>(a)];
-    const auto& cb = consumers[static_cast<size_t>(b)];
-    if (ca.size() != 1 || cb.size() != 1 || ca[0] != cb[0]) return -1;
-    const graph::Node& s = g.node(ca[0]);
-    if (s.op != Op::SWIGLU || s.inputs.size() != 2 || s.inputs[0] != a || s.inputs[1] != b) return -1;
-    if (g.tensor(a).is_output || g.tensor(b).is_output || g.tensor(a).numel() != g.tensor(b).numel() ||
-        g.tensor(s.output).numel() != g.tensor(a).numel())
-      return -1;
-    return ca[0];
-  }
-  // The ADD node that matmul `id` may accumulate into: its output's only reader is ADD(a, output), in place on a (a
-  // is an activation whose last reader is that ADD, and every other reader of a runs before the matmul). -1 if none.
-  int residual_add_target(int id) const {
-    if (!fuse) return -1;
-    const int out = g.node(id).output;
-    const auto& co = consumers[static_cast<size_t>(out)];
-    if (co.size() != 1) return -1;
-    const graph::Node& r = g.node(co[0]);
-    if (r.op != Op::ADD || r.inputs.size() != 2 || r.inputs[1] != out || r.inputs[0] == out) return -1;
-    const int a = r.inputs[0];
-    const graph::Tensor& at = g.tensor(a);
-    if (at.kind != graph::TensorKind::ACTIVATION || at.is_output || ptr[static_cast<size_t>(a)] == nullptr) return -1;
-    if (at.numel() != g.tensor(out).numel()) return -1;
-    const auto& ca = consumers[static_cast<size_t>(a)];
-    if (ca.empty() || ca.back() != co[0]) return -1;
-    for (int c : ca)
-      if (c != co[0] && c > id) return -1;
-    return co[0];
-  }
-  // The RMSNORM node that the quantized residual GEMV accumulating through ADD node `add` (weight w) can write the
-  // input of (GemvInput::norm_out_*): the first reader of the sum is that norm, every reader of the norm's output is a
-  // quantized matmul of it, the shapes fit and the GEMV's launch shape has the epilogue. -1 if none. On by default for
-  // q4_1 (8B decode on the H100, warp groups, 2026-11-22: 476.2 -> 498.6 tok/s); q8_0 measured even (311.8 vs
-  // 312.3-313.1), q4_0 not measured: off. TESSERA_CUDA_QUANT_NORM=1 / 0 turns it on / off for every format.
-  int quant_norm_after(int add, const DeviceWeight& w) const {
-    if (!fuse || !is_quantized_dtype(w.dtype) || env_switched_off("TESSERA_CUDA_QUANT_NORM")) return -1;
-    if (w.dtype != DType::Q4_1 && !env_is_on("TESSERA_CUDA_QUANT_NORM")) return -1;
-    const int sum = g.node(add).output;
-    const auto& cs = consumers[static_cast<size_t>(sum)];
-    if (cs.empty()) return -1;
-    const graph::Node& nn = g.node(cs[0]);
-    if (nn.op != Op::RMSNORM || nn.inputs.at(0) != sum) return -1;
-    const graph::Tensor& o = g.tensor(nn.output);
-    const auto& co = consumers[static_cast<size_t>(nn.output)];
-    if (o.is_output || co.empty() || o.numel() != w.n || w.n % 32 != 0) return -1;
-    for (int c : co) {
-      const graph::Node& m = g.node(c);
-      if (m.op != Op::MATMUL || m.inputs.at(0) != nn.output) return -1;
-      const graph::Tensor& wt = g.tensor(m.inputs.at(1));
-      if (wt.data == nullptr || wt.shape.size() != 2 || !is_quantized_dtype(wt.dtype)) return -1;
-    }
-    const bool clusters = env_is_on("TESSERA_CUDA_QUANT_NORM_CLUSTERS");
-    if (!gemv_norm_out_supported(gemv_norm_out_config(w.dtype, w.n, w.k, clusters), clusters)) return -1;
-    return cs[0];
-  }
   float* act(int tid) { return static_cast<float*>(ptr[static_cast<size_t>(tid)]); }
   // Whether a quantized matmul reads tensor `tid` (then its producer writes the 8-bit copy too).
   bool feeds_quantized_matmul(int tid) const {
     for (int c : consumers[static_cast<size_t>(tid)]) {
       const graph::Node& n = g.node(c);
-      if (n.op == Op::MATMUL && n.inputs[0] == tid && is_quantized_dtype(g.tensor(n.inputs[1]).dtype)) return true;
+      if (graph::is_matmul_like(n.op) && n.inputs[0] == tid && is_quantized_dtype(g.tensor(n.inputs[1]).dtype))
+        return true;
     }
     return false;
   }
@@ -230,7 +143,7 @@ struct CudaDecoder::Impl {
   }
 
   void compile();
-  void compile_node(int id);
+  void compile_node(int id_in_g);
   // TESSERA_CUDA_DROP_OPS=op[,op...] (graph op names: rmsnorm, swiglu, attention, matmul, add, embed): the decode
   // step leaves out every launch of a node of those ops, so a benchmark shows what they cost in the replayed graph
   // (their readers read whatever the buffers held: the outputs are WRONG; a timing study only, announced on stderr).
@@ -245,7 +158,7 @@ struct CudaDecoder::Impl {
     }
     const size_t before = launches.size();
     std::erase_if(launches, [&](const Launch& l) {
-      return l.node >= 0 && std::find(ops.begin(), ops.end(), graph::op_name(g.node(l.node).op)) != ops.end();
+      return l.node >= 0 && std::find(ops.begin(), ops.end(), graph::op_name(src.node(l.node).op)) != ops.end();
     });
     embed_launch = -2;  // launch indices moved: the chain keeps the embedding as a launch (if it is still there)
     std::fprintf(stderr, "tessera: TESSERA_CUDA_DROP_OPS=%s left out %zu of %zu decode launches: outputs are wrong, "
@@ -260,11 +173,62 @@ struct CudaDecoder::Impl {
   int64_t generate_greedy(int32_t token, int64_t pos, int64_t n, const std::function<bool(int32_t)>& on_token);
 };
 
+// What the decoder's launches run fused (graph/passes/fuse.h): the preconditions that depend on the device (weight
+// formats, launch shapes) and on the comparison switches; the graph passes check the rest.
+graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold_swiglu) {
+  graph::FusionSupport f;
+  f.rope_store_attention = true;  // rope and stores have no launch of their own (TESSERA_CUDA_FUSE_ATTN=0: two)
+  if (!fuse) return f;
+  f.stack_shared_input = true;
+  f.residual_epilogue = true;
+  // RMSNorm folded into the float GEMVs reading its output (GemvInput::norm_w): the GEMVs read the raw input and
+  // scale by themselves, one launch less per norm (TESSERA_CUDA_FOLD_NORM=0: off).
+  if (fold_norm)
+    f.norm_prologue = [](const graph::Tensor& w) { return !is_quantized_dtype(w.dtype) && gemv_supports(w.dtype); };
+  // SwiGLU in the gate|up GEMV's epilogue: float weights (TESSERA_CUDA_FOLD_SWIGLU=0: off). Quantized: the epilogue
+  // also writes the down projection's q8 input, so only when that is what reads the SwiGLU's output. Opt-in
+  // (TESSERA_CUDA_QUANT_SWIGLU=1), measured slower on the H100 in both forms: tickets (8B q8_0 303.2 -> 295.0 tok/s,
+  // q4_1 461.1 -> 425.4; every block of the multi-wave gate|up grid holds its slot through a fence and a ticket atomic)
+  // and warp groups (q8_0 311.9 -> 290.7, q4_1 499.0 -> 460.8; the 448 blocks of 16 warps stream slower than the 7,168
+  // small blocks; not profiled) (docs/CUDA_NOTES.md).
+  if (fold_swiglu)
+    f.swiglu_epilogue = [](const graph::Graph& gr, const std::vector<int>& weights, int swiglu) {
+      const graph::Tensor& w0 = gr.tensor(weights[0]);
+      if (!is_quantized_dtype(w0.dtype)) return true;
+      const int so = gr.node(swiglu).output;
+      bool feeds_quantized = false;
+      for (const graph::Node& m : gr.nodes())
+        feeds_quantized |= graph::is_matmul_like(m.op) && m.inputs[0] == so &&
+                           is_quantized_dtype(gr.tensor(m.inputs[1]).dtype);
+      int64_t rows = 0;
+      for (int w : weights) rows += gr.tensor(w).shape[0];
+      // TESSERA_CUDA_QUANT_SWIGLU_TICKETS=1: the first form (tickets across blocks); else warp groups, one block per
+      // 32 gate rows and their up rows, at the default shape if it has that form.
+      const bool tickets = env_is_on("TESSERA_CUDA_QUANT_SWIGLU_TICKETS");
+      const bool groups_ok = gemv_swiglu_groups_supported(gemv_default_config(w0.dtype, rows, w0.shape[1]));
+      return env_is_on("TESSERA_CUDA_QUANT_SWIGLU") && gr.tensor(so).numel() % 32 == 0 && feeds_quantized &&
+             (tickets || groups_ok);
+    };
+  // The residual GEMV writing the next RMSNorm's q8 input (GemvInput::norm_out_*) for quantized readers. On by default
+  // for q4_1 (8B decode on the H100, warp groups, 2026-11-22: 476.2 -> 498.6 tok/s); q8_0 measured even (311.8 vs
+  // 312.3-313.1), q4_0 not measured: off. TESSERA_CUDA_QUANT_NORM=1 / 0 turns it on / off for every format; with
+  // TESSERA_CUDA_QUANT_NORM_CLUSTERS=1 as thread-block clusters, measured slower on the H100 (8B q8_0 307.7 -> 240.7
+  // tok/s, q4_1 476.4 -> 448.8: the clusters cost more than the rmsnorm launch they replace; docs/CUDA_NOTES.md).
+  f.residual_norm_out = [](const graph::Tensor& w, const std::vector<const graph::Tensor*>& readers) {
+    if (!is_quantized_dtype(w.dtype) || env_switched_off("TESSERA_CUDA_QUANT_NORM")) return false;
+    if (w.dtype != DType::Q4_1 && !env_is_on("TESSERA_CUDA_QUANT_NORM")) return false;
+    for (const graph::Tensor* r : readers)
+      if (!is_quantized_dtype(r->dtype)) return false;
+    const bool clusters = env_is_on("TESSERA_CUDA_QUANT_NORM_CLUSTERS");
+    return gemv_norm_out_supported(gemv_norm_out_config(w.dtype, w.shape[0], w.shape[1], clusters), clusters);
+  };
+  return f;
+}
+
 void CudaDecoder::Impl::compile() {
   TESSERA_CHECK(g.n_tokens() == 1, "cuda backend: only one-token (decode) graphs run on the GPU, not {} tokens",
                 g.n_tokens());
   ptr.assign(g.tensors().size(), nullptr);
-  done.assign(g.nodes().size(), false);
   consumers.assign(g.tensors().size(), {});
   for (size_t i = 0; i < g.nodes().size(); ++i)
     for (int t : g.nodes()[i].inputs) consumers[static_cast<size_t>(t)].push_back(static_cast<int>(i));
@@ -273,29 +237,23 @@ void CudaDecoder::Impl::compile() {
     if (t.kind == graph::TensorKind::INPUT) {
       TESSERA_CHECK(t.dtype == DType::I32 && t.numel() == 1, "cuda backend: input '{}' must be one i32", t.name);
       ptr[i] = alloc(sizeof(int32_t));
-      if (t.name == "tokens")
+      if (t.io == graph::IoRole::TOKENS)
         tokens_id = static_cast<int>(i);
-      else if (t.name == "positions")
+      else if (t.io == graph::IoRole::POSITIONS)
         positions_id = static_cast<int>(i);
       else
-        fail("cuda backend: graph input '{}' is unknown (tokens and positions are)", t.name);
+        fail("cuda backend: graph input '{}' has no known role (tokens and positions have)", t.name);
     } else if (t.kind == graph::TensorKind::KV_CACHE) {
       ptr[i] = sh->cache(t);  // slot 0 of the shared cache
       ctx = t.shape[1];
     }
   }
-  TESSERA_CHECK(tokens_id >= 0, "cuda backend: the graph has no 'tokens' input");
+  TESSERA_CHECK(tokens_id >= 0, "cuda backend: the graph has no tokens input (role TOKENS)");
   for (size_t i = 0; i < g.nodes().size(); ++i) compile_node(static_cast<int>(i));
   drop_launches_for_timing();
-  for (const auto& [out, src] : kv_src) {
-    bool read = false;
-    for (int c : consumers[static_cast<size_t>(out)]) read |= g.node(c).op == Op::ATTENTION;
-    TESSERA_CHECK(read, "cuda backend: cache store '{}' is not followed by attention (stores are fused into it)",
-                  g.tensor(out).name);
-  }
-  logits_id = g.find_tensor("output");
+  logits_id = g.find_role(graph::IoRole::LOGITS);
   TESSERA_CHECK(logits_id >= 0 && g.tensor(logits_id).dtype == DType::F32,
-                "cuda backend: the graph has no f32 'output' tensor (the logits)");
+                "cuda backend: the graph has no f32 logits tensor (role LOGITS)");
   vocab = g.tensor(logits_id).numel();
   TESSERA_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_io), 4 * sizeof(int32_t), cudaHostAllocDefault));
   TESSERA_CUDA_CHECK(
@@ -304,8 +262,9 @@ void CudaDecoder::Impl::compile() {
   argmax_out = DeviceBuffer(2 * sizeof(int32_t));
 }
 
-void CudaDecoder::Impl::compile_node(int id) {
-  const graph::Node& n = g.node(id);
+void CudaDecoder::Impl::compile_node(int id_in_g) {
+  const graph::Node& n = g.node(id_in_g);
+  const int id = n.source;  // launches report their time under the source graph's node
   const int out = n.output;
   const graph::Tensor& ot = g.tensor(out);
   const auto in = [&](size_t i) { return n.inputs.at(i); };
@@ -328,17 +287,13 @@ void CudaDecoder::Impl::compile_node(int id) {
       return;
     }
     case Op::RMSNORM: {
-      if (done[static_cast<size_t>(id)]) {  // written by the residual GEMV before it (quant_norm)
+      if (n.fusion.in_producer) {  // written by the residual GEMV before it (its Fusion::norm_out)
+        if (quant_norm.find(out) == quant_norm.end()) unsupported(n, "its producer did not write it");
         ptr[static_cast<size_t>(out)] = ptr[static_cast<size_t>(in(0))];  // never read as f32: its readers read q8
         return;
       }
       const float* x = act(in(0));
       const float* w = vector_f32(n, in(1));
-      if (norm_foldable(id)) {
-        ptr[static_cast<size_t>(out)] = ptr[static_cast<size_t>(in(0))];  // the readers see the raw input
-        norm_fold[out] = NormFold{w, n.params.eps};
-        return;
-      }
       float* y = new_act();
       const int64_t d = ot.numel();
       int8_t* q = nullptr;
@@ -354,27 +309,15 @@ void CudaDecoder::Impl::compile_node(int id) {
       return;
     }
     case Op::MATMUL: {
-      if (done[static_cast<size_t>(id)]) return;  // computed by an earlier merged GEMV
-      const graph::Tensor& w0 = g.tensor(in(1));
-      // Matmuls sharing this input and weight format (q|k|v, gate|up) run as one GEMV over the stacked weights:
-      // fewer launches, and the small matrices stream at the big one's efficiency.
-      std::vector<int> group{id};
-      if (fuse && w0.shape.size() == 2 && w0.data != nullptr)
-        for (int c : consumers[static_cast<size_t>(in(0))]) {
-          if (c <= id) continue;
-          const graph::Node& m = g.node(c);
-          if (m.op != Op::MATMUL || m.inputs.at(0) != in(0)) continue;
-          const graph::Tensor& wt = g.tensor(m.inputs.at(1));
-          if (wt.dtype == w0.dtype && wt.shape.size() == 2 && wt.shape[1] == w0.shape[1] && wt.data != nullptr &&
-              wt.kind == graph::TensorKind::WEIGHT && g.tensor(m.output).dtype == DType::F32)
-            group.push_back(c);
-        }
+      // A stack of weights (q|k|v, gate|up: Fusion::n_weights) runs as one GEMV over the stacked matrix: fewer
+      // launches, and the small matrices stream at the big one's efficiency.
+      const int n_weights = n.fusion.n_weights;
       const DeviceWeight* wp = nullptr;
-      if (group.size() == 1) {
+      if (n_weights == 1) {
         wp = &weight(n, in(1));
       } else {
         std::vector<const graph::Tensor*> members;
-        for (int c : group) members.push_back(&g.tensor(g.node(c).inputs[1]));
+        for (int i = 0; i < n_weights; ++i) members.push_back(&g.tensor(in(static_cast<size_t>(1 + i))));
         wp = &sh->stack(n, members);
       }
       GemvInput x;
@@ -396,70 +339,45 @@ void CudaDecoder::Impl::compile_node(int id) {
         }
       } else {
         x.f32 = act(in(0));
-        if (const auto f = norm_fold.find(in(0)); f != norm_fold.end()) {
-          x.norm_w = f->second.w;
-          x.norm_eps = f->second.eps;
+        if (n.fusion.norm_weight >= 0) {  // the norm prologue: the GEMV reads the raw input and scales it itself
+          x.norm_w = vector_f32(n, n.fusion.norm_weight);
+          x.norm_eps = n.fusion.norm_eps;
         }
       }
       float* y = nullptr;
       bool accumulate = false;
-      int sw = swiglu_of_pair(group);
-      if (sw >= 0 && is_quantized_dtype(wp->dtype)) {
-        // Quantized: the epilogue also writes the down projection's q8 input, so only when that is what reads the
-        // SwiGLU's output. Opt-in (TESSERA_CUDA_QUANT_SWIGLU=1), measured slower on the H100 in both forms: tickets
-        // (8B q8_0 303.2 -> 295.0 tok/s, q4_1 461.1 -> 425.4; every block of the multi-wave gate|up grid holds its
-        // slot through a fence and a ticket atomic) and warp groups (q8_0 311.9 -> 290.7, q4_1 499.0 -> 460.8; the
-        // 448 blocks of 16 warps stream slower than the 7,168 small blocks; not profiled) (docs/CUDA_NOTES.md).
-        const int so = g.node(sw).output;
-        const int64_t f = g.tensor(so).numel();
-        // TESSERA_CUDA_QUANT_SWIGLU_TICKETS=1: the first form (tickets across blocks); =1: warp groups, one block per
-        // 32 gate rows and their up rows, at the default shape if it has that form.
+      if (n.fusion.swiglu && is_quantized_dtype(wp->dtype)) {
+        // Quantized (opt-in, decoder_fusion_support): the epilogue also writes the down projection's q8 input.
+        const int64_t f = ot.numel();
+        // TESSERA_CUDA_QUANT_SWIGLU_TICKETS=1: the first form (tickets across blocks); else warp groups.
         const bool tickets = env_is_on("TESSERA_CUDA_QUANT_SWIGLU_TICKETS");
-        const bool groups_ok = gemv_swiglu_groups_supported(gemv_default_config(wp->dtype, wp->n, wp->k));
-        if (!env_is_on("TESSERA_CUDA_QUANT_SWIGLU") || f % 32 != 0 || !feeds_quantized_matmul(so) ||
-            (!tickets && !groups_ok)) {
-          sw = -1;
-        } else {
-          Q8& b = q8_of(so);
-          b.written = true;
-          x.swiglu_q8 = b.q8.as<int8_t>();
-          x.swiglu_ds = b.ds.as<float2>();
-          x.swiglu_groups = !tickets;
-          if (tickets) {
-            x.swiglu_tickets = static_cast<unsigned int*>(alloc(static_cast<size_t>(f / 32) * sizeof(unsigned int)));
-            TESSERA_CUDA_CHECK(cudaMemset(x.swiglu_tickets, 0, static_cast<size_t>(f / 32) * sizeof(unsigned int)));
-          }
+        Q8& b = q8_of(out);
+        b.written = true;
+        x.swiglu_q8 = b.q8.as<int8_t>();
+        x.swiglu_ds = b.ds.as<float2>();
+        x.swiglu_groups = !tickets;
+        if (tickets) {
+          x.swiglu_tickets = static_cast<unsigned int*>(alloc(static_cast<size_t>(f / 32) * sizeof(unsigned int)));
+          TESSERA_CUDA_CHECK(cudaMemset(x.swiglu_tickets, 0, static_cast<size_t>(f / 32) * sizeof(unsigned int)));
         }
       }
-      if (sw >= 0) {
+      if (n.fusion.swiglu) {
         // silu(gate) * up in the GEMV's epilogue: the merged [gate; up] weight, one output of F elements.
-        const graph::Node& s = g.node(sw);
-        y = static_cast<float*>(alloc(static_cast<size_t>(g.tensor(s.output).numel()) * sizeof(float)));
-        for (int c : group) {
-          ptr[static_cast<size_t>(g.node(c).output)] = y;  // never read: their only reader is the folded swiglu
-          done[static_cast<size_t>(c)] = true;
-        }
-        ptr[static_cast<size_t>(s.output)] = y;
-        done[static_cast<size_t>(sw)] = true;
+        y = static_cast<float*>(alloc(static_cast<size_t>(ot.numel()) * sizeof(float)));
+        ptr[static_cast<size_t>(out)] = y;
         x.swiglu = true;
-      } else if (group.size() > 1) {
+      } else if (n_weights > 1) {
+        // The members' outputs are the SLICE nodes after this one (views at their offsets).
         y = static_cast<float*>(alloc(static_cast<size_t>(wp->n) * sizeof(float)));
-        int64_t off = 0;
-        for (int c : group) {
-          const graph::Node& m = g.node(c);
-          if (g.tensor(m.output).numel() != g.tensor(m.inputs[1]).shape[0]) unsupported(m, "it is not one token");
-          ptr[static_cast<size_t>(m.output)] = y + off;
-          off += g.tensor(m.inputs[1]).shape[0];
-          done[static_cast<size_t>(c)] = true;
-        }
-      } else if (const int r = residual_add_target(id); r >= 0 && act(in(0)) != act(g.node(r).inputs[0])) {
-        // y = a + W·x written as a += W·x: the residual add disappears into the GEMV.
-        y = act(g.node(r).inputs[0]);
+        ptr[static_cast<size_t>(out)] = y;
+      } else if (n.fusion.residual >= 0) {
+        // y = a + W·x written as a += W·x: the residual add (the passes' residual epilogue) disappears into the GEMV.
+        if (act(in(0)) == act(n.fusion.residual)) unsupported(n, "its input lives in the residual it accumulates into");
+        y = act(n.fusion.residual);
         ptr[static_cast<size_t>(out)] = y;
         accumulate = true;
-        done[static_cast<size_t>(r)] = true;
-        if (const int nn = quant_norm_after(r, *wp); nn >= 0) {
-          const graph::Node& norm = g.node(nn);
+        if (n.fusion.norm_out >= 0) {
+          const graph::Node& norm = g.node(g.tensor(n.fusion.norm_out).producer);
           Q8& b = q8_of(norm.output);
           b.written = true;
           auto* sumsq = static_cast<float*>(alloc(static_cast<size_t>(wp->n / 32) * sizeof(float)));
@@ -469,7 +387,6 @@ void CudaDecoder::Impl::compile_node(int id) {
           x.norm_out_sumsq = sumsq;
           x.norm_out_clusters = env_is_on("TESSERA_CUDA_QUANT_NORM_CLUSTERS");
           quant_norm[norm.output] = QuantNorm{sumsq, norm.params.eps};
-          done[static_cast<size_t>(nn)] = true;
         }
       } else {
         y = new_act();
@@ -479,36 +396,28 @@ void CudaDecoder::Impl::compile_node(int id) {
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { gemv(*wp, x, y, s, &c, accumulate); }});
       return;
     }
-    case Op::ROPE: {
-      // Rotated in place by the attention's fused launch: the output shares the input's storage, so nothing else
-      // may read the unrotated input.
-      if (consumers[static_cast<size_t>(in(0))].size() != 1)
-        unsupported(n, "its input is read by other nodes too (rope is fused into attention)");
-      if (in(1) != positions_id) unsupported(n, "its positions are not the graph's 'positions' input");
-      ptr[static_cast<size_t>(out)] = ptr[static_cast<size_t>(in(0))];
-      rope[out] = RopeInfo{in(0), in(2), n.params};
-      vector_f32(n, in(2));
-      return;
-    }
+    case Op::ROPE:
     case Op::KV_STORE:
-      ptr[static_cast<size_t>(out)] = ptr[static_cast<size_t>(in(1))];
-      kv_src[out] = in(0);
-      return;
+      unsupported(n, "rope and cache stores run inside the attention launch, and the graph passes could not fuse this "
+                     "one (see graph/passes/fuse.h)");
     case Op::ATTENTION: {
-      const FusedAttention fa = resolve_fused_attention(n, rope, kv_src, consumers);
+      // Rope + cache store + attention (Fusion::rope_store): inputs q, caches, k, v, positions, frequencies. The query
+      // is rotated in place: the passes fused it only where nothing else reads the unrotated q.
+      if (!n.fusion.rope_store) unsupported(n, "attention runs only with its rope and cache stores fused into it");
+      if (in(5) != positions_id) unsupported(n, "its positions are not the graph's positions input");
       const KvCacheView cache = attention_cache_view(n, g.tensor(in(1)), ptr[static_cast<size_t>(in(1))],
                                                      ptr[static_cast<size_t>(in(2))], sh->n_seq);
       const int64_t n_head = n.params.n_head;
       if (attn_ws.empty() || attn_ws.back()->n_head() != n_head || attn_ws.back()->hd() != cache.hd)
         attn_ws.push_back(std::make_unique<AttnWorkspace>(n_head, cache));
       AttnWorkspace* ws = attn_ws.back().get();
-      float* qp = act(fa.q);
-      const float* kp = act(fa.k);
-      const float* vp = act(fa.v);
+      float* qp = act(in(0));
+      const float* kp = act(in(3));
+      const float* vp = act(in(4));
       const auto* pos = static_cast<const int32_t*>(ptr[static_cast<size_t>(positions_id)]);
-      const float* inv_freq = act(fa.rope->inv_freq);
-      const int64_t rope_dim = fa.rope->p.rope_dim;
-      const bool neox = fa.rope->p.rope_neox;
+      const float* inv_freq = vector_f32(n, in(6));
+      const int64_t rope_dim = n.params.rope_dim;
+      const bool neox = n.params.rope_neox;
       const float scale = n.params.attn_scale;
       float* y = new_act();
       if (fuse_attention_enabled()) {
@@ -535,15 +444,11 @@ void CudaDecoder::Impl::compile_node(int id) {
       return;
     }
     case Op::ADD: {
-      if (done[static_cast<size_t>(id)]) {  // accumulated by the GEMV producing its second operand
-        ptr[static_cast<size_t>(out)] = ptr[static_cast<size_t>(in(0))];
-        return;
-      }
       // In place on the first operand when this is its last reader (the residual stream), else copy then add.
       const int a = in(0), b = in(1);
       const auto& ca = consumers[static_cast<size_t>(a)];
       const bool last_reader = g.tensor(a).kind == graph::TensorKind::ACTIVATION && !g.tensor(a).is_output &&
-                               !ca.empty() && ca.back() == id && a != b;
+                               !ca.empty() && ca.back() == id_in_g && a != b;
       const float* bp = act(b);
       const int64_t count = ot.numel();
       if (last_reader) {
@@ -562,7 +467,6 @@ void CudaDecoder::Impl::compile_node(int id) {
       return;
     }
     case Op::SWIGLU: {
-      if (done[static_cast<size_t>(id)]) return;  // computed by the gate|up GEMV's epilogue
       const float* gp = act(in(0));
       const float* up = act(in(1));
       float* y = new_act();
@@ -581,6 +485,12 @@ void CudaDecoder::Impl::compile_node(int id) {
     case Op::LAST_ROW:
       ptr[static_cast<size_t>(out)] = ptr[static_cast<size_t>(in(0))];  // T = 1: the last row is the only one
       return;
+    case Op::SLICE: {
+      // Columns of a stacked GEMV's one-token output: a view at their offset.
+      if (ot.numel() != ot.shape.back()) unsupported(n, "it is not one token");
+      ptr[static_cast<size_t>(out)] = act(in(0)) + n.params.slice_begin;
+      return;
+    }
   }
   unsupported(n, "the op has no CUDA kernel");
 }
@@ -731,11 +641,12 @@ CudaDecoder::CudaDecoder(const graph::Graph& g, std::shared_ptr<CudaShared> shar
     : impl_(std::make_unique<Impl>()) {
   impl_->sh = &shared_impl(shared, options);
   impl_->shared_owner = std::move(shared);
-  impl_->g = g;
+  impl_->src = g;
   impl_->options = impl_->sh->options;
   impl_->fuse = impl_->sh->fuse;
   impl_->fold_norm = !env_switched_off("TESSERA_CUDA_FOLD_NORM");
   impl_->fold_swiglu = !env_switched_off("TESSERA_CUDA_FOLD_SWIGLU");
+  impl_->g = graph::run_passes(g, decoder_fusion_support(impl_->fuse, impl_->fold_norm, impl_->fold_swiglu));
   impl_->stream = impl_->sh->stream;
   impl_->compile();
   synchronize();
@@ -758,7 +669,7 @@ CudaDecoder::~CudaDecoder() {
 }
 
 void CudaDecoder::set_profile(std::vector<uint64_t>* node_ns) {
-  if (node_ns != nullptr && node_ns->size() < impl_->g.nodes().size()) node_ns->resize(impl_->g.nodes().size());
+  if (node_ns != nullptr && node_ns->size() < impl_->src.nodes().size()) node_ns->resize(impl_->src.nodes().size());
   impl_->profile = node_ns;
 }
 

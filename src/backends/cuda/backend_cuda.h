@@ -30,9 +30,9 @@ struct CudaBackendOptions {
 };
 
 // What every executor of one engine shares: device weights by host data pointer (tied embeddings share one), stacked
-// weights of merged matmuls by their members, the KV caches ("blk.N.cache_k"/"cache_v", each [n_seq, n_kv, n_ctx, hd]
-// f16 or bf16, allocated by the first graph that names them), the stream every executor launches on (so executors
-// never overlap and can share workspaces), and the matmul workspace for up to max_rows rows.
+// weights of merged matmuls by their members, the KV caches (by role CACHE_K/CACHE_V and layer, each [n_seq, n_kv,
+// n_ctx, hd] f16 or bf16, allocated by the first graph that names them), the stream every executor launches on (so
+// executors never overlap and can share workspaces), and the matmul workspace for up to max_rows rows.
 struct DeviceWeights;  // executor_common.h
 
 class CudaShared {

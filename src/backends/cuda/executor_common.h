@@ -16,6 +16,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/memory.h"
+#include "graph/passes/fuse.h"
 
 namespace tessera::cuda {
 
@@ -34,7 +35,7 @@ struct CudaShared::Impl {
   int64_t n_seq = 1;
   int64_t max_rows = 1;
   CudaBackendOptions options;
-  bool fuse = true;  // merge matmuls sharing an input and fold residual adds (TESSERA_CUDA_FUSE=0: off)
+  bool fuse = true;  // declare stacked matmuls and epilogues to the graph passes (TESSERA_CUDA_FUSE=0: off)
   cudaStream_t stream = nullptr;
   std::unordered_map<const void*, DeviceWeight>& weights = store->weights;
   std::map<std::vector<const void*>, std::unique_ptr<DeviceWeight>>& stacks = store->stacks;
@@ -43,7 +44,7 @@ struct CudaShared::Impl {
     int64_t n_kv = 0, n_ctx = 0, hd = 0;
     DeviceBuffer data;  // [n_seq, n_kv, n_ctx, hd]
   };
-  std::map<std::string, Cache> caches;  // by graph tensor name
+  std::map<std::pair<graph::IoRole, int>, Cache> caches;  // by the graph tensor's role (CACHE_K / CACHE_V) and layer
   std::unique_ptr<GemmWorkspace> gemm;  // created by the first rows executor
   uint64_t bytes = 0;
 
@@ -53,7 +54,7 @@ struct CudaShared::Impl {
   const DeviceWeight& weight(const graph::Node& n, const graph::Tensor& t);
   // The weights of `members` (same dtype and K) stacked row-wise as one matrix (uploaded on first use).
   const DeviceWeight& stack(const graph::Node& n, const std::vector<const graph::Tensor*>& members);
-  // Device storage of KV_CACHE tensor t (every slot): allocated zeroed the first time its name is seen.
+  // Device storage of KV_CACHE tensor t (every slot): allocated zeroed the first time its role and layer are seen.
   void* cache(const graph::Tensor& t);
   // The matmul workspace, grown to (max_rows, max_k, max_quant_nk) if it is smaller. Only before any executor has
   // captured a graph over it: callers size it at compile time.
@@ -62,24 +63,15 @@ struct CudaShared::Impl {
   uint64_t gemm_generation = 0;  // bumped when the workspace is replaced: graphs captured over the old one are stale
 };
 
-// ROPE and KV_STORE nodes emit no launch of their own: the ATTENTION node reading them launches the fused rotation +
-// cache store (+ attention). A ROPE node as the executors record it (by its output tensor id):
-struct RopeInfo {
-  int src = -1;  // tensor rotated (the matmul output)
-  int inv_freq = -1;
-  graph::OpParams p;
-};
-// What one ATTENTION node fuses: the tensors rotated into q and k, the stored values, and the rotation.
-struct FusedAttention {
-  int q = -1, k = -1, v = -1;
-  const RopeInfo* rope = nullptr;
-};
-// Resolves the ATTENTION node n's inputs through `rope` and `kv_src` (KV_STORE output -> stored tensor) and checks the
-// pattern the fused launches assume (q and k rotated alike, v not, the rotated k read by nothing else); otherwise
-// CudaShared::Impl::unsupported naming the node.
-FusedAttention resolve_fused_attention(const graph::Node& n, const std::unordered_map<int, RopeInfo>& rope,
-                                       const std::unordered_map<int, int>& kv_src,
-                                       const std::vector<std::vector<int>>& consumers);
+// What the executors run fused, declared to the graph passes (graph/passes/fuse.h). Host code only: no device needed.
+// The one-token decoder: norm prologues (float weights; fold_norm), every matmul sharing an input stacked, SwiGLU
+// epilogues (float weights, fold_swiglu; quantized opt-in), residual epilogues, the residual GEMV writing the next
+// norm's q8 input (quantized readers; q4_1 by default), rope + stores + attention. fuse = false: the last only.
+graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold_swiglu);
+// The T-row executor: q|k|v stacked where they feed the attention only, gate|up (merge_gate_up), residual epilogues,
+// rope + stores + attention. fuse = false: the last only.
+graph::FusionSupport rows_fusion_support(bool fuse, bool merge_gate_up);
+
 // The cache view of an attention node whose K cache tensor is kt ([n_kv, n_ctx, hd], storage k and v for n_seq
 // slots); unsupported when the node's head sizes disagree with it.
 KvCacheView attention_cache_view(const graph::Node& n, const graph::Tensor& kt, void* k, void* v, int64_t n_seq);

@@ -32,6 +32,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/executor_common.h"
 #include "core/error.h"
+#include "graph/passes/fuse.h"
 #include "quant/quant.h"
 
 namespace tessera::cuda {
@@ -45,7 +46,8 @@ struct CudaRowsExecutor::Impl {
     bool live = false;
   };
 
-  graph::Graph g;
+  graph::Graph src;  // the graph given: profiles index its nodes (Node::source)
+  graph::Graph g;    // src rewritten by the graph passes (rows_fusion_support): what compile() runs
   RowsMode mode = RowsMode::PREFILL;
   std::shared_ptr<CudaShared> shared_owner;
   CudaShared::Impl* sh = nullptr;
@@ -63,8 +65,8 @@ struct CudaRowsExecutor::Impl {
     int64_t min_t = INT64_MAX;
   };
   std::unordered_map<int, X16> x16_of;
-  // A merged gate|up output (keyed by the gate tensor) that its matmul writes in 16 bits (matmul_x16_out16) from
-  // min_t rows on, for swiglu_rows16: buf unused, type is the 16-bit type.
+  // A merged gate|up output (keyed by the stack's output and its gate slice) that its matmul writes in 16 bits
+  // (matmul_x16_out16) from min_t rows on, for swiglu_rows16: buf unused, type is the 16-bit type.
   std::unordered_map<int, X16> gate_up16_of;
 
   std::vector<std::unique_ptr<Storage>> storages;
@@ -73,9 +75,6 @@ struct CudaRowsExecutor::Impl {
   std::vector<int64_t> ld;      // per tensor: elements between rows (> width for a slice of a merged output)
   std::vector<bool> scaled;     // per tensor: its row count is the run's t (else the shape's)
   std::vector<std::vector<int>> consumers;
-  std::vector<bool> done;
-  std::unordered_map<int, RopeInfo> rope;
-  std::unordered_map<int, int> kv_src;
   std::vector<DeviceBuffer> owned;
   std::unique_ptr<AttnRowsWorkspace> attn_ws;
   // Prefill attention through cuDNN (attn_cudnn.h), one variable-length graph for every layer and chunk: the rotated
@@ -110,15 +109,14 @@ struct CudaRowsExecutor::Impl {
   float* act(int tid) const { return ptr[static_cast<size_t>(tid)]; }
   bool contiguous(int tid) const { return ld[static_cast<size_t>(tid)] == width(tid); }
 
-  // The last node that reads tensor `tid`, directly or through the rope/store nodes fused into a later attention.
+  // The last node that reads tensor `tid`, directly or through views of it (the SLICE columns of a stack).
   int reads_until(int tid, bool top = true) const {
     const graph::Tensor& t = g.tensor(tid);
     if (top && t.is_output && t.kind == graph::TensorKind::ACTIVATION && t.alias < 0) return INT_MAX;
     int m = -1;
     for (int c : consumers[static_cast<size_t>(tid)]) {
       m = std::max(m, c);
-      const Op op = g.node(c).op;
-      if (op == Op::ROPE || op == Op::KV_STORE) m = std::max(m, reads_until(g.node(c).output, false));
+      if (graph::is_view(g.node(c).op)) m = std::max(m, reads_until(g.node(c).output, false));
     }
     return m;
   }
@@ -180,11 +178,9 @@ struct CudaRowsExecutor::Impl {
     if (!contiguous(tid)) unsupported(n, "its input '" + g.tensor(tid).name + "' is a strided slice");
   }
   X16 plan_x16(int tid);
-  int gate_up_partner(int id) const;
-  int residual_add_target(int id) const;
   void size_gemm();
   void compile();
-  void compile_node(int id);
+  void compile_node(int id_in_g);
   void copy_logits(int64_t rows);
   // BATCH: uploads ids, positions and slots (checked) and runs the step (graph replay once captured); the logits stay
   // on the device.
@@ -203,7 +199,7 @@ CudaRowsExecutor::Impl::X16 CudaRowsExecutor::Impl::plan_x16(int tid) {
   h.min_t = 0;
   for (int c : co) {
     const graph::Node& m = g.node(c);
-    if (m.op != Op::MATMUL || m.inputs.at(0) != tid) return {};
+    if (!graph::is_matmul_like(m.op) || m.inputs.at(0) != tid) return {};
     const graph::Tensor& w = g.tensor(m.inputs.at(1));
     if (w.shape.size() != 2 || w.data == nullptr || !gemv_supports(w.dtype)) return {};
     const DType ty = matmul_x16_type(w.dtype);
@@ -218,50 +214,18 @@ CudaRowsExecutor::Impl::X16 CudaRowsExecutor::Impl::plan_x16(int tid) {
   return h;
 }
 
-// The up-projection matmul to merge with gate matmul `id`: both read the same input, and their outputs
-// are swiglu's gate and up and nothing else's; -1 when there is none.
-int CudaRowsExecutor::Impl::gate_up_partner(int id) const {
-  if (!fuse || !merge_gate_up) return -1;
-  const graph::Node& n = g.node(id);
-  const auto& co = consumers[static_cast<size_t>(n.output)];
-  if (co.size() != 1) return -1;
-  const graph::Node& sw = g.node(co[0]);
-  if (sw.op != Op::SWIGLU || sw.inputs.size() != 2 || sw.inputs[0] != n.output || sw.inputs[1] == n.output) return -1;
-  const int up = sw.inputs[1];
-  const auto& cu = consumers[static_cast<size_t>(up)];
-  if (cu.size() != 1 || cu[0] != co[0]) return -1;
-  const graph::Tensor& wg = g.tensor(n.inputs.at(1));
-  const auto shaped = [&](const graph::Node& m) {
-    const graph::Tensor& w = g.tensor(m.inputs.at(1));
-    const graph::Tensor& o = g.tensor(m.output);
-    return w.shape.size() == 2 && w.data != nullptr && w.kind == graph::TensorKind::WEIGHT && w.dtype == wg.dtype &&
-           w.shape == wg.shape && o.dtype == DType::F32 && o.shape.size() == 2 && o.shape[0] == T &&
-           o.shape[1] == w.shape[0];
-  };
-  if (!shaped(n)) return -1;
-  for (int c : consumers[static_cast<size_t>(n.inputs.at(0))]) {
-    const graph::Node& m = g.node(c);
-    if (c > id && m.op == Op::MATMUL && m.output == up && m.inputs.at(0) == n.inputs.at(0) && shaped(m)) return c;
-  }
-  return -1;
-}
-
-int CudaRowsExecutor::Impl::residual_add_target(int id) const {
-  if (!fuse) return -1;
-  const int out = g.node(id).output;
-  const auto& co = consumers[static_cast<size_t>(out)];
-  if (co.size() != 1) return -1;
-  const graph::Node& r = g.node(co[0]);
-  if (r.op != Op::ADD || r.inputs.size() != 2 || r.inputs[1] != out || r.inputs[0] == out) return -1;
-  const int a = r.inputs[0];
-  const graph::Tensor& at = g.tensor(a);
-  if (at.kind != graph::TensorKind::ACTIVATION || at.is_output || act(a) == nullptr || !contiguous(a)) return -1;
-  if (at.numel() != g.tensor(out).numel() || scaled[size_t(a)] != scaled[size_t(out)]) return -1;
-  const auto& ca = consumers[static_cast<size_t>(a)];
-  if (ca.empty() || ca.back() != co[0]) return -1;
-  for (int c : ca)
-    if (c != co[0] && c > id) return -1;
-  return co[0];
+// What this executor's launches run fused (graph/passes/fuse.h): q|k|v stacked where they feed the attention only (its
+// [t, Nq + Nk + Nv] output read with a row stride by rope_store_kv_rows and the attention kernels), gate|up stacked
+// for swiglu_rows (TESSERA_CUDA_MERGE_GATE_UP=0: separate), residual adds as the matmul's beta = 1, and rope + cache
+// store + attention in the attention launch. TESSERA_CUDA_FUSE=0: only the last.
+graph::FusionSupport rows_fusion_support(bool fuse, bool merge_gate_up) {
+  graph::FusionSupport f;
+  f.rope_store_attention = true;
+  if (!fuse) return f;
+  f.stack_qkv = true;
+  f.stack_gate_up = merge_gate_up;
+  f.residual_epilogue = true;
+  return f;
 }
 
 // One workspace serves every executor (they share the stream): sized for the widest K and, for quantized weights, the
@@ -270,14 +234,16 @@ void CudaRowsExecutor::Impl::size_gemm() {
   int64_t max_k = 0, max_nk = 0;
   std::unordered_map<int, int64_t> nk_by_input;
   for (const graph::Node& n : g.nodes()) {
-    if (n.op != Op::MATMUL) continue;
-    const graph::Tensor& w = g.tensor(n.inputs.at(1));
-    if (w.shape.size() != 2) continue;
-    max_k = std::max(max_k, w.shape[1]);
-    if (is_quantized_dtype(w.dtype)) {
-      int64_t& s = nk_by_input[n.inputs[0]];
-      s += w.shape[0] * w.shape[1];
-      max_nk = std::max(max_nk, s);
+    if (!graph::is_matmul_like(n.op)) continue;
+    for (int i = 0; i < n.fusion.n_weights; ++i) {
+      const graph::Tensor& w = g.tensor(n.inputs.at(static_cast<size_t>(1 + i)));
+      if (w.shape.size() != 2) continue;
+      max_k = std::max(max_k, w.shape[1]);
+      if (is_quantized_dtype(w.dtype)) {
+        int64_t& s = nk_by_input[n.inputs[0]];
+        s += w.shape[0] * w.shape[1];
+        max_nk = std::max(max_nk, s);
+      }
     }
   }
   sh->gemm_workspace(max_k, max_nk);
@@ -293,7 +259,6 @@ void CudaRowsExecutor::Impl::compile() {
   ptr.assign(nt, nullptr);
   ld.assign(nt, 0);
   scaled.assign(nt, false);
-  done.assign(g.nodes().size(), false);
   consumers.assign(nt, {});
   for (size_t i = 0; i < g.nodes().size(); ++i)
     for (int t : g.nodes()[i].inputs) consumers[static_cast<size_t>(t)].push_back(static_cast<int>(i));
@@ -305,18 +270,19 @@ void CudaRowsExecutor::Impl::compile() {
       TESSERA_CUDA_CHECK(cudaMemset(owned.back().get(), 0, owned.back().bytes()));
       ptr[i] = owned.back().as<float>();  // i32 storage; never read as float
       scaled[i] = true;
-      if (t.name == "tokens")
+      if (t.io == graph::IoRole::TOKENS)
         tokens_id = static_cast<int>(i);
-      else if (t.name == "positions")
+      else if (t.io == graph::IoRole::POSITIONS)
         positions_id = static_cast<int>(i);
       else
-        fail("cuda backend: graph input '{}' is unknown (tokens and positions are)", t.name);
+        fail("cuda backend: graph input '{}' has no known role (tokens and positions have)", t.name);
     } else if (t.kind == graph::TensorKind::KV_CACHE) {
       ptr[i] = static_cast<float*>(sh->cache(t));  // every slot; views add the slot offset
       ctx = t.shape[1];
     }
   }
-  TESSERA_CHECK(tokens_id >= 0 && positions_id >= 0, "cuda backend: the graph lacks its 'tokens' or 'positions' input");
+  TESSERA_CHECK(tokens_id >= 0 && positions_id >= 0,
+                "cuda backend: the graph lacks its tokens or positions input (roles TOKENS, POSITIONS)");
   for (const graph::Node& n : g.nodes())
     if (n.op != Op::LAST_ROW && n.op != Op::KV_STORE && !n.inputs.empty())
       scaled[static_cast<size_t>(n.output)] = scaled[static_cast<size_t>(n.inputs[n.op == Op::EMBED ? 1 : 0])];
@@ -327,15 +293,9 @@ void CudaRowsExecutor::Impl::compile() {
     compile_node(static_cast<int>(i));
     release_after(static_cast<int>(i));
   }
-  for (const auto& [out, src] : kv_src) {
-    bool read = false;
-    for (int c : consumers[static_cast<size_t>(out)]) read |= g.node(c).op == Op::ATTENTION;
-    TESSERA_CHECK(read, "cuda backend: cache store '{}' is not followed by attention (stores are fused into it)",
-                  g.tensor(out).name);
-  }
-  logits_id = g.find_tensor("output");
+  logits_id = g.find_role(graph::IoRole::LOGITS);
   TESSERA_CHECK(logits_id >= 0 && g.tensor(logits_id).dtype == DType::F32 && act(logits_id) != nullptr,
-                "cuda backend: the graph has no f32 'output' tensor (the logits)");
+                "cuda backend: the graph has no f32 logits tensor (role LOGITS)");
   vocab = width(logits_id);
   out_rows = g.tensor(logits_id).shape[0];
   TESSERA_CHECK(mode == RowsMode::PREFILL || out_rows == T,
@@ -346,8 +306,9 @@ void CudaRowsExecutor::Impl::compile() {
                                    static_cast<size_t>(out_rows * vocab) * sizeof(float), cudaHostAllocDefault));
 }
 
-void CudaRowsExecutor::Impl::compile_node(int id) {
-  const graph::Node& n = g.node(id);
+void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
+  const graph::Node& n = g.node(id_in_g);
+  const int id = n.source;  // launches report their time under the source graph's node
   const int out = n.output;
   const auto in = [&](size_t i) { return n.inputs.at(i); };
   switch (n.op) {
@@ -380,37 +341,16 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
       return;
     }
     case Op::MATMUL: {
-      if (done[static_cast<size_t>(id)]) return;  // computed by an earlier merged matmul
       need_contiguous(n, in(0));
-      const graph::Tensor& w0 = g.tensor(in(1));
-      // Matmuls sharing this input whose outputs only feed rope/cache stores (q, k, v) run as one matmul over the
-      // stacked weights: one pass over x, one launch, and the attention kernels read the slices with a row stride.
-      const auto feeds_attention_only = [&](int node) {
-        const auto& co = consumers[static_cast<size_t>(g.node(node).output)];
-        if (co.empty()) return false;
-        for (int c : co)
-          if (g.node(c).op != Op::ROPE && g.node(c).op != Op::KV_STORE) return false;
-        return true;
-      };
-      std::vector<int> group{id};
-      const int gate_up = gate_up_partner(id);
-      if (gate_up >= 0) group.push_back(gate_up);
-      if (group.size() == 1 && fuse && w0.shape.size() == 2 && w0.data != nullptr && feeds_attention_only(id))
-        for (int c : consumers[static_cast<size_t>(in(0))]) {
-          if (c <= id) continue;
-          const graph::Node& m = g.node(c);
-          if (m.op != Op::MATMUL || m.inputs.at(0) != in(0) || !feeds_attention_only(c)) continue;
-          const graph::Tensor& wt = g.tensor(m.inputs.at(1));
-          if (wt.dtype == w0.dtype && wt.shape.size() == 2 && wt.shape[1] == w0.shape[1] && wt.data != nullptr &&
-              wt.kind == graph::TensorKind::WEIGHT && g.tensor(m.output).dtype == DType::F32)
-            group.push_back(c);
-        }
+      // A stack (Fusion::n_weights: q|k|v or gate|up) runs as one matmul over the stacked weights: one pass over x, one
+      // launch; the SLICE nodes after it give each member's columns with a row stride.
+      const int n_weights = n.fusion.n_weights;
       const DeviceWeight* wp = nullptr;
-      if (group.size() == 1) {
-        wp = &sh->weight(n, w0);
+      if (n_weights == 1) {
+        wp = &sh->weight(n, g.tensor(in(1)));
       } else {
         std::vector<const graph::Tensor*> members;
-        for (int c : group) members.push_back(&g.tensor(g.node(c).inputs[1]));
+        for (int i = 0; i < n_weights; ++i) members.push_back(&g.tensor(in(static_cast<size_t>(1 + i))));
         wp = &sh->stack(n, members);
       }
       const float* x = act(in(0));
@@ -418,28 +358,18 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
       const int64_t fixed = g.tensor(in(0)).shape[0];
       float* y = nullptr;
       bool accumulate = false;
-      if (group.size() > 1) {
-        // One storage [T, N_total]; member outputs are column slices of it.
-        const int first = g.node(group[0]).output;
-        y = new_storage(first, T * wp->n);
-        ptr[static_cast<size_t>(first)] = y;
-        ld[static_cast<size_t>(first)] = wp->n;
-        int64_t off = 0;
-        for (int c : group) {
-          const graph::Node& m = g.node(c);
-          if (width(m.output) != g.tensor(m.inputs[1]).shape[0] || g.tensor(m.output).shape[0] != T)
-            unsupported(m, "its output is not [T, N]");
-          alias(m.output, first, off, wp->n);  // the first member aliases itself at offset 0
-          off += g.tensor(m.inputs[1]).shape[0];
-          done[static_cast<size_t>(c)] = true;
-        }
-      } else if (const int r = residual_add_target(id); r >= 0 && act(in(0)) != act(g.node(r).inputs[0])) {
-        // y = a + x·Wᵀ written as a += x·Wᵀ: the residual add disappears into the matmul.
-        const int a = g.node(r).inputs[0];
+      if (n_weights > 1) {
+        // One storage [T, N_total]; the members' outputs are column slices of it.
+        y = new_storage(out, T * wp->n);
+        ptr[static_cast<size_t>(out)] = y;
+        ld[static_cast<size_t>(out)] = wp->n;
+      } else if (const int a = n.fusion.residual; a >= 0) {
+        // y = a + x·Wᵀ written as a += x·Wᵀ: the residual add (the passes' epilogue) disappears into the matmul.
+        if (act(a) == nullptr || !contiguous(a) || act(in(0)) == act(a))
+          unsupported(n, "its residual is not a separate contiguous activation");
         alias(out, a);
         y = act(out);
         accumulate = true;
-        done[static_cast<size_t>(r)] = true;
       } else {
         y = new_act(n, out);
       }
@@ -449,8 +379,8 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
       const X16 h = h16 != x16_of.end() ? h16->second : X16{};
       // A merged gate|up fed a 16-bit x writes its output in 16 bits too (the f32 storage holds it in its first half;
       // same columns, same row stride in elements), for swiglu_rows16.
-      const bool y16 = out16 && gate_up >= 0 && h.buf != nullptr;
-      if (y16) gate_up16_of[g.node(id).output] = X16{nullptr, h.type, h.min_t};
+      const bool y16 = out16 && n.fusion.gate_up && n_weights == 2 && h.buf != nullptr;
+      if (y16) gate_up16_of[out] = X16{nullptr, h.type, h.min_t};
       launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
                             const int64_t rows = sc ? a.t : fixed;
                             if (rows >= h.min_t && y16)
@@ -462,23 +392,16 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
                           }});
       return;
     }
-    case Op::ROPE: {
-      // Rotated in place by the attention's fused launch (rope_store_kv_rows): nothing else may read the input.
-      if (consumers[static_cast<size_t>(in(0))].size() != 1)
-        unsupported(n, "its input is read by other nodes too (rope is fused into attention)");
-      if (in(1) != positions_id) unsupported(n, "its positions are not the graph's 'positions' input");
-      alias(out, in(0));
-      rope[out] = RopeInfo{in(0), in(2), n.params};
-      vector_f32(n, in(2));
-      return;
-    }
+    case Op::ROPE:
     case Op::KV_STORE:
-      ptr[static_cast<size_t>(out)] = act(in(1));
-      kv_src[out] = in(0);
-      return;
+      unsupported(n, "rope and cache stores run inside the attention launch, and the graph passes could not fuse this "
+                     "one (see graph/passes/fuse.h)");
     case Op::ATTENTION: {
-      const FusedAttention fa = resolve_fused_attention(n, rope, kv_src, consumers);
-      const int qs = fa.q, ks = fa.k, vs = fa.v;
+      // Rope + cache store + attention (Fusion::rope_store): inputs q, caches, k, v, positions, frequencies. The query
+      // is rotated in place: the passes fused it only where nothing else reads the unrotated q.
+      if (!n.fusion.rope_store) unsupported(n, "attention runs only with its rope and cache stores fused into it");
+      if (in(5) != positions_id) unsupported(n, "its positions are not the graph's positions input");
+      const int qs = in(0), ks = in(3), vs = in(4);
       if (ld[size_t(ks)] != ld[size_t(vs)]) unsupported(n, "its keys and values have different row strides");
       const KvCacheView cache = attention_cache_view(n, g.tensor(in(1)), act(in(1)), act(in(2)), sh->n_seq);
       const int64_t n_head = n.params.n_head;
@@ -488,9 +411,9 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
       const int64_t ld_q = ld[size_t(qs)], ld_kv = ld[size_t(ks)];
       const auto* pos = reinterpret_cast<const int32_t*>(act(positions_id));
       const int32_t* seq = seq_dev.as<int32_t>();
-      const float* inv_freq = act(fa.rope->inv_freq);
-      const int64_t rope_dim = fa.rope->p.rope_dim;
-      const bool neox = fa.rope->p.rope_neox;
+      const float* inv_freq = vector_f32(n, in(6));
+      const int64_t rope_dim = n.params.rope_dim;
+      const bool neox = n.params.rope_neox;
       const float scale = n.params.attn_scale;
       if (mode == RowsMode::PREFILL) {
         // The output in 16 bits when the o-projection takes a 16-bit x (from its min_t rows on).
@@ -582,16 +505,12 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
       return;
     }
     case Op::ADD: {
-      if (done[static_cast<size_t>(id)]) {  // accumulated by the matmul producing its second operand
-        alias(out, in(0));
-        return;
-      }
       const int a = in(0), b = in(1);
       need_contiguous(n, a);
       need_contiguous(n, b);
       const auto& ca = consumers[static_cast<size_t>(a)];
       const bool last_reader = g.tensor(a).kind == graph::TensorKind::ACTIVATION && !g.tensor(a).is_output &&
-                               !ca.empty() && ca.back() == id && a != b && storage_of[size_t(a)] >= 0;
+                               !ca.empty() && ca.back() == id_in_g && a != b && storage_of[size_t(a)] >= 0;
       const float* bp = act(b);
       const int64_t w = width(out), fixed = g.tensor(out).shape[0];
       const bool sc = scaled[size_t(out)];
@@ -656,6 +575,16 @@ void CudaRowsExecutor::Impl::compile_node(int id) {
                           }});
       return;
     }
+    case Op::SLICE: {
+      // Columns of a stacked matmul's [T, N_total] output: a view with the stack's row stride.
+      const graph::Tensor& o = g.tensor(out);
+      if (o.shape.size() != 2 || o.shape[0] != T) unsupported(n, "its output is not [T, N]");
+      alias(out, in(0), n.params.slice_begin, ld[static_cast<size_t>(in(0))]);
+      // A 16-bit gate|up output: swiglu_rows16 finds it through the gate columns.
+      if (const auto it = gate_up16_of.find(in(0)); it != gate_up16_of.end() && n.params.slice_begin == 0)
+        gate_up16_of[out] = it->second;
+      return;
+    }
   }
   unsupported(n, "the op has no CUDA kernel");
 }
@@ -671,12 +600,13 @@ CudaRowsExecutor::CudaRowsExecutor(const graph::Graph& g, RowsMode mode, std::sh
   TESSERA_CHECK(shared != nullptr, "cuda backend: a rows executor needs the engine's shared device state");
   impl_->sh = &shared->impl();
   impl_->shared_owner = std::move(shared);
-  impl_->g = g;
+  impl_->src = g;
   impl_->mode = mode;
   impl_->fuse = impl_->sh->fuse;
   impl_->x16 = !env_switched_off("TESSERA_CUDA_X16");
   impl_->merge_gate_up = !env_switched_off("TESSERA_CUDA_MERGE_GATE_UP");
   impl_->out16 = !env_switched_off("TESSERA_CUDA_OUT16");
+  impl_->g = graph::run_passes(g, rows_fusion_support(impl_->fuse, impl_->merge_gate_up));
   impl_->stream = impl_->sh->stream;
   impl_->compile();
   synchronize();
@@ -795,7 +725,7 @@ void CudaRowsExecutor::Impl::decode_step(std::span<const int32_t> ids, std::span
 }
 
 void CudaRowsExecutor::set_profile(std::vector<uint64_t>* node_ns) {
-  if (node_ns != nullptr && node_ns->size() < impl_->g.nodes().size()) node_ns->resize(impl_->g.nodes().size());
+  if (node_ns != nullptr && node_ns->size() < impl_->src.nodes().size()) node_ns->resize(impl_->src.nodes().size());
   impl_->profile = node_ns;
 }
 

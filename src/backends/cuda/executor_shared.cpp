@@ -11,24 +11,6 @@ namespace tessera::cuda {
 
 bool is_quantized_dtype(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
 
-FusedAttention resolve_fused_attention(const graph::Node& n, const std::unordered_map<int, RopeInfo>& rope,
-                                       const std::unordered_map<int, int>& kv_src,
-                                       const std::vector<std::vector<int>>& consumers) {
-  const auto unsupported = [&](const char* why) { CudaShared::Impl::unsupported(n, why); };
-  const auto rq = rope.find(n.inputs.at(0));
-  const auto sk = kv_src.find(n.inputs.at(1));
-  const auto sv = kv_src.find(n.inputs.at(2));
-  if (rq == rope.end() || sk == kv_src.end() || sv == kv_src.end())
-    unsupported("its query must come from a rope node and its caches from cache stores");
-  const auto rk = rope.find(sk->second);
-  if (rk == rope.end() || rope.count(sv->second) != 0) unsupported("the stored keys must be rotated and the stored values not");
-  if (rk->second.inv_freq != rq->second.inv_freq || rk->second.p.rope_dim != rq->second.p.rope_dim ||
-      rk->second.p.rope_neox != rq->second.p.rope_neox)
-    unsupported("its query and key rotations differ");
-  if (consumers[static_cast<size_t>(sk->second)].size() != 1) unsupported("the rotated keys are read by other nodes too");
-  return {rq->second.src, rk->second.src, sv->second, &rq->second};
-}
-
 KvCacheView attention_cache_view(const graph::Node& n, const graph::Tensor& kt, void* k, void* v, int64_t n_seq) {
   KvCacheView cache;
   cache.dtype = kt.dtype;
@@ -102,7 +84,10 @@ void* CudaShared::Impl::cache(const graph::Tensor& t) {
   TESSERA_CHECK(t.dtype == DType::F16 || t.dtype == DType::BF16 || t.dtype == DType::F32,
                 "cuda backend: KV cache '{}' is {}; the GPU cache is f16, bf16 or f32", t.name, dtype_name(t.dtype));
   TESSERA_CHECK(t.shape.size() == 3, "cuda backend: KV cache '{}' must be [n_kv, n_ctx, head_dim]", t.name);
-  auto it = caches.find(t.name);
+  TESSERA_CHECK(t.io == graph::IoRole::CACHE_K || t.io == graph::IoRole::CACHE_V,
+                "cuda backend: KV cache '{}' has no cache role (CACHE_K or CACHE_V)", t.name);
+  const std::pair<graph::IoRole, int> key{t.io, t.io_layer};
+  auto it = caches.find(key);
   if (it != caches.end()) {
     const Cache& c = it->second;
     TESSERA_CHECK(c.dtype == t.dtype && c.n_kv == t.shape[0] && c.n_ctx == t.shape[1] && c.hd == t.shape[2],
@@ -118,7 +103,7 @@ void* CudaShared::Impl::cache(const graph::Tensor& t) {
   c.data = DeviceBuffer(n);
   TESSERA_CUDA_CHECK(cudaMemset(c.data.get(), 0, n));
   bytes += n;
-  return caches.emplace(t.name, std::move(c)).first->second.data.get();
+  return caches.emplace(key, std::move(c)).first->second.data.get();
 }
 
 GemmWorkspace& CudaShared::Impl::gemm_workspace(int64_t max_k, int64_t max_quant_nk) {

@@ -83,10 +83,12 @@ TEST(Executor, RejectsBadTokensAndUnboundCaches) {
   graph::Graph gc(1, 0);
   const int x = gc.add_input("x", DType::F32, {1, 2 * 16});
   const int cache = gc.add_kv_cache("cache", DType::F16, {2, 8, 16});
+  gc.set_io_role(cache, graph::IoRole::CACHE_K, 0);
   gc.add_node("store", Op::KV_STORE, Role::CACHE_K, 0, "attn", {x, cache}, {.n_head_kv = 2, .head_dim = 16});
   EXPECT_THROW(be.compile(gc, {}), Error);
   std::vector<uint16_t> storage(2 * 8 * 16);
-  auto p2 = be.compile(gc, {{"cache", storage.data()}});
+  EXPECT_THROW(be.compile(gc, {{graph::IoRole::CACHE_K, 1, storage.data()}}), Error);  // another layer's cache
+  auto p2 = be.compile(gc, {{graph::IoRole::CACHE_K, 0, storage.data()}});
   EXPECT_NO_THROW(be.execute(*p2, 7));
   EXPECT_THROW(be.execute(*p2, 8), Error);  // position 8 is past the cache
 }

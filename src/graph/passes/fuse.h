@@ -1,0 +1,65 @@
+// Graph passes: fusion as explicit rewrites. A backend declares what its executors can run fused (FusionSupport);
+// run_passes rewrites a builder's graph into one whose nodes say what they compute (graph::Fusion on graph::Node), so
+// executors run nodes and never pattern-match. Every rewrite checks its preconditions on the graph and leaves the
+// nodes unchanged where one fails; verify_rewrite proves nothing was lost.
+//
+// The rewrites, in the order they run:
+//  1. norm prologue: an RMSNORM whose readers are the matmuls right after it (so nothing writes its input in between)
+//     is folded into them: each reads the raw input and the norm weight (MATMUL with fusion.norm_weight).
+//  2. stacks: matmuls reading the same x with weights of one format and K run as one matmul over the stacked weights
+//     ([sum N, K]); SLICE nodes give each member's columns (a view). Three policies (FusionSupport): every such
+//     group, or only q|k|v feeding rope/cache stores, or only a gate|up pair feeding SWIGLU.
+//  3. swiglu epilogue: a stacked [gate; up] whose only reader is SWIGLU(gate, up) computes it itself (output [T, F]).
+//  4. residual epilogue: a matmul whose only reader is ADD(a, y), the last reader of a, accumulates into a in place.
+//  5. norm epilogue: a residual matmul whose sum is first read by an RMSNORM read only by matmuls whose weights the
+//     backend accepts writes that norm's quantized input; the norm stays, marked fusion.in_producer.
+//  6. rope + cache store + attention: ATTENTION(rope(q), store(rope(k)), store(v)) becomes one ATTENTION node reading
+//     the unrotated q and k, v, the caches, positions and frequencies (fusion.rope_store).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace tessera::graph {
+
+// What a backend's executor runs fused. Empty (the default): nothing, run_passes returns the graph unchanged.
+struct FusionSupport {
+  // 1. RMSNorm folded into matmuls reading its output, when every reader's weight passes (nullptr: never).
+  std::function<bool(const Tensor& weight)> norm_prologue;
+  // 2. Stacking policy.
+  bool stack_shared_input = false;  // every matmul reading the same x (same weight format and K)
+  bool stack_qkv = false;           // only matmuls whose outputs feed ROPE / KV_STORE nodes only
+  bool stack_gate_up = false;       // only a gate|up pair of equal weights whose outputs feed one SWIGLU only
+  // 3. SwiGLU epilogue on a stacked gate|up pair with these weights; swiglu: the SWIGLU node (nullptr: never).
+  std::function<bool(const Graph& g, const std::vector<int>& weights, int swiglu)> swiglu_epilogue;
+  // 4. Residual accumulate epilogue.
+  bool residual_epilogue = false;
+  // 5. The residual matmul with `weight` also writes the next norm's input for readers with `reader_weights`.
+  std::function<bool(const Tensor& weight, const std::vector<const Tensor*>& reader_weights)> residual_norm_out;
+  // 6. Rope + cache store + attention in one node.
+  bool rope_store_attention = false;
+};
+
+// Runs the rewrites the backend supports and verifies the result against g (Error naming what went missing).
+Graph run_passes(const Graph& g, const FusionSupport& support);
+
+// Each rewrite alone (run_passes runs them in this order); tests call them one at a time.
+Graph fold_norm_prologues(const Graph& g, const FusionSupport& support);
+Graph stack_matmuls(const Graph& g, const FusionSupport& support);
+Graph fold_residual_adds(const Graph& g, const FusionSupport& support);
+Graph fold_residual_norms(const Graph& g, const FusionSupport& support);
+Graph fuse_rope_store_attention(const Graph& g, const FusionSupport& support);
+
+// Checks that `rewritten` computes everything `source` does: every source node is either kept (same name and op, no
+// fusion) or named in exactly one fused node's fused_from; every fused_from name is a source node; every role of the
+// source (tokens, positions, logits, caches) is still held by a tensor. Returns the problems, one sentence each (empty
+// when the rewrite is whole).
+std::vector<std::string> verify_rewrite(const Graph& source, const Graph& rewritten);
+
+// Per tensor, the nodes reading it (a node reading it twice appears twice), in node order.
+std::vector<std::vector<int>> consumers_of(const Graph& g);
+
+}  // namespace tessera::graph
