@@ -58,7 +58,7 @@ WorkCost work_cost(const GraphView& view) {
     c.bytes += n.bytes;
     // Model weights feed matmuls, the embedding and the norms; other WEIGHT tensors are constants the graph derives
     // (rope inverse frequencies), which stay in cache and are not part of the model.
-    if (n.op != graph::Op::MATMUL && n.op != graph::Op::EMBED && n.op != graph::Op::RMSNORM) continue;
+    if (!graph::is_matmul_like(n.op) && n.op != graph::Op::EMBED && n.op != graph::Op::RMSNORM) continue;
     for (int id : n.inputs) {
       const graph::Tensor& t = g.tensor(id);
       if (t.kind != graph::TensorKind::WEIGHT) continue;
@@ -68,10 +68,10 @@ WorkCost work_cost(const GraphView& view) {
         c.weight_bytes += static_cast<uint64_t>(g.n_tokens()) * (t.nbytes() / rows);
       } else {
         c.weight_bytes += t.nbytes();
-        if (n.op == graph::Op::MATMUL) matmul_bytes_by_dtype[t.dtype] += t.nbytes();
+        if (graph::is_matmul_like(n.op)) matmul_bytes_by_dtype[t.dtype] += t.nbytes();
       }
     }
-    if (n.op == graph::Op::MATMUL) c.matmul_flops += n.flops;
+    if (graph::is_matmul_like(n.op)) c.matmul_flops += n.flops;
   }
   uint64_t best = 0;
   for (const auto& [dt, b] : matmul_bytes_by_dtype)
