@@ -81,6 +81,7 @@ const float* Plan::output(std::string_view name) const {
 
 CpuBackend::CpuBackend(const BackendOptions& options, std::shared_ptr<WeightCache> weights)
     : options_(options), weights_(std::move(weights)), pool_(options.n_threads) {
+  if (options.isa) set_active_isa(*options.isa);
   if (!weights_) weights_ = std::make_shared<WeightCache>();
 }
 
