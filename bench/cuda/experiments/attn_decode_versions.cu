@@ -646,7 +646,10 @@ bool launch_v5_clusters(const KvCacheView& c, const Args& a, int cap) {
   int csize = cap;
   while (csize > splits) csize /= 2;
   if (csize <= 1) return false;
-  const int fits = active_clusters(kernel, threads, csize);
+  // Asked once per size (as src did): not during graph capture.
+  static int fits_by_size[4] = {-1, -1, -1, -1};
+  int& fits = fits_by_size[csize == 2 ? 1 : csize == 4 ? 2 : 3];
+  if (fits < 0) fits = active_clusters(kernel, threads, csize);
   if (fits < 1) return false;
   splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(splits / csize, fits / blocks))) * csize;
   OldParams<T> p{};
@@ -784,6 +787,7 @@ int run_shape(const Shape& s, int reps, int64_t l2_bytes, cudaStream_t st, cudaE
   CK(cudaMemcpy(dkn, kn.data(), 4 * kn.size(), cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dvn, vn.data(), 4 * vn.size(), cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dinv, inv.data(), 4 * inv.size(), cudaMemcpyHostToDevice));
+  CK(cudaDeviceSynchronize());
   auto view = [&](int i) {
     KvCacheView c;
     c.dtype = DType::BF16, c.k = dk[i % copies], c.v = dv[i % copies], c.n_ctx = s.n_ctx, c.n_kv = s.n_kv, c.hd = s.hd;
@@ -798,6 +802,7 @@ int run_shape(const Shape& s, int reps, int64_t l2_bytes, cudaStream_t st, cudaE
   for (int ctx : s.ctxs) {
     const int pos = ctx - 1;
     CK(cudaMemcpy(dpos, &pos, 4, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());  // st is non-blocking: no implicit order with the legacy stream's copies
     for (const bool rope : {false, true}) {
       tessera::cuda::detail::moved::Args a{dq, dpos, dout, s.n_head, scale, &ws, st};
       if (rope) a.k_new = dkn, a.v_new = dvn, a.inv_freq = dinv;
@@ -812,6 +817,7 @@ int run_shape(const Shape& s, int reps, int64_t l2_bytes, cudaStream_t st, cudaE
         // The cache as uploaded (a fused launch stored k and v at its pos in copy 0), the output poisoned.
         CK(cudaMemcpy(dk[0], kc.data(), bytes, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dv[0], vc.data(), bytes, cudaMemcpyHostToDevice));
+        CK(cudaDeviceSynchronize());
         CK(cudaMemsetAsync(dout, 0xFF, 4 * q.size(), st));
         if (!launch_version<HD, G4, G3>(static_cast<Version>(v), rope, view(0), a)) continue;
         CK(cudaStreamSynchronize(st));
