@@ -1,18 +1,18 @@
 // The CUDA backend's switches, parsed once into one struct (no environment variables: docs/ENVIRONMENT.md lists the
 // few a user sets, and what became of the rest).
 //
-// How launch code reads it: a process-wide `cuda_options()`, set by `set_cuda_options()` before the first launch (the
-// backend sets it from its options when it is made; tests and benchmarks set it between launches). Not a parameter
-// of every launch function, because (1) the kernel entry points of kernels.h and kernels_rows.h are called from ~40
-// places in the executors, and the decode attention / GEMV choices below are made deep inside those launchers (a
-// CUDA graph captures whatever they choose); (2) Tessera drives one device per process, and PDL was already
+// How launch code reads it: a process-wide `cuda_options()`, set by `set_cuda_options()` before the first launch (by
+// the CUDA backend from its options when it is made, once wired; tests and benchmarks between launches). Not a
+// parameter of every launch function, because (1) the kernel entry points of kernels.h and kernels_rows.h are called
+// from ~40 places in the executors, and the decode attention / GEMV choices below are made deep inside those launchers
+// (a CUDA graph captures whatever they choose); (2) Tessera drives one device per process, and PDL was already
 // process-wide (set_pdl); (3) every field is read at launch, so at CUDA graph capture, exactly as the environment was.
 // set_cuda_options must not run while another thread launches kernels (it replaces the struct in place).
 //
 // Fields are of three kinds:
 //   - [engine]  a choice of the executors (backend_cuda.cpp, executor_rows.cpp, executor_shared.cpp), each default
-//     what was measured fastest (docs/PERFORMANCE.md). These files still read the environment variables named here
-//     until they are wired to this struct; the kernels never read them.
+//     what was measured fastest (docs/PERFORMANCE.md). Until they are wired to this struct those files read the
+//     environment variables docs/ENVIRONMENT.md pairs with each field; the kernels never read these fields.
 //   - [kernel]  read by the kernel launchers themselves (kernels/*.cu, attn_cudnn.cpp).
 //   - [study]   measurement knobs: they exist so that one run can time the engine's choices against each other inside
 //     the decode graph (scripts/gpu_check.sh --only shapesweep, attnplans, earlyl2). Every default is the engine's own
