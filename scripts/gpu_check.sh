@@ -383,14 +383,14 @@ if has shapesweep; then
   done
 fi
 # cuDNN's execution plans for prefill attention at 2k/8k/16k (32/8 heads, hd 128) against PyTorch's SDPA: three
-# interleaved passes of the heuristics' first plan, every plan (TESSERA_CUDNN_AUTOTUNE=1 --plans) and torch.
+# interleaved passes of the heuristics' first plan, every plan (--autotune 1 --plans) and torch.
 if has attnplans && [ -x "$bin/tessera_bench_attention" ]; then
   stamp "cuDNN plans vs SDPA"
   for pass in 1 2 3; do
     echo "## pass $pass: cuDNN, the heuristics' first plan" >> "$bench_log"
     timeout 90 "$bin/tessera_bench_attention" --t 2048,8192,16384 --cudnn-only --reps 30 >> "$bench_log" 2>&1
     echo "## pass $pass: cuDNN, every plan" >> "$bench_log"
-    TESSERA_CUDNN_AUTOTUNE=1 timeout 120 "$bin/tessera_bench_attention" --t 2048,8192,16384 --cudnn-only --plans \
+    timeout 120 "$bin/tessera_bench_attention" --t 2048,8192,16384 --cudnn-only --plans --autotune 1 \
       --reps 30 >> "$bench_log" 2>&1
     echo "## pass $pass: torch SDPA" >> "$bench_log"
     PYTHONUNBUFFERED=1 timeout 120 python3 bench/peer/torch_sdpa.py --reps 30 >> "$bench_log" 2>&1

@@ -3,7 +3,7 @@
 // FLOPs 4 * t^2 * hd * n_head / 2 (QKᵀ and PV, half the square), next to bench/peer/torch_sdpa.py's PyTorch SDPA at the
 // same shapes (run both in one session on one device). The cuDNN row's "build" is the one-time graph build for that
 // shape (not in its times), "tune" the one-time timing of its candidate plans at the first call (attn_cudnn.h; only
-// with TESSERA_CUDNN_AUTOTUNE=1 or 2, else none: the heuristics' first plan), "plan c/n" the plan it runs. The "varlen"
+// with --autotune 1 or 2, else none: the heuristics' first plan), "plan c/n" the plan it runs. The "varlen"
 // row is the variable-length graph as prefill uses it (exact_full_chunk off, the default). --plans adds a row per
 // candidate plan of both graphs (forced, untuned), and a line per plan with cuDNN's engine tag and its tuning median.
 //
@@ -12,7 +12,10 @@
 // and K/V are re-read from L2 within every launch anyway.
 //
 // Usage: tessera_bench_attention [--json FILE] [--reps N] [--quick] [--t N,N,...] [--cudnn-only] [--plans]
-//   --t: only the Llama-3-8B shapes (32/8 heads, hd 128, p0 = 0) at these t; --cudnn-only: no attn_prefill rows.
+//                                [--autotune 0|1|2] [--exact-first]
+//   --t: only the Llama-3-8B shapes (32/8 heads, hd 128, p0 = 0) at these t; --cudnn-only: no attn_prefill rows;
+//   --autotune, --exact-first: the cuDNN workspace's options (CudnnAttnOptions::autotune, exact_full_chunk; the engine
+//   leaves both at their defaults, 0 and off).
 #include <cuda_runtime_api.h>
 #include <fmt/core.h>
 
@@ -52,6 +55,7 @@ struct Flags {
   std::vector<int64_t> only_t;  // --t
   bool cudnn_only = false;
   bool plans = false;
+  CudnnAttnOptions cudnn;  // --autotune, --exact-first
 };
 
 std::string plan_note(const CudnnGraphInfo& g) {
@@ -89,11 +93,11 @@ int run(const Flags& fl) {
   if (fl.quick) shapes.resize(1);
   std::string cudnn_why;
   std::unique_ptr<CudnnAttnWorkspace> cudnn;
-  const CudnnAttnOptions opt = CudnnAttnOptions::from_env();
+  const CudnnAttnOptions opt = fl.cudnn;
   if (cudnn_attention_available(&cudnn_why)) {
     cudnn = std::make_unique<CudnnAttnWorkspace>(0, opt);
-    fmt::print("cuDNN: autotune {} (TESSERA_CUDNN_AUTOTUNE), exact first chunk {} (TESSERA_CUDNN_EXACT_FIRST)\n",
-               opt.autotune, opt.exact_full_chunk ? "on" : "off");
+    fmt::print("cuDNN: autotune {} (--autotune), exact first chunk {} (--exact-first)\n", opt.autotune,
+               opt.exact_full_chunk ? "on" : "off");
   } else {
     fmt::print("cuDNN rows skipped: {}\n", cudnn_why);
   }
@@ -272,7 +276,7 @@ int main(int argc, char** argv) {
   auto usage = [] {
     fmt::print(stderr,
                "usage: tessera_bench_attention [--json FILE] [--reps N] [--quick] [--t N,N,...] [--cudnn-only] "
-               "[--plans]\n");
+               "[--plans] [--autotune 0|1|2] [--exact-first]\n");
     return 2;
   };
   for (int i = 1; i < argc; ++i) {
@@ -290,6 +294,12 @@ int main(int argc, char** argv) {
       fl.cudnn_only = true;
     } else if (a == "--plans") {
       fl.plans = true;
+    } else if (a == "--autotune" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      if (v != "0" && v != "1" && v != "2") return usage();
+      fl.cudnn.autotune = std::stoi(v);
+    } else if (a == "--exact-first") {
+      fl.cudnn.exact_full_chunk = true;
     } else {
       return usage();
     }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_options.h"
 #include "backends/cuda/device_info.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/memory.h"
@@ -42,6 +43,7 @@ struct Options {
   bool quick = false;
   int reps = 20;
   std::string only;  // ",gemv,chain," etc.; empty: every part
+  std::vector<std::string> cuda;  // --cuda KEY=VALUE (parse_cuda_option)
 };
 
 using Timing = GraphTiming;
@@ -383,11 +385,11 @@ void Bench::attention() {
                                    {"smollm2-135m/256", 9, 3, 64, 256, {64, 128, 256}},
                                    {"llama3.2-1b/256", 32, 8, 64, 256, {128, 256}}};
   // us / fused: attn_decode / attn_decode_rope (rope + cache store fused in, as the decoder runs it), v6 (default:
-  // v5 plus the short-context paths); fused nc: TESSERA_CUDA_ATTN_COMPACT=0 (no compact kernel); v5 / v5 fused:
-  // TESSERA_CUDA_ATTN_SHORT=0; fused e0 / c8: fused with TESSERA_CUDA_ATTN_EARLY=0 (no loads before pdl_wait) /
-  // TESSERA_CUDA_ATTN_CLUSTER=8 (clusters, opt-in: no short path). All switches are read at launch, so at capture.
-  fmt::print("\n{:<18} {:>5} {:>7} {:>12} {:>6} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9}\n", "attn_decode (bf16)", "ctx",
-             "us", "(min-max)", "%copy", "fused", "fused nc", "v5", "v5 fused", "fused e0", "fused c8");
+  // v5 plus the short-context paths); fused nc: CudaOptions::attn_compact = 0 (no compact kernel); v5 / v5 fused:
+  // CudaOptions::attn_short = 0. The options are read at launch, so at capture. (v5 without early loads, v4, v3 and
+  // v5's clusters: bench/cuda/experiments/attn_decode_versions.cu.)
+  fmt::print("\n{:<18} {:>5} {:>7} {:>12} {:>6} {:>8} {:>8} {:>9} {:>9}\n", "attn_decode (bf16)", "ctx", "us",
+             "(min-max)", "%copy", "fused", "fused nc", "v5", "v5 fused");
   for (const Case& c : cases) {
     const uint64_t layer_bytes = 2ull * c.n_kv * c.n_ctx * c.hd * 2;
     const int layers = std::clamp(rotation(layer_bytes / 4), 2, 16);  // rotate over several layers' caches
@@ -429,38 +431,27 @@ void Bench::attention() {
             },
             n);
       };
-      // Runs f with the switch `name` set to `value` (restoring it afterwards).
-      auto with_env = [](const char* name, const char* value, auto&& f) {
-        const char* prior = std::getenv(name);
-        const std::string prior_v = prior ? prior : "";
-        setenv(name, value, 1);
-        const Timing t = f();
-        if (prior)
-          setenv(name, prior_v.c_str(), 1);
-        else
-          unsetenv(name);
-        return t;
+      // Runs f with one field of the CUDA options changed (restored afterwards).
+      auto with_option = [](int CudaOptions::*field, int value, auto&& f) {
+        CudaOptions o = cuda_options();
+        o.*field = value;
+        const CudaOptionsScope scope(o);
+        return f();
       };
       const Timing t = plain(), tf = fused();
-      const Timing t5 = with_env("TESSERA_CUDA_ATTN_SHORT", "0", plain);
-      const Timing tf5 = with_env("TESSERA_CUDA_ATTN_SHORT", "0", fused);
-      const Timing tfn = with_env("TESSERA_CUDA_ATTN_COMPACT", "0", fused);
-      const Timing tfe = with_env("TESSERA_CUDA_ATTN_EARLY", "0", fused);
-      const Timing tfc = with_env("TESSERA_CUDA_ATTN_CLUSTER", "8", fused);
+      const Timing t5 = with_option(&CudaOptions::attn_short, 0, plain);
+      const Timing tf5 = with_option(&CudaOptions::attn_short, 0, fused);
+      const Timing tfn = with_option(&CudaOptions::attn_compact, 0, fused);
       const uint64_t bytes = 2ull * c.n_kv * ctx * c.hd * 2 + 2ull * c.n_head * c.hd * 4;
       record({{"kind", "attn_decode"}, {"model", c.name}, {"ctx", ctx}, {"max_splits", ws.max_splits()}}, t, bytes);
       record({{"kind", "attn_decode_rope"}, {"model", c.name}, {"ctx", ctx}}, tf, bytes);
       record({{"kind", "attn_decode_v5"}, {"model", c.name}, {"ctx", ctx}}, t5, bytes);
       record({{"kind", "attn_decode_rope_v5"}, {"model", c.name}, {"ctx", ctx}}, tf5, bytes);
       record({{"kind", "attn_decode_rope_no_compact"}, {"model", c.name}, {"ctx", ctx}}, tfn, bytes);
-      record({{"kind", "attn_decode_rope_no_early"}, {"model", c.name}, {"ctx", ctx}}, tfe, bytes);
-      record({{"kind", "attn_decode_rope_cluster8"}, {"model", c.name}, {"ctx", ctx}}, tfc, bytes);
       small_us_[fmt::format("attn {} {}", c.name, ctx)] = t.us;
       const double gbps = bytes / (t.us * 1e-6) / 1e9;
-      fmt::print(
-          "{:<18} {:>5} {:>7.2f} {:>5.2f}-{:<6.2f} {:>5.1f}% {:>8.2f} {:>8.2f} {:>9.2f} {:>9.2f} {:>9.2f} "
-          "{:>9.2f}\n",
-          c.name, ctx, t.us, t.min_us, t.max_us, 100 * gbps / copy_gbps_, tf.us, tfn.us, t5.us, tf5.us, tfe.us, tfc.us);
+      fmt::print("{:<18} {:>5} {:>7.2f} {:>5.2f}-{:<6.2f} {:>5.1f}% {:>8.2f} {:>8.2f} {:>9.2f} {:>9.2f}\n", c.name, ctx,
+                 t.us, t.min_us, t.max_us, 100 * gbps / copy_gbps_, tf.us, tfn.us, t5.us, tf5.us);
     }
   }
 }
@@ -531,9 +522,9 @@ void Bench::decode_chain() {
   const Model models[] = {{"Llama-3-8B", 4096, 14336, 32, 8, 128, 128256, 32, {DType::BF16, DType::Q8_0, DType::Q4_0}},
                           {"SmolLM2-135M", 576, 1536, 9, 3, 64, 49152, 30, {DType::BF16, DType::Q8_0}}};
   json chain = json::array();
-  // rope + KV store + attention in one launch (attn_decode_rope) unless TESSERA_CUDA_FUSE_ATTN=0, as the decoder.
-  const char* fe = std::getenv("TESSERA_CUDA_FUSE_ATTN");
-  const bool fuse_attn = fe == nullptr || std::string(fe) != "0";
+  const bool pdl_before = pdl_enabled();  // this part times both settings; the run's own (--cuda pdl=...) comes back
+  // rope + KV store + attention in one launch (attn_decode_rope) unless CudaOptions::fuse_attn is off, as the decoder.
+  const bool fuse_attn = cuda_options().fuse_attn;
   fmt::print("\ndecode chain: attention {}\n", fuse_attn ? "fused with rope + store (one launch)" : "after rope_store_kv");
   for (const Model& m : models) {
     const int64_t d = m.d, ff = m.ff, n_head = m.n_head, n_kv = m.n_kv, hd = m.hd, vocab = m.vocab, n_ctx = 4096;
@@ -687,7 +678,7 @@ void Bench::decode_chain() {
       if (tok < 0 || tok >= vocab) fail("bench: decode chain produced token {} outside the vocabulary", tok);
     }
   }
-  set_pdl(true);
+  set_pdl(pdl_before);
   out_["decode_chain"] = chain;
 }
 
@@ -720,13 +711,20 @@ int main(int argc, char** argv) {
       opt.only = "," + std::string(argv[++i]) + ",";
     } else if (a == "--reps" && i + 1 < argc) {
       opt.reps = std::max(3, std::atoi(argv[++i]));
+    } else if (a == "--cuda" && i + 1 < argc) {
+      opt.cuda.emplace_back(argv[++i]);
     } else {
       fmt::print(stderr,
-                 "usage: tessera_bench_cuda [--json FILE] [--all-configs] [--quick] [--reps N] [--only LIST]\n");
+                 "usage: tessera_bench_cuda [--json FILE] [--all-configs] [--quick] [--reps N] [--only LIST] "
+                 "[--cuda KEY=VALUE]...\n"
+                 "  --cuda: a CUDA option (cuda_options.h) for every kernel of the run, e.g. --cuda pdl=0\n");
       return 2;
     }
   }
   try {
+    tessera::cuda::CudaOptions cuda = tessera::cuda::cuda_options();
+    for (const std::string& kv : opt.cuda) tessera::cuda::parse_cuda_option(cuda, kv);
+    tessera::cuda::set_cuda_options(cuda);
     std::string why;
     if (tessera::cuda::list_devices(&why).empty()) {
       fmt::print(stderr, "tessera_bench_cuda: no CUDA GPU ({})\n", why);

@@ -1,5 +1,6 @@
-// Helpers shared by the single-file experiments in this directory (persistent_gemv.cu, gemv_stream.cu,
-// attn_oproj.cu): each still builds alone with one nvcc command, this header beside it.
+// Helpers shared by the single-file experiments in this directory (persistent_gemv.cu, gemv_stream.cu, attn_oproj.cu,
+// attn_decode_versions.cu). CMake builds them all (TESSERA_EXPERIMENTS, CMakeLists.txt here); the standalone ones
+// still build alone with one nvcc command, this header beside it.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -6,10 +6,9 @@
 // of back-to-back PDL launches over rotating weight copies >= 4x L2, median of the replays, with the copy bandwidth
 // measured in the same run.
 //
-// Build here (no GPU needed):
-//   mkdir -p build-fgemv-sweep && nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo \
-//     -Xptxas=--warn-on-spills -Isrc -Iinclude -o build-fgemv-sweep/sweep bench/cuda/experiments/gemv_float_sweep.cu
-// Run on the GPU machine:   build-fgemv-sweep/sweep [reps] [only-problem-substring]
+// Build here (no GPU needed): cmake -DTESSERA_EXPERIMENTS=ON (the default with CUDA), target exp_gemv_float_sweep (it
+// links tessera_backend_cuda for gemv_default_config).
+// Run on the GPU machine:   build/bin/experiments/exp_gemv_float_sweep [reps] [only-problem-substring]
 //
 // MODE:
 //   0  the kernel in src/ before this experiment: the block's first lines prefetched into L2 before the PDL wait,
@@ -22,7 +21,10 @@
 //      pdl_wait): the next GEMV launches, and issues its own first loads, as soon as this one's blocks have all
 //      started, instead of once they have all passed the wait. Not in src/ (common.cuh is shared by every kernel).
 // "new" in the summary is what src/ launches at the old default shape: mode 2 where use_capped_kernel picks it (by the
-// occupancy calculator, as gemv_float.cu does), else mode 1.
+// occupancy calculator, as gemv_float.cu does), else mode 1. "prev" is the form TESSERA_CUDA_GEMV_PREV_SHAPES=1 used to
+// select in src/ (removed: it measured slower): src's kernel at the old default shape with the capped copy only where
+// it makes one wave (use_capped_kernel with fused = false); "default" is src's own choice now (gemv_default_config,
+// linked from tessera_backend_cuda, and the capped copy always for the fused kinds), the row the others lose to.
 // KIND: plain GEMV; +norm (fused RMSNorm, GemvInput::norm_w: the decoder's q|k|v and lm_head); +swiglu (fused RMSNorm
 // and SwiGLU epilogue over [gate; up]: the decoder's gate|up).
 #include <cuda_runtime.h>
@@ -40,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels/gemv_float_kernel.cuh"
 
 #define CK(x)                                                                                  \
@@ -388,6 +391,27 @@ int main(int argc, char** argv) {
                             p.kind != PLAIN))  // the fused variants always take the capped copy, as in src/
         src_mode = 2;
     }
+    // The removed PREV_SHAPES form and src's default: shape and mode (1 plain, 2 capped) of each.
+    auto src_pick = [&](const Shape& sh, bool fused) {
+      const Entry *plain = nullptr, *capped = nullptr;
+      for (const Entry& e : all_entries)
+        if (same(e.c, sh) && e.mode == 1)
+          plain = &e;
+        else if (same(e.c, sh) && e.mode == 2)
+          capped = &e;
+      const int rows_per_block = p.kind == SWIGLU ? sh.rows / 2 : sh.rows;
+      const int64_t grid = (p.n + rows_per_block - 1) / rows_per_block;
+      return plain && capped &&
+                     use_capped_kernel(grid, plain->per_sm[p.kind], capped->per_sm[p.kind], prop.multiProcessorCount,
+                                       fused)
+                 ? 2
+                 : 1;
+    };
+    const int prev_mode = src_pick(od, false);
+    const tessera::cuda::GemvConfig dc = tessera::cuda::gemv_default_config(DType::BF16, wn, p.k);
+    const Shape nd{dc.threads, dc.rows, dc.unroll, dc.prefetch};
+    const int def_mode = src_pick(nd, p.kind != PLAIN);
+    float prev_us = -1, def_us = -1;
     float old_us = -1, new_def_us = -1, best_us[4] = {1e30f, 1e30f, 1e30f, 1e30f};
     Shape best[4]{};
     std::map<int, std::vector<float>> m0_out;  // mode 0's output by launch shape (bitwise comparison)
@@ -456,6 +480,8 @@ int main(int argc, char** argv) {
                      e.c.threads, e.c.rows, e.c.unroll, e.mode, t, pc(t), bad);
       if (same(e.c, od) && e.mode == 0) old_us = t;
       if (same(e.c, od) && e.mode == src_mode) new_def_us = t;
+      if (same(e.c, od) && e.mode == prev_mode) prev_us = t;
+      if (same(e.c, nd) && e.mode == def_mode) def_us = t;
       if (t < best_us[e.mode]) best_us[e.mode] = t, best[e.mode] = e.c;
     }
     char line[512];
@@ -465,6 +491,8 @@ int main(int argc, char** argv) {
     for (int m = 0; m < 4; ++m)
       len += std::snprintf(line + len, sizeof line - len, " %3d/%d/%d %6.2f %5.1f%%|", best[m].threads, best[m].rows,
                            best[m].unroll, best_us[m], pc(best_us[m]));
+    len += std::snprintf(line + len, sizeof line - len, " prev %6.2f%s | default %3d/%d/%d%s %6.2f", prev_us,
+                         prev_mode == 2 ? "c" : " ", nd.threads, nd.rows, nd.unroll, def_mode == 2 ? "c" : " ", def_us);
     summary.push_back(line);
     std::printf("%s\n", line);
     std::fflush(stdout);
@@ -480,6 +508,7 @@ int main(int argc, char** argv) {
   std::printf("%-12s %12s %-7s %-9s %6s %6s %6s %6s | %-22s| %-22s| %-22s| %-22s|\n", "problem", "N x K", "kind",
               "default", "old us", "%copy", "new us", "%copy", "m0 best", "m1 best", "m2 best (capped)",
               "m3 best (early trig)");
+  std::printf("(then: prev = the removed PREV_SHAPES form, default = src's gemv_default_config; c: capped copy)\n");
   for (const auto& s : summary) std::printf("%s\n", s.c_str());
   return failures || differ ? 1 : 0;
 }

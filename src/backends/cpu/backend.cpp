@@ -92,6 +92,7 @@ const float* Plan::output(graph::IoRole role) const { return output(graph_.tenso
 
 CpuBackend::CpuBackend(const BackendOptions& options, std::shared_ptr<WeightCache> weights)
     : options_(options), weights_(std::move(weights)), pool_(options.n_threads) {
+  if (options.isa) set_active_isa(*options.isa);
   if (!weights_) weights_ = std::make_shared<WeightCache>();
 }
 

@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kernels.h"
 #include "core/thread_pool.h"
 #include "graph/graph.h"
@@ -23,6 +25,9 @@ namespace tessera::cpu {
 struct BackendOptions {
   int n_threads = 0;       // 0: one per hardware thread
   bool reference = false;  // scalar reference kernels (see above)
+  // The kernels' instruction set (`--cpu-isa scalar|avx2|avx2_vnni|avx512_vnni`, parse_isa); empty: the best this
+  // CPU runs. Process-wide: the backend's constructor sets active_isa() (an ISA the CPU lacks is a tessera::Error).
+  std::optional<Isa> isa;
 };
 
 // Matmul weights prepared for the fast kernels, shared by every plan and session of one model: the repacked copy

@@ -1,7 +1,6 @@
 #include "backends/cpu/cpu_features.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <string>
 
 #include "core/error.h"
@@ -50,28 +49,8 @@ CpuFeatures detect() {
 CpuFeatures detect() { return {}; }
 #endif
 
-Isa isa_from_env(Isa best) {
-  const char* env = std::getenv("TESSERA_CPU_ISA");
-  if (env == nullptr || *env == '\0') return best;
-  const std::string s(env);
-  Isa want;
-  if (s == "scalar") {
-    want = Isa::SCALAR;
-  } else if (s == "avx2") {
-    want = Isa::AVX2;
-  } else if (s == "avx2_vnni") {
-    want = Isa::AVX2_VNNI;
-  } else if (s == "avx512_vnni") {
-    want = Isa::AVX512_VNNI;
-  } else {
-    fail("TESSERA_CPU_ISA={}: expected scalar, avx2, avx2_vnni or avx512_vnni", s);
-  }
-  TESSERA_CHECK(isa_supported(want), "TESSERA_CPU_ISA={}: this CPU cannot run it (best is {})", s, isa_name(best));
-  return want;
-}
-
 std::atomic<int>& active_slot() {
-  static std::atomic<int> slot{static_cast<int>(isa_from_env(best_isa()))};
+  static std::atomic<int> slot{static_cast<int>(best_isa())};
   return slot;
 }
 
@@ -110,6 +89,12 @@ void set_active_isa(Isa isa) {
   TESSERA_CHECK(isa_supported(isa), "cpu backend: this CPU cannot run {} kernels (best is {})", isa_name(isa),
                 isa_name(best_isa()));
   active_slot().store(static_cast<int>(isa), std::memory_order_relaxed);
+}
+
+Isa parse_isa(std::string_view name) {
+  for (Isa isa : {Isa::SCALAR, Isa::AVX2, Isa::AVX2_VNNI, Isa::AVX512_VNNI})
+    if (name == isa_name(isa)) return isa;
+  fail("cpu isa '{}' is unknown (scalar, avx2, avx2_vnni or avx512_vnni)", name);
 }
 
 std::string_view isa_name(Isa isa) {

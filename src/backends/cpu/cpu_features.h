@@ -34,11 +34,14 @@ enum class Isa : uint8_t {
 // The best family this CPU can run.
 Isa best_isa();
 bool isa_supported(Isa isa);
-// The family kernels use now: best_isa(), or what TESSERA_CPU_ISA (scalar|avx2|avx2_vnni|avx512_vnni) or
-// set_active_isa chose.
+// The family kernels use now: best_isa() unless set_active_isa chose another. Process-wide (the kernels dispatch on
+// it at each call, so they need no options argument); set by CpuBackend from BackendOptions::isa (the `--cpu-isa`
+// flag) and by the tests, which run every path.
 Isa active_isa();
-// Forces a family (tests run every path with it). Fails when the CPU cannot run `isa`.
+// Forces a family. Fails (tessera::Error) when the CPU cannot run `isa`.
 void set_active_isa(Isa isa);
 std::string_view isa_name(Isa isa);
+// The family named by isa_name (scalar, avx2, avx2_vnni, avx512_vnni); tessera::Error for any other name.
+Isa parse_isa(std::string_view name);
 
 }  // namespace tessera::cpu

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "backends/cuda/cuda_check.h"
-#include "backends/cuda/executor_common.h"
+#include "backends/cuda/cuda_options.h"
 #include "core/error.h"
 
 #if TESSERA_HAVE_CUDNN
@@ -33,20 +33,12 @@ void* cudnn_dlhandle = nullptr;
 
 namespace tessera::cuda {
 
-CudnnAttnOptions CudnnAttnOptions::from_env() {
-  CudnnAttnOptions o;
-  const char* tune = std::getenv("TESSERA_CUDNN_AUTOTUNE");
-  o.autotune = tune == nullptr ? 0 : std::string(tune) == "1" ? 1 : std::string(tune) == "2" ? 2 : 0;
-  o.exact_full_chunk = env_is_on("TESSERA_CUDNN_EXACT_FIRST");
-  return o;
-}
-
 #if !TESSERA_HAVE_CUDNN
 
 bool cudnn_attention_available(std::string* why) {
   if (why)
-    *why = env_switched_off("TESSERA_CUDA_CUDNN")
-               ? "switched off by TESSERA_CUDA_CUDNN=0"
+    *why = !cuda_options().cudnn
+               ? "switched off (CudaOptions::cudnn)"
                : "this build has no cuDNN attention (configure with -DTESSERA_CUDNN=ON and the cuDNN frontend)";
   return false;
 }
@@ -433,8 +425,8 @@ struct CudnnAttnWorkspace::Impl {
 };
 
 bool cudnn_attention_available(std::string* why) {
-  if (env_switched_off("TESSERA_CUDA_CUDNN")) {
-    if (why) *why = "switched off by TESSERA_CUDA_CUDNN=0";
+  if (!cuda_options().cudnn) {
+    if (why) *why = "switched off (CudaOptions::cudnn)";
     return false;
   }
   const Library& lib = load_library();

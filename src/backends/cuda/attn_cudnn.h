@@ -5,19 +5,21 @@
 // TESSERA_CUDNN, default AUTO). At run time libcudnn.so.9 is loaded with dlopen (the frontend's dynamic loading), so
 // the binary runs where cuDNN is absent: cudnn_attention_available() then says why and callers use attn_prefill.
 // Where to find the library: $TESSERA_CUDNN_LIB (a path), else "libcudnn.so.9" on the loader's search path
-// (LD_LIBRARY_PATH; PyTorch's wheel ships it under site-packages/nvidia/cudnn/lib). TESSERA_CUDA_CUDNN=0 turns the
-// feature off (same-run A/B against attn_prefill).
+// (LD_LIBRARY_PATH; PyTorch's wheel ships it under site-packages/nvidia/cudnn/lib): the one environment variable the
+// CUDA backend reads, a file location a user sets. CudaOptions::cudnn = false (cuda_options.h) turns the feature off
+// (same-run A/B against attn_prefill).
 //
 // Plan choice. cuDNN's heuristics offer a ranked list of engine configurations for a graph; by default the first is
-// taken, as PyTorch's SDPA does. TESSERA_CUDNN_AUTOTUNE=1 keeps every distinct configuration that builds, and at the
-// graph's first call outside CUDA graph capture times each on that call's own buffers (interleaved rounds, CUDA
+// taken, as PyTorch's SDPA does. CudnnAttnOptions::autotune = 1 keeps every distinct configuration that builds, and at
+// the graph's first call outside CUDA graph capture times each on that call's own buffers (interleaved rounds, CUDA
 // events, median per plan); the fastest is used from then on, the heuristics' first unless another is >= 1% faster (a
 // variable-length graph is timed at its first call's t and p0). This costs the extra plan builds and tens of launches
 // (about 100 ms of GPU time at most) once per graph. =2 also tries variants of the offered engines with one knob
 // changed (slower to build; for exploring). Off by default: on the H100 (2026-11-22, bf16 causal 32/8 heads, hd 128,
 // t = 2k/8k/16k) the heuristics offer four plans, two of cuDNN's engine 2 that tie and two of engine 1 at half the
-// speed, and the first is already the fastest (docs/PERFORMANCE.md). The switches are read when a workspace is made
-// (CudnnAttnOptions::from_env).
+// speed, and the first is already the fastest (docs/PERFORMANCE.md). Autotuning and exact_full_chunk are options of a
+// workspace (CudnnAttnOptions) that the engine leaves at their defaults; bench/cuda/bench_attention sets them
+// (--autotune, --exact-first) to measure them again.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -31,7 +33,7 @@
 
 namespace tessera::cuda {
 
-// True when this build has the cuDNN path, TESSERA_CUDA_CUDNN is not "0", libcudnn (major version 9) loads and the
+// True when this build has the cuDNN path, cuda_options().cudnn is on, libcudnn (major version 9) loads and the
 // current device is sm_90 (Hopper: what the path was measured on). Otherwise false, with the reason in *why.
 // Loading is tried once per process; the switch and the device are checked on every call.
 bool cudnn_attention_available(std::string* why = nullptr);
@@ -48,8 +50,6 @@ struct CudnnAttnOptions {
   // the gain is within the noise (8B bf16 pp2048 on the H100: 41,006 ± 2,220 tok/s with it and autotuning, 42,592 ±
   // 570 without) and the build costs ~240 ms per executor.
   bool exact_full_chunk = false;
-  // TESSERA_CUDNN_AUTOTUNE ("1" or "2"; anything else: 0) and TESSERA_CUDNN_EXACT_FIRST ("1": on).
-  static CudnnAttnOptions from_env();
 };
 
 // One built graph, for benchmarks, tests and logs.
@@ -89,7 +89,7 @@ struct CudnnGraphInfo {
 // exact_full_chunk), under the variable-length conditions all the same.
 class CudnnAttnWorkspace {
  public:
-  explicit CudnnAttnWorkspace(int64_t max_t = 0, const CudnnAttnOptions& options = CudnnAttnOptions::from_env());
+  explicit CudnnAttnWorkspace(int64_t max_t = 0, const CudnnAttnOptions& options = CudnnAttnOptions{});
   int64_t max_t() const;
   const CudnnAttnOptions& options() const;
   ~CudnnAttnWorkspace();

@@ -25,7 +25,7 @@ namespace tessera::cuda {
 // Programmatic Dependent Launch for every kernel of this header and kernels_rows.h's rope/attention rows kernels: the
 // next kernel launches while the previous one finishes, hiding most of the ~2 us launch gap between dependent kernels
 // (kernels/common.cuh says how). Process-wide; read at each launch, so set it before capturing a CUDA graph. Default:
-// on, unless env TESSERA_CUDA_PDL=0. set_pdl overrides the environment.
+// on. Both are CudaOptions::pdl (cuda_options.h): set_pdl(on) changes that field of cuda_options().
 void set_pdl(bool on);
 bool pdl_enabled();
 
@@ -127,7 +127,7 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k);
 bool gemv_norm_out_supported(const GemvConfig& c, bool clusters);
 // Whether launch shape c has the warp-group form of the quantized SwiGLU epilogue (GemvInput::swiglu_groups).
 bool gemv_swiglu_groups_supported(const GemvConfig& c);
-// The launch shape of a GEMV with the norm_out epilogue (its TESSERA_CUDA_GEMV_SHAPES override where one is given).
+// The launch shape of a GEMV with the norm_out epilogue (its CudaOptions::gemv_shapes override where one is given).
 GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k, bool clusters);
 
 // accumulate: y += W·x instead of y = W·x, which fuses the residual add after the attention-output and FFN-down

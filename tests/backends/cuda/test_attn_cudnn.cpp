@@ -3,8 +3,7 @@
 // shapes, every candidate plan of the autotuner (and its choice) against the reference, the variable-length
 // workspace's exact graph for a full first chunk, replayed from a captured CUDA graph, and its argument checks; and
 // our own Hopper kernel under the same contract (attn_prefill_tma, at the end). The cuDNN tests skip where cuDNN
-// attention is unavailable (no GPU, a build without TESSERA_CUDNN, libcudnn not found, or
-// TESSERA_CUDA_CUDNN=0).
+// attention is unavailable (no GPU, a build without TESSERA_CUDNN, libcudnn not found, or CudaOptions::cudnn off).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,6 +15,7 @@
 
 #include "backends/cuda/attn_cudnn.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_options.h"
 #include "backends/cuda/kernels_rows.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
@@ -433,35 +433,12 @@ TEST(CudaAttnCudnn, RejectsBadArguments) {
   EXPECT_THROW(call(hd96, 0, 0, 8, n_head, ld, q.get()), Error);
 }
 
-// Runs everywhere: the options' switches.
-TEST(CudaAttnCudnn, OptionsFromEnv) {
-  const char* names[] = {"TESSERA_CUDNN_AUTOTUNE", "TESSERA_CUDNN_EXACT_FIRST"};
-  std::string saved[2];
-  bool had[2];
-  for (int i = 0; i < 2; ++i) {
-    const char* v = std::getenv(names[i]);
-    had[i] = v != nullptr;
-    saved[i] = v ? v : "";
-    unsetenv(names[i]);
-  }
-  EXPECT_EQ(CudnnAttnOptions::from_env().autotune, 0);
-  EXPECT_FALSE(CudnnAttnOptions::from_env().exact_full_chunk);
-  setenv("TESSERA_CUDNN_AUTOTUNE", "1", 1);
-  EXPECT_EQ(CudnnAttnOptions::from_env().autotune, 1);
-  setenv("TESSERA_CUDNN_AUTOTUNE", "2", 1);
-  EXPECT_EQ(CudnnAttnOptions::from_env().autotune, 2);
-  setenv("TESSERA_CUDNN_AUTOTUNE", "0", 1);
-  EXPECT_EQ(CudnnAttnOptions::from_env().autotune, 0);
-  setenv("TESSERA_CUDNN_EXACT_FIRST", "1", 1);
-  EXPECT_TRUE(CudnnAttnOptions::from_env().exact_full_chunk);
-  setenv("TESSERA_CUDNN_EXACT_FIRST", "0", 1);
-  EXPECT_FALSE(CudnnAttnOptions::from_env().exact_full_chunk);
-  for (int i = 0; i < 2; ++i) {
-    if (had[i])
-      setenv(names[i], saved[i].c_str(), 1);
-    else
-      unsetenv(names[i]);
-  }
+// Runs everywhere: the workspace options' defaults are the heuristics' first plan and no exact graph (what the engine
+// measured fastest; docs/PERFORMANCE.md; the constructor's default argument is CudnnAttnOptions{}).
+TEST(CudaAttnCudnn, OptionsDefaults) {
+  const CudnnAttnOptions o;
+  EXPECT_EQ(o.autotune, 0);
+  EXPECT_FALSE(o.exact_full_chunk);
 }
 
 // Runs everywhere (CI has no GPU and no cuDNN): availability is a clean false with a reason, and the switch wins.
@@ -472,17 +449,13 @@ TEST(CudaAttnCudnn, ReportsAvailability) {
     EXPECT_FALSE(why.empty());
   }
   std::printf("  cuDNN attention: %s\n", available ? "available" : why.c_str());
-  const char* old = std::getenv("TESSERA_CUDA_CUDNN");
-  const std::string saved = old ? old : "";
-  setenv("TESSERA_CUDA_CUDNN", "0", 1);
+  CudaOptions off = cuda_options();
+  off.cudnn = false;
+  const CudaOptionsScope scope(off);
   why.clear();
   EXPECT_FALSE(cudnn_attention_available(&why));
-  EXPECT_NE(why.find("TESSERA_CUDA_CUDNN"), std::string::npos) << why;
+  EXPECT_NE(why.find("CudaOptions::cudnn"), std::string::npos) << why;
   EXPECT_THROW(CudnnAttnWorkspace ws, Error);
-  if (old)
-    setenv("TESSERA_CUDA_CUDNN", saved.c_str(), 1);
-  else
-    unsetenv("TESSERA_CUDA_CUDNN");
 }
 
 // ---- attn_prefill_tma (kernels/attn_prefill_tma.cu): our Hopper kernel under the same contract as the cuDNN path

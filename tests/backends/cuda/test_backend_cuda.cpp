@@ -22,6 +22,7 @@
 
 #include "backends/cuda/attn_cudnn.h"
 #include "backends/cuda/backend_cuda.h"
+#include "backends/cuda/cuda_options.h"
 #include "cuda_test_util.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
@@ -384,15 +385,16 @@ TEST(CudaBackend, CudnnPrefillMatchesCpuAndAttnPrefill) {
       a.insert(a.end(), b.begin(), b.end());
       return a;
     };
-    // tma / cudnn false: TESSERA_CUDA_ATTN_TMA=0 / TESSERA_CUDA_CUDNN=0 (read when the prefill executor is built, at
+    // tma / cudnn false: TESSERA_CUDA_ATTN_TMA=0 / CudaOptions::cudnn off (read when the prefill executor is built, at
     // the first chunk: set until the session is done).
     const auto gpu_logits = [&](bool tma, bool cudnn) {
       if (!tma) setenv("TESSERA_CUDA_ATTN_TMA", "0", 1);
-      if (!cudnn) setenv("TESSERA_CUDA_CUDNN", "0", 1);
+      tessera::cuda::CudaOptions o = tessera::cuda::cuda_options();
+      o.cudnn = cudnn;
+      const tessera::cuda::CudaOptionsScope scope(o);
       Session s(m, go);
       std::vector<float> a = both_chunks(s);
       unsetenv("TESSERA_CUDA_ATTN_TMA");
-      unsetenv("TESSERA_CUDA_CUDNN");
       return a;
     };
     Session cpu(m, co);
@@ -401,7 +403,7 @@ TEST(CudaBackend, CudnnPrefillMatchesCpuAndAttnPrefill) {
     expect_close(compare_rows(ref, by_default, 49152, tol), tol, "default prefill attention vs CPU, " + dtype);
     const std::vector<float> with = gpu_logits(false, true), without = gpu_logits(false, false);
     expect_close(compare_rows(ref, with, 49152, tol), tol, "cuDNN prefill vs CPU, " + dtype);
-    EXPECT_NE(with, without) << "TESSERA_CUDA_CUDNN=0 changed nothing: cuDNN was not used";
+    EXPECT_NE(with, without) << "CudaOptions::cudnn off changed nothing: cuDNN was not used";
     EXPECT_LE(compare_rows(without, with, 49152, 1e-2).worst_rel, 1e-2);
   }
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cuda/cuda_options.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
 
@@ -102,6 +103,54 @@ TEST(CudaGemv, DefaultConfigAtModelShapes) {
   const int64_t shapes[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {1024, 4096}, {4096, 1024}, {512, 14336}};
   for (DType dtype : kFormats)
     for (const auto& s : shapes) check_gemv(dtype, s[0], s[1], nullptr, rng);
+}
+
+// The GEMV study knobs of CudaOptions (cuda_options.h; they replaced TESSERA_CUDA_EARLY_L2, TESSERA_CUDA_PDL and
+// TESSERA_CUDA_GEMV_SHAPES): the early L2 prefetch (per-thread lines or one bulk prefetch, any amount) and PDL change
+// no arithmetic, so y is bit for bit the default's; a gemv_shapes entry makes the default launch (config null) take
+// that shape for that matrix, checked against the reference.
+TEST(CudaGemv, StudyOptionsKeepResults) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const int64_t shapes[][2] = {{1536, 576}, {4096, 1024}};
+  for (DType dtype : {DType::BF16, DType::Q8_0, DType::Q4_1})
+    for (const auto& s : shapes) {
+      const int64_t n = s[0], k = s[1];
+      SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " " << n << "x" << k);
+      const auto w_host = random_weight(rng, dtype, n, k);
+      const DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
+      DeviceBuffer xd = to_device(random_floats(rng, static_cast<size_t>(k)));
+      DeviceBuffer q8 = poisoned(k), ds = poisoned(sizeof(float2) * (k / 32));
+      GemvInput in;
+      in.f32 = xd.as<float>();
+      if (is_quant(dtype)) {
+        quantize_q8(xd.as<float>(), q8.as<int8_t>(), ds.as<float2>(), k, nullptr);
+        in.q8 = q8.as<int8_t>(), in.q8_ds = ds.as<float2>();
+      }
+      auto run = [&](const CudaOptions& o) {
+        const CudaOptionsScope scope(o);
+        DeviceBuffer yd = poisoned(sizeof(float) * n);
+        gemv(w, in, yd.as<float>(), nullptr);
+        synchronize();
+        return to_host<float>(yd, n);
+      };
+      const std::vector<float> base = run(CudaOptions{});
+      for (const char* kv : {"early_l2=64/16384/1", "early_l2=1024/65536/0", "early_l2=0/0/0", "pdl=0"}) {
+        CudaOptions o;
+        parse_cuda_option(o, kv);
+        EXPECT_EQ(run(o), base) << kv;
+      }
+      const GemvConfig def = gemv_default_config(dtype, n, k);
+      const GemvConfig other =
+          def.threads == 128 && def.rows == 2 ? GemvConfig{256, 4, 1, 0} : GemvConfig{128, 2, 2, 0};
+      CudaOptions o;
+      o.gemv_shapes = {{n, k, other}};
+      const CudaOptionsScope scope(o);
+      const GemvConfig got = gemv_default_config(dtype, n, k);
+      EXPECT_TRUE(got.threads == other.threads && got.rows == other.rows && got.unroll == other.unroll);
+      check_gemv(dtype, n, k, nullptr, rng);
+      if (HasFatalFailure()) return;
+    }
 }
 
 // Grids larger than one wave of the plain quantized kernel make launch_shape pick its register-capped instantiation

@@ -47,19 +47,11 @@ E poison_value() {
   return e;
 }
 
-// Runs body once per decode attention kernel: v4 (the default) and v3 (TESSERA_CUDA_ATTN_V1=1, read at launch).
+// Runs body on the decode attention kernel src/ has (v3, which this also ran through TESSERA_CUDA_ATTN_V1=1, left src/
+// for bench/cuda/experiments/attn_decode_versions.cu, which checks it against a reference).
 template <typename F>
 void for_each_attn_version(F&& body) {
-  for (bool v3 : {false, true}) {
-    SCOPED_TRACE(v3 ? "attention v3 (TESSERA_CUDA_ATTN_V1=1)" : "attention v4");
-    if (v3)
-      setenv("TESSERA_CUDA_ATTN_V1", "1", 1);
-    else
-      unsetenv("TESSERA_CUDA_ATTN_V1");
-    body();
-    if (::testing::Test::HasFatalFailure()) break;
-  }
-  unsetenv("TESSERA_CUDA_ATTN_V1");
+  body();
 }
 
 // Positions and slots for t rows over [0, n_ctx) x [0, kSeqs): the first rows take position 0 and n_ctx - 1, rows 1
@@ -365,7 +357,7 @@ TEST(CudaRows, AttnDecodeRowsMatchesReference) {
 }
 
 // The f32 cache (opt-in, f32 models): rope/store rows and batched decode attention, same checks as above. f32 runs
-// attention v4 only, whatever TESSERA_CUDA_ATTN_V1 says, and its tiles are half as long as the 16-bit ones (32
+// attention with tiles half as long as the 16-bit ones (32
 // positions at hd 128, 64 at hd 64): the context sizes put rows on both sides of a tile, the single-block limit and
 // the chunk boundaries.
 TEST(CudaRows, F32CacheRopeRowsAndAttnDecodeRowsMatchReference) {

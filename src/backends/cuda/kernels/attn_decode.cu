@@ -11,34 +11,38 @@
 // a grid of 64-position chunks over the whole cache (three waves of blocks) and a combine that still walked the
 // chunks serially. v3: a one-wave grid (two blocks per SM), 8 positions per thread per tile, and a combine
 // with 8 float4 loads in flight per thread.
-// v4 (TESSERA_CUDA_ATTN_V1=1 restores v3): at short context a kv head is one block and v3's 4 warps
+// v4: at short context a kv head is one block and v3's 4 warps
 // each ran ~1000 dependent instructions per 128-position tile with one warp per scheduler to hide them (~1.5 us a
 // tile). v4 spreads a tile over 16 warps (2 positions per thread per tile instead of 8), skips the steps that start
 // past the chunk's end, runs a group of 3 without an idle fourth head, uses ex2 on log2-scaled scores, sizes its
 // grid for one wave of its own blocks, and asks the next 64 KB of K and V into L2 ahead of the tile loop.
-// v5 (TESSERA_CUDA_ATTN_V4=1 restores v4): v4's instantiations with two run-time paths. (1) Early loads:
+// v5: v4's kernel with two run-time paths. (1) Early loads:
 // pos, the cache positions below pos and (fused) the rotation angles do not depend on the previous kernel, so they are
 // read before pdl_wait() and the first tile's memory round trip overlaps the previous kernel's tail (measured on the
 // H100: 0.6-2.2 us less per launch, every shape and context). This requires that the kernel just before in the stream
 // writes neither pos/seq nor the cache below pos (the decoders copy pos from the host before the graph; the cache
-// below pos was stored by earlier tokens). (2) Clusters, opt-in (TESSERA_CUDA_ATTN_CLUSTER=8), for up to 4 (kv head,
+// below pos was stored by earlier tokens). (2) Clusters, opt-in (and since removed), for up to 4 (kv head,
 // head tile) blocks per launch (SmolLM2): a context longer than two tiles and at most 8 smallest chunks is spread over
 // the 8 blocks of one thread-block cluster per kv head (v4: chunks combined through global partials and a ticket,
 // ~3 us); the blocks combine through distributed shared memory (two cluster barriers, ~1.3-1.5 us measured, no
 // global round trip). In the kernel benchmark SmolLM2 heads at 512-2048 positions took 5.1-6.7 us instead of
 // 7.6-7.7, but the one end-to-end run with clusters on (SmolLM2 tg256 at 128-384 positions) was 4% slower than v4:
 // off until an end-to-end measurement says otherwise.
-// v6 (the default; TESSERA_CUDA_ATTN_SHORT=0 restores v5, =N caps the short path at N positions): one decode row
+// Versions 3 and 4, and v5's clusters, measured slower and only switches chose them: they left src/ for
+// bench/cuda/experiments/attn_decode_versions.cu (v3's kernel and the cluster combine moved there; v4 and v5 without
+// early loads are this kernel with AttnParams::early = false), which validates each against a double reference and
+// times it beside this file's launchers.
+// v6 (the default; CudaOptions::attn_short = 0 restores v5, = N caps the short path at N positions): one decode row
 // over a short context takes attn_short (attn_decode_short.cuh): one block per query head with every position of the
 // context in registers, loaded before pdl_wait() (512 positions at hd 64, 256 at hd 128), q and k rotated in
 // registers, no tiles, no partials, no ticket. Inside attn_split_kernel (a CUDA graph replays one grid for every
 // position, so the choice is made in the kernel: ctx <= a.short_limit), and, for a cache that no context can outgrow
 // (256 positions at hd 64, 128 at hd 128), as attn_compact_kernel: the same path in 8-warp blocks that fit beside the
-// previous GEMV's blocks (TESSERA_CUDA_ATTN_COMPACT=0: attn_split_kernel instead). Measured on the H100 (2026-11-22,
+// previous GEMV's blocks (CudaOptions::attn_compact = 0: attn_split_kernel instead). Measured on the H100 (2026-11-22,
 // fused, kernel bench): SmolLM2 heads 3.37 / 3.65 / 3.86 us at 128 / 256 / 384 positions (v5: 3.71 / 4.74 / 7.48),
 // compact 3.18 / 3.56 at 128 / 256; end to end (tessera bench -p 128 -n 256, a 256-position cache) SmolLM2 bf16
 // 2,407-2,433 tok/s with the compact kernel, 2,279-2,292 without, 2,240 with v5.
-// v6 windows (TESSERA_CUDA_ATTN_COMPACT=1 restores one window): the compact kernel walks up to four register windows
+// v6 windows (CudaOptions::attn_compact = 1 restores one window): the compact kernel walks up to four register windows
 // (online softmax across them; the later windows asked into L2 before pdl_wait()), so caches up to 1,024 positions at
 // hd 64 (512 at hd 128) take it instead of attn_split_kernel's 16-warp blocks. End to end on the H100 (tessera bench
 // -p 0 -d 128 -n 256, a 384-position cache, chained greedy decode): SmolLM2 bf16 2,487.8 tok/s vs 2,395.3 with one
@@ -47,12 +51,10 @@
 // q row, position pos[r] and cache slot seq[r], and owns its own partials and tickets. With t rows the chunks per kv
 // head shrink (about max_splits / t, at least 1) so the grid stays about one wave.
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
 #include <string>
-#include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_options.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels/attn_decode_kernel.cuh"
 #include "backends/cuda/kernels/attn_decode_short.cuh"
@@ -93,82 +95,21 @@ struct AttnArgs {
   float2* out_ds = nullptr;
 };
 
-// TESSERA_CUDA_ATTN_CHUNK=N (a multiple of 64) overrides the smallest chunk, for measuring the single-block/split
-// trade-off; read at launch, so at capture for graphs.
-int min_chunk_override() {
-  const char* e = std::getenv("TESSERA_CUDA_ATTN_CHUNK");
-  if (e == nullptr) return 0;
-  const int v = std::atoi(e);
-  return v >= kMinChunk && v % kMinChunk == 0 && v <= (1 << 24) ? v : 0;
-}
+// The study knobs of CudaOptions (cuda_options.h), read at launch, so at capture for graphs. attn_chunk: the split
+// kernel's smallest chunk (0: per shape), for measuring the single-block/split trade-off.
+int min_chunk_override() { return cuda_options().attn_chunk; }
 
-// TESSERA_CUDA_ATTN_V1=1 launches v3 (the kernel before v4), for measuring both in one run; read at launch.
-bool attn_v3_forced() {
-  const char* e = std::getenv("TESSERA_CUDA_ATTN_V1");
-  return e != nullptr && std::string(e) == "1";
-}
-
-// v5's switches, read at launch (so at capture for graphs), for measuring its parts against v4 in one run:
-// TESSERA_CUDA_ATTN_V4=1 launches v4 (no early loads, no clusters); TESSERA_CUDA_ATTN_EARLY=0 turns the loads before
-// pdl_wait() off; TESSERA_CUDA_ATTN_CLUSTER=N (1, 2, 4 or 8; default 1: no clusters) caps the cluster size.
-bool env_is(const char* name, const char* value) {
-  const char* e = std::getenv(name);
-  return e != nullptr && std::string(e) == value;
-}
-int cluster_cap() {
-  const char* e = std::getenv("TESSERA_CUDA_ATTN_CLUSTER");
-  const int v = e ? std::atoi(e) : 1;
-  return v == 1 || v == 2 || v == 4 || v == 8 ? v : 1;
-}
-
-// v6's switches, read at launch (so at capture for graphs): TESSERA_CUDA_ATTN_SHORT=0 turns the short-context path off
-// (v5 at every context), =N caps it at N positions (it is on up to attn_short's register capacity by default);
-// TESSERA_CUDA_ATTN_COMPACT=0 keeps small caches on attn_split_kernel's short path.
+// attn_short: contexts of at most this many positions take the short-context path (-1: up to its register capacity,
+// the default; 0: never, v5 at every context).
 int short_cap(int capacity) {
-  const char* e = std::getenv("TESSERA_CUDA_ATTN_SHORT");
-  if (e == nullptr || *e == '\0') return capacity;
-  return std::clamp(std::atoi(e), 0, capacity);
+  const int v = cuda_options().attn_short;
+  return v < 0 ? capacity : std::min(v, capacity);
 }
 
-// Register windows the compact kernel may walk (TESSERA_CUDA_ATTN_COMPACT=N: at most N, 0: never; default all).
+// attn_compact: register windows the compact kernel may walk (-1: all, the default; 0: never).
 int compact_windows_cap() {
-  const char* e = std::getenv("TESSERA_CUDA_ATTN_COMPACT");
-  if (e == nullptr || *e == '\0') return kCompactWindows;
-  return std::clamp(std::atoi(e), 0, kCompactWindows);
-}
-
-// Clusters of `csize` blocks of a kernel that can be resident at once (0: none), asked once per kernel and size.
-template <typename K>
-int active_clusters(K* kernel, int threads, int csize) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(csize * 64);
-  cfg.blockDim = dim3(threads);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = csize, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr, cfg.numAttrs = 1;
-  int n = 0;
-  TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
-  return n;
-}
-
-// detail::launch with a cluster dimension added (csize > 1): programmatic dependent launch as there.
-template <typename P>
-void launch_clustered(const char* name, void (*kernel)(P), dim3 grid, int threads, int csize, cudaStream_t stream,
-                      const P& p) {
-  if (csize <= 1) return launch(name, kernel, grid, dim3(threads), 0, stream, p);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(threads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = csize, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 2 : 1;
-  check_cuda(cudaLaunchKernelEx(&cfg, kernel, p), name, __FILE__, __LINE__);
+  const int v = cuda_options().attn_compact;
+  return v < 0 ? kCompactWindows : std::min(v, kCompactWindows);
 }
 
 // Blocks of a kernel resident per SM (its registers and shared memory decide), asked once per kernel.
@@ -179,50 +120,26 @@ int resident_blocks(K* kernel, int threads) {
   return std::max(1, n);
 }
 
-template <typename T, int HD, int G, bool kV4>
+template <typename T, int HD, int G>
 void launch_split(const KvCacheView& c, const AttnArgs& a, int group) {
-  constexpr int threads = attn_warps<HD, G, kV4>() * kWarp;
-  auto* kernel = a.rope.k != nullptr ? attn_split_kernel<T, HD, G, true, kV4> : attn_split_kernel<T, HD, G, false, kV4>;
+  constexpr int threads = attn_warps<HD, G>() * kWarp;
+  auto* kernel = a.rope.k != nullptr ? attn_split_kernel<T, HD, G, true> : attn_split_kernel<T, HD, G, false>;
   const int tiles = (group + G - 1) / G;
-  int splits = a.splits;  // sized for v3's one wave of two 4-warp blocks per SM
-  if constexpr (kV4) {
-    // One wave of v4's blocks (one 16-warp block per SM for hd 64/128): longer chunks, fewer combines.
-    static const int per_sm = std::max(resident_blocks(attn_split_kernel<T, HD, G, false, kV4>, threads),
-                                       resident_blocks(attn_split_kernel<T, HD, G, true, kV4>, threads));
-    const int64_t blocks = c.n_kv * tiles * a.t;
-    splits = std::max(1, std::min(splits, ceil_div(int64_t{per_sm} * sm_count(), blocks)));
-  }
-  // v5: clusters of up to 8 blocks along x for a few kv heads (not for wide batches or 8 kv heads, below), and no
-  // more clusters than fit at once.
-  const bool v5 = kV4 && !env_is("TESSERA_CUDA_ATTN_V4", "1");
-  int csize = 1;
-  if (v5 && c.n_kv * tiles * a.t <= 4) {
-    // Measured (H100): SmolLM2's 3 kv heads gain 2.5-3 us at 512-1024 positions and lose nothing at 4k; Llama's 8
-    // kv heads gain 1-2.4 us at 512-1024 but lose 3-7 us at 4k-8k (a grid of 16 clusters of 8 blocks).
-    csize = cluster_cap();
-    while (csize > splits) csize /= 2;
-  }
-  if (csize > 1) {
-    static std::atomic<int> fits[2][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}};
-    std::atomic<int>& f = fits[a.rope.k != nullptr ? 1 : 0][csize == 2 ? 1 : csize == 4 ? 2 : 3];
-    if (f.load() < 0) f.store(active_clusters(kernel, threads, csize));
-    const int64_t blocks = c.n_kv * tiles * a.t;
-    if (f.load() < 1) {
-      csize = 1;
-    } else {
-      const int64_t per = std::max<int64_t>(1, std::min<int64_t>(splits / csize, f.load() / blocks));
-      splits = static_cast<int>(per) * csize;
-    }
-  }
-  // v6: one decode row without clusters also takes the short-context path, which needs a block per query head of a
-  // head tile along x (the chunks' extra blocks exit at once) and neox pairs that lie in whole 16-byte slices.
+  // One wave of blocks (one 16-warp block per SM for hd 64/128): longer chunks, fewer combines. a.splits is sized for
+  // v3's one wave of two 4-warp blocks per SM, and stays the partials' stride.
+  static const int per_sm = std::max(resident_blocks(attn_split_kernel<T, HD, G, false>, threads),
+                                     resident_blocks(attn_split_kernel<T, HD, G, true>, threads));
+  const int64_t blocks = c.n_kv * tiles * a.t;
+  const int splits = std::max(1, std::min(a.splits, ceil_div(int64_t{per_sm} * sm_count(), blocks)));
+  // v6: one decode row also takes the short-context path, which needs a block per query head of a head tile along x
+  // (the chunks' extra blocks exit at once) and neox pairs that lie in whole 16-byte slices.
   const bool rope_ok = a.rope.k == nullptr || !a.rope.neox || (a.rope.rope_dim / 2) % 8 == 0;
-  constexpr int short_capacity = short_positions<T, HD, attn_warps<HD, G, kV4>()>();
-  const int short_limit = v5 && a.t == 1 && csize == 1 && rope_ok ? short_cap(short_capacity) : 0;
+  constexpr int short_capacity = short_positions<T, HD, attn_warps<HD, G>()>();
+  const int short_limit = a.t == 1 && rope_ok ? short_cap(short_capacity) : 0;
   const int grid_x = short_limit > 0 ? std::max(splits, G) : splits;
   const dim3 grid(grid_x, static_cast<unsigned>(c.n_kv), static_cast<unsigned>(tiles * a.t));
   const int forced = min_chunk_override();
-  const int min_chunk = forced ? forced : default_min_chunk<T, HD, G, kV4>();
+  const int min_chunk = forced ? forced : default_min_chunk<T, HD, G>();
   AttnParams<T> p{};
   p.q = a.q, p.ld_q = a.ld_q, p.kc = static_cast<T*>(c.k), p.vc = static_cast<T*>(c.v), p.pos = a.pos, p.seq = a.seq;
   p.n_ctx = static_cast<int>(c.n_ctx), p.n_seq = static_cast<int>(c.n_seq), p.group = group, p.tiles = tiles;
@@ -230,52 +147,39 @@ void launch_split(const KvCacheView& c, const AttnArgs& a, int group) {
   p.part_out = a.part_out, p.part_ml = a.part_ml, p.counters = a.counters, p.out = a.out;
   p.k_new = a.rope.k, p.v_new = a.rope.v, p.ld_kv = a.rope.ld_kv, p.inv_freq = a.rope.inv_freq;
   p.rope_dim = a.rope.rope_dim, p.neox = a.rope.neox;
-  p.early = v5 && !env_is("TESSERA_CUDA_ATTN_EARLY", "0"), p.cluster = csize;
+  p.early = true;
   p.splits = splits, p.short_limit = short_limit;
-  if constexpr (kV4) {
-    // v6 compact: a cache of at most kCompactWindows register windows takes the 8-warp kernel (attn_decode_short.cuh
-    // says why); TESSERA_CUDA_ATTN_COMPACT=0 keeps it on attn_split_kernel (=N: caches of at most N windows).
-    // A cap on the short path (TESSERA_CUDA_ATTN_SHORT=N) below the cache size rules it out too.
-    if (short_limit > 0 && short_limit >= std::min<int64_t>(c.n_ctx, short_capacity) &&
-        c.n_ctx <= compact_windows_cap() * compact_window<T, HD>()) {
-      const bool rope = a.rope.k != nullptr;
-      auto* ck = rope ? attn_compact_kernel<T, HD, true> : attn_compact_kernel<T, HD, false>;
-      p.out_q8 = a.out_q8, p.out_ds = a.out_ds;  // every context takes attn_short here: it quantizes too
-      return launch(rope ? "attn_compact_kernel<rope>" : "attn_compact_kernel", ck,
-                    dim3(static_cast<unsigned>(c.n_kv * group)), dim3(kCompactThreads), 0, a.stream, p);
-    }
+  // v6 compact: a cache of at most kCompactWindows register windows takes the 8-warp kernel (attn_decode_short.cuh
+  // says why); CudaOptions::attn_compact = 0 keeps it on attn_split_kernel (=N: caches of at most N windows). A cap on
+  // the short path (CudaOptions::attn_short = N) below the cache size rules it out too.
+  if (short_limit > 0 && short_limit >= std::min<int64_t>(c.n_ctx, short_capacity) &&
+      c.n_ctx <= compact_windows_cap() * compact_window<T, HD>()) {
+    const bool rope = a.rope.k != nullptr;
+    auto* ck = rope ? attn_compact_kernel<T, HD, true> : attn_compact_kernel<T, HD, false>;
+    p.out_q8 = a.out_q8, p.out_ds = a.out_ds;  // every context takes attn_short here: it quantizes too
+    return launch(rope ? "attn_compact_kernel<rope>" : "attn_compact_kernel", ck,
+                  dim3(static_cast<unsigned>(c.n_kv * group)), dim3(kCompactThreads), 0, a.stream, p);
   }
-  launch_clustered(a.rope.k != nullptr ? "attn_split_kernel<rope>" : "attn_split_kernel", kernel, grid, threads, csize,
-                   a.stream, p);
+  launch(a.rope.k != nullptr ? "attn_split_kernel<rope>" : "attn_split_kernel", kernel, grid, dim3(threads), 0,
+         a.stream, p);
   // The split kernel's chunked paths do not quantize (their output is written by several blocks or a combine): one
   // quantize_q8 launch after it, as the decoder would have launched.
   if (a.out_q8 != nullptr) quantize_q8(a.out, a.out_q8, a.out_ds, a.n_head * c.hd, a.stream);
 }
 
-template <typename T, int HD, bool kV4>
-void launch_version(const KvCacheView& c, const AttnArgs& a) {
-  const int group = static_cast<int>(a.n_head / c.n_kv);
-  // The smallest head tile that holds the group (groups over 8 take several tiles): fewer idle registers.
-  if constexpr (kV4) {
-    if (group == 3) return launch_split<T, HD, 3, kV4>(c, a, group);
-  }
-  if (head_tile(group) == 1)
-    launch_split<T, HD, 1, kV4>(c, a, group);
-  else if (head_tile(group) == 2)
-    launch_split<T, HD, 2, kV4>(c, a, group);
-  else if (head_tile(group) == 4)
-    launch_split<T, HD, 4, kV4>(c, a, group);
-  else
-    launch_split<T, HD, 8, kV4>(c, a, group);
-}
-
-// An f32 cache runs v4 only (v3 is kept for measuring the 16-bit caches; fewer instantiations to compile).
 template <typename T, int HD>
 void launch_hd(const KvCacheView& c, const AttnArgs& a) {
-  if constexpr (!std::is_same_v<T, float>) {
-    if (attn_v3_forced()) return launch_version<T, HD, false>(c, a);
-  }
-  launch_version<T, HD, true>(c, a);
+  const int group = static_cast<int>(a.n_head / c.n_kv);
+  // The smallest head tile that holds the group (groups over 8 take several tiles): fewer idle registers.
+  if (group == 3) return launch_split<T, HD, 3>(c, a, group);
+  if (head_tile(group) == 1)
+    launch_split<T, HD, 1>(c, a, group);
+  else if (head_tile(group) == 2)
+    launch_split<T, HD, 2>(c, a, group);
+  else if (head_tile(group) == 4)
+    launch_split<T, HD, 4>(c, a, group);
+  else
+    launch_split<T, HD, 8>(c, a, group);
 }
 
 template <typename T>

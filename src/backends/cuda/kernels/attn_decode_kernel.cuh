@@ -1,5 +1,7 @@
-// The decode attention kernel (v3, v4 and v5's run-time paths) and its device helpers; included by attn_decode.cu
-// only (the launchers, workspaces and the history of the versions are there).
+// The decode attention kernel (v5: v4's block shape with loads before pdl_wait(); v6's short-context path lives in
+// attn_decode_short.cuh) and its device helpers; included by attn_decode.cu (the launchers, workspaces and the history
+// of the versions are there) and by bench/cuda/experiments/attn_decode_versions.cu, which keeps the versions that left
+// src/ (v3, and v5's thread-block-cluster combine) and times them against this kernel.
 #pragma once
 
 #include <type_traits>
@@ -67,14 +69,15 @@ __device__ __forceinline__ void to_float8(const Slice8<T>& v, float (&f)[8]) {
 }
 
 // Query heads per block for a GQA group: the smallest of 1, 2, 4, 8 that holds it (groups over 8 take several).
-// v4 runs a group of exactly 3 (SmolLM2) as G = 3: same tile count, no idle fourth head.
+// A group of exactly 3 (SmolLM2) runs as G = 3: same tile count, no idle fourth head.
 int head_tile(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8; }
 
 // exp(a - b) that is 0 when a is -inf (an empty state), also when b is -inf too (instead of NaN).
 __device__ __forceinline__ float exp_diff(float a, float b) { return a == -INFINITY ? 0.0f : expf(a - b); }
 
-// v4 keeps scores in log2 units (q is scaled by log2(e)): one MUFU.EX2 instead of expf's ~8 instructions. Its ~2 ulp
-// relative error and flushing weights below 2^-126 to zero move the output far less than the tests' 2e-5.
+// Scores are kept in log2 units (q is scaled by log2(e)): one MUFU.EX2 instead of expf's ~8 instructions (since v4;
+// v3 used exp_diff). Its ~2 ulp relative error and flushing weights below 2^-126 to zero move the output far less
+// than the tests' 2e-5.
 template <bool kLog2>
 __device__ __forceinline__ float exp_rel(float a, float b) {
   if constexpr (kLog2) {
@@ -86,41 +89,38 @@ __device__ __forceinline__ float exp_rel(float a, float b) {
   }
 }
 
-// Block shape per version. v3 (TESSERA_CUDA_ATTN_V1=1): 4 warps, 8 (or 4) positions per thread per tile: at short
-// context a kv head is one block of 4 warps whose every thread runs ~1000 dependent instructions per tile, one warp
-// per scheduler to hide their latency. v4: as many warps as the warp-merge buffer acc[W][G][HD] allows in 32 KB of
-// shared memory (16 for hd 64/128 up to 4 heads), 2 positions per thread per tile where 512 threads leave 128
-// registers each, 4 otherwise: a tile's work is spread over 4x the warps, 4 per scheduler.
-template <int HD, int G, bool kV4>
+// Block shape (since v4; v3's 4 warps of 8 positions per thread per tile are in the experiment): as many warps as
+// the warp-merge buffer acc[W][G][HD] allows in 32 KB of shared memory (16 for hd 64/128 up to 4 heads), 2 positions
+// per thread per tile where 512 threads leave 128 registers each, 4 otherwise: a tile's work is spread over 16 warps,
+// 4 per scheduler (v3's 4 warps each ran ~1000 dependent instructions per tile, one warp per scheduler).
+template <int HD, int G>
 constexpr int attn_warps() {
-  if constexpr (!kV4) return 4;
   constexpr int cap = 32768 / (G * HD * 4);
   constexpr int w = G >= 8 ? 8 : 16;  // 8 heads' q and accumulators alone take 128 registers per thread
   return cap >= w ? w : cap >= 8 ? 8 : 4;
 }
-// An f32 cache (v4 only) takes half the steps: its slices are twice the registers, the same bytes per tile.
-template <typename T, int HD, int G, bool kV4>
+// An f32 cache takes half the steps: its slices are twice the registers, the same bytes per tile.
+template <typename T, int HD, int G>
 constexpr int attn_steps() {
   constexpr int div = static_cast<int>(sizeof(T)) / 2;
-  if constexpr (kV4) return (attn_warps<HD, G, kV4>() >= 16 ? 2 : 4) / div;
-  return (G <= 4 && HD <= 128) ? 8 : 4;
+  return (attn_warps<HD, G>() >= 16 ? 2 : 4) / div;
 }
 
 // Positions per block per tile (kSteps positions per thread): the unit of one memory round trip.
 // Lanes: HD/8 lanes (a sub-group) hold one position's 8-element slices (16-byte loads), so a warp covers 32/(HD/8)
 // positions per step.
-template <typename T, int HD, int G, bool kV4>
+template <typename T, int HD, int G>
 constexpr int tile_positions() {
-  return attn_warps<HD, G, kV4>() * (kWarp / (HD / 8)) * attn_steps<T, HD, G, kV4>();
+  return attn_warps<HD, G>() * (kWarp / (HD / 8)) * attn_steps<T, HD, G>();
 }
 
 // The smallest chunk: two tiles, a multiple of 64. Below that a split's combine (partial store, fence, ticket,
 // reload: ~3 dependent L2 round trips) costs more than the one extra tile a single block walks (a load round trip
 // plus its arithmetic, in v4 too: its tiles' arithmetic is cheaper, their loads are not), so contexts up to this
 // length take one block per kv head and write the output directly (no partials, no ticket).
-template <typename T, int HD, int G, bool kV4>
+template <typename T, int HD, int G>
 constexpr int default_min_chunk() {
-  return (2 * tile_positions<T, HD, G, kV4>() + kMinChunk - 1) / kMinChunk * kMinChunk;
+  return (2 * tile_positions<T, HD, G>() + kMinChunk - 1) / kMinChunk * kMinChunk;
 }
 
 // Kernel arguments (one struct: the fused path adds six).
@@ -147,12 +147,10 @@ struct AttnParams {
   const float* inv_freq;  // [rope_dim / 2]
   int rope_dim;
   bool neox;
-  // v5 (run time, v4 instantiations only). early: pos, seq, the cache positions below pos and the rotation angles are
-  // read before pdl_wait(). cluster: blocks per thread-block cluster along x (1: no cluster); a short context is
-  // spread over one cluster's blocks, which combine through distributed shared memory.
+  // v5 early: pos, seq, the cache positions below pos and the rotation angles are read before pdl_wait(). src/'s
+  // launchers always pass true; false (v4, or v5 without the early loads) is for attn_decode_versions.cu's timings.
   bool early;
-  int cluster;
-  // splits: the chunks a context is cut into (v3-v5; the grid's x may be larger, its extra blocks exit). short_limit
+  // splits: the chunks a context is cut into (the grid's x may be larger, its extra blocks exit). short_limit
   // (v6, t = 1): contexts of at most this many positions take attn_short, one block per query head (0: never).
   int splits;
   int short_limit;
@@ -177,32 +175,6 @@ __device__ __forceinline__ bool slot_written_below(const int32_t* pos, const int
   return false;
 }
 
-constexpr int kMaxCluster = 8;  // the portable cluster size: 8 SMs of one GPC
-
-// Thread-block cluster helpers (sm_90): a barrier over every non-exited thread of the cluster (arrive releases this
-// thread's earlier writes, wait acquires everyone's), and loads from another block's shared memory.
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
-__device__ __forceinline__ uint32_t cluster_addr(const void* p, int rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(r)
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ float4 ld_cluster4(const float* p, int rank) {
-  float4 v;
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(cluster_addr(p, rank)));
-  return v;
-}
-__device__ __forceinline__ float2 ld_cluster2(const float2* p, int rank) {
-  float2 v;
-  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(cluster_addr(p, rank)));
-  return v;
-}
-
 // Grid (splits, n_kv, tiles * t) with tiles = ceil(group / G); each block handles up to G query heads of one kv head
 // of one row over one chunk.
 // Each sub-group keeps its own online-softmax state (m, l and its lanes' slices of o); sub-groups and warps merge at
@@ -211,30 +183,26 @@ __device__ __forceinline__ float2 ld_cluster2(const float2* p, int rank) {
 // sincosf, no extra launch), and the block whose chunk ends at pos also rotates this token's k, rounds k and v to the
 // cache type (exactly what rope_store_kv stores), uses them for position pos from shared memory (nobody reads the
 // cache at pos in this launch) and, for head tile 0, writes them into the cache.
-// kV4: the block shape above, scores in log2 units, and a warp skips the steps of a tile that start past the chunk's
-// end (v3 computes all of them: at 64 positions half its work is on masked positions).
-// v5 = kV4 with a.early / a.cluster > 1 (attn_decode.cu's header says why and what each saves).
-template <typename T, int HD, int G, bool kRope, bool kV4>
-__global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_split_kernel(const AttnParams<T> a) {
-  constexpr int kWarps = attn_warps<HD, G, kV4>();
+// Since v4: the block shape above, scores in log2 units, and a warp skips the steps of a tile that start past the
+// chunk's end (v3 computed all of them: at 64 positions half its work was on masked positions). v5: a.early
+// (attn_decode.cu's header says why and what it saves).
+template <typename T, int HD, int G, bool kRope>
+__global__ void __launch_bounds__(attn_warps<HD, G>() * kWarp, 1) attn_split_kernel(const AttnParams<T> a) {
+  constexpr int kWarps = attn_warps<HD, G>();
   constexpr int kThreads = kWarps * kWarp;
   constexpr int LPP = HD / 8;       // lanes per position
   constexpr int PPW = kWarp / LPP;  // positions per warp step
   constexpr int PG = kWarps * PPW;  // positions per block step
-  constexpr int kSteps = attn_steps<T, HD, G, kV4>();
+  constexpr int kSteps = attn_steps<T, HD, G>();
   constexpr int kTile = PG * kSteps;
-  static_assert(kSteps >= 1 && kTile == tile_positions<T, HD, G, kV4>());
+  static_assert(kSteps >= 1 && kTile == tile_positions<T, HD, G>());
   // The rotated q heads are dead once in registers, before the accumulators are merged: they share storage.
   __shared__ __align__(16) union {
     float acc[kWarps][G][HD];
     float q[G][HD];
   } s_u;
   __shared__ float s_m[kWarps][G], s_l[kWarps][G];
-  __shared__ __align__(16) union {
-    float w[G][kMaxSplits];  // the ticket combine's chunk weights
-    float fin[G][HD];        // v5 cluster combine: this block's merged, unnormalized o (HD <= kMaxSplits)
-  } s_x;
-  __shared__ float2 s_fml[G];                  // v5 cluster combine: this block's (max, sum) per head
+  __shared__ __align__(16) float s_w[G][kMaxSplits];  // the ticket combine's chunk weights
   __shared__ float2 s_cs[kRope ? HD / 2 : 1];  // v5 early: (cos, sin) of pos * inv_freq[j]
   __shared__ __align__(16) Slice8<T> s_new[2][kRope ? HD / 8 : 1];  // this token's k and v in the cache type
   __shared__ bool s_last;
@@ -246,9 +214,8 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
   // previous kernel (rope + store for every row) then writes positions below this row's pos, so such a row's block
   // loads nothing before the wait. (2026-11-22: CudaRows.GraphReplayReadsPositionsOnTheDevice, whose rows 1 and 2
   // share a slot, failed for row 1 with PDL on only; with this check it has passed on the H100 in every run since.)
-  const bool early = kV4 && a.early &&
-                     !(gridDim.z > static_cast<unsigned>(a.tiles) &&
-                       slot_written_below(a.pos, a.seq, blockIdx.z / a.tiles, gridDim.z / a.tiles));
+  const bool early = a.early && !(gridDim.z > static_cast<unsigned>(a.tiles) &&
+                                  slot_written_below(a.pos, a.seq, blockIdx.z / a.tiles, gridDim.z / a.tiles));
   if (!early) pdl_wait();
   const int kvh = blockIdx.y;
   const int row = blockIdx.z / a.tiles, tile = blockIdx.z % a.tiles;
@@ -269,27 +236,17 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
     return;
   }
   const int ctx = pos + 1;
-  if constexpr (kV4) {
-    if (ctx <= a.short_limit) {  // v6: block x of this head tile computes query head head0 + x alone
-      const int h = blockIdx.x;
-      if (h >= nh) {
-        if (early) pdl_wait();
-        return;
-      }
-      attn_short<T, HD, kRope, kWarps, G>(a, n_kv, row, kvh, head0 + h, pos, slot, early, tile == 0 && h == 0,
-                                          &s_u.acc[0][0][0], &s_m[0][0], &s_l[0][0], s_cs);
+  if (ctx <= a.short_limit) {  // v6: block x of this head tile computes query head head0 + x alone
+    const int h = blockIdx.x;
+    if (h >= nh) {
+      if (early) pdl_wait();
       return;
     }
+    attn_short<T, HD, kRope, kWarps, G>(a, n_kv, row, kvh, head0 + h, pos, slot, early, tile == 0 && h == 0,
+                                        &s_u.acc[0][0][0], &s_m[0][0], &s_l[0][0], s_cs);
+    return;
   }
-  const int csize = kV4 ? a.cluster : 1;
-  int chunk = attn_chunk(ctx, a.splits, a.min_chunk);
-  if (csize > 1 && ctx > a.min_chunk) {
-    // v5: a context longer than the single-block limit (two tiles) and at most csize smallest chunks is spread over
-    // the first cluster's blocks (at least one block step each). Measured: the cluster combine costs ~1.3-1.5 us, more
-    // than one tile, so shorter contexts stay in one block.
-    const int c1 = max(PG, ((ctx + csize - 1) / csize + 7) / 8 * 8);
-    if (c1 <= a.min_chunk) chunk = c1;
-  }
+  const int chunk = attn_chunk(ctx, a.splits, a.min_chunk);
   const int split = blockIdx.x;
   const int start = split * chunk;
   if (start >= ctx) {
@@ -298,8 +255,6 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
   }
   const int len = min(chunk, ctx - start);
   const int n_splits = (ctx + chunk - 1) / chunk;
-  // Every live block of a cluster-combined context is in the first cluster (split = cluster rank).
-  const bool clustered = csize > 1 && n_splits > 1 && n_splits <= csize;
   // Positions of this chunk read from the cache: the fused path takes pos itself from shared memory. Before
   // pdl_wait() (early) only those below pos.
   const int n_pre = min(len, pos - start);
@@ -322,21 +277,21 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
   };
   // The first tile's loads depend only on pos: in flight while q is loaded (and rotated).
   load_tile(0, early ? n_pre : n_load);
-  // v4: the next kWindow positions' K and V lines are asked into L2 now and kept kWindow ahead of the tile loop, so
+  // The next kWindow positions' K and V lines are asked into L2 now and kept kWindow ahead of the tile loop, so
   // a later tile's loads wait for an L2 hit, not a DRAM round trip. At most 64 KB of K (and of V) per block ahead:
   // with one wave of blocks over a long cache that is ~16 MB of L2, not the whole cache (evicted before use).
   constexpr int kRowBytes = HD * static_cast<int>(sizeof(T));
   constexpr int kWindow = kTile > 65536 / kRowBytes ? kTile : 65536 / kRowBytes;
-  [[maybe_unused]] const char* kbytes = reinterpret_cast<const char*>(a.kc + row0 * HD);
-  [[maybe_unused]] const char* vbytes = reinterpret_cast<const char*>(a.vc + row0 * HD);
-  [[maybe_unused]] auto prefetch = [&](int p0, int p1) {  // positions [p0, min(p1, n_load)), 128-byte lines
+  const char* kbytes = reinterpret_cast<const char*>(a.kc + row0 * HD);
+  const char* vbytes = reinterpret_cast<const char*>(a.vc + row0 * HD);
+  auto prefetch = [&](int p0, int p1) {  // positions [p0, min(p1, n_load)), 128-byte lines
     const int64_t end = int64_t{min(p1, n_load)} * kRowBytes;
     for (int64_t off = int64_t{p0} * kRowBytes + threadIdx.x * 128; off < end; off += kThreads * 128) {
       asm volatile("prefetch.global.L2 [%0];" ::"l"(kbytes + off));
       asm volatile("prefetch.global.L2 [%0];" ::"l"(vbytes + off));
     }
   };
-  if constexpr (kV4) prefetch(kTile, kWindow);
+  prefetch(kTile, kWindow);
   if (early) {
     if constexpr (kRope) {
       for (int j = threadIdx.x; j < a.rope_dim / 2; j += kThreads) {
@@ -360,7 +315,7 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
     }
   }
 
-  const float qscale = kV4 ? a.scale * 1.44269504088896341f : a.scale;  // v4: log2(e), scores in log2 units
+  const float qscale = a.scale * 1.44269504088896341f;  // log2(e): scores in log2 units
   float qv[G][8];
   if constexpr (kRope) {
     const bool owner = start + len == ctx;  // this chunk ends at pos
@@ -431,20 +386,18 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
   }
 
   // The tile loop is warp-uniform (t0 is the same in every lane), so the shuffles always have all 32 lanes; so are
-  // v4's step skips (a warp's step starts at the same position in every lane). No barrier inside: a warp whose
+  // the step skips (a warp's step starts at the same position in every lane). No barrier inside: a warp whose
   // positions all lie past the chunk's end leaves early.
   for (int t0 = 0; t0 < len; t0 += kTile) {
-    if (kV4 && t0 + warp * PPW >= len) break;  // this warp's first step of this tile (and all later ones) is past len
+    if (t0 + warp * PPW >= len) break;  // this warp's first step of this tile (and all later ones) is past len
     if (t0 > 0) load_tile(t0, n_load);
-    if constexpr (kV4) {
-      if (t0 + kWindow < n_load) prefetch(t0 + kWindow, t0 + kWindow + kTile);
-    }
+    if (t0 + kWindow < n_load) prefetch(t0 + kWindow, t0 + kWindow + kTile);
     bool valid[kSteps], live[kSteps];
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int p = t0 + s * PG + warp * PPW + sub;
       valid[s] = p < len;
-      live[s] = !kV4 || t0 + s * PG + warp * PPW < len;  // warp-uniform: some lane's position is in the chunk
+      live[s] = t0 + s * PG + warp * PPW < len;  // warp-uniform: some lane's position is in the chunk
       if constexpr (kRope) {
         if (start + p == pos) kr[s] = s_new[0][ld], vr[s] = s_new[1][ld];
       }
@@ -474,7 +427,7 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
       float mt = m[h];
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) mt = fmaxf(mt, sc[s][h]);
-      const float corr = exp_rel<kV4>(m[h], mt);
+      const float corr = exp_rel<true>(m[h], mt);
       l[h] *= corr;
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[h][j] *= corr;
@@ -483,7 +436,7 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
         if (!live[s]) continue;
         float vf[8];
         to_float8<T>(vr[s], vf);
-        const float e = exp_rel<kV4>(sc[s][h], mt);
+        const float e = exp_rel<true>(sc[s][h], mt);
         l[h] += e;
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[h][j] = fmaf(e, vf[j], acc[h][j]);
@@ -500,7 +453,7 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
       const float mo = __shfl_xor_sync(0xffffffffu, m[h], off);
       const float lo = __shfl_xor_sync(0xffffffffu, l[h], off);
       const float mn = fmaxf(m[h], mo);
-      const float c1 = exp_rel<kV4>(m[h], mn), c2 = exp_rel<kV4>(mo, mn);
+      const float c1 = exp_rel<true>(m[h], mn), c2 = exp_rel<true>(mo, mn);
       l[h] = l[h] * c1 + lo * c2;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -532,7 +485,7 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
     float o = 0.0f, sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      const float c = exp_rel<kV4>(s_m[w][h], mx);
+      const float c = exp_rel<true>(s_m[w][h], mx);
       o = fmaf(s_u.acc[w][h][d], c, o);
       sum = fmaf(s_l[w][h], c, sum);
     }
@@ -540,53 +493,10 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
       out[static_cast<size_t>(head0 + h) * HD + d] = o / sum;
       continue;
     }
-    if (clustered) {
-      s_x.fin[h][d] = o;
-      if (d == 0) s_fml[h] = make_float2(mx, sum);
-      continue;
-    }
     part_out[(static_cast<size_t>(head0 + h) * max_splits + split) * HD + d] = o;
     if (d == 0) part_ml[static_cast<size_t>(head0 + h) * max_splits + split] = make_float2(mx, sum);
   }
   if (single) return;
-  if (clustered) {
-    // Rank 0 (split 0) reads every block's merged chunk through distributed shared memory and writes the output;
-    // the others keep their shared memory alive until it has (the second barrier phase).
-    cluster_arrive();
-    cluster_wait();
-    if (split == 0) {
-      constexpr int kVec = HD / 4;
-      for (int i = threadIdx.x; i < nh * kVec; i += kThreads) {
-        const int h = i / kVec, d4 = i % kVec;
-        float2 ml[kMaxCluster];
-        float4 po[kMaxCluster];
-#pragma unroll
-        for (int r = 0; r < kMaxCluster; ++r) {
-          ml[r] = r < n_splits ? ld_cluster2(&s_fml[h], r) : make_float2(-INFINITY, 0.0f);
-          po[r] = r < n_splits ? ld_cluster4(&s_x.fin[h][4 * d4], r) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
-        float mx = -INFINITY;
-#pragma unroll
-        for (int r = 0; r < kMaxCluster; ++r) mx = fmaxf(mx, ml[r].x);
-        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        float sum = 0.0f;
-#pragma unroll
-        for (int r = 0; r < kMaxCluster; ++r) {
-          const float w = exp_rel<kV4>(ml[r].x, mx);
-          sum = fmaf(ml[r].y, w, sum);
-          o.x = fmaf(po[r].x, w, o.x), o.y = fmaf(po[r].y, w, o.y), o.z = fmaf(po[r].z, w, o.z);
-          o.w = fmaf(po[r].w, w, o.w);
-        }
-        const float inv = 1.0f / sum;
-        reinterpret_cast<float4*>(out + static_cast<size_t>(head0 + h) * HD)[d4] =
-            make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
-      }
-    }
-    cluster_arrive();
-    if (split != 0) cluster_wait();
-    return;
-  }
-
   // The last chunk to finish for this (kv head, head tile) combines all chunks.
   __threadfence();  // publish this block's partials before taking a ticket
   __syncthreads();
@@ -604,8 +514,8 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
     float sum = 0.0f;
     for (int j = lane; j < n_splits; j += kWarp) {
       const float2 v = __ldcg(&ml[j]);
-      const float w = exp_rel<kV4>(v.x, mx);
-      s_x.w[h][j] = w;
+      const float w = exp_rel<true>(v.x, mx);
+      s_w[h][j] = w;
       sum = fmaf(v.y, w, sum);
     }
     sum = warp_sum(sum);
@@ -627,13 +537,13 @@ __global__ void __launch_bounds__(attn_warps<HD, G, kV4>() * kWarp, 1) attn_spli
       for (int u = 0; u < 8; ++u) v[u] = __ldcg(po + static_cast<size_t>(j + u) * kVec);
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
-        const float w = s_x.w[h][j + u];
+        const float w = s_w[h][j + u];
         o.x = fmaf(v[u].x, w, o.x), o.y = fmaf(v[u].y, w, o.y), o.z = fmaf(v[u].z, w, o.z), o.w = fmaf(v[u].w, w, o.w);
       }
     }
     for (; j < n_splits; ++j) {
       const float4 v = __ldcg(po + static_cast<size_t>(j) * kVec);
-      const float w = s_x.w[h][j];
+      const float w = s_w[h][j];
       o.x = fmaf(v.x, w, o.x), o.y = fmaf(v.y, w, o.y), o.z = fmaf(v.z, w, o.z), o.w = fmaf(v.w, w, o.w);
     }
     const float inv = s_m[0][h];

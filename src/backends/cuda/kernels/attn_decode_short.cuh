@@ -316,7 +316,7 @@ __device__ __forceinline__ void attn_short(const AttnParams<T>& a, int n_kv, int
 constexpr int kCompactWarps = 8;
 constexpr int kCompactThreads = kCompactWarps * kWarp;
 // Register windows the compact kernel walks at most (kMaxWin of attn_short): 1,024 positions at hd 64, 512 at hd 128
-// for a 16-bit cache (TESSERA_CUDA_ATTN_COMPACT=N: caches of at most N windows).
+// for a 16-bit cache (CudaOptions::attn_compact = N: caches of at most N windows).
 constexpr int kCompactWindows = 4;
 template <typename T, int HD>
 constexpr int compact_window() {

@@ -11,55 +11,26 @@
 // Quantized weights multiply 8-bit quants by the q8-quantized activation with dp4a (4 int8 products per
 // instruction), so dequantization costs a few integer instructions per 32 weights instead of 32 float conversions.
 // This file: launch-shape choice and host dispatch; the kernels are in gemv_float.cu and gemv_quant.cu.
-#include <atomic>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-
+#include "backends/cuda/cuda_options.h"
 #include "backends/cuda/kernels/gemv_common.cuh"
 
 namespace tessera::cuda {
-namespace {
-std::atomic<int> g_pdl{-1};  // -1: not set, follow the environment
-}  // namespace
 
-void set_pdl(bool on) { g_pdl.store(on ? 1 : 0, std::memory_order_relaxed); }
-
-bool pdl_enabled() {
-  const int v = g_pdl.load(std::memory_order_relaxed);
-  if (v >= 0) return v == 1;
-  static const bool from_env = [] {
-    const char* e = std::getenv("TESSERA_CUDA_PDL");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
-  return from_env;
+void set_pdl(bool on) {
+  CudaOptions o = cuda_options();
+  o.pdl = on;
+  set_cuda_options(o);
 }
+
+bool pdl_enabled() { return cuda_options().pdl; }
 
 namespace detail {
 
-bool float_gemv_prev_shapes() {
-  static const bool prev = [] {
-    const char* e = std::getenv("TESSERA_CUDA_GEMV_PREV_SHAPES");
-    return e != nullptr && std::strcmp(e, "1") == 0;
-  }();
-  return prev;
-}
-
 EarlyL2 early_l2() {
-  static const EarlyL2 cached = [] {
-    EarlyL2 e;
-    const char* v = std::getenv("TESSERA_CUDA_EARLY_L2");
-    if (v == nullptr || *v == '\0') return e;
-    unsigned blocks = 0, bytes = 0, bulk = 0;
-    const int got = std::sscanf(v, "%u/%u/%u", &blocks, &bytes, &bulk);
-    if (got < 2 || bulk > 1) {
-      std::fprintf(stderr, "tessera: TESSERA_CUDA_EARLY_L2: cannot read '%s' (blocks/bytes[/bulk]); ignored\n", v);
-      return e;
-    }
-    e.blocks = blocks, e.bytes = bytes, e.bulk = got == 3 ? bulk : 0;
-    return e;
-  }();
-  return cached;
+  const EarlyL2Options& o = cuda_options().early_l2;
+  EarlyL2 e;
+  e.blocks = o.blocks, e.bytes = o.bytes, e.bulk = o.bulk ? 1 : 0;
+  return e;
 }
 
 int sm_count() {
@@ -115,44 +86,12 @@ bool gemv_supports(DType dtype) {
 
 namespace {
 
-// TESSERA_CUDA_GEMV_SHAPES="NxK=threads/rows/unroll/prefetch[,...]": launch shapes for the matrices of those shapes
-// (any weight format), in place of the defaults below, so a benchmark can sweep shapes inside the decode graph. Read
-// once; an entry that does not parse, or names a shape gemv_configs() lacks, is reported on stderr and ignored.
-struct ShapeOverride {
-  int64_t n, k;
-  GemvConfig c;
-};
-const std::vector<ShapeOverride>& shape_overrides() {
-  static const std::vector<ShapeOverride> list = [] {
-    std::vector<ShapeOverride> v;
-    const char* e = std::getenv("TESSERA_CUDA_GEMV_SHAPES");
-    for (const char* p = e; p != nullptr && *p != '\0';) {
-      long long n = 0, k = 0;
-      int t = 0, r = 0, u = 0, f = 0, used = 0;
-      ShapeOverride o{};
-      if (std::sscanf(p, "%lldx%lld=%d/%d/%d/%d%n", &n, &k, &t, &r, &u, &f, &used) == 6) {
-        o = ShapeOverride{n, k, GemvConfig{t, r, u, f}};
-        if (detail::shape_index(o.c) >= 0)
-          v.push_back(o);
-        else
-          std::fprintf(stderr, "tessera: TESSERA_CUDA_GEMV_SHAPES: %d/%d/%d/%d is not a compiled launch shape\n", t, r,
-                       u, f);
-        p += used;
-      } else {
-        std::fprintf(stderr, "tessera: TESSERA_CUDA_GEMV_SHAPES: cannot read '%s' (NxK=t/r/u/p,...)\n", p);
-        break;
-      }
-      if (*p == ',') ++p;
-    }
-    return v;
-  }();
-  return list;
-}
-
-// The TESSERA_CUDA_GEMV_SHAPES launch shape for an n x k matrix, or null.
+// CudaOptions::gemv_shapes (a study knob): launch shapes for the matrices of those shapes (any weight format), in place
+// of the defaults below, so a benchmark can sweep shapes inside the decode graph. set_cuda_options has checked that
+// each is one of gemv_configs().
 const GemvConfig* shape_override(int64_t n, int64_t k) {
-  for (const ShapeOverride& o : shape_overrides())
-    if (o.n == n && o.k == k) return &o.c;
+  for (const GemvShapeOverride& o : cuda_options().gemv_shapes)
+    if (o.n == n && o.k == k) return &o.config;
   return nullptr;
 }
 
@@ -180,13 +119,13 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
     return q8 ? GemvConfig{64, 2, 1, 0} : GemvConfig{128, 4, 1, 0};
   }
   const int64_t vectors = k * (dtype == DType::F32 ? 4 : 2) / 16;  // 16-byte loads per row
-  if (dtype != DType::F32 && !detail::float_gemv_prev_shapes()) {
+  if (dtype != DType::F32) {
     // The pipelined kernel (gemv_float_kernel.cuh) from its H100 sweep (bench/cuda/experiments/gemv_float_sweep.cu,
     // 2026-11-22, bf16): four rows, one vector per row per step (the pipeline keeps the next step in flight) was the
     // best or within ~3% of it at every SmolLM2, Llama-3.2-1B and Llama-3-8B shape; 256 threads for rows of >= 512
     // vectors (K >= 4096), 128 below. The previous default (256/2/2) lost 2-9% with the pipeline.
-    // TESSERA_CUDA_GEMV_PREV_SHAPES=1 restores the previous shapes (and the capped copy only where it makes one wave)
-    // for an A/B in one run. Inside the decode graph (TESSERA_CUDA_GEMV_SHAPES sweep, H100, 2026-11-22) a few rows of
+    // (The previous shapes, and the capped copy only where it makes one wave, are gemv_float_sweep.cu's "prev".)
+    // Inside the decode graph (TESSERA_CUDA_GEMV_SHAPES sweep, H100, 2026-11-22) a few rows of
     // long K also take 256 threads: SmolLM2's ffn_down (576 x 1536, 192 vectors) 2,482-2,484 -> 2,501-2,502 tok/s
     // end to end; its other shapes (960 x 576, 576 x 576, 3072 x 576, 49152 x 576) lost 1-10% with any other shape.
     if (vectors >= 512 || (vectors >= 192 && n <= 1024)) return GemvConfig{256, 4, 1, 0};

@@ -35,7 +35,7 @@ __device__ __forceinline__ void prefetch_block_l2(const uint8_t* p, size_t bytes
   for (size_t off = static_cast<size_t>(threadIdx.x) * 128; off < end; off += THREADS * 128) prefetch_l2(p + off);
 }
 
-// How much of its weights a GEMV block asks L2 for before pdl_wait() (gemv.cu's early_l2(), TESSERA_CUDA_EARLY_L2):
+// How much of its weights a GEMV block asks L2 for before pdl_wait() (gemv.cu's early_l2(), CudaOptions::early_l2):
 // in the decode graph every GEMV follows a small kernel (rmsnorm, attention, swiglu) that reads a few kilobytes, and
 // the GEMV's blocks start (PDL) while it runs: memory bandwidth idles unless those blocks fetch their rows meanwhile.
 // The first `blocks` blocks prefetch up to `bytes` each (0: two 128-byte lines per thread, the rule above), through
@@ -76,7 +76,7 @@ __device__ __forceinline__ void prefetch_block_l2(const uint8_t* p, size_t bytes
   for (size_t off = static_cast<size_t>(threadIdx.x) * 128; off < end; off += THREADS * 128) prefetch_l2(p + off);
 }
 
-// The early prefetch every decode GEMV launch passes (TESSERA_CUDA_EARLY_L2="blocks/bytes[/bulk]"; unset: EarlyL2{}).
+// The early prefetch every decode GEMV launch passes (CudaOptions::early_l2, a study knob; default: EarlyL2{}).
 EarlyL2 early_l2();
 
 // The block-wide sum of v, returned to every thread (two barriers; only for the fused RMSNorm's sum of squares).
@@ -233,9 +233,6 @@ struct LaunchArgs {
 // families compile in parallel).
 void launch_gemv_float(int index, const LaunchArgs& a);
 
-// TESSERA_CUDA_GEMV_PREV_SHAPES=1: float weights take the launch shapes (and capped-copy rule) from before the float
-// sweep of 2026-11-22, for an A/B of the re-picked defaults in one run.
-bool float_gemv_prev_shapes();
 void launch_gemv_quant(int index, const LaunchArgs& a);
 
 }  // namespace tessera::cuda::detail

@@ -14,8 +14,7 @@ void launch_float(const LaunchArgs& a, dim3 grid, int n, int k, bool accumulate)
     static const int plain_per_sm = blocks_per_sm(kernel, S.threads);
     static const int capped_per_sm =
         blocks_per_sm(gemv_float_kernel<D, S.threads, S.rows, S.unroll, S.prefetch, NORM, SWIGLU, true>, S.threads);
-    if (use_capped_kernel(grid.x, plain_per_sm, capped_per_sm, sm_count(),
-                          (NORM || SWIGLU) && !float_gemv_prev_shapes()))
+    if (use_capped_kernel(grid.x, plain_per_sm, capped_per_sm, sm_count(), NORM || SWIGLU))
       kernel = gemv_float_kernel<D, S.threads, S.rows, S.unroll, S.prefetch, NORM, SWIGLU, true>;
   }
   launch("gemv_float_kernel", kernel, grid, dim3(S.threads), 0, a.stream, a.w->quants.as<uint8_t>(), a.x->f32, a.y, n,

@@ -1,0 +1,134 @@
+// The CUDA backend's switches, parsed once into one struct (no environment variables: docs/ENVIRONMENT.md lists the
+// few a user sets, and what became of the rest).
+//
+// How launch code reads it: a process-wide `cuda_options()`, set by `set_cuda_options()` before the first launch (by
+// the CUDA backend from its options when it is made, once wired; tests and benchmarks between launches). Not a
+// parameter of every launch function, because (1) the kernel entry points of kernels.h and kernels_rows.h are called
+// from ~40 places in the executors, and the decode attention / GEMV choices below are made deep inside those launchers
+// (a CUDA graph captures whatever they choose); (2) Tessera drives one device per process, and PDL was already
+// process-wide (set_pdl); (3) every field is read at launch, so at CUDA graph capture, exactly as the environment was.
+// set_cuda_options must not run while another thread launches kernels (it replaces the struct in place).
+//
+// Fields are of three kinds:
+//   - [engine]  a choice of the executors (backend_cuda.cpp, executor_rows.cpp, executor_shared.cpp), each default
+//     what was measured fastest (docs/PERFORMANCE.md). Until they are wired to this struct those files read the
+//     environment variables docs/ENVIRONMENT.md pairs with each field; the kernels never read these fields.
+//   - [kernel]  read by the kernel launchers themselves (kernels/*.cu, attn_cudnn.cpp).
+//   - [study]   measurement knobs: they exist so that one run can time the engine's choices against each other inside
+//     the decode graph (scripts/gpu_check.sh --only shapesweep, attnplans, earlyl2). Every default is the engine's own
+//     choice; a study sets them through parse_cuda_option ("key=value", the strings below).
+// Paths that measured slower and that only a switch selected left src/ for bench/cuda/experiments/ (attention v3, v4
+// and v5's clusters: attn_decode_versions.cu; the float GEMV's launch shapes before its sweep: gemv_float_sweep.cu).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backends/cuda/kernels.h"
+
+namespace tessera::cuda {
+
+// A GEMV launch shape for the matrices of one shape (any weight format), in place of gemv_default_config's.
+struct GemvShapeOverride {
+  int64_t n = 0, k = 0;
+  GemvConfig config;
+};
+
+// Before its PDL wait each of a decode GEMV's first `blocks` blocks asks L2 for up to `bytes` of its weights (0: two
+// 128-byte lines per thread), through cp.async.bulk.prefetch with `bulk` (gemv_common.cuh, EarlyL2, says why; larger
+// amounts measured slower).
+struct EarlyL2Options {
+  unsigned blocks = 256;
+  unsigned bytes = 0;
+  bool bulk = false;
+};
+
+// Which quantized formats fold the RMSNorm after a residual GEMV into that GEMV (GemvInput::norm_out_*).
+enum class QuantNorm : uint8_t {
+  Q4_1_ONLY = 0,  // the default: measured faster for q4_1 only
+  ALL,            // every quantized format
+  NONE,
+};
+
+struct CudaOptions {
+  // ---- [kernel] launches ----
+  // Programmatic dependent launch between kernels (kernels/common.cuh). Off: every kernel waits for the previous
+  // grid's end before it launches (~2 us more per launch).
+  bool pdl = true;
+  // cuDNN's fused SDPA for prefill attention where libcudnn loads (attn_cudnn.h); off: attn_prefill instead.
+  bool cudnn = true;
+
+  // ---- [study] decode attention (kernels/attn_decode.cu) ----
+  // Contexts of at most this many positions take the short-context register path (attn_decode_short.cuh); -1: up to
+  // the kernel's register capacity (the default), 0: never (the split kernel at every context).
+  int attn_short = -1;
+  // The compact 8-warp kernel walks at most this many register windows; -1: every window it has (4, the default),
+  // 0: never (small caches take attn_split_kernel's short path).
+  int attn_compact = -1;
+  // The split kernel's smallest chunk (a multiple of 64); 0: per shape (two tiles, the default).
+  int attn_chunk = 0;
+
+  // ---- [study] decode GEMVs (kernels/gemv.cu) ----
+  // Launch shapes for matrices of given shapes; empty: gemv_default_config's.
+  std::vector<GemvShapeOverride> gemv_shapes;
+  EarlyL2Options early_l2;
+
+  // ---- [engine] decoder (backend_cuda.cpp, executor_shared.cpp) ----
+  bool graph = true;        // a captured CUDA graph per decode step (off: plain launches)
+  bool fuse = true;         // merged GEMVs (q|k|v, gate|up) and residual adds folded into GEMVs
+  bool fuse_attn = true;    // RoPE + cache store inside the attention launch
+  bool fold_norm = true;    // RMSNorm folded into the float-weight GEMVs after it
+  bool fold_swiglu = true;  // SwiGLU folded into the float gate|up GEMV
+  bool attn_q8 = true;      // attention writes the quantized o-projection's 8-bit input itself
+  // The quantized gate|up GEMV computes SwiGLU and its 8-bit output (measured slower: 8B q8_0 -6.8%, q4_1 -7.7%);
+  // quant_swiglu_tickets: its first form, blocks counting into a ticket per 32 outputs (bit for bit; slower).
+  bool quant_swiglu = false;
+  bool quant_swiglu_tickets = false;
+  QuantNorm quant_norm = QuantNorm::Q4_1_ONLY;
+  bool quant_norm_clusters = false;  // that GEMV as thread-block clusters (its first form, measured slower)
+  bool chain = true;                 // greedy decoding chains steps on the device
+  int chain_steps = 8;               // steps per chained graph launch (1-16)
+  bool chain_embed = true;           // the next token's embedding folded into the argmax
+  bool sample = true;                // sampled generation draws on the device
+  // [study] graph op names (rmsnorm, swiglu, attention, matmul, ...) left out of the decode step: the outputs are
+  // wrong; a timing study of what each op class costs inside the replayed graph.
+  std::vector<std::string> drop_ops;
+
+  // ---- [engine] prefill and batched decode (executor_rows.cpp) ----
+  bool attn_tma = true;       // prefill attention through attn_prefill_tma where it applies (else cuDNN)
+  bool x16 = true;            // matmul inputs written in 16 bits by their producers
+  bool out16 = true;          // 16-bit gate|up and prefill-attention outputs
+  bool merge_gate_up = true;  // gate and up as one matmul
+};
+
+// The options every launch reads (CudaOptions{} until set_cuda_options is called).
+const CudaOptions& cuda_options();
+// Checks o (tessera::Error naming the first bad field: a GEMV shape that gemv_configs() lacks, a chunk that is not
+// a multiple of 64, chain_steps outside 1-16, ...) and makes it the process's options.
+void set_cuda_options(const CudaOptions& o);
+
+// Sets one field from "key=value" (the key is the field's name; bools take 0/1, on/off, true/false; gemv_shapes takes
+// "NxK=threads/rows/unroll/prefetch[,...]", early_l2 "blocks/bytes[/bulk]", quant_norm "q4_1|all|none", drop_ops
+// "op[,op...]"). tessera::Error with one sentence on an unknown key or a value that does not parse. For a repeated
+// command-line flag (--cuda KEY=VALUE) and the benchmarks.
+void parse_cuda_option(CudaOptions& o, std::string_view key_value);
+// Every key parse_cuda_option takes, in the struct's order.
+const std::vector<std::string>& cuda_option_keys();
+// "key=value ..." for every key, each value as parse_cuda_option reads it back (benchmarks print it beside results).
+std::string format_cuda_options(const CudaOptions& o);
+
+// Sets cuda_options() for one scope and restores the previous options at its end (tests, benchmarks).
+class CudaOptionsScope {
+ public:
+  explicit CudaOptionsScope(const CudaOptions& o) : saved_(cuda_options()) { set_cuda_options(o); }
+  ~CudaOptionsScope() { set_cuda_options(saved_); }
+  CudaOptionsScope(const CudaOptionsScope&) = delete;
+  CudaOptionsScope& operator=(const CudaOptionsScope&) = delete;
+
+ private:
+  CudaOptions saved_;
+};
+
+}  // namespace tessera::cuda
