@@ -506,6 +506,25 @@ TEST(MemoryPlan, StackReadThroughViewsIsFreedAfterItsLastReader) {
   EXPECT_EQ(plan_memory(run_passes(llama_like(deep), rows_support())).total, mp.total);
 }
 
+TEST(MemoryPlan, AnOutputsBlockIsNeverAnotherTensors) {
+  // The logits are read after the run: no tensor before them in the run wrote into their block, even where a freed
+  // block of the stacks would fit them.
+  Shape s;
+  s.V = 64;  // the logits fit the freed q|k|v and gate|up blocks
+  for (const FusionSupport& f : {FusionSupport{}, rows_support(), decoder_support()}) {
+    const Graph r = run_passes(llama_like(s), f);
+    const MemoryPlan mp = plan_memory(r);
+    const int logits = r.find_role(IoRole::LOGITS);
+    ASSERT_GE(logits, 0);
+    const int64_t lo = mp.offsets[size_t(logits)], le = lo + int64_t(r.tensor(logits).nbytes());
+    for (size_t t = 0; t < r.tensors().size(); ++t)
+      if (int(t) != logits && mp.offsets[t] >= 0) {
+        const int64_t o = mp.offsets[t];
+        EXPECT_TRUE(o + int64_t(r.tensors()[t].nbytes()) <= lo || le <= o) << r.tensors()[t].name;
+      }
+  }
+}
+
 TEST(MemoryPlan, ExtrasTakeBlocksOnlyWhileLive) {
   Shape s;
   s.T = 4;

@@ -39,9 +39,9 @@ MemoryPlan plan_memory(const Graph& g, const MemoryPlanOptions& options, const s
   };
   std::vector<Block> blocks;
   std::vector<int> block_of(nt, -1), block_of_extra(extras.size(), -1);
-  const auto take = [&](uint64_t size) {
+  const auto take = [&](uint64_t size, bool fresh = false) {
     int best = -1;
-    for (size_t b = 0; b < blocks.size(); ++b)
+    for (size_t b = 0; b < blocks.size() && !fresh; ++b)
       if (blocks[b].free && blocks[b].size >= size &&
           (best < 0 || blocks[b].size < blocks[static_cast<size_t>(best)].size))
         best = static_cast<int>(b);
@@ -53,8 +53,10 @@ MemoryPlan plan_memory(const Graph& g, const MemoryPlanOptions& options, const s
     blocks[static_cast<size_t>(best)].free = false;
     return best;
   };
+  // A graph output gets a block no other tensor ever had: the caller reads it after the run, and nothing before it in
+  // the run wrote there.
   const auto give = [&](int t, uint64_t size) {
-    const int b = take(size);
+    const int b = take(size, g.tensor(t).is_output);
     block_of[static_cast<size_t>(t)] = b;
     mp.offsets[static_cast<size_t>(t)] = static_cast<int64_t>(blocks[static_cast<size_t>(b)].offset);
   };
@@ -91,6 +93,7 @@ MemoryPlan plan_memory(const Graph& g, const MemoryPlanOptions& options, const s
       if (candidates.size() >= 2 && candidates[candidates.size() - 1] == candidates[candidates.size() - 2])
         candidates.clear();
       int reuse = -1;
+      if (out.is_output) candidates.clear();
       for (int c : candidates)
         if (dies_here(c, i) && g.tensor(c).nbytes() == out.nbytes()) {
           reuse = c;

@@ -3,8 +3,9 @@
 // KV_STORE output lives in its source's storage); an op that may write over a dying input of the same size takes that
 // input's block (graph::may_write_over_input; a matmul with a residual epilogue over its residual). Freed blocks are
 // reused best-fit, so a llama graph needs a handful of [T, max(E, F)] blocks however many layers it has. Inputs and
-// graph outputs keep their own blocks; weights and caches have none. Extra buffers that are no graph tensor (a
-// backend's 16-bit copy of an activation) take blocks from the same arena for the nodes they live through.
+// graph outputs keep their own blocks (an output's block was never another tensor's); weights and caches have none.
+// Extra buffers that are no graph tensor (a backend's 16-bit copy of an activation) take blocks from the same arena for
+// the nodes they live through.
 #pragma once
 
 #include <cstdint>
