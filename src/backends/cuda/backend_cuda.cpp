@@ -171,10 +171,8 @@ struct CudaDecoder::Impl {
       return l.node >= 0 && std::find(ops.begin(), ops.end(), graph::op_name(src.node(l.node).op)) != ops.end();
     });
     embed_launch = -2;  // launch indices moved: the chain keeps the embedding as a launch (if it is still there)
-    std::fprintf(stderr,
-                 "tessera: TESSERA_CUDA_DROP_OPS=%s left out %zu of %zu decode launches: outputs are wrong, "
-                 "timing study only\n",
-                 e, before - launches.size(), before);
+    std::fprintf(stderr, "tessera: TESSERA_CUDA_DROP_OPS=%s left out %zu of %zu decode launches: outputs are wrong, "
+                 "timing study only\n", e, before - launches.size(), before);
   }
   void check_step(int32_t token, int64_t pos) const;
   void upload_step(int32_t token, int64_t pos);
@@ -210,8 +208,8 @@ graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold
       const int so = gr.node(swiglu).output;
       bool feeds_quantized = false;
       for (const graph::Node& m : gr.nodes())
-        feeds_quantized |=
-            graph::is_matmul_like(m.op) && m.inputs[0] == so && is_quantized_dtype(gr.tensor(m.inputs[1]).dtype);
+        feeds_quantized |= graph::is_matmul_like(m.op) && m.inputs[0] == so &&
+                           is_quantized_dtype(gr.tensor(m.inputs[1]).dtype);
       int64_t rows = 0;
       for (int w : weights) rows += gr.tensor(w).shape[0];
       // TESSERA_CUDA_QUANT_SWIGLU_TICKETS=1: the first form (tickets across blocks); else warp groups, one block per
@@ -425,9 +423,8 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
     }
     case Op::ROPE:
     case Op::KV_STORE:
-      unsupported(n,
-                  "rope and cache stores run inside the attention launch, and the graph passes could not fuse this "
-                  "one (see graph/passes/fuse.h)");
+      unsupported(n, "rope and cache stores run inside the attention launch, and the graph passes could not fuse this "
+                     "one (see graph/passes/fuse.h)");
     case Op::ATTENTION: {
       // Rope + cache store + attention (Fusion::rope_store): inputs q, caches, k, v, positions, frequencies. The query
       // is rotated in place: the passes fused it only where nothing else reads the unrotated q.
@@ -461,15 +458,14 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
           dso = b.ds.as<float2>();
         }
         launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
-                              attn_decode_rope(qp, kp, vp, cache, pos, rope_dim, inv_freq, neox, y, n_head, scale, *ws,
-                                               s, q8o, dso);
-                            }});
+          attn_decode_rope(qp, kp, vp, cache, pos, rope_dim, inv_freq, neox, y, n_head, scale, *ws, s, q8o, dso);
+        }});
         return;
       }
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
-                            rope_store_kv(qp, kp, vp, cache, pos, n_head, rope_dim, inv_freq, neox, s);
-                            attn_decode(qp, cache, pos, y, n_head, scale, *ws, s);
-                          }});
+        rope_store_kv(qp, kp, vp, cache, pos, n_head, rope_dim, inv_freq, neox, s);
+        attn_decode(qp, cache, pos, y, n_head, scale, *ws, s);
+      }});
       return;
     }
     case Op::ADD: {
@@ -487,10 +483,10 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
         const float* ap = act(a);
         float* y = new_act();
         launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
-                              TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, ap, static_cast<size_t>(count) * sizeof(float),
-                                                                 cudaMemcpyDeviceToDevice, s));
-                              add(y, bp, count, s);
-                            }});
+          TESSERA_CUDA_CHECK(
+              cudaMemcpyAsync(y, ap, static_cast<size_t>(count) * sizeof(float), cudaMemcpyDeviceToDevice, s));
+          add(y, bp, count, s);
+        }});
       }
       return;
     }

@@ -46,7 +46,7 @@ struct CudaShared::Impl {
     DeviceBuffer data;  // [n_seq, n_kv, n_ctx, hd]
   };
   std::map<std::pair<graph::IoRole, int>, Cache> caches;  // by the graph tensor's role (CACHE_K / CACHE_V) and layer
-  std::unique_ptr<GemmWorkspace> gemm;                    // created by the first rows executor
+  std::unique_ptr<GemmWorkspace> gemm;  // created by the first rows executor
   uint64_t bytes = 0;
 
   // Error text prefix for a node that cannot run: "cuda backend: node 'x' (op) cannot run on the GPU: why".

@@ -79,7 +79,7 @@ struct CudaRowsExecutor::Impl {
   // conversion; both [T, n_head * hd], shared by all layers.
   std::unique_ptr<CudnnAttnWorkspace> cudnn_ws;
   DeviceBuffer cudnn_q16, cudnn_o16;
-  bool cudnn_refused = false;    // cuDNN refused a shape (graph build failed): attn_prefill from then on
+  bool cudnn_refused = false;  // cuDNN refused a shape (graph build failed): attn_prefill from then on
   uint64_t gemm_generation = 0;  // of the workspace the captured graph was recorded over
 
   std::vector<Launch> launches;
@@ -391,9 +391,8 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
     }
     case Op::ROPE:
     case Op::KV_STORE:
-      unsupported(n,
-                  "rope and cache stores run inside the attention launch, and the graph passes could not fuse this "
-                  "one (see graph/passes/fuse.h)");
+      unsupported(n, "rope and cache stores run inside the attention launch, and the graph passes could not fuse this "
+                     "one (see graph/passes/fuse.h)");
     case Op::ATTENTION: {
       // Rope + cache store + attention (Fusion::rope_store): inputs q, caches, k, v, positions, frequencies. The query
       // is rotated in place: the passes fused it only where nothing else reads the unrotated q.
@@ -446,42 +445,42 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         const DType cache_type = cache.dtype;
         const int64_t max_t = T;
         bool* refused = &cudnn_refused;
-        launches.push_back(
-            {id, [=](cudaStream_t s, const RunArgs& a) {
-               if (tma && q16 != nullptr && a.t >= std::max(h.min_t, kCudnnMinT)) {
-                 rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim, inv_freq, neox, s,
-                                    q16);
-                 attn_prefill_tma(q16, width, cache, a.seq, a.p0, a.t, o16, n_head, scale, s);
-                 if (o16 != h.buf) convert_16bit(o16, cache_type, h.buf, h.type, a.t * width, s);
-                 return;
-               }
-               if (cws != nullptr && !*refused && a.t >= std::max(h.min_t, kCudnnMinT)) {
-                 rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim, inv_freq, neox, s,
-                                    q16);
-                 try {
-                   if (!*cws) *cws = std::make_unique<CudnnAttnWorkspace>(max_t);
-                   attn_prefill_cudnn(q16, width, cache, a.seq, a.p0, a.t, o16, n_head, scale, **cws, s);
-                 } catch (const Error& e) {
-                   // A workspace or shape cuDNN will not build fails before anything is enqueued: say
-                   // so once and take attn_prefill (the rope below rotates q in place and stores k and
-                   // v again, the same values).
-                   std::fprintf(stderr,
-                                "tessera: cuDNN attention unavailable for this shape (%s); "
-                                "using the built-in prefill attention\n",
-                                e.what());
-                   *refused = true;
-                 }
-                 if (!*refused) {
-                   if (o16 != h.buf) convert_16bit(o16, cache_type, h.buf, h.type, a.t * width, s);
-                   return;
-                 }
-               }
-               rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim, inv_freq, neox, s);
-               if (a.t >= h.min_t)
-                 attn_prefill(qp, ld_q, cache, a.seq, a.p0, a.t, nullptr, n_head, scale, s, h.buf, h.type);
-               else
-                 attn_prefill(qp, ld_q, cache, a.seq, a.p0, a.t, y, n_head, scale, s);
-             }});
+        launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                              if (tma && q16 != nullptr && a.t >= std::max(h.min_t, kCudnnMinT)) {
+                                rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim,
+                                                   inv_freq, neox, s, q16);
+                                attn_prefill_tma(q16, width, cache, a.seq, a.p0, a.t, o16, n_head, scale, s);
+                                if (o16 != h.buf) convert_16bit(o16, cache_type, h.buf, h.type, a.t * width, s);
+                                return;
+                              }
+                              if (cws != nullptr && !*refused && a.t >= std::max(h.min_t, kCudnnMinT)) {
+                                rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim,
+                                                   inv_freq, neox, s, q16);
+                                try {
+                                  if (!*cws) *cws = std::make_unique<CudnnAttnWorkspace>(max_t);
+                                  attn_prefill_cudnn(q16, width, cache, a.seq, a.p0, a.t, o16, n_head, scale, **cws,
+                                                     s);
+                                } catch (const Error& e) {
+                                  // A workspace or shape cuDNN will not build fails before anything is enqueued: say
+                                  // so once and take attn_prefill (the rope below rotates q in place and stores k and
+                                  // v again, the same values).
+                                  std::fprintf(stderr, "tessera: cuDNN attention unavailable for this shape (%s); "
+                                                       "using the built-in prefill attention\n", e.what());
+                                  *refused = true;
+                                }
+                                if (!*refused) {
+                                  if (o16 != h.buf) convert_16bit(o16, cache_type, h.buf, h.type, a.t * width, s);
+                                  return;
+                                }
+                              }
+                              rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim,
+                                                 inv_freq, neox, s);
+                              if (a.t >= h.min_t)
+                                attn_prefill(qp, ld_q, cache, a.seq, a.p0, a.t, nullptr, n_head, scale, s, h.buf,
+                                             h.type);
+                              else
+                                attn_prefill(qp, ld_q, cache, a.seq, a.p0, a.t, y, n_head, scale, s);
+                            }});
       } else {
         float* y = new_act(n, out);
         if (!attn_ws) attn_ws = std::make_unique<AttnRowsWorkspace>(T, n_head, cache);
@@ -489,8 +488,8 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         // One launch (rows are distinct sequences: decode_rows checks it); TESSERA_CUDA_FUSE_ATTN=0: two.
         if (fuse_attention_enabled()) {
           launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
-                                attn_decode_rope_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, rope_dim, inv_freq,
-                                                      neox, y, n_head, scale, *ws, s);
+                                attn_decode_rope_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, rope_dim,
+                                                      inv_freq, neox, y, n_head, scale, *ws, s);
                               }});
           return;
         }
@@ -677,8 +676,8 @@ void CudaRowsExecutor::Impl::decode_step(std::span<const int32_t> ids, std::span
   Impl& m = *this;
   TESSERA_CHECK(m.mode == RowsMode::BATCH, "cuda backend: decode_rows() called on a prefill executor");
   TESSERA_CHECK(static_cast<int64_t>(ids.size()) == m.T && seqs.size() == ids.size() && pos.size() == ids.size(),
-                "cuda backend: batched decode of {} rows got {} tokens, {} sequences and {} positions", m.T, ids.size(),
-                seqs.size(), pos.size());
+                "cuda backend: batched decode of {} rows got {} tokens, {} sequences and {} positions", m.T,
+                ids.size(), seqs.size(), pos.size());
   std::unordered_set<int32_t> seen;
   for (size_t i = 0; i < ids.size(); ++i) {
     TESSERA_CHECK(ids[i] >= 0 && ids[i] < m.embd_rows, "token id {} is outside the vocabulary of {} tokens", ids[i],
