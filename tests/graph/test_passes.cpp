@@ -492,6 +492,100 @@ TEST(MemoryPlan, FusedGraphResidualWritesInPlaceAndSlicesExtendTheStack) {
   EXPECT_EQ(mp.offsets[size_t(r.node(r.find_node("blk.0.attn_q.cols")).output)], -1);  // a view
 }
 
+TEST(MemoryPlan, StackReadThroughViewsIsFreedAfterItsLastReader) {
+  // The q|k|v stack is read only through its column views: its block is free again after the attention, so the
+  // fused graph's arena does not grow with depth either.
+  Shape s;
+  s.T = 4;
+  s.layers = 3;
+  Shape deep = s;
+  deep.layers = 12;
+  const Graph r = run_passes(llama_like(s), rows_support());
+  const MemoryPlan mp = plan_memory(r);
+  EXPECT_TRUE(check_memory_plan(r, mp, {}, 64).empty());
+  EXPECT_EQ(plan_memory(run_passes(llama_like(deep), rows_support())).total, mp.total);
+}
+
+TEST(MemoryPlan, AnOutputsBlockIsNeverAnotherTensors) {
+  // The logits are read after the run: no tensor before them in the run wrote into their block, even where a freed
+  // block of the stacks would fit them.
+  Shape s;
+  s.V = 64;  // the logits fit the freed q|k|v and gate|up blocks
+  for (const FusionSupport& f : {FusionSupport{}, rows_support(), decoder_support()}) {
+    const Graph r = run_passes(llama_like(s), f);
+    const MemoryPlan mp = plan_memory(r);
+    const int logits = r.find_role(IoRole::LOGITS);
+    ASSERT_GE(logits, 0);
+    const int64_t lo = mp.offsets[size_t(logits)], le = lo + int64_t(r.tensor(logits).nbytes());
+    for (size_t t = 0; t < r.tensors().size(); ++t)
+      if (int(t) != logits && mp.offsets[t] >= 0) {
+        const int64_t o = mp.offsets[t];
+        EXPECT_TRUE(o + int64_t(r.tensors()[t].nbytes()) <= lo || le <= o) << r.tensors()[t].name;
+      }
+  }
+}
+
+TEST(MemoryPlan, ExtrasTakeBlocksOnlyWhileLive) {
+  Shape s;
+  s.T = 4;
+  const Graph r = run_passes(llama_like(s), rows_support());
+  const int qkv = r.find_node("blk.0.attn_q+attn_k+attn_v"), at = r.find_node("blk.0.attn");
+  const int down = r.find_node("blk.1.ffn_down+ffn_residual");
+  ASSERT_GE(qkv, 0);
+  ASSERT_GE(at, 0);
+  ASSERT_GE(down, 0);
+  const std::vector<ExtraBuffer> one = {{1000, qkv, at}};
+  const MemoryPlan a = plan_memory(r, {.alignment = 256}, one);
+  ASSERT_EQ(a.extra_offsets.size(), 1u);
+  const auto pa = check_memory_plan(r, a, one, 256);
+  EXPECT_TRUE(pa.empty()) << pa.front();
+  EXPECT_GT(a.total, plan_memory(r, {.alignment = 256}).total);
+  // Two at once take two blocks; one that starts after the first ended takes a free block, not a new one.
+  const std::vector<ExtraBuffer> two = {{1000, qkv, at}, {1000, qkv, qkv}};
+  const MemoryPlan b = plan_memory(r, {.alignment = 256}, two);
+  EXPECT_NE(b.extra_offsets[0], b.extra_offsets[1]);
+  const auto pb = check_memory_plan(r, b, two, 256);
+  EXPECT_TRUE(pb.empty()) << pb.front();
+  const std::vector<ExtraBuffer> later = {{1000, qkv, at}, {1000, down, down}};
+  const MemoryPlan c = plan_memory(r, {.alignment = 256}, later);
+  EXPECT_EQ(c.total, a.total);
+  const auto pc = check_memory_plan(r, c, later, 256);
+  EXPECT_TRUE(pc.empty()) << pc.front();
+  // The checker sees an extra placed over a live tensor.
+  MemoryPlan bad = a;
+  bad.extra_offsets[0] = a.offsets[size_t(r.node(qkv).output)];
+  EXPECT_FALSE(check_memory_plan(r, bad, one, 256).empty());
+  EXPECT_THROW(plan_memory(r, {}, {{8, at, qkv}}), Error);
+}
+
+TEST(MemoryPlan, BackendNarrowsInPlaceAndKeepsItsInputs) {
+  Shape s;
+  s.T = 4;
+  const Graph g = llama_like(s);
+  MemoryPlanOptions o;
+  o.write_over_input = [](const Node&, size_t) { return false; };
+  o.inputs = false;
+  const MemoryPlan mp = plan_memory(g, o);
+  for (int i : mp.in_place_input) EXPECT_EQ(i, -1);
+  EXPECT_EQ(mp.offsets[size_t(g.find_role(IoRole::TOKENS))], -1);
+  EXPECT_TRUE(check_memory_plan(g, mp, {}, 64).empty());
+  // A residual epilogue still writes over its residual: that is what it is.
+  const Graph r = run_passes(g, rows_support());
+  const MemoryPlan mr = plan_memory(r, o);
+  const int res = r.find_node("blk.0.attn_output+attn_residual");
+  ASSERT_GE(res, 0);
+  EXPECT_EQ(mr.in_place_input[size_t(res)], r.node(res).fusion.residual);
+  for (size_t i = 0; i < r.nodes().size(); ++i)
+    if (mr.in_place_input[i] >= 0) {
+      EXPECT_GE(r.nodes()[i].fusion.residual, 0) << r.nodes()[i].name;
+    }
+  // The checker sees an output that shares a live input's block without having taken it over.
+  MemoryPlan bad = mr;
+  const Node& qkv = r.node(r.find_node("blk.0.attn_q+attn_k+attn_v"));
+  bad.offsets[size_t(qkv.output)] = bad.offsets[size_t(qkv.inputs[0])];
+  EXPECT_FALSE(check_memory_plan(r, bad, {}, 64).empty());
+}
+
 TEST(Roles, FoundByRoleNotName) {
   Graph g = llama_like({});
   EXPECT_EQ(g.tensor(g.find_role(IoRole::TOKENS)).name, "tokens");

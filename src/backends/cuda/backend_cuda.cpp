@@ -52,6 +52,10 @@ struct CudaDecoder::Impl {
   CudaBackendOptions options;
   cudaStream_t stream = nullptr;
   std::vector<DeviceBuffer> owned;
+  // Activations: one arena planned over g (plan_cuda_memory), allocated at compile and never moved (captured graphs
+  // hold its addresses).
+  graph::MemoryPlan plan;
+  DeviceBuffer arena;
   std::vector<void*> ptr;          // per tensor: device storage
   std::unordered_map<int, Q8> q8;  // by activation tensor id
   std::vector<std::unique_ptr<AttnWorkspace>> attn_ws;
@@ -122,6 +126,12 @@ struct CudaDecoder::Impl {
     return static_cast<float*>(d);
   }
   float* act(int tid) { return static_cast<float*>(ptr[static_cast<size_t>(tid)]); }
+  // Tensor tid's block in the arena.
+  float* planned(const graph::Node& n, int tid) {
+    const int64_t off = plan.offsets[static_cast<size_t>(tid)];
+    if (off < 0) unsupported(n, "its output '" + g.tensor(tid).name + "' has no planned storage");
+    return reinterpret_cast<float*>(static_cast<char*>(arena.get()) + off);
+  }
   // Whether a quantized matmul reads tensor `tid` (then its producer writes the 8-bit copy too).
   bool feeds_quantized_matmul(int tid) const {
     for (int c : consumers[static_cast<size_t>(tid)]) {
@@ -229,6 +239,9 @@ void CudaDecoder::Impl::compile() {
   TESSERA_CHECK(g.n_tokens() == 1, "cuda backend: only one-token (decode) graphs run on the GPU, not {} tokens",
                 g.n_tokens());
   ptr.assign(g.tensors().size(), nullptr);
+  plan = plan_cuda_memory(g, true);
+  arena = DeviceBuffer(static_cast<size_t>(plan.total));
+  bytes += plan.total;
   consumers.assign(g.tensors().size(), {});
   for (size_t i = 0; i < g.nodes().size(); ++i)
     for (int t : g.nodes()[i].inputs) consumers[static_cast<size_t>(t)].push_back(static_cast<int>(i));
@@ -270,7 +283,7 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
   const auto in = [&](size_t i) { return n.inputs.at(i); };
   const auto new_act = [&]() {
     if (ot.dtype != DType::F32) unsupported(n, "its output is not f32");
-    ptr[static_cast<size_t>(out)] = alloc(ot.nbytes());
+    ptr[static_cast<size_t>(out)] = planned(n, out);
     return act(out);
   };
   switch (n.op) {
@@ -346,6 +359,7 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       }
       float* y = nullptr;
       bool accumulate = false;
+      const float* copy_first = nullptr;  // a residual the plan kept apart: copied into y, then accumulated into
       if (n.fusion.swiglu && is_quantized_dtype(wp->dtype)) {
         // Quantized (opt-in, decoder_fusion_support): the epilogue also writes the down projection's q8 input.
         const int64_t f = ot.numel();
@@ -363,18 +377,24 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       }
       if (n.fusion.swiglu) {
         // silu(gate) * up in the GEMV's epilogue: the merged [gate; up] weight, one output of F elements.
-        y = static_cast<float*>(alloc(static_cast<size_t>(ot.numel()) * sizeof(float)));
-        ptr[static_cast<size_t>(out)] = y;
+        y = new_act();
         x.swiglu = true;
       } else if (n_weights > 1) {
         // The members' outputs are the SLICE nodes after this one (views at their offsets).
-        y = static_cast<float*>(alloc(static_cast<size_t>(wp->n) * sizeof(float)));
-        ptr[static_cast<size_t>(out)] = y;
+        if (ot.numel() != wp->n) unsupported(n, "its output is not the stack's width");
+        y = new_act();
       } else if (n.fusion.residual >= 0) {
         // y = a + W·x written as a += W·x: the residual add (the passes' residual epilogue) disappears into the GEMV.
+        // The plan writes it over the residual (the passes fold only where the matmul is the residual's last
+        // reader); where it did not, y gets its own block and a copy of the residual first.
         if (act(in(0)) == act(n.fusion.residual)) unsupported(n, "its input lives in the residual it accumulates into");
-        y = act(n.fusion.residual);
-        ptr[static_cast<size_t>(out)] = y;
+        if (plan.in_place_input[static_cast<size_t>(id_in_g)] == n.fusion.residual) {
+          y = act(n.fusion.residual);
+          ptr[static_cast<size_t>(out)] = y;
+        } else {
+          copy_first = act(n.fusion.residual);
+          y = new_act();
+        }
         accumulate = true;
         if (n.fusion.norm_out >= 0) {
           const graph::Node& norm = g.node(g.tensor(n.fusion.norm_out).producer);
@@ -393,7 +413,12 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       }
       const GemvConfig c = x.norm_out_w != nullptr ? gemv_norm_out_config(wp->dtype, wp->n, wp->k, x.norm_out_clusters)
                                                    : gemv_default_config(wp->dtype, wp->n, wp->k);
-      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { gemv(*wp, x, y, s, &c, accumulate); }});
+      const size_t y_bytes = static_cast<size_t>(ot.nbytes());
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
+                            if (copy_first != nullptr)
+                              TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, copy_first, y_bytes, cudaMemcpyDeviceToDevice, s));
+                            gemv(*wp, x, y, s, &c, accumulate);
+                          }});
       return;
     }
     case Op::ROPE:
@@ -444,11 +469,10 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       return;
     }
     case Op::ADD: {
-      // In place on the first operand when this is its last reader (the residual stream), else copy then add.
+      // In place on the first operand where the plan gives the output its block (this is its last reader: the
+      // residual stream), else copy then add.
       const int a = in(0), b = in(1);
-      const auto& ca = consumers[static_cast<size_t>(a)];
-      const bool last_reader = g.tensor(a).kind == graph::TensorKind::ACTIVATION && !g.tensor(a).is_output &&
-                               !ca.empty() && ca.back() == id_in_g && a != b;
+      const bool last_reader = plan.in_place_input[static_cast<size_t>(id_in_g)] == a;
       const float* bp = act(b);
       const int64_t count = ot.numel();
       if (last_reader) {
@@ -482,9 +506,22 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { swiglu(gp, up, y, count, s, q, ds); }});
       return;
     }
-    case Op::LAST_ROW:
-      ptr[static_cast<size_t>(out)] = ptr[static_cast<size_t>(in(0))];  // T = 1: the last row is the only one
+    case Op::LAST_ROW: {
+      // T = 1: the last row is the only one; the plan gives it the row's block where nothing reads the row later,
+      // else a copy.
+      if (plan.in_place_input[static_cast<size_t>(id_in_g)] == in(0)) {
+        ptr[static_cast<size_t>(out)] = ptr[static_cast<size_t>(in(0))];
+        return;
+      }
+      if (ot.nbytes() != g.tensor(in(0)).nbytes()) unsupported(n, "it is not one token");
+      const float* x = act(in(0));
+      float* y = new_act();
+      const size_t row_bytes = static_cast<size_t>(ot.nbytes());
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
+                            TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, x, row_bytes, cudaMemcpyDeviceToDevice, s));
+                          }});
       return;
+    }
     case Op::SLICE: {
       // Columns of a stacked GEMV's one-token output: a view at their offset.
       if (ot.numel() != ot.shape.back()) unsupported(n, "it is not one token");
@@ -547,6 +584,12 @@ void CudaDecoder::Impl::chain_setup() {
   if (const char* e = std::getenv("TESSERA_CUDA_CHAIN_STEPS"); e != nullptr && *e != '\0')
     chain_k = std::clamp(std::atoi(e), 1, 16);
   chain_embed = embed_launch >= 0 && !env_switched_off("TESSERA_CUDA_CHAIN_EMBED");
+  // The chained argmax writes the next step's embedding while it reads the logits: never into the logits' block.
+  const char* lo = reinterpret_cast<const char*>(act(logits_id));
+  const char* eo = reinterpret_cast<const char*>(embed_out);
+  if (chain_embed && embed_table != nullptr && eo < lo + static_cast<size_t>(vocab) * sizeof(float) &&
+      lo < eo + static_cast<size_t>(embed_table->k) * sizeof(float))
+    chain_embed = false;
   chain_launches[0] = launches;
   if (chain_embed) chain_launches[0].erase(chain_launches[0].begin() + embed_launch);
   ArgmaxChain c;

@@ -17,6 +17,7 @@
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/memory.h"
 #include "graph/passes/fuse.h"
+#include "graph/passes/memory_plan.h"
 
 namespace tessera::cuda {
 
@@ -71,6 +72,30 @@ graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold
 // The T-row executor: q|k|v stacked where they feed the attention only, gate|up (merge_gate_up), residual epilogues,
 // rope + stores + attention. fuse = false: the last only.
 graph::FusionSupport rows_fusion_support(bool fuse, bool merge_gate_up);
+
+// The CUDA executors' activations: one arena per executor planned by graph::plan_memory over the rewritten graph
+// (decoder: true for the one-token decoder, false for the rows executor), allocated once at compile so captured graphs
+// keep their addresses. Offsets are multiples of kArenaAlignment (every vector load and TMA). Graph inputs keep their
+// own buffers. An output takes the block of a dying input only where the executor's kernels allow it: a residual
+// epilogue over its residual (by design), ADD over its first operand (add: y += x), and in the decoder a one-token
+// LAST_ROW over its row (no launch); never a kernel that reads x while writing y (GEMV, rmsnorm, swiglu). Host only.
+// `extras` (the rows executor's 16-bit copies) take blocks of the same arena (MemoryPlan::extra_offsets).
+constexpr uint64_t kArenaAlignment = 256;
+graph::MemoryPlanOptions cuda_memory_plan_options(bool decoder);
+graph::MemoryPlan plan_cuda_memory(const graph::Graph& g, bool decoder,
+                                   const std::vector<graph::ExtraBuffer>& extras = {});
+
+// A 16-bit copy of a rows-executor activation, written by its producer instead of the f32 tensor from min_t rows on
+// and read by matmuls whose weights take a 16-bit x; buffer says its bytes and the nodes it lives through. Host only.
+struct X16Copy {
+  int tensor = -1;
+  DType type = DType::BF16;
+  int64_t min_t = INT64_MAX;
+  graph::ExtraBuffer buffer;
+};
+// Every such copy of the rows graph g (rewritten by the passes): rmsnorm and swiglu outputs, and with out16 the
+// prefill attention outputs, each read only by matmuls whose weights take the same 16-bit x at runs of g's rows.
+std::vector<X16Copy> rows_x16_copies(const graph::Graph& g, bool prefill, bool out16);
 
 // The cache view of an attention node whose K cache tensor is kt ([n_kv, n_ctx, hd], storage k and v for n_seq
 // slots); unsupported when the node's head sizes disagree with it.

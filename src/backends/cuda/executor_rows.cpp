@@ -13,9 +13,9 @@
 // - where a run takes the 16-bit inputs, the merged gate|up matmul also writes its output in 16 bits (swiglu_rows16
 //   reads it) and prefill attention writes its output in 16 bits for the o-projection: at t = 2048 of Llama-3-8B
 //   another ~0.29 GB of f32 traffic per layer (TESSERA_CUDA_OUT16=0: f32 outputs);
-// - activations are recycled: a buffer returns to a free list after the last node reading it (fused readers such as
-//   the attention reading q, k and v through rope/store nodes count), so T = 512 rows of a 32-layer model need a few
-//   layers' worth of activations, not all of them.
+// - activations and the 16-bit copies live in one arena planned by graph::plan_memory (plan_cuda_memory): a block
+//   is reused after the last node reading it (readers through the stack's column views count), so T = 512 rows of a
+//   32-layer model need a few layers' worth of activations, not all of them.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -40,12 +41,6 @@ namespace tessera::cuda {
 using graph::Op;
 
 struct CudaRowsExecutor::Impl {
-  struct Storage {
-    DeviceBuffer buf;
-    int last_use = -1;  // last node reading it (INT_MAX: an output)
-    bool live = false;
-  };
-
   graph::Graph src;  // the graph given: profiles index its nodes (Node::source)
   graph::Graph g;    // src rewritten by the graph passes (rows_fusion_support): what compile() runs
   RowsMode mode = RowsMode::PREFILL;
@@ -69,11 +64,13 @@ struct CudaRowsExecutor::Impl {
   // (matmul_x16_out16) from min_t rows on, for swiglu_rows16: buf unused, type is the 16-bit type.
   std::unordered_map<int, X16> gate_up16_of;
 
-  std::vector<std::unique_ptr<Storage>> storages;
-  std::vector<int> storage_of;  // per tensor: its storage, -1 when it has none (inputs, caches, weights)
-  std::vector<float*> ptr;      // per tensor: device address of row 0
-  std::vector<int64_t> ld;      // per tensor: elements between rows (> width for a slice of a merged output)
-  std::vector<bool> scaled;     // per tensor: its row count is the run's t (else the shape's)
+  // Activations and 16-bit copies: one arena planned over g (plan_cuda_memory), allocated at compile and never moved
+  // (captured graphs hold its addresses).
+  graph::MemoryPlan plan;
+  DeviceBuffer arena;
+  std::vector<float*> ptr;   // per tensor: device address of row 0
+  std::vector<int64_t> ld;   // per tensor: elements between rows (> width for a slice of a merged output)
+  std::vector<bool> scaled;  // per tensor: its row count is the run's t (else the shape's)
   std::vector<std::vector<int>> consumers;
   std::vector<DeviceBuffer> owned;
   std::unique_ptr<AttnRowsWorkspace> attn_ws;
@@ -109,44 +106,15 @@ struct CudaRowsExecutor::Impl {
   float* act(int tid) const { return ptr[static_cast<size_t>(tid)]; }
   bool contiguous(int tid) const { return ld[static_cast<size_t>(tid)] == width(tid); }
 
-  // The last node that reads tensor `tid`, directly or through views of it (the SLICE columns of a stack).
-  int reads_until(int tid, bool top = true) const {
-    const graph::Tensor& t = g.tensor(tid);
-    if (top && t.is_output && t.kind == graph::TensorKind::ACTIVATION && t.alias < 0) return INT_MAX;
-    int m = -1;
-    for (int c : consumers[static_cast<size_t>(tid)]) {
-      m = std::max(m, c);
-      if (graph::is_view(g.node(c).op)) m = std::max(m, reads_until(g.node(c).output, false));
-    }
-    return m;
-  }
-  // A free storage of at least `need` bytes (the smallest that fits, else a new one), live until node last_use.
-  int take_storage(size_t need, int last_use) {
-    int best = -1;
-    for (size_t s = 0; s < storages.size(); ++s) {
-      const Storage& st = *storages[s];
-      if (!st.live && st.buf.bytes() >= need && (best < 0 || st.buf.bytes() < storages[size_t(best)]->buf.bytes()))
-        best = static_cast<int>(s);
-    }
-    if (best < 0) {
-      storages.push_back(std::make_unique<Storage>());
-      storages.back()->buf = DeviceBuffer(need);
-      bytes += need;
-      best = static_cast<int>(storages.size() - 1);
-    }
-    Storage& st = *storages[static_cast<size_t>(best)];
-    st.live = true;
-    st.last_use = last_use;
-    return best;
-  }
-  float* new_storage(int tid, int64_t elems) {
-    const int best = take_storage(static_cast<size_t>(elems) * sizeof(float), reads_until(tid));
-    storage_of[static_cast<size_t>(tid)] = best;
-    return storages[static_cast<size_t>(best)]->buf.as<float>();
+  // Tensor tid's block in the arena.
+  float* planned(const graph::Node& n, int tid) {
+    const int64_t off = plan.offsets[static_cast<size_t>(tid)];
+    if (off < 0) unsupported(n, "its output '" + g.tensor(tid).name + "' has no planned storage");
+    return reinterpret_cast<float*>(static_cast<char*>(arena.get()) + off);
   }
   float* new_act(const graph::Node& n, int tid) {
     if (g.tensor(tid).dtype != DType::F32) unsupported(n, "its output is not f32");
-    ptr[static_cast<size_t>(tid)] = new_storage(tid, g.tensor(tid).numel());
+    ptr[static_cast<size_t>(tid)] = planned(n, tid);
     ld[static_cast<size_t>(tid)] = width(tid);
     return act(tid);
   }
@@ -154,13 +122,6 @@ struct CudaRowsExecutor::Impl {
   void alias(int tid, int src, int64_t off = 0, int64_t stride = -1) {
     ptr[static_cast<size_t>(tid)] = act(src) + off;
     ld[static_cast<size_t>(tid)] = stride >= 0 ? stride : ld[static_cast<size_t>(src)];
-    const int s = storage_of[static_cast<size_t>(src)];
-    storage_of[static_cast<size_t>(tid)] = s;
-    if (s >= 0) storages[static_cast<size_t>(s)]->last_use = std::max(storages[size_t(s)]->last_use, reads_until(tid));
-  }
-  void release_after(int id) {
-    for (auto& s : storages)
-      if (s->live && s->last_use <= id) s->live = false;
   }
   float* vector_f32(const graph::Node& n, int tid) {
     if (ptr[static_cast<size_t>(tid)] != nullptr) return act(tid);
@@ -177,7 +138,11 @@ struct CudaRowsExecutor::Impl {
   void need_contiguous(const graph::Node& n, int tid) {
     if (!contiguous(tid)) unsupported(n, "its input '" + g.tensor(tid).name + "' is a strided slice");
   }
-  X16 plan_x16(int tid);
+  // Tensor tid's 16-bit copy (rows_x16_copies, placed at compile), or X16{} (buf nullptr) if it has none.
+  X16 x16_copy(int tid) const {
+    const auto it = x16_of.find(tid);
+    return it != x16_of.end() ? it->second : X16{};
+  }
   void size_gemm();
   void compile();
   void compile_node(int id_in_g);
@@ -187,31 +152,44 @@ struct CudaRowsExecutor::Impl {
   void decode_step(std::span<const int32_t> ids, std::span<const int32_t> seqs, std::span<const int32_t> pos);
 };
 
-// The 16-bit copy of tensor `tid` (allocated here, as long-lived as the tensor's readers) when every reader is a
-// matmul whose weight takes the same 16-bit x (bf16 or quantized: bf16; f16: f16), else X16{} (buf nullptr).
-CudaRowsExecutor::Impl::X16 CudaRowsExecutor::Impl::plan_x16(int tid) {
-  if (!x16) return {};
-  const graph::Tensor& t = g.tensor(tid);
-  const auto& co = consumers[static_cast<size_t>(tid)];
-  if (t.is_output || t.dtype != DType::F32 || co.empty()) return {};
-  X16 h;
-  h.type = DType::F32;
-  h.min_t = 0;
-  for (int c : co) {
-    const graph::Node& m = g.node(c);
-    if (!graph::is_matmul_like(m.op) || m.inputs.at(0) != tid) return {};
-    const graph::Tensor& w = g.tensor(m.inputs.at(1));
-    if (w.shape.size() != 2 || w.data == nullptr || !gemv_supports(w.dtype)) return {};
-    const DType ty = matmul_x16_type(w.dtype);
-    if (ty == DType::F32 || (h.type != DType::F32 && ty != h.type)) return {};
-    h.type = ty;
-    h.min_t = std::max(h.min_t, matmul_x16_min_t(w.dtype));
+std::vector<X16Copy> rows_x16_copies(const graph::Graph& g, bool prefill, bool out16) {
+  const int64_t T = g.n_tokens();
+  std::vector<std::vector<int>> consumers(g.tensors().size());
+  for (size_t i = 0; i < g.nodes().size(); ++i)
+    for (int t : g.nodes()[i].inputs) consumers[static_cast<size_t>(t)].push_back(static_cast<int>(i));
+  // Tensor tid gets a copy when every reader is a matmul whose weight takes the same 16-bit x (bf16 or quantized:
+  // bf16; f16: f16) at some run of this graph's rows.
+  const auto copy_of = [&](int producer, int tid) -> std::optional<X16Copy> {
+    const graph::Tensor& t = g.tensor(tid);
+    const auto& co = consumers[static_cast<size_t>(tid)];
+    if (t.is_output || t.dtype != DType::F32 || co.empty()) return std::nullopt;
+    X16Copy h;
+    h.tensor = tid;
+    h.type = DType::F32;
+    h.min_t = 0;
+    for (int c : co) {
+      const graph::Node& m = g.node(c);
+      if (!graph::is_matmul_like(m.op) || m.inputs.at(0) != tid) return std::nullopt;
+      const graph::Tensor& w = g.tensor(m.inputs.at(1));
+      if (w.shape.size() != 2 || w.data == nullptr || !gemv_supports(w.dtype)) return std::nullopt;
+      const DType ty = matmul_x16_type(w.dtype);
+      if (ty == DType::F32 || (h.type != DType::F32 && ty != h.type)) return std::nullopt;
+      h.type = ty;
+      h.min_t = std::max(h.min_t, matmul_x16_min_t(w.dtype));
+    }
+    if (h.min_t > T) return std::nullopt;  // no run of this executor has enough rows
+    // Written by its producer, read by the matmuls (never through views: they are its only readers).
+    h.buffer =
+        graph::ExtraBuffer{static_cast<uint64_t>(t.numel()) * 2, producer, *std::max_element(co.begin(), co.end())};
+    return h;
+  };
+  std::vector<X16Copy> copies;
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const graph::Node& n = g.nodes()[i];
+    if (n.op == Op::RMSNORM || n.op == Op::SWIGLU || (n.op == Op::ATTENTION && prefill && out16))
+      if (auto h = copy_of(static_cast<int>(i), n.output)) copies.push_back(*h);
   }
-  if (h.min_t > T) return {};  // no run of this executor has enough rows
-  const size_t need = static_cast<size_t>(t.numel()) * 2;
-  h.buf = storages[static_cast<size_t>(take_storage(need, reads_until(tid)))]->buf.get();
-  x16_of[tid] = h;
-  return h;
+  return copies;
 }
 
 // What this executor's launches run fused (graph/passes/fuse.h): q|k|v stacked where they feed the attention only (its
@@ -255,7 +233,6 @@ void CudaRowsExecutor::Impl::compile() {
   TESSERA_CHECK(T >= 1 && T <= sh->max_rows, "cuda backend: a graph of {} rows exceeds the {} rows the engine allows",
                 T, sh->max_rows);
   const size_t nt = g.tensors().size();
-  storage_of.assign(nt, -1);
   ptr.assign(nt, nullptr);
   ld.assign(nt, 0);
   scaled.assign(nt, false);
@@ -289,10 +266,18 @@ void CudaRowsExecutor::Impl::compile() {
   seq_dev = DeviceBuffer(static_cast<size_t>(T) * sizeof(int32_t));
   TESSERA_CUDA_CHECK(cudaMemset(seq_dev.get(), 0, seq_dev.bytes()));
   size_gemm();
-  for (size_t i = 0; i < g.nodes().size(); ++i) {
-    compile_node(static_cast<int>(i));
-    release_after(static_cast<int>(i));
-  }
+  // One arena for the activations and the 16-bit copies, planned before any launch takes an address.
+  const std::vector<X16Copy> copies =
+      x16 ? rows_x16_copies(g, mode == RowsMode::PREFILL, out16) : std::vector<X16Copy>{};
+  std::vector<graph::ExtraBuffer> extras;
+  for (const X16Copy& c : copies) extras.push_back(c.buffer);
+  plan = plan_cuda_memory(g, false, extras);
+  arena = DeviceBuffer(static_cast<size_t>(plan.total));
+  bytes += plan.total;
+  for (size_t i = 0; i < copies.size(); ++i)
+    x16_of[copies[i].tensor] =
+        X16{static_cast<char*>(arena.get()) + plan.extra_offsets[i], copies[i].type, copies[i].min_t};
+  for (size_t i = 0; i < g.nodes().size(); ++i) compile_node(static_cast<int>(i));
   logits_id = g.find_role(graph::IoRole::LOGITS);
   TESSERA_CHECK(logits_id >= 0 && g.tensor(logits_id).dtype == DType::F32 && act(logits_id) != nullptr,
                 "cuda backend: the graph has no f32 logits tensor (role LOGITS)");
@@ -326,7 +311,7 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       need_contiguous(n, in(0));
       const float* x = act(in(0));
       const float* w = vector_f32(n, in(1));
-      const X16 h = plan_x16(out);
+      const X16 h = x16_copy(out);
       float* y = new_act(n, out);
       const int64_t d = width(out), fixed = g.tensor(out).shape[0];
       const bool sc = scaled[size_t(out)];
@@ -358,17 +343,24 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       const int64_t fixed = g.tensor(in(0)).shape[0];
       float* y = nullptr;
       bool accumulate = false;
+      const float* copy_first = nullptr;  // a residual the plan kept apart: copied into y, then accumulated into
       if (n_weights > 1) {
         // One storage [T, N_total]; the members' outputs are column slices of it.
-        y = new_storage(out, T * wp->n);
-        ptr[static_cast<size_t>(out)] = y;
-        ld[static_cast<size_t>(out)] = wp->n;
+        if (width(out) != wp->n || g.tensor(out).shape[0] != T) unsupported(n, "its output is not [T, N_total]");
+        y = new_act(n, out);
       } else if (const int a = n.fusion.residual; a >= 0) {
-        // y = a + x·Wᵀ written as a += x·Wᵀ: the residual add (the passes' epilogue) disappears into the matmul.
+        // y = a + x·Wᵀ written as a += x·Wᵀ: the residual add (the passes' epilogue) disappears into the matmul. The
+        // plan writes it over the residual (the passes fold only where the matmul is the residual's last reader);
+        // where it did not, y gets its own block and a copy of the residual first.
         if (act(a) == nullptr || !contiguous(a) || act(in(0)) == act(a))
           unsupported(n, "its residual is not a separate contiguous activation");
-        alias(out, a);
-        y = act(out);
+        if (plan.in_place_input[static_cast<size_t>(id_in_g)] == a) {
+          alias(out, a);
+          y = act(out);
+        } else {
+          copy_first = act(a);
+          y = new_act(n, out);
+        }
         accumulate = true;
       } else {
         y = new_act(n, out);
@@ -381,8 +373,13 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       // same columns, same row stride in elements), for swiglu_rows16.
       const bool y16 = out16 && n.fusion.gate_up && n_weights == 2 && h.buf != nullptr;
       if (y16) gate_up16_of[out] = X16{nullptr, h.type, h.min_t};
+      const int64_t y_width = width(out);
       launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
                             const int64_t rows = sc ? a.t : fixed;
+                            if (copy_first != nullptr)
+                              TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, copy_first,
+                                                                 static_cast<size_t>(rows * y_width) * sizeof(float),
+                                                                 cudaMemcpyDeviceToDevice, s));
                             if (rows >= h.min_t && y16)
                               matmul_x16_out16(*wp, h.buf, y, rows, *shp->gemm, s);
                             else if (rows >= h.min_t)
@@ -417,7 +414,7 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       const float scale = n.params.attn_scale;
       if (mode == RowsMode::PREFILL) {
         // The output in 16 bits when the o-projection takes a 16-bit x (from its min_t rows on).
-        const X16 h = out16 ? plan_x16(out) : X16{};
+        const X16 h = out16 ? x16_copy(out) : X16{};
         float* y = new_act(n, out);
         // Chunks of >= kCudnnMinT rows through cuDNN's fused attention where it is available (H100: 1.3-2.1x faster
         // than attn_prefill at every measured shape, docs/PERFORMANCE.md); below that attn_prefill is as fast and
@@ -508,9 +505,8 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       const int a = in(0), b = in(1);
       need_contiguous(n, a);
       need_contiguous(n, b);
-      const auto& ca = consumers[static_cast<size_t>(a)];
-      const bool last_reader = g.tensor(a).kind == graph::TensorKind::ACTIVATION && !g.tensor(a).is_output &&
-                               !ca.empty() && ca.back() == id_in_g && a != b && storage_of[size_t(a)] >= 0;
+      // In place where the plan gives the output a's block (this is a's last reader: the residual stream).
+      const bool last_reader = plan.in_place_input[static_cast<size_t>(id_in_g)] == a;
       const float* bp = act(b);
       const int64_t w = width(out), fixed = g.tensor(out).shape[0];
       const bool sc = scaled[size_t(out)];
@@ -537,7 +533,7 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         unsupported(n, "its gate and up inputs differ in width or row stride");
       const float* gp = act(in(0));
       const float* up = act(in(1));
-      const X16 h = plan_x16(out);
+      const X16 h = x16_copy(out);
       float* y = new_act(n, out);
       const int64_t w = width(out), fixed = g.tensor(out).shape[0];
       const bool sc = scaled[size_t(out)];

@@ -25,6 +25,22 @@ KvCacheView attention_cache_view(const graph::Node& n, const graph::Tensor& kt, 
   return cache;
 }
 
+graph::MemoryPlanOptions cuda_memory_plan_options(bool decoder) {
+  graph::MemoryPlanOptions o;
+  o.alignment = kArenaAlignment;
+  o.inputs = false;
+  o.write_over_input = [decoder](const graph::Node& n, size_t j) {
+    if (j != 0) return false;
+    if (n.op == graph::Op::ADD) return n.inputs.size() == 2 && n.inputs[0] != n.inputs[1];
+    return decoder && n.op == graph::Op::LAST_ROW;  // T = 1: the last row is the row, no launch
+  };
+  return o;
+}
+
+graph::MemoryPlan plan_cuda_memory(const graph::Graph& g, bool decoder, const std::vector<graph::ExtraBuffer>& extras) {
+  return graph::plan_memory(g, cuda_memory_plan_options(decoder), extras);
+}
+
 bool env_switched_off(const char* name) {
   const char* e = std::getenv(name);
   return e != nullptr && std::string(e) == "0";

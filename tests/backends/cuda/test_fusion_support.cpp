@@ -1,10 +1,12 @@
 // What the CUDA executors declare to the graph passes, checked on the llama builder's graph without a device: the
 // rewritten graph has the node structure the executors' launches assume (one-token decode of float weights: five
 // launching nodes per layer; T rows: q|k|v and gate|up stacks, residual epilogues, fused attention), and the
-// comparison switches turn fusions off.
+// comparison switches turn fusions off; and the executors' memory plans (plan_cuda_memory, with the rows executor's
+// 16-bit copies) never give two live buffers overlapping bytes.
 #include <gtest/gtest.h>
 
 #include "backends/cuda/executor_common.h"
+#include "graph/passes/memory_plan.h"
 #include "models/llama.h"
 #include "models/model_weights.h"
 
@@ -15,11 +17,11 @@ using graph::Op;
 
 const uint8_t kByte = 0;  // weights are never read: an address marks them bound
 
-ModelWeights tiny(DType dt) {
+ModelWeights tiny(DType dt, int layers = 2) {
   ModelConfig c;
   c.architecture = "llama";
   c.name = "tiny";
-  c.n_layers = 2;
+  c.n_layers = layers;
   c.n_embd = 64;
   c.n_head = 4;
   c.n_head_kv = 2;
@@ -41,7 +43,7 @@ ModelWeights tiny(DType dt) {
   };
   add("token_embd.weight", dt, {100, 64});
   add("output_norm.weight", DType::F32, {64});
-  for (int l = 0; l < 2; ++l) {
+  for (int l = 0; l < layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     add(p + "attn_norm.weight", DType::F32, {64});
     add(p + "ffn_norm.weight", DType::F32, {64});
@@ -107,6 +109,88 @@ TEST(CudaFusionSupport, RowsStacksResidualsAndAttention) {
   for (const graph::Node& n : off.nodes()) {
     EXPECT_TRUE(n.fusion.fused_from.empty() || n.fusion.rope_store) << n.name;
   }
+}
+
+// The in-place rule of the CUDA plans: an output takes an input's block only as a residual epilogue (every one of
+// them: the executors then need no copy), an ADD over its first operand, or the decoder's one-token LAST_ROW; inputs
+// keep their own buffers; the logits' block is never shared.
+void expect_cuda_rules(const graph::Graph& r, const graph::MemoryPlan& mp, bool decoder) {
+  for (size_t i = 0; i < r.nodes().size(); ++i) {
+    const graph::Node& n = r.nodes()[i];
+    const int taken = mp.in_place_input[i];
+    if (graph::is_matmul_like(n.op) && n.fusion.residual >= 0) {
+      EXPECT_EQ(taken, n.fusion.residual) << n.name;
+    } else if (taken >= 0) {
+      EXPECT_TRUE((n.op == Op::ADD && taken == n.inputs[0]) || (decoder && n.op == Op::LAST_ROW)) << n.name;
+    }
+  }
+  for (size_t t = 0; t < r.tensors().size(); ++t)
+    if (r.tensors()[t].kind == graph::TensorKind::INPUT) {
+      EXPECT_EQ(mp.offsets[t], -1) << r.tensors()[t].name;
+    }
+  const int logits = r.find_role(graph::IoRole::LOGITS);
+  ASSERT_GE(logits, 0);
+  const int64_t lo = mp.offsets[size_t(logits)], le = lo + int64_t(r.tensor(logits).nbytes());
+  ASSERT_GE(lo, 0);
+  for (size_t t = 0; t < r.tensors().size(); ++t)
+    if (int(t) != logits && mp.offsets[t] >= 0) {
+      const int64_t o = mp.offsets[t];
+      EXPECT_TRUE(o + int64_t(r.tensors()[t].nbytes()) <= lo || le <= o) << r.tensors()[t].name;
+    }
+}
+
+TEST(CudaMemoryPlan, DecoderPlanAtOneToken) {
+  for (DType dt : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_1})
+    for (bool fuse : {true, false})
+      for (bool fold : {true, false}) {
+        const ModelWeights w = tiny(dt);
+        const graph::Graph g = build_llama_graph(w, {.n_tokens = 1, .n_ctx = 32});
+        const graph::Graph r = graph::run_passes(g, decoder_fusion_support(fuse, fold, fold));
+        const graph::MemoryPlan mp = plan_cuda_memory(r, true);
+        const auto problems = graph::check_memory_plan(r, mp, {}, kArenaAlignment);
+        EXPECT_TRUE(problems.empty()) << dtype_name(dt) << " fuse " << fuse << " fold " << fold << ": "
+                                      << problems.front();
+        expect_cuda_rules(r, mp, true);
+        // Layers reuse blocks: a deeper model needs no larger arena.
+        const graph::Graph deep = graph::run_passes(build_llama_graph(tiny(dt, 6), {.n_tokens = 1, .n_ctx = 32}),
+                                                    decoder_fusion_support(fuse, fold, fold));
+        EXPECT_EQ(plan_cuda_memory(deep, true).total, mp.total) << dtype_name(dt);
+      }
+}
+
+TEST(CudaMemoryPlan, RowsPlanWithSixteenBitCopies) {
+  for (DType dt : {DType::BF16, DType::Q8_0})
+    for (int64_t T : {1, 8, 512})
+      for (bool prefill : {true, false})
+        for (bool merge : {true, false}) {
+          const auto plan = [&](int layers, std::vector<X16Copy>* copies) {
+            const graph::Graph r = graph::run_passes(
+                build_llama_graph(tiny(dt, layers), {.n_tokens = T, .n_ctx = 1024}), rows_fusion_support(true, merge));
+            *copies = rows_x16_copies(r, prefill, true);
+            std::vector<graph::ExtraBuffer> extras;
+            for (const X16Copy& c : *copies) extras.push_back(c.buffer);
+            const graph::MemoryPlan mp = plan_cuda_memory(r, false, extras);
+            const auto problems = graph::check_memory_plan(r, mp, extras, kArenaAlignment);
+            EXPECT_TRUE(problems.empty()) << dtype_name(dt) << " T " << T << ": " << problems.front();
+            expect_cuda_rules(r, mp, false);
+            for (const X16Copy& c : *copies) {
+              EXPECT_EQ(c.buffer.first_node, r.tensor(c.tensor).producer);
+              EXPECT_EQ(c.buffer.bytes, uint64_t(r.tensor(c.tensor).numel()) * 2);
+              EXPECT_EQ(c.type, DType::BF16);
+            }
+            return mp.total;
+          };
+          std::vector<X16Copy> copies, deep_copies;
+          const uint64_t total = plan(2, &copies);
+          // From matmul_x16_min_t rows on (5 for bf16, 41 for quantized weights): both norms and the SwiGLU of every
+          // layer, and in prefill the attention output for the o-projection.
+          const int64_t min_t = dt == DType::BF16 ? 5 : 41;
+          const size_t per_layer = T < min_t ? 0 : prefill ? 4 : 3;
+          EXPECT_EQ(copies.size(), 2 * per_layer + (T < min_t ? 0 : 1))  // + the output norm's, read by the logits
+              << dtype_name(dt) << " T " << T << " prefill " << prefill;
+          // The arena holds a few layers' buffers however deep the model is.
+          EXPECT_EQ(plan(6, &deep_copies), total) << dtype_name(dt) << " T " << T;
+        }
 }
 
 }  // namespace
