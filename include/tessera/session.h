@@ -35,6 +35,11 @@ struct SessionOptions {
   // Sequences (KV cache slots) this session holds: independent contexts that decode_batch advances together. The
   // single-sequence calls (eval, decode, generate, tokens, ...) act on slot 0.
   int64_t n_seq = 1;
+  // Switches of the device's backend, "key=value" each, checked when the session opens (one sentence naming an unknown
+  // key or a bad value). cpu: "isa=scalar|avx2|avx2_vnni|avx512_vnni" (the kernels' instruction set; default the best
+  // this CPU runs). cuda: the fields of cuda::CudaOptions (src/backends/cuda/cuda_options.h: "graph=0", "sample=0",
+  // "attn_tma=0", ...), process-wide: the last session opened sets them for every CUDA session of the process.
+  std::vector<std::string> backend_options;
 };
 
 inline constexpr uint64_t kRandomSeed = ~uint64_t{0};

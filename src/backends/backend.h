@@ -51,6 +51,7 @@ struct SessionConfig {
   int n_threads = 0;    // host threads (0: one per hardware thread)
   bool reference = false;
   DType kv_dtype = DType::F16;
+  std::vector<std::string> options;  // the backend's own switches, "key=value" (SessionOptions::backend_options)
   GraphBuilder build_graph;
 };
 

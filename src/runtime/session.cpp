@@ -74,6 +74,7 @@ EngineOptions resolve_options(const SessionOptions& o, const ModelConfig& c) {
   TESSERA_CHECK(!o.reference || dev.capabilities().reference_mode,
                 "the reference path runs on the CPU only, not on device '{}'", o.device);
   e.device = o.device;
+  e.backend_options = o.backend_options;
   return e;
 }
 
@@ -93,6 +94,7 @@ Engine::Engine(ModelWeights weights, std::shared_ptr<backend::WeightStore> store
   c.n_threads = o_.n_threads;
   c.reference = o_.reference;
   c.kv_dtype = o_.kv_dtype;
+  c.options = o_.backend_options;
   c.build_graph = [this](int64_t n_tokens, bool all_logits) { return build_graph(n_tokens, 0, all_logits); };
   dev_ = b.open(c, std::move(store));
 }

@@ -28,6 +28,7 @@ struct EngineOptions {
   DType kv_dtype = DType::F16;
   std::string device = "cpu";  // the backend (backends/backend.h registry) that runs the session
   int64_t n_seq = 1;  // sequence slots, each with its own cache and tokens
+  std::vector<std::string> backend_options;  // "key=value" for the backend (SessionOptions::backend_options)
 };
 
 // Resolves SessionOptions against the model (defaults, limits); Error naming the bad option.

@@ -39,7 +39,8 @@ TEST(EnvDocs, EverySwitchTheSourcesReadIsDocumented) {
     const std::set<std::string> found = matches(read_all(e.path()), literal, 1);
     read.insert(found.begin(), found.end());
   }
-  ASSERT_GT(read.size(), 10u) << "the scan found too few switches: is TESSERA_SOURCE_DIR right?";
+  // What a user sets: the model folder and the cuDNN library (docs/ENVIRONMENT.md); the engine's switches are options.
+  ASSERT_GE(read.size(), 2u) << "the scan found too few variables: is TESSERA_SOURCE_DIR right?";
   for (const std::string& name : read) EXPECT_NE(doc.find("`" + name + "`"), std::string::npos) << name;
   const std::set<std::string> listed = matches(doc, std::regex("\\| `(TESSERA_[A-Z0-9_]+)` \\|"), 1);
   for (const std::string& name : listed) EXPECT_TRUE(read.count(name)) << name << " is documented but never read";

@@ -27,18 +27,6 @@ const std::set<std::string> kUserVariables = {"TESSERA_HOME", "TESSERA_CUDNN_LIB
 // Engine switches the CUDA executors (backend_cuda.cpp, executor_rows.cpp, executor_shared.cpp) and the runtime still
 // read; each has its CudaOptions field (cuda_options.h). Remove a name here when its reader is wired to the options:
 // this list must end empty.
-const std::set<std::string> kPendingExecutorSwitches = {
-    "TESSERA_CUDA_GRAPH",         "TESSERA_CUDA_FUSE",
-    "TESSERA_CUDA_FUSE_ATTN",     "TESSERA_CUDA_FOLD_NORM",
-    "TESSERA_CUDA_FOLD_SWIGLU",   "TESSERA_CUDA_ATTN_Q8",
-    "TESSERA_CUDA_QUANT_SWIGLU",  "TESSERA_CUDA_QUANT_SWIGLU_TICKETS",
-    "TESSERA_CUDA_QUANT_NORM",    "TESSERA_CUDA_QUANT_NORM_CLUSTERS",
-    "TESSERA_CUDA_CHAIN",         "TESSERA_CUDA_CHAIN_STEPS",
-    "TESSERA_CUDA_CHAIN_EMBED",   "TESSERA_CUDA_SAMPLE",
-    "TESSERA_CUDA_DROP_OPS",      "TESSERA_CUDA_ATTN_TMA",
-    "TESSERA_CUDA_X16",           "TESSERA_CUDA_OUT16",
-    "TESSERA_CUDA_MERGE_GATE_UP",
-};
 
 // Switches that became options or whose paths left src/ for bench/cuda/experiments: never read again.
 const std::set<std::string> kRemoved = {
@@ -50,6 +38,25 @@ const std::set<std::string> kRemoved = {
     "TESSERA_CUDA_PDL",          "TESSERA_CUDNN_AUTOTUNE",
     "TESSERA_CUDNN_EXACT_FIRST", "TESSERA_CUDA_CUDNN",
     "TESSERA_CPU_ISA",
+    "TESSERA_CUDA_GRAPH",
+    "TESSERA_CUDA_FUSE",
+    "TESSERA_CUDA_FUSE_ATTN",
+    "TESSERA_CUDA_FOLD_NORM",
+    "TESSERA_CUDA_FOLD_SWIGLU",
+    "TESSERA_CUDA_ATTN_Q8",
+    "TESSERA_CUDA_QUANT_SWIGLU",
+    "TESSERA_CUDA_QUANT_SWIGLU_TICKETS",
+    "TESSERA_CUDA_QUANT_NORM",
+    "TESSERA_CUDA_QUANT_NORM_CLUSTERS",
+    "TESSERA_CUDA_CHAIN",
+    "TESSERA_CUDA_CHAIN_STEPS",
+    "TESSERA_CUDA_CHAIN_EMBED",
+    "TESSERA_CUDA_SAMPLE",
+    "TESSERA_CUDA_DROP_OPS",
+    "TESSERA_CUDA_ATTN_TMA",
+    "TESSERA_CUDA_X16",
+    "TESSERA_CUDA_OUT16",
+    "TESSERA_CUDA_MERGE_GATE_UP",
 };
 
 bool is_source(const fs::path& p) {
@@ -57,7 +64,7 @@ bool is_source(const fs::path& p) {
   return ext == ".cpp" || ext == ".h" || ext == ".cu" || ext == ".cuh";
 }
 
-TEST(EnvSources, SrcReadsOnlyUserVariablesAndThePendingSwitches) {
+TEST(EnvSources, SrcReadsOnlyUserVariables) {
   const fs::path root = fs::path(TESSERA_SOURCE_DIR) / "src";
   ASSERT_TRUE(fs::is_directory(root)) << root << " is missing (is TESSERA_SOURCE_DIR right?)";
   const std::regex literal("\"(TESSERA_[A-Z0-9_]+)\"");
@@ -71,7 +78,7 @@ TEST(EnvSources, SrcReadsOnlyUserVariablesAndThePendingSwitches) {
     for (std::sregex_iterator it(text.begin(), text.end(), literal), end; it != end; ++it) {
       const std::string name = (*it)[1];
       EXPECT_FALSE(kRemoved.count(name)) << rel << " reads " << name << ", which left the environment";
-      EXPECT_TRUE(kUserVariables.count(name) || kPendingExecutorSwitches.count(name))
+      EXPECT_TRUE(kUserVariables.count(name))
           << rel << " reads " << name << ": an engine choice is an option (cuda_options.h, cpu::BackendOptions), "
           << "not an environment variable";
       if (kUserVariables.count(name)) user_seen.insert(name);

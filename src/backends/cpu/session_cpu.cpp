@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "backends/cpu/backend.h"
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kv_cache.h"
 #include "core/error.h"
 
@@ -21,10 +22,23 @@ class CpuWeightStore : public backend::WeightStore {
   std::shared_ptr<WeightCache> cache = std::make_shared<WeightCache>();
 };
 
+// The CPU's switches: "isa=NAME" (the kernels' instruction set).
+BackendOptions backend_options(const backend::SessionConfig& c) {
+  BackendOptions o{c.n_threads, c.reference};
+  for (const std::string& kv : c.options) {
+    const size_t eq = kv.find('=');
+    const std::string key = kv.substr(0, eq);
+    TESSERA_CHECK(eq != std::string::npos && key == "isa",
+                  "cpu backend: unknown option '{}' (the cpu backend takes isa=scalar|avx2|avx2_vnni|avx512_vnni)", kv);
+    o.isa = parse_isa(kv.substr(eq + 1));
+  }
+  return o;
+}
+
 class CpuSession : public backend::DeviceSession {
  public:
   CpuSession(const backend::SessionConfig& c, std::shared_ptr<WeightCache> weights)
-      : c_(c), backend_(BackendOptions{c.n_threads, c.reference}, std::move(weights)) {
+      : c_(c), backend_(backend_options(c), std::move(weights)) {
     // The caches' shapes are the graph's: one K and one V [n_kv, n_ctx, head_dim] per layer.
     const graph::Graph g = c_.build_graph(1, false);
     int64_t layers = 0, n_kv = 0, hd = 0;

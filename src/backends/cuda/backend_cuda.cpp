@@ -154,25 +154,21 @@ struct CudaDecoder::Impl {
 
   void compile();
   void compile_node(int id_in_g);
-  // TESSERA_CUDA_DROP_OPS=op[,op...] (graph op names: rmsnorm, swiglu, attention, matmul, add, embed): the decode
+  // CudaOptions::drop_ops (graph op names: rmsnorm, swiglu, attention, matmul, add, embed): the decode
   // step leaves out every launch of a node of those ops, so a benchmark shows what they cost in the replayed graph
   // (their readers read whatever the buffers held: the outputs are WRONG; a timing study only, announced on stderr).
   void drop_launches_for_timing() {
-    const char* e = std::getenv("TESSERA_CUDA_DROP_OPS");
-    if (e == nullptr || *e == '\0') return;
-    std::vector<std::string> ops;
-    for (std::string_view rest = e; !rest.empty();) {
-      const size_t comma = rest.find(',');
-      ops.emplace_back(rest.substr(0, comma));
-      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-    }
+    const std::vector<std::string>& ops = cuda_options().drop_ops;
+    if (ops.empty()) return;
+    std::string e;
+    for (const std::string& o : ops) e += (e.empty() ? "" : ",") + o;
     const size_t before = launches.size();
     std::erase_if(launches, [&](const Launch& l) {
       return l.node >= 0 && std::find(ops.begin(), ops.end(), graph::op_name(src.node(l.node).op)) != ops.end();
     });
     embed_launch = -2;  // launch indices moved: the chain keeps the embedding as a launch (if it is still there)
-    std::fprintf(stderr, "tessera: TESSERA_CUDA_DROP_OPS=%s left out %zu of %zu decode launches: outputs are wrong, "
-                 "timing study only\n", e, before - launches.size(), before);
+    std::fprintf(stderr, "tessera: cuda option drop_ops=%s left out %zu of %zu decode launches: outputs are wrong, "
+                 "timing study only\n", e.c_str(), before - launches.size(), before);
   }
   void check_step(int32_t token, int64_t pos) const;
   void upload_step(int32_t token, int64_t pos);
@@ -212,24 +208,25 @@ graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold
                            is_quantized_dtype(gr.tensor(m.inputs[1]).dtype);
       int64_t rows = 0;
       for (int w : weights) rows += gr.tensor(w).shape[0];
-      // TESSERA_CUDA_QUANT_SWIGLU_TICKETS=1: the first form (tickets across blocks); else warp groups, one block per
+      // quant_swiglu_tickets: the first form (tickets across blocks); else warp groups, one block per
       // 32 gate rows and their up rows, at the default shape if it has that form.
-      const bool tickets = env_is_on("TESSERA_CUDA_QUANT_SWIGLU_TICKETS");
+      const bool tickets = cuda_options().quant_swiglu_tickets;
       const bool groups_ok = gemv_swiglu_groups_supported(gemv_default_config(w0.dtype, rows, w0.shape[1]));
-      return env_is_on("TESSERA_CUDA_QUANT_SWIGLU") && gr.tensor(so).numel() % 32 == 0 && feeds_quantized &&
+      return cuda_options().quant_swiglu && gr.tensor(so).numel() % 32 == 0 && feeds_quantized &&
              (tickets || groups_ok);
     };
   // The residual GEMV writing the next RMSNorm's q8 input (GemvInput::norm_out_*) for quantized readers. On by default
   // for q4_1 (8B decode on the H100, warp groups, 2026-11-22: 476.2 -> 498.6 tok/s); q8_0 measured even (311.8 vs
-  // 312.3-313.1), q4_0 not measured: off. TESSERA_CUDA_QUANT_NORM=1 / 0 turns it on / off for every format; with
-  // TESSERA_CUDA_QUANT_NORM_CLUSTERS=1 as thread-block clusters, measured slower on the H100 (8B q8_0 307.7 -> 240.7
+  // 312.3-313.1), q4_0 not measured: off. CudaOptions::quant_norm all / none turns it on / off for every format;
+  // with quant_norm_clusters as thread-block clusters, measured slower on the H100 (8B q8_0 307.7 -> 240.7
   // tok/s, q4_1 476.4 -> 448.8: the clusters cost more than the rmsnorm launch they replace; docs/CUDA_NOTES.md).
   f.residual_norm_out = [](const graph::Tensor& w, const std::vector<const graph::Tensor*>& readers) {
-    if (!is_quantized_dtype(w.dtype) || env_switched_off("TESSERA_CUDA_QUANT_NORM")) return false;
-    if (w.dtype != DType::Q4_1 && !env_is_on("TESSERA_CUDA_QUANT_NORM")) return false;
+    const QuantNorm qn = cuda_options().quant_norm;
+    if (!is_quantized_dtype(w.dtype) || qn == QuantNorm::NONE) return false;
+    if (w.dtype != DType::Q4_1 && qn != QuantNorm::ALL) return false;
     for (const graph::Tensor* r : readers)
       if (!is_quantized_dtype(r->dtype)) return false;
-    const bool clusters = env_is_on("TESSERA_CUDA_QUANT_NORM_CLUSTERS");
+    const bool clusters = cuda_options().quant_norm_clusters;
     return gemv_norm_out_supported(gemv_norm_out_config(w.dtype, w.shape[0], w.shape[1], clusters), clusters);
   };
   return f;
@@ -363,8 +360,8 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       if (n.fusion.swiglu && is_quantized_dtype(wp->dtype)) {
         // Quantized (opt-in, decoder_fusion_support): the epilogue also writes the down projection's q8 input.
         const int64_t f = ot.numel();
-        // TESSERA_CUDA_QUANT_SWIGLU_TICKETS=1: the first form (tickets across blocks); else warp groups.
-        const bool tickets = env_is_on("TESSERA_CUDA_QUANT_SWIGLU_TICKETS");
+        // quant_swiglu_tickets: the first form (tickets across blocks); else warp groups.
+        const bool tickets = cuda_options().quant_swiglu_tickets;
         Q8& b = q8_of(out);
         b.written = true;
         x.swiglu_q8 = b.q8.as<int8_t>();
@@ -405,7 +402,7 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
           x.norm_out_q8 = b.q8.as<int8_t>();
           x.norm_out_ds = b.ds.as<float2>();
           x.norm_out_sumsq = sumsq;
-          x.norm_out_clusters = env_is_on("TESSERA_CUDA_QUANT_NORM_CLUSTERS");
+          x.norm_out_clusters = cuda_options().quant_norm_clusters;
           quant_norm[norm.output] = QuantNorm{sumsq, norm.params.eps};
         }
       } else {
@@ -451,7 +448,7 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
         // TESSERA_CUDA_ATTN_Q8=0: the quantize_q8 launch).
         int8_t* q8o = nullptr;
         float2* dso = nullptr;
-        if (!env_switched_off("TESSERA_CUDA_ATTN_Q8") && ot.numel() % 32 == 0 && feeds_quantized_matmul(out)) {
+        if (cuda_options().attn_q8 && ot.numel() % 32 == 0 && feeds_quantized_matmul(out)) {
           Q8& b = q8_of(out);
           b.written = true;
           q8o = b.q8.as<int8_t>();
@@ -581,9 +578,8 @@ void CudaDecoder::Impl::chain_setup() {
     TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     chain_events.push_back(e);
   }
-  if (const char* e = std::getenv("TESSERA_CUDA_CHAIN_STEPS"); e != nullptr && *e != '\0')
-    chain_k = std::clamp(std::atoi(e), 1, 16);
-  chain_embed = embed_launch >= 0 && !env_switched_off("TESSERA_CUDA_CHAIN_EMBED");
+  chain_k = std::clamp(cuda_options().chain_steps, 1, 16);
+  chain_embed = embed_launch >= 0 && cuda_options().chain_embed;
   // The chained argmax writes the next step's embedding while it reads the logits: never into the logits' block.
   const char* lo = reinterpret_cast<const char*>(act(logits_id));
   const char* eo = reinterpret_cast<const char*>(embed_out);
@@ -630,7 +626,7 @@ int64_t CudaDecoder::Impl::generate_greedy(int32_t token, int64_t pos, int64_t n
   TESSERA_CHECK(pos + n <= ctx, "the context is full: {} steps from position {} do not fit the cache of {} tokens", n,
                 pos, ctx);
   int64_t done = 0;
-  if (profile != nullptr || positions_id < 0 || env_switched_off("TESSERA_CUDA_CHAIN")) {
+  if (profile != nullptr || positions_id < 0 || !cuda_options().chain) {
     // Step by step: every step's argmax comes back before the next is launched.
     for (int32_t t = token; done < n;) {
       t = step_argmax(t, pos + done);
@@ -687,8 +683,8 @@ CudaDecoder::CudaDecoder(const graph::Graph& g, std::shared_ptr<CudaShared> shar
   impl_->src = g;
   impl_->options = impl_->sh->options;
   impl_->fuse = impl_->sh->fuse;
-  impl_->fold_norm = !env_switched_off("TESSERA_CUDA_FOLD_NORM");
-  impl_->fold_swiglu = !env_switched_off("TESSERA_CUDA_FOLD_SWIGLU");
+  impl_->fold_norm = cuda_options().fold_norm;
+  impl_->fold_swiglu = cuda_options().fold_swiglu;
   impl_->g = graph::run_passes(g, decoder_fusion_support(impl_->fuse, impl_->fold_norm, impl_->fold_swiglu));
   impl_->stream = impl_->sh->stream;
   impl_->compile();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/cuda/backend_cuda.h"
+#include "backends/cuda/cuda_options.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/memory.h"
@@ -102,10 +103,6 @@ std::vector<X16Copy> rows_x16_copies(const graph::Graph& g, bool prefill, bool o
 KvCacheView attention_cache_view(const graph::Node& n, const graph::Tensor& kt, void* k, void* v, int64_t n_seq);
 // Whether decode attention runs rope + store fused into it (TESSERA_CUDA_FUSE_ATTN=0: two launches, for comparison).
 bool fuse_attention_enabled();
-// Whether the environment variable `name` is "0": the executors' switches that turn a fusion off for comparison.
-bool env_switched_off(const char* name);
-// Whether it is "1": the switches of a path still off by default.
-bool env_is_on(const char* name);
 
 // Run-time values of one step that the launches read on the host (PREFILL passes t, p0 and the slot; BATCH t only).
 struct RunArgs {

@@ -432,7 +432,7 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         // Both fused paths take 16-bit q and output (the rope kernel writes q16; the o-projection takes 16 bits).
         const bool fused16 = h.buf != nullptr && cache.dtype != DType::F32 && T >= kCudnnMinT && width % 8 == 0;
         const bool tma =
-            fused16 && !env_switched_off("TESSERA_CUDA_ATTN_TMA") && attn_prefill_tma_supported(cache, n_head);
+            fused16 && cuda_options().attn_tma && attn_prefill_tma_supported(cache, n_head);
         if (fused16 && (tma || ((cache.hd == 64 || cache.hd == 128) && cudnn_attention_available()))) {
           if (cudnn_q16.empty()) cudnn_q16 = DeviceBuffer(need);
           if (cache.dtype != h.type && cudnn_o16.empty()) cudnn_o16 = DeviceBuffer(need);
@@ -599,9 +599,9 @@ CudaRowsExecutor::CudaRowsExecutor(const graph::Graph& g, RowsMode mode, std::sh
   impl_->src = g;
   impl_->mode = mode;
   impl_->fuse = impl_->sh->fuse;
-  impl_->x16 = !env_switched_off("TESSERA_CUDA_X16");
-  impl_->merge_gate_up = !env_switched_off("TESSERA_CUDA_MERGE_GATE_UP");
-  impl_->out16 = !env_switched_off("TESSERA_CUDA_OUT16");
+  impl_->x16 = cuda_options().x16;
+  impl_->merge_gate_up = cuda_options().merge_gate_up;
+  impl_->out16 = cuda_options().out16;
   impl_->g = graph::run_passes(g, rows_fusion_support(impl_->fuse, impl_->merge_gate_up));
   impl_->stream = impl_->sh->stream;
   impl_->compile();

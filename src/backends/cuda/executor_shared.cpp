@@ -41,17 +41,7 @@ graph::MemoryPlan plan_cuda_memory(const graph::Graph& g, bool decoder, const st
   return graph::plan_memory(g, cuda_memory_plan_options(decoder), extras);
 }
 
-bool env_switched_off(const char* name) {
-  const char* e = std::getenv(name);
-  return e != nullptr && std::string(e) == "0";
-}
-
-bool env_is_on(const char* name) {
-  const char* e = std::getenv(name);
-  return e != nullptr && std::string(e) == "1";
-}
-
-bool fuse_attention_enabled() { return !env_switched_off("TESSERA_CUDA_FUSE_ATTN"); }
+bool fuse_attention_enabled() { return cuda_options().fuse_attn; }
 
 void CudaShared::Impl::unsupported(const graph::Node& n, const std::string& why) {
   fail("cuda backend: node '{}' ({}) cannot run on the GPU: {}", n.name, graph::op_name(n.op), why);
@@ -150,9 +140,8 @@ CudaShared::CudaShared(int64_t n_seq, int64_t max_rows, const CudaBackendOptions
   impl_->n_seq = n_seq;
   impl_->max_rows = max_rows;
   impl_->options = options;
-  if (const char* e = std::getenv("TESSERA_CUDA_GRAPH"); e != nullptr && std::string(e) == "0")
-    impl_->options.use_graph = false;
-  if (const char* e = std::getenv("TESSERA_CUDA_FUSE"); e != nullptr && std::string(e) == "0") impl_->fuse = false;
+  if (!cuda_options().graph) impl_->options.use_graph = false;
+  impl_->fuse = cuda_options().fuse;
   TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
 }
 

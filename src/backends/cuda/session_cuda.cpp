@@ -8,6 +8,7 @@
 
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/ceilings.h"
+#include "backends/cuda/cuda_options.h"
 #include "backends/cuda/executor_common.h"
 #include "backends/cuda/kernels.h"
 #include "core/error.h"
@@ -34,12 +35,14 @@ class CudaSession : public backend::DeviceSession {
     // f32 is opt-in on the GPU too (f32 models keep f32 precision; the default stays f16: half the cache bytes).
     TESSERA_CHECK(c.kv_dtype == DType::F16 || c.kv_dtype == DType::F32,
                   "kv cache type {} is not supported on device 'cuda' (f16 or f32)", dtype_name(c.kv_dtype));
+    CudaOptions opts;
+    for (const std::string& kv : c.options) parse_cuda_option(opts, kv);
+    set_cuda_options(opts);
     // Uploading every weight now (the decoder's graph names them all) keeps it out of the first prompt's timing.
     shared_ = std::make_shared<CudaShared>(c.n_seq, std::max(c.n_batch, c.n_seq), CudaBackendOptions{},
                                            std::move(weights));
     decoder_ = std::make_unique<CudaDecoder>(c.build_graph(1, false), shared_);
-    const char* e = std::getenv("TESSERA_CUDA_SAMPLE");
-    device_sample_ = e == nullptr || std::string_view(e) != "0";
+    device_sample_ = cuda_options().sample;
   }
 
   std::span<const float> eval(int64_t seq, std::span<const int32_t> ids, int64_t pos, bool all_rows) override {
@@ -124,7 +127,7 @@ class CudaSession : public backend::DeviceSession {
   std::map<int64_t, std::unique_ptr<CudaRowsExecutor>> batch_;      // by rows
   std::map<int64_t, std::vector<uint64_t>> profile_;                // by chunk size
   bool profiling_ = false;
-  bool device_sample_ = true;  // decode_sample draws on the device (TESSERA_CUDA_SAMPLE=0: the host draws)
+  bool device_sample_ = true;  // decode_sample draws on the device (cuda option sample=0: the host draws)
 };
 
 class CudaBackendEntry : public backend::Backend {
