@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "command.h"
+#include "gen_options.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 #include "tessera/session.h"
@@ -146,7 +147,7 @@ int run(LogitsFlags& f) {
 
   SessionOptions so;
   so.device = f.device;
-  so.n_threads = f.n_threads;
+  so.n_threads = cap_threads(f.n_threads);
   so.reference = f.reference;
   so.kv_dtype = f.kv_type;
   so.n_batch = f.n_ubatch;
@@ -165,7 +166,9 @@ int run(LogitsFlags& f) {
     std::filesystem::create_directories(f.out, ec);
     if (ec) throw Error(fmt::format("{}: cannot create the output directory ({})", f.out, ec.message()));
   }
-  const auto path_of = [&](const Prompt& p) { return to_dir ? (std::filesystem::path(f.out) / (p.name + ".npy")).string() : f.out; };
+  const auto path_of = [&](const Prompt& p) {
+    return to_dir ? (std::filesystem::path(f.out) / (p.name + ".npy")).string() : f.out;
+  };
 
   const auto t0 = std::chrono::steady_clock::now();
   int64_t total = 0;
@@ -204,8 +207,7 @@ int run(LogitsFlags& f) {
     }
     for (size_t i = 0; i < prompts.size(); ++i)
       write_npy(path_of(prompts[i]), out[i].data(), static_cast<int64_t>(prompts[i].ids.size()), vocab);
-    if (!f.quiet)
-      fmt::print(stderr, "{} prompts decoded together ({} steps) -> {}\n", prompts.size(), longest, f.out);
+    if (!f.quiet) fmt::print(stderr, "{} prompts decoded together ({} steps) -> {}\n", prompts.size(), longest, f.out);
   }
   if (!f.quiet)
     fmt::print(stderr, "{} tokens in {:.2f} s on {} ({} vocab)\n", total, seconds_since(t0), f.device, vocab);
