@@ -171,15 +171,17 @@ int run(ChatFlags& f) {
         continue;
       }
       if (dropped > 0)
-        fmt::print(stderr, "(the context is full: the oldest {} dropped)\n", count_noun(dropped, "turn"));
+        fmt::print(stderr, "(the context is full: dropped the {})\n",
+                   dropped == 1 ? std::string("oldest turn") : fmt::format("{} oldest turns", dropped));
     }
     size_t keep = std::min(common_prefix(session.tokens(), ids), ids.size() - 1);  // >= 1 token for fresh logits
     session.truncate(static_cast<int64_t>(keep));
     g_interrupted = 0;
     const TextCallback stream = [](std::string_view piece) {
+      if (g_interrupted != 0) return false;  // Ctrl-C: not even the piece that was on its way
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
-      return g_interrupted == 0;
+      return true;
     };
     GenerateOptions gen = f.g.gen;
     GenerateResult r = session.generate_tokens(std::span<const int32_t>(ids).subspan(keep), gen, stream);
