@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "test_util.h"
 
@@ -196,6 +197,23 @@ TEST(CliUsability, BenchMeasuresLimitsOnlyWhenAsked) {
   EXPECT_TRUE(rows[0]["limit"].is_null());
   // The peak the table reports is the process's: under 1 GiB without the limits' buffers.
   EXPECT_LT(rows[1]["peak_host_bytes"].get<double>(), 1024.0 * 1024 * 1024);
+}
+
+// Item 9: `make demo` built all 182 targets (tests and CUDA benchmarks) and printed every ninja line.
+TEST(CliUsability, MakeDemoBuildsOnlyTheCli) {
+  std::string out;
+  ASSERT_EQ(run_command("make -n -C " + std::string(TESSERA_SOURCE_DIR) + " demo BUILD=/nonexistent/build", &out), 0)
+      << out;
+  EXPECT_NE(out.find("--target tessera_cli"), std::string::npos) << out;
+  EXPECT_NE(out.find("cli-build.log"), std::string::npos) << out;  // quiet: the log goes to a file
+  std::istringstream lines(out);
+  for (std::string l; std::getline(lines, l);) {
+    if (l.find("cmake --build") != std::string::npos) {
+      EXPECT_NE(l.find("--target"), std::string::npos) << l;
+    }
+  }
+  ASSERT_EQ(run_command("make -n -C " + std::string(TESSERA_SOURCE_DIR) + " install PREFIX=/opt/t", &out), 0) << out;
+  EXPECT_NE(out.find("cmake --install"), std::string::npos) << out;
 }
 
 }  // namespace
