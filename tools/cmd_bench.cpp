@@ -42,6 +42,7 @@ struct BenchFlags {
   int repeats = 5;
   int threads = 0;
   std::string device = "cpu";
+  NglFlag ngl;               // -ngl: llama.cpp's spelling of the device
   int64_t n_batch = 512;     // -b: logical batch, prompt tokens per forward pass
   int64_t ubatch = 512;      // -ub: physical batch; Tessera evaluates min(-b, -ub) tokens per pass
   int64_t batch = 1;         // --parallel/-np: sequences decoded together by tg
@@ -163,6 +164,7 @@ int run(BenchFlags& f) {
                  p.spec.n_vocab, p.spec.tied_output ? "  tied" : "");
     return 0;
   }
+  apply_ngl(f.ngl, f.device);
   validate(f);
   f.threads = cap_threads(f.threads);
   if (f.ceiling_mib_opt->count() > 0) f.limits = true;
@@ -365,7 +367,7 @@ const int registered = register_command(
        app.add_option("-n,--n-gen", f->n_gen, "Generated tokens of the tg test (0: skip it; default 128)");
        app.add_option("-r,--repeats", f->repeats, "Timed repeats of each test after one warm-up (default 5)");
        app.add_option("-t,--threads", f->threads, "Threads (default: all cores; capped to the hardware threads)");
-       app.add_option("--device", f->device, "cpu (default) or cuda");
+       add_ngl_option(app, f->ngl, app.add_option("--device", f->device, "cpu (default) or cuda"));
        app.add_option("-b,--batch-size", f->n_batch,
                       "Logical batch: prompt tokens per forward pass of pp (default 512), as llama-bench's -b");
        app.add_option("--ub,--ubatch,--ubatch-size", f->ubatch,

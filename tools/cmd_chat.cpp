@@ -192,6 +192,8 @@ int run(ChatFlags& f) {
       if (gen.max_tokens >= 0) gen.max_tokens -= static_cast<int64_t>(r.tokens.size());
       if (gen.max_tokens == 0) break;
       std::vector<int32_t> ctx = session.tokens();
+      // The token that found the context full was streamed but not evaluated: it belongs to the reply.
+      if (!r.tokens.empty()) ctx.push_back(r.tokens.back());
       if (ctx.size() <= keep_count(ctx) + 1) break;
       shift(ctx);
       session.reset();

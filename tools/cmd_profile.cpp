@@ -36,6 +36,7 @@ struct ProfileFlags {
   int64_t n_gen = 32;
   int threads = 0;
   std::string device = "cpu";
+  NglFlag ngl;  // -ngl: llama.cpp's spelling of the device
   int64_t batch = 512;
   bool json = false;
   bool no_ceilings = false;  // the default now; kept for scripts that pass it
@@ -213,6 +214,7 @@ int32_t argmax(std::span<const float> x) {
 }
 
 int run(ProfileFlags& f) {
+  apply_ngl(f.ngl, f.device);
   check_device(f.device);
   if (f.n_gen < 0) throw Error(fmt::format("-n {} must not be negative", f.n_gen));
   if (f.prompt_tokens < 0) throw Error(fmt::format("--prompt-tokens {} must not be negative", f.prompt_tokens));
@@ -348,7 +350,7 @@ const int registered = register_command(
        app.add_option("--prompt-tokens", f->prompt_tokens, "Use this many random token ids as the prompt instead");
        app.add_option("-n,--n-gen", f->n_gen, "Decode steps (greedy; default 32)");
        app.add_option("-t,--threads", f->threads, "Threads (default: all cores; capped to the hardware threads)");
-       app.add_option("--device", f->device, "cpu (default) or cuda");
+       add_ngl_option(app, f->ngl, app.add_option("--device", f->device, "cpu (default) or cuda"));
        app.add_option("-b,--batch,--batch-size", f->batch,
                       "Logical batch: prompt tokens per forward pass (default 512)");
        app.add_flag("--json", f->json, "Print one JSON object (prefill and decode: classes, matmul roles, nodes)");

@@ -26,12 +26,10 @@ void add_gen_flags(CLI::App& app, GenFlags& f) {
   app.add_flag("--reference", f.session.reference,
                "Run the scalar f32 reference kernels (slow; for checking against other implementations)");
   app.add_option("--kv-type", f.session.kv_dtype, "KV cache type: f16 (default) or f32");
-  f.device_opt = app.add_option("--device", f.session.device,
-                                "cpu (default) or cuda (the whole model on the GPU: prompts in chunks, then decode)");
-  app.add_option(
-      "--n-gpu-layers", f.n_gpu_layers,
-      "(-ngl) llama.cpp's spelling: Tessera runs every layer on one device; a positive count means --device cuda, "
-      "0 means --device cpu");
+  CLI::Option* device =
+      app.add_option("--device", f.session.device,
+                     "cpu (default) or cuda (the whole model on the GPU: prompts in chunks, then decode)");
+  add_ngl_option(app, f.ngl, device);
   app.add_option("-n,--n-predict", f.gen.max_tokens, "Tokens to generate, -1 for no limit (default 256)");
   app.add_option("--temp", f.gen.sampling.temperature, "Temperature; 0 is greedy (default 0.8)");
   app.add_option("--top-k", f.gen.sampling.top_k, "Top-k, 0 = off (default 40)");
@@ -80,23 +78,31 @@ void finish_gen_flags(GenFlags& f) {
     throw Error(fmt::format("-c {} must not be negative (0: the model's context)", f.session.n_ctx));
   if (f.session.n_batch < 1) throw Error(fmt::format("-b {} must be positive", f.session.n_batch));
   f.session.n_threads = cap_threads(f.session.n_threads);
-  if (f.n_gpu_layers >= 0) {
-    const std::string device = f.n_gpu_layers > 0 ? "cuda" : "cpu";
-    if (f.device_opt != nullptr && f.device_opt->count() > 0) {
-      if (f.session.device != device)
-        throw Error(fmt::format("-ngl {} asks for {} but --device says {}; give one of them", f.n_gpu_layers, device,
-                                f.session.device));
-    } else {
-      f.session.device = device;
-      if (f.n_gpu_layers > 0)
-        fmt::print(stderr, "tessera: -ngl {}: Tessera runs every layer on one device; using --device cuda\n",
-                   f.n_gpu_layers);
-    }
-  }
+  apply_ngl(f.ngl, f.session.device);
   if (!f.no_escape) {
     f.system = process_escapes(f.system);
     for (std::string& s : f.gen.stop) s = process_escapes(s);
   }
+}
+
+void add_ngl_option(CLI::App& app, NglFlag& ngl, CLI::Option* device_opt) {
+  ngl.device_opt = device_opt;
+  app.add_option("--n-gpu-layers", ngl.layers,
+                 "(-ngl) llama.cpp's spelling: Tessera runs every layer on one device; a positive count means "
+                 "--device cuda, 0 means --device cpu");
+}
+
+void apply_ngl(const NglFlag& ngl, std::string& device) {
+  if (ngl.layers < 0) return;
+  const std::string want = ngl.layers > 0 ? "cuda" : "cpu";
+  if (ngl.device_opt != nullptr && ngl.device_opt->count() > 0) {
+    if (device != want)
+      throw Error(fmt::format("-ngl {} asks for {} but --device says {}; give one of them", ngl.layers, want, device));
+    return;
+  }
+  device = want;
+  if (ngl.layers > 0)
+    fmt::print(stderr, "tessera: -ngl {}: Tessera runs every layer on one device; using --device cuda\n", ngl.layers);
 }
 
 int cap_threads(int requested) {

@@ -9,6 +9,13 @@
 
 namespace tessera::cli {
 
+// llama.cpp's -ngl/--n-gpu-layers (main.cpp rewrites -ngl): Tessera runs every layer on one device, so a positive
+// count means --device cuda and 0 means --device cpu. add_ngl_option adds the flag; apply_ngl maps it (with a notice)
+// unless --device was given too, and refuses a contradiction by name.
+struct NglFlag {
+  int layers = -1;  // -1: not given
+  CLI::Option* device_opt = nullptr;
+};
 struct GenFlags {
   std::string model;
   SessionOptions session;
@@ -17,8 +24,7 @@ struct GenFlags {
   std::string chat_template;  // override of the model's template family
   std::string system;         // system prompt for chat
   bool no_escape = false;     // --no-escape: take \n in -p, --system and --stop literally
-  int n_gpu_layers = -1;      // -ngl: llama.cpp's; maps onto --device (see finish_gen_flags)
-  CLI::Option* device_opt = nullptr;
+  NglFlag ngl;                // -ngl: llama.cpp's; maps onto --device
 };
 
 // Adds -m, -c/--ctx-size, -b/--batch-size, -t, --reference, --kv-type, --device, -ngl, -n, --temp, --top-k, --top-p,
@@ -38,6 +44,8 @@ std::string process_escapes(const std::string& s);
 // A prompt file as llama.cpp reads it: "-" is stdin; one final newline is dropped. Error naming the path when it
 // cannot be read (a directory included).
 std::string read_prompt_file(const std::string& path);
+void add_ngl_option(CLI::App& app, NglFlag& ngl, CLI::Option* device_opt);
+void apply_ngl(const NglFlag& ngl, std::string& device);
 // "1 token", "2 tokens"
 std::string count_noun(int64_t n, const std::string& singular);
 

@@ -117,6 +117,14 @@ TEST(CliUsability, LlamaCppSpellings) {
   EXPECT_EQ(rows[1]["batch"], 2);
   ASSERT_EQ(run_stdout("bench -m " + model + " -p 32 -n 0 -r 1 -t 2 -b 64 -ub 8 --json", &out), 0) << out;
   EXPECT_EQ(json::parse(out)[0]["n_batch"], 8);
+  // -ngl (llama-bench's default is 99) and -b reach every command that runs the model.
+  ASSERT_EQ(run_stdout("bench -m " + model + " -p 8 -n 0 -r 1 -t 2 -ngl 0 --json", &out), 0) << out;
+  ASSERT_EQ(run_stdout("profile -m " + model + " -n 1 -t 2 -ngl 0 -b 4 --json", &out), 0) << out;
+  EXPECT_EQ(json::parse(out)["n_batch"], 4);
+  Scratch s;
+  ASSERT_EQ(
+      run_stdout("logits -m " + model + " --text hi -o " + (s.dir / "x.npy").string() + " -t 2 -ngl 0 -b 4", &out), 0)
+      << out;
 }
 
 int prompt_tokens(const std::string& args) {
