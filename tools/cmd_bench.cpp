@@ -332,14 +332,19 @@ int run(BenchFlags& f) {
   }
   fmt::print("model   {} ({}), {} of weights, {} matmuls\n", model_label(model), model.path(), human_bytes(model_bytes),
              decode0.matmul_dtype);
-  fmt::print("device  {}, {} threads, ubatch {}, batch {}, kv {}{}; {} repeats after 1 warm-up\n\n", f.device,
+  fmt::print("device  {}, {} threads, batch {}, parallel {}, kv {}{}; {} repeats after 1 warm-up\n\n", f.device,
              session.n_threads(), session.n_batch(), f.batch, session.kv_dtype(), ", tg: " + tg_mode(f), f.repeats);
   fmt::print("| {:<7} | {:>20} | {:>9} | {:>8} | {:>8} | {:>10} |\n", "test", "tok/s (median ± sd)", "ms/run", "GB/s",
              "TFLOP/s", "% of limit");
   fmt::print("| {:-<7} | {:->20} | {:->9} | {:->8} | {:->8} | {:->10} |\n", "", "", "", "", "", "");
+  bool over = false;
   for (const nlohmann::json& j : out) {
-    const std::string pct =
-        j["fraction_of_limit"].is_null() ? "-" : fmt::format("{:.1f}", 100.0 * j["fraction_of_limit"].get<double>());
+    std::string pct = "-";
+    if (!j["fraction_of_limit"].is_null()) {
+      const double p = 100.0 * j["fraction_of_limit"].get<double>();
+      over |= p > 100.0;
+      pct = p > 100.0 ? ">100" : fmt::format("{:.1f}", p);
+    }
     fmt::print("| {:<7} | {:>10.2f} ± {:<7.2f} | {:>9.1f} | {:>8.2f} | {:>8.4f} | {:>10} |\n",
                j["test"].get<std::string>(), j["tok_s"].get<double>(), j["tok_s_stddev"].get<double>(),
                j["ms_median"].get<double>(), j["gbps"].get<double>(), j["tflops"].get<double>(), pct);
@@ -347,6 +352,9 @@ int run(BenchFlags& f) {
   uint64_t peak = 0;
   for (const Row& r : rows) peak = std::max(peak, r.peak_host);
   fmt::print("\npeak host memory {}; device memory n/a ({})\n", human_bytes(peak), f.device);
+  if (!f.limits && f.device != "cuda") fmt::print("% of limit: measure this machine's limits with --limits\n");
+  if (over)
+    fmt::print(">100% of limit: faster than the measured memory bandwidth allows, so the weights came from caches\n");
   if (f.limits && f.device != "cuda") {
     fmt::print("(measuring the limits then took the process to {}: their buffers, not the model)\n",
                human_bytes(peak_host_bytes()));
