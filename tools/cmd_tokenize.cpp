@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "command.h"
+#include "gen_options.h"
 #include "tessera/error.h"
 #include "tessera/model_info.h"
 #include "tessera/tokenizer.h"
@@ -72,6 +73,7 @@ struct Options {
   bool no_bos = false;
   bool special = false;  // --special: the default now, kept for scripts that pass it
   bool no_parse_special = false;
+  bool no_escape = false;
   bool json = false;
 };
 
@@ -89,6 +91,9 @@ const int kRegistered = register_command(
                     "Take control-token text such as \"<|im_start|>\" as plain text (by default it becomes one control "
                     "token, as in llama-tokenize and `tessera run`)");
        app.add_flag("--special", o->special, "Parse special tokens (the default; kept for compatibility)");
+       app.add_flag("--no-escape", o->no_escape,
+                    "Take backslashes in the text literally (by default \\n, \\t, \\xNN, ... are processed, as "
+                    "llama-tokenize does)");
        app.add_flag("--json", o->json, "Print only a JSON array of the ids");
        return [o, text_opt, file_opt] {
          check(text_opt->count() > 0 || file_opt->count() > 0, "tokenize: give the TEXT or -f FILE");
@@ -104,6 +109,7 @@ const int kRegistered = register_command(
            ss << f.rdbuf();
            text = ss.str();
          }
+         if (!o->no_escape) text = process_escapes(text);
          const std::string path = resolve_model_path(o->model);
          // A tokenizer.json alone is a tokenizer; anything else must be a model the other commands would load too.
          const std::string fname = std::filesystem::path(path).filename().string();

@@ -157,6 +157,13 @@ TEST(CliUsability, PromptHandlingAsLlamaCpp) {
   EXPECT_EQ(json::parse(out).size(), 1u) << out;
   ASSERT_EQ(run_stdout("tokenize -m " + model + " --json --no-parse-special '<|im_end|>'", &out), 0) << out;
   EXPECT_GT(json::parse(out).size(), 1u) << out;
+  // tokenize processes escapes as llama-tokenize does (-f keeps its bytes, final newline included).
+  std::string escaped, literal, file;
+  ASSERT_EQ(run_stdout("tokenize -m " + model + " --json 'first\\nsecond'", &escaped), 0) << escaped;
+  ASSERT_EQ(run_stdout("tokenize -m " + model + " --json --no-escape 'first\\nsecond'", &literal), 0) << literal;
+  ASSERT_EQ(run_stdout("tokenize -m " + model + " --json -f " + s.write("t.txt", "first\nsecond"), &file), 0) << file;
+  EXPECT_EQ(escaped, file);
+  EXPECT_NE(literal, file);
 }
 
 // Item 8: validation gaps.
