@@ -428,7 +428,7 @@ if has batch; then
   stamp "batched decode"
   for b in 8 32; do
     for spec in ${TESSERA_BATCH_SPECS:-llama3-8b:bf16 llama3.2-1b:bf16}; do
-      tbench batch --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 0 -d 128 -n 128 --batch "$b" -r 3 --no-ceilings
+      tbench batch --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 0 -d 128 -n 128 --parallel "$b" -r 3 --no-ceilings
     done
   done
 fi
