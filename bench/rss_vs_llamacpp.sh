@@ -34,11 +34,11 @@ peak_kib() {
 }
 
 echo "peak RSS, median of 3 runs: '$prompt', $n tokens generated, $threads threads ($(date -u +%Y-%m-%d), $(git -C "$root" rev-parse --short HEAD))"
-printf '| %-28s | %14s | %18s | %6s |\n' "model" "tessera run" "llama-simple" "ratio"
-printf '| %-28s | %14s | %18s | %6s |\n' "----------------------------" "-------------:" "-----------------:" "-----:"
+printf '| %-36s | %14s | %18s | %6s |\n' "model" "tessera run" "llama-simple" "ratio"
+printf '| %-36s | %14s | %18s | %6s |\n' "------------------------------------" "-------------:" "-----------------:" "-----:"
 for m in "$q4" "$q8"; do
   t=$(peak_kib "$tessera" run -m "$m" -p "$prompt" -n $n --temp 0 -t "$threads" --no-stats)
   l=$(peak_kib "$bin/llama-simple" -m "$m" -n $n "$prompt")
-  printf '| %-28s | %10.1f MiB | %14.1f MiB | %5.2fx |\n' "$(basename "$m" .gguf)" "$(echo "$t / 1024" | bc -l)" \
+  printf '| %-36s | %10.1f MiB | %14.1f MiB | %5.2fx |\n' "$(basename "$m" .gguf)" "$(echo "$t / 1024" | bc -l)" \
     "$(echo "$l / 1024" | bc -l)" "$(echo "$t / $l" | bc -l)"
 done
