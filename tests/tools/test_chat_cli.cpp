@@ -13,9 +13,9 @@ using tessera::test::run_command;
 
 std::string chat(const std::string& model, const std::string& input, const std::string& flags = "-n 12") {
   std::string out;
-  const int rc = run_command("{ printf '" + input + "' | " + cli_path() + " chat -m " + model + " " + flags +
-                                 " --temp 0 -t 2 2>/dev/null; }",
-                             &out);
+  const int rc = run_command(
+      "{ printf '" + input + "' | " + cli_path() + " chat -m " + model + " " + flags + " --temp 0 -t 2 2>/dev/null; }",
+      &out);
   EXPECT_EQ(rc, 0) << out;
   return out;
 }
