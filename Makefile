@@ -3,8 +3,9 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 TESSERA := $(BUILD)/bin/tessera
+PREFIX ?= /usr/local
 
-.PHONY: all build setup model test demo bench fuzz format clean
+.PHONY: all build cli setup model test demo install bench fuzz format clean
 
 all: build
 
@@ -17,6 +18,12 @@ $(BUILD)/build.ninja:
 build: $(BUILD)/build.ninja
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# Only the `tessera` executable and what it links, quietly: the build log goes to a file, shown only on failure.
+cli: $(BUILD)/build.ninja
+	@echo "building tessera (log: $(BUILD)/cli-build.log)"
+	@cmake --build $(BUILD) -j $(JOBS) --target tessera_cli > $(BUILD)/cli-build.log 2>&1 || \
+	  { tail -n 40 $(BUILD)/cli-build.log; echo "build failed; the whole log is $(BUILD)/cli-build.log"; exit 1; }
+
 model:
 	@scripts/fetch_model.sh >/dev/null
 
@@ -26,11 +33,15 @@ test: setup
 	@$(MAKE) --no-print-directory model
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# Shows Tessera working on the default model.
+# Shows Tessera working on the default model: builds only the CLI (not the tests or benchmarks).
 demo: setup
-	@$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory cli
 	@$(MAKE) --no-print-directory model
 	@scripts/demo.sh $(TESSERA)
+
+# Installs the `tessera` executable into $(PREFIX)/bin (PREFIX=/usr/local by default; DESTDIR is honoured).
+install: cli
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 bench: setup build model
 	@$(BUILD)/bin/tessera_bench_kernels --benchmark_min_time=0.2

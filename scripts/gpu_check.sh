@@ -35,7 +35,7 @@
 #   classes left out of the graph), shapesweep (GEMV launch shapes inside the decode graph), attnplans (cuDNN's
 #   prefill-attention plans vs PyTorch SDPA at 2k/8k/16k), sdpa (the engine's prefill-attention kernel and torch's
 #   SDPA alternating launch by launch in one process, bench/peer/sdpa_vs_tessera.py; sdpa.json), prefill (pp2048),
-#   batch (--batch 8, 32),
+#   batch (--parallel 8, 32),
 #   ceilings (tessera bench --ceilings --device cuda), profile (tessera profile --device cuda), peer (PyTorch peers).
 # The default model (98 MB) is larger than one call may carry: scripts/gpu_model_parts.sh splits it here into
 # .gpu-model-0/ and .gpu-model-1/; a first call carrying .gpu-model-0 adds --stage-model (it stores that half, then
@@ -428,7 +428,7 @@ if has batch; then
   stamp "batched decode"
   for b in 8 32; do
     for spec in ${TESSERA_BATCH_SPECS:-llama3-8b:bf16 llama3.2-1b:bf16}; do
-      tbench batch --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 0 -d 128 -n 128 --batch "$b" -r 3 --no-ceilings
+      tbench batch --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 0 -d 128 -n 128 --parallel "$b" -r 3 --no-ceilings
     done
   done
 fi

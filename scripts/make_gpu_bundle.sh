@@ -118,7 +118,8 @@ if [ -n "$prebuilt" ]; then
   # directories and the CUDA driver.
   for so in $(ldd "$bin"/* | awk '/=> \//{print $3}' | sort -u); do
     case "$so" in
-      */libfmt.so*|*/libcudart.so*) cp -L "$so" "$lib/" ;;
+      # libedit (with libbsd, libmd): tessera chat's line editing, a Debian library the GPU machine may lack
+      */libfmt.so*|*/libcudart.so*|*/libedit.so*|*/libbsd.so*|*/libmd.so*) cp -L "$so" "$lib/" ;;
     esac
   done
   { echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) from $prebuilt at commit $(git -C "$root" rev-parse --short HEAD)"

@@ -34,6 +34,15 @@ Model load_model_source(const ModelSource& s, bool want_tokenizer) {
   }
   if (s.arch.empty()) throw Error("--random-weights needs --arch NAME (the preset to build)");
   if (!s.model.empty()) throw Error("give either -m MODEL or --arch NAME --random-weights, not both");
+  {
+    std::string archs;
+    bool known = false;
+    for (const std::string& x : random_model_archs()) {
+      known |= x == s.arch;
+      archs += (archs.empty() ? "" : ", ") + x;
+    }
+    if (!known) throw Error(fmt::format("unknown --arch '{}' (presets: {})", s.arch, archs));
+  }
   const auto t0 = std::chrono::steady_clock::now();
   fmt::print(stderr, "tessera: building a random {} ({}, seed {})...\n", s.arch, s.dtype, s.seed);
   RandomModelOptions ro;

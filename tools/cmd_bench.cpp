@@ -1,16 +1,17 @@
 // tessera bench: llama-bench-like throughput. pp<P> evaluates P random token ids on a fresh context (one forward
-// pass per --ubatch chunk); tg<N> decodes N tokens one at a time from an empty context, or with --batch B > 1 advances
-// B sequences together (B tokens per step, rows named tg<N>xB, B·N tokens per run); with -d D, tg decodes after D
-// tokens already in every sequence's cache (positions D .. D+N-1, rows named tg<N>@dD), as after a D-token prompt (the
-// depth is prefilled once, untimed; each repeat truncates back to it). Each test runs once to warm
-// up, then -r times; rows report the median tok/s and its spread, the achieved GB/s of weight bytes and TFLOP/s,
-// peak memory, and the measured limit next to them. --ceilings measures only the limits.
-// On CUDA, tg decodes greedily with the argmax on the device, as a generation loop and the PyTorch peers do: at batch
-// 1 each token is the previous step's argmax and the steps are chained on the device (Session::decode_greedy_chain:
-// no host round trip per token; TESSERA_CUDA_CHAIN=0 waits for every token), batched steps return B ids
-// (decode_batch_greedy); --host-logits copies every step's logits to the host instead (what decode / decode_batch
-// return; B * n_vocab floats per step, random token ids). --sample measures a sampled generation loop instead
-// (Session::generate_tokens with the default sampler chain; on CUDA the draw runs on the device).
+// pass per -b/-ub chunk, llama-bench's batch sizes); tg<N> decodes N tokens one at a time from an empty context, or
+// with --parallel/-np B > 1 advances B sequences together (B tokens per step, rows named tg<N>xB, B·N tokens per run);
+// with -d D, tg decodes after D tokens already in every sequence's cache (positions D .. D+N-1, rows named tg<N>@dD),
+// as after a D-token prompt (the depth is prefilled once, untimed; each repeat truncates back to it). Each test runs
+// once to warm up, then -r times; rows report the median tok/s and its spread, the achieved GB/s of weight bytes and
+// TFLOP/s, peak memory, and, with --limits, the measured limit next to them (1 GiB buffers: seconds and memory, so only
+// when asked). --ceilings measures only the limits. On CUDA, tg decodes greedily with the argmax on the device, as a
+// generation loop and the PyTorch peers do: at batch 1 each token is the previous step's argmax and the steps are
+// chained on the device (Session::decode_greedy_chain: no host round trip per token; TESSERA_CUDA_CHAIN=0 waits for
+// every token), batched steps return B ids (decode_batch_greedy); --host-logits copies every step's logits to the host
+// instead (what decode / decode_batch return; B * n_vocab floats per step, random token ids). --sample measures a
+// sampled generation loop instead (Session::generate_tokens with the default sampler chain; on CUDA the draw runs on
+// the device).
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 
 #include "bench_util.h"
 #include "command.h"
+#include "gen_options.h"
 #include "tessera/bench.h"
 #include "tessera/error.h"
 #include "tessera/random_model.h"
@@ -40,16 +42,20 @@ struct BenchFlags {
   int repeats = 5;
   int threads = 0;
   std::string device = "cpu";
-  int64_t ubatch = 512;  // prefill chunk (n_batch)
-  int64_t batch = 1;     // sequences decoded together by tg
-  int64_t depth = 0;     // tokens already in each sequence's cache when tg starts
+  NglFlag ngl;               // -ngl: llama.cpp's spelling of the device
+  int64_t n_batch = 512;     // -b: logical batch, prompt tokens per forward pass
+  int64_t ubatch = 512;      // -ub: physical batch; Tessera evaluates min(-b, -ub) tokens per pass
+  int64_t batch = 1;         // --parallel/-np: sequences decoded together by tg
+  int64_t depth = 0;         // tokens already in each sequence's cache when tg starts
   bool host_logits = false;  // CUDA tg: copy the logits to the host every step instead of the device argmax
   bool sample = false;       // tg: a sampled generation loop (Session::generate_tokens, default sampler chain)
   std::string kv_type = "f16";
   bool json = false;
   bool ceilings_only = false;
-  bool no_ceilings = false;
+  bool no_ceilings = false;  // the default now; kept for scripts that pass it
+  bool limits = false;
   int64_t ceiling_mib = 1024;
+  CLI::Option* ceiling_mib_opt = nullptr;
   std::string write_model;
   bool list_archs = false;
 };
@@ -107,16 +113,16 @@ std::vector<double> time_runs(int repeats, const std::function<void()>& run) {
 void validate(const BenchFlags& f) {
   check_device(f.device);
   if (f.repeats < 1 || f.repeats > 1000) throw Error(fmt::format("-r {} must be between 1 and 1000", f.repeats));
-  if (f.threads < 0) throw Error(fmt::format("-t {} must not be negative (0: all cores)", f.threads));
   if (f.ceiling_mib < 1) throw Error(fmt::format("--ceiling-mib {} must be positive", f.ceiling_mib));
   if (f.ceilings_only) return;
   if (f.n_prompt < 0 || f.n_gen < 0) throw Error("-p and -n must not be negative");
   if (f.n_prompt == 0 && f.n_gen == 0) throw Error("nothing to measure: -p and -n are both 0");
+  if (f.n_batch < 1) throw Error(fmt::format("-b {} must be positive", f.n_batch));
   if (f.ubatch < 1) throw Error(fmt::format("-ub {} must be positive", f.ubatch));
-  if (f.batch < 1 || f.batch > 1024) throw Error(fmt::format("--batch {} must be between 1 and 1024", f.batch));
+  if (f.batch < 1 || f.batch > 1024) throw Error(fmt::format("--parallel {} must be between 1 and 1024", f.batch));
   if (f.depth < 0) throw Error(fmt::format("-d {} must not be negative", f.depth));
   if (f.depth > 0 && f.n_gen == 0) throw Error("-d sets where tg starts, but -n is 0: there is no tg test");
-  if (f.sample && f.batch != 1) throw Error("--sample measures one sequence's generation loop: it needs --batch 1");
+  if (f.sample && f.batch != 1) throw Error("--sample measures one sequence's generation loop: it needs --parallel 1");
   if (f.sample && f.host_logits)
     throw Error(
         "--sample and --host-logits exclude each other (TESSERA_CUDA_SAMPLE=0 "
@@ -145,7 +151,7 @@ int run_ceilings(const BenchFlags& f) {
   return 0;
 }
 
-int run(const BenchFlags& f) {
+int run(BenchFlags& f) {
   if (f.list_archs) {
     for (const RandomModelPreset& p : random_model_presets())
       fmt::print("{:<16} {:<20} layers {:>3}  width {:>5}  heads {:>3}/{:<3} ffn {:>6}  vocab {:>6}{}\n", p.name,
@@ -153,7 +159,10 @@ int run(const BenchFlags& f) {
                  p.spec.n_vocab, p.spec.tied_output ? "  tied" : "");
     return 0;
   }
+  apply_ngl(f.ngl, f.device);
   validate(f);
+  f.threads = cap_threads(f.threads);
+  if (f.ceiling_mib_opt->count() > 0) f.limits = true;
   if (f.ceilings_only) return run_ceilings(f);
   if (!f.write_model.empty()) {
     if (!f.src.random_weights || f.src.arch.empty())
@@ -167,7 +176,7 @@ int run(const BenchFlags& f) {
   if (f.src.random_weights) reset_peak_host_bytes();  // the pool of random weights is gone; it is no part of a run
   SessionOptions so;
   so.n_ctx = std::max<int64_t>(std::max(f.n_prompt, f.depth + f.n_gen), 1);
-  so.n_batch = f.ubatch;
+  so.n_batch = std::min(f.n_batch, f.ubatch);
   so.n_seq = f.batch;
   so.n_threads = f.threads;
   so.kv_dtype = f.kv_type;
@@ -200,7 +209,13 @@ int run(const BenchFlags& f) {
     const int64_t b = f.batch;
     Row r{"tg" + std::to_string(f.n_gen) + (b > 1 ? "x" + std::to_string(b) : "") +
               (f.depth > 0 ? "@d" + std::to_string(f.depth) : ""),
-          0, f.n_gen, {}, 0, 0, 0, b};
+          0,
+          f.n_gen,
+          {},
+          0,
+          0,
+          0,
+          b};
     // Only attention depends on the position, and linearly: the mean of the first and last step is exact. A batched
     // step reads the weights once for all B rows.
     const WorkCost first = work_cost(session.graph(1, f.depth));
@@ -253,7 +268,7 @@ int run(const BenchFlags& f) {
   // After the model runs: the ceiling buffers would otherwise count in the peak memory reported above.
   Ceilings c;
   const std::string mm_dtype = decode0.matmul_dtype.empty() ? "f32" : cpu_matmul_dtype(decode0.matmul_dtype);
-  if (!f.no_ceilings && f.device != "cuda") c = measure_limits(f, {mm_dtype});
+  if (f.limits && f.device != "cuda") c = measure_limits(f, {mm_dtype});
   const double limit_gbps = c.read_gbps(), limit_tflops = c.gemm_tflops(mm_dtype);
 
   const std::string date = utc_now();
@@ -312,14 +327,19 @@ int run(const BenchFlags& f) {
   }
   fmt::print("model   {} ({}), {} of weights, {} matmuls\n", model_label(model), model.path(), human_bytes(model_bytes),
              decode0.matmul_dtype);
-  fmt::print("device  {}, {} threads, ubatch {}, batch {}, kv {}{}; {} repeats after 1 warm-up\n\n", f.device,
+  fmt::print("device  {}, {} threads, batch {}, parallel {}, kv {}{}; {} repeats after 1 warm-up\n\n", f.device,
              session.n_threads(), session.n_batch(), f.batch, session.kv_dtype(), ", tg: " + tg_mode(f), f.repeats);
   fmt::print("| {:<7} | {:>20} | {:>9} | {:>8} | {:>8} | {:>10} |\n", "test", "tok/s (median ± sd)", "ms/run", "GB/s",
              "TFLOP/s", "% of limit");
   fmt::print("| {:-<7} | {:->20} | {:->9} | {:->8} | {:->8} | {:->10} |\n", "", "", "", "", "", "");
+  bool over = false;
   for (const nlohmann::json& j : out) {
-    const std::string pct =
-        j["fraction_of_limit"].is_null() ? "-" : fmt::format("{:.1f}", 100.0 * j["fraction_of_limit"].get<double>());
+    std::string pct = "-";
+    if (!j["fraction_of_limit"].is_null()) {
+      const double p = 100.0 * j["fraction_of_limit"].get<double>();
+      over |= p > 100.0;
+      pct = p > 100.0 ? ">100" : fmt::format("{:.1f}", p);
+    }
     fmt::print("| {:<7} | {:>10.2f} ± {:<7.2f} | {:>9.1f} | {:>8.2f} | {:>8.4f} | {:>10} |\n",
                j["test"].get<std::string>(), j["tok_s"].get<double>(), j["tok_s_stddev"].get<double>(),
                j["ms_median"].get<double>(), j["gbps"].get<double>(), j["tflops"].get<double>(), pct);
@@ -327,7 +347,12 @@ int run(const BenchFlags& f) {
   uint64_t peak = 0;
   for (const Row& r : rows) peak = std::max(peak, r.peak_host);
   fmt::print("\npeak host memory {}; device memory n/a ({})\n", human_bytes(peak), f.device);
-  if (!f.no_ceilings && f.device != "cuda") {
+  if (!f.limits && f.device != "cuda") fmt::print("% of limit: measure this machine's limits with --limits\n");
+  if (over)
+    fmt::print(">100% of limit: faster than the measured memory bandwidth allows, so the weights came from caches\n");
+  if (f.limits && f.device != "cuda") {
+    fmt::print("(measuring the limits then took the process to {}: their buffers, not the model)\n",
+               human_bytes(peak_host_bytes()));
     fmt::print("limits: tg <- read bandwidth {:.2f} GB/s; pp <- tessera {} GEMM {:.1f} GFLOP/s", limit_gbps, mm_dtype,
                limit_tflops * 1e3);
     if (c.fma_peak_tflops() > 0) fmt::print(" (f32 FMA peak {:.1f} GFLOP/s)", c.fma_peak_tflops() * 1e3);
@@ -344,11 +369,14 @@ const int registered = register_command(
        app.add_option("-p,--n-prompt", f->n_prompt, "Prompt tokens of the pp test (0: skip it; default 512)");
        app.add_option("-n,--n-gen", f->n_gen, "Generated tokens of the tg test (0: skip it; default 128)");
        app.add_option("-r,--repeats", f->repeats, "Timed repeats of each test after one warm-up (default 5)");
-       app.add_option("-t,--threads", f->threads, "Threads (default: all cores)");
-       app.add_option("--device", f->device, "cpu (default) or cuda");
-       app.add_option("--ub,--ubatch", f->ubatch, "Prefill chunk: tokens per forward pass of pp (n_batch, default 512)");
-       app.add_option("-b,--batch", f->batch,
-                      "Sequences decoded together by tg (default 1): rows tg<N>xB report B*N tokens/s");
+       app.add_option("-t,--threads", f->threads, "Threads (default: all cores; capped to the hardware threads)");
+       add_ngl_option(app, f->ngl, app.add_option("--device", f->device, "cpu (default) or cuda"));
+       app.add_option("-b,--batch-size", f->n_batch,
+                      "Logical batch: prompt tokens per forward pass of pp (default 512), as llama-bench's -b");
+       app.add_option("--ub,--ubatch,--ubatch-size", f->ubatch,
+                      "(-ub) Physical batch (default 512); a pass evaluates min(-b, -ub) tokens");
+       app.add_option("--parallel", f->batch,
+                      "(-np) Sequences decoded together by tg (default 1): rows tg<N>xB report B*N tokens/s");
        app.add_option("-d,--depth", f->depth,
                       "tg starts with this many tokens already in each sequence's cache (default 0: an empty "
                       "context, as llama-bench's tg); e.g. -d 128 -n 256 decodes positions 128..383, as after a "
@@ -366,9 +394,13 @@ const int registered = register_command(
        app.add_flag("--json", f->json, "Print a JSON array of rows (test, tok_s, tok_s_stddev, gbps, tflops, ...)");
        app.add_flag("--ceilings", f->ceilings_only,
                     "Measure only this machine's limits: memory bandwidth and GEMM rate per dtype");
-       app.add_flag("--no-ceilings", f->no_ceilings, "Skip measuring the limits next to the rows");
-       app.add_option("--ceiling-mib", f->ceiling_mib,
-                      "Buffer size of the bandwidth ceiling in MiB (default 1024; smaller ones fit in caches)");
+       app.add_flag("--limits", f->limits,
+                    "Also measure this machine's limits (memory bandwidth over 1 GiB buffers, GEMM rate) and show "
+                    "each row's share of them; takes seconds and 2 GiB of memory");
+       app.add_flag("--no-ceilings", f->no_ceilings, "Do not measure the limits (the default; kept for scripts)");
+       f->ceiling_mib_opt = app.add_option(
+           "--ceiling-mib", f->ceiling_mib,
+           "Buffer size of the bandwidth ceiling in MiB (default 1024; smaller ones fit in caches); implies --limits");
        app.add_option("--write-model", f->write_model,
                       "Write the synthetic model (--arch, --random-weights) to this GGUF file and exit");
        app.add_flag("--list-archs", f->list_archs, "List the synthetic model presets and exit");

@@ -32,6 +32,14 @@ int run(const GraphFlags& f) {
   ModelOptions mo;
   mo.load_tokenizer = false;
   const Model model = Model::load(f.model, mo);
+  // The graph of a position the model cannot reach is no graph of this model (its attention cost would be made up).
+  const int64_t limit = model.spec().n_ctx_train > 0 ? model.spec().n_ctx_train : int64_t{1} << 24;
+  if (f.past + f.tokens > limit)
+    throw Error(
+        fmt::format("--past {} + --tokens {} is beyond the model's context of {} tokens", f.past, f.tokens, limit));
+  if (f.ctx < 0) throw Error(fmt::format("-c {} must not be negative", f.ctx));
+  if (f.ctx > 0 && f.ctx < f.past + f.tokens)
+    throw Error(fmt::format("-c {} is shorter than --past + --tokens ({})", f.ctx, f.past + f.tokens));
   const GraphView g = build_graph(model, f.tokens, f.past, GraphOptions{f.ctx, f.kv_type, f.all_logits});
   const std::string text = g.format(f.format);
   if (f.output.empty() || f.output == "-") {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "command.h"
+#include "gen_options.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 #include "tessera/session.h"
@@ -35,6 +36,7 @@ struct LogitsFlags {
   std::string text;
   std::string out;
   std::string device = "cpu";
+  NglFlag ngl;  // -ngl: llama.cpp's spelling of the device
   std::string kv_type;
   int64_t n_ctx = 0;
   int64_t n_ubatch = 512;
@@ -125,6 +127,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 int run(LogitsFlags& f) {
+  apply_ngl(f.ngl, f.device);
   const int sources = !f.prompts_path.empty() + !f.ids.empty() + !f.text.empty();
   if (sources != 1) throw Error("give exactly one of --prompts FILE, --ids LIST or --text TEXT");
   if (f.out.empty()) throw Error("--out is required (a directory with --prompts, a .npy file otherwise)");
@@ -146,7 +149,7 @@ int run(LogitsFlags& f) {
 
   SessionOptions so;
   so.device = f.device;
-  so.n_threads = f.n_threads;
+  so.n_threads = cap_threads(f.n_threads);
   so.reference = f.reference;
   so.kv_dtype = f.kv_type;
   so.n_batch = f.n_ubatch;
@@ -165,7 +168,9 @@ int run(LogitsFlags& f) {
     std::filesystem::create_directories(f.out, ec);
     if (ec) throw Error(fmt::format("{}: cannot create the output directory ({})", f.out, ec.message()));
   }
-  const auto path_of = [&](const Prompt& p) { return to_dir ? (std::filesystem::path(f.out) / (p.name + ".npy")).string() : f.out; };
+  const auto path_of = [&](const Prompt& p) {
+    return to_dir ? (std::filesystem::path(f.out) / (p.name + ".npy")).string() : f.out;
+  };
 
   const auto t0 = std::chrono::steady_clock::now();
   int64_t total = 0;
@@ -204,8 +209,7 @@ int run(LogitsFlags& f) {
     }
     for (size_t i = 0; i < prompts.size(); ++i)
       write_npy(path_of(prompts[i]), out[i].data(), static_cast<int64_t>(prompts[i].ids.size()), vocab);
-    if (!f.quiet)
-      fmt::print(stderr, "{} prompts decoded together ({} steps) -> {}\n", prompts.size(), longest, f.out);
+    if (!f.quiet) fmt::print(stderr, "{} prompts decoded together ({} steps) -> {}\n", prompts.size(), longest, f.out);
   }
   if (!f.quiet)
     fmt::print(stderr, "{} tokens in {:.2f} s on {} ({} vocab)\n", total, seconds_since(t0), f.device, vocab);
@@ -222,9 +226,10 @@ const int registered = register_command(
        app.add_option("--ids", f->ids, "One prompt as comma-separated token ids (no BOS added)");
        app.add_option("--text", f->text, "One prompt as text, tokenized with the model's tokenizer (BOS as it asks)");
        app.add_option("-o,--out", f->out, "Output directory (--prompts) or .npy file (--ids, --text)");
-       app.add_option("--device", f->device, "cpu (default) or cuda");
+       add_ngl_option(app, f->ngl, app.add_option("--device", f->device, "cpu (default) or cuda"));
        app.add_option("-c,--ctx-size", f->n_ctx, "Context size (default: the longest prompt)");
-       app.add_option("--ub,--ubatch", f->n_ubatch, "Prefill chunk: tokens per forward pass (default 512)");
+       app.add_option("-b,--batch-size,--ub,--ubatch,--ubatch-size", f->n_ubatch,
+                      "Logical batch: prompt tokens per forward pass (default 512)");
        app.add_option("-t,--threads", f->n_threads, "CPU threads (default: one per hardware thread)");
        app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default) or f32");
        app.add_flag("--reference", f->reference, "CPU f32 reference path (scalar kernels, f32 weights and cache)");

@@ -13,6 +13,7 @@
 
 #include "bench_util.h"
 #include "command.h"
+#include "gen_options.h"
 #include "tessera/bench.h"
 #include "tessera/error.h"
 #include "tessera/session.h"
@@ -35,10 +36,13 @@ struct ProfileFlags {
   int64_t n_gen = 32;
   int threads = 0;
   std::string device = "cpu";
+  NglFlag ngl;  // -ngl: llama.cpp's spelling of the device
   int64_t batch = 512;
   bool json = false;
-  bool no_ceilings = false;
+  bool no_ceilings = false;  // the default now; kept for scripts that pass it
+  bool limits = false;
   int64_t ceiling_mib = 1024;
+  CLI::Option* ceiling_mib_opt = nullptr;
   bool all_nodes = false;
 };
 
@@ -164,19 +168,25 @@ nlohmann::json phase_json(const Phase& p, const Limits& lim) {
   return j;
 }
 
-void print_phase(const nlohmann::json& j, const std::string& name, bool all_nodes) {
+// Returns whether a row exceeded its roof (printed as ">100").
+bool print_phase(const nlohmann::json& j, const std::string& name, bool all_nodes) {
+  bool over = false;
   const double wall = j["wall_ms"].get<double>(), node = j["node_ms"].get<double>();
   std::string chunks;
   if (j.contains("chunks"))
     for (const auto& c : j["chunks"]) chunks += (chunks.empty() ? "" : "+") + std::to_string(c.get<int64_t>());
-  fmt::print("\n{}: {} tokens{} in {:.2f} ms ({:.2f} tok/s); node times sum to {:.2f} ms ({:.1f}% of the wall time)\n",
-             name, j["tokens"].get<int64_t>(), chunks.empty() ? "" : " (chunks " + chunks + ")", wall,
+  fmt::print("\n{}: {}{} in {:.2f} ms ({:.2f} tok/s); node times sum to {:.2f} ms ({:.1f}% of the wall time)\n", name,
+             count_noun(j["tokens"].get<int64_t>(), "token"), chunks.empty() ? "" : " (chunks " + chunks + ")", wall,
              j["tok_s"].get<double>(), node, wall > 0 ? 100.0 * node / wall : 0.0);
   fmt::print("  {:<16} {:>10} {:>7} {:>10} {:>9} {:>7}  {}\n", "class / role", "time ms", "share", "GFLOP/s", "GB/s",
              "% roof", "bound");
-  const auto line = [](const nlohmann::json& r, const std::string& indent) {
-    const std::string pct =
-        r["fraction_of_limit"].is_null() ? "-" : fmt::format("{:.1f}", 100.0 * r["fraction_of_limit"].get<double>());
+  const auto line = [&over](const nlohmann::json& r, const std::string& indent) {
+    std::string pct = "-";
+    if (!r["fraction_of_limit"].is_null()) {
+      const double p = 100.0 * r["fraction_of_limit"].get<double>();
+      over |= p > 100.0;
+      pct = p > 100.0 ? ">100" : fmt::format("{:.1f}", p);
+    }
     fmt::print("  {:<16} {:>10.3f} {:>6.1f}% {:>10.2f} {:>9.2f} {:>7}  {}\n", indent + r["name"].get<std::string>(),
                r["ms"].get<double>(), 100.0 * r["share"].get<double>(), r["gflops"].get<double>(),
                r["gbps"].get<double>(), pct, r["bound"].get<std::string>());
@@ -196,18 +206,21 @@ void print_phase(const nlohmann::json& j, const std::string& name, bool all_node
   for (size_t i = 0; i < shown; ++i)
     fmt::print("    {:<24} {:<10} {:>10.3f} ms\n", nodes[i]["name"].get<std::string>(),
                nodes[i]["op"].get<std::string>(), nodes[i]["ms"].get<double>());
+  return over;
 }
 
 int32_t argmax(std::span<const float> x) {
   return static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());
 }
 
-int run(const ProfileFlags& f) {
+int run(ProfileFlags& f) {
+  apply_ngl(f.ngl, f.device);
   check_device(f.device);
   if (f.n_gen < 0) throw Error(fmt::format("-n {} must not be negative", f.n_gen));
   if (f.prompt_tokens < 0) throw Error(fmt::format("--prompt-tokens {} must not be negative", f.prompt_tokens));
   if (f.batch < 1) throw Error(fmt::format("--batch {} must be positive", f.batch));
-  if (f.threads < 0) throw Error(fmt::format("-t {} must not be negative (0: all cores)", f.threads));
+  f.threads = cap_threads(f.threads);
+  if (f.ceiling_mib_opt->count() > 0) f.limits = true;
   if (f.ceiling_mib < 1) throw Error(fmt::format("--ceiling-mib {} must be positive", f.ceiling_mib));
   if (f.prompt_tokens > 0 && !f.prompt.empty())
     throw Error("give the prompt as -p TEXT or --prompt-tokens N, not both");
@@ -281,7 +294,7 @@ int run(const ProfileFlags& f) {
 
   Ceilings c;
   Limits lim;
-  if (!f.no_ceilings) {
+  if (f.limits) {
     std::set<std::string> dtypes;
     for (const NodeAgg& n : pre.nodes)
       if (!n.weight_dtype.empty())
@@ -318,8 +331,13 @@ int run(const ProfileFlags& f) {
     if (c.fma_peak_tflops() > 0) fmt::print("; f32 FMA peak {:.1f} GFLOP/s", c.fma_peak_tflops() * 1e3);
     fmt::print("\n");
   }
-  print_phase(out["prefill"], "prefill", f.all_nodes);
-  if (f.n_gen > 0) print_phase(out["decode"], "decode", f.all_nodes);
+  bool over = print_phase(out["prefill"], "prefill", f.all_nodes);
+  if (f.n_gen > 0) over |= print_phase(out["decode"], "decode", f.all_nodes);
+  if (!lim.c) fmt::print("\n% roof: measure this machine's limits with --limits\n");
+  if (over)
+    fmt::print(
+        "\n>100 in % roof: the op ran faster than the measured memory bandwidth allows, so its data came from "
+        "caches, not memory; its real roof is the cache's bandwidth\n");
   return 0;
 }
 
@@ -331,12 +349,18 @@ const int registered = register_command(
        app.add_option("-p,--prompt", f->prompt, "Prompt text (default: a fixed English paragraph)");
        app.add_option("--prompt-tokens", f->prompt_tokens, "Use this many random token ids as the prompt instead");
        app.add_option("-n,--n-gen", f->n_gen, "Decode steps (greedy; default 32)");
-       app.add_option("-t,--threads", f->threads, "Threads (default: all cores)");
-       app.add_option("--device", f->device, "cpu (default) or cuda");
-       app.add_option("-b,--batch", f->batch, "Prefill chunk: tokens per forward pass (default 512)");
+       app.add_option("-t,--threads", f->threads, "Threads (default: all cores; capped to the hardware threads)");
+       add_ngl_option(app, f->ngl, app.add_option("--device", f->device, "cpu (default) or cuda"));
+       app.add_option("-b,--batch,--batch-size", f->batch,
+                      "Logical batch: prompt tokens per forward pass (default 512)");
        app.add_flag("--json", f->json, "Print one JSON object (prefill and decode: classes, matmul roles, nodes)");
-       app.add_flag("--no-ceilings", f->no_ceilings, "Skip measuring the limits (no roofline column)");
-       app.add_option("--ceiling-mib", f->ceiling_mib, "Buffer size of the bandwidth ceiling in MiB (default 1024)");
+       app.add_flag("--limits", f->limits,
+                    "Measure this machine's limits (bandwidth over 1 GiB buffers, GEMM rates) for the % roof column; "
+                    "takes seconds and 2 GiB of memory");
+       app.add_flag("--no-ceilings", f->no_ceilings, "Do not measure the limits (the default; kept for scripts)");
+       f->ceiling_mib_opt =
+           app.add_option("--ceiling-mib", f->ceiling_mib,
+                          "Buffer size of the bandwidth ceiling in MiB (default 1024); implies --limits");
        app.add_flag("--nodes", f->all_nodes, "List every node's time, not only the slowest");
        return [f] { return run(*f); };
      }});

@@ -2,9 +2,7 @@
 #include <fmt/core.h>
 
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "command.h"
 #include "gen_options.h"
@@ -22,23 +20,19 @@ struct RunFlags {
   std::string prompt_file;
   bool chat = false;
   bool json = false;
+  bool no_stats = false;
+  CLI::Option* prompt_opt = nullptr;
 };
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open the prompt file", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 int run(RunFlags& f) {
   finish_gen_flags(f.g);
   if (!f.prompt_file.empty()) {
-    if (!f.prompt.empty()) throw Error("give the prompt with -p or -f, not both");
-    f.prompt = read_file(f.prompt_file);
+    if (f.prompt_opt->count() > 0) throw Error("give the prompt with -p or -f, not both");
+    f.prompt = read_prompt_file(f.prompt_file);
+    if (f.prompt.empty()) throw Error(fmt::format("{}: the prompt file is empty", f.prompt_file));
   }
-  if (f.prompt.empty()) throw Error("a prompt is required: -p TEXT or -f FILE");
+  if (f.prompt.empty()) throw Error("a prompt is required: -p TEXT, -f FILE or -f - (standard input)");
+  if (!f.g.no_escape) f.prompt = process_escapes(f.prompt);
   Model model = Model::load(f.g.model);
   Session session(model, f.g.session);
   std::string text = f.prompt;
@@ -85,20 +79,24 @@ int run(RunFlags& f) {
   if (r.stop_reason == StopReason::CONTEXT_FULL)
     fmt::print(stderr, "tessera: the context is full ({} tokens); generation stopped (raise it with -c)\n",
                session.n_ctx());
-  fmt::print(stderr, "{}\n", stats_line(t));
+  if (!f.no_stats) fmt::print(stderr, "{}\n", stats_line(t));
   return 0;
 }
 
-const int registered = register_command({"run", "Generate text from a prompt", [](CLI::App& app) -> Runner {
-                                           auto f = std::make_shared<RunFlags>();
-                                           add_gen_flags(app, f->g);
-                                           app.add_option("-p,--prompt", f->prompt, "Prompt text");
-                                           app.add_option("-f,--file", f->prompt_file, "Read the prompt from a file");
-                                           app.add_flag("--chat", f->chat, "Wrap the prompt in the model's chat template");
-                                           app.add_flag("--json", f->json,
-                                                        "Print one JSON object (text, tokens, timings) instead of streaming");
-                                           return [f] { return run(*f); };
-                                         }});
+const int registered = register_command(
+    {"run", "Generate text from a prompt", [](CLI::App& app) -> Runner {
+       auto f = std::make_shared<RunFlags>();
+       add_gen_flags(app, f->g);
+       f->prompt_opt =
+           app.add_option("-p,--prompt", f->prompt, "Prompt text (escapes such as \\n are processed; --no-escape)");
+       app.add_option("-f,--file", f->prompt_file,
+                      "Read the prompt from a file (- for standard input); one "
+                      "final newline is dropped, as llama.cpp does");
+       app.add_flag("--no-stats", f->no_stats, "Do not print the stats line on stderr");
+       app.add_flag("--chat", f->chat, "Wrap the prompt in the model's chat template");
+       app.add_flag("--json", f->json, "Print one JSON object (text, tokens, timings) instead of streaming");
+       return [f] { return run(*f); };
+     }});
 
 }  // namespace
 }  // namespace tessera::cli

@@ -2,44 +2,187 @@
 
 #include <fmt/core.h>
 
+#include <charconv>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+
 #include "command.h"
+#include "tessera/bench.h"
 #include "tessera/error.h"
 
 namespace tessera::cli {
 
 void add_gen_flags(CLI::App& app, GenFlags& f) {
   add_model_option(app, f.model);
-  app.add_option("-c,--ctx", f.session.n_ctx, "Context size in tokens (default: the model's trained context)");
-  app.add_option("-b,--batch", f.session.n_batch, "Prompt tokens per forward pass (default 512)");
-  app.add_option("-t,--threads", f.session.n_threads, "Threads (default: all cores)");
+  app.add_option("-c,--ctx,--ctx-size", f.session.n_ctx,
+                 "Context size in tokens (default: the model's trained context)");
+  app.add_option("-b,--batch,--batch-size", f.session.n_batch,
+                 "Logical batch: prompt tokens per forward pass (default 512)");
+  app.add_option("-t,--threads", f.session.n_threads, "Threads (default: all cores; capped to the hardware threads)");
   app.add_flag("--reference", f.session.reference,
                "Run the scalar f32 reference kernels (slow; for checking against other implementations)");
   app.add_option("--kv-type", f.session.kv_dtype, "KV cache type: f16 (default) or f32");
-  app.add_option("--device", f.session.device, "cpu (default) or cuda (decode on the GPU, prompts token by token)");
+  CLI::Option* device =
+      app.add_option("--device", f.session.device,
+                     "cpu (default) or cuda (the whole model on the GPU: prompts in chunks, then decode)");
+  add_ngl_option(app, f.ngl, device);
   app.add_option("-n,--n-predict", f.gen.max_tokens, "Tokens to generate, -1 for no limit (default 256)");
   app.add_option("--temp", f.gen.sampling.temperature, "Temperature; 0 is greedy (default 0.8)");
   app.add_option("--top-k", f.gen.sampling.top_k, "Top-k, 0 = off (default 40)");
-  app.add_option("--top-p", f.gen.sampling.top_p, "Top-p, 1 = off (default 0.95)");
-  app.add_option("--min-p", f.gen.sampling.min_p, "Min-p, 0 = off (default 0.05)");
+  app.add_option("--top-p", f.gen.sampling.top_p, "Top-p in (0, 1], 1 = off (default 0.95)");
+  app.add_option("--min-p", f.gen.sampling.min_p, "Min-p in [0, 1], 0 = off (default 0.05)");
   app.add_option("--repeat-penalty", f.gen.sampling.repeat_penalty, "Repetition penalty, 1 = off (default 1)");
   app.add_option("--repeat-last-n", f.gen.sampling.penalty_last_n,
                  "Tokens the penalties look back over, -1 = whole context (default 64)");
   app.add_option("--frequency-penalty", f.gen.sampling.frequency_penalty, "Frequency penalty (default 0)");
   app.add_option("--presence-penalty", f.gen.sampling.presence_penalty, "Presence penalty (default 0)");
-  app.add_option("-s,--seed", f.seed, "Random seed (default: random; the seed used is reported with --json)");
+  app.add_option("-s,--seed", f.seed,
+                 "Random seed, 0 to 2^64-2 (default -1: random; the seed used is reported with --json)");
   app.add_option("--stop", f.gen.stop, "Stop when the text contains this string (repeatable)");
   app.add_flag("--ignore-eos", f.gen.ignore_eos, "Keep generating past end-of-generation tokens");
   app.add_option("--chat-template", f.chat_template,
                  "Chat template family instead of the model's own (chatml, llama3, llama2, mistral, gemma, phi3)");
   app.add_option("--system", f.system, "System prompt for the chat template");
+  app.add_flag("-e,--escape")
+      ->description("Process escapes (\\n, \\t, \\xNN, ...) in the prompt, --system and --stop (the default)");
+  app.add_flag("--no-escape", f.no_escape, "Take backslashes in the prompt, --system and --stop literally");
 }
 
+namespace {
+
+uint64_t parse_seed(const std::string& s) {
+  if (s == "-1") return kRandomSeed;
+  uint64_t v = 0;
+  const char* end = s.data() + s.size();
+  const auto [p, ec] = std::from_chars(s.data(), end, v);
+  if (s.empty() || ec != std::errc() || p != end || v == kRandomSeed)
+    throw Error(fmt::format("seed '{}' must be -1 (random) or an integer from 0 to 2^64-2", s));
+  return v;
+}
+
+}  // namespace
+
 void finish_gen_flags(GenFlags& f) {
-  if (f.seed < -1) throw Error(fmt::format("seed {} must be -1 (random) or a non-negative integer", f.seed));
-  f.gen.sampling.seed = f.seed < 0 ? kRandomSeed : static_cast<uint64_t>(f.seed);
-  if (f.gen.sampling.temperature < 0)
-    throw Error(fmt::format("temperature {} must not be negative (0 is greedy)", f.gen.sampling.temperature));
+  f.gen.sampling.seed = parse_seed(f.seed);
+  const SamplingOptions& s = f.gen.sampling;
+  if (s.temperature < 0) throw Error(fmt::format("temperature {} must not be negative (0 is greedy)", s.temperature));
+  if (!(s.top_p > 0 && s.top_p <= 1)) throw Error(fmt::format("--top-p {} must be in (0, 1] (1 is off)", s.top_p));
+  if (!(s.min_p >= 0 && s.min_p <= 1)) throw Error(fmt::format("--min-p {} must be in [0, 1] (0 is off)", s.min_p));
+  if (s.top_k < 0) throw Error(fmt::format("--top-k {} must not be negative (0 is off)", s.top_k));
   if (f.gen.max_tokens < -1) throw Error(fmt::format("-n {} must be -1 (no limit) or more", f.gen.max_tokens));
+  if (f.session.n_ctx < 0)
+    throw Error(fmt::format("-c {} must not be negative (0: the model's context)", f.session.n_ctx));
+  if (f.session.n_batch < 1) throw Error(fmt::format("-b {} must be positive", f.session.n_batch));
+  f.session.n_threads = cap_threads(f.session.n_threads);
+  apply_ngl(f.ngl, f.session.device);
+  if (!f.no_escape) {
+    f.system = process_escapes(f.system);
+    for (std::string& s : f.gen.stop) s = process_escapes(s);
+  }
+}
+
+void add_ngl_option(CLI::App& app, NglFlag& ngl, CLI::Option* device_opt) {
+  ngl.device_opt = device_opt;
+  app.add_option("--n-gpu-layers", ngl.layers,
+                 "(-ngl) llama.cpp's spelling: Tessera runs every layer on one device; a positive count means "
+                 "--device cuda, 0 means --device cpu");
+}
+
+void apply_ngl(const NglFlag& ngl, std::string& device) {
+  if (ngl.layers < 0) return;
+  const std::string want = ngl.layers > 0 ? "cuda" : "cpu";
+  if (ngl.device_opt != nullptr && ngl.device_opt->count() > 0) {
+    if (device != want)
+      throw Error(fmt::format("-ngl {} asks for {} but --device says {}; give one of them", ngl.layers, want, device));
+    return;
+  }
+  device = want;
+  if (ngl.layers > 0)
+    fmt::print(stderr, "tessera: -ngl {}: Tessera runs every layer on one device; using --device cuda\n", ngl.layers);
+}
+
+int cap_threads(int requested) {
+  if (requested < 0) throw Error(fmt::format("-t {} must not be negative (0: all cores)", requested));
+  const int hw = hardware_threads();
+  if (requested <= hw) return requested;
+  fmt::print(stderr, "tessera: -t {}: this machine has {} hardware threads; using {}\n", requested, hw, hw);
+  return hw;
+}
+
+std::string process_escapes(const std::string& in) {
+  std::string out;
+  out.reserve(in.size());
+  const auto hex = [](char c) {
+    return (c >= '0' && c <= '9')   ? c - '0'
+           : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+           : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                    : -1;
+  };
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '\\' || i + 1 == in.size()) {
+      out.push_back(in[i]);
+      continue;
+    }
+    const char c = in[++i];
+    switch (c) {
+      case 'n':
+        out.push_back('\n');
+        break;
+      case 'r':
+        out.push_back('\r');
+        break;
+      case 't':
+        out.push_back('\t');
+        break;
+      case '\'':
+        out.push_back('\'');
+        break;
+      case '"':
+        out.push_back('"');
+        break;
+      case '\\':
+        out.push_back('\\');
+        break;
+      case 'x':
+        if (i + 2 < in.size() && hex(in[i + 1]) >= 0 && hex(in[i + 2]) >= 0) {
+          out.push_back(static_cast<char>(hex(in[i + 1]) * 16 + hex(in[i + 2])));
+          i += 2;
+          break;
+        }
+        [[fallthrough]];
+      default:
+        out.push_back('\\');
+        out.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::string read_prompt_file(const std::string& path) {
+  std::string text;
+  if (path == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  } else {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+      throw Error(fmt::format("{}: is a directory, not a prompt file", path));
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(fmt::format("{}: cannot open the prompt file", path));
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    if (in.bad()) throw Error(fmt::format("{}: cannot read the prompt file", path));
+    text = ss.str();
+  }
+  if (!text.empty() && text.back() == '\n') text.pop_back();  // as llama.cpp's -f: an editor's final newline
+  return text;
+}
+
+std::string count_noun(int64_t n, const std::string& singular) {
+  return fmt::format("{} {}{}", n, singular, n == 1 ? "" : "s");
 }
 
 std::string stats_line(const Timings& t) {

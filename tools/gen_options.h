@@ -1,29 +1,52 @@
-// Flags shared by `run` and `chat`: session (context, batch, threads, reference mode) and sampling.
+// Flags shared by `run` and `chat`: session (context, batch, threads, reference mode) and sampling, with llama.cpp's
+// spellings where they mean the same thing; and the small helpers every command uses (thread cap, plurals).
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <string>
 
 #include "tessera/session.h"
 
 namespace tessera::cli {
 
+// llama.cpp's -ngl/--n-gpu-layers (main.cpp rewrites -ngl): Tessera runs every layer on one device, so a positive
+// count means --device cuda and 0 means --device cpu. add_ngl_option adds the flag; apply_ngl maps it (with a notice)
+// unless --device was given too, and refuses a contradiction by name.
+struct NglFlag {
+  int layers = -1;  // -1: not given
+  CLI::Option* device_opt = nullptr;
+};
 struct GenFlags {
   std::string model;
   SessionOptions session;
   GenerateOptions gen;
-  int64_t seed = -1;  // -1: random
+  std::string seed = "-1";    // -1: random; parsed by finish_gen_flags (CLI11 saturates out-of-range integers)
   std::string chat_template;  // override of the model's template family
   std::string system;         // system prompt for chat
+  bool no_escape = false;     // --no-escape: take \n in -p, --system and --stop literally
+  NglFlag ngl;                // -ngl: llama.cpp's; maps onto --device
 };
 
-// Adds -m, -c, --batch, -t, --reference, --kv-type, -n, --temp, --top-k, --top-p, --min-p, penalties, --seed,
-// --stop, --ignore-eos, --chat-template, --system.
+// Adds -m, -c/--ctx-size, -b/--batch-size, -t, --reference, --kv-type, --device, -ngl, -n, --temp, --top-k, --top-p,
+// --min-p, penalties, --seed, --stop, --ignore-eos, --chat-template, --system, -e/--no-escape.
 void add_gen_flags(CLI::App& app, GenFlags& f);
-// Applies --seed and checks ranges CLI11 cannot (Error with one sentence).
+// Applies --seed, -ngl, the thread cap and escapes; checks ranges CLI11 cannot (Error with one sentence).
 void finish_gen_flags(GenFlags& f);
 // "prompt 12 tok, 230.1 tok/s; generated 64 tok, 95.2 tok/s; peak RSS 181.2 MiB"
 std::string stats_line(const Timings& t);
+
+// More threads than the machine has only slow everything down (and used to hang it): caps `requested` to the
+// hardware threads with a one-line notice on stderr. Error for a negative count; 0 stays 0 (all cores).
+int cap_threads(int requested);
+// llama.cpp's escape processing of prompts (common's string_process_escapes): \n \r \t \' \" \\ and \xNN; any other
+// backslash is kept as it is.
+std::string process_escapes(const std::string& s);
+// A prompt file as llama.cpp reads it: "-" is stdin; one final newline is dropped. Error naming the path when it
+// cannot be read (a directory included).
+std::string read_prompt_file(const std::string& path);
+void add_ngl_option(CLI::App& app, NglFlag& ngl, CLI::Option* device_opt);
+void apply_ngl(const NglFlag& ngl, std::string& device);
+// "1 token", "2 tokens"
+std::string count_noun(int64_t n, const std::string& singular);
 
 }  // namespace tessera::cli

@@ -43,7 +43,11 @@ struct ModelInfo {
 // config.json. Throws tessera::Error (one sentence) on anything invalid.
 ModelInfo inspect_model(const std::string& path);
 
-// The model cache directory: $TESSERA_HOME, else ~/.cache/tessera/models.
+// "gguf" or "safetensors", from the file's first bytes (a directory is a Hugging Face model); anything else is an
+// Error "<path>: not a GGUF or safetensors model (...)", the same for every command.
+std::string model_format(const std::string& path);
+
+// The model cache directory: $TESSERA_HOME, else $XDG_CACHE_HOME/tessera/models, else ~/.cache/tessera/models.
 std::string model_cache_dir();
 // `path` if non-empty; else the default model in the cache, or an Error saying how to fetch it.
 std::string resolve_model_path(const std::string& path);

@@ -1,11 +1,13 @@
 #include "api/model_impl.h"
 #include "core/error.h"
+#include "formats/model_format.h"
 #include "tessera/model_info.h"
 
 namespace tessera {
 
 Model Model::load(const std::string& path, const ModelOptions& options) {
   const std::string resolved = resolve_model_path(path);
+  (void)detect_model_format(resolved);  // one "not a GGUF or safetensors model" for every command
   auto impl = std::make_shared<Impl>();
   impl->path = resolved;
   impl->weights = ModelWeights::open(resolved);

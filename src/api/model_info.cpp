@@ -1,18 +1,19 @@
 // tessera::inspect_model: everything a model file says about itself, from the mapped file (no tensor data is read).
+#include "tessera/model_info.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "formats/model_format.h"
 #include "formats/safetensors.h"
 #include "models/config.h"
-#include "tessera/model_info.h"
 
 namespace tessera {
 namespace {
@@ -154,22 +155,21 @@ ModelInfo inspect_safetensors(const std::string& path) {
   return info;
 }
 
-bool has_suffix(const std::string& s, const std::string& suf) {
-  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
-}
-
 }  // namespace
 
 ModelInfo inspect_model(const std::string& path) {
-  std::error_code ec;
-  TESSERA_CHECK(fs::exists(path, ec), "{}: no such file or directory", path);
-  if (fs::is_directory(path, ec) || has_suffix(path, ".safetensors") || has_suffix(path, ".json"))
-    return inspect_safetensors(path);
-  return inspect_gguf(path);
+  return detect_model_format(path) == ModelFormat::GGUF ? inspect_gguf(path) : inspect_safetensors(path);
+}
+
+std::string model_format(const std::string& path) {
+  return detect_model_format(path) == ModelFormat::GGUF ? "gguf" : "safetensors";
 }
 
 std::string model_cache_dir() {
   if (const char* h = std::getenv("TESSERA_HOME"); h != nullptr && *h != '\0') return h;
+  // The XDG base directory spec: an absolute $XDG_CACHE_HOME replaces ~/.cache (a relative one is to be ignored).
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && x[0] == '/')
+    return std::string(x) + "/tessera/models";
   const char* home = std::getenv("HOME");
   return std::string(home != nullptr ? home : ".") + "/.cache/tessera/models";
 }

@@ -29,4 +29,11 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// Gives back the resident pages of [data, data + bytes) when that range lies inside a live MappedFile: for a weight
+// whose repacked copy is all the kernels read, so the process does not hold the file's copy beside it (about the
+// model's size of RSS). The pages are the file's and unmodified, so a later read of the range faults them back in
+// from the page cache: nothing is lost. Only whole pages inside the range are dropped; a range outside every mapping
+// (heap or anonymous memory, where dropping would zero the data) is left alone. Returns the bytes released.
+size_t release_mapped_pages(const void* data, size_t bytes);
+
 }  // namespace tessera

@@ -7,6 +7,7 @@
 // milliseconds.
 #include "core/thread_pool.h"
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <exception>
@@ -48,13 +49,16 @@ void futex_wait(std::atomic<uint32_t>* word, uint32_t expected) {
 #endif
 }
 
-void futex_wake_all(std::atomic<uint32_t>* word) {
+void futex_wake(std::atomic<uint32_t>* word, int n) {
 #if defined(__linux__)
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, n, nullptr, nullptr, 0);
 #else
+  (void)n;
   word->notify_all();
 #endif
 }
+
+void futex_wake_all(std::atomic<uint32_t>* word) { futex_wake(word, INT_MAX); }
 
 static_assert(sizeof(std::atomic<uint32_t>) == 4 && std::atomic<uint32_t>::is_always_lock_free,
               "the futex needs a plain 32-bit word");
@@ -65,6 +69,10 @@ ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::thread::hardware_concurrency());
   if (n_threads <= 0) n_threads = 1;
   n_threads_ = n_threads;
+  // More threads than hardware threads: a spinning worker would hold a core that a worker with a task (or the caller)
+  // needs, and with hundreds of them no job makes progress (issue 26: -t 999 on 2 cores). Such pools never spin.
+  const unsigned hw = std::thread::hardware_concurrency();
+  oversubscribed_ = hw > 0 && n_threads_ > static_cast<int>(hw);
   workers_.reserve(static_cast<size_t>(n_threads_ - 1));
   // Workers start from generation 0 rather than reading it when they start running: a worker scheduled late must not
   // miss a bump that already happened (the destructor's, in the worst case, which would then wait forever).
@@ -93,14 +101,18 @@ void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
   counter_.store(job << 32, std::memory_order_release);
   // seq_cst pairs with the worker's sleepers_ increment: either it sees the new generation or we see it asleep.
   generation_.fetch_add(1, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(&generation_);
+  // Wake no more sleepers than there are tasks for them: with an oversubscribed pool the rest would only be scheduled
+  // to find nothing to do. A sleeper that stays asleep misses nothing (the caller takes whatever is left); it wakes on
+  // a later job, reads the current generation and job, and its stale `seen` cannot make it run a wrong task.
+  if (sleepers_.load(std::memory_order_seq_cst) > 0)
+    futex_wake(&generation_, static_cast<int>(std::min<int64_t>(n_tasks - 1, n_threads_ - 1)));
 
   t_in_worker = true;
   work(0, job);
   t_in_worker = false;
   // Only a task a worker claimed before we ran out can still be running; wait for it.
   for (int spins = 0; done_.load(std::memory_order_acquire) != n_tasks; ++spins) {
-    if (spins < 4096) {
+    if (spins < 4096 && !oversubscribed_) {
       TESSERA_CPU_RELAX();
     } else {
       std::this_thread::yield();  // the worker holding the last task lost its core: give it ours
@@ -141,7 +153,7 @@ void ThreadPool::worker_main(int thread) {
   for (;;) {
     const auto spin_until = std::chrono::steady_clock::now() + kSpin;
     uint32_t now = generation_.load(std::memory_order_acquire);
-    for (int i = 0; now == seen; ++i) {
+    for (int i = 0; now == seen && !oversubscribed_; ++i) {
       TESSERA_CPU_RELAX();
       if ((i & 255) == 255 && std::chrono::steady_clock::now() > spin_until) break;
       now = generation_.load(std::memory_order_acquire);

@@ -3,6 +3,7 @@
 // Decode runs ~300 small ops per token, so a dispatch must cost a few hundred nanoseconds, not the tens of
 // microseconds of a thread spawn or a condition-variable round trip: workers are created once, spin on a generation
 // counter for 300 us after each job (the next op usually follows within microseconds) and only then sleep on a futex.
+// A pool with more threads than the machine has hardware threads never spins: its workers sleep at once.
 // parallel_for type-erases the callable through a function pointer and a pointer to the caller's lambda, so a call
 // allocates nothing. Measured dispatch cost (bench: ops/pool_dispatch, 2 threads, 4 empty tasks): ~0.3 us on the
 // 2-core Zen 5 dev machine, ~0.6 us on a Xeon.
@@ -69,6 +70,7 @@ class ThreadPool {
   void work(int thread, uint64_t job);
 
   int n_threads_ = 1;
+  bool oversubscribed_ = false;  // more threads than hardware threads: block at once instead of spinning
   std::vector<std::thread> workers_;
 
   // The current job; see thread_pool.cpp for why a late worker can never run a task of the wrong job.

@@ -79,11 +79,12 @@ TEST(BenchCli, JsonRowsOnDefaultModel) {
   EXPECT_DOUBLE_EQ(rows[0]["flops_per_run"].get<double>(), g["totals"]["flops"].get<double>());
 }
 
-// --batch B: the tg row decodes B sequences together (one slot each), counts B tokens per step, and reads the
-// weights once per step, so its GB/s is the step rate times one step's weight bytes.
+// --parallel B (llama.cpp's -np; -b is the logical batch): the tg row decodes B sequences together (one slot each),
+// counts B tokens per step, and reads the weights once per step, so its GB/s is the step rate times one step's weight
+// bytes.
 TEST(BenchCli, BatchedDecodeRow) {
   TESSERA_REQUIRE_DEFAULT_MODEL(model);
-  const json rows = run_json("bench -m " + model + " -p 8 -n 4 -r 2 -t 2 --batch 3 --json --no-ceilings");
+  const json rows = run_json("bench -m " + model + " -p 8 -n 4 -r 2 -t 2 --parallel 3 --json --no-ceilings");
   ASSERT_TRUE(rows.is_array());
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0]["test"], "pp8");
@@ -98,7 +99,7 @@ TEST(BenchCli, BatchedDecodeRow) {
   EXPECT_NEAR(rows[1]["gbps"].get<double>(), rows[1]["weight_bytes_per_run"].get<double>() / 4.0 * steps_per_s / 1e9,
               1e-9 * rows[1]["gbps"].get<double>());
   std::string out;
-  EXPECT_EQ(run_command(cli_path() + " bench -m " + model + " --batch 0 -n 4", &out), 1) << out;
+  EXPECT_EQ(run_command(cli_path() + " bench -m " + model + " --parallel 0 -n 4", &out), 1) << out;
   EXPECT_NE(out.find("tessera: error: "), std::string::npos) << out;
 }
 
@@ -107,8 +108,8 @@ TEST(BenchCli, BatchedDecodeRow) {
 // is an error.
 TEST(BenchCli, DepthStartsDecodeAfterCachedTokens) {
   TESSERA_REQUIRE_DEFAULT_MODEL(model);
-  const json deep = run_json("bench -m " + model + " -p 0 -n 4 -d 24 -r 1 -t 2 --batch 2 --json --no-ceilings");
-  const json flat = run_json("bench -m " + model + " -p 0 -n 4 -r 1 -t 2 --batch 2 --json --no-ceilings");
+  const json deep = run_json("bench -m " + model + " -p 0 -n 4 -d 24 -r 1 -np 2 -t 2 --json --no-ceilings");
+  const json flat = run_json("bench -m " + model + " -p 0 -n 4 -r 1 -np 2 -t 2 --json --no-ceilings");
   ASSERT_EQ(deep.size(), 1u);
   ASSERT_EQ(flat.size(), 1u);
   EXPECT_EQ(deep[0]["test"], "tg4x2@d24");
@@ -136,8 +137,8 @@ TEST(BenchCli, SampledGenerationRow) {
   EXPECT_EQ(plain[0]["tg_logits"], "host logits");
   EXPECT_GT(sampled[0]["tok_s"].get<double>(), 0.0);
   EXPECT_DOUBLE_EQ(sampled[0]["weight_bytes_per_run"].get<double>(), plain[0]["weight_bytes_per_run"].get<double>());
-  for (const std::string& bad : {std::string(" --sample --batch 2 -n 4"), std::string(" --sample --host-logits -n 4"),
-                                 std::string(" --sample -n 1")}) {
+  for (const std::string& bad : {std::string(" --sample --parallel 2 -n 4"),
+                                 std::string(" --sample --host-logits -n 4"), std::string(" --sample -n 1")}) {
     std::string out;
     EXPECT_EQ(run_command(cli_path() + " bench " + model + bad, &out), 1) << bad << "\n" << out;
     EXPECT_NE(out.find("tessera: error: "), std::string::npos) << bad << "\n" << out;
@@ -238,7 +239,6 @@ TEST(BenchCli, BadFlags) {
         std::string("bench --write-model /tmp/x.gguf")}) {
     std::string out;
     EXPECT_EQ(run_command(cli_path() + " " + args, &out), 1) << args << "\n" << out;
-    // Synthetic models announce themselves on stderr before the preset is checked.
     EXPECT_NE(out.find("tessera: error: "), std::string::npos) << args << "\n" << out;
   }
   std::string out;

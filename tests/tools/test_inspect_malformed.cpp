@@ -47,7 +47,12 @@ class InspectMalformed : public ::testing::Test {
 TEST_F(InspectMalformed, NamedCases) {
   auto all = cases::malformed_cases();
   ASSERT_GE(all.size(), 30u);
-  for (const auto& c : all) expect_clean_failure(write_file(dir_, c.name + ".gguf", c.bytes), c.expect);
+  for (const auto& c : all) {
+    // A file without the GGUF magic is no GGUF file whatever its name: every command says the same (issue 26).
+    const bool no_magic = c.name == "empty_file" || c.name == "bad_magic";
+    expect_clean_failure(write_file(dir_, c.name + ".gguf", c.bytes),
+                         no_magic ? "not a GGUF or safetensors model" : c.expect);
+  }
 }
 
 // A sample of truncation points, one inside each region of the file (the reader test cuts at every byte).

@@ -2,9 +2,8 @@
 // detokenize inverts tokenize, and bad input fails with one clear sentence and a non-zero exit.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "test_util.h"
@@ -66,13 +65,16 @@ TEST(TokenizeCli, MatchesLlamaCppAndRoundTrips) {
 TEST(TokenizeCli, PrintsIdsAndPieces) {
   TESSERA_REQUIRE_DEFAULT_MODEL(model);
   std::string out;
-  ASSERT_EQ(test::run_command(test::cli_path() + " tokenize -m " + model + " 'Hello world\t<|im_end|>'", &out), 0);
-  // One line per token: id, then the piece in quotes with the tab escaped; no special parsing without --special.
+  ASSERT_EQ(test::run_command(
+                test::cli_path() + " tokenize -m " + model + " --no-parse-special 'Hello world\t<|im_end|>'", &out),
+            0);
+  // One line per token: id, then the piece in quotes with the tab escaped; no special parsing with --no-parse-special
+  // (by default control-token text is parsed, as llama-tokenize does).
   EXPECT_NE(out.find("'Hello'"), std::string::npos) << out;
   EXPECT_NE(out.find("' world'"), std::string::npos) << out;
   EXPECT_NE(out.find("\\t"), std::string::npos) << out;
   EXPECT_EQ(out.find("'<|im_end|>'"), std::string::npos) << out;
-  ASSERT_EQ(test::run_command(test::cli_path() + " tokenize -m " + model + " --special '<|im_end|>'", &out), 0);
+  ASSERT_EQ(test::run_command(test::cli_path() + " tokenize -m " + model + " '<|im_end|>'", &out), 0);
   EXPECT_NE(out.find("'<|im_end|>'"), std::string::npos) << out;
   ASSERT_EQ(test::run_command(test::cli_path() + " detokenize -m " + model + " 2 --hide-special", &out), 0);
   EXPECT_EQ(out, "\n");

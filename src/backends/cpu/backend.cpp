@@ -7,6 +7,7 @@
 
 #include "backends/cpu/plan_step.h"
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "graph/passes/fuse.h"
 #include "graph/passes/memory_plan.h"
 #include "quant/half.h"
@@ -47,6 +48,7 @@ const PackedWeight& WeightCache::get(const Tensor& w) {
     converted_.push_back(std::move(half));
   }
   auto pw = std::make_unique<PackedWeight>(prepare_weight(dtype, data, n, k));
+  if (pw->packed != nullptr) release_mapped_pages(w.data, w.nbytes());  // the kernels read the copy: drop the file's
   bytes_ += pw->packed_bytes;
   return *map_.emplace(w.data, std::move(pw)).first->second;
 }
