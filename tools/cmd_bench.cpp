@@ -7,7 +7,7 @@
 // TFLOP/s, peak memory, and, with --limits, the measured limit next to them (1 GiB buffers: seconds and memory, so only
 // when asked). --ceilings measures only the limits. On CUDA, tg decodes greedily with the argmax on the device, as a
 // generation loop and the PyTorch peers do: at batch 1 each token is the previous step's argmax and the steps are
-// chained on the device (Session::decode_greedy_chain: no host round trip per token; TESSERA_CUDA_CHAIN=0 waits for
+// chained on the device (Session::decode_greedy_chain: no host round trip per token; --cuda chain=0 waits for
 // every token), batched steps return B ids (decode_batch_greedy); --host-logits copies every step's logits to the host
 // instead (what decode / decode_batch return; B * n_vocab floats per step, random token ids). --sample measures a
 // sampled generation loop instead (Session::generate_tokens with the default sampler chain; on CUDA the draw runs on
@@ -43,6 +43,7 @@ struct BenchFlags {
   int threads = 0;
   std::string device = "cpu";
   NglFlag ngl;               // -ngl: llama.cpp's spelling of the device
+  BackendFlags backend;  // --cuda KEY=VALUE, --cpu-isa
   int64_t n_batch = 512;     // -b: logical batch, prompt tokens per forward pass
   int64_t ubatch = 512;      // -ub: physical batch; Tessera evaluates min(-b, -ub) tokens per pass
   int64_t batch = 1;         // --parallel/-np: sequences decoded together by tg
@@ -64,8 +65,9 @@ struct BenchFlags {
 std::string tg_mode(const BenchFlags& f) {
   const bool cuda = f.device == "cuda";
   if (f.sample) {
-    const char* e = std::getenv("TESSERA_CUDA_SAMPLE");
-    const bool device = cuda && (e == nullptr || std::string_view(e) != "0");
+    bool host = false;  // --cuda sample=0 draws on the host
+    for (const std::string& kv : f.backend.cuda) host = kv == "sample=0" || kv == "sample=off" || kv == "sample=false";
+    const bool device = cuda && !host;
     return device ? "sampled on the device" : "sampled on the host";
   }
   return cuda && !f.host_logits ? "greedy argmax on the device" : "host logits";
@@ -125,7 +127,7 @@ void validate(const BenchFlags& f) {
   if (f.sample && f.batch != 1) throw Error("--sample measures one sequence's generation loop: it needs --parallel 1");
   if (f.sample && f.host_logits)
     throw Error(
-        "--sample and --host-logits exclude each other (TESSERA_CUDA_SAMPLE=0 "
+        "--sample and --host-logits exclude each other (--cuda sample=0 "
         "makes the sampled loop draw on the host)");
   if (f.sample && f.n_gen < 2) throw Error("--sample needs -n 2 or more (the first token is the prompt)");
 }
@@ -181,6 +183,7 @@ int run(BenchFlags& f) {
   so.n_threads = f.threads;
   so.kv_dtype = f.kv_type;
   so.device = f.device;
+  so.backend_options = backend_options(f.backend, f.device);
   Session session(model, so);
   const int64_t n_vocab = session.n_vocab();
   const WorkCost decode0 = work_cost(session.graph(1, 0));
@@ -371,6 +374,7 @@ const int registered = register_command(
        app.add_option("-r,--repeats", f->repeats, "Timed repeats of each test after one warm-up (default 5)");
        app.add_option("-t,--threads", f->threads, "Threads (default: all cores; capped to the hardware threads)");
        add_ngl_option(app, f->ngl, app.add_option("--device", f->device, "cpu (default) or cuda"));
+       add_backend_flags(app, f->backend);
        app.add_option("-b,--batch-size", f->n_batch,
                       "Logical batch: prompt tokens per forward pass of pp (default 512), as llama-bench's -b");
        app.add_option("--ub,--ubatch,--ubatch-size", f->ubatch,
@@ -385,11 +389,11 @@ const int registered = register_command(
        app.add_flag("--host-logits", f->host_logits,
                     "CUDA tg: copy every step's logits to the host (decode / decode_batch, random token ids) "
                     "instead of taking the greedy argmax on the device (the default there, as a generation loop "
-                    "does; at batch 1 the steps are chained on the device: TESSERA_CUDA_CHAIN=0 waits for each)");
+                    "does; at batch 1 the steps are chained on the device: --cuda chain=0 waits for each)");
        app.add_flag("--sample", f->sample,
                     "tg as a sampled generation loop (batch 1): evaluates one token, then samples and evaluates N-1 "
                     "more with the default sampler chain (T 0.8, top-k 40, top-p 0.95, min-p 0.05; seed 1). On CUDA "
-                    "the draw runs on the device and one token comes back per step (TESSERA_CUDA_SAMPLE=0: the "
+                    "the draw runs on the device and one token comes back per step (--cuda sample=0: the "
                     "logits come back and the host draws)");
        app.add_flag("--json", f->json, "Print a JSON array of rows (test, tok_s, tok_s_stddev, gbps, tflops, ...)");
        app.add_flag("--ceilings", f->ceilings_only,

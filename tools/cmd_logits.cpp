@@ -37,6 +37,7 @@ struct LogitsFlags {
   std::string out;
   std::string device = "cpu";
   NglFlag ngl;  // -ngl: llama.cpp's spelling of the device
+  BackendFlags backend;  // --cuda KEY=VALUE, --cpu-isa
   std::string kv_type;
   int64_t n_ctx = 0;
   int64_t n_ubatch = 512;
@@ -149,6 +150,7 @@ int run(LogitsFlags& f) {
 
   SessionOptions so;
   so.device = f.device;
+  so.backend_options = backend_options(f.backend, f.device);
   so.n_threads = cap_threads(f.n_threads);
   so.reference = f.reference;
   so.kv_dtype = f.kv_type;
@@ -227,6 +229,7 @@ const int registered = register_command(
        app.add_option("--text", f->text, "One prompt as text, tokenized with the model's tokenizer (BOS as it asks)");
        app.add_option("-o,--out", f->out, "Output directory (--prompts) or .npy file (--ids, --text)");
        add_ngl_option(app, f->ngl, app.add_option("--device", f->device, "cpu (default) or cuda"));
+       add_backend_flags(app, f->backend);
        app.add_option("-c,--ctx-size", f->n_ctx, "Context size (default: the longest prompt)");
        app.add_option("-b,--batch-size,--ub,--ubatch,--ubatch-size", f->n_ubatch,
                       "Logical batch: prompt tokens per forward pass (default 512)");

@@ -37,6 +37,7 @@ struct ProfileFlags {
   int threads = 0;
   std::string device = "cpu";
   NglFlag ngl;  // -ngl: llama.cpp's spelling of the device
+  BackendFlags backend;  // --cuda KEY=VALUE, --cpu-isa
   int64_t batch = 512;
   bool json = false;
   bool no_ceilings = false;  // the default now; kept for scripts that pass it
@@ -244,6 +245,7 @@ int run(ProfileFlags& f) {
   so.n_batch = f.batch;
   so.n_threads = f.threads;
   so.device = f.device;
+  so.backend_options = backend_options(f.backend, f.device);
   Session session(model, so);
 
   // Warm-up (weights paged in, plans compiled), not profiled.
@@ -351,6 +353,7 @@ const int registered = register_command(
        app.add_option("-n,--n-gen", f->n_gen, "Decode steps (greedy; default 32)");
        app.add_option("-t,--threads", f->threads, "Threads (default: all cores; capped to the hardware threads)");
        add_ngl_option(app, f->ngl, app.add_option("--device", f->device, "cpu (default) or cuda"));
+       add_backend_flags(app, f->backend);
        app.add_option("-b,--batch,--batch-size", f->batch,
                       "Logical batch: prompt tokens per forward pass (default 512)");
        app.add_flag("--json", f->json, "Print one JSON object (prefill and decode: classes, matmul roles, nodes)");

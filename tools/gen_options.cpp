@@ -30,6 +30,7 @@ void add_gen_flags(CLI::App& app, GenFlags& f) {
       app.add_option("--device", f.session.device,
                      "cpu (default) or cuda (the whole model on the GPU: prompts in chunks, then decode)");
   add_ngl_option(app, f.ngl, device);
+  add_backend_flags(app, f.backend);
   app.add_option("-n,--n-predict", f.gen.max_tokens, "Tokens to generate, -1 for no limit (default 256)");
   app.add_option("--temp", f.gen.sampling.temperature, "Temperature; 0 is greedy (default 0.8)");
   app.add_option("--top-k", f.gen.sampling.top_k, "Top-k, 0 = off (default 40)");
@@ -79,10 +80,29 @@ void finish_gen_flags(GenFlags& f) {
   if (f.session.n_batch < 1) throw Error(fmt::format("-b {} must be positive", f.session.n_batch));
   f.session.n_threads = cap_threads(f.session.n_threads);
   apply_ngl(f.ngl, f.session.device);
+  f.session.backend_options = backend_options(f.backend, f.session.device);
   if (!f.no_escape) {
     f.system = process_escapes(f.system);
     for (std::string& s : f.gen.stop) s = process_escapes(s);
   }
+}
+
+void add_backend_flags(CLI::App& app, BackendFlags& f) {
+  app.add_option("--cuda", f.cuda,
+                 "KEY=VALUE: a CUDA backend option (repeatable; e.g. graph=0, sample=0, attn_tma=0; every key with its "
+                 "default in docs/ENVIRONMENT.md)");
+  app.add_option("--cpu-isa", f.cpu_isa, "CPU kernels' instruction set: scalar, avx2, avx2_vnni or avx512_vnni "
+                                         "(default: the best this CPU runs)");
+}
+
+std::vector<std::string> backend_options(const BackendFlags& f, const std::string& device) {
+  if (!f.cuda.empty() && device != "cuda")
+    throw Error(fmt::format("--cuda {} sets a CUDA option, but the device is {} (add --device cuda)", f.cuda[0], device));
+  if (!f.cpu_isa.empty() && device != "cpu")
+    throw Error(fmt::format("--cpu-isa {} sets the CPU's kernels, but the device is {}", f.cpu_isa, device));
+  std::vector<std::string> out = f.cuda;
+  if (!f.cpu_isa.empty()) out.push_back("isa=" + f.cpu_isa);
+  return out;
 }
 
 void add_ngl_option(CLI::App& app, NglFlag& ngl, CLI::Option* device_opt) {

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 #include "tessera/session.h"
 
@@ -16,6 +17,16 @@ struct NglFlag {
   int layers = -1;  // -1: not given
   CLI::Option* device_opt = nullptr;
 };
+// The device backend's own switches: --cuda KEY=VALUE (repeatable; the fields of cuda::CudaOptions, docs/ENVIRONMENT.md)
+// and --cpu-isa NAME. backend_options() turns them into SessionOptions::backend_options for `device`, refusing a
+// switch of the other device by name.
+struct BackendFlags {
+  std::vector<std::string> cuda;
+  std::string cpu_isa;
+};
+void add_backend_flags(CLI::App& app, BackendFlags& f);
+std::vector<std::string> backend_options(const BackendFlags& f, const std::string& device);
+
 struct GenFlags {
   std::string model;
   SessionOptions session;
@@ -25,6 +36,7 @@ struct GenFlags {
   std::string system;         // system prompt for chat
   bool no_escape = false;     // --no-escape: take \n in -p, --system and --stop literally
   NglFlag ngl;                // -ngl: llama.cpp's; maps onto --device
+  BackendFlags backend;       // --cuda KEY=VALUE, --cpu-isa
 };
 
 // Adds -m, -c/--ctx-size, -b/--batch-size, -t, --reference, --kv-type, --device, -ngl, -n, --temp, --top-k, --top-p,
