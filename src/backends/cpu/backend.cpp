@@ -28,21 +28,19 @@ const PackedWeight& WeightCache::get(const Tensor& w) {
   const int64_t n = w.shape[0], k = w.shape[1];
   DType dtype = w.dtype;
   const void* data = w.data;
-  if (!matmul_supports(dtype)) {
-    // No kernel reads this format yet: keep it usable (slower, 2 bytes per weight) rather than refuse the model.
-    TESSERA_CHECK(can_dequantize(dtype), "cpu backend: weight '{}' has dtype {}, which cannot be read", w.name,
-                  dtype_name(dtype));
-    auto half = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(n * k));
-    std::vector<float> row(static_cast<size_t>(k));
-    const uint64_t row_bytes = w.nbytes() / static_cast<uint64_t>(n);
-    for (int64_t r = 0; r < n; ++r) {
-      dequantize_row(dtype, static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(r) * row_bytes, row.data(), k);
-      for (int64_t i = 0; i < k; ++i) (*half)[static_cast<size_t>(r * k + i)] = f32_to_fp16(row[static_cast<size_t>(i)]);
-    }
-    bytes_ += half->size() * 2;
-    data = half->data();
-    dtype = DType::F16;
-    converted_.push_back(std::move(half));
+  const FormatSupport& formats = matmul_formats();
+  if (!formats.is_native(dtype)) {
+    // No kernel reads this format: keep it usable (slower, 2 bytes per weight) rather than refuse the model.
+    const std::optional<DType> as = formats.runs_as(dtype);
+    TESSERA_CHECK(as.has_value(), "cpu backend: weight '{}' is {}, which Tessera cannot read; {}", w.name,
+                  dtype_name(dtype), formats.summary());
+    auto copy = std::make_shared<std::vector<uint8_t>>(*dtype_row_bytes(*as, static_cast<uint64_t>(n * k)));
+    convert_rows(dtype, w.data, *as, copy->data(), n, k);
+    notices_.note(formats, w.name, dtype);
+    bytes_ += copy->size();
+    data = copy->data();
+    dtype = *as;
+    converted_.push_back(std::move(copy));
   }
   auto pw = std::make_unique<PackedWeight>(prepare_weight(dtype, data, n, k));
   bytes_ += pw->packed_bytes;
@@ -60,7 +58,7 @@ uint64_t WeightCache::bytes() const {
 Plan::Plan() = default;
 
 Plan::~Plan() {
-  if (arena_ != nullptr) ::operator delete(arena_, std::align_val_t{64});
+  if (arena_ != nullptr) ::operator delete (arena_, std::align_val_t{64});
 }
 
 void* Plan::input(std::string_view name) {
@@ -158,8 +156,8 @@ MemoryPlan plan_memory(const graph::Graph& g) {
   };
   const auto dies_here = [&](int t, size_t node) {
     const Tensor& x = g.tensor(t);
-    return x.kind == TensorKind::ACTIVATION && !x.is_output && last_use[static_cast<size_t>(t)] == static_cast<int>(node) &&
-           block_of[static_cast<size_t>(t)] >= 0;
+    return x.kind == TensorKind::ACTIVATION && !x.is_output &&
+           last_use[static_cast<size_t>(t)] == static_cast<int>(node) && block_of[static_cast<size_t>(t)] >= 0;
   };
   for (size_t i = 0; i < nt; ++i)
     if (g.tensors()[i].kind == TensorKind::INPUT) give(static_cast<int>(i), align_up(g.tensors()[i].nbytes()));
@@ -169,7 +167,8 @@ MemoryPlan plan_memory(const graph::Graph& g) {
     if (n.op != Op::KV_STORE) {
       std::vector<int> candidates;
       if (n.op == Op::ROPE || n.op == Op::RMSNORM) candidates = {n.inputs[0]};
-      if ((n.op == Op::ADD || n.op == Op::SWIGLU) && n.inputs[0] != n.inputs[1]) candidates = {n.inputs[0], n.inputs[1]};
+      if ((n.op == Op::ADD || n.op == Op::SWIGLU) && n.inputs[0] != n.inputs[1])
+        candidates = {n.inputs[0], n.inputs[1]};
       int reuse = -1;
       for (int c : candidates)
         if (dies_here(c, i) && g.tensor(c).nbytes() == out.nbytes()) {
@@ -205,7 +204,7 @@ std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vect
   MemoryPlan mp = plan_memory(pg);
   plan->offsets_ = mp.offsets;
   plan->arena_bytes_ = std::max<uint64_t>(mp.total, kAlign);
-  plan->arena_ = ::operator new(plan->arena_bytes_, std::align_val_t{64});
+  plan->arena_ = ::operator new (plan->arena_bytes_, std::align_val_t{64});
   uint8_t* arena = static_cast<uint8_t*>(plan->arena_);
   for (size_t i = 0; i < pg.tensors().size(); ++i) {
     if (pg.tensors()[i].kind != TensorKind::INPUT) continue;
