@@ -58,7 +58,7 @@ uint64_t WeightCache::bytes() const {
 Plan::Plan() = default;
 
 Plan::~Plan() {
-  if (arena_ != nullptr) ::operator delete (arena_, std::align_val_t{64});
+  if (arena_ != nullptr) ::operator delete(arena_, std::align_val_t{64});
 }
 
 void* Plan::input(std::string_view name) {
@@ -156,8 +156,8 @@ MemoryPlan plan_memory(const graph::Graph& g) {
   };
   const auto dies_here = [&](int t, size_t node) {
     const Tensor& x = g.tensor(t);
-    return x.kind == TensorKind::ACTIVATION && !x.is_output &&
-           last_use[static_cast<size_t>(t)] == static_cast<int>(node) && block_of[static_cast<size_t>(t)] >= 0;
+    return x.kind == TensorKind::ACTIVATION && !x.is_output && last_use[static_cast<size_t>(t)] == static_cast<int>(node) &&
+           block_of[static_cast<size_t>(t)] >= 0;
   };
   for (size_t i = 0; i < nt; ++i)
     if (g.tensors()[i].kind == TensorKind::INPUT) give(static_cast<int>(i), align_up(g.tensors()[i].nbytes()));
@@ -167,8 +167,7 @@ MemoryPlan plan_memory(const graph::Graph& g) {
     if (n.op != Op::KV_STORE) {
       std::vector<int> candidates;
       if (n.op == Op::ROPE || n.op == Op::RMSNORM) candidates = {n.inputs[0]};
-      if ((n.op == Op::ADD || n.op == Op::SWIGLU) && n.inputs[0] != n.inputs[1])
-        candidates = {n.inputs[0], n.inputs[1]};
+      if ((n.op == Op::ADD || n.op == Op::SWIGLU) && n.inputs[0] != n.inputs[1]) candidates = {n.inputs[0], n.inputs[1]};
       int reuse = -1;
       for (int c : candidates)
         if (dies_here(c, i) && g.tensor(c).nbytes() == out.nbytes()) {
@@ -204,7 +203,7 @@ std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vect
   MemoryPlan mp = plan_memory(pg);
   plan->offsets_ = mp.offsets;
   plan->arena_bytes_ = std::max<uint64_t>(mp.total, kAlign);
-  plan->arena_ = ::operator new (plan->arena_bytes_, std::align_val_t{64});
+  plan->arena_ = ::operator new(plan->arena_bytes_, std::align_val_t{64});
   uint8_t* arena = static_cast<uint8_t*>(plan->arena_);
   for (size_t i = 0; i < pg.tensors().size(); ++i) {
     if (pg.tensors()[i].kind != TensorKind::INPUT) continue;

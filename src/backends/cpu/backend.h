@@ -32,7 +32,7 @@ struct BackendOptions {
 class WeightCache {
  public:
   const PackedWeight& get(const graph::Tensor& w);  // w: a 2-D WEIGHT tensor [N, K] with data
-  uint64_t bytes() const;                           // bytes of repacked or converted copies held
+  uint64_t bytes() const;                            // bytes of repacked or converted copies held
 
  private:
   mutable std::mutex mu_;

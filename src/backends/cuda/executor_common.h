@@ -28,7 +28,7 @@ struct CudaShared::Impl {
   CudaBackendOptions options;
   bool fuse = true;  // merge matmuls sharing an input and fold residual adds (TESSERA_CUDA_FUSE=0: off)
   cudaStream_t stream = nullptr;
-  std::unordered_map<const void*, DeviceWeight> weights;                     // by host data pointer
+  std::unordered_map<const void*, DeviceWeight> weights;                    // by host data pointer
   std::map<std::vector<const void*>, std::unique_ptr<DeviceWeight>> stacks;  // by member weights' host pointers
   struct Cache {
     DType dtype = DType::F16;

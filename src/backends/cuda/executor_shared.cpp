@@ -24,13 +24,11 @@ FusedAttention resolve_fused_attention(const graph::Node& n, const std::unordere
   if (rq == rope.end() || sk == kv_src.end() || sv == kv_src.end())
     unsupported("its query must come from a rope node and its caches from cache stores");
   const auto rk = rope.find(sk->second);
-  if (rk == rope.end() || rope.count(sv->second) != 0)
-    unsupported("the stored keys must be rotated and the stored values not");
+  if (rk == rope.end() || rope.count(sv->second) != 0) unsupported("the stored keys must be rotated and the stored values not");
   if (rk->second.inv_freq != rq->second.inv_freq || rk->second.p.rope_dim != rq->second.p.rope_dim ||
       rk->second.p.rope_neox != rq->second.p.rope_neox)
     unsupported("its query and key rotations differ");
-  if (consumers[static_cast<size_t>(sk->second)].size() != 1)
-    unsupported("the rotated keys are read by other nodes too");
+  if (consumers[static_cast<size_t>(sk->second)].size() != 1) unsupported("the rotated keys are read by other nodes too");
   return {rq->second.src, rk->second.src, sv->second, &rq->second};
 }
 

@@ -2,7 +2,9 @@
 // CUDA weight-format table: formats without a kernel are converted on the host to bf16 first.
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <limits>
+#include <optional>
 #include <thread>
 #include <vector>
 
