@@ -101,13 +101,13 @@ std::vector<float> run_cuda(const OpGraph& og) {
     case Op::EMBED: {
       const DeviceWeight w = upload(in(0));
       DeviceBuffer ids = input(1), y = poisoned(out.nbytes());
-      embedding(w, ids.as<int32_t>(), y.as<float>(), t, s);
+      cuda::embedding(w, ids.as<int32_t>(), y.as<float>(), t, s);
       synchronize();
       return floats_of(y, out.numel());
     }
     case Op::RMSNORM: {
       DeviceBuffer x = input(0), w = to_device(in(1).data, in(1).nbytes()), y = poisoned(out.nbytes());
-      rmsnorm(x.as<float>(), w.as<float>(), y.as<float>(), t, in(0).shape[1], n.params.eps, s);
+      cuda::rmsnorm(x.as<float>(), w.as<float>(), y.as<float>(), t, in(0).shape[1], n.params.eps, s);
       synchronize();
       return floats_of(y, out.numel());
     }
@@ -116,7 +116,7 @@ std::vector<float> run_cuda(const OpGraph& og) {
       DeviceBuffer x = input(0), y = poisoned(out.nbytes());
       // The executors' workspace: a dequantization scratch for the quantized formats' cuBLASLt path.
       GemmWorkspace ws(t, w.k, gemv_quantized(w.dtype) ? w.n * w.k : 0);
-      matmul(w, x.as<float>(), y.as<float>(), t, ws, s);
+      cuda::matmul(w, x.as<float>(), y.as<float>(), t, ws, s);
       synchronize();
       return floats_of(y, out.numel());
     }

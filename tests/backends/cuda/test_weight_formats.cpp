@@ -216,7 +216,9 @@ TEST_P(CudaWeightFormatsModel, MatchesCpu) {
   // One notice per converted format and backend, not one per tensor.
   EXPECT_EQ(count(notices, "tessera: cuda: q6_k weights"), 1u) << notices;
   EXPECT_EQ(count(notices, "tessera: cpu: q6_k weights"), 1u) << notices;
-  if (l.name == kQ4KM.name) EXPECT_EQ(count(notices, "tessera: cuda: q4_k weights"), 1u) << notices;
+  if (l.name == kQ4KM.name) {
+    EXPECT_EQ(count(notices, "tessera: cuda: q4_k weights"), 1u) << notices;
+  }
   EXPECT_EQ(count(notices, "tessera: cuda:"), l.name == kQ4KM.name ? 2u : 1u) << notices;
 }
 
