@@ -143,19 +143,19 @@ std::vector<float> run_cuda(const OpGraph& og) {
       return floats_of(x, out.numel());
     }
     case Op::KV_STORE: {
-      // The same launch stores v as it is (k is rotated): the cache under test is the v side.
+      // The launch that stores this chunk's keys and values (rope_store_kv_rows), with no rotation (rope_dim 0): v is
+      // stored as it is, and the cache under test is the v side; q is a scratch of as many heads as the cache has.
       const graph::Tensor& cache = in(1);
       const graph::OpParams& p = n.params;
-      DeviceBuffer x = input(0), q = DeviceBuffer(static_cast<size_t>(t * p.head_dim) * 4);
+      const int64_t width = p.n_head_kv * p.head_dim;
+      DeviceBuffer x = input(0), q = DeviceBuffer(static_cast<size_t>(t * width) * 4);
       q.fill_bytes(0);
       DeviceBuffer cv = to_device(og.caches.at(cache.name)), ck = DeviceBuffer(cv.bytes());
       const std::vector<int32_t> ph = positions(og.n_past, t);
       DeviceBuffer pos = to_device(ph.data(), ph.size() * 4);
-      const std::vector<float> f(static_cast<size_t>(p.head_dim / 2), 1.0f);
-      DeviceBuffer fd = to_device(f.data(), f.size() * 4);
       const KvCacheView c = view(cache.dtype, ck.get(), cv.get(), cache);
-      rope_store_kv_rows(q.as<float>(), p.head_dim, x.as<float>(), x.as<float>(), p.n_head_kv * p.head_dim, c,
-                         pos.as<int32_t>(), nullptr, t, 1, p.head_dim, fd.as<float>(), false, s);
+      rope_store_kv_rows(q.as<float>(), width, x.as<float>(), x.as<float>(), width, c, pos.as<int32_t>(), nullptr, t,
+                         p.n_head_kv, 0, nullptr, false, s);
       synchronize();
       std::vector<uint8_t> bytes(cv.bytes());
       cv.download(bytes.data(), bytes.size());

@@ -1,6 +1,6 @@
 // Weight formats the CUDA kernels have no kernel for (q4_K, q6_K) run on the GPU converted to bf16 at load: the host
-// conversion (no GPU needed), and whole models laid out as llama-quantize lays out its K-quant files, CUDA logits
-// against the CPU's (GPU only; scripts/gpu_check.sh runs them).
+// conversion (no GPU needed), whole models laid out as llama-quantize lays out its K-quant files and the default model
+// requantized to Q6_K by llama-quantize, CUDA logits against the CPU's (GPU only; scripts/gpu_check.sh runs them).
 //
 // Tolerance (models): both backends convert the K-quant weights (CPU: to f16, CUDA: to bf16) and run them with f32
 // activations; the q8_0 weights of the Q6_K-style model run with 8-bit activations on both. bf16 rounds each converted
@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -30,6 +31,7 @@
 #include "tessera/error.h"
 #include "tessera/model.h"
 #include "tessera/session.h"
+#include "test_util.h"
 
 namespace tessera {
 namespace {
@@ -166,6 +168,52 @@ size_t count(const std::string& s, const std::string& what) {
   return c;
 }
 
+// Logits of `ids` fed token by token on the CPU and on CUDA, and through CUDA prefill, against the CPU's.
+struct Compared {
+  std::vector<double> rel;  // per step, token by token
+  double worst = 0, worst_prefill = 0;
+  int agree = 0, steps = 0;
+  std::string notices;  // stderr of the CPU and CUDA token-by-token sessions
+};
+
+Compared compare_backends(const Model& m, const std::vector<int32_t>& ids) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const auto run = [&](const std::string& device, bool prefill) {
+    Session s(m, {.n_ctx = n + 8, .n_threads = 2, .device = device});
+    if (prefill) return s.eval_all_logits(ids);
+    std::vector<float> all;
+    for (int32_t id : ids) {
+      const std::span<const float> x = s.decode(id);
+      all.insert(all.end(), x.begin(), x.end());
+    }
+    return all;
+  };
+  Compared r;
+  ::testing::internal::CaptureStderr();
+  const std::vector<float> cpu = run("cpu", false);
+  const std::vector<float> gpu = run("cuda", false);
+  r.notices = ::testing::internal::GetCapturedStderr();
+  std::cout << r.notices;
+  const std::vector<float> gpu_prefill = run("cuda", true);
+  EXPECT_EQ(gpu.size(), cpu.size());
+  EXPECT_EQ(gpu_prefill.size(), cpu.size());
+  if (gpu.size() != cpu.size() || gpu_prefill.size() != cpu.size()) return r;
+  const size_t v = cpu.size() / static_cast<size_t>(n);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* c = cpu.data() + static_cast<size_t>(t) * v;
+    const float* g = gpu.data() + static_cast<size_t>(t) * v;
+    for (size_t i = 0; i < v; ++i) EXPECT_TRUE(std::isfinite(g[i])) << "logit " << i << " at step " << t;
+    r.rel.push_back(rel_l2(c, g, v));
+    r.worst = std::max(r.worst, r.rel.back());
+    r.worst_prefill = std::max(r.worst_prefill, rel_l2(c, gpu_prefill.data() + static_cast<size_t>(t) * v, v));
+    r.agree += std::max_element(c, c + v) - c == std::max_element(g, g + v) - g ? 1 : 0;
+    ++r.steps;
+  }
+  std::cout << "worst relative L2 error token by token " << r.worst << ", prefill " << r.worst_prefill
+            << ", top-1 agrees at " << r.agree << " of " << r.steps << " steps\n";
+  return r;
+}
+
 class CudaWeightFormatsModel : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(CudaWeightFormatsModel, MatchesCpu) {
@@ -179,47 +227,45 @@ TEST_P(CudaWeightFormatsModel, MatchesCpu) {
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(l.n_vocab - 1));
   std::vector<int32_t> ids(24);
   for (int32_t& id : ids) id = tok(rng);
-  const int64_t n = static_cast<int64_t>(ids.size());
-  const auto run = [&](const std::string& device, bool prefill) {
-    Session s(m, {.n_ctx = n + 8, .n_threads = 2, .device = device});
-    if (prefill) return s.eval_all_logits(ids);
-    std::vector<float> all;
-    for (int32_t id : ids) {
-      const std::span<const float> x = s.decode(id);
-      all.insert(all.end(), x.begin(), x.end());
-    }
-    return all;
-  };
-  ::testing::internal::CaptureStderr();
-  const std::vector<float> cpu = run("cpu", false);
-  const std::vector<float> gpu = run("cuda", false);
-  const std::string notices = ::testing::internal::GetCapturedStderr();
-  std::cout << notices;
-  const std::vector<float> gpu_prefill = run("cuda", true);
-  ASSERT_EQ(gpu.size(), cpu.size());
-  ASSERT_EQ(gpu_prefill.size(), cpu.size());
-  const size_t v = static_cast<size_t>(l.n_vocab);
-  double worst = 0, worst_prefill = 0;
-  int agree = 0;
-  for (int64_t t = 0; t < n; ++t) {
-    const float* c = cpu.data() + static_cast<size_t>(t) * v;
-    const float* g = gpu.data() + static_cast<size_t>(t) * v;
-    for (size_t i = 0; i < v; ++i) ASSERT_TRUE(std::isfinite(g[i])) << "logit " << i << " at step " << t;
-    worst = std::max(worst, rel_l2(c, g, v));
-    worst_prefill = std::max(worst_prefill, rel_l2(c, gpu_prefill.data() + static_cast<size_t>(t) * v, v));
-    agree += std::max_element(c, c + v) - c == std::max_element(g, g + v) - g ? 1 : 0;
-  }
-  std::cout << l.name << ": worst relative L2 error token by token " << worst << ", prefill " << worst_prefill
-            << ", top-1 agrees at " << agree << " of " << n << " steps\n";
-  EXPECT_LE(worst, 3e-2);
-  EXPECT_LE(worst_prefill, 3e-2);
+  const Compared r = compare_backends(m, ids);
+  EXPECT_LE(r.worst, 3e-2) << l.name;
+  EXPECT_LE(r.worst_prefill, 3e-2) << l.name;
   // One notice per converted format and backend, not one per tensor.
-  EXPECT_EQ(count(notices, "tessera: cuda: q6_k weights"), 1u) << notices;
-  EXPECT_EQ(count(notices, "tessera: cpu: q6_k weights"), 1u) << notices;
+  EXPECT_EQ(count(r.notices, "tessera: cuda: q6_k weights"), 1u) << r.notices;
+  EXPECT_EQ(count(r.notices, "tessera: cpu: q6_k weights"), 1u) << r.notices;
   if (l.name == kQ4KM.name) {
-    EXPECT_EQ(count(notices, "tessera: cuda: q4_k weights"), 1u) << notices;
+    EXPECT_EQ(count(r.notices, "tessera: cuda: q4_k weights"), 1u) << r.notices;
   }
-  EXPECT_EQ(count(notices, "tessera: cuda:"), l.name == kQ4KM.name ? 2u : 1u) << notices;
+  EXPECT_EQ(count(r.notices, "tessera: cuda:"), l.name == kQ4KM.name ? 2u : 1u) << r.notices;
+}
+
+// The check: the default model requantized to Q6_K by llama.cpp runs on CUDA. The file is not in the
+// repository; make it next to the default model with llama.cpp's tool (scripts/build_llamacpp.sh llama-quantize):
+//   cd ~/.cache/tessera/models && llama-quantize --allow-requantize SmolLM2-135M-Instruct.Q4_1.gguf
+//     SmolLM2-135M-Instruct.Q6_K.gguf Q6_K     (one command line)
+// (130 MiB: its 30 ffn_down are q6_K, the 576-wide tensors fall back to q8_0). Both backends round activations to 8
+// bits for the q8_0 weights, independently; against the CPU reference each sits at ~1% median relative error on this
+// input (MatchesCpuOnDefaultModel in test_backend_cuda.cpp), so against each other the median step stays near 1.5%:
+// 3e-2 leaves 2x. The worst step is a noisy statistic of those roundings and is not judged; top-1 must agree at 85%
+// of the steps (the CPU fast path agrees with the reference at ~95%).
+TEST(CudaWeightFormats, DefaultModelRequantizedToQ6_KMatchesCpu) {
+  TESSERA_REQUIRE_GPU();
+  TESSERA_REQUIRE_DEFAULT_MODEL(q4_1);
+  const std::string path = (std::filesystem::path(q4_1).parent_path() / "SmolLM2-135M-Instruct.Q6_K.gguf").string();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent (the comment above says how to make it)";
+  const Model m = Model::load(path);
+  std::vector<int32_t> ids = m.tokenizer().encode("The capital of France is Paris, and the capital of", true, false);
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int32_t> tok(0, 49151);
+  for (int i = 0; i < 32; ++i) ids.push_back(tok(rng));
+  Compared r = compare_backends(m, ids);
+  ASSERT_EQ(r.steps, static_cast<int>(ids.size()));
+  std::sort(r.rel.begin(), r.rel.end());
+  const double median = r.rel[r.rel.size() / 2];
+  std::cout << "default model, Q6_K: median relative L2 error " << median << "\n";
+  EXPECT_LE(median, 3e-2);
+  EXPECT_GE(r.agree * 100, r.steps * 85);
+  EXPECT_EQ(count(r.notices, "tessera: cuda: q6_k weights (first: blk.0.ffn_down.weight)"), 1u) << r.notices;
 }
 
 INSTANTIATE_TEST_SUITE_P(KQuantFiles, CudaWeightFormatsModel, ::testing::Values(kQ6K, kQ4KM),
