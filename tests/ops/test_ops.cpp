@@ -71,6 +71,8 @@ Row rmsnorm_row(int64_t t, int64_t d) {
           [=](std::mt19937& rng) { return rmsnorm(rng, t, d); }, kF32, kF32};
 }
 
+// CUDA forms the angle pos * inv_freq in float (the CPU in double): at most half an ulp of the angle, which at the
+// position-1000 row below is nMSE 2.5e-11 (numpy, over that row's pairs): under kF32 up to positions of about 2000.
 Row rope_row(int64_t t, int64_t heads, int64_t hd, int64_t rope_dim, bool neox, int64_t p0) {
   return {"ROPE_t" + std::to_string(t) + "_h" + std::to_string(heads) + "_hd" + std::to_string(hd) + "_r" +
               std::to_string(rope_dim) + (neox ? "_neox" : "_norm") + "_p" + std::to_string(p0),
