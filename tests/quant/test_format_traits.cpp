@@ -3,9 +3,11 @@
 // backend does at load for a format it has no kernel for), and FormatSupport's tables and texts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "quant/format_support.h"
