@@ -27,7 +27,8 @@
 #   profile,sdpa,peer); --quick (alone: the one-call check; with --only: the shorter form of those phases); --no-sanitizer
 #   (no memcheck after the tests); --no-peer (drop the peer phase); --stage-model (see the default model below);
 #   -h, --help (this text).
-# Phases: tests (GPU tests; + memcheck unless --no-sanitizer), race (compute-sanitizer racecheck, by test group),
+# Phases: tests (GPU tests and the op test table, tests/ops; + memcheck unless --no-sanitizer),
+#   race (compute-sanitizer racecheck, by test group),
 #   default (only the default-model tests), hf (HF-transformers oracle vs tessera logits),
 #   kernels (kernel benchmarks), decode (tessera bench --device cuda, batch 1), quantfolds (8B q8_0/q4_1 decode with
 #   the quantized decoder's folds at their defaults, each switched, and the norm fold's cluster form), earlyl2 (the
@@ -118,7 +119,7 @@ arch_lib="$deps/lib/x86_64-linux-gnu"
 logt="$OUT/tests.log"
 : > "$logt"
 stamp "building (Release, sm_90a) in build-gpu"
-targets="test_backends_cuda tessera_cli tessera_bench_cuda"
+targets="test_backends_cuda test_ops tessera_cli tessera_bench_cuda"
 grep -q tessera_attn_capi bench/cuda/CMakeLists.txt && targets="$targets tessera_attn_capi"
 for t in tessera_bench_gemm tessera_bench_attention; do grep -q "$t" bench/cuda/CMakeLists.txt && targets="$targets $t"; done
 if cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA_ARCHS=90a-real \
@@ -140,6 +141,7 @@ export TESSERA_SOURCE_DIR="$root"
 bin=build-gpu/bin
 cli=$bin/tessera
 test_bin=build-gpu/tests/test_backends_cuda
+ops_bin=build-gpu/tests/test_ops  # the op test table (tests/ops): every op on CPU and CUDA against the CPU reference
 bench_log="$OUT/bench.log"
 results="$OUT/results.json"
 rows_dir=$(mktemp -d)
@@ -176,6 +178,14 @@ if has tests; then
   skipped=$(grep -c '^\[  SKIPPED \] .*([0-9]* ms)$' "$logt")
   say "- tests: exit $rc, $passed passed, $failed failed, $skipped skipped (tests.log)"
   [ "$rc" -ne 0 ] && status=1 && grep -E '^\[  FAILED  \]' "$logt" | head -30 | tee -a "$summary"
+  stamp "op test table"
+  logo=$(mktemp)  # appended to tests.log below (at most 8 files come back from $OUT)
+  timeout 200 "$ops_bin" --gtest_color=no > "$logo" 2>&1
+  rc=$?
+  { echo "== op table"; cat "$logo"; } >> "$logt"
+  say "- op table: exit $rc, $(grep -c '^\[       OK \]' "$logo") passed, $(grep -c '^\[  FAILED  \] .*([0-9]* ms)$' "$logo") failed, $(grep -c '^\[  SKIPPED \] .*([0-9]* ms)$' "$logo") skipped (tests.log: nMSE per row)"
+  [ "$rc" -ne 0 ] && status=1 && grep -E '^\[  FAILED  \]' "$logo" | head -30 | tee -a "$summary"
+  rm -f "$logo"
   if [ "$sanitizer" = 1 ] && command -v compute-sanitizer > /dev/null; then
     stamp "compute-sanitizer"
     {

@@ -25,6 +25,7 @@
 #include "backends/cpu/kernels.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "quant/format_support.h"
 #include "quant/quant.h"
 
 namespace tessera {
@@ -423,7 +424,8 @@ Ceilings measure_ceilings(const CeilingOptions& o) {
         const std::optional<DType> dt = dtype_from_name(name);
         TESSERA_CHECK(dt.has_value(), "unknown dtype '{}' for the GEMM ceiling", name);
         TESSERA_CHECK(cpu::matmul_supports(*dt) && can_quantize(*dt),
-                      "dtype '{}' has no CPU matmul kernel to measure (f32, f16, bf16, q8_0, q4_0, q4_1 have)", name);
+                      "dtype '{}' has no CPU matmul kernel to measure ({} have)", name,
+                      cpu::matmul_formats().native_names());
         if (std::find(dtypes.begin(), dtypes.end(), *dt) == dtypes.end()) dtypes.push_back(*dt);
       }
     }

@@ -235,10 +235,12 @@ void write_random_model(const RandomModelOptions& o, const std::string& path) {
   const Preset& p = find_preset(o.arch);
   const std::optional<DType> dt = dtype_from_name(o.dtype);
   TESSERA_CHECK(dt.has_value(), "unknown dtype '{}' for the random weights", o.dtype);
-  TESSERA_CHECK(can_quantize(*dt),
-                "random weights cannot be made in dtype '{}' (supported: f32, f16, bf16, q8_0, "
-                "q4_0, q4_1)",
-                o.dtype);
+  if (!can_quantize(*dt)) {
+    std::string can;
+    for (const FormatInfo& f : formats())
+      if (f.from_float != nullptr) can += std::string(can.empty() ? "" : ", ") + f.name;
+    fail("random weights cannot be made in dtype '{}' (supported: {})", o.dtype, can);
+  }
   TESSERA_CHECK(o.n_layers >= 0, "layer count {} must not be negative", o.n_layers);
   const int64_t n_layers = o.n_layers == 0 ? p.n_layers : o.n_layers;
   TESSERA_CHECK(n_layers <= p.n_layers, "{} has {} layers; {} were asked for", p.name, p.n_layers, n_layers);

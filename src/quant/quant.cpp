@@ -5,31 +5,24 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
 #include "quant/blocks.h"
+#include "quant/format_traits.h"
 #include "quant/half.h"
 
 namespace tessera {
 namespace {
 
-void f32_to_float(const void* src, float* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
 void f32_from_float(const float* src, void* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
 
-void f16_to_float(const void* src, float* dst, int64_t n) {
-  const auto* s = static_cast<const uint16_t*>(src);
-  for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(s[i]);
-}
 void f16_from_float(const float* src, void* dst, int64_t n) {
   auto* d = static_cast<uint16_t*>(dst);
   for (int64_t i = 0; i < n; ++i) d[i] = f32_to_fp16(src[i]);
 }
 
-void bf16_to_float(const void* src, float* dst, int64_t n) {
-  const auto* s = static_cast<const uint16_t*>(src);
-  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
-}
 void bf16_from_float(const float* src, void* dst, int64_t n) {
   auto* d = static_cast<uint16_t*>(dst);
   for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
@@ -41,16 +34,6 @@ void bf16_from_float(const float* src, void* dst, int64_t n) {
 // in the subnormal case, so the codes do not matter for the values.
 inline int trunc_to_int(float v) { return v > -0x1p31f && v < 0x1p31f ? static_cast<int>(v) : 0; }
 
-void q4_0_to_float(const void* src, float* dst, int64_t n) {
-  const auto* b = static_cast<const BlockQ4_0*>(src);
-  for (int64_t i = 0; i < n / kQK; ++i, ++b, dst += kQK) {
-    const float d = fp16_to_f32(b->d);
-    for (int j = 0; j < kQK / 2; ++j) {
-      dst[j] = static_cast<float>((b->qs[j] & 0x0F) - 8) * d;
-      dst[j + kQK / 2] = static_cast<float>((b->qs[j] >> 4) - 8) * d;
-    }
-  }
-}
 void q4_0_from_float(const float* src, void* dst, int64_t n) {
   auto* b = static_cast<BlockQ4_0*>(dst);
   for (int64_t i = 0; i < n / kQK; ++i, ++b, src += kQK) {
@@ -73,17 +56,6 @@ void q4_0_from_float(const float* src, void* dst, int64_t n) {
   }
 }
 
-void q4_1_to_float(const void* src, float* dst, int64_t n) {
-  const auto* b = static_cast<const BlockQ4_1*>(src);
-  for (int64_t i = 0; i < n / kQK; ++i, ++b, dst += kQK) {
-    const float d = fp16_to_f32(b->d);
-    const float m = fp16_to_f32(b->m);
-    for (int j = 0; j < kQK / 2; ++j) {
-      dst[j] = static_cast<float>(b->qs[j] & 0x0F) * d + m;
-      dst[j + kQK / 2] = static_cast<float>(b->qs[j] >> 4) * d + m;
-    }
-  }
-}
 void q4_1_from_float(const float* src, void* dst, int64_t n) {
   auto* b = static_cast<BlockQ4_1*>(dst);
   for (int64_t i = 0; i < n / kQK; ++i, ++b, src += kQK) {
@@ -104,13 +76,6 @@ void q4_1_from_float(const float* src, void* dst, int64_t n) {
   }
 }
 
-void q8_0_to_float(const void* src, float* dst, int64_t n) {
-  const auto* b = static_cast<const BlockQ8_0*>(src);
-  for (int64_t i = 0; i < n / kQK; ++i, ++b, dst += kQK) {
-    const float d = fp16_to_f32(b->d);
-    for (int j = 0; j < kQK; ++j) dst[j] = static_cast<float>(b->qs[j]) * d;
-  }
-}
 void q8_0_from_float(const float* src, void* dst, int64_t n) {
   auto* b = static_cast<BlockQ8_0*>(dst);
   for (int64_t i = 0; i < n / kQK; ++i, ++b, src += kQK) {
@@ -123,67 +88,154 @@ void q8_0_from_float(const float* src, void* dst, int64_t n) {
   }
 }
 
-// 6-bit scale and min of sub-block j from the 12 packed bytes of a q4_K block.
-inline void q4_k_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-    *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
+// Tessera's own K-quant quantizers (GGML's search for the best scales is not reproduced; gguf-py has no K-quant
+// quantizer to check one against). Scales come from each sub-block's extremes, are rounded to their 6- or 8-bit
+// codes relative to the block's fp16 super-scale, and every element is then rounded with the scale it will be
+// decoded with, so the round-trip error stays within half a step of the stored scale (tests/quant check the bound).
+inline int round_clamp(float v, int lo, int hi) { return std::clamp(trunc_to_int(std::nearbyint(v)), lo, hi); }
+
+// The smallest half >= v (v >= 0 and finite; inf above the largest half): a super-scale rounded up keeps every
+// sub-block's scale code within its range, so no code has to be clipped.
+uint16_t fp16_at_least(float v) {
+  uint16_t h = f32_to_fp16(v);
+  if (fp16_to_f32(h) < v && h < 0x7C00u) ++h;
+  return h;
 }
 
-void q4_k_to_float(const void* src, float* dst, int64_t n) {
-  const auto* b = static_cast<const BlockQ4_K*>(src);
-  for (int64_t i = 0; i < n / kQKK; ++i, ++b) {
-    const float d = fp16_to_f32(b->d);
-    const float dmin = fp16_to_f32(b->dmin);
-    const uint8_t* q = b->qs;
-    for (int j = 0, is = 0; j < kQKK; j += 64, is += 2, q += 32) {
-      uint8_t sc, m;
-      q4_k_scale_min(is, b->scales, &sc, &m);
-      const float d1 = d * sc, m1 = dmin * m;
-      q4_k_scale_min(is + 1, b->scales, &sc, &m);
-      const float d2 = d * sc, m2 = dmin * m;
-      for (int l = 0; l < 32; ++l) *dst++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
-      for (int l = 0; l < 32; ++l) *dst++ = d2 * static_cast<float>(q[l] >> 4) - m2;
-    }
-  }
-}
-
-void q6_k_to_float(const void* src, float* dst, int64_t n) {
-  const auto* b = static_cast<const BlockQ6_K*>(src);
-  for (int64_t i = 0; i < n / kQKK; ++i, ++b) {
-    const float d = fp16_to_f32(b->d);
-    const uint8_t* ql = b->ql;
-    const uint8_t* qh = b->qh;
-    const int8_t* sc = b->scales;
-    for (int half = 0; half < 2; ++half, dst += 128, ql += 64, qh += 32, sc += 8) {
+// q4_K: sub-block of 32 with w = d * sc * q - dmin * m, q in 0..15, sc and m 6-bit; the offset m covers the negative
+// part (min(x, 0)), so an all-positive sub-block keeps 0 exactly.
+void q4_k_from_float(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ4_K*>(dst);
+  for (int64_t i = 0; i < n / kQKK; ++i, ++b, src += kQKK) {
+    float scale[8], minus[8], max_scale = 0.0f, max_minus = 0.0f;
+    for (int j = 0; j < 8; ++j) {
+      float lo = 0.0f, hi = 0.0f;
       for (int l = 0; l < 32; ++l) {
-        const int is = l / 16;
-        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        dst[l] = (d * sc[is + 0]) * static_cast<float>(q1);
-        dst[l + 32] = (d * sc[is + 2]) * static_cast<float>(q2);
-        dst[l + 64] = (d * sc[is + 4]) * static_cast<float>(q3);
-        dst[l + 96] = (d * sc[is + 6]) * static_cast<float>(q4);
+        lo = std::min(lo, src[32 * j + l]);
+        hi = std::max(hi, src[32 * j + l]);
+      }
+      scale[j] = (hi - lo) / 15.0f;
+      minus[j] = -lo;
+      max_scale = std::max(max_scale, scale[j]);
+      max_minus = std::max(max_minus, minus[j]);
+    }
+    b->d = fp16_at_least(max_scale / 63.0f);
+    b->dmin = f32_to_fp16(max_minus / 63.0f);
+    const float d = fp16_to_f32(b->d), dmin = fp16_to_f32(b->dmin);
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; ++j) {
+      // Round the scale up, never down: a scale rounded down would clip the sub-block's largest element.
+      sc[j] = d > 0.0f ? static_cast<uint8_t>(std::clamp(trunc_to_int(std::ceil(scale[j] / d)), 0, 63)) : 0;
+      m[j] = dmin > 0.0f ? static_cast<uint8_t>(round_clamp(minus[j] / dmin, 0, 63)) : 0;
+    }
+    std::memset(b->scales, 0, sizeof(b->scales));
+    for (int j = 0; j < 8; ++j) {
+      if (j < 4) {
+        b->scales[j] |= sc[j];
+        b->scales[j + 4] |= m[j];
+      } else {
+        b->scales[j + 4] = static_cast<uint8_t>((sc[j] & 0xF) | ((m[j] & 0xF) << 4));
+        b->scales[j - 4] |= static_cast<uint8_t>((sc[j] >> 4) << 6);
+        b->scales[j] |= static_cast<uint8_t>((m[j] >> 4) << 6);
+      }
+    }
+    for (int j = 0; j < 8; ++j) {
+      const float step = d * static_cast<float>(sc[j]), off = dmin * static_cast<float>(m[j]);
+      const float inv = step > 0.0f ? 1.0f / step : 0.0f;
+      uint8_t* q = b->qs + 32 * (j / 2);
+      for (int l = 0; l < 32; ++l) {
+        const auto code = static_cast<uint8_t>(round_clamp((src[32 * j + l] + off) * inv, 0, 15));
+        q[l] = (j & 1) ? static_cast<uint8_t>((q[l] & 0x0F) | (code << 4)) : code;
       }
     }
   }
 }
 
-const QuantTraits kTraits[] = {
-    {DType::F32, f32_to_float, f32_from_float},
-    {DType::F16, f16_to_float, f16_from_float},
-    {DType::BF16, bf16_to_float, bf16_from_float},
-    {DType::Q4_0, q4_0_to_float, q4_0_from_float},
-    {DType::Q4_1, q4_1_to_float, q4_1_from_float},
-    {DType::Q8_0, q8_0_to_float, q8_0_from_float},
-    {DType::Q4_K, q4_k_to_float, nullptr},
-    {DType::Q6_K, q6_k_to_float, nullptr},
+// q6_K: sub-block of 16 with w = d * sc * (q - 32), q in 0..63, sc int8. The element of largest magnitude maps to
+// code 0 (value -32 steps), using the full 64 levels on its side as q4_0 does; an element of the other sign at the same
+// magnitude would round to +32 and is clipped to 31, one step off at most.
+void q6_k_from_float(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ6_K*>(dst);
+  for (int64_t i = 0; i < n / kQKK; ++i, ++b, src += kQKK) {
+    float scale[16], max_abs = 0.0f;
+    for (int j = 0; j < 16; ++j) {
+      float amax = 0.0f, max = 0.0f;
+      for (int l = 0; l < 16; ++l) {
+        if (std::fabs(src[16 * j + l]) > amax) {
+          amax = std::fabs(src[16 * j + l]);
+          max = src[16 * j + l];
+        }
+      }
+      scale[j] = max / -32.0f;
+      max_abs = std::max(max_abs, std::fabs(scale[j]));
+    }
+    b->d = fp16_at_least(max_abs / 127.0f);
+    const float d = fp16_to_f32(b->d);
+    uint8_t code[kQKK];
+    for (int j = 0; j < 16; ++j) {
+      // Rounded away from zero, as q4_K's scales: a step at least the sub-block's |max| / 32 never clips its extreme.
+      const float r = d > 0.0f ? scale[j] / d : 0.0f;
+      b->scales[j] = static_cast<int8_t>(std::clamp(trunc_to_int(r < 0 ? std::floor(r) : std::ceil(r)), -127, 127));
+      const float step = d * static_cast<float>(b->scales[j]);
+      const float inv = step != 0.0f ? 1.0f / step : 0.0f;
+      for (int l = 0; l < 16; ++l)
+        code[16 * j + l] = static_cast<uint8_t>(round_clamp(src[16 * j + l] * inv, -32, 31) + 32);
+    }
+    // GGML's bit layout (format_detail::q6_k_code): per half of 128, ql holds the low nibbles of elements l and
+    // l + 64 (l < 64), qh the high 2 bits of l, l + 32, l + 64, l + 96 (l < 32).
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* c = code + 128 * half;
+      uint8_t* ql = b->ql + 64 * half;
+      uint8_t* qh = b->qh + 32 * half;
+      for (int l = 0; l < 32; ++l) {
+        ql[l] = static_cast<uint8_t>((c[l] & 0xF) | ((c[l + 64] & 0xF) << 4));
+        ql[l + 32] = static_cast<uint8_t>((c[l + 32] & 0xF) | ((c[l + 96] & 0xF) << 4));
+        qh[l] = static_cast<uint8_t>((c[l] >> 4) | ((c[l + 32] >> 4) << 2) | ((c[l + 64] >> 4) << 4) |
+                                     ((c[l + 96] >> 4) << 6));
+      }
+    }
+  }
+}
+
+// Row functions of a format, instantiated from its traits.
+template <DType D>
+void to_float(const void* src, float* dst, int64_t n) {
+  using F = Format<D>;
+  const auto* b = static_cast<const uint8_t*>(src);
+  for (int64_t i = 0; i < n / F::kBlockSize; ++i) {
+    typename F::Block blk;  // a copy: GGUF blocks of 18 or 210 bytes are not aligned for the struct in general
+    std::memcpy(&blk, b + i * F::kBlockBytes, sizeof(blk));
+    F::dequantize(blk, dst + i * F::kBlockSize);
+  }
+}
+
+template <DType D>
+double dot_q8(const void* row, const BlockQ8Act* x, int64_t n) {
+  using F = Format<D>;
+  const auto* b = static_cast<const uint8_t*>(row);
+  double acc = 0.0;
+  for (int64_t i = 0; i < n / F::kBlockSize; ++i) {
+    typename F::Block blk;
+    std::memcpy(&blk, b + i * F::kBlockBytes, sizeof(blk));
+    acc += F::dot_q8(blk, x + i * (F::kBlockSize / kQK));
+  }
+  return acc;
+}
+
+template <DType D>
+constexpr FormatInfo info(FromFloatFn from_float, bool from_float_is_ggml) {
+  using F = Format<D>;
+  DotQ8Fn dot = nullptr;
+  if constexpr (F::kQuantized) dot = dot_q8<D>;
+  return {D, F::kName, F::kBlockSize, F::kBlockBytes, F::kQuantized, to_float<D>, from_float, from_float_is_ggml, dot};
+}
+
+// In DType order. A new format: its Format<D> specialization in format_traits.h and one line here.
+const FormatInfo kFormats[] = {
+    info<DType::F32>(f32_from_float, true),    info<DType::F16>(f16_from_float, true),
+    info<DType::Q4_0>(q4_0_from_float, true),  info<DType::Q4_1>(q4_1_from_float, true),
+    info<DType::Q8_0>(q8_0_from_float, true),  info<DType::Q4_K>(q4_k_from_float, false),
+    info<DType::Q6_K>(q6_k_from_float, false), info<DType::BF16>(bf16_from_float, true),
 };
 
 void check_row(DType t, int64_t n) {
@@ -194,10 +246,17 @@ void check_row(DType t, int64_t n) {
 
 }  // namespace
 
+std::span<const FormatInfo> formats() { return kFormats; }
+
+const FormatInfo* format_info(DType t) {
+  for (const auto& e : kFormats)
+    if (e.type == t) return &e;
+  return nullptr;
+}
+
 QuantTraits quant_traits(DType t) {
-  for (const auto& e : kTraits)
-    if (e.type == t) return e;
-  return QuantTraits{t, nullptr, nullptr};
+  const FormatInfo* f = format_info(t);
+  return f != nullptr ? QuantTraits{t, f->to_float, f->from_float} : QuantTraits{t, nullptr, nullptr};
 }
 
 bool can_dequantize(DType t) { return quant_traits(t).to_float != nullptr; }
@@ -215,6 +274,45 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
   TESSERA_CHECK(q.from_float != nullptr, "dtype {} cannot be produced from float yet", dtype_name(t));
   check_row(t, n);
   q.from_float(src, dst, n);
+}
+
+void quantize_act_q8(const float* x, BlockQ8Act* out, int64_t n) {
+  TESSERA_CHECK(n >= 0 && n % kQK == 0, "a row of {} activations is not a whole number of 32-element blocks", n);
+  for (int64_t b = 0; b < n / kQK; ++b, x += kQK) {
+    float amax = 0.0f;
+    for (int l = 0; l < kQK; ++l) amax = std::fmax(amax, std::fabs(x[l]));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int32_t sum = 0;
+    for (int l = 0; l < kQK; ++l) {
+      const int q = trunc_to_int(std::nearbyint(x[l] * id));
+      out[b].qs[l] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    out[b].d = amax / 127.0f;
+    out[b].s = out[b].d * static_cast<float>(sum);
+  }
+}
+
+double dot_q8_ref(DType t, const void* row, const BlockQ8Act* x, int64_t n) {
+  const FormatInfo* f = format_info(t);
+  TESSERA_CHECK(f != nullptr && f->dot_q8 != nullptr, "dtype {} has no dot product with 8-bit activations",
+                dtype_name(t));
+  check_row(t, n);
+  return f->dot_q8(row, x, n);
+}
+
+void convert_rows(DType from, const void* src, DType to, void* dst, int64_t n, int64_t k) {
+  TESSERA_CHECK(can_dequantize(from), "dtype {} cannot be converted to float yet", dtype_name(from));
+  TESSERA_CHECK(can_quantize(to), "dtype {} cannot be produced from float yet", dtype_name(to));
+  check_row(from, k);
+  check_row(to, k);
+  const uint64_t in_row = *dtype_row_bytes(from, static_cast<uint64_t>(k));
+  const uint64_t out_row = *dtype_row_bytes(to, static_cast<uint64_t>(k));
+  std::vector<float> row(static_cast<size_t>(k));
+  for (int64_t r = 0; r < n; ++r) {
+    quant_traits(from).to_float(static_cast<const uint8_t*>(src) + static_cast<uint64_t>(r) * in_row, row.data(), k);
+    quant_traits(to).from_float(row.data(), static_cast<uint8_t*>(dst) + static_cast<uint64_t>(r) * out_row, k);
+  }
 }
 
 double vec_dot_ref(DType t, const void* row, const float* x, int64_t n) {

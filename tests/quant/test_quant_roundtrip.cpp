@@ -236,8 +236,8 @@ TEST(QuantErrors, UnsupportedDtypeThrows) {
   }
   EXPECT_GT(checked, 10);  // q5_0, the i-quants, integer types...
   EXPECT_THROW(dequantize_row(DType::Q5_0, src.data(), dst.data(), 32), Error);
-  EXPECT_THROW(quantize_row(DType::Q4_K, dst.data(), src.data(), 256), Error);
-  EXPECT_THROW(quantize_row(DType::Q6_K, dst.data(), src.data(), 256), Error);
+  EXPECT_THROW(quantize_row(DType::Q5_1, dst.data(), src.data(), 32), Error);
+  EXPECT_THROW(quantize_row(DType::IQ4_NL, dst.data(), src.data(), 32), Error);
   for (float v : dst) EXPECT_EQ(v, 7.0f) << "a refused call wrote output";
   try {
     dequantize_row(DType::Q5_0, src.data(), dst.data(), 32);

@@ -31,21 +31,19 @@ const PackedWeight& WeightCache::get(const Tensor& w) {
   const int64_t n = w.shape[0], k = w.shape[1];
   DType dtype = w.dtype;
   const void* data = w.data;
-  if (!matmul_supports(dtype)) {
-    // No kernel reads this format yet: keep it usable (slower, 2 bytes per weight) rather than refuse the model.
-    TESSERA_CHECK(can_dequantize(dtype), "cpu backend: weight '{}' has dtype {}, which cannot be read", w.name,
-                  dtype_name(dtype));
-    auto half = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(n * k));
-    std::vector<float> row(static_cast<size_t>(k));
-    const uint64_t row_bytes = w.nbytes() / static_cast<uint64_t>(n);
-    for (int64_t r = 0; r < n; ++r) {
-      dequantize_row(dtype, static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(r) * row_bytes, row.data(), k);
-      for (int64_t i = 0; i < k; ++i) (*half)[static_cast<size_t>(r * k + i)] = f32_to_fp16(row[static_cast<size_t>(i)]);
-    }
-    bytes_ += half->size() * 2;
-    data = half->data();
-    dtype = DType::F16;
-    converted_.push_back(std::move(half));
+  const FormatSupport& formats = matmul_formats();
+  if (!formats.is_native(dtype)) {
+    // No kernel reads this format: keep it usable (slower, 2 bytes per weight) rather than refuse the model.
+    const std::optional<DType> as = formats.runs_as(dtype);
+    TESSERA_CHECK(as.has_value(), "cpu backend: weight '{}' is {}, which Tessera cannot read; {}", w.name,
+                  dtype_name(dtype), formats.summary());
+    auto copy = std::make_shared<std::vector<uint8_t>>(*dtype_row_bytes(*as, static_cast<uint64_t>(n * k)));
+    convert_rows(dtype, w.data, *as, copy->data(), n, k);
+    notices_.note(formats, w.name, dtype);
+    bytes_ += copy->size();
+    data = copy->data();
+    dtype = *as;
+    converted_.push_back(std::move(copy));
   }
   auto pw = std::make_unique<PackedWeight>(prepare_weight(dtype, data, n, k));
   if (pw->packed != nullptr) release_mapped_pages(w.data, w.nbytes());  // the kernels read the copy: drop the file's

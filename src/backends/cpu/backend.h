@@ -19,6 +19,7 @@
 #include "backends/cpu/kernels.h"
 #include "core/thread_pool.h"
 #include "graph/graph.h"
+#include "quant/format_support.h"
 
 namespace tessera::cpu {
 
@@ -31,8 +32,8 @@ struct BackendOptions {
 };
 
 // Matmul weights prepared for the fast kernels, shared by every plan and session of one model: the repacked copy
-// of a weight is made once. Weights in a dtype the matmul kernels lack (K-quants, ...) are converted once to f16.
-// Thread-safe.
+// of a weight is made once. Weights in a format the matmul kernels lack (K-quants, ...) are converted once to the
+// table's fallback (matmul_formats(): f16), with one notice per format on stderr. Thread-safe.
 class WeightCache {
  public:
   const PackedWeight& get(const graph::Tensor& w);  // w: a 2-D WEIGHT tensor [N, K] with data
@@ -41,7 +42,8 @@ class WeightCache {
  private:
   mutable std::mutex mu_;
   std::unordered_map<const void*, std::unique_ptr<PackedWeight>> map_;
-  std::vector<std::shared_ptr<std::vector<uint16_t>>> converted_;
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> converted_;
+  ConversionNotices notices_;
   uint64_t bytes_ = 0;
 };
 

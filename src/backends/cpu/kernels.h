@@ -13,6 +13,7 @@
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "quant/format_support.h"
 
 namespace tessera::cpu {
 
@@ -40,7 +41,10 @@ struct PackedWeight {
   uint64_t packed_bytes = 0;            // size of `packed` (0 for ROWS)
 };
 
-// The dtypes matmul accepts: f32, f16, bf16, q8_0, q4_0, q4_1.
+// The CPU's weight-format table (quant/format_support.h): the formats matmul's kernels read (f32, f16, bf16, q8_0,
+// q4_0, q4_1) and the one every other readable format is converted to at load (f16, by WeightCache).
+const FormatSupport& matmul_formats();
+// matmul_formats().is_native(dtype).
 bool matmul_supports(DType dtype);
 
 // Prepares W [n, k] (dtype, row-major, as in the file) for the active ISA: keeps the pointer for layouts the kernels
@@ -53,8 +57,8 @@ PackedWeight prepare_weight(DType dtype, const void* data, int64_t n, int64_t k)
 // x and y must not overlap.
 void matmul(ThreadPool& pool, const PackedWeight& w, const float* x /*[t, k]*/, float* y /*[t, n]*/, int64_t t);
 
-// Scalar reference: each row of W dequantized with quant/quant.h, dot products accumulated in double, x kept float
-// (no activation quantization).
+// Scalar reference: each row of W dequantized with quant/quant.h (any format it reads, native or not), dot products
+// accumulated in double, x kept float (no activation quantization).
 void matmul_ref(DType dtype, const void* w /*[n, k]*/, const float* x /*[t, k]*/, float* y /*[t, n]*/, int64_t t,
                 int64_t n, int64_t k);
 

@@ -19,6 +19,7 @@
 #include "backends/cuda/memory.h"
 #include "graph/passes/fuse.h"
 #include "graph/passes/memory_plan.h"
+#include "quant/format_support.h"
 
 namespace tessera::cuda {
 
@@ -49,6 +50,7 @@ struct CudaShared::Impl {
   std::map<std::pair<graph::IoRole, int>, Cache> caches;  // by the graph tensor's role (CACHE_K / CACHE_V) and layer
   std::unique_ptr<GemmWorkspace> gemm;  // created by the first rows executor
   uint64_t bytes = 0;
+  ConversionNotices notices;  // weights converted at upload (no kernel for their format): one notice per format
 
   // Error text prefix for a node that cannot run: "cuda backend: node 'x' (op) cannot run on the GPU: why".
   [[noreturn]] static void unsupported(const graph::Node& n, const std::string& why);
@@ -56,6 +58,9 @@ struct CudaShared::Impl {
   const DeviceWeight& weight(const graph::Node& n, const graph::Tensor& t);
   // The weights of `members` (same dtype and K) stacked row-wise as one matrix (uploaded on first use).
   const DeviceWeight& stack(const graph::Node& n, const std::vector<const graph::Tensor*>& members);
+  // Host W [rows, k] in t's format uploaded as it is, or converted to weight_formats()'s fallback first when no
+  // kernel reads that format (with the format's notice); unsupported(n, ...) when Tessera cannot read it.
+  DeviceWeight upload_any(const graph::Node& n, const graph::Tensor& t, const void* host, int64_t rows, int64_t k);
   // Device storage of KV_CACHE tensor t (every slot): allocated zeroed the first time its role and layer are seen.
   void* cache(const graph::Tensor& t);
   // The matmul workspace, grown to (max_rows, max_k, max_quant_nk) if it is smaller. Only before any executor has

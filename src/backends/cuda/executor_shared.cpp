@@ -6,10 +6,13 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/executor_common.h"
 #include "core/error.h"
+#include "quant/format_support.h"
 
 namespace tessera::cuda {
 
-bool is_quantized_dtype(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
+// Of a graph weight's format: whether its device copy is quantized (read with 8-bit activations). False for a format
+// converted at upload (q6_K -> bf16): the executors then feed it f32 activations, as any bf16 weight.
+bool is_quantized_dtype(DType t) { return gemv_quantized(t); }
 
 KvCacheView attention_cache_view(const graph::Node& n, const graph::Tensor& kt, void* k, void* v, int64_t n_seq) {
   KvCacheView cache;
@@ -52,12 +55,23 @@ const DeviceWeight& CudaShared::Impl::weight(const graph::Node& n, const graph::
     unsupported(n, "its weight '" + t.name + "' is not a 2-D weight with data");
   auto it = weights.find(t.data);
   if (it != weights.end()) return it->second;
-  if (!gemv_supports(t.dtype))
-    unsupported(n, "weight '" + t.name + "' is " + std::string(dtype_name(t.dtype)) +
-                       "; the CUDA kernels support f32, f16, bf16, q8_0, q4_0 and q4_1");
-  DeviceWeight w = upload_weight(t.dtype, t.data, t.shape[0], t.shape[1]);
+  DeviceWeight w = upload_any(n, t, t.data, t.shape[0], t.shape[1]);
   bytes += w.bytes();
   return weights.emplace(t.data, std::move(w)).first->second;
+}
+
+DeviceWeight CudaShared::Impl::upload_any(const graph::Node& n, const graph::Tensor& t, const void* host, int64_t rows,
+                                          int64_t k) {
+  const FormatSupport& formats = weight_formats();
+  const std::optional<DType> as = formats.runs_as(t.dtype);
+  if (!as)
+    unsupported(n, "weight '" + t.name + "' is " + std::string(dtype_name(t.dtype)) + ", which Tessera cannot read; " +
+                       formats.summary());
+  if (*as == t.dtype) return upload_weight(t.dtype, host, rows, k);
+  // No kernel for this format: converted on the host once per weight (the device copy replaces it for good).
+  const std::vector<uint8_t> converted = convert_for_device(t.dtype, host, rows, k);
+  notices.note(formats, t.name, t.dtype);
+  return upload_weight(*as, converted.data(), rows, k);
 }
 
 const DeviceWeight& CudaShared::Impl::stack(const graph::Node& n, const std::vector<const graph::Tensor*>& members) {
@@ -66,12 +80,11 @@ const DeviceWeight& CudaShared::Impl::stack(const graph::Node& n, const std::vec
   auto it = stacks.find(key);
   if (it != stacks.end()) return *it->second;
   const graph::Tensor& w0 = *members.front();
-  if (!gemv_supports(w0.dtype))
-    unsupported(n, "weight '" + w0.name + "' is " + std::string(dtype_name(w0.dtype)) +
-                       "; the CUDA kernels support f32, f16, bf16, q8_0, q4_0 and q4_1");
   int64_t rows = 0;
   uint64_t total = 0;
   for (const graph::Tensor* t : members) {
+    if (t->dtype != w0.dtype || t->shape.size() != 2 || t->shape[1] != w0.shape[1])
+      unsupported(n, "the weights stacked with '" + w0.name + "' differ in format or width");
     rows += t->shape[0];
     total += t->nbytes();
   }
@@ -81,7 +94,7 @@ const DeviceWeight& CudaShared::Impl::stack(const graph::Node& n, const std::vec
     std::memcpy(stacked.data() + at, t->data, t->nbytes());
     at += t->nbytes();
   }
-  auto w = std::make_unique<DeviceWeight>(upload_weight(w0.dtype, stacked.data(), rows, w0.shape[1]));
+  auto w = std::make_unique<DeviceWeight>(upload_any(n, w0, stacked.data(), rows, w0.shape[1]));
   bytes += w->bytes();
   return *stacks.emplace(std::move(key), std::move(w)).first->second;
 }

@@ -46,7 +46,7 @@ void check_lt(cublasStatus_t s, const char* what) {
     fail("cuBLASLt call '{}' failed: {} ({})", what, cublasLtGetStatusName(s), cublasLtGetStatusString(s));
 }
 
-bool is_quant(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
+bool is_quant(DType t) { return gemv_quantized(t); }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 

@@ -17,6 +17,10 @@
 #include "backends/cuda/memory.h"
 #include "core/dtype.h"
 
+namespace tessera {
+class FormatSupport;
+}
+
 namespace tessera::cuda {
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -52,8 +56,20 @@ struct DeviceWeight {
   uint64_t bytes() const { return quants.bytes() + scales.bytes(); }
 };
 
-// f32, f16, bf16, q8_0, q4_0, q4_1.
+// The CUDA weight-format table (quant/format_support.h): the formats the kernels read (f32, f16, bf16, q8_0, q4_0,
+// q4_1) and bf16, which every other format Tessera reads is converted to on the host before upload (the executors'
+// weight store does it once per weight, with one notice per format; every model the CPU runs also runs here).
+const FormatSupport& weight_formats();
+// A format the kernels read as it is: weight_formats().is_native(dtype).
 bool gemv_supports(DType dtype);
+// A native quantized format (GemvLayout::SPLIT_Q, 8-bit activations): q8_0, q4_0, q4_1.
+bool gemv_quantized(DType dtype);
+// The format a weight of `dtype` has on the device: dtype itself when native, else bf16. Error when Tessera cannot
+// read dtype at all (the text lists what the GPU reads).
+DType device_weight_dtype(DType dtype);
+// Host W [n, k] (dtype, GGUF layout, no kernel for it) rewritten as device_weight_dtype(dtype) rows, ready for
+// upload_weight. Error for a native dtype or rows that are not whole blocks.
+std::vector<uint8_t> convert_for_device(DType dtype, const void* host, int64_t n, int64_t k);
 
 // Uploads host W [n, k] (dtype, row-major, GGUF block layout) and repacks it. Fails on an unsupported dtype, on
 // k % 8 != 0 (float formats: rows must start 16-byte aligned) or k % 32 != 0 (quantized), or on n, k outside int32.

@@ -1,11 +1,18 @@
-// Weight upload: GGUF row layout on the host -> the layouts the CUDA kernels read (kernels.h, GemvLayout).
+// Weight upload: GGUF row layout on the host -> the layouts the CUDA kernels read (kernels.h, GemvLayout), and the
+// CUDA weight-format table: formats without a kernel are converted on the host to bf16 first.
+#include <algorithm>
 #include <cstring>
+#include <exception>
 #include <limits>
+#include <optional>
+#include <thread>
 #include <vector>
 
 #include "backends/cuda/kernels.h"
 #include "core/error.h"
 #include "quant/blocks.h"
+#include "quant/format_support.h"
+#include "quant/quant.h"
 
 namespace tessera::cuda {
 namespace {
@@ -27,15 +34,64 @@ void split_blocks(const void* host, int64_t n, int64_t k, size_t quant_bytes, si
 
 }  // namespace
 
+const FormatSupport& weight_formats() {
+  // One GEMV, multi-row GEMV, dequantize-to-bf16 (cuBLASLt path) and embedding instantiation per format below
+  // (kernels/gemv*.cu, gemm_rows.cu, gemm_convert.cu, embedding_argmax.cu). bf16 is the fallback: K-quant values
+  // (a 6-bit code times an 8-bit scale times an fp16 super-scale) keep 8 significant bits in bf16 at most a rounding
+  // away, with f32's range (f16 could overflow on a large super-scale), and bf16 takes cuBLASLt's fastest path.
+  static const FormatSupport table("cuda", {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1},
+                                   DType::BF16);
+  return table;
+}
+
+bool gemv_supports(DType dtype) { return weight_formats().is_native(dtype); }
+bool gemv_quantized(DType dtype) { return weight_formats().is_native_quantized(dtype); }
+
+DType device_weight_dtype(DType dtype) {
+  const std::optional<DType> as = weight_formats().runs_as(dtype);
+  TESSERA_CHECK(as.has_value(), "a {} weight cannot be read on the GPU: {}", dtype_name(dtype),
+                weight_formats().summary());
+  return *as;
+}
+
+std::vector<uint8_t> convert_for_device(DType dtype, const void* host, int64_t n, int64_t k) {
+  const DType to = device_weight_dtype(dtype);
+  TESSERA_CHECK(to != dtype, "a {} weight needs no conversion for the GPU", dtype_name(dtype));
+  TESSERA_CHECK(host != nullptr && n > 0 && k > 0, "cannot convert a weight of shape [{}, {}] from a null pointer", n,
+                k);
+  const std::optional<uint64_t> in_row = dtype_row_bytes(dtype, static_cast<uint64_t>(k));
+  const std::optional<uint64_t> out_row = dtype_row_bytes(to, static_cast<uint64_t>(k));
+  TESSERA_CHECK(in_row && out_row, "a {} weight with rows of {} elements is not a whole number of blocks",
+                dtype_name(dtype), k);
+  std::vector<uint8_t> out(*out_row * static_cast<uint64_t>(n));
+  // Row ranges on up to 16 threads: a Llama-3-8B q6_K file is ~7e9 values, ~10 s on one core.
+  const int64_t threads = std::clamp<int64_t>(std::min<int64_t>(n / 64, std::thread::hardware_concurrency()), 1, 16);
+  std::vector<std::thread> pool;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
+  for (int64_t t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      const int64_t r0 = n * t / threads, r1 = n * (t + 1) / threads;
+      try {
+        convert_rows(dtype, static_cast<const uint8_t*>(host) + static_cast<uint64_t>(r0) * *in_row, to,
+                     out.data() + static_cast<uint64_t>(r0) * *out_row, r1 - r0, k);
+      } catch (...) {
+        errors[static_cast<size_t>(t)] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& th : pool) th.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  return out;
+}
+
 DeviceWeight upload_weight(DType dtype, const void* host, int64_t n, int64_t k) {
-  TESSERA_CHECK(gemv_supports(dtype),
-                "cannot upload a {} weight to the GPU: the CUDA kernels support f32, f16, bf16, "
-                "q8_0, q4_0 and q4_1",
-                dtype_name(dtype));
+  TESSERA_CHECK(gemv_supports(dtype), "cannot upload a {} weight to the GPU as it is: {}", dtype_name(dtype),
+                weight_formats().summary());
   TESSERA_CHECK(host != nullptr, "cannot upload a weight from a null host pointer");
   TESSERA_CHECK(n > 0 && k > 0 && n <= std::numeric_limits<int32_t>::max() && k <= std::numeric_limits<int32_t>::max(),
                 "cannot upload a weight of shape [{}, {}] to the GPU: both sizes must be in 1..2^31-1", n, k);
-  const bool quant = dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q4_1;
+  const bool quant = gemv_quantized(dtype);
   if (quant) {
     TESSERA_CHECK(k % kQK == 0, "cannot upload a {} weight with k = {} to the GPU: k must be a multiple of 32",
                   dtype_name(dtype), k);

@@ -25,13 +25,12 @@ using detail::BlockQ8A;
 using detail::kBlock;
 using detail::kGroup;
 
-bool is_quantized_matmul_dtype(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+// The quantized formats read with 8-bit activations (blocks of 32; repacked 8 rows at a time on AVX2).
+bool is_quantized_matmul_dtype(DType t) { return matmul_formats().is_native_quantized(t); }
 
 void check_shape(DType dtype, int64_t n, int64_t k) {
-  TESSERA_CHECK(matmul_supports(dtype),
-                "matmul: weight dtype {} is not supported on the CPU (f32, f16, bf16, q8_0, "
-                "q4_0, q4_1 are)",
-                dtype_name(dtype));
+  TESSERA_CHECK(matmul_supports(dtype), "matmul: weight dtype {} is not supported on the CPU ({} are)",
+                dtype_name(dtype), matmul_formats().native_names());
   TESSERA_CHECK(n > 0 && k > 0, "matmul: weight shape [{}, {}] must be positive", n, k);
   TESSERA_CHECK(!is_quantized_matmul_dtype(dtype) || k % kBlock == 0,
                 "matmul: {} weight rows of {} elements are not a whole number of 32-element blocks", dtype_name(dtype),
@@ -52,19 +51,14 @@ struct AlignedFree {
 
 }  // namespace
 
-bool matmul_supports(DType dtype) {
-  switch (dtype) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16:
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_1:
-      return true;
-    default:
-      return false;
-  }
+const FormatSupport& matmul_formats() {
+  // One kernel family per format below (kernels/matmul_*.cpp; the quantized ones also in repack.cpp's layouts).
+  static const FormatSupport table("cpu", {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1},
+                                   DType::F16);
+  return table;
 }
+
+bool matmul_supports(DType dtype) { return matmul_formats().is_native(dtype); }
 
 PackedWeight prepare_weight(DType dtype, const void* data, int64_t n, int64_t k) {
   check_shape(dtype, n, k);
@@ -149,7 +143,12 @@ void matmul(ThreadPool& pool, const PackedWeight& w, const float* x, float* y, i
 }
 
 void matmul_ref(DType dtype, const void* w, const float* x, float* y, int64_t t, int64_t n, int64_t k) {
-  check_shape(dtype, n, k);
+  // Any format Tessera reads: the reference dequantizes, so it also serves formats the kernels lack (q6_K, ...).
+  TESSERA_CHECK(can_dequantize(dtype), "matmul: weight dtype {} cannot be read ({})", dtype_name(dtype),
+                matmul_formats().summary());
+  TESSERA_CHECK(n > 0 && k > 0 && k % dtype_info(dtype).block_size == 0,
+                "matmul: {} weight shape [{}, {}] is not positive or not a whole number of blocks per row",
+                dtype_name(dtype), n, k);
   TESSERA_CHECK(t > 0, "matmul: {} tokens; expected at least one", t);
   const uint64_t row_bytes = *dtype_row_bytes(dtype, static_cast<uint64_t>(k));
   std::vector<float> wr(static_cast<size_t>(k));

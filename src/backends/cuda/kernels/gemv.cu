@@ -70,20 +70,6 @@ bool gemv_norm_out_supported(const GemvConfig& c, bool clusters) {
   return clusters ? detail::has_norm_out(s) : detail::has_norm_out_groups(s);
 }
 
-bool gemv_supports(DType dtype) {
-  switch (dtype) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16:
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_1:
-      return true;
-    default:
-      return false;
-  }
-}
-
 namespace {
 
 // CudaOptions::gemv_shapes (a study knob): launch shapes for the matrices of those shapes (any weight format), in place

@@ -1,0 +1,66 @@
+// The op test table's machinery (in the style of llama.cpp's test-backend-ops): a case is one graph node at one shape
+// and dtype, built as a one-node graph with fresh random inputs; each backend runs that graph (the CPU through
+// CpuBackend, reference mode being the reference; CUDA through its kernel entry points) and the outputs are compared
+// by normalized mean squared error, sum((out - ref)^2) / sum(ref^2).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "graph/graph.h"
+
+namespace tessera::ops_test {
+
+enum class Backend { CPU, CUDA };
+const char* backend_name(Backend b);
+
+// One node over leaves that own their bytes. The node's output is the last tensor; KV_STORE's output is its cache.
+struct OpGraph {
+  graph::Graph g;
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> weights;  // bytes of g's WEIGHT tensors (they point here)
+  std::map<std::string, std::vector<uint8_t>> inputs;          // INPUT tensors' bytes by name
+  std::map<std::string, std::vector<uint8_t>> caches;          // KV_CACHE tensors' initial bytes by name
+  int64_t n_past = 0;
+  const graph::Node& node() const { return g.nodes().back(); }
+};
+
+// A row of the table: how to build the case, and the largest normalized MSE each backend may show against the
+// reference, with the reason (STYLE.md: tolerances that know the dtype).
+struct Row {
+  std::string name;  // unique, gtest-safe: "MATMUL_q6_k_t3_n96_k512"
+  std::function<OpGraph(std::mt19937&)> build;
+  double max_nmse_cpu = 0;
+  double max_nmse_cuda = 0;
+  bool cuda = true;  // false: the CUDA backend has no kernel for this case (the row names why in `why`)
+  std::string why;
+};
+
+// The node's output as floats after running g: on the CPU backend (reference = the scalar `_ref` kernels) or through
+// the CUDA kernel entry points. KV_STORE yields the whole cache (rows outside the store must come back unchanged).
+std::vector<float> run_cpu(const OpGraph& og, bool reference);
+std::vector<float> run_cuda(const OpGraph& og);
+// "" when the CUDA rows can run here, else why not (no CUDA build, no GPU).
+std::string cuda_skip_reason();
+
+// ---- Builders: one per graph op. Shapes follow graph.h (row-major, outermost first). ----
+
+OpGraph embed(std::mt19937& rng, DType table, int64_t n_vocab, int64_t d, int64_t t);
+OpGraph rmsnorm(std::mt19937& rng, int64_t t, int64_t d);
+OpGraph matmul(std::mt19937& rng, DType w, int64_t t, int64_t n, int64_t k);
+OpGraph rope(std::mt19937& rng, int64_t t, int64_t n_head, int64_t head_dim, int64_t rope_dim, bool neox,
+             int64_t n_past);
+OpGraph kv_store(std::mt19937& rng, DType cache, int64_t t, int64_t n_kv, int64_t head_dim, int64_t n_ctx,
+                 int64_t n_past);
+OpGraph attention(std::mt19937& rng, DType cache, int64_t t, int64_t n_head, int64_t n_kv, int64_t head_dim,
+                  int64_t n_ctx, int64_t n_past);
+OpGraph add(std::mt19937& rng, int64_t t, int64_t d);
+OpGraph swiglu(std::mt19937& rng, int64_t t, int64_t f);
+OpGraph last_row(std::mt19937& rng, int64_t t, int64_t d);
+
+}  // namespace tessera::ops_test

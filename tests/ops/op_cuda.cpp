@@ -1,0 +1,214 @@
+// The CUDA runner: each graph op through the kernel entry points the CUDA executors call for it (kernels.h,
+// kernels_rows.h), with weights uploaded the way the executors' weight store uploads them (a format without a kernel
+// converted to bf16 on the host first).
+#include <cstring>
+
+#include "core/error.h"
+#include "ops/op_case.h"
+#include "quant/quant.h"
+
+#ifdef TESSERA_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "backends/cuda/device_info.h"
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels_rows.h"
+#include "backends/cuda/memory.h"
+#endif
+
+namespace tessera::ops_test {
+
+#ifndef TESSERA_HAVE_CUDA
+
+std::string cuda_skip_reason() { return "this build has no CUDA backend"; }
+std::vector<float> run_cuda(const OpGraph&) { fail("this build has no CUDA backend"); }
+
+#else
+
+using graph::Op;
+using namespace tessera::cuda;
+
+std::string cuda_skip_reason() {
+  static const std::string reason = [] {
+    std::string why;
+    const auto devices = list_devices(&why);
+    if (devices.empty()) return "no CUDA GPU here (" + why + ")";
+    if (devices[0].cc_major < 9)
+      return "GPU 0 (" + devices[0].name + ") is older than compute capability 9.0, which the kernels are built for";
+    set_device(0);
+    return std::string();
+  }();
+  return reason;
+}
+
+namespace {
+
+DeviceBuffer to_device(const void* host, size_t bytes) {
+  DeviceBuffer b(bytes);
+  b.upload(host, bytes);
+  return b;
+}
+DeviceBuffer to_device(const std::vector<uint8_t>& host) { return to_device(host.data(), host.size()); }
+// NaN bytes, so an element a kernel fails to write fails the comparison.
+DeviceBuffer poisoned(size_t bytes) {
+  DeviceBuffer b(bytes);
+  b.fill_bytes(0xFF);
+  return b;
+}
+std::vector<float> floats_of(const DeviceBuffer& b, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  b.download(v.data(), v.size() * sizeof(float));
+  return v;
+}
+
+// As CudaShared::Impl::upload_any: native formats as they are, others converted to bf16 on the host.
+DeviceWeight upload(const graph::Tensor& t) {
+  const int64_t n = t.shape[0], k = t.shape[1];
+  if (gemv_supports(t.dtype)) return upload_weight(t.dtype, t.data, n, k);
+  const std::vector<uint8_t> c = convert_for_device(t.dtype, t.data, n, k);
+  return upload_weight(device_weight_dtype(t.dtype), c.data(), n, k);
+}
+
+std::vector<int32_t> positions(int64_t p0, int64_t t) {
+  std::vector<int32_t> p(static_cast<size_t>(t));
+  for (int64_t i = 0; i < t; ++i) p[static_cast<size_t>(i)] = static_cast<int32_t>(p0 + i);
+  return p;
+}
+
+KvCacheView view(DType dtype, void* k, void* v, const graph::Tensor& cache) {
+  KvCacheView c;
+  c.dtype = dtype;
+  c.k = k;
+  c.v = v;
+  c.n_kv = cache.shape[0];
+  c.n_ctx = cache.shape[1];
+  c.hd = cache.shape[2];
+  return c;
+}
+
+}  // namespace
+
+std::vector<float> run_cuda(const OpGraph& og) {
+  const graph::Node& n = og.node();
+  const graph::Graph& g = og.g;
+  const auto in = [&](size_t i) -> const graph::Tensor& { return g.tensor(n.inputs.at(i)); };
+  const auto input = [&](size_t i) { return to_device(og.inputs.at(in(i).name)); };
+  const graph::Tensor& out = g.tensor(n.output);
+  const int64_t t = g.n_tokens();
+  const cudaStream_t s = nullptr;
+  std::vector<float> result;
+  switch (n.op) {
+    case Op::EMBED: {
+      const DeviceWeight w = upload(in(0));
+      DeviceBuffer ids = input(1), y = poisoned(out.nbytes());
+      cuda::embedding(w, ids.as<int32_t>(), y.as<float>(), t, s);
+      synchronize();
+      return floats_of(y, out.numel());
+    }
+    case Op::RMSNORM: {
+      DeviceBuffer x = input(0), w = to_device(in(1).data, in(1).nbytes()), y = poisoned(out.nbytes());
+      cuda::rmsnorm(x.as<float>(), w.as<float>(), y.as<float>(), t, in(0).shape[1], n.params.eps, s);
+      synchronize();
+      return floats_of(y, out.numel());
+    }
+    case Op::MATMUL: {
+      const DeviceWeight w = upload(in(1));
+      DeviceBuffer x = input(0), y = poisoned(out.nbytes());
+      // The executors' workspace: a dequantization scratch for the quantized formats' cuBLASLt path.
+      GemmWorkspace ws(t, w.k, gemv_quantized(w.dtype) ? w.n * w.k : 0);
+      cuda::matmul(w, x.as<float>(), y.as<float>(), t, ws, s);
+      synchronize();
+      return floats_of(y, out.numel());
+    }
+    case Op::ROPE: {
+      // CUDA rotates q in the launch that stores this token's k and v (rope_store_kv_rows); a one-head f32 scratch
+      // cache takes the store.
+      const graph::OpParams& p = n.params;
+      DeviceBuffer x = input(0), f = to_device(in(2).data, in(2).nbytes());
+      const std::vector<int32_t> ph = positions(og.n_past, t);
+      DeviceBuffer pos = to_device(ph.data(), ph.size() * 4);
+      DeviceBuffer kv = DeviceBuffer(static_cast<size_t>(t * p.head_dim) * 4);
+      kv.fill_bytes(0);
+      KvCacheView c;
+      c.dtype = DType::F32;
+      c.n_kv = 1;
+      c.n_ctx = og.n_past + t;
+      c.hd = p.head_dim;
+      DeviceBuffer ck(static_cast<size_t>(c.n_ctx * c.hd) * 4), cv(static_cast<size_t>(c.n_ctx * c.hd) * 4);
+      c.k = ck.get();
+      c.v = cv.get();
+      rope_store_kv_rows(x.as<float>(), p.n_head * p.head_dim, kv.as<float>(), kv.as<float>(), p.head_dim, c,
+                         pos.as<int32_t>(), nullptr, t, p.n_head, p.rope_dim, f.as<float>(), p.rope_neox, s);
+      synchronize();
+      return floats_of(x, out.numel());
+    }
+    case Op::KV_STORE: {
+      // The launch that stores this chunk's keys and values (rope_store_kv_rows), with no rotation (rope_dim 0): v is
+      // stored as it is, and the cache under test is the v side; q is a scratch of as many heads as the cache has.
+      const graph::Tensor& cache = in(1);
+      const graph::OpParams& p = n.params;
+      const int64_t width = p.n_head_kv * p.head_dim;
+      DeviceBuffer x = input(0), q = DeviceBuffer(static_cast<size_t>(t * width) * 4);
+      q.fill_bytes(0);
+      DeviceBuffer cv = to_device(og.caches.at(cache.name)), ck = DeviceBuffer(cv.bytes());
+      const std::vector<int32_t> ph = positions(og.n_past, t);
+      DeviceBuffer pos = to_device(ph.data(), ph.size() * 4);
+      const KvCacheView c = view(cache.dtype, ck.get(), cv.get(), cache);
+      rope_store_kv_rows(q.as<float>(), width, x.as<float>(), x.as<float>(), width, c, pos.as<int32_t>(), nullptr, t,
+                         p.n_head_kv, 0, nullptr, false, s);
+      synchronize();
+      std::vector<uint8_t> bytes(cv.bytes());
+      cv.download(bytes.data(), bytes.size());
+      result.resize(static_cast<size_t>(cache.numel()));
+      dequantize_row(cache.dtype, bytes.data(), result.data(), cache.numel());
+      return result;
+    }
+    case Op::ATTENTION: {
+      // One row: split-K decode attention (the decoder's kernel); more rows: the prefill kernel (an f32 cache takes
+      // its FFMA path). Chunks of >= 256 rows with a 16-bit cache take attn_prefill_tma or cuDNN in the executor.
+      const graph::OpParams& p = n.params;
+      DeviceBuffer q = input(0), y = poisoned(out.nbytes());
+      DeviceBuffer ck = to_device(og.caches.at(in(1).name)), cv = to_device(og.caches.at(in(2).name));
+      const KvCacheView c = view(in(1).dtype, ck.get(), cv.get(), in(1));
+      if (t == 1) {
+        const std::vector<int32_t> ph = positions(og.n_past, 1);
+        DeviceBuffer pos = to_device(ph.data(), 4);
+        AttnWorkspace ws(p.n_head, c);
+        attn_decode(q.as<float>(), c, pos.as<int32_t>(), y.as<float>(), p.n_head, p.attn_scale, ws, s);
+      } else {
+        attn_prefill(q.as<float>(), p.n_head * p.head_dim, c, 0, og.n_past, t, y.as<float>(), p.n_head, p.attn_scale,
+                     s);
+      }
+      synchronize();
+      return floats_of(y, out.numel());
+    }
+    case Op::ADD: {
+      DeviceBuffer a = input(0), b = input(1);
+      cuda::add(a.as<float>(), b.as<float>(), out.numel(), s);
+      synchronize();
+      return floats_of(a, out.numel());
+    }
+    case Op::SWIGLU: {
+      DeviceBuffer gt = input(0), up = input(1), y = poisoned(out.nbytes());
+      cuda::swiglu(gt.as<float>(), up.as<float>(), y.as<float>(), out.numel(), s);
+      synchronize();
+      return floats_of(y, out.numel());
+    }
+    case Op::LAST_ROW: {
+      // No kernel: the executor copies the chunk's last row (executor_rows.cpp), as here.
+      DeviceBuffer x = input(0), y = poisoned(out.nbytes());
+      const int64_t w = in(0).shape[1];
+      if (cudaMemcpy(y.get(), x.as<float>() + (t - 1) * w, static_cast<size_t>(w) * 4, cudaMemcpyDeviceToDevice) !=
+          cudaSuccess)
+        fail("LAST_ROW: cudaMemcpy failed");
+      return floats_of(y, out.numel());
+    }
+    case Op::SLICE:  // made by the passes only: a view, no kernel of its own (fused-node rows to come)
+      break;
+  }
+  fail("op {} has no CUDA runner in the op table", graph::op_name(n.op));
+}
+
+#endif
+
+}  // namespace tessera::ops_test

@@ -1,0 +1,225 @@
+// The op test table: every graph op (and, later, every fused node) on every backend against the CPU reference, over
+// shapes and dtypes, in one parameterized suite (ops/op_case.h says how a case runs). Each run builds fresh random
+// inputs (seed printed; TESSERA_TEST_SEED replays one). CUDA rows skip without a GPU; scripts/gpu_check.sh runs them.
+// Adding a case is adding one line to kRows.
+//
+// Tolerances are normalized MSE against the reference (CpuBackend in reference mode: scalar kernels, double sums,
+// f32 activations), chosen from what each path rounds:
+//   exact      1e-12  the same arithmetic (EMBED of a native format, ADD, LAST_ROW, KV_STORE's rounding): any
+//                     nonzero error is a wrong element (a copy off by one row is O(1));
+//   f32        1e-10  f32 sums in another order: relative ~sqrt(K) 2^-24 per output, nMSE ~1e-12 at K = 4096;
+//   f16w       1e-6   K-quant weights converted to f16 by the CPU's weight cache (x stays f32): 2^-11 relative per
+//                     weight, nMSE ~2^-22 / 3 = 8e-8 (bf16 instead would show 1.3e-6 and fail);
+//   x16        1e-5   a 16-bit rounding of the operands (CUDA's cuBLASLt path rounds x to the weight's 16-bit type;
+//                     converted K-quant weights are bf16): bf16 keeps 2^-9 relative, nMSE ~2^-18 / 3 = 1.3e-6 per
+//                     rounded operand, two of them 2.6e-6;
+//   q8         1e-4   8-bit activations per block of 32 (CPU and CUDA quantized kernels): measured 1.5e-5 against f64
+//                     on uniform data, model (d^2 / 12) / E[x^2] = 1.6e-5 (backends/cpu/kernels/matmul.cpp); ggml's
+//                     test-backend-ops accepts 5e-4 for this scheme;
+//   attn16     1e-5   CUDA prefill attention on a 16-bit cache: q and the probabilities rounded to 16 bits for the
+//                     tensor cores (per-row relative error limit 3e-3 in tests/backends/cuda/test_attn_prefill.cpp).
+// A wrong element (a masking or indexing slip) moves the nMSE by ~1/n of O(1), far above every limit here.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "ops/op_case.h"
+
+namespace tessera::ops_test {
+namespace {
+
+constexpr double kExact = 1e-12, kF32 = 1e-10, kF16W = 1e-6, kX16 = 1e-5, kQ8 = 1e-4, kAttn16 = 1e-5;
+
+bool native_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
+bool float_format(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+std::string dn(DType t) { return std::string(dtype_name(t)); }
+
+// MATMUL limits by weight format and path. CPU: native quantized formats take 8-bit activations; float formats and
+// converted K-quants (f16 in the CPU's weight cache: 2^-11 relative, nMSE ~1e-7 at most) take f32 x. CUDA: t <= 4 reads
+// f32 x (quantized: q8), larger t goes to cuBLASLt with x in 16 bits (quantized weights dequantized to bf16 there),
+// except f32 weights (plain f32 GEMM); converted K-quants are bf16 weights.
+Row matmul_row(DType w, int64_t t, int64_t n, int64_t k) {
+  Row r;
+  r.name = "MATMUL_" + dn(w) + "_t" + std::to_string(t) + "_n" + std::to_string(n) + "_k" + std::to_string(k);
+  r.build = [=](std::mt19937& rng) { return matmul(rng, w, t, n, k); };
+  const bool converted = !float_format(w) && !native_quantized(w);
+  r.max_nmse_cpu = native_quantized(w) ? kQ8 : converted ? kF16W : kF32;
+  r.max_nmse_cuda = native_quantized(w) ? kQ8 : (w == DType::F32 ? kF32 : (t <= 4 && !converted ? kF32 : kX16));
+  return r;
+}
+
+Row embed_row(DType w, int64_t n_vocab, int64_t d, int64_t t) {
+  Row r;
+  r.name = "EMBED_" + dn(w) + "_v" + std::to_string(n_vocab) + "_d" + std::to_string(d) + "_t" + std::to_string(t);
+  r.build = [=](std::mt19937& rng) { return embed(rng, w, n_vocab, d, t); };
+  r.max_nmse_cpu = kExact;
+  // CUDA: native formats dequantize as the reference does (a device FMA may move q4_1's last bit); converted formats
+  // are the table rounded to bf16.
+  r.max_nmse_cuda = float_format(w) || native_quantized(w) ? kExact : kX16;
+  return r;
+}
+
+Row rmsnorm_row(int64_t t, int64_t d) {
+  return {"RMSNORM_t" + std::to_string(t) + "_d" + std::to_string(d),
+          [=](std::mt19937& rng) { return rmsnorm(rng, t, d); }, kF32, kF32};
+}
+
+// CUDA forms the angle pos * inv_freq in float (the CPU in double): at most half an ulp of the angle, which at the
+// position-1000 row below is nMSE 2.5e-11 (numpy, over that row's pairs): under kF32 up to positions of about 2000.
+Row rope_row(int64_t t, int64_t heads, int64_t hd, int64_t rope_dim, bool neox, int64_t p0) {
+  return {"ROPE_t" + std::to_string(t) + "_h" + std::to_string(heads) + "_hd" + std::to_string(hd) + "_r" +
+              std::to_string(rope_dim) + (neox ? "_neox" : "_norm") + "_p" + std::to_string(p0),
+          [=](std::mt19937& rng) { return rope(rng, t, heads, hd, rope_dim, neox, p0); }, kF32, kF32};
+}
+
+Row kv_store_row(DType cache, int64_t t, int64_t n_kv, int64_t hd, int64_t n_ctx, int64_t p0) {
+  return {"KV_STORE_" + dn(cache) + "_t" + std::to_string(t) + "_kv" + std::to_string(n_kv) + "_hd" +
+              std::to_string(hd) + "_p" + std::to_string(p0),
+          [=](std::mt19937& rng) { return kv_store(rng, cache, t, n_kv, hd, n_ctx, p0); }, kExact, kExact};
+}
+
+Row attention_row(DType cache, int64_t t, int64_t n_head, int64_t n_kv, int64_t hd, int64_t n_ctx, int64_t p0) {
+  Row r;
+  r.name = "ATTENTION_" + dn(cache) + "_t" + std::to_string(t) + "_h" + std::to_string(n_head) + "_kv" +
+           std::to_string(n_kv) + "_hd" + std::to_string(hd) + "_p" + std::to_string(p0);
+  r.build = [=](std::mt19937& rng) { return attention(rng, cache, t, n_head, n_kv, hd, n_ctx, p0); };
+  r.max_nmse_cpu = kF32;
+  r.max_nmse_cuda = t > 1 && cache != DType::F32 ? kAttn16 : kF32;
+  return r;
+}
+
+Row add_row(int64_t t, int64_t d) {
+  return {"ADD_t" + std::to_string(t) + "_d" + std::to_string(d), [=](std::mt19937& rng) { return add(rng, t, d); },
+          kExact, kExact};
+}
+
+Row swiglu_row(int64_t t, int64_t f) {
+  return {"SWIGLU_t" + std::to_string(t) + "_f" + std::to_string(f),
+          [=](std::mt19937& rng) { return swiglu(rng, t, f); }, kF32, kF32};
+}
+
+Row last_row_row(int64_t t, int64_t d) {
+  return {"LAST_ROW_t" + std::to_string(t) + "_d" + std::to_string(d),
+          [=](std::mt19937& rng) { return last_row(rng, t, d); }, kExact, kExact};
+}
+
+const std::vector<Row>& rows() {
+  static const std::vector<Row> kRows = [] {
+    std::vector<Row> v = {
+        // op               shape and dtype
+        embed_row(DType::F32, 300, 576, 5),
+        embed_row(DType::F16, 300, 576, 5),
+        embed_row(DType::BF16, 300, 576, 5),
+        embed_row(DType::Q8_0, 300, 576, 5),
+        embed_row(DType::Q4_0, 300, 576, 5),
+        embed_row(DType::Q4_1, 300, 576, 5),
+        embed_row(DType::Q4_K, 300, 512, 5),
+        embed_row(DType::Q6_K, 300, 512, 5),
+        rmsnorm_row(1, 576),
+        rmsnorm_row(7, 4096),
+        rmsnorm_row(3, 6),
+        rope_row(1, 9, 64, 64, false, 37),
+        rope_row(5, 8, 128, 128, true, 1000),
+        rope_row(3, 4, 64, 32, false, 0),
+        kv_store_row(DType::F16, 1, 3, 64, 64, 17),
+        kv_store_row(DType::F16, 9, 8, 128, 64, 40),
+        kv_store_row(DType::F32, 4, 2, 64, 32, 0),
+        attention_row(DType::F16, 1, 9, 3, 64, 128, 70),
+        attention_row(DType::F32, 1, 8, 8, 128, 64, 33),
+        attention_row(DType::F16, 40, 8, 2, 64, 128, 20),
+        attention_row(DType::F16, 64, 4, 4, 128, 128, 0),
+        attention_row(DType::F32, 17, 8, 2, 64, 64, 5),
+        add_row(1, 576),
+        add_row(7, 1000),
+        swiglu_row(1, 1536),
+        swiglu_row(5, 1000),
+        last_row_row(1, 576),
+        last_row_row(9, 576),
+        // Fused nodes (graph passes: matmul + epilogue, stacked matmuls, rope + cache store + attention) add their
+        // rows here when the passes emit them, each against the reference of the nodes it replaces.
+    };
+    // MATMUL: every format Tessera reads (native and converted at load) at the three CUDA paths' row counts: one row
+    // (GEMV), a few rows (multi-row GEMV for quantized, cuBLASLt for float weights), and a prefill chunk (cuBLASLt).
+    for (const DType w :
+         {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K})
+      for (const int64_t t : {1, 7, 64})
+        v.push_back(matmul_row(w, t, 96, w == DType::Q4_K || w == DType::Q6_K ? 512 : 576));
+    v.push_back(matmul_row(DType::Q4_1, 3, 1000, 1536));  // N not a multiple of the CPU's 8-row groups
+    v.push_back(matmul_row(DType::Q6_K, 1, 256, 1536));
+    return v;
+  }();
+  return kRows;
+}
+
+uint32_t seed() {
+  if (const char* s = std::getenv("TESSERA_TEST_SEED")) return static_cast<uint32_t>(std::strtoul(s, nullptr, 10));
+  return std::random_device{}();
+}
+
+double nmse(const std::vector<float>& out, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = double(out[i]) - ref[i];
+    num += d * d;
+    den += double(ref[i]) * ref[i];
+  }
+  return num / std::max(den, 1e-300);
+}
+
+using Param = std::tuple<size_t, Backend>;
+
+class OpTable : public ::testing::TestWithParam<Param> {};
+
+TEST_P(OpTable, MatchesReference) {
+  const Row& row = rows()[std::get<0>(GetParam())];
+  const Backend be = std::get<1>(GetParam());
+  if (be == Backend::CUDA) {
+    const std::string why = cuda_skip_reason();
+    if (!why.empty()) GTEST_SKIP() << why;
+    if (!row.cuda) GTEST_SKIP() << row.why;
+  }
+  const uint32_t s = seed();
+  SCOPED_TRACE(::testing::Message() << "TESSERA_TEST_SEED=" << s);
+  std::mt19937 rng(s);
+  const OpGraph og = row.build(rng);
+  const std::vector<float> ref = run_cpu(og, true);
+  const std::vector<float> out = be == Backend::CPU ? run_cpu(og, false) : run_cuda(og);
+  ASSERT_EQ(out.size(), ref.size());
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_TRUE(std::isfinite(out[i])) << "element " << i << " is " << out[i];
+  const double e = nmse(out, ref);
+  const double limit = be == Backend::CPU ? row.max_nmse_cpu : row.max_nmse_cuda;
+  std::printf("[ nmse     ] %s on %s: %.3e (limit %.0e)\n", row.name.c_str(), backend_name(be), e, limit);
+  EXPECT_LE(e, limit) << row.name << " on " << backend_name(be);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpTable,
+                         ::testing::Combine(::testing::Range<size_t>(0, rows().size()),
+                                            ::testing::Values(Backend::CPU, Backend::CUDA)),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return rows()[std::get<0>(info.param)].name + "_" + backend_name(std::get<1>(info.param));
+                         });
+
+TEST(OpTable, NamesAreUnique) {
+  std::set<std::string> seen;
+  for (const Row& r : rows()) EXPECT_TRUE(seen.insert(r.name).second) << r.name;
+}
+
+// Every graph op has at least one row (a new op in graph.h fails here until the table covers it).
+TEST(OpTable, EveryOpHasARow) {
+  std::set<graph::Op> ops;
+  std::mt19937 rng(1);
+  for (const Row& r : rows()) ops.insert(r.build(rng).node().op);
+  for (graph::Op op : {graph::Op::EMBED, graph::Op::RMSNORM, graph::Op::MATMUL, graph::Op::ROPE, graph::Op::KV_STORE,
+                       graph::Op::ATTENTION, graph::Op::ADD, graph::Op::SWIGLU, graph::Op::LAST_ROW})
+    EXPECT_TRUE(ops.count(op)) << graph::op_name(op) << " has no row";
+}
+
+}  // namespace
+}  // namespace tessera::ops_test

@@ -1,0 +1,320 @@
+// The traits table (quant/format_traits.h, quant.h): its facts against dtype.h's layout table, the K-quant quantizers'
+// error bounds, the 8-bit-activation dot products against a float64 dot of the same values, convert_rows (what a
+// backend does at load for a format it has no kernel for), and FormatSupport's tables and texts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "quant/format_support.h"
+#include "quant/half.h"
+#include "quant/quant.h"
+#include "tessera/error.h"
+
+namespace tessera {
+namespace {
+
+uint32_t test_seed() {
+  if (const char* s = std::getenv("TESSERA_SEED")) return static_cast<uint32_t>(std::strtoul(s, nullptr, 10));
+  return std::random_device{}();
+}
+
+// Sub-blocks of varied shape and scale (centred, one-signed, offset, heavy-tailed, one outlier), 5 decades of scale.
+std::vector<float> random_values(std::mt19937& rng, int64_t n) {
+  std::vector<float> x(static_cast<size_t>(n));
+  std::uniform_real_distribution<float> u01(0.0f, 1.0f);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t b = 0; b < n / 16; ++b) {
+    const float scale = std::pow(10.0f, -2.0f + 4.0f * u01(rng));
+    for (int64_t j = 0; j < 16; ++j) {
+      float& v = x[static_cast<size_t>(16 * b + j)];
+      switch (b % 5) {
+        case 0:
+          v = scale * normal(rng);
+          break;
+        case 1:
+          v = scale * u01(rng);
+          break;
+        case 2:
+          v = scale * (u01(rng) + 3.0f);
+          break;
+        case 3:
+          v = scale * normal(rng) * normal(rng) * normal(rng);
+          break;
+        default:
+          v = scale * (j == 5 ? 50.0f : 0.01f * normal(rng));
+          break;
+      }
+    }
+  }
+  return x;
+}
+
+TEST(FormatTraits, AgreeWithTheDtypeTable) {
+  ASSERT_GE(formats().size(), 8u);
+  DType prev = formats()[0].type;
+  for (const FormatInfo& f : formats()) {
+    SCOPED_TRACE(f.name);
+    const DTypeInfo& d = dtype_info(f.type);
+    EXPECT_EQ(d.name, f.name);
+    EXPECT_EQ(d.block_size, static_cast<uint32_t>(f.block_size));
+    EXPECT_EQ(d.type_size, static_cast<uint32_t>(f.block_bytes));
+    EXPECT_EQ(d.is_quantized, f.quantized);
+    EXPECT_NE(f.to_float, nullptr);
+    EXPECT_EQ(f.dot_q8 != nullptr, f.quantized) << "every quantized format has an 8-bit-activation dot product";
+    EXPECT_EQ(format_info(f.type), &f);
+    EXPECT_TRUE(can_dequantize(f.type));
+    if (&f != &formats()[0]) {
+      EXPECT_LT(static_cast<uint32_t>(prev), static_cast<uint32_t>(f.type)) << "DType order";
+    }
+    prev = f.type;
+  }
+  EXPECT_EQ(format_info(DType::Q5_0), nullptr);
+  EXPECT_EQ(format_info(DType::I32), nullptr);
+}
+
+// The device-usable traits are the ones the table runs: Format<D>::dequantize of one block equals dequantize_row.
+TEST(FormatTraits, BlockDequantizeIsTheRowFunction) {
+  std::mt19937 rng(test_seed());
+  const auto x = random_values(rng, 256);
+  BlockQ6_K b6;
+  quantize_row(DType::Q6_K, x.data(), &b6, 256);
+  std::vector<float> a(256), b(256);
+  Format<DType::Q6_K>::dequantize(b6, a.data());
+  dequantize_row(DType::Q6_K, &b6, b.data(), 256);
+  EXPECT_EQ(a, b);
+  BlockQ4_1 b41;
+  quantize_row(DType::Q4_1, x.data(), &b41, 32);
+  Format<DType::Q4_1>::dequantize(b41, a.data());
+  dequantize_row(DType::Q4_1, &b41, b.data(), 32);
+  EXPECT_EQ(std::vector<float>(a.begin(), a.begin() + 32), std::vector<float>(b.begin(), b.begin() + 32));
+}
+
+// q6_K: per sub-block of 16 the step is |d * sc|. The quantizer rounds d and sc up, so the step is at least the
+// sub-block's max|x| / 32 and no element is clipped more than one step (the positive twin of the extreme at +32 steps
+// becomes 31): |err| <= step. And the step is not coarser than needed: step <= max|x| / 32 + d (sc rounded up by less
+// than 1), d <= max over sub-blocks of max|x| / 32 / 127, rounded up to a half (relative 2^-10).
+TEST(KQuantRoundTrip, Q6_KErrorBound) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE(::testing::Message() << "TESSERA_SEED=" << seed);
+  std::mt19937 rng(seed);
+  const int64_t n = 256 * 256;
+  const auto x = random_values(rng, n);
+  std::vector<BlockQ6_K> q(static_cast<size_t>(n / 256));
+  quantize_row(DType::Q6_K, x.data(), q.data(), n);
+  std::vector<float> y(static_cast<size_t>(n));
+  dequantize_row(DType::Q6_K, q.data(), y.data(), n);
+  double worst_ratio = 0, num = 0, den = 0;
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const float d = fp16_to_f32(q[static_cast<size_t>(b)].d);
+    float max_amax = 0;
+    for (int j = 0; j < 16; ++j) {
+      float amax = 0;
+      for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[static_cast<size_t>(256 * b + 16 * j + l)]));
+      max_amax = std::max(max_amax, amax);
+      const float step = std::fabs(d * static_cast<float>(q[static_cast<size_t>(b)].scales[j]));
+      ASSERT_GE(step * (1 + 1e-6), amax / 32) << "block " << b << " sub-block " << j;
+      ASSERT_LE(step, amax / 32 + d * (1 + 1e-6)) << "block " << b << " sub-block " << j;
+      for (int l = 0; l < 16; ++l) {
+        const size_t i = static_cast<size_t>(256 * b + 16 * j + l);
+        const double err = std::fabs(double(y[i]) - x[i]);
+        ASSERT_LE(err, step * (1 + 1e-5)) << "element " << i;
+        if (step > 0) worst_ratio = std::max(worst_ratio, err / step);
+        num += err * err;
+        den += double(x[i]) * x[i];
+      }
+    }
+    ASSERT_LE(d, max_amax / 32 / 127 * (1 + 1.0 / 1024) * (1 + 1e-6)) << "block " << b;
+  }
+  EXPECT_GT(worst_ratio, 0.45) << "the bound is loose: no element came near it";
+  // Rounding to 64 levels: (step^2 / 12) / E[x^2] ~ 1e-4 for these blocks; 1e-3 fails a step twice too coarse.
+  EXPECT_LT(num / den, 1e-3);
+}
+
+// q4_K: per sub-block of 32, step = d * sc >= (max - min(min, 0)) / 15 (d and sc rounded up) and offset dmin * m
+// within dmin / 2 of -min(min, 0): |err| <= step / 2 + dmin / 2, and step <= range / 15 + d.
+TEST(KQuantRoundTrip, Q4_KErrorBound) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE(::testing::Message() << "TESSERA_SEED=" << seed);
+  std::mt19937 rng(seed);
+  const int64_t n = 256 * 256;
+  const auto x = random_values(rng, n);
+  std::vector<BlockQ4_K> q(static_cast<size_t>(n / 256));
+  quantize_row(DType::Q4_K, x.data(), q.data(), n);
+  std::vector<float> y(static_cast<size_t>(n));
+  dequantize_row(DType::Q4_K, q.data(), y.data(), n);
+  double worst_ratio = 0, num = 0, den = 0;
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const BlockQ4_K& blk = q[static_cast<size_t>(b)];
+    const float d = fp16_to_f32(blk.d), dmin = fp16_to_f32(blk.dmin);
+    for (int j = 0; j < 8; ++j) {
+      float lo = 0, hi = 0;
+      for (int l = 0; l < 32; ++l) {
+        lo = std::min(lo, x[static_cast<size_t>(256 * b + 32 * j + l)]);
+        hi = std::max(hi, x[static_cast<size_t>(256 * b + 32 * j + l)]);
+      }
+      int sc, m;
+      format_detail::q4_k_scale_min(j, blk.scales, &sc, &m);
+      const float step = d * static_cast<float>(sc);
+      ASSERT_GE(step * (1 + 1e-6), (hi - lo) / 15) << "block " << b << " sub-block " << j;
+      ASSERT_LE(step, (hi - lo) / 15 + d * (1 + 1e-6)) << "block " << b << " sub-block " << j;
+      const double bound = step / 2 + dmin / 2;
+      for (int l = 0; l < 32; ++l) {
+        const size_t i = static_cast<size_t>(256 * b + 32 * j + l);
+        const double err = std::fabs(double(y[i]) - x[i]);
+        ASSERT_LE(err, bound * (1 + 1e-5) + 1e-30) << "element " << i;
+        if (bound > 0) worst_ratio = std::max(worst_ratio, err / bound);
+        num += err * err;
+        den += double(x[i]) * x[i];
+      }
+    }
+  }
+  EXPECT_GT(worst_ratio, 0.4) << "the bound is loose: no element came near it";
+  // 16 levels over the range: (step^2 / 12) / E[x^2] ~ 2e-3 for these blocks; 1e-2 fails a step twice too coarse.
+  EXPECT_LT(num / den, 1e-2);
+}
+
+TEST(KQuantRoundTrip, ZeroAndConstantBlocks) {
+  for (const DType t : {DType::Q4_K, DType::Q6_K}) {
+    for (const float v : {0.0f, 1.0f, -3.0f}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << " all " << v);
+      std::vector<float> x(256, v), y(256, 7.0f);
+      std::vector<uint8_t> q(dtype_info(t).type_size);
+      quantize_row(t, x.data(), q.data(), 256);
+      dequantize_row(t, q.data(), y.data(), 256);
+      for (float e : y) EXPECT_NEAR(e, v, std::fabs(v) * 1e-3);
+    }
+  }
+}
+
+// dot_q8: integer sums per block, scaled in float. Against a float64 dot of the same dequantized weights with the
+// same dequantized activations (d * qs), the only difference is float rounding of a handful of scaled partial sums
+// per block: relative 1e-5 of the sum of |terms| is ample and far below any indexing slip (which moves whole terms).
+TEST(FormatTraits, DotQ8MatchesFloat64DotOfTheSameValues) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE(::testing::Message() << "TESSERA_SEED=" << seed);
+  std::mt19937 rng(seed);
+  const int64_t k = 1024;
+  for (const FormatInfo& f : formats()) {
+    if (!f.quantized) continue;
+    SCOPED_TRACE(f.name);
+    for (int rep = 0; rep < 20; ++rep) {
+      const auto w = random_values(rng, k);
+      auto x = random_values(rng, k);
+      std::vector<uint8_t> wq(*dtype_row_bytes(f.type, k));
+      quantize_row(f.type, w.data(), wq.data(), k);
+      std::vector<BlockQ8Act> xq(static_cast<size_t>(k / 32));
+      quantize_act_q8(x.data(), xq.data(), k);
+      std::vector<float> wd(static_cast<size_t>(k));
+      dequantize_row(f.type, wq.data(), wd.data(), k);
+      double want = 0, mag = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        const double xi = double(xq[static_cast<size_t>(i / 32)].d) * xq[static_cast<size_t>(i / 32)].qs[i % 32];
+        want += wd[static_cast<size_t>(i)] * xi;
+        mag += std::fabs(wd[static_cast<size_t>(i)] * xi);
+      }
+      EXPECT_NEAR(dot_q8_ref(f.type, wq.data(), xq.data(), k), want, 1e-5 * mag);
+    }
+  }
+  std::vector<BlockQ8Act> xq(1);
+  std::vector<float> w(32, 1.0f);
+  EXPECT_THROW(dot_q8_ref(DType::F32, w.data(), xq.data(), 32), Error);
+}
+
+TEST(FormatTraits, QuantizeActQ8RoundsAsTheKernelsDo) {
+  std::vector<float> x(32);
+  for (int i = 0; i < 32; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i - 16) * 0.25f;
+  x[3] = 8.0f;  // max|x| = 8: id = 127 / 8 = 15.875
+  BlockQ8Act b;
+  quantize_act_q8(x.data(), &b, 32);
+  EXPECT_EQ(b.d, 8.0f / 127.0f);
+  int32_t sum = 0;
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_EQ(b.qs[i], static_cast<int8_t>(std::nearbyint(x[static_cast<size_t>(i)] * (127.0f / 8.0f)))) << i;
+    sum += b.qs[i];
+  }
+  EXPECT_EQ(b.qs[3], 127);
+  EXPECT_EQ(b.s, b.d * static_cast<float>(sum));
+  EXPECT_THROW(quantize_act_q8(x.data(), &b, 31), Error);
+}
+
+// convert_rows is dequantize then quantize, row by row: q6_K -> bf16 equals bf16(dequantized value) for every
+// element, and rows are independent (converting one row alone gives the same bytes).
+TEST(ConvertRows, KQuantsToSixteenBitsAreTheRoundedValues) {
+  std::mt19937 rng(test_seed());
+  const int64_t n = 5, k = 512;
+  for (const DType from : {DType::Q6_K, DType::Q4_K}) {
+    for (const DType to : {DType::BF16, DType::F16}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(from) << " -> " << dtype_name(to));
+      const auto x = random_values(rng, n * k);
+      std::vector<uint8_t> src(*dtype_row_bytes(from, n * k));
+      quantize_row(from, x.data(), src.data(), n * k);
+      std::vector<uint16_t> dst(static_cast<size_t>(n * k), 0xFFFF);
+      convert_rows(from, src.data(), to, dst.data(), n, k);
+      std::vector<float> v(static_cast<size_t>(n * k));
+      dequantize_row(from, src.data(), v.data(), n * k);
+      for (int64_t i = 0; i < n * k; ++i) {
+        const float f = v[static_cast<size_t>(i)];
+        ASSERT_EQ(dst[static_cast<size_t>(i)], to == DType::BF16 ? f32_to_bf16(f) : f32_to_fp16(f)) << "element " << i;
+      }
+      std::vector<uint16_t> row(static_cast<size_t>(k));
+      const uint64_t rb = *dtype_row_bytes(from, k);
+      convert_rows(from, src.data() + 3 * rb, to, row.data(), 1, k);
+      EXPECT_TRUE(std::equal(row.begin(), row.end(), dst.begin() + 3 * k));
+    }
+  }
+}
+
+TEST(ConvertRows, RefusesWhatItCannotDo) {
+  std::vector<uint8_t> src(4096), dst(4096);
+  EXPECT_THROW(convert_rows(DType::Q5_0, src.data(), DType::BF16, dst.data(), 1, 32), Error);  // unreadable
+  EXPECT_THROW(convert_rows(DType::Q8_0, src.data(), DType::Q5_1, dst.data(), 1, 32), Error);  // unproducible
+  EXPECT_THROW(convert_rows(DType::Q8_0, src.data(), DType::Q6_K, dst.data(), 1, 32), Error);  // 32 is no q6_K row
+  EXPECT_THROW(convert_rows(DType::Q6_K, src.data(), DType::BF16, dst.data(), 1, 100), Error);
+}
+
+TEST(FormatSupport, TablesAndTexts) {
+  const FormatSupport s("cuda", {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1},
+                        DType::BF16);
+  EXPECT_EQ(s.native_names(), "f32, f16, bf16, q8_0, q4_0 and q4_1");
+  EXPECT_TRUE(s.is_native(DType::Q4_1));
+  EXPECT_TRUE(s.is_native_quantized(DType::Q4_1));
+  EXPECT_FALSE(s.is_native_quantized(DType::BF16));
+  EXPECT_FALSE(s.is_native_quantized(DType::Q6_K));
+  EXPECT_EQ(s.runs_as(DType::Q8_0), DType::Q8_0);
+  EXPECT_EQ(s.runs_as(DType::Q6_K), DType::BF16);
+  EXPECT_EQ(s.runs_as(DType::Q4_K), DType::BF16);
+  EXPECT_EQ(s.runs_as(DType::Q5_0), std::nullopt);
+  EXPECT_EQ(
+      s.summary(),
+      "the CUDA kernels read f32, f16, bf16, q8_0, q4_0 and q4_1, and q4_k and q6_k are converted to bf16 at load");
+  // bf16 is 2 bytes per weight, q6_K 210 / 256.
+  EXPECT_EQ(s.conversion_notice("blk.0.ffn_down.weight", DType::Q6_K),
+            "tessera: cuda: q6_k weights (first: blk.0.ffn_down.weight) have no CUDA kernel; converted to bf16 at load "
+            "(2.44x their size)");
+  EXPECT_THROW(FormatSupport("x", {DType::F32}, DType::BF16), Error);  // the fallback must be native
+  EXPECT_THROW(FormatSupport("x", {DType::Q5_0}, DType::Q5_0), Error);
+}
+
+TEST(FormatSupport, NoticesOncePerFormat) {
+  const FormatSupport s("cpu", {DType::F32, DType::F16}, DType::F16);
+  ConversionNotices n;
+  ::testing::internal::CaptureStderr();
+  n.note(s, "blk.0.ffn_down.weight", DType::Q6_K);
+  n.note(s, "blk.1.ffn_down.weight", DType::Q6_K);
+  n.note(s, "blk.0.attn_q.weight", DType::Q4_K);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err,
+            "tessera: cpu: q6_k weights (first: blk.0.ffn_down.weight) have no CPU kernel; converted to f16 at load "
+            "(2.44x their size)\n"
+            "tessera: cpu: q4_k weights (first: blk.0.attn_q.weight) have no CPU kernel; converted to f16 at load "
+            "(3.56x their size)\n");
+  EXPECT_EQ(n.converted(), (std::set<DType>{DType::Q4_K, DType::Q6_K}));
+}
+
+}  // namespace
+}  // namespace tessera
