@@ -185,6 +185,8 @@ graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold
   graph::FusionSupport f;
   f.rope_store_attention = true;  // rope and stores have no launch of their own (TESSERA_CUDA_FUSE_ATTN=0: two)
   if (!fuse) return f;
+  // Weights whose format has no kernel run as their converted copy (bf16): they stack with weights of that format.
+  f.weight_format = [](const graph::Tensor& w) { return weight_formats().runs_as(w.dtype).value_or(w.dtype); };
   f.stack_shared_input = true;
   f.residual_epilogue = true;
   // RMSNorm folded into the float GEMVs reading its output (GemvInput::norm_w): the GEMVs read the raw input and

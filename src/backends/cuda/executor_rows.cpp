@@ -200,6 +200,8 @@ graph::FusionSupport rows_fusion_support(bool fuse, bool merge_gate_up) {
   graph::FusionSupport f;
   f.rope_store_attention = true;
   if (!fuse) return f;
+  // Weights whose format has no kernel run as their converted copy (bf16): they stack with weights of that format.
+  f.weight_format = [](const graph::Tensor& w) { return weight_formats().runs_as(w.dtype).value_or(w.dtype); };
   f.stack_qkv = true;
   f.stack_gate_up = merge_gate_up;
   f.residual_epilogue = true;

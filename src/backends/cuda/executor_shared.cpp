@@ -80,13 +80,33 @@ const DeviceWeight& CudaShared::Impl::stack(const graph::Node& n, const std::vec
   auto it = stacks.find(key);
   if (it != stacks.end()) return *it->second;
   const graph::Tensor& w0 = *members.front();
+  const FormatSupport& formats = weight_formats();
+  const std::optional<DType> as0 = formats.runs_as(w0.dtype);
+  bool mixed = false;  // members in different formats that run as one (q4_K and q6_K, both converted to bf16)
   int64_t rows = 0;
   uint64_t total = 0;
   for (const graph::Tensor* t : members) {
-    if (t->dtype != w0.dtype || t->shape.size() != 2 || t->shape[1] != w0.shape[1])
+    if (formats.runs_as(t->dtype) != as0 || t->shape.size() != 2 || t->shape[1] != w0.shape[1])
       unsupported(n, "the weights stacked with '" + w0.name + "' differ in format or width");
+    mixed |= t->dtype != w0.dtype;
     rows += t->shape[0];
     total += t->nbytes();
+  }
+  if (mixed) {  // each member converted to the device format on the host, then the rows appended
+    std::vector<uint8_t> stacked;
+    for (const graph::Tensor* t : members) {
+      std::vector<uint8_t> part;
+      if (t->dtype == *as0) {
+        part.assign(static_cast<const uint8_t*>(t->data), static_cast<const uint8_t*>(t->data) + t->nbytes());
+      } else {
+        part = convert_for_device(t->dtype, t->data, t->shape[0], t->shape[1]);
+        notices.note(formats, t->name, t->dtype);
+      }
+      stacked.insert(stacked.end(), part.begin(), part.end());
+    }
+    auto w = std::make_unique<DeviceWeight>(upload_weight(*as0, stacked.data(), rows, w0.shape[1]));
+    bytes += w->bytes();
+    return *stacks.emplace(std::move(key), std::move(w)).first->second;
   }
   std::vector<uint8_t> stacked(total);  // row-major [N, K] in any format: stacking rows appends bytes
   uint64_t at = 0;

@@ -35,6 +35,8 @@ class CudaSession : public backend::DeviceSession {
     // f32 is opt-in on the GPU too (f32 models keep f32 precision; the default stays f16: half the cache bytes).
     TESSERA_CHECK(c.kv_dtype == DType::F16 || c.kv_dtype == DType::F32,
                   "kv cache type {} is not supported on device 'cuda' (f16 or f32)", dtype_name(c.kv_dtype));
+    // Every session sets the process's options: the defaults with its own switches (so one session's switches never
+    // leak into the next).
     CudaOptions opts;
     for (const std::string& kv : c.options) parse_cuda_option(opts, kv);
     set_cuda_options(opts);

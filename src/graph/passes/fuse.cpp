@@ -217,6 +217,7 @@ Graph stack_matmuls(const Graph& g, const FusionSupport& fs) {
   if (!fs.stack_shared_input && !fs.stack_qkv && !fs.stack_gate_up) return g;
   const auto co = consumers_of(g);
   const int64_t T = g.n_tokens();
+  const auto format = [&](const Tensor& w) { return fs.weight_format ? fs.weight_format(w) : w.dtype; };
   Rewriter rw(g);  // a node claimed by an earlier stack is skipped: no later stack may claim it again
   // Same x (and the same folded norm, if any): the members' inputs agree but for the weight.
   const auto same_x = [&](const Node& a, const Node& b) {
@@ -248,7 +249,7 @@ Graph stack_matmuls(const Graph& g, const FusionSupport& fs) {
     const auto shaped = [&](const Node& m) {
       const Tensor& w = g.tensor(m.inputs.at(1));
       const Tensor& o = g.tensor(m.output);
-      return is_2d_weight(w) && w.dtype == wg.dtype && w.shape == wg.shape && o.dtype == DType::F32 &&
+      return is_2d_weight(w) && format(w) == format(wg) && w.shape == wg.shape && o.dtype == DType::F32 &&
              o.shape.size() == 2 && o.shape[0] == T && o.shape[1] == w.shape[0];
     };
     if (!shaped(n)) return -1;
@@ -270,7 +271,7 @@ Graph stack_matmuls(const Graph& g, const FusionSupport& fs) {
       const Node& m = g.node(c);
       if (!stackable(m) || !same_x(m, n) || (attention_only && !feeds_attention_only(c))) continue;
       const Tensor& wt = g.tensor(m.inputs.at(1));
-      if (wt.dtype == w0.dtype && wt.shape.size() == 2 && wt.shape[1] == w0.shape[1] && wt.data != nullptr &&
+      if (format(wt) == format(w0) && wt.shape.size() == 2 && wt.shape[1] == w0.shape[1] && wt.data != nullptr &&
           wt.kind == TensorKind::WEIGHT && g.tensor(m.output).dtype == DType::F32)
         group.push_back(c);
     }

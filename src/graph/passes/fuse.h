@@ -29,6 +29,9 @@ namespace tessera::graph {
 struct FusionSupport {
   // 1. RMSNorm folded into matmuls reading its output, when every reader's weight passes (nullptr: never).
   std::function<bool(const Tensor& weight)> norm_prologue;
+  // The format the backend runs a weight in (a backend converts a format it has no kernel for at load); stacks group
+  // weights by it. nullptr: the weight's own dtype.
+  std::function<DType(const Tensor& weight)> weight_format;
   // 2. Stacking policy.
   bool stack_shared_input = false;  // every matmul reading the same x (same weight format and K)
   bool stack_qkv = false;           // only matmuls whose outputs feed ROPE / KV_STORE nodes only

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -184,22 +185,14 @@ TEST(CudaBackend, GraphReplayMatchesPlainLaunches) {
   const Model m = make_random_model({.arch = "smollm2-135m", .dtype = "q8_0", .seed = 3, .n_layers = 2});
   const std::vector<int32_t> ids = random_ids(24, 49152, 9);
   const auto run = [&](bool graph, bool fuse = true) {
-    if (graph)
-      unsetenv("TESSERA_CUDA_GRAPH");
-    else
-      setenv("TESSERA_CUDA_GRAPH", "0", 1);
-    if (fuse)
-      unsetenv("TESSERA_CUDA_FUSE");
-    else
-      setenv("TESSERA_CUDA_FUSE", "0", 1);
-    Session s(m, {.n_ctx = 64, .device = "cuda"});
+    Session s(m, {.n_ctx = 64,
+                  .device = "cuda",
+                  .backend_options = {graph ? "graph=1" : "graph=0", fuse ? "fuse=1" : "fuse=0"}});
     std::vector<float> all;
     for (int32_t id : ids) {
       const std::span<const float> l = s.decode(id);
       all.insert(all.end(), l.begin(), l.end());
     }
-    unsetenv("TESSERA_CUDA_GRAPH");
-    unsetenv("TESSERA_CUDA_FUSE");
     return all;
   };
   const std::vector<float> plain = run(false);
@@ -345,11 +338,8 @@ TEST(CudaBackend, Out16PrefillMatchesF32Outputs) {
   const Model m = make_random_model({.arch = "smollm2-135m", .dtype = "bf16", .seed = 9, .n_layers = 2});
   const std::vector<int32_t> ids = random_ids(100, 49152, 21);
   const auto run = [&](bool out16) {
-    if (!out16) setenv("TESSERA_CUDA_OUT16", "0", 1);
-    Session s(m, {.n_ctx = 128, .n_batch = 512, .device = "cuda"});
-    std::vector<float> l = s.eval_all_logits(ids);
-    unsetenv("TESSERA_CUDA_OUT16");
-    return l;
+    Session s(m, {.n_ctx = 128, .n_batch = 512, .device = "cuda", .backend_options = {out16 ? "out16=1" : "out16=0"}});
+    return s.eval_all_logits(ids);
   };
   const std::vector<float> a = run(true), b = run(false);
   ASSERT_EQ(a.size(), b.size());
@@ -388,14 +378,10 @@ TEST(CudaBackend, CudnnPrefillMatchesCpuAndAttnPrefill) {
     // tma / cudnn false: TESSERA_CUDA_ATTN_TMA=0 / CudaOptions::cudnn off (read when the prefill executor is built, at
     // the first chunk: set until the session is done).
     const auto gpu_logits = [&](bool tma, bool cudnn) {
-      if (!tma) setenv("TESSERA_CUDA_ATTN_TMA", "0", 1);
-      tessera::cuda::CudaOptions o = tessera::cuda::cuda_options();
-      o.cudnn = cudnn;
-      const tessera::cuda::CudaOptionsScope scope(o);
-      Session s(m, go);
-      std::vector<float> a = both_chunks(s);
-      unsetenv("TESSERA_CUDA_ATTN_TMA");
-      return a;
+      SessionOptions o = go;
+      o.backend_options = {tma ? "attn_tma=1" : "attn_tma=0", cudnn ? "cudnn=1" : "cudnn=0"};
+      Session s(m, o);
+      return both_chunks(s);
     };
     Session cpu(m, co);
     const std::vector<float> ref = both_chunks(cpu);
@@ -596,15 +582,8 @@ TEST(CudaBackend, PrefillAttentionTmaMatchesTheOtherPath) {
     const Model m = make_random_model({.arch = sh.arch, .dtype = "q8_0", .seed = 7, .n_layers = 1});
     const std::vector<int32_t> ids = random_ids(600, sh.vocab, 33);
     const auto run = [&](bool tma) {
-      if (tma)
-        unsetenv("TESSERA_CUDA_ATTN_TMA");
-      else
-        setenv("TESSERA_CUDA_ATTN_TMA", "0", 1);
-      // The prefill executor reads the switch when it is built, at the first chunk: it stays set until then.
-      Session s(m, {.n_ctx = 640, .n_batch = 256, .device = "cuda"});
-      std::vector<float> all = s.eval_all_logits(ids);
-      unsetenv("TESSERA_CUDA_ATTN_TMA");
-      return all;
+      Session s(m, {.n_ctx = 640, .n_batch = 256, .device = "cuda", .backend_options = {tma ? "attn_tma=1" : "attn_tma=0"}});
+      return s.eval_all_logits(ids);
     };
     const std::vector<float> a = run(true), b = run(false);
     ASSERT_EQ(a.size(), b.size());
@@ -680,12 +659,7 @@ TEST(CudaBackend, DeviceSamplingEqualsHostSampling) {
       g.sampling = c.o;
       g.sampling.seed = seed;
       const auto run = [&](bool device, std::vector<int32_t>* context, std::vector<float>* last) {
-        if (device)
-          unsetenv("TESSERA_CUDA_SAMPLE");
-        else
-          setenv("TESSERA_CUDA_SAMPLE", "0", 1);
-        Session s(m, {.n_ctx = c.n_ctx, .device = "cuda"});
-        unsetenv("TESSERA_CUDA_SAMPLE");
+        Session s(m, {.n_ctx = c.n_ctx, .device = "cuda", .backend_options = {device ? "sample=1" : "sample=0"}});
         GenerateResult r = s.generate_tokens(prompt, g);
         *context = s.tokens();
         const std::span<const float> l = s.logits();
@@ -736,10 +710,10 @@ TEST(CudaBackend, GreedyChainEqualsStepByStep) {
                                       << " TESSERA_CUDA_CHAIN_STEPS=" << cf.steps
                                       << " TESSERA_CUDA_CHAIN_EMBED=" << cf.embed);
     const Model m = make_random_model({.arch = "smollm2-135m", .dtype = cf.dtype, .seed = 23, .n_layers = 2});
-    setenv("TESSERA_CUDA_CHAIN", cf.chain, 1);
-    setenv("TESSERA_CUDA_CHAIN_STEPS", cf.steps, 1);
-    setenv("TESSERA_CUDA_CHAIN_EMBED", cf.embed, 1);
     SessionOptions o{.n_ctx = 64, .n_batch = 16, .device = "cuda"};
+    o.backend_options = {std::string("chain=") + cf.chain};
+    if (*cf.steps != '\0') o.backend_options.push_back(std::string("chain_steps=") + cf.steps);
+    if (*cf.embed != '\0') o.backend_options.push_back(std::string("chain_embed=") + cf.embed);
     Session a(m, o), b(m, o);
     const std::vector<int32_t> prompt = random_ids(10, 49152, 77);
     a.eval(prompt);
@@ -784,9 +758,6 @@ TEST(CudaBackend, GreedyChainEqualsStepByStep) {
     EXPECT_THROW(a.decode_greedy_chain(-1, 3, collect(1000)), Error);  // outside the vocabulary
     EXPECT_EQ(a.n_past(), 10);
   }
-  unsetenv("TESSERA_CUDA_CHAIN");
-  unsetenv("TESSERA_CUDA_CHAIN_STEPS");
-  unsetenv("TESSERA_CUDA_CHAIN_EMBED");
 }
 
 // Quantized weights with the folds on and off: TESSERA_CUDA_ATTN_Q8 (on by default; attention writes the
@@ -807,10 +778,12 @@ TEST(CudaBackend, QuantizedFoldsMatchTheLaunchesTheyReplace) {
       for (int i = 0; i < 4; ++i) {
         SCOPED_TRACE(::testing::Message() << dtype << " n_ctx " << n_ctx << " TESSERA_CUDA_ATTN_Q8=" << switches[i].first
                                           << " TESSERA_CUDA_QUANT_SWIGLU=" << switches[i].second);
-        setenv("TESSERA_CUDA_ATTN_Q8", switches[i].first, 1);
-        setenv("TESSERA_CUDA_QUANT_SWIGLU", switches[i].second, 1);
-        setenv("TESSERA_CUDA_QUANT_SWIGLU_TICKETS", "1", 1);  // the bitwise form (warp groups: QuantSwigluGroups...)
-        Session s(m, {.n_ctx = n_ctx, .n_batch = 16, .device = "cuda"});
+        // quant_swiglu_tickets: the bitwise form (warp groups: QuantSwigluGroups...)
+        Session s(m, {.n_ctx = n_ctx,
+                      .n_batch = 16,
+                      .device = "cuda",
+                      .backend_options = {std::string("attn_q8=") + switches[i].first,
+                                          std::string("quant_swiglu=") + switches[i].second, "quant_swiglu_tickets=1"}});
         s.eval(prompt);
         for (int32_t id : {11, 12, 13, 14}) {
           const std::span<const float> l = s.decode(id);
@@ -823,13 +796,10 @@ TEST(CudaBackend, QuantizedFoldsMatchTheLaunchesTheyReplace) {
         }
       }
     }
-  unsetenv("TESSERA_CUDA_ATTN_Q8");
-  unsetenv("TESSERA_CUDA_QUANT_SWIGLU");
-  unsetenv("TESSERA_CUDA_QUANT_SWIGLU_TICKETS");
 }
 
-// A profiled decode of `ids`, one token at a time, in a fresh session with the environment switches `env` set (and
-// unset after): every step's logits, and per decode-graph node its GPU time (0: it launches nothing) and "op name".
+// A profiled decode of `ids`, one token at a time, in a fresh session with the CUDA options `env` (named as the
+// former environment switches): every step's logits, and per decode-graph node its GPU time (0: it launches nothing) and "op name".
 struct ProfiledDecode {
   std::vector<float> logits;
   std::vector<uint64_t> ns;
@@ -837,10 +807,17 @@ struct ProfiledDecode {
 };
 ProfiledDecode decode_profiled(const Model& m, const std::vector<int32_t>& ids,
                                const std::vector<std::pair<const char*, const char*>>& env) {
-  for (const auto& [k, v] : env) setenv(k, v, 1);
+  // The former switch names as CUDA option keys: TESSERA_CUDA_FOLD_NORM=0 is fold_norm=0 (quant_norm: 1 all, 0 none).
+  std::vector<std::string> options;
+  for (const auto& [k, v] : env) {
+    std::string key = std::string(k).substr(std::string("TESSERA_CUDA_").size()), value = v;
+    for (char& ch : key) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (key == "quant_norm") value = value == "1" ? "all" : value == "0" ? "none" : value;
+    if (!value.empty()) options.push_back(key + "=" + value);
+  }
   ProfiledDecode r;
   {
-    Session s(m, {.n_ctx = 32, .device = "cuda"});
+    Session s(m, {.n_ctx = 32, .device = "cuda", .backend_options = options});
     s.set_profiling(true);
     for (int32_t id : ids) {
       const std::span<const float> l = s.decode(id);
@@ -851,7 +828,6 @@ ProfiledDecode decode_profiled(const Model& m, const std::vector<int32_t>& ids,
     const GraphView gv = s.graph(1);
     for (const auto& n : gv.nodes()) r.names.push_back(n.op + " " + n.name);
   }
-  for (const auto& [k, v] : env) unsetenv(k);
   return r;
 }
 
