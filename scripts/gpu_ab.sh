@@ -32,7 +32,8 @@ run() {  # run LABEL BIN SPEC MODE -> one tok/s figure on stdout (the bench's me
   local f="$out/$label.${spec/:/_}.$mode.$RANDOM.json"
   timeout 300 "$bin" bench --device "$device" --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" "${args[@]}" \
     --no-ceilings --json > "$f" 2> "$f.log" || { echo "gpu_ab: $label $spec $mode failed: $(tail -1 "$f.log")" >&2; echo 0; return; }
-  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); r=r if isinstance(r,list) else [r]; print(max(x.get('tok_s',0) for x in r))" "$f"
+  # The row of this mode: tg for decode, pp for prefill (a decode run also prints its pp128 row).
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); r=r if isinstance(r,list) else [r]; p='tg' if sys.argv[2]=='decode' else 'pp'; print(max([x.get('tok_s',0) for x in r if str(x.get('test','')).startswith(p)] or [0]))" "$f" "$mode"
 }
 printf '%-22s %-8s %12s %12s %8s\n' shape mode A_tok_s B_tok_s A/B
 for mode in decode prefill; do

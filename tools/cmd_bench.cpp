@@ -44,7 +44,7 @@ struct BenchFlags {
   std::string device = "cpu";
   NglFlag ngl;               // -ngl: llama.cpp's spelling of the device
   BackendFlags backend;  // --cuda KEY=VALUE, --cpu-isa
-  int64_t n_batch = 512;     // -b: logical batch, prompt tokens per forward pass
+  int64_t n_batch = 2048;    // -b: logical batch (llama-bench's default 2048), capped by -ub
   int64_t ubatch = 512;      // -ub: physical batch; Tessera evaluates min(-b, -ub) tokens per pass
   int64_t batch = 1;         // --parallel/-np: sequences decoded together by tg
   int64_t depth = 0;         // tokens already in each sequence's cache when tg starts
@@ -376,7 +376,7 @@ const int registered = register_command(
        add_ngl_option(app, f->ngl, app.add_option("--device", f->device, "cpu (default) or cuda"));
        add_backend_flags(app, f->backend);
        app.add_option("-b,--batch-size", f->n_batch,
-                      "Logical batch: prompt tokens per forward pass of pp (default 512), as llama-bench's -b");
+                      "Logical batch of pp (default 2048, as llama-bench's -b); a pass evaluates min(-b, -ub) tokens");
        app.add_option("--ub,--ubatch,--ubatch-size", f->ubatch,
                       "(-ub) Physical batch (default 512); a pass evaluates min(-b, -ub) tokens");
        app.add_option("--parallel", f->batch,
