@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -190,7 +191,16 @@ TEST_P(OpTable, MatchesReference) {
   std::mt19937 rng(s);
   const OpGraph og = row.build(rng);
   const std::vector<float> ref = run_cpu(og, true);
-  const std::vector<float> out = be == Backend::CPU ? run_cpu(og, false) : run_cuda(og);
+  std::vector<float> out;
+  if (be == Backend::CPU) {
+    out = run_cpu(og, false);
+  } else {
+    std::optional<std::vector<float>> y = run_cuda(og);
+    if (!y) {
+      GTEST_SKIP() << graph::op_name(og.node().op) << " has no CUDA kernel";
+    }
+    out = std::move(*y);
+  }
   ASSERT_EQ(out.size(), ref.size());
   for (size_t i = 0; i < out.size(); ++i) ASSERT_TRUE(std::isfinite(out[i])) << "element " << i << " is " << out[i];
   const double e = nmse(out, ref);
@@ -211,14 +221,16 @@ TEST(OpTable, NamesAreUnique) {
   for (const Row& r : rows()) EXPECT_TRUE(seen.insert(r.name).second) << r.name;
 }
 
-// Every graph op has at least one row (a new op in graph.h fails here until the table covers it).
+// Every graph op a builder can make has at least one row (a new op in graph.h fails here until the table covers it);
+// ops made by the passes only come with the fused nodes' rows.
 TEST(OpTable, EveryOpHasARow) {
   std::set<graph::Op> ops;
   std::mt19937 rng(1);
   for (const Row& r : rows()) ops.insert(r.build(rng).node().op);
-  for (graph::Op op : {graph::Op::EMBED, graph::Op::RMSNORM, graph::Op::MATMUL, graph::Op::ROPE, graph::Op::KV_STORE,
-                       graph::Op::ATTENTION, graph::Op::ADD, graph::Op::SWIGLU, graph::Op::LAST_ROW})
-    EXPECT_TRUE(ops.count(op)) << graph::op_name(op) << " has no row";
+  for (size_t i = 0; i < static_cast<size_t>(graph::Op::COUNT); ++i) {
+    const graph::OpInfo& op = graph::op_info(static_cast<graph::Op>(i));
+    EXPECT_TRUE(op.traits.pass_only || ops.count(op.op)) << op.name << " has no row";
+  }
 }
 
 }  // namespace
