@@ -34,6 +34,10 @@ enum class Op : uint8_t {
   LAST_ROW,   // (x[T, E]) -> [1, E]: only the last token goes on to the output projection
   // Made by graph passes only (src/graph/passes), never by a model builder:
   SLICE,  // (x[T, N]) -> [T, n]: columns [slice_begin, slice_begin + n) of x, a view (row stride N) of a stack
+  // Test-only (OpTraits::test_only), never made by a model builder: the op docs/ARCHITECTURE.md's recipe for adding an
+  // op was proven with, kept so the recipe keeps working (its commit touched this file, ops.cpp, its CPU kernel
+  // backends/cpu/ops/scale.cpp and its rows in tests/ops/test_ops.cpp).
+  SCALE,  // (x[T, E]) -> [T, E]: x * params.scale
   COUNT,  // not an op: the number of ops (the op table has this many rows)
 };
 std::string_view op_name(Op op);
@@ -121,6 +125,7 @@ struct OpParams {
   bool rope_neox = false;   // ROPE: pairs (i, i + R/2) instead of (2i, 2i+1)
   float attn_scale = 0;     // ATTENTION: usually 1/sqrt(head_dim)
   int64_t slice_begin = 0;  // SLICE: first column
+  float scale = 0;          // SCALE: the factor
 };
 
 // What a node made by a graph pass computes beyond its op (src/graph/passes/fuse.h). Builders leave it empty. Every

@@ -180,6 +180,15 @@ void infer_last_row(const Graph& g, Node& n, Tensor& out) {
   n.bytes = 2 * u(x.shape[1]) * dtype_info(x.dtype).type_size;
 }
 
+void infer_scale(const Graph& g, Node& n, Tensor& out) {
+  const Check c{g, n};
+  const Tensor& x = c.in(0);
+  c.is_f32(x);
+  out.shape = x.shape;
+  n.flops = u(x.numel());  // one multiply per element
+  n.bytes = 2 * x.nbytes();
+}
+
 // One row per op, in the enum's order (checked below, so a missing or misplaced row fails the build).
 constexpr OpInfo kOps[] = {
     // op, name, class, inputs, traits, shape check and cost
@@ -193,6 +202,7 @@ constexpr OpInfo kOps[] = {
     {Op::SWIGLU, "swiglu", "elementwise", 2, {.write_over = 0b11}, infer_swiglu},
     {Op::LAST_ROW, "last_row", "copy", 1, {}, infer_last_row},
     {Op::SLICE, "slice", "copy", 1, {.view_of = 0, .pass_only = true}, nullptr},
+    {Op::SCALE, "scale", "elementwise", 1, {.write_over = 0b01, .test_only = true}, infer_scale},
 };
 
 constexpr bool rows_follow_the_enum() {
