@@ -20,6 +20,8 @@
 namespace tessera::graph {
 
 // Compute ops. Matmul follows the project convention y[T, N] = x[T, K] · Wᵀ with W row-major [N, K].
+// Each op is one row of the op table (src/graph/ops.cpp, `op_info`): its name, class, traits, input count, shape
+// check, output shape and cost. Adding an op is a value here plus that row (docs/ARCHITECTURE.md, "Recipes").
 enum class Op : uint8_t {
   EMBED,      // (table[V, E], ids[T]) -> [T, E]: rows of the embedding table as f32
   RMSNORM,    // (x[T, E], w[E]) -> [T, E]
@@ -32,19 +34,50 @@ enum class Op : uint8_t {
   LAST_ROW,   // (x[T, E]) -> [1, E]: only the last token goes on to the output projection
   // Made by graph passes only (src/graph/passes), never by a model builder:
   SLICE,  // (x[T, N]) -> [T, n]: columns [slice_begin, slice_begin + n) of x, a view (row stride N) of a stack
+  // Test-only (OpTraits::test_only), never made by a model builder: the op docs/ARCHITECTURE.md's recipe for adding an
+  // op was proven with, kept so the recipe keeps working (its commit touched this file, ops.cpp, its CPU kernel
+  // backends/cpu/ops/scale.cpp and its rows in tests/ops/test_ops.cpp).
+  SCALE,  // (x[T, E]) -> [T, E]: x * params.scale
+  COUNT,  // not an op: the number of ops (the op table has this many rows)
 };
 std::string_view op_name(Op op);
 // Op class for totals: "matmul", "attention", "norm", "rope", "elementwise", "embedding", "kv_cache", "copy".
 std::string_view op_class(Op op);
 
 // Op traits: structural decisions (fusion, planning, totals) ask these, never `op == Op::MATMUL`, so an op added
-// later states what it is once, here, instead of quietly falling out of every test that names ops.
+// later states what it is once, in its row of the op table, instead of quietly falling out of every test that names
+// ops.
 bool is_matmul_like(Op op);  // (x[T, K], W[N, K], ...) -> [T, N]: reads a weight matrix, fusable epilogues/prologues
 // Whether the op's output may take the storage of input `i` when that input dies at this node (the kernels read each
 // element before writing it): ROPE and RMSNORM input 0, ADD and SWIGLU either input.
 bool may_write_over_input(Op op, size_t i);
 // Whether the op's output is a view of another tensor's storage (KV_STORE: its cache; SLICE: its input).
 bool is_view(Op op);
+
+class Graph;
+struct Node;
+struct Tensor;
+
+// What the graph layer knows of an op: one row of the op table (src/graph/ops.cpp).
+struct OpTraits {
+  bool matmul_like = false;  // is_matmul_like
+  uint8_t write_over = 0;    // bit i set: may_write_over_input(op, i)
+  int8_t view_of = -1;       // the input whose storage the output is (is_view), -1 for its own storage
+  bool pass_only = false;    // made by graph passes only: Graph::add_node rejects it
+  bool test_only = false;    // exists for the tests (the op recipe's proof): model builders never emit it
+};
+struct OpInfo {
+  Op op;
+  std::string_view name;      // op_name: printers, profiles, errors
+  std::string_view op_class;  // op_class: totals
+  int n_inputs;               // inputs add_node takes (a pass's fused node may carry more)
+  OpTraits traits;
+  // Checks the node's inputs (their count and ids already checked) and params, and fills in the output tensor's shape,
+  // dtype (f32 unless set) and alias, and the node's FLOPs and bytes. tessera::Error naming the node on a mismatch.
+  // nullptr for pass-only ops.
+  void (*infer)(const Graph& g, Node& n, Tensor& out);
+};
+const OpInfo& op_info(Op op);  // Error for a value that is not an op
 
 enum class TensorKind : uint8_t {
   INPUT,       // fed per call: token ids, positions
@@ -92,6 +125,7 @@ struct OpParams {
   bool rope_neox = false;   // ROPE: pairs (i, i + R/2) instead of (2i, 2i+1)
   float attn_scale = 0;     // ATTENTION: usually 1/sqrt(head_dim)
   int64_t slice_begin = 0;  // SLICE: first column
+  float scale = 0;          // SCALE: the factor
 };
 
 // What a node made by a graph pass computes beyond its op (src/graph/passes/fuse.h). Builders leave it empty. Every
@@ -225,7 +259,6 @@ class Graph {
 
  private:
   int add_tensor(Tensor t);
-  void compute_shape_and_cost(Node& n, std::vector<int64_t>* out_shape, DType* out_dtype) const;
 
   int64_t n_tokens_ = 0;
   int64_t n_past_ = 0;

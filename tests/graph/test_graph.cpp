@@ -93,6 +93,51 @@ TEST(Graph, RejectsMismatchedShapesAndDuplicates) {
   EXPECT_THROW(g.add_kv_cache("c", DType::Q4_0, {1, 4, 8}), Error);
 }
 
+// The op table (ops.cpp) is the one place an op is described: every op has its row, under its own value, and the
+// traits the planner and passes ask are read from it.
+TEST(OpTable, EveryOpHasItsRow) {
+  for (size_t i = 0; i < static_cast<size_t>(Op::COUNT); ++i) {
+    const Op op = static_cast<Op>(i);
+    const OpInfo& info = op_info(op);
+    EXPECT_EQ(info.op, op);
+    EXPECT_FALSE(info.name.empty()) << i;
+    EXPECT_FALSE(info.op_class.empty()) << info.name;
+    EXPECT_GT(info.n_inputs, 0) << info.name;
+    EXPECT_TRUE(info.traits.pass_only || info.infer != nullptr) << info.name << " has no shape check";
+    EXPECT_EQ(op_name(op), info.name);
+    EXPECT_EQ(is_view(op), info.traits.view_of >= 0);
+    EXPECT_LT(info.traits.view_of, info.n_inputs) << info.name;
+  }
+  EXPECT_THROW(op_info(Op::COUNT), Error);
+  EXPECT_EQ(op_name(Op::COUNT), "?");
+  EXPECT_TRUE(is_matmul_like(Op::MATMUL));
+  EXPECT_FALSE(is_matmul_like(Op::ADD));
+  EXPECT_TRUE(may_write_over_input(Op::ADD, 1));
+  EXPECT_TRUE(may_write_over_input(Op::ROPE, 0));
+  EXPECT_FALSE(may_write_over_input(Op::ROPE, 1));
+  EXPECT_FALSE(may_write_over_input(Op::MATMUL, 0));
+  EXPECT_FALSE(may_write_over_input(Op::ADD, 100));
+}
+
+TEST(OpTable, AddNodeChecksTheRowsInputCountAndRejectsPassOnlyOps) {
+  Graph g(2, 0);
+  const int x = g.add_input("x", DType::F32, {2, 8});
+  try {
+    g.add_node("last", Op::LAST_ROW, Role::NONE, -1, "", {x, x});
+    FAIL() << "two inputs for last_row";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'last' (last_row) takes 1 inputs, got 2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(g.add_node("bad", Op::ADD, Role::NONE, -1, "", {x, 7}), Error);  // no tensor 7
+  try {
+    g.add_node("cols", Op::SLICE, Role::NONE, -1, "", {x});
+    FAIL() << "a slice from add_node";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("made by graph passes"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(g.nodes().size(), 0u);
+}
+
 TEST(Graph, KvStoreAliasesCacheAndAttentionCost) {
   const int64_t t = 5, p = 7, h = 4, hkv = 2, d = 16, ctx = 32;
   Graph g(t, p);

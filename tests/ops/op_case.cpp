@@ -2,6 +2,7 @@
 // model uses; reference mode runs each step's scalar `_ref` twin).
 #include "ops/op_case.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 
@@ -181,6 +182,31 @@ OpGraph last_row(std::mt19937& rng, int64_t t, int64_t d) {
   const int x = add_f32_input(og, rng, "x", {t, d}, -1.0f, 1.0f);
   og.g.mark_output(og.g.add_node("last", Op::LAST_ROW, Role::LAST_TOKEN, -1, "output", {x}));
   return og;
+}
+
+OpGraph simple(std::mt19937& rng, graph::Op op, const std::vector<std::vector<int64_t>>& shapes,
+               const graph::OpParams& params) {
+  OpGraph og{graph::Graph(shapes.at(0).at(0), 0)};
+  std::vector<int> ins;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    std::string name = "x";  // (not "x" + to_string: GCC 12's -Wrestrict false positive)
+    name += std::to_string(i);
+    ins.push_back(add_f32_input(og, rng, name, shapes[i], -2.0f, 2.0f));
+  }
+  og.g.mark_output(og.g.add_node(std::string(graph::op_name(op)), op, Role::NONE, 0, "test", ins, params));
+  return og;
+}
+
+Row simple_row(graph::Op op, std::vector<std::vector<int64_t>> shapes, graph::OpParams params, double max_nmse_cpu,
+               double max_nmse_cuda) {
+  std::string name(graph::op_name(op));
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (const auto& shape : shapes)
+    for (size_t i = 0; i < shape.size(); ++i) {
+      name += i ? 'x' : '_';
+      name += std::to_string(shape[i]);
+    }
+  return {name, [=](std::mt19937& rng) { return simple(rng, op, shapes, params); }, max_nmse_cpu, max_nmse_cuda};
 }
 
 std::vector<float> run_cpu(const OpGraph& og, bool reference) {

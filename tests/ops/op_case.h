@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -43,8 +44,9 @@ struct Row {
 
 // The node's output as floats after running g: on the CPU backend (reference = the scalar `_ref` kernels) or through
 // the CUDA kernel entry points. KV_STORE yields the whole cache (rows outside the store must come back unchanged).
+// run_cuda gives nothing (the row skips) for an op it has no entry for: an op without a CUDA kernel.
 std::vector<float> run_cpu(const OpGraph& og, bool reference);
-std::vector<float> run_cuda(const OpGraph& og);
+std::optional<std::vector<float>> run_cuda(const OpGraph& og);
 // "" when the CUDA rows can run here, else why not (no CUDA build, no GPU).
 std::string cuda_skip_reason();
 
@@ -62,5 +64,12 @@ OpGraph attention(std::mt19937& rng, DType cache, int64_t t, int64_t n_head, int
 OpGraph add(std::mt19937& rng, int64_t t, int64_t d);
 OpGraph swiglu(std::mt19937& rng, int64_t t, int64_t f);
 OpGraph last_row(std::mt19937& rng, int64_t t, int64_t d);
+// Any op whose inputs are f32 activations (random in [-2, 2]) of these shapes, the first one [T, ...]: a new op of
+// that kind takes a row of the table without a builder of its own.
+OpGraph simple(std::mt19937& rng, graph::Op op, const std::vector<std::vector<int64_t>>& shapes,
+               const graph::OpParams& params = {});
+// The row of such an op, named after it and its shapes ("SCALE_7x1000"): one line of the table.
+Row simple_row(graph::Op op, std::vector<std::vector<int64_t>> shapes, graph::OpParams params, double max_nmse_cpu,
+               double max_nmse_cuda);
 
 }  // namespace tessera::ops_test

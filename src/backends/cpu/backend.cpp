@@ -5,6 +5,7 @@
 #include <cstring>
 #include <new>
 
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/plan_step.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
@@ -96,31 +97,38 @@ CpuBackend::CpuBackend(const BackendOptions& options, std::shared_ptr<WeightCach
   if (!weights_) weights_ = std::make_shared<WeightCache>();
 }
 
-bool CpuBackend::supports(const graph::Node& n, const graph::Graph& g) const {
+bool CpuBackend::supports(const graph::Node& n, const graph::Graph& g) const { return reject_reason(n, g) == nullptr; }
+
+const char* CpuBackend::reject_reason(const graph::Node& n, const graph::Graph& g) const {
   const auto in = [&](size_t i) -> const Tensor& { return g.tensor(n.inputs.at(i)); };
-  if (!n.fusion.empty()) return false;  // the CPU declares no fusion (graph::FusionSupport{}): it runs builder nodes
+  const auto inputs_ok = [](bool ok) -> const char* { return ok ? nullptr : "is not supported with these inputs"; };
+  // The CPU declares no fusion (graph::FusionSupport{}): it runs builder nodes.
+  if (!n.fusion.empty()) return "is a fused node, and the CPU backend declares no fusion";
   switch (n.op) {
     case Op::EMBED:
-      return can_dequantize(in(0).dtype) && in(0).shape[1] % dtype_info(in(0).dtype).block_size == 0;
+      return inputs_ok(can_dequantize(in(0).dtype) && in(0).shape[1] % dtype_info(in(0).dtype).block_size == 0);
     case Op::MATMUL:
       if (options_.reference || !matmul_supports(in(1).dtype))
-        return can_dequantize(in(1).dtype) && in(1).shape[1] % dtype_info(in(1).dtype).block_size == 0;
-      return true;
+        return inputs_ok(can_dequantize(in(1).dtype) && in(1).shape[1] % dtype_info(in(1).dtype).block_size == 0);
+      return nullptr;
     case Op::RMSNORM:
     case Op::ROPE:
     case Op::ADD:
     case Op::SWIGLU:
     case Op::LAST_ROW:
-      return true;
+      return nullptr;
     case Op::KV_STORE:
     case Op::ATTENTION: {
       const DType d = in(1).dtype;
-      return d == DType::F16 || d == DType::F32;
+      return inputs_ok(d == DType::F16 || d == DType::F32);
     }
-    case Op::SLICE:
-      return false;
+    default: {
+      // No dedicated step: the op's registered kernel (op_kernel.h, backends/cpu/ops/<op>.cpp) runs it, if it has one.
+      const OpKernel* k = find_op_kernel(n.op);
+      if (k == nullptr || graph::is_view(n.op)) return "has no CPU kernel";
+      return inputs_ok(k->supports == nullptr || k->supports(n, g));
+    }
   }
-  return false;
 }
 
 namespace {
@@ -136,9 +144,10 @@ std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vect
   // that went through the same pipeline.
   plan->graph_ = graph::run_passes(g, graph::FusionSupport{});
   const graph::Graph& pg = plan->graph_;
-  for (const graph::Node& n : pg.nodes())
-    TESSERA_CHECK(supports(n, pg), "cpu backend: node '{}' ({}) is not supported with these inputs", n.name,
-                  graph::op_name(n.op));
+  for (const graph::Node& n : pg.nodes()) {
+    const char* why = reject_reason(n, pg);
+    TESSERA_CHECK(why == nullptr, "cpu backend: node '{}' ({}) {}", n.name, graph::op_name(n.op), why);
+  }
   const graph::MemoryPlan mp = graph::plan_memory(pg, graph::MemoryPlanOptions{.alignment = kAlign});
   plan->offsets_ = mp.offsets;
   plan->arena_bytes_ = std::max<uint64_t>(mp.total, kAlign);
@@ -249,8 +258,29 @@ std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vect
         s.t = in(0).shape[0];
         s.k = in(0).shape[1];
         break;
-      case Op::SLICE:  // rejected by supports()
+      default: {  // an op with no dedicated step: its registered kernel (supports() checked it has one)
+        auto call = std::make_unique<OpCall>();
+        call->node = &n;
+        for (int id : n.inputs) {
+          const Tensor& t = pg.tensor(id);
+          call->in_tensors.push_back(&t);
+          if (t.kind == TensorKind::WEIGHT) {
+            TESSERA_CHECK(t.data != nullptr, "cpu backend: weight '{}' has no data", t.name);
+            call->in.push_back(t.data);
+          } else if (t.kind == TensorKind::KV_CACHE || t.alias >= 0) {
+            call->in.push_back(cache_of(id).data);
+          } else {
+            call->in.push_back(act(id));
+          }
+        }
+        call->out_tensor = &pg.tensor(n.output);
+        call->out = s.y;
+        s.kernel = find_op_kernel(n.op)->run;
+        s.call = call.get();
+        s.t = pg.n_tokens();
+        plan->calls_.push_back(std::move(call));
         break;
+      }
     }
     plan->steps_.push_back(s);
   }

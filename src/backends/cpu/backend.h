@@ -48,6 +48,8 @@ class WeightCache {
 };
 
 // Persistent tensors the session owns, bound to graph KV_CACHE tensors by role (CACHE_K / CACHE_V) and layer.
+struct OpCall;  // op_kernel.h
+
 struct StateBinding {
   graph::IoRole role = graph::IoRole::NONE;
   int layer = -1;
@@ -83,13 +85,15 @@ class Plan {
   void* arena_ = nullptr;         // 64-byte aligned
   uint64_t arena_bytes_ = 0;
   std::vector<std::pair<std::string, int>> input_ids_;  // INPUT tensors by name
+  std::vector<std::unique_ptr<OpCall>> calls_;          // bindings of the steps that run a registered op kernel
 };
 
 class CpuBackend {
  public:
   CpuBackend(const BackendOptions& options, std::shared_ptr<WeightCache> weights);
 
-  // Whether this backend runs the node (shape and dtype included); compile() fails on the first it cannot.
+  // Whether this backend runs the node (shape and dtype included); compile() fails on the first it cannot. An op
+  // without a dedicated step runs through its registered kernel (op_kernel.h), and is unsupported without one.
   bool supports(const graph::Node& node, const graph::Graph& g) const;
   // Prepares weights, plans activation memory and binds the caches. Error naming the node or tensor at fault.
   std::unique_ptr<Plan> compile(const graph::Graph& g, const std::vector<StateBinding>& state);
@@ -104,6 +108,8 @@ class CpuBackend {
 
  private:
   void run_step(const Plan::Step& s, int64_t n_past);
+  // nullptr when supported, else the end of the sentence saying why not ("has no CPU kernel").
+  const char* reject_reason(const graph::Node& node, const graph::Graph& g) const;
   BackendOptions options_;
   std::shared_ptr<WeightCache> weights_;
   ThreadPool pool_;

@@ -104,7 +104,8 @@ void CpuBackend::run_step(const Plan::Step& s, int64_t n_past) {
     case Op::LAST_ROW:
       std::memmove(s.y, s.a + (s.t - 1) * s.k, static_cast<size_t>(s.k) * sizeof(float));
       return;
-    case Op::SLICE:  // rejected by supports(): the CPU declares no fusion, so its graphs have no slices
+    default:  // no dedicated step: the op's registered kernel (compile bound it; supports() checked there is one)
+      s.kernel(*s.call, n_past, pool_);
       return;
   }
 }

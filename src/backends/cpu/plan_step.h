@@ -25,6 +25,9 @@ struct Plan::Step {
   int64_t n = 0;                     // MATMUL output features; EMBED vocabulary; elementwise: elements per row
   int64_t k = 0;                     // MATMUL input features; EMBED/RMSNORM/LAST_ROW: row width
   graph::OpParams p;
+  // An op with no dedicated step (the switch's default): its registered kernel and binding (op_kernel.h).
+  void (*kernel)(const OpCall& call, int64_t n_past, ThreadPool& pool) = nullptr;
+  const OpCall* call = nullptr;
 };
 
 }  // namespace tessera::cpu

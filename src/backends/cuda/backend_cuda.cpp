@@ -527,6 +527,8 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       ptr[static_cast<size_t>(out)] = act(in(0)) + n.params.slice_begin;
       return;
     }
+    default:  // an op with no CUDA kernel
+      break;
   }
   unsupported(n, "the op has no CUDA kernel");
 }

@@ -583,6 +583,8 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         gate_up16_of[out] = it->second;
       return;
     }
+    default:  // an op with no CUDA kernel
+      break;
   }
   unsupported(n, "the op has no CUDA kernel");
 }

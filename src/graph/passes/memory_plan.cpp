@@ -25,7 +25,7 @@ MemoryPlan plan_memory(const Graph& g, const MemoryPlanOptions& options, const s
   // The tensor whose storage t is: views resolve to their source.
   const auto root = [&](int t) {
     for (int p = g.tensor(t).producer; p >= 0 && is_view(g.node(p).op); p = g.tensor(t).producer)
-      t = g.node(p).op == Op::KV_STORE ? g.node(p).inputs[1] : g.node(p).inputs[0];
+      t = g.node(p).inputs.at(static_cast<size_t>(op_info(g.node(p).op).traits.view_of));
     return t;
   };
   for (size_t i = 0; i < nn; ++i)

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "backends/cpu/backend.h"
+#include "backends/cpu/op_kernel.h"
 #include "graph/graph.h"
 #include "tessera/error.h"
 
@@ -91,6 +92,32 @@ TEST(Executor, RejectsBadTokensAndUnboundCaches) {
   auto p2 = be.compile(gc, {{graph::IoRole::CACHE_K, 0, storage.data()}});
   EXPECT_NO_THROW(be.execute(*p2, 7));
   EXPECT_THROW(be.execute(*p2, 8), Error);  // position 8 is past the cache
+}
+
+// An op with no dedicated step and no registered kernel (op_kernel.h) is unsupported, and compile() then fails with
+// one sentence naming the node; the ops a model runs every token keep their dedicated steps and never go through the
+// registry.
+TEST(Executor, AnOpWithoutACpuKernelIsUnsupported) {
+  graph::Graph g(2, 0);
+  const int x = g.add_input("x", DType::F32, {2, 8});
+  std::vector<graph::Tensor> ts = g.tensors();
+  graph::Node n;  // a slice as the passes make it (the CPU declares no fusion, so it never gets one)
+  n.name = "cols";
+  n.op = Op::SLICE;
+  n.inputs = {x};
+  n.output = 1;
+  n.params.slice_begin = 2;
+  graph::Tensor out;
+  out.name = "cols";
+  out.shape = {2, 4};
+  out.producer = 0;
+  ts.push_back(out);
+  g.replace_contents(ts, {n});
+  CpuBackend be({.n_threads = 1}, nullptr);
+  EXPECT_FALSE(be.supports(g.node(0), g));
+  for (Op op : {Op::EMBED, Op::RMSNORM, Op::MATMUL, Op::ROPE, Op::KV_STORE, Op::ATTENTION, Op::ADD, Op::SWIGLU,
+                Op::LAST_ROW, Op::SLICE})
+    EXPECT_EQ(find_op_kernel(op), nullptr) << graph::op_name(op);
 }
 
 }  // namespace
