@@ -220,6 +220,7 @@ int run(PplFlags& f) {
         fmt::print("(KL statistics need at least 100 scored positions; {} so far)\n", r.kl.count);
     }
   }
+  std::fflush(stdout);  // the result before the summary line, where both go to one file
   fmt::print(stderr, "perplexity: {} tokens ({}) in {:.2f} s, {:.1f} tokens/s on {} (tokenizing {} tokens: {:.2f} s)\n",
              r.evaluated_tokens, count_noun(r.n_chunks, "chunk"), r.eval_seconds, tps, f.device, r.n_tokens,
              r.tokenize_seconds);
