@@ -45,7 +45,7 @@ struct PplFlags {
   bool json = false;
   std::string save_logits;
   std::string kl_base;
-  int64_t top_k = 256;
+  int64_t top_k = 1024;
 };
 
 std::atomic<bool> g_stop{false};
@@ -247,7 +247,8 @@ const int registered = register_command(
        app.add_option("--save-logits", f->save_logits,
                       "Write the base for KL divergence: per scored token the top-k log-probs (a reference run)");
        app.add_option("--kl-base", f->kl_base, "Report KL divergence from a base written by --save-logits");
-       app.add_option("--kl-top-k", f->top_k, "Tokens per position the base keeps (default 256)");
+       app.add_option("--kl-top-k", f->top_k,
+                      "Tokens per position the base keeps (default 1024: KL within 1% of whole rows, docs/QUALITY.md)");
        app.add_flag("--json", f->json, "Print the result as JSON on stdout");
        return [f] { return run(*f); };
      }});

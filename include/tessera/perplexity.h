@@ -118,7 +118,7 @@ struct PerplexityOptions {
   // KL divergence and saving: paths of the logits file; "" for none. save_logits writes the base; kl_base reads one.
   std::string save_logits;
   std::string kl_base;
-  int64_t top_k = 256;  // the base's stored tokens per position when saving (clamped to n_vocab)
+  int64_t top_k = 1024;  // the base's stored tokens per position when saving (clamped to n_vocab; docs/QUALITY.md)
 };
 
 struct PerplexityChunk {
