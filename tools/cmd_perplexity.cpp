@@ -203,6 +203,7 @@ int run(PplFlags& f) {
                         {"running", r.running},
                         {"scored_tokens", r.nll.count},
                         {"eval_seconds", r.eval_seconds},
+                        {"score_seconds", r.score_seconds},
                         {"tokenize_seconds", r.tokenize_seconds},
                         {"tokens_per_second", tps}};
     if (r.has_kl) j["kl"] = kl_json(r.kl);
@@ -221,9 +222,11 @@ int run(PplFlags& f) {
     }
   }
   std::fflush(stdout);  // the result before the summary line, where both go to one file
-  fmt::print(stderr, "perplexity: {} tokens ({}) in {:.2f} s, {:.1f} tokens/s on {} (tokenizing {} tokens: {:.2f} s)\n",
-             r.evaluated_tokens, count_noun(r.n_chunks, "chunk"), r.eval_seconds, tps, f.device, r.n_tokens,
-             r.tokenize_seconds);
+  fmt::print(stderr,
+             "perplexity: {} tokens ({}) in {:.2f} s, {:.1f} tokens/s on {} (scoring {:.2f} s; tokenizing {} tokens: "
+             "{:.2f} s)\n",
+             r.evaluated_tokens, count_noun(r.n_chunks, "chunk"), r.eval_seconds, tps, f.device, r.score_seconds,
+             r.n_tokens, r.tokenize_seconds);
   if (!f.save_logits.empty()) fmt::print(stderr, "perplexity: base logits written to {}\n", f.save_logits);
   return r.interrupted ? 130 : 0;
 }

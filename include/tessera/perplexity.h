@@ -140,6 +140,7 @@ struct PerplexityResult {
   NllStats nll;
   double tokenize_seconds = 0;
   double eval_seconds = 0;       // evaluation and scoring of the chunks
+  double score_seconds = 0;      // of which scoring (log-softmax, top-k, KL, the logits file)
   int64_t evaluated_tokens = 0;  // n_chunks * n_ctx
   bool has_kl = false;
   KlSummary kl;

@@ -416,6 +416,7 @@ PerplexityResult perplexity(Session& session, std::string_view text, const Perpl
     const auto row = [&](int64_t r) {
       return std::span<const float>(logits.data() + r * n_vocab, static_cast<size_t>(n_vocab));
     };
+    const auto t_score = std::chrono::steady_clock::now();
     const int32_t* targets = tokens.data() + c * n_ctx + first + 1;
     if (base_in.is_open())
       for (int64_t r = 0; r < n_scored; ++r)
@@ -437,6 +438,7 @@ PerplexityResult perplexity(Session& session, std::string_view text, const Perpl
       if (save_out.is_open()) write_row(save_out, rows[static_cast<size_t>(r)]);
     }
     if (save_out.is_open() && !save_out) fail("{}: writing the logits failed (disk full?)", options.save_logits);
+    res.score_seconds += seconds_since(t_score);
     res.n_chunks = c + 1;
     res.running.push_back(res.nll.ppl());
     if (on_chunk) {
