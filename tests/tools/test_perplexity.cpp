@@ -210,6 +210,29 @@ TEST(Perplexity, StopsWhenTheCallbackSaysSo) {
   EXPECT_EQ(r.running.size(), 1u);
 }
 
+TEST(Perplexity, AnInterruptedBaseHoldsTheChunksItWrote) {
+  TESSERA_REQUIRE_DEFAULT_MODEL(path);
+  const tessera::Model m = tessera::Model::load(path);
+  tessera::Session s(m, {.n_ctx = 64, .n_threads = 2});
+  const fs::path base = scratch("stopped.tplg");
+  const std::string text = sample_text(40);
+  int calls = 0;
+  const tessera::PerplexityResult saved =
+      tessera::perplexity(s, text, {.save_logits = base.string(), .top_k = 8},
+                          [&](const tessera::PerplexityChunk&) { return ++calls < 2; });
+  ASSERT_TRUE(saved.interrupted);
+  ASSERT_EQ(saved.n_chunks, 2);
+  EXPECT_EQ(fs::file_size(base), 48u + 2u * 31u * (8u + 8u * 8u));
+  // The header was rewritten to 2 chunks (and their tokens' hash), so the base is accepted and compared in full.
+  const tessera::PerplexityResult kl = tessera::perplexity(s, text, {.kl_base = base.string()});
+  EXPECT_EQ(kl.n_chunks, 2);
+  ASSERT_TRUE(kl.has_kl);
+  EXPECT_EQ(kl.kl.kld, 0.0);
+  EXPECT_EQ(kl.kl.same_top, 1.0);
+  EXPECT_DOUBLE_EQ(kl.ppl, saved.ppl);
+  fs::remove(base);
+}
+
 std::string cli() { return cli_path() + " perplexity "; }
 
 TEST(PerplexityCli, PrintsRunningEstimatesAndTheFinalLine) {
