@@ -7,7 +7,8 @@
 //   tessera perplexity -f kjv.txt -c 512 --kl-base q8.tplg                    # KL divergence from it
 //
 // The running estimate per chunk goes to stdout as llama-perplexity prints it; progress and the ETA go to stderr.
-// Ctrl-C stops after the chunk in flight and prints the estimate so far.
+// Ctrl-C stops after the chunk in flight and prints the estimate so far (exit status 130; a second Ctrl-C ends it
+// at once).
 #include <fmt/core.h>
 #include <unistd.h>
 

@@ -327,9 +327,9 @@ TEST(PerplexityCli, InterruptPrintsTheEstimateSoFar) {
   const fs::path t = scratch("long.txt");
   write_file(t, sample_text(3000));  // ~90k tokens: minutes of chunks, interrupted after the first
   std::string out;
-  // SIGINT after 3 s (loading and tokenizing take well under 1 s); the run stops after the chunk in flight.
+  // SIGINT after 5 s (loading and tokenizing take well under 1 s); the run stops after the chunk in flight.
   const int rc = run_command(
-      "timeout --preserve-status -s INT 3 " + cli() + "-m " + model + " -f " + t.string() + " -c 256 -t 2", &out);
+      "timeout --preserve-status -s INT 5 " + cli() + "-m " + model + " -f " + t.string() + " -c 256 -t 2", &out);
   EXPECT_EQ(rc, 130) << out;
   EXPECT_NE(out.find("Interrupted after "), std::string::npos) << out;
   EXPECT_NE(out.find("Final estimate: PPL = "), std::string::npos) << out;
