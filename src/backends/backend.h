@@ -169,6 +169,9 @@ class Backend {
   // Whether it can run here (a GPU and driver present); `why` gets one sentence when not.
   virtual bool available(std::string* why) const = 0;
   virtual Capabilities capabilities() const = 0;
+  // Whether the backend runs `node` of graph `g` as the model builder emits it (ops, shapes, weight formats after
+  // load-time conversion); a session's open fails on the first node it does not run, naming it.
+  virtual bool supports(const graph::Node& node, const graph::Graph& g) const = 0;
   // Whether a weight in `dtype` runs natively; others are converted at load (see quant's format traits).
   virtual bool native_weight_format(DType dtype) const = 0;
   virtual std::shared_ptr<WeightStore> make_weight_store() const = 0;

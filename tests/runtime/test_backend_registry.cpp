@@ -37,6 +37,20 @@ TEST(BackendRegistry, CudaIsUsableOrSaysWhyNot) {
   }
 }
 
+// The CPU backend's supports(): a test-only op runs through its registered reference kernel; a fused node does not
+// (the CPU declares no fusion).
+TEST(BackendRegistry, CpuSupportsRegisteredOpsNotFusedNodes) {
+  graph::Graph g(3, 0);
+  const int x = g.add_input("x", DType::F32, {3, 8});
+  graph::OpParams p;
+  p.scale = 2.0f;
+  g.add_node("s", graph::Op::SCALE, graph::Role::NONE, 0, "test", {x}, p);
+  EXPECT_TRUE(backend::get("cpu").supports(g.node(0), g));
+  graph::Node fused = g.node(0);
+  fused.fusion.fused_from = {"s", "t"};
+  EXPECT_FALSE(backend::get("cpu").supports(fused, g));
+}
+
 class BackendStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {

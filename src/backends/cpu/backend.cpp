@@ -100,6 +100,10 @@ CpuBackend::CpuBackend(const BackendOptions& options, std::shared_ptr<WeightCach
 bool CpuBackend::supports(const graph::Node& n, const graph::Graph& g) const { return reject_reason(n, g) == nullptr; }
 
 const char* CpuBackend::reject_reason(const graph::Node& n, const graph::Graph& g) const {
+  return reject_reason(n, g, options_.reference);
+}
+
+const char* CpuBackend::reject_reason(const graph::Node& n, const graph::Graph& g, bool reference) {
   const auto in = [&](size_t i) -> const Tensor& { return g.tensor(n.inputs.at(i)); };
   const auto inputs_ok = [](bool ok) -> const char* { return ok ? nullptr : "is not supported with these inputs"; };
   // The CPU declares no fusion (graph::FusionSupport{}): it runs builder nodes.
@@ -108,7 +112,7 @@ const char* CpuBackend::reject_reason(const graph::Node& n, const graph::Graph& 
     case Op::EMBED:
       return inputs_ok(can_dequantize(in(0).dtype) && in(0).shape[1] % dtype_info(in(0).dtype).block_size == 0);
     case Op::MATMUL:
-      if (options_.reference || !matmul_supports(in(1).dtype))
+      if (reference || !matmul_supports(in(1).dtype))
         return inputs_ok(can_dequantize(in(1).dtype) && in(1).shape[1] % dtype_info(in(1).dtype).block_size == 0);
       return nullptr;
     case Op::RMSNORM:

@@ -95,6 +95,9 @@ class CpuBackend {
   // Whether this backend runs the node (shape and dtype included); compile() fails on the first it cannot. An op
   // without a dedicated step runs through its registered kernel (op_kernel.h), and is unsupported without one.
   bool supports(const graph::Node& node, const graph::Graph& g) const;
+  // Why a backend in fast (reference = false) or reference mode rejects the node, nullptr when it runs it: supports()
+  // without a backend (no thread pool), for the backend interface's supports().
+  static const char* reject_reason(const graph::Node& node, const graph::Graph& g, bool reference);
   // Prepares weights, plans activation memory and binds the caches. Error naming the node or tensor at fault.
   std::unique_ptr<Plan> compile(const graph::Graph& g, const std::vector<StateBinding>& state);
   // Runs the plan for tokens at positions [n_past, n_past + T): the caches must hold positions [0, n_past).
@@ -110,6 +113,7 @@ class CpuBackend {
   void run_step(const Plan::Step& s, int64_t n_past);
   // nullptr when supported, else the end of the sentence saying why not ("has no CPU kernel").
   const char* reject_reason(const graph::Node& node, const graph::Graph& g) const;
+
   BackendOptions options_;
   std::shared_ptr<WeightCache> weights_;
   ThreadPool pool_;

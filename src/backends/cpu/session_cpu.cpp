@@ -120,6 +120,9 @@ class CpuBackendEntry : public backend::Backend {
     c.reference_mode = true;
     return c;
   }
+  bool supports(const graph::Node& node, const graph::Graph& g) const override {
+    return CpuBackend::reject_reason(node, g, /*reference=*/false) == nullptr;
+  }
   bool native_weight_format(DType dtype) const override { return matmul_supports(dtype); }
   std::shared_ptr<backend::WeightStore> make_weight_store() const override {
     return std::make_shared<CpuWeightStore>();

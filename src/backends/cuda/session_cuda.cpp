@@ -141,6 +141,33 @@ class CudaBackendEntry : public backend::Backend {
     c.device_argmax = c.device_sampling = c.chained_greedy = c.batched_decode = true;
     return c;
   }
+  // The builder's ops the executors run (after their passes), with every weight in a format the GPU reads natively or
+  // after conversion, and caches in a type the attention kernels read; other ops (a test-only op, a new op before its
+  // CUDA kernel) are refused.
+  bool supports(const graph::Node& n, const graph::Graph& g) const override {
+    using graph::Op;
+    for (int t : n.inputs) {
+      const graph::Tensor& x = g.tensor(t);
+      if (x.kind == graph::TensorKind::WEIGHT && x.data != nullptr && !weight_formats().runs_as(x.dtype)) return false;
+      if (x.kind == graph::TensorKind::KV_CACHE && x.dtype != DType::F16 && x.dtype != DType::BF16 &&
+          x.dtype != DType::F32)
+        return false;
+    }
+    switch (n.op) {
+      case Op::EMBED:
+      case Op::RMSNORM:
+      case Op::MATMUL:
+      case Op::ROPE:
+      case Op::KV_STORE:
+      case Op::ATTENTION:
+      case Op::ADD:
+      case Op::SWIGLU:
+      case Op::LAST_ROW:
+        return true;
+      default:
+        return false;
+    }
+  }
   bool native_weight_format(DType dtype) const override { return gemv_supports(dtype); }
   std::shared_ptr<backend::WeightStore> make_weight_store() const override {
     return std::make_shared<CudaWeightStore>();

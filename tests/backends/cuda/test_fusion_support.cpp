@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/cuda/executor_common.h"
+#include "backends/cuda/session_cuda.h"
 #include "graph/passes/memory_plan.h"
 #include "models/llama.h"
 #include "models/model_weights.h"
@@ -191,6 +192,22 @@ TEST(CudaMemoryPlan, RowsPlanWithSixteenBitCopies) {
           // The arena holds a few layers' buffers however deep the model is.
           EXPECT_EQ(plan(6, &deep_copies), total) << dtype_name(dt) << " T " << T;
         }
+}
+
+// The CUDA backend's supports(): every node a llama graph has, in a native or a converted format (q6_K runs as bf16),
+// and no test-only op (SCALE has no CUDA kernel); the answer needs no device.
+TEST(CudaBackendSupports, LlamaNodesYesTestOnlyOpNo) {
+  const backend::Backend& b = cuda_backend();
+  for (DType dt : {DType::BF16, DType::Q8_0, DType::Q6_K}) {
+    const graph::Graph g = build_llama_graph(tiny(dt), {.n_tokens = 4, .n_ctx = 32});
+    for (const graph::Node& n : g.nodes()) EXPECT_TRUE(b.supports(n, g)) << dtype_name(dt) << " " << n.name;
+  }
+  graph::Graph g(3, 0);
+  const int x = g.add_input("x", DType::F32, {3, 8});
+  graph::OpParams p;
+  p.scale = 2.0f;
+  g.add_node("s", graph::Op::SCALE, graph::Role::NONE, 0, "test", {x}, p);
+  EXPECT_FALSE(b.supports(g.node(0), g));
 }
 
 }  // namespace
