@@ -26,5 +26,17 @@ TEST(Startup, CpuCommandsRunWithoutTheCudaLibraries) {
   EXPECT_NE(out.find("inspect"), std::string::npos) << out;
 }
 
+// Where the driver is absent, --device cuda says so in one line (the runtime's own text, "CUDA driver version is
+// insufficient for CUDA runtime version", reads as an upgrade request), exits 1 and runs nothing.
+TEST(Startup, CudaWithoutDriverSaysSoInOneLine) {
+  std::string out;
+  if (test::run_command("ls /dev/nvidia0 > /dev/null 2>&1", &out) == 0) GTEST_SKIP() << "this machine has a GPU";
+  const int rc = test::run_command(test::cli_path() + " run --device cuda -p hi -n 1", &out);
+  EXPECT_EQ(rc, 1) << out;
+  const bool no_backend = out.find("has no CUDA backend") != std::string::npos;  // a build without nvcc
+  EXPECT_TRUE(no_backend || out.find("no NVIDIA GPU or driver found") != std::string::npos) << out;
+  EXPECT_EQ(out.find("tessera: error:"), 0u) << out;
+}
+
 }  // namespace
 }  // namespace tessera
