@@ -6,7 +6,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 debs=(cmake ninja-build g++ make clang libclang-rt-dev ccache pkg-config
       libcli11-dev nlohmann-json3-dev libfmt-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libopenblas-dev libedit-dev python3-venv python3-pip unzip)
+      libopenblas-dev libedit-dev python3-venv python3-pip unzip tmux)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
