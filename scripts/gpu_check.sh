@@ -297,7 +297,7 @@ if has decode; then
   [ -n "${TESSERA_LONG_CTX:-1}" ] && [ "${TESSERA_LONG_CTX:-1}" != 0 ] &&
     tbench decode --device cuda --arch llama3-8b --random-weights --dtype bf16 -p 0 -d 4096 -n 128 -r 2 --no-ceilings
   [ -f "$default_model" ] && tbench decode --device cuda -m "$default_model" -p 128 -n 256 -r 3 --no-ceilings
-  # Sampled generation (the default sampler chain drawn on the device; TESSERA_CUDA_SAMPLE=0 draws on the host).
+  # Sampled generation (the default sampler chain drawn on the device; --cuda sample=0 draws on the host).
   specs_sample=${TESSERA_SAMPLE_SPECS:-"smollm2-135m:bf16 llama3-8b:bf16"}
   [ "$quick" = 1 ] && [ -z "${TESSERA_SAMPLE_SPECS:-}" ] && specs_sample="smollm2-135m:bf16"
   for spec in $specs_sample; do
@@ -305,47 +305,47 @@ if has decode; then
   done
 fi
 # The quantized decoder's folds, Llama-3-8B q8_0 and q4_1 in one call: the default (attention writes the o input,
-# TESSERA_CUDA_ATTN_Q8), that switched off, and each opt-in one on: the residual GEMV writing the next norm's readers'
-# input (TESSERA_CUDA_QUANT_NORM=1), the gate|up GEMV's SwiGLU epilogue (TESSERA_CUDA_QUANT_SWIGLU=1).
+# --cuda attn_q8), that switched off, and each opt-in one on: the residual GEMV writing the next norm's readers'
+# input (--cuda quant_norm=all), the gate|up GEMV's SwiGLU epilogue (--cuda quant_swiglu=1).
 if has quantfolds; then
   stamp "quantized folds"
-  fold_vars="TESSERA_CUDA_ATTN_Q8 TESSERA_CUDA_QUANT_NORM TESSERA_CUDA_QUANT_NORM_CLUSTERS TESSERA_CUDA_QUANT_SWIGLU"
   for dt in q8_0 q4_1; do
-    for sw in "" "TESSERA_CUDA_ATTN_Q8=0" "TESSERA_CUDA_QUANT_NORM=0" "TESSERA_CUDA_QUANT_NORM=1" \
-      "TESSERA_CUDA_QUANT_NORM=1 TESSERA_CUDA_QUANT_NORM_CLUSTERS=1" "TESSERA_CUDA_QUANT_SWIGLU=1"; do
-      unset $fold_vars
-      for kv in $sw; do export "${kv?}"; done
-      say "- quantfolds switches: ${sw:-none}"
-      echo "## switches: ${sw:-none}" >> "$bench_log"
-      tbench quantfolds --device cuda --arch llama3-8b --random-weights --dtype "$dt" -p 0 -d 128 -n 256 -r 5 --no-ceilings
+    for sw in "" "attn_q8=0" "quant_norm=none" "quant_norm=all" "quant_norm=all quant_norm_clusters=1" \
+      "quant_swiglu=1"; do
+      cargs=(); for kv in $sw; do cargs+=(--cuda "$kv"); done
+      say "- quantfolds cuda options: ${sw:-none}"
+      echo "## cuda options: ${sw:-none}" >> "$bench_log"
+      tbench quantfolds --device cuda --arch llama3-8b --random-weights --dtype "$dt" -p 0 -d 128 -n 256 -r 5 --no-ceilings \
+        "${cargs[@]}"
     done
   done
-  unset $fold_vars
 fi
-# The GEMVs' early L2 prefetch before the PDL wait (TESSERA_CUDA_EARLY_L2=blocks/bytes/bulk; docs/PERFORMANCE.md,
+# The GEMVs' early L2 prefetch before the PDL wait (--cuda early_l2=blocks/bytes/bulk; docs/PERFORMANCE.md,
 # sixth session: every larger prefetch measured slower).
 if has earlyl2; then
   stamp "early L2 prefetch"
   for spec in llama3-8b:q8_0 llama3-8b:q4_1 smollm2-135m:bf16; do
     for e in "" 256/16384/0 4096/16384/0 100000/1048576/0 4096/16384/1 100000/1048576/1; do
-      say "- earlyl2 $spec TESSERA_CUDA_EARLY_L2=${e:-default}"
-      echo "## TESSERA_CUDA_EARLY_L2=${e:-default}" >> "$bench_log"
-      TESSERA_CUDA_EARLY_L2=$e tbench earlyl2 --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec#*:}" \
-        -p 0 -d 128 -n 256 -r 5 --no-ceilings
+      say "- earlyl2 $spec --cuda early_l2=${e:-default}"
+      echo "## --cuda early_l2=${e:-default}" >> "$bench_log"
+      cargs=(); [ -n "$e" ] && cargs=(--cuda "early_l2=$e")
+      tbench earlyl2 --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec#*:}" \
+        -p 0 -d 128 -n 256 -r 5 --no-ceilings "${cargs[@]}"
     done
   done
 fi
 # What the quantized decoder's small launches cost inside the replayed graph: the 8B q8_0 and q4_1 decode with every
 # launch, without rmsnorm and swiglu, without attention, and with GEMVs (plus embedding and argmax) only
-# (TESSERA_CUDA_DROP_OPS: wrong outputs, timing only; docs/PERFORMANCE.md, fifth session).
+# (--cuda drop_ops: wrong outputs, timing only; docs/PERFORMANCE.md, fifth session).
 if has graphcost; then
   stamp "graph cost of the small launches"
   for dt in q8_0 q4_1; do
     for drop in "" rmsnorm,swiglu attention rmsnorm,swiglu,attention; do
-      say "- graphcost $dt, TESSERA_CUDA_DROP_OPS=${drop:-none}"
-      echo "## TESSERA_CUDA_DROP_OPS=${drop:-none}" >> "$bench_log"
-      TESSERA_CUDA_DROP_OPS=$drop tbench graphcost --device cuda --arch llama3-8b --random-weights --dtype "$dt" \
-        -p 0 -d 128 -n 256 -r 3 --no-ceilings
+      say "- graphcost $dt, --cuda drop_ops=${drop:-none}"
+      echo "## --cuda drop_ops=${drop:-none}" >> "$bench_log"
+      cargs=(); [ -n "$drop" ] && cargs=(--cuda "drop_ops=$drop")
+      tbench graphcost --device cuda --arch llama3-8b --random-weights --dtype "$dt" \
+        -p 0 -d 128 -n 256 -r 3 --no-ceilings "${cargs[@]}"
     done
   done
 fi
@@ -360,17 +360,18 @@ if has ncu; then
   : > "$ncu_log"
   for dt in q8_0 q4_1; do
     for qn in 0 1; do
-      echo "## $dt TESSERA_CUDA_QUANT_NORM=$qn" >> "$ncu_log"
-      TESSERA_CUDA_QUANT_NORM=$qn TESSERA_CUDA_CHAIN=0 timeout 200 "$ncu_bin" --graph-profiling node --csv \
+      qnv=none; [ "$qn" = 1 ] && qnv=all
+      echo "## $dt --cuda quant_norm=$qnv" >> "$ncu_log"
+      timeout 200 "$ncu_bin" --graph-profiling node --csv \
         --print-summary per-kernel --launch-count 300 -k "regex:gemv|rmsnorm|attn|swiglu|quantize_q8_kernel|argmax" \
         --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
         "$cli" bench --device cuda --arch llama3-8b --random-weights --dtype "$dt" -p 0 -d 0 -n 2 -r 1 --no-ceilings \
-        >> "$ncu_log" 2>&1
-      say "- ncu $dt TESSERA_CUDA_QUANT_NORM=$qn: exit $? (ncu.log)"
+        --cuda "quant_norm=$qnv" --cuda chain=0 >> "$ncu_log" 2>&1
+      say "- ncu $dt --cuda quant_norm=$qnv: exit $? (ncu.log)"
     done
   done
 fi
-# GEMV launch shapes swept inside the decode graph, one matrix shape at a time (TESSERA_CUDA_GEMV_SHAPES), against the
+# GEMV launch shapes swept inside the decode graph, one matrix shape at a time (--cuda gemv_shapes), against the
 # default run before and after: SmolLM2-135M bf16, Llama-3-8B q8_0 and q4_1 (the q4_1 rows not yet run; ~6 minutes in
 # all: run the phase alone in a call; TESSERA_SHAPE_SWEEP overrides the list:
 # "arch:dtype:NxK=t/r/u/p ...").
@@ -386,10 +387,11 @@ if has shapesweep; then
     llama3-8b:q4_1:"}
   for spec in $sweep; do
     arch=${spec%%:*}; rest=${spec#*:}; dt=${rest%%:*}; shp=${rest#*:}
-    say "- shapesweep $arch $dt TESSERA_CUDA_GEMV_SHAPES=${shp:-default}"
-    echo "## TESSERA_CUDA_GEMV_SHAPES=${shp:-default}" >> "$bench_log"
-    TESSERA_CUDA_GEMV_SHAPES=$shp tbench shapesweep --device cuda --arch "$arch" --random-weights --dtype "$dt" \
-      -p 0 -d 128 -n 256 -r 5 --no-ceilings
+    say "- shapesweep $arch $dt --cuda gemv_shapes=${shp:-default}"
+    echo "## --cuda gemv_shapes=${shp:-default}" >> "$bench_log"
+    cargs=(); [ -n "$shp" ] && cargs=(--cuda "gemv_shapes=$shp")
+    tbench shapesweep --device cuda --arch "$arch" --random-weights --dtype "$dt" \
+      -p 0 -d 128 -n 256 -r 5 --no-ceilings "${cargs[@]}"
   done
 fi
 # cuDNN's execution plans for prefill attention at 2k/8k/16k (32/8 heads, hd 128) against PyTorch's SDPA: three
