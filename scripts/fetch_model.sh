@@ -6,7 +6,9 @@ set -euo pipefail
 name=SmolLM2-135M-Instruct.Q4_1.gguf
 size=98362432
 sha=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-dir=${TESSERA_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera/models}
+# As the engine resolves it (src/api/model_info.cpp): an XDG_CACHE_HOME that is not absolute is ignored.
+xdg=${XDG_CACHE_HOME:-}; case "$xdg" in /*) ;; *) xdg=$HOME/.cache ;; esac
+dir=${TESSERA_HOME:-$xdg/tessera/models}
 dst="$dir/$name"
 mkdir -p "$dir"
 if [ -f "$dst" ] && [ "$(stat -c %s "$dst")" = "$size" ] && [ "$(sha256sum "$dst" | cut -d' ' -f1)" = "$sha" ]; then

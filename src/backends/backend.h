@@ -4,16 +4,17 @@
 // slots and the compiled graphs, and runs steps that return what the caller wants back: logits, argmaxes, or a token
 // drawn on the device.
 //
-// Plain C++ (no CUDA types): the runtime includes it without compiling device code. Optional capabilities have
-// default implementations in terms of eval(), so a backend implements what it does better and inherits the rest.
+// Plain C++ (no CUDA types): the runtime includes it without compiling device code. eval() is the one step every
+// backend has; the others exist where Capabilities says so, and the runtime builds them from eval() elsewhere (its own
+// host loops: one per step, not one per backend), so their defaults only refuse.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -79,43 +80,23 @@ class DeviceSession {
   // row [t, n_vocab] (all_rows) or of the last [n_vocab], valid until the next call.
   virtual std::span<const float> eval(int64_t seq, std::span<const int32_t> ids, int64_t pos, bool all_rows) = 0;
 
-  // Batched decode: row r evaluates ids[r] in slot seqs[r] (distinct) at position pos[r]. Logits [B, n_vocab].
-  virtual std::span<const float> decode_rows(std::span<const int32_t> ids, std::span<const int32_t> seqs,
-                                             std::span<const int32_t> pos) {
-    const size_t vocab = static_cast<size_t>(n_vocab());
-    rows_.resize(ids.size() * vocab);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const std::span<const float> l = eval(seqs[i], ids.subspan(i, 1), pos[i], false);
-      std::copy(l.begin(), l.end(), rows_.begin() + static_cast<std::ptrdiff_t>(i * vocab));
-    }
-    return rows_;
+  // Batched decode (Capabilities::batched_decode): row r evaluates ids[r] in slot seqs[r] (distinct) at position
+  // pos[r]. Logits [B, n_vocab].
+  virtual std::span<const float> decode_rows(std::span<const int32_t> /*ids*/, std::span<const int32_t> /*seqs*/,
+                                             std::span<const int32_t> /*pos*/) {
+    refuse("batched decode");
   }
-  // The same step returning each row's argmax (the first on ties) instead of logits.
-  virtual std::vector<int32_t> decode_rows_argmax(std::span<const int32_t> ids, std::span<const int32_t> seqs,
-                                                  std::span<const int32_t> pos) {
-    const std::span<const float> l = decode_rows(ids, seqs, pos);
-    const size_t vocab = static_cast<size_t>(n_vocab());
-    std::vector<int32_t> out(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const auto row = l.subspan(i * vocab, vocab);
-      out[i] = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
-    }
-    return out;
+  // The same step returning each row's argmax (the first on ties) instead of logits (Capabilities::device_argmax).
+  virtual std::vector<int32_t> decode_rows_argmax(std::span<const int32_t> /*ids*/, std::span<const int32_t> /*seqs*/,
+                                                  std::span<const int32_t> /*pos*/) {
+    refuse("argmax on the device");
   }
-  // Greedy decoding of slot 0 from `token` at `pos`: at most n steps; on_token gets each step's argmax and returns
-  // whether to go on. Returns the steps accepted (tokens evaluated). Backends with chained_greedy run ahead of the
-  // host and drop the steps queued past a stop.
-  virtual int64_t generate_greedy(int32_t token, int64_t pos, int64_t n, const std::function<bool(int32_t)>& on_token) {
-    int64_t done = 0;
-    const int32_t slot = 0;
-    for (int32_t t = token; done < n;) {
-      const int32_t p = static_cast<int32_t>(pos + done);
-      t = decode_rows_argmax(std::span<const int32_t>(&t, 1), std::span<const int32_t>(&slot, 1),
-                             std::span<const int32_t>(&p, 1))[0];
-      ++done;
-      if (!on_token(t)) break;
-    }
-    return done;
+  // Greedy decoding of slot 0 from `token` at `pos` (Capabilities::chained_greedy): at most n steps; on_token gets
+  // each step's argmax and returns whether to go on. Returns the steps accepted (tokens evaluated); the steps queued
+  // past a stop are dropped.
+  virtual int64_t generate_greedy(int32_t /*token*/, int64_t /*pos*/, int64_t /*n*/,
+                                  const std::function<bool(int32_t)>& /*on_token*/) {
+    refuse("chained greedy decoding");
   }
   // Slot 0 evaluates `token` at `pos`, then draws from its logits on the device: {token, candidates} (candidates 1:
   // the host's generator must not advance; 0: every logit was NaN). nullopt when the backend cannot draw (the caller
@@ -136,7 +117,10 @@ class DeviceSession {
   virtual int n_threads() const = 0;
 
  private:
-  std::vector<float> rows_;
+  // A step the backend's Capabilities do not offer: the runtime never asks for it, so reaching this is a bug.
+  [[noreturn]] static void refuse(const char* step) {
+    throw std::logic_error(std::string("backend: ") + step + " asked of a backend whose capabilities lack it");
+  }
 };
 
 // The GPU's (or host's) measured limits for `tessera bench --ceilings`: bandwidths and matmul rates per repeat.

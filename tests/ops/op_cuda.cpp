@@ -10,6 +10,7 @@
 #ifdef TESSERA_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "backends/cuda/cuda_test_util.h"
 #include "backends/cuda/device_info.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels_rows.h"
@@ -28,18 +29,8 @@ std::optional<std::vector<float>> run_cuda(const OpGraph&) { fail("this build ha
 using graph::Op;
 using namespace tessera::cuda;
 
-std::string cuda_skip_reason() {
-  static const std::string reason = [] {
-    std::string why;
-    const auto devices = list_devices(&why);
-    if (devices.empty()) return "no CUDA GPU here (" + why + ")";
-    if (devices[0].cc_major < 9)
-      return "GPU 0 (" + devices[0].name + ") is older than compute capability 9.0, which the kernels are built for";
-    set_device(0);
-    return std::string();
-  }();
-  return reason;
-}
+// The kernel tests' GPU check (tests/backends/cuda/cuda_test_util.cpp, built into this binary too).
+std::string cuda_skip_reason() { return test::gpu_skip_reason(); }
 
 namespace {
 

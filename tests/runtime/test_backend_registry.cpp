@@ -86,8 +86,8 @@ TEST_F(BackendStoreTest, SessionsShareTheModelsWeightStore) {
   EXPECT_TRUE(std::equal(first.begin(), first.end(), lb.begin()));
 }
 
-// The interface's default batched step (rows one after another through eval) gives each row the logits eval gives
-// that slot alone, and its default argmax the first maximum of those logits.
+// On a backend without batched decode or a device argmax (the CPU), the runtime's host loop gives each row of a greedy
+// batch step the argmax of the logits eval gives that slot alone.
 TEST_F(BackendStoreTest, DefaultBatchedStepsEqualEval) {
   auto e = engine(nullptr, 2);
   e->eval_seq(0, std::vector<int32_t>{504, 3575});

@@ -1,9 +1,7 @@
 #include "backends/cuda/session_cuda.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
-#include <string_view>
 #include <thread>
 
 #include "backends/cuda/backend_cuda.h"
