@@ -48,4 +48,67 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ6_K) == kQKK / 2 + kQKK / 4 + kQKK / 16 + 2, "wrong q6_K block size/padding");
 
+// q5_0: w = d * (q - 16), q in 0..31: 4 low bits as q4_0's nibbles, bit 4 of element j in bit j of qh (little-endian).
+struct BlockQ5_0 {
+  uint16_t d;  // fp16 scale
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ5_0) == 2 + 4 + kQK / 2, "wrong q5_0 block size/padding");
+
+// q5_1: w = d * q + m, q in 0..31; bits as q5_0's.
+struct BlockQ5_1 {
+  uint16_t d;  // fp16 scale
+  uint16_t m;  // fp16 minimum
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ5_1) == 4 + 4 + kQK / 2, "wrong q5_1 block size/padding");
+
+// q2_K: 16 sub-blocks of 16; 4-bit scale (low) and min (high) per sub-block; 2-bit q; w = d*sc*q - dmin*m.
+struct BlockQ2_K {
+  uint8_t scales[kQKK / 16];
+  uint8_t qs[kQKK / 4];
+  uint16_t d;     // fp16 super-block scale of the scales
+  uint16_t dmin;  // fp16 super-block scale of the mins
+};
+static_assert(sizeof(BlockQ2_K) == kQKK / 16 + kQKK / 4 + 4, "wrong q2_K block size/padding");
+
+// q3_K: 16 sub-blocks of 16; 2 low bits in qs, the high bit in hmask; 6-bit scales packed into 12 bytes;
+// w = d * (sc - 32) * (q - 4 * !high).
+struct BlockQ3_K {
+  uint8_t hmask[kQKK / 8];
+  uint8_t qs[kQKK / 4];
+  uint8_t scales[12];
+  uint16_t d;  // fp16
+};
+static_assert(sizeof(BlockQ3_K) == kQKK / 8 + kQKK / 4 + 12 + 2, "wrong q3_K block size/padding");
+
+// q5_K: q4_K's scales and nibbles plus a fifth bit per element in qh; w = d*sc*q - dmin*m, q in 0..31.
+struct BlockQ5_K {
+  uint16_t d;     // fp16 super-block scale of the scales
+  uint16_t dmin;  // fp16 super-block scale of the mins
+  uint8_t scales[12];
+  uint8_t qh[kQKK / 8];
+  uint8_t qs[kQKK / 2];
+};
+static_assert(sizeof(BlockQ5_K) == 4 + 12 + kQKK / 8 + kQKK / 2, "wrong q5_K block size/padding");
+
+// iq4_nl: w = d * kvalues_iq4nl[q], q in 0..15 (a fixed non-linear table of 16 int8 values); nibbles as q4_0's.
+struct BlockIQ4_NL {
+  uint16_t d;  // fp16 scale
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockIQ4_NL) == 2 + kQK / 2, "wrong iq4_nl block size/padding");
+
+// iq4_xs: 8 sub-blocks of 32 with iq4_nl's table; 6-bit scales (4 low bits in scales_l, 2 high in scales_h), offset
+// by 32; w = d * (sc - 32) * kvalues_iq4nl[q].
+struct BlockIQ4_XS {
+  uint16_t d;  // fp16
+  uint16_t scales_h;
+  uint8_t scales_l[kQKK / 64];
+  uint8_t qs[kQKK / 2];
+};
+static_assert(sizeof(BlockIQ4_XS) == 4 + kQKK / 64 + kQKK / 2, "wrong iq4_xs block size/padding");
+
 }  // namespace tessera
