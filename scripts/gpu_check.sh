@@ -36,7 +36,8 @@
 #   classes left out of the graph), shapesweep (GEMV launch shapes inside the decode graph), attnplans (cuDNN's
 #   prefill-attention plans vs PyTorch SDPA at 2k/8k/16k), sdpa (the engine's prefill-attention kernel and torch's
 #   SDPA alternating launch by launch in one process, bench/peer/sdpa_vs_tessera.py; sdpa.json), prefill (pp2048),
-#   batch (--parallel 8, 32),
+#   batch (--parallel 8, 32), ppl (perplexity throughput vs prefill at the 8B shape; the default model on the KJV,
+#   CUDA vs CPU: PPL and KL),
 #   ceilings (tessera bench --ceilings --device cuda), profile (tessera profile --device cuda), peer (PyTorch peers).
 # The default model (98 MB) is larger than one call may carry: scripts/gpu_model_parts.sh splits it here into
 # .gpu-model-0/ and .gpu-model-1/; a first call carrying .gpu-model-0 adds --stage-model (it stores that half, then
@@ -435,6 +436,50 @@ if has prefill; then
   for spec in ${TESSERA_PREFILL_SPECS:-llama3-8b:bf16 llama3-8b:q8_0 llama3-8b:q4_0 llama3.2-1b:bf16}; do
     tbench prefill --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 2048 -n 0 --ubatch 2048 -r 3 --no-ceilings
   done
+fi
+if has ppl; then
+  # Issue 22 on the GPU: perplexity's throughput against prefill's at the same chunk (8B shape, random weights and ids;
+  # the logits are reduced on the device), and the default model on the KJV, CUDA against the CPU (PPL and KL from the
+  # CPU's saved logits), when the model is staged and .gpu-deps/eval/kjv.txt was bundled.
+  stamp "perplexity"
+  plog="$OUT/bench.log"
+  ppl_line() {  # one line from a tessera perplexity --json file
+    python3 - "$1" <<'PY' 2>&1
+import json, sys
+j = json.load(open(sys.argv[1]))
+k = j.get("kl") or {}
+s = f"PPL {j['ppl']:.4f} +- {j['ppl_err']:.4f}, {j['tokens_per_second']:.1f} tok/s (eval {j['eval_seconds']:.2f} s, scoring {j['score_seconds']:.2f} s)"
+if k:
+    s += f", KL {k['kld_mean']:.6f} +- {k['kld_err']:.6f}, same top {100 * k['same_top']:.2f}%"
+print(s)
+PY
+  }
+  for spec in ${TESSERA_PPL_SPECS:-llama3-8b:bf16 llama3-8b:q4_1}; do
+    tbench ppl --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 512 -n 0 --ubatch 512 -r 3 --no-ceilings
+    echo "## tessera perplexity $spec --random-tokens 16384 -c 512" >> "$plog"
+    timeout 300 "$cli" perplexity --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" \
+      --random-tokens 16384 -c 512 --json > "$rows_dir/ppl-$spec.json" 2>> "$plog"
+    say "- ppl $spec random ids: exit $? $(ppl_line "$rows_dir/ppl-$spec.json")"
+  done
+  kjv="$deps/eval/kjv.txt"
+  if [ -f "$default_model" ] && [ -f "$kjv" ]; then
+    base_logits=$(mktemp)
+    for dev in cpu cuda; do
+      extra=(--save-logits "$base_logits")
+      [ "$dev" = cuda ] && extra=(--kl-base "$base_logits")
+      echo "## tessera perplexity -m default -f kjv -c 512 --chunks ${TESSERA_PPL_CHUNKS:-100} --device $dev" >> "$plog"
+      timeout 400 "$cli" perplexity -m "$default_model" -f "$kjv" -c 512 --chunks "${TESSERA_PPL_CHUNKS:-100}" \
+        --device "$dev" "${extra[@]}" --json > "$rows_dir/ppl-kjv-$dev.json" 2>> "$plog"
+      say "- ppl kjv $dev: exit $? $(ppl_line "$rows_dir/ppl-kjv-$dev.json")"
+    done
+    # The CUDA run without a base: the device-side scoring path (the KL run scores whole rows on the host).
+    timeout 300 "$cli" perplexity -m "$default_model" -f "$kjv" -c 512 --chunks "${TESSERA_PPL_CHUNKS:-100}" \
+      --device cuda --json > "$rows_dir/ppl-kjv-cuda-dev.json" 2>> "$plog"
+    say "- ppl kjv cuda (scores on the device): exit $? $(ppl_line "$rows_dir/ppl-kjv-cuda-dev.json")"
+    rm -f "$base_logits"
+  else
+    say "- ppl kjv: skipped (the default model is not staged, or .gpu-deps/eval/kjv.txt is missing)"
+  fi
 fi
 if has batch; then
   stamp "batched decode"

@@ -103,6 +103,14 @@ chmod +x "$dest/bin/pkg-config"
 
 bundle_cudnn "$dest"
 
+# The evaluation text (scripts/fetch_eval_text.sh) for gpu_check's ppl phase: the GPU machine has no Debian archive.
+kjv="${XDG_CACHE_HOME:-$HOME/.cache}/tessera/eval/kjv.txt"
+if [ -f "$kjv" ]; then
+  mkdir -p "$dest/eval" && cp "$kjv" "$dest/eval/kjv.txt"
+else
+  echo "make_gpu_bundle: no $kjv (scripts/fetch_eval_text.sh): gpu_check's ppl phase will skip the KJV rows" >&2
+fi
+
 if [ -n "$prebuilt" ]; then
   bin="$dest/prebuilt/bin"
   lib="$dest/prebuilt/lib"

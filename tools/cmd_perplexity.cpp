@@ -18,9 +18,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <string>
 
+#include "bench_util.h"
 #include "command.h"
 #include "gen_options.h"
 #include "tessera/error.h"
@@ -32,8 +34,9 @@ namespace tessera::cli {
 namespace {
 
 struct PplFlags {
-  std::string model;
+  ModelSource src;
   std::string text_path;
+  int64_t random_tokens = 0;  // > 0: score this many seeded random ids instead of a text (throughput)
   int64_t n_ctx = 512;
   int64_t n_batch = 0;  // 0: the context (one forward pass per half chunk)
   int64_t n_chunks = -1;
@@ -135,13 +138,16 @@ void print_kl(const KlSummary& k) {
 
 int run(PplFlags& f) {
   apply_ngl(f.ngl, f.device);
-  if (f.text_path.empty()) throw Error("give the text to score with -f FILE");
+  if (f.text_path.empty() && f.random_tokens == 0)
+    throw Error("give the text to score with -f FILE (or --random-tokens N to time a synthetic model)");
+  if (!f.text_path.empty() && f.random_tokens != 0) throw Error("give either -f FILE or --random-tokens N, not both");
+  if (f.random_tokens < 0) throw Error(fmt::format("--random-tokens {} must be positive", f.random_tokens));
   if (f.n_ctx < 4) throw Error(fmt::format("-c {}: perplexity needs a context of at least 4 tokens", f.n_ctx));
   if (f.top_k < 1) throw Error(fmt::format("--kl-top-k {}: must be at least 1", f.top_k));
-  const std::string text = read_text(f.text_path);
+  const std::string text = f.text_path.empty() ? std::string() : read_text(f.text_path);
   check_utf8(text);  // before the model loads: a bad file fails at once
 
-  Model model = Model::load(f.model);
+  Model model = load_model_source(f.src, f.random_tokens == 0);
   SessionOptions so;
   so.device = f.device;
   so.backend_options = backend_options(f.backend, f.device);
@@ -181,7 +187,16 @@ int run(PplFlags& f) {
   };
   PerplexityResult r;
   try {
-    r = perplexity(session, text, po, on_chunk);
+    if (f.random_tokens > 0) {
+      // Seeded ids over the whole vocabulary: the PPL of random ids means nothing, the tokens/s is the point.
+      std::mt19937_64 rng(f.src.seed);
+      std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(session.n_vocab() - 1));
+      std::vector<int32_t> ids(static_cast<size_t>(f.random_tokens));
+      for (int32_t& id : ids) id = d(rng);
+      r = perplexity_tokens(session, ids, po, on_chunk);
+    } else {
+      r = perplexity(session, text, po, on_chunk);
+    }
   } catch (...) {
     std::signal(SIGINT, SIG_DFL);
     throw;
@@ -191,8 +206,8 @@ int run(PplFlags& f) {
   const double tps = r.eval_seconds > 0 ? static_cast<double>(r.evaluated_tokens) / r.eval_seconds : 0.0;
 
   if (f.json) {
-    nlohmann::json j = {{"model", model.path()},
-                        {"text", f.text_path},
+    nlohmann::json j = {{"model", f.src.random_weights ? model_label(model) : model.path()},
+                        {"text", f.random_tokens > 0 ? fmt::format("{} random ids", f.random_tokens) : f.text_path},
                         {"n_tokens", r.n_tokens},
                         {"n_ctx", r.n_ctx},
                         {"n_chunks", r.n_chunks},
@@ -236,8 +251,11 @@ const int registered = register_command(
     {"perplexity", "Perplexity on a text and KL divergence from a reference run, as llama-perplexity computes them",
      [](CLI::App& app) -> Runner {
        auto f = std::make_shared<PplFlags>();
-       add_model_option(app, f->model);
+       add_model_source_flags(app, f->src);
        app.add_option("-f,--file", f->text_path, "UTF-8 text to score (scripts/fetch_eval_text.sh fetches the KJV)");
+       app.add_option("--random-tokens", f->random_tokens,
+                      "Score this many seeded random token ids instead of a text (with --random-weights: throughput "
+                      "of a synthetic model; its PPL means nothing)");
        app.add_option("-c,--ctx-size", f->n_ctx,
                       "Chunk length in tokens; the second half of each is scored (default 512)");
        app.add_option("-b,--batch-size,--ub,--ubatch,--ubatch-size", f->n_batch,

@@ -156,5 +156,9 @@ void check_utf8(std::string_view text);
 // interrupted = true).
 PerplexityResult perplexity(Session& session, std::string_view text, const PerplexityOptions& options,
                             const std::function<bool(const PerplexityChunk&)>& on_chunk = {});
+// The same run over token ids the caller gives (no tokenizer; each chunk starts with the ids as they are): a synthetic
+// model's throughput, or a text tokenized elsewhere. A logits file made from ids refuses a run on other ids.
+PerplexityResult perplexity_tokens(Session& session, std::span<const int32_t> tokens, const PerplexityOptions& options,
+                                   const std::function<bool(const PerplexityChunk&)>& on_chunk = {});
 
 }  // namespace tessera

@@ -29,7 +29,7 @@ struct SessionOptions {
   // The f32 reference path: every op runs its scalar reference kernel on weights dequantized to f32, with no 8-bit
   // activation quantization and an f32 KV cache. Slow; for checking against independent implementations.
   bool reference = false;
-  std::string kv_dtype;   // "f16" or "f32"; "" means f16 (f32 in reference mode)
+  std::string kv_dtype;  // "f16" or "f32"; "" means f16 (f32 in reference mode)
   // "cpu", or "cuda": run on the GPU (prefill in chunks, decode, batched decode; needs a build with CUDA and a GPU).
   std::string device = "cpu";
   // Sequences (KV cache slots) this session holds: independent contexts that decode_batch advances together. The
@@ -46,44 +46,44 @@ inline constexpr uint64_t kRandomSeed = ~uint64_t{0};
 
 // The sampler chain, applied in this order: penalties, top-k, top-p, min-p, temperature, random draw.
 struct SamplingOptions {
-  float temperature = 0.8f;       // <= 0: greedy (argmax after penalties)
-  int32_t top_k = 40;             // <= 0: off
-  float top_p = 0.95f;            // >= 1: off
-  float min_p = 0.05f;            // <= 0: off; keeps tokens with p >= min_p * p_max
-  float repeat_penalty = 1.0f;    // 1: off; logit / penalty if positive, * penalty if negative
-  float frequency_penalty = 0.0f; // logit -= count * frequency_penalty
-  float presence_penalty = 0.0f;  // logit -= presence_penalty if the token occurred
-  int32_t penalty_last_n = 64;    // tokens of context the penalties look at; -1: all of it, 0: none
-  uint64_t seed = kRandomSeed;    // kRandomSeed: a fresh random seed (reported in the result)
+  float temperature = 0.8f;        // <= 0: greedy (argmax after penalties)
+  int32_t top_k = 40;              // <= 0: off
+  float top_p = 0.95f;             // >= 1: off
+  float min_p = 0.05f;             // <= 0: off; keeps tokens with p >= min_p * p_max
+  float repeat_penalty = 1.0f;     // 1: off; logit / penalty if positive, * penalty if negative
+  float frequency_penalty = 0.0f;  // logit -= count * frequency_penalty
+  float presence_penalty = 0.0f;   // logit -= presence_penalty if the token occurred
+  int32_t penalty_last_n = 64;     // tokens of context the penalties look at; -1: all of it, 0: none
+  uint64_t seed = kRandomSeed;     // kRandomSeed: a fresh random seed (reported in the result)
 };
 
 struct GenerateOptions {
-  int64_t max_tokens = 256;        // < 0: until end of generation or a full context
+  int64_t max_tokens = 256;  // < 0: until end of generation or a full context
   SamplingOptions sampling;
-  std::vector<std::string> stop;   // stop strings; the text ends before the first one found
-  bool ignore_eos = false;         // keep going past end-of-generation tokens
-  bool render_special = false;     // include control tokens' text in the output
+  std::vector<std::string> stop;  // stop strings; the text ends before the first one found
+  bool ignore_eos = false;        // keep going past end-of-generation tokens
+  bool render_special = false;    // include control tokens' text in the output
 };
 
 enum class StopReason { END_OF_GENERATION, STOP_STRING, MAX_TOKENS, CONTEXT_FULL, CALLBACK };
 std::string_view stop_reason_name(StopReason r);  // "eos", "stop", "length", "context_full", "callback"
 
 struct Timings {
-  int64_t prompt_tokens = 0;      // tokens evaluated before the first sample
+  int64_t prompt_tokens = 0;  // tokens evaluated before the first sample
   double prompt_ms = 0;
-  int64_t generated_tokens = 0;   // tokens sampled
-  double generate_ms = 0;         // sampling plus the forward passes of generated tokens
-  uint64_t peak_rss_bytes = 0;    // of the process, so far
+  int64_t generated_tokens = 0;  // tokens sampled
+  double generate_ms = 0;        // sampling plus the forward passes of generated tokens
+  uint64_t peak_rss_bytes = 0;   // of the process, so far
   double prompt_tokens_per_s() const { return prompt_ms > 0 ? prompt_tokens * 1000.0 / prompt_ms : 0; }
   double generated_tokens_per_s() const { return generate_ms > 0 ? generated_tokens * 1000.0 / generate_ms : 0; }
 };
 
 struct GenerateResult {
-  std::string text;               // generated text (stop string excluded)
-  std::vector<int32_t> tokens;    // generated ids (an end-of-generation token excluded)
+  std::string text;             // generated text (stop string excluded)
+  std::vector<int32_t> tokens;  // generated ids (an end-of-generation token excluded)
   StopReason stop_reason = StopReason::MAX_TOKENS;
   Timings timings;
-  uint64_t seed = 0;              // the seed the sampler used
+  uint64_t seed = 0;  // the seed the sampler used
 };
 
 // Receives text as it is generated (always whole UTF-8 characters); return false to stop.
@@ -122,12 +122,18 @@ class Session {
   // Greedy generation without a host round trip per token: appends `id`, then each next token while on_token(next)
   // returns true, at most n tokens appended in all (fewer when the context fills). On CUDA the steps are chained on
   // the device (each step's argmax feeds the next; the host reads the tokens as they land, up to three launches of 8
-  // steps behind; steps queued past a stop are dropped); elsewhere it is a decode_greedy loop. Returns the tokens appended (= on_token calls: the last token passed to
-  // on_token is not appended).
+  // steps behind; steps queued past a stop are dropped); elsewhere it is a decode_greedy loop. Returns the tokens
+  // appended (= on_token calls: the last token passed to on_token is not appended).
   int64_t decode_greedy_chain(int32_t id, int64_t n, const std::function<bool(int32_t)>& on_token);
   std::span<const float> logits() const;  // of the last evaluated token ([] before any)
   // Appends `ids` and returns the logits of every one of them: [ids.size() * n_vocab], row-major.
   std::vector<float> eval_all_logits(std::span<const int32_t> ids);
+  // Appends `ids` and returns log p(targets[r]) under row r's logits, for every row (each target an id in the
+  // vocabulary): what perplexity needs. Where the backend can (CUDA) the log-softmax is reduced on the device and
+  // only the scores come back; logits() is then empty until the next logits-returning call.
+  std::vector<double> eval_target_logprobs(std::span<const int32_t> ids, std::span<const int32_t> targets);
+  // Whether eval_target_logprobs reduces on the device (else it scores every row on the host, one after another).
+  bool scores_on_device() const;
 
   // Appends `prompt` to the context (tokenized; BOS as the model asks when the context is empty; control-token text
   // such as "<|im_start|>" is parsed) and generates. The generated tokens stay in the context, so a later call

@@ -324,42 +324,25 @@ void check_utf8(std::string_view text) {
   }
 }
 
-PerplexityResult perplexity(Session& session, std::string_view text, const PerplexityOptions& options,
-                            const std::function<bool(const PerplexityChunk&)>& on_chunk) {
-  check_utf8(text);
-  TESSERA_CHECK(!text.empty(), "the text is empty: perplexity needs at least 2 x the context in tokens");
-  TESSERA_CHECK(options.save_logits.empty() || options.kl_base.empty(),
-                "give either --save-logits (a reference run) or --kl-base (a compared run), not both");
-  const int64_t n_ctx = session.n_ctx();
-  TESSERA_CHECK(n_ctx >= 4, "perplexity needs a context of at least 4 tokens, not {}", n_ctx);
-  const Tokenizer& tok = session.model().tokenizer();
+namespace {
 
-  PerplexityResult res;
-  res.n_ctx = n_ctx;
-  const auto t_tok = std::chrono::steady_clock::now();
-  const std::vector<int32_t> tokens = tok.encode(text, /*add_special=*/true, /*parse_special=*/false);
-  res.tokenize_seconds = seconds_since(t_tok);
+// The run over tokenized input (perplexity and perplexity_tokens): `h` holds the text's and vocabulary's hashes, bos
+// the id that starts each chunk (-1: the tokens as they are).
+PerplexityResult run_chunks(Session& session, const std::vector<int32_t>& tokens, LogitsHeader h, int32_t bos,
+                            PerplexityResult res, const PerplexityOptions& options,
+                            const std::function<bool(const PerplexityChunk&)>& on_chunk) {
+  const int64_t n_ctx = res.n_ctx;
   res.n_tokens = static_cast<int64_t>(tokens.size());
   TESSERA_CHECK(res.n_tokens >= 2 * n_ctx,
                 "the text has {} tokens, but perplexity at a context of {} needs at least {} (2 x the context): give a "
                 "longer text or a smaller -c",
                 res.n_tokens, n_ctx, 2 * n_ctx);
-
-  const int32_t bos = tok.add_bos() ? tok.bos_id() : -1;
   const int64_t n_vocab = session.n_vocab();
   const int64_t first = n_ctx / 2;
   const int64_t n_scored = n_ctx - first - 1;  // rows first .. n_ctx-2 of each chunk
   int64_t n_chunks = perplexity_chunk_count(res.n_tokens, n_ctx, options.n_chunks);
-
-  LogitsHeader h;
   h.n_ctx = static_cast<uint32_t>(n_ctx);
   h.n_vocab = static_cast<uint32_t>(n_vocab);
-  h.text_hash = fnv1a(kFnvOffset, text.data(), text.size());
-  h.vocab_hash = kFnvOffset;
-  for (int32_t i = 0; i < tok.n_vocab(); ++i) {
-    const std::string& t = tok.token_text(i);
-    h.vocab_hash = fnv1a(h.vocab_hash, t.data(), t.size() + 1);  // with its terminating 0: "ab","c" != "a","bc"
-  }
   const auto tokens_hash = [&](int64_t chunks) {
     return fnv1a(kFnvOffset, tokens.data(), static_cast<size_t>(chunks * n_ctx) * sizeof(int32_t));
   };
@@ -399,6 +382,9 @@ PerplexityResult perplexity(Session& session, std::string_view text, const Perpl
   res.n_chunks_planned = n_chunks;
   res.has_kl = base_in.is_open();
 
+  // Plain perplexity on a backend that reduces rows where it computes them (CUDA) scores there; KL and the logits file
+  // need whole rows on the host.
+  const bool device_scores = session.scores_on_device() && !base_in.is_open() && !save_out.is_open();
   KlStats kl;
   std::vector<double> nll(static_cast<size_t>(n_scored));
   std::vector<BaseRow> rows(static_cast<size_t>(n_scored));
@@ -411,34 +397,45 @@ PerplexityResult perplexity(Session& session, std::string_view text, const Perpl
     const std::span<const int32_t> ids(chunk);
     session.reset();
     session.eval(ids.first(static_cast<size_t>(first)));
-    // [n_ctx - first, n_vocab]: row r holds the logits at position first + r, which predict token first + r + 1.
-    const std::vector<float> logits = session.eval_all_logits(ids.subspan(static_cast<size_t>(first)));
-    const auto row = [&](int64_t r) {
-      return std::span<const float>(logits.data() + r * n_vocab, static_cast<size_t>(n_vocab));
-    };
-    const auto t_score = std::chrono::steady_clock::now();
     const int32_t* targets = tokens.data() + c * n_ctx + first + 1;
-    if (base_in.is_open())
-      for (int64_t r = 0; r < n_scored; ++r)
-        if (!read_row(base_in, rows[static_cast<size_t>(r)], base.top_k, base.n_vocab))
-          fail("{}: the base logits file ends or is corrupt in chunk {}", options.kl_base, c + 1);
-    parallel_rows(n_scored, threads, [&](int64_t r) {
-      const size_t i = static_cast<size_t>(r);
-      if (base_in.is_open()) {
-        kl_rows[i] = kl_row(row(r), targets[r], rows[i]);
-        nll[i] = kl_rows[i].nll;
-      } else {
-        nll[i] = token_nll(row(r), targets[r]);
-        if (save_out.is_open()) rows[i] = make_base_row(row(r), targets[r], h.top_k);
+    if (device_scores) {
+      // Only the scored rows are evaluated (the chunk's last token predicts nothing scored), reduced where the logits
+      // are: the whole [n_scored, n_vocab] never reaches the host.
+      const auto t_score = std::chrono::steady_clock::now();
+      const std::vector<double> lp =
+          session.eval_target_logprobs(ids.subspan(static_cast<size_t>(first), static_cast<size_t>(n_scored)),
+                                       std::span<const int32_t>(targets, static_cast<size_t>(n_scored)));
+      for (double v : lp) res.nll.add(-v);
+      res.score_seconds += seconds_since(t_score);
+    } else {
+      // [n_ctx - first, n_vocab]: row r holds the logits at position first + r, which predict token first + r + 1.
+      const std::vector<float> logits = session.eval_all_logits(ids.subspan(static_cast<size_t>(first)));
+      const auto row = [&](int64_t r) {
+        return std::span<const float>(logits.data() + r * n_vocab, static_cast<size_t>(n_vocab));
+      };
+      const auto t_score = std::chrono::steady_clock::now();
+      if (base_in.is_open())
+        for (int64_t r = 0; r < n_scored; ++r)
+          if (!read_row(base_in, rows[static_cast<size_t>(r)], base.top_k, base.n_vocab))
+            fail("{}: the base logits file ends or is corrupt in chunk {}", options.kl_base, c + 1);
+      parallel_rows(n_scored, threads, [&](int64_t r) {
+        const size_t i = static_cast<size_t>(r);
+        if (base_in.is_open()) {
+          kl_rows[i] = kl_row(row(r), targets[r], rows[i]);
+          nll[i] = kl_rows[i].nll;
+        } else {
+          nll[i] = token_nll(row(r), targets[r]);
+          if (save_out.is_open()) rows[i] = make_base_row(row(r), targets[r], h.top_k);
+        }
+      });
+      for (int64_t r = 0; r < n_scored; ++r) {
+        res.nll.add(nll[static_cast<size_t>(r)]);
+        if (base_in.is_open()) kl.add(kl_rows[static_cast<size_t>(r)]);
+        if (save_out.is_open()) write_row(save_out, rows[static_cast<size_t>(r)]);
       }
-    });
-    for (int64_t r = 0; r < n_scored; ++r) {
-      res.nll.add(nll[static_cast<size_t>(r)]);
-      if (base_in.is_open()) kl.add(kl_rows[static_cast<size_t>(r)]);
-      if (save_out.is_open()) write_row(save_out, rows[static_cast<size_t>(r)]);
+      if (save_out.is_open() && !save_out) fail("{}: writing the logits failed (disk full?)", options.save_logits);
+      res.score_seconds += seconds_since(t_score);
     }
-    if (save_out.is_open() && !save_out) fail("{}: writing the logits failed (disk full?)", options.save_logits);
-    res.score_seconds += seconds_since(t_score);
     res.n_chunks = c + 1;
     res.running.push_back(res.nll.ppl());
     if (on_chunk) {
@@ -469,6 +466,48 @@ PerplexityResult perplexity(Session& session, std::string_view text, const Perpl
     if (!save_out) fail("{}: writing the logits failed (disk full?)", options.save_logits);
   }
   return res;
+}
+
+void check_common(const Session& session, const PerplexityOptions& options) {
+  TESSERA_CHECK(options.save_logits.empty() || options.kl_base.empty(),
+                "give either --save-logits (a reference run) or --kl-base (a compared run), not both");
+  TESSERA_CHECK(session.n_ctx() >= 4, "perplexity needs a context of at least 4 tokens, not {}", session.n_ctx());
+}
+
+}  // namespace
+
+PerplexityResult perplexity(Session& session, std::string_view text, const PerplexityOptions& options,
+                            const std::function<bool(const PerplexityChunk&)>& on_chunk) {
+  check_utf8(text);
+  TESSERA_CHECK(!text.empty(), "the text is empty: perplexity needs at least 2 x the context in tokens");
+  check_common(session, options);
+  const Tokenizer& tok = session.model().tokenizer();
+  PerplexityResult res;
+  res.n_ctx = session.n_ctx();
+  const auto t_tok = std::chrono::steady_clock::now();
+  const std::vector<int32_t> tokens = tok.encode(text, /*add_special=*/true, /*parse_special=*/false);
+  res.tokenize_seconds = seconds_since(t_tok);
+  LogitsHeader h;
+  h.text_hash = fnv1a(kFnvOffset, text.data(), text.size());
+  h.vocab_hash = kFnvOffset;
+  for (int32_t i = 0; i < tok.n_vocab(); ++i) {
+    const std::string& t = tok.token_text(i);
+    h.vocab_hash = fnv1a(h.vocab_hash, t.data(), t.size() + 1);  // with its terminating 0: "ab","c" != "a","bc"
+  }
+  return run_chunks(session, tokens, h, tok.add_bos() ? tok.bos_id() : -1, res, options, on_chunk);
+}
+
+PerplexityResult perplexity_tokens(Session& session, std::span<const int32_t> tokens, const PerplexityOptions& options,
+                                   const std::function<bool(const PerplexityChunk&)>& on_chunk) {
+  check_common(session, options);
+  PerplexityResult res;
+  res.n_ctx = session.n_ctx();
+  LogitsHeader h;
+  // The "text" is the ids themselves; the vocabulary is known only by its size.
+  h.text_hash = fnv1a(kFnvOffset, tokens.data(), tokens.size_bytes());
+  const uint64_t v = static_cast<uint64_t>(session.n_vocab());
+  h.vocab_hash = fnv1a(kFnvOffset, &v, sizeof(v));
+  return run_chunks(session, std::vector<int32_t>(tokens.begin(), tokens.end()), h, -1, res, options, on_chunk);
 }
 
 }  // namespace tessera

@@ -7,11 +7,16 @@ namespace tessera {
 
 std::string_view stop_reason_name(StopReason r) {
   switch (r) {
-    case StopReason::END_OF_GENERATION: return "eos";
-    case StopReason::STOP_STRING: return "stop";
-    case StopReason::MAX_TOKENS: return "length";
-    case StopReason::CONTEXT_FULL: return "context_full";
-    case StopReason::CALLBACK: return "callback";
+    case StopReason::END_OF_GENERATION:
+      return "eos";
+    case StopReason::STOP_STRING:
+      return "stop";
+    case StopReason::MAX_TOKENS:
+      return "length";
+    case StopReason::CONTEXT_FULL:
+      return "context_full";
+    case StopReason::CALLBACK:
+      return "callback";
   }
   return "?";
 }
@@ -53,6 +58,15 @@ std::vector<float> Session::eval_all_logits(std::span<const int32_t> ids) {
   impl_->engine->eval(ids, out.data());
   return out;
 }
+
+std::vector<double> Session::eval_target_logprobs(std::span<const int32_t> ids, std::span<const int32_t> targets) {
+  const std::vector<backend::RowScore> s = impl_->engine->eval_scores(ids, targets);
+  std::vector<double> out(s.size());
+  for (size_t i = 0; i < s.size(); ++i) out[i] = s[i].target_logit - s[i].lse;
+  return out;
+}
+
+bool Session::scores_on_device() const { return impl_->engine->device_scores(); }
 
 GenerateResult Session::generate(std::string_view prompt, const GenerateOptions& options, const TextCallback& on_text) {
   const Tokenizer& tok = impl_->model.tokenizer();

@@ -6,11 +6,15 @@
 //
 // Plain C++ (no CUDA types): the runtime includes it without compiling device code. eval() is the one step every
 // backend has; the others exist where Capabilities says so, and the runtime builds them from eval() elsewhere (its own
-// host loops: one per step, not one per backend), so their defaults only refuse.
+// host loops: one per step, not one per backend), so their defaults only refuse; eval_scores' default scores eval's
+// logits on the host.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -32,6 +36,13 @@ struct Capabilities {
   bool chained_greedy = false;   // generate_greedy queues steps without a host round trip per token
   bool batched_decode = false;   // decode_rows runs B sequences in one step (not one after another)
   bool reference_mode = false;   // can run the scalar reference kernels (SessionConfig::reference)
+  bool device_scores = false;    // eval_scores reduces the logits where they are computed (only the scores come back)
+};
+
+// What scoring a row of logits against a target token needs (perplexity): log p(target) = target_logit - lse.
+struct RowScore {
+  double lse = 0;           // log(sum over the vocabulary of exp(logit))
+  double target_logit = 0;  // the logit of the row's target token
 };
 
 // The model's weights as one backend holds them (repacked on the CPU, uploaded on a GPU): made once per model and
@@ -80,6 +91,26 @@ class DeviceSession {
   // row [t, n_vocab] (all_rows) or of the last [n_vocab], valid until the next call.
   virtual std::span<const float> eval(int64_t seq, std::span<const int32_t> ids, int64_t pos, bool all_rows) = 0;
 
+  // Evaluates as eval(all_rows = true) and returns, per row r, the RowScore of its logits against targets[r] (an id in
+  // the vocabulary), valid until the next call. The default scores the rows on the host, one after another; a backend
+  // with Capabilities::device_scores reduces them where they were computed and copies back only t scores.
+  virtual std::span<const RowScore> eval_scores(int64_t seq, std::span<const int32_t> ids, int64_t pos,
+                                                std::span<const int32_t> targets) {
+    const std::span<const float> all = eval(seq, ids, pos, true);
+    const size_t vocab = static_cast<size_t>(n_vocab());
+    host_scores_.resize(ids.size());
+    for (size_t r = 0; r < ids.size(); ++r) host_scores_[r] = score_row(all.subspan(r * vocab, vocab), targets[r]);
+    return host_scores_;
+  }
+  // One row's score in double (the reference the device reductions are checked against).
+  static RowScore score_row(std::span<const float> logits, int32_t target) {
+    double m = -std::numeric_limits<double>::infinity();
+    for (float v : logits) m = std::max(m, static_cast<double>(v));
+    double sum = 0;
+    for (float v : logits) sum += std::exp(static_cast<double>(v) - m);
+    return {m + std::log(sum), static_cast<double>(logits[static_cast<size_t>(target)])};
+  }
+
   // Batched decode (Capabilities::batched_decode): row r evaluates ids[r] in slot seqs[r] (distinct) at position
   // pos[r]. Logits [B, n_vocab].
   virtual std::span<const float> decode_rows(std::span<const int32_t> /*ids*/, std::span<const int32_t> /*seqs*/,
@@ -102,7 +133,7 @@ class DeviceSession {
   // the host's generator must not advance; 0: every logit was NaN). nullopt when the backend cannot draw (the caller
   // then evaluates and samples on the host; nothing was evaluated).
   virtual std::optional<std::pair<int32_t, int32_t>> decode_sample(int32_t /*token*/, int64_t /*pos*/,
-                                                                    const SampleRequest& /*r*/) {
+                                                                   const SampleRequest& /*r*/) {
     return std::nullopt;
   }
   // Slot 0's logits after a step that returned only ids (argmax, sample, generate_greedy), fetched now; empty when
@@ -117,6 +148,7 @@ class DeviceSession {
   virtual int n_threads() const = 0;
 
  private:
+  std::vector<RowScore> host_scores_;  // the default eval_scores' answer
   // A step the backend's Capabilities do not offer: the runtime never asks for it, so reaching this is a bug.
   [[noreturn]] static void refuse(const char* step) {
     throw std::logic_error(std::string("backend: ") + step + " asked of a backend whose capabilities lack it");

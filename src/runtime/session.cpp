@@ -108,8 +108,7 @@ graph::Graph Engine::build_graph(int64_t n_tokens, int64_t n_past, bool all_logi
 }
 
 void Engine::check_seq(int64_t seq) const {
-  TESSERA_CHECK(seq >= 0 && seq < o_.n_seq, "sequence {} is outside the {} sequences of this session", seq,
-                o_.n_seq);
+  TESSERA_CHECK(seq >= 0 && seq < o_.n_seq, "sequence {} is outside the {} sequences of this session", seq, o_.n_seq);
 }
 
 const std::vector<int32_t>& Engine::tokens(int64_t seq) const {
@@ -148,6 +147,37 @@ std::span<const float> Engine::eval_seq(int64_t seq, std::span<const int32_t> id
     done += chunk;
   }
   return logits_[s];
+}
+
+std::vector<backend::RowScore> Engine::eval_scores(std::span<const int32_t> ids, std::span<const int32_t> targets) {
+  TESSERA_CHECK(targets.size() == ids.size(), "scoring {} tokens needs as many targets, not {}", ids.size(),
+                targets.size());
+  TESSERA_CHECK(!ids.empty(), "nothing to evaluate: the token list is empty");
+  const int64_t n = static_cast<int64_t>(ids.size());
+  TESSERA_CHECK(n_past(0) + n <= o_.n_ctx,
+                "the context is full: {} more tokens do not fit after {} of {} (raise the context size with -c)", n,
+                n_past(0), o_.n_ctx);
+  const int64_t vocab = n_vocab();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    TESSERA_CHECK(ids[i] >= 0 && ids[i] < vocab, "token id {} is outside the vocabulary of {} tokens", ids[i], vocab);
+    TESSERA_CHECK(targets[i] >= 0 && targets[i] < vocab, "target token {} is outside the vocabulary of {} tokens",
+                  targets[i], vocab);
+  }
+  std::vector<backend::RowScore> out;
+  out.reserve(ids.size());
+  std::vector<int32_t>& toks = tokens_[0];
+  device_logits_ = false;
+  for (int64_t done = 0; done < n;) {
+    const int64_t chunk = std::min(o_.n_batch, n - done);
+    const auto part = ids.subspan(static_cast<size_t>(done), static_cast<size_t>(chunk));
+    has_logits_[0] = false;
+    const std::span<const backend::RowScore> s =
+        dev_->eval_scores(0, part, n_past(0), targets.subspan(static_cast<size_t>(done), static_cast<size_t>(chunk)));
+    toks.insert(toks.end(), part.begin(), part.end());
+    out.insert(out.end(), s.begin(), s.end());
+    done += chunk;
+  }
+  return out;
 }
 
 void Engine::check_batch(std::span<const int32_t> ids, std::span<const int32_t> seqs) const {
@@ -232,8 +262,15 @@ int32_t Engine::decode_sampled(int32_t token, Sampler& sampler) {
     pen_counts_.clear();
     if (so.repeat_penalty != 1.0f || so.frequency_penalty != 0.0f || so.presence_penalty != 0.0f)
       penalty_counts(toks, so.penalty_last_n, static_cast<size_t>(n_vocab()), pen_scratch_, pen_counts_);
-    backend::SampleRequest req{so.temperature,       so.top_k,           so.top_p,    so.min_p, so.repeat_penalty,
-                               so.frequency_penalty, so.presence_penalty, &pen_counts_, sampler.peek_uniform()};
+    backend::SampleRequest req{so.temperature,
+                               so.top_k,
+                               so.top_p,
+                               so.min_p,
+                               so.repeat_penalty,
+                               so.frequency_penalty,
+                               so.presence_penalty,
+                               &pen_counts_,
+                               sampler.peek_uniform()};
     std::optional<std::pair<int32_t, int32_t>> r;
     device_logits_ = false;
     has_logits_[0] = false;
@@ -371,8 +408,7 @@ class Generation {
 
   // Greedy without penalties: the sampler would return the logits' argmax, which the engine can pick by itself.
   static bool plain_greedy(const SamplingOptions& s) {
-    return s.temperature <= 0 && s.repeat_penalty == 1.0f && s.frequency_penalty == 0.0f &&
-           s.presence_penalty == 0.0f;
+    return s.temperature <= 0 && s.repeat_penalty == 1.0f && s.frequency_penalty == 0.0f && s.presence_penalty == 0.0f;
   }
 
  private:
@@ -414,7 +450,6 @@ class Generation {
     }
     return id;
   }
-
 
  public:
   // Flushes held-back text and fills the timings (generate_ms measured from t_gen).
@@ -528,8 +563,7 @@ std::vector<GenerateResult> generate_batch(Engine& engine, const Tokenizer* toke
     std::vector<int32_t> ids, seqs;
     for (int32_t i : active) {
       const size_t k = static_cast<size_t>(i);
-      const std::optional<int32_t> id =
-          gens[k]->next(logits[k], engine.tokens(i), engine.n_past(i) >= engine.n_ctx());
+      const std::optional<int32_t> id = gens[k]->next(logits[k], engine.tokens(i), engine.n_past(i) >= engine.n_ctx());
       if (id) {
         ids.push_back(*id);
         seqs.push_back(i);

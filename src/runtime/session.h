@@ -4,8 +4,8 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -26,8 +26,8 @@ struct EngineOptions {
   int n_threads = 0;
   bool reference = false;
   DType kv_dtype = DType::F16;
-  std::string device = "cpu";  // the backend (backends/backend.h registry) that runs the session
-  int64_t n_seq = 1;  // sequence slots, each with its own cache and tokens
+  std::string device = "cpu";                // the backend (backends/backend.h registry) that runs the session
+  int64_t n_seq = 1;                         // sequence slots, each with its own cache and tokens
   std::vector<std::string> backend_options;  // "key=value" for the backend (SessionOptions::backend_options)
 };
 
@@ -53,6 +53,12 @@ class Engine {
   // [n_vocab]. With `all` set, also writes the logits of every token into all [ids.size() * n_vocab].
   std::span<const float> eval(std::span<const int32_t> ids, float* all = nullptr) { return eval_seq(0, ids, all); }
   std::span<const float> eval_seq(int64_t seq, std::span<const int32_t> ids, float* all = nullptr);
+  // Appends ids to slot 0 as eval does and returns, per row r, the score of its logits against targets[r] (in the
+  // vocabulary): log-sum-exp and the target's logit. The logits stay where they were computed on a backend with
+  // Capabilities::device_scores (CUDA: t scores come back instead of t * n_vocab logits); logits() is then empty
+  // until the next logits-returning call. Errors as eval, and for targets of another length or outside the vocabulary.
+  std::vector<backend::RowScore> eval_scores(std::span<const int32_t> ids, std::span<const int32_t> targets);
+  bool device_scores() const { return caps_.device_scores; }
   // tokens[i] appended to slot seqs[i] (distinct slots), all in one step. Returns logits [B * n_vocab], row-major,
   // valid until the next call.
   std::span<const float> decode_batch(std::span<const int32_t> tokens, std::span<const int32_t> seqs);
@@ -93,8 +99,8 @@ class Engine {
   std::vector<std::vector<int32_t>> tokens_;  // per slot
   std::vector<std::vector<float>> logits_;    // per slot: [n_vocab] of its last token
   std::vector<bool> has_logits_;
-  bool device_logits_ = false;  // slot 0's last logits are on the device (an ids-only step), not yet fetched
-  std::vector<float> batch_logits_;  // [B, n_vocab] of the last decode_batch
+  bool device_logits_ = false;        // slot 0's last logits are on the device (an ids-only step), not yet fetched
+  std::vector<float> batch_logits_;   // [B, n_vocab] of the last decode_batch
   std::vector<int32_t> pen_scratch_;  // decode_sampled's penalty window
   std::vector<std::pair<int32_t, int32_t>> pen_counts_;
 };

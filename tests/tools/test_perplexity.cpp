@@ -198,6 +198,47 @@ TEST(Perplexity, RunEqualsAHandRolledLoopOverEvalAllLogits) {
   EXPECT_NEAR(r.ppl_err, ref.ppl_err(), 0.05 * ref.ppl_err());
 }
 
+TEST(Perplexity, TargetLogprobsEqualTheLogSoftmaxOfEveryRow) {
+  TESSERA_REQUIRE_DEFAULT_MODEL(path);
+  const tessera::Model m = tessera::Model::load(path);
+  tessera::Session s(m, {.n_ctx = 64, .n_batch = 16, .n_threads = 2});
+  const std::vector<int32_t> ids = m.tokenizer().encode(sample_text(4), true, false);
+  ASSERT_GE(ids.size(), 40u);
+  const std::span<const int32_t> x(ids.data(), 39), targets(ids.data() + 1, 39);
+  const std::vector<float> all = s.eval_all_logits(x);
+  s.reset();
+  const std::vector<double> lp = s.eval_target_logprobs(x, targets);  // three chunks of n_batch 16
+  ASSERT_EQ(lp.size(), 39u);
+  EXPECT_EQ(s.n_past(), 39);
+  // The same logits; token_nll's log-sum-exp adds the exponentials in another order.
+  for (size_t r = 0; r < lp.size(); ++r) {
+    const std::span<const float> row(all.data() + r * s.n_vocab(), s.n_vocab());
+    EXPECT_NEAR(lp[r], -tessera::token_nll(row, targets[r]), 1e-7) << "row " << r;
+  }
+  std::vector<int32_t> bad(targets.begin(), targets.end());
+  bad[5] = static_cast<int32_t>(s.n_vocab());
+  s.reset();
+  EXPECT_THROW(s.eval_target_logprobs(x, bad), tessera::Error);
+  EXPECT_THROW(s.eval_target_logprobs(x, targets.first(3)), tessera::Error);
+  EXPECT_FALSE(s.scores_on_device());  // the CPU scores every row on the host
+}
+
+TEST(Perplexity, TokensRunEqualsTheTextRunOnTheSameIds) {
+  TESSERA_REQUIRE_DEFAULT_MODEL(path);
+  const tessera::Model m = tessera::Model::load(path);
+  tessera::Session s(m, {.n_ctx = 64, .n_threads = 2});
+  const std::string text = sample_text(40);
+  const tessera::PerplexityResult a = tessera::perplexity(s, text, {.n_chunks = 2});
+  // perplexity() puts BOS at the start of each chunk where the model asks for one; given ids are taken as they are.
+  std::vector<int32_t> ids = m.tokenizer().encode(text, true, false);
+  if (m.tokenizer().add_bos())
+    for (size_t c = 0; c + 64 <= ids.size(); c += 64) ids[c] = m.tokenizer().bos_id();
+  const tessera::PerplexityResult b = tessera::perplexity_tokens(s, ids, {.n_chunks = 2});
+  EXPECT_EQ(b.n_tokens, a.n_tokens);
+  EXPECT_DOUBLE_EQ(b.ppl, a.ppl);
+  EXPECT_THROW(tessera::perplexity_tokens(s, std::span<const int32_t>(ids.data(), 100), {}), tessera::Error);
+}
+
 TEST(Perplexity, StopsWhenTheCallbackSaysSo) {
   TESSERA_REQUIRE_DEFAULT_MODEL(path);
   const tessera::Model m = tessera::Model::load(path);
@@ -320,6 +361,22 @@ TEST(PerplexityCli, BadInputIsOneSentence) {
   EXPECT_EQ(run_command(common + "-f " + empty.string() + " -c 2", &out), 1);
   one_error(out, "at least 4 tokens");
   fs::remove(empty), fs::remove(shortt), fs::remove(bad);
+}
+
+TEST(PerplexityCli, RandomTokensTimeASyntheticModel) {
+  const std::string common = cli() + "--random-weights --arch smollm2-135m --layers 2 -t 2 -c 64 ";
+  std::string out;
+  ASSERT_EQ(run_command(common + "--random-tokens 256 --json", &out), 0) << out;
+  ASSERT_NE(out.find('{'), std::string::npos) << out;  // after the synthetic model's progress lines
+  const nlohmann::json j = nlohmann::json::parse(out.substr(out.find('{'), out.rfind('}') - out.find('{') + 1));
+  EXPECT_EQ(j["n_chunks"], 4);
+  EXPECT_EQ(j["scored_tokens"], 4 * 31);
+  EXPECT_GT(j["ppl"].get<double>(), 1.0);
+  EXPECT_EQ(j["text"], "256 random ids");
+  EXPECT_EQ(run_command(common + "--random-tokens 256 -f /dev/null", &out), 1);
+  EXPECT_NE(out.find("not both"), std::string::npos) << out;
+  EXPECT_EQ(run_command(cli() + "--random-weights --arch smollm2-135m --layers 2 -c 64", &out), 1);
+  EXPECT_NE(out.find("--random-tokens N"), std::string::npos) << out;
 }
 
 TEST(PerplexityCli, InterruptPrintsTheEstimateSoFar) {

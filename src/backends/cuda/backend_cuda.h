@@ -125,6 +125,10 @@ class CudaRowsExecutor {
   // [0, p0)). Returns the logits [t, n_vocab] (all-row graph) or [1, n_vocab] (the last row), valid until the next
   // call. Error for a bad slot, a position past the cache or a token outside the vocabulary.
   std::span<const float> prefill(std::span<const int32_t> ids, int64_t seq, int64_t p0);
+  // PREFILL on an all-row graph: the same step, but only each row's (log-sum-exp, logit of targets[r]) comes back,
+  // reduced on the device (kernels_rows.h, row_scores): [t, 2] doubles, valid until the next call.
+  std::span<const double> prefill_scores(std::span<const int32_t> ids, int64_t seq, int64_t p0,
+                                         std::span<const int32_t> targets);
   // BATCH: row r evaluates ids[r] at position pos[r] of slot seqs[r] (exactly rows() rows; slots distinct). Returns
   // the logits [rows(), n_vocab], valid until the next call.
   std::span<const float> decode_rows(std::span<const int32_t> ids, std::span<const int32_t> seqs,

@@ -79,7 +79,7 @@ struct CudaRowsExecutor::Impl {
   // conversion; both [T, n_head * hd], shared by all layers.
   std::unique_ptr<CudnnAttnWorkspace> cudnn_ws;
   DeviceBuffer cudnn_q16, cudnn_o16;
-  bool cudnn_refused = false;  // cuDNN refused a shape (graph build failed): attn_prefill from then on
+  bool cudnn_refused = false;    // cuDNN refused a shape (graph build failed): attn_prefill from then on
   uint64_t gemm_generation = 0;  // of the workspace the captured graph was recorded over
 
   std::vector<Launch> launches;
@@ -90,6 +90,8 @@ struct CudaRowsExecutor::Impl {
   DeviceBuffer seq_dev;          // [T] i32 slot of every row
   int32_t* host_io = nullptr;    // pinned [4 * T]: ids, positions, slots, and decode_rows_argmax's answer
   DeviceBuffer argmax_dev;       // [T] decode_rows_argmax's answer on the device
+  DeviceBuffer scores_dev;       // [T] double2 prefill_scores' answer on the device
+  DeviceBuffer targets_dev;      // [T] i32 prefill_scores' targets
   float* host_logits = nullptr;  // pinned [out_rows, vocab]
   cudaGraph_t cgraph = nullptr;
   cudaGraphExec_t cexec = nullptr;
@@ -147,6 +149,8 @@ struct CudaRowsExecutor::Impl {
   void compile();
   void compile_node(int id_in_g);
   void copy_logits(int64_t rows);
+  // Uploads a prefill chunk's ids, positions and slots and runs it; returns the logits rows it made (t or 1).
+  int64_t run_prefill(std::span<const int32_t> ids, int64_t seq, int64_t p0);
   // BATCH: uploads ids, positions and slots (checked) and runs the step (graph replay once captured); the logits stay
   // on the device.
   void decode_step(std::span<const int32_t> ids, std::span<const int32_t> seqs, std::span<const int32_t> pos);
@@ -393,8 +397,9 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
     }
     case Op::ROPE:
     case Op::KV_STORE:
-      unsupported(n, "rope and cache stores run inside the attention launch, and the graph passes could not fuse this "
-                     "one (see graph/passes/fuse.h)");
+      unsupported(n,
+                  "rope and cache stores run inside the attention launch, and the graph passes could not fuse this "
+                  "one (see graph/passes/fuse.h)");
     case Op::ATTENTION: {
       // Rope + cache store + attention (Fusion::rope_store): inputs q, caches, k, v, positions, frequencies. The query
       // is rotated in place: the passes fused it only where nothing else reads the unrotated q.
@@ -433,8 +438,7 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         // TESSERA_CUDA_ATTN_TMA=0 takes cuDNN instead.
         // Both fused paths take 16-bit q and output (the rope kernel writes q16; the o-projection takes 16 bits).
         const bool fused16 = h.buf != nullptr && cache.dtype != DType::F32 && T >= kCudnnMinT && width % 8 == 0;
-        const bool tma =
-            fused16 && cuda_options().attn_tma && attn_prefill_tma_supported(cache, n_head);
+        const bool tma = fused16 && cuda_options().attn_tma && attn_prefill_tma_supported(cache, n_head);
         if (fused16 && (tma || ((cache.hd == 64 || cache.hd == 128) && cudnn_attention_available()))) {
           if (cudnn_q16.empty()) cudnn_q16 = DeviceBuffer(need);
           if (cache.dtype != h.type && cudnn_o16.empty()) cudnn_o16 = DeviceBuffer(need);
@@ -447,42 +451,42 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         const DType cache_type = cache.dtype;
         const int64_t max_t = T;
         bool* refused = &cudnn_refused;
-        launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
-                              if (tma && q16 != nullptr && a.t >= std::max(h.min_t, kCudnnMinT)) {
-                                rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim,
-                                                   inv_freq, neox, s, q16);
-                                attn_prefill_tma(q16, width, cache, a.seq, a.p0, a.t, o16, n_head, scale, s);
-                                if (o16 != h.buf) convert_16bit(o16, cache_type, h.buf, h.type, a.t * width, s);
-                                return;
-                              }
-                              if (cws != nullptr && !*refused && a.t >= std::max(h.min_t, kCudnnMinT)) {
-                                rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim,
-                                                   inv_freq, neox, s, q16);
-                                try {
-                                  if (!*cws) *cws = std::make_unique<CudnnAttnWorkspace>(max_t);
-                                  attn_prefill_cudnn(q16, width, cache, a.seq, a.p0, a.t, o16, n_head, scale, **cws,
-                                                     s);
-                                } catch (const Error& e) {
-                                  // A workspace or shape cuDNN will not build fails before anything is enqueued: say
-                                  // so once and take attn_prefill (the rope below rotates q in place and stores k and
-                                  // v again, the same values).
-                                  std::fprintf(stderr, "tessera: cuDNN attention unavailable for this shape (%s); "
-                                                       "using the built-in prefill attention\n", e.what());
-                                  *refused = true;
-                                }
-                                if (!*refused) {
-                                  if (o16 != h.buf) convert_16bit(o16, cache_type, h.buf, h.type, a.t * width, s);
-                                  return;
-                                }
-                              }
-                              rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim,
-                                                 inv_freq, neox, s);
-                              if (a.t >= h.min_t)
-                                attn_prefill(qp, ld_q, cache, a.seq, a.p0, a.t, nullptr, n_head, scale, s, h.buf,
-                                             h.type);
-                              else
-                                attn_prefill(qp, ld_q, cache, a.seq, a.p0, a.t, y, n_head, scale, s);
-                            }});
+        launches.push_back(
+            {id, [=](cudaStream_t s, const RunArgs& a) {
+               if (tma && q16 != nullptr && a.t >= std::max(h.min_t, kCudnnMinT)) {
+                 rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim, inv_freq, neox, s,
+                                    q16);
+                 attn_prefill_tma(q16, width, cache, a.seq, a.p0, a.t, o16, n_head, scale, s);
+                 if (o16 != h.buf) convert_16bit(o16, cache_type, h.buf, h.type, a.t * width, s);
+                 return;
+               }
+               if (cws != nullptr && !*refused && a.t >= std::max(h.min_t, kCudnnMinT)) {
+                 rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim, inv_freq, neox, s,
+                                    q16);
+                 try {
+                   if (!*cws) *cws = std::make_unique<CudnnAttnWorkspace>(max_t);
+                   attn_prefill_cudnn(q16, width, cache, a.seq, a.p0, a.t, o16, n_head, scale, **cws, s);
+                 } catch (const Error& e) {
+                   // A workspace or shape cuDNN will not build fails before anything is enqueued: say
+                   // so once and take attn_prefill (the rope below rotates q in place and stores k and
+                   // v again, the same values).
+                   std::fprintf(stderr,
+                                "tessera: cuDNN attention unavailable for this shape (%s); "
+                                "using the built-in prefill attention\n",
+                                e.what());
+                   *refused = true;
+                 }
+                 if (!*refused) {
+                   if (o16 != h.buf) convert_16bit(o16, cache_type, h.buf, h.type, a.t * width, s);
+                   return;
+                 }
+               }
+               rope_store_kv_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, n_head, rope_dim, inv_freq, neox, s);
+               if (a.t >= h.min_t)
+                 attn_prefill(qp, ld_q, cache, a.seq, a.p0, a.t, nullptr, n_head, scale, s, h.buf, h.type);
+               else
+                 attn_prefill(qp, ld_q, cache, a.seq, a.p0, a.t, y, n_head, scale, s);
+             }});
       } else {
         float* y = new_act(n, out);
         if (!attn_ws) attn_ws = std::make_unique<AttnRowsWorkspace>(T, n_head, cache);
@@ -490,8 +494,8 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         // One launch (rows are distinct sequences: decode_rows checks it); TESSERA_CUDA_FUSE_ATTN=0: two.
         if (fuse_attention_enabled()) {
           launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
-                                attn_decode_rope_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, rope_dim,
-                                                      inv_freq, neox, y, n_head, scale, *ws, s);
+                                attn_decode_rope_rows(qp, ld_q, kp, vp, ld_kv, cache, pos, seq, a.t, rope_dim, inv_freq,
+                                                      neox, y, n_head, scale, *ws, s);
                               }});
           return;
         }
@@ -621,8 +625,8 @@ CudaRowsExecutor::~CudaRowsExecutor() {
   if (impl_->host_logits != nullptr) (void)cudaFreeHost(impl_->host_logits);
 }
 
-std::span<const float> CudaRowsExecutor::prefill(std::span<const int32_t> ids, int64_t seq, int64_t p0) {
-  Impl& m = *impl_;
+int64_t CudaRowsExecutor::Impl::run_prefill(std::span<const int32_t> ids, int64_t seq, int64_t p0) {
+  Impl& m = *this;
   TESSERA_CHECK(m.mode == RowsMode::PREFILL, "cuda backend: prefill() called on a batched-decode executor");
   const int64_t t = static_cast<int64_t>(ids.size());
   TESSERA_CHECK(t >= 1 && t <= m.T, "cuda backend: a prefill chunk of {} tokens does not fit this executor's {} rows",
@@ -647,10 +651,43 @@ std::span<const float> CudaRowsExecutor::prefill(std::span<const int32_t> ids, i
   TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.seq_dev.get(), h_seq, nb, cudaMemcpyHostToDevice, m.stream));
   // Prefill runs plainly: chunk length and position vary per call, and its launches are few and long.
   m.runner.run(m.launches, m.stream, RunArgs{t, p0, seq}, m.profile);
-  const int64_t rows = m.scaled[size_t(m.logits_id)] ? t : m.out_rows;
-  m.copy_logits(rows);
   ++m.steps;
+  return m.scaled[size_t(m.logits_id)] ? t : m.out_rows;
+}
+
+std::span<const float> CudaRowsExecutor::prefill(std::span<const int32_t> ids, int64_t seq, int64_t p0) {
+  Impl& m = *impl_;
+  const int64_t rows = m.run_prefill(ids, seq, p0);
+  m.copy_logits(rows);
   return {m.host_logits, static_cast<size_t>(rows * m.vocab)};
+}
+
+std::span<const double> CudaRowsExecutor::prefill_scores(std::span<const int32_t> ids, int64_t seq, int64_t p0,
+                                                         std::span<const int32_t> targets) {
+  Impl& m = *impl_;
+  const int64_t t = static_cast<int64_t>(ids.size());
+  TESSERA_CHECK(targets.size() == ids.size(), "cuda backend: {} tokens scored against {} targets", t, targets.size());
+  for (int32_t id : targets)
+    TESSERA_CHECK(id >= 0 && id < m.vocab, "target token {} is outside the vocabulary of {} tokens", id, m.vocab);
+  const int64_t rows = m.run_prefill(ids, seq, p0);
+  TESSERA_CHECK(rows == t && m.out_rows * m.vocab >= 8 * m.T,
+                "cuda backend: scoring needs an executor built with every row's logits");
+  if (m.scores_dev.empty()) {
+    m.scores_dev = DeviceBuffer(static_cast<size_t>(m.T) * sizeof(double2));
+    m.targets_dev = DeviceBuffer(static_cast<size_t>(m.T) * sizeof(int32_t));
+  }
+  // The pinned logits buffer ([out_rows = T, vocab] floats) is far larger than t ids and t scores: it stages both
+  // (the scores 16-byte aligned at 16 T bytes).
+  auto* h_targets = reinterpret_cast<int32_t*>(m.host_logits);
+  auto* h_scores = reinterpret_cast<double*>(m.host_logits + 4 * m.T);
+  std::memcpy(h_targets, targets.data(), targets.size_bytes());
+  TESSERA_CUDA_CHECK(
+      cudaMemcpyAsync(m.targets_dev.get(), h_targets, targets.size_bytes(), cudaMemcpyHostToDevice, m.stream));
+  row_scores(m.act(m.logits_id), m.targets_dev.as<int32_t>(), t, m.vocab, m.scores_dev.as<double2>(), m.stream);
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(h_scores, m.scores_dev.get(), static_cast<size_t>(t) * sizeof(double2),
+                                     cudaMemcpyDeviceToHost, m.stream));
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  return {h_scores, static_cast<size_t>(2 * t)};
 }
 
 std::span<const float> CudaRowsExecutor::decode_rows(std::span<const int32_t> ids, std::span<const int32_t> seqs,
@@ -680,8 +717,8 @@ void CudaRowsExecutor::Impl::decode_step(std::span<const int32_t> ids, std::span
   Impl& m = *this;
   TESSERA_CHECK(m.mode == RowsMode::BATCH, "cuda backend: decode_rows() called on a prefill executor");
   TESSERA_CHECK(static_cast<int64_t>(ids.size()) == m.T && seqs.size() == ids.size() && pos.size() == ids.size(),
-                "cuda backend: batched decode of {} rows got {} tokens, {} sequences and {} positions", m.T,
-                ids.size(), seqs.size(), pos.size());
+                "cuda backend: batched decode of {} rows got {} tokens, {} sequences and {} positions", m.T, ids.size(),
+                seqs.size(), pos.size());
   std::unordered_set<int32_t> seen;
   for (size_t i = 0; i < ids.size(); ++i) {
     TESSERA_CHECK(ids[i] >= 0 && ids[i] < m.embd_rows, "token id {} is outside the vocabulary of {} tokens", ids[i],

@@ -39,8 +39,8 @@ class CudaSession : public backend::DeviceSession {
     for (const std::string& kv : c.options) parse_cuda_option(opts, kv);
     set_cuda_options(opts);
     // Uploading every weight now (the decoder's graph names them all) keeps it out of the first prompt's timing.
-    shared_ = std::make_shared<CudaShared>(c.n_seq, std::max(c.n_batch, c.n_seq), CudaBackendOptions{},
-                                           std::move(weights));
+    shared_ =
+        std::make_shared<CudaShared>(c.n_seq, std::max(c.n_batch, c.n_seq), CudaBackendOptions{}, std::move(weights));
     decoder_ = std::make_unique<CudaDecoder>(c.build_graph(1, false), shared_);
     device_sample_ = cuda_options().sample;
   }
@@ -62,6 +62,17 @@ class CudaSession : public backend::DeviceSession {
     if (!e) e = std::make_unique<CudaRowsExecutor>(c_.build_graph(c_.n_batch, all_rows), RowsMode::PREFILL, shared_);
     e->set_profile(slot(t));
     return e->prefill(ids, seq, pos);
+  }
+
+  std::span<const backend::RowScore> eval_scores(int64_t seq, std::span<const int32_t> ids, int64_t pos,
+                                                 std::span<const int32_t> targets) override {
+    auto& e = prefill_[1];  // the all-row graph: its logits stay on the device, reduced there
+    if (!e) e = std::make_unique<CudaRowsExecutor>(c_.build_graph(c_.n_batch, true), RowsMode::PREFILL, shared_);
+    e->set_profile(slot(static_cast<int64_t>(ids.size())));
+    const std::span<const double> s = e->prefill_scores(ids, seq, pos, targets);
+    scores_.resize(ids.size());
+    for (size_t r = 0; r < ids.size(); ++r) scores_[r] = {s[2 * r], s[2 * r + 1]};
+    return scores_;
   }
 
   std::span<const float> decode_rows(std::span<const int32_t> ids, std::span<const int32_t> seqs,
@@ -90,7 +101,7 @@ class CudaSession : public backend::DeviceSession {
   }
 
   std::optional<std::pair<int32_t, int32_t>> decode_sample(int32_t token, int64_t pos,
-                                                            const backend::SampleRequest& r) override {
+                                                           const backend::SampleRequest& r) override {
     if (!device_sample_) return std::nullopt;
     const DeviceSamplingParams p{r.temperature,       r.top_k,           r.top_p, r.min_p, r.repeat_penalty,
                                  r.frequency_penalty, r.presence_penalty};
@@ -123,9 +134,10 @@ class CudaSession : public backend::DeviceSession {
   backend::SessionConfig c_;
   std::shared_ptr<CudaShared> shared_;
   std::unique_ptr<CudaDecoder> decoder_;
-  std::unique_ptr<CudaRowsExecutor> prefill_[2];                    // last-row and all-row logits
-  std::map<int64_t, std::unique_ptr<CudaRowsExecutor>> batch_;      // by rows
-  std::map<int64_t, std::vector<uint64_t>> profile_;                // by chunk size
+  std::unique_ptr<CudaRowsExecutor> prefill_[2];                // last-row and all-row logits
+  std::vector<backend::RowScore> scores_;                       // eval_scores' answer
+  std::map<int64_t, std::unique_ptr<CudaRowsExecutor>> batch_;  // by rows
+  std::map<int64_t, std::vector<uint64_t>> profile_;            // by chunk size
   bool profiling_ = false;
   bool device_sample_ = true;  // decode_sample draws on the device (cuda option sample=0: the host draws)
 };
@@ -136,7 +148,7 @@ class CudaBackendEntry : public backend::Backend {
   bool available(std::string* why) const override { return cuda_available(why); }
   backend::Capabilities capabilities() const override {
     backend::Capabilities c;
-    c.device_argmax = c.device_sampling = c.chained_greedy = c.batched_decode = true;
+    c.device_argmax = c.device_sampling = c.chained_greedy = c.batched_decode = c.device_scores = true;
     return c;
   }
   // The builder's ops the executors run (after their passes), with every weight in a format the GPU reads natively or

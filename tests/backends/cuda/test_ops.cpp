@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "backends/backend.h"
 #include "backends/cuda/kernels_rows.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
@@ -209,15 +210,16 @@ TEST(CudaOps, SwigluRows16MatchesSwigluOnWidenedInputs) {
   for (const int64_t n : {32, 1000, 14336}) {
     for (const DType in_type : {DType::BF16, DType::F16}) {
       for (const DType out_type : {DType::BF16, DType::F16}) {
-        SCOPED_TRACE(::testing::Message() << "n=" << n << " in=" << dtype_name(in_type)
-                                          << " out=" << dtype_name(out_type));
+        SCOPED_TRACE(::testing::Message()
+                     << "n=" << n << " in=" << dtype_name(in_type) << " out=" << dtype_name(out_type));
         const int64_t ld_in = n == 1000 ? 2 * n + 2 : 2 * n, off = n == 1000 ? 1 : 0;
         const auto vals = random_floats(rng, t * ld_in + off, -8.0f, 8.0f);
         std::vector<uint16_t> bits(vals.size());
         std::vector<float> g(t * n), u(t * n);
-        for (size_t i = 0; i < vals.size(); ++i)
-          bits[i] = float_to_cache(in_type, vals[i]);
-        const auto widen = [&](size_t i) { return in_type == DType::BF16 ? bf16_to_f32(bits[i]) : fp16_to_f32(bits[i]); };
+        for (size_t i = 0; i < vals.size(); ++i) bits[i] = float_to_cache(in_type, vals[i]);
+        const auto widen = [&](size_t i) {
+          return in_type == DType::BF16 ? bf16_to_f32(bits[i]) : fp16_to_f32(bits[i]);
+        };
         for (int64_t r = 0; r < t; ++r)
           for (int64_t i = 0; i < n; ++i) {
             g[r * n + i] = widen(static_cast<size_t>(off + r * ld_in + i));
@@ -238,7 +240,8 @@ TEST(CudaOps, SwigluRows16MatchesSwigluOnWidenedInputs) {
     }
   }
   DeviceBuffer x(2 * 64), y(sizeof(float) * 64);
-  EXPECT_THROW(swiglu_rows16(x.get(), x.get(), DType::F32, 8, y.as<float>(), nullptr, DType::BF16, 4, 4, nullptr), Error);
+  EXPECT_THROW(swiglu_rows16(x.get(), x.get(), DType::F32, 8, y.as<float>(), nullptr, DType::BF16, 4, 4, nullptr),
+               Error);
   EXPECT_THROW(swiglu_rows16(x.get(), x.get(), DType::BF16, 8, y.as<float>(), x.get(), DType::BF16, 4, 4, nullptr),
                Error);  // both outputs
   EXPECT_THROW(swiglu_rows16(x.get(), x.get(), DType::BF16, 3, y.as<float>(), nullptr, DType::BF16, 4, 4, nullptr),
@@ -345,6 +348,36 @@ TEST(CudaOps, ArgmaxRowsEqualsArgmaxPerRow) {
   synchronize();
   EXPECT_EQ(to_host<int32_t>(out, 2), (std::vector<int32_t>{0, 0}));
   EXPECT_THROW(argmax_rows(z.as<float>(), 0, 2, out.as<int32_t>(), nullptr), Error);
+}
+
+// row_scores: per row the log-sum-exp and the target's logit, against backend::DeviceSession::score_row (double).
+TEST(CudaOps, RowScoresEqualTheHostLogSoftmax) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const int64_t n : {1, 7, 49152, 128256}) {
+    for (const int64_t t : {1, 5, 256}) {
+      SCOPED_TRACE(::testing::Message() << "t=" << t << " n=" << n);
+      auto x = random_floats(rng, t * n, -30.0f, 30.0f);
+      std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(n - 1));
+      std::vector<int32_t> targets(static_cast<size_t>(t));
+      for (int32_t& id : targets) id = pick(rng);
+      if (t > 1) x[static_cast<size_t>(n + pick(rng))] = 80.0f;  // one dominant logit: exp(110) would overflow f32
+      DeviceBuffer xd = to_device(x), td = to_device(targets), out = poisoned(sizeof(double) * 2 * t);
+      row_scores(xd.as<float>(), td.as<int32_t>(), t, n, out.as<double2>(), nullptr);
+      synchronize();
+      const std::vector<double> got = to_host<double>(out, 2 * t);
+      for (int64_t r = 0; r < t; ++r) {
+        const backend::RowScore want = backend::DeviceSession::score_row(
+            std::span<const float>(x.data() + r * n, static_cast<size_t>(n)), targets[static_cast<size_t>(r)]);
+        // Per-thread sums in float over ~250 terms: relative 1e-6 of the sum, 1e-6 absolute in its log.
+        EXPECT_NEAR(got[static_cast<size_t>(2 * r)], want.lse, 2e-5) << "row " << r;
+        EXPECT_EQ(got[static_cast<size_t>(2 * r + 1)], want.target_logit) << "row " << r;
+      }
+    }
+  }
+  DeviceBuffer z = to_device(std::vector<float>{1.0f}), id = to_device(std::vector<int32_t>{0}),
+               out = poisoned(2 * sizeof(double));
+  EXPECT_THROW(row_scores(z.as<float>(), id.as<int32_t>(), 0, 1, out.as<double2>(), nullptr), Error);
 }
 
 }  // namespace
