@@ -34,6 +34,8 @@ std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
   return b;
 }
 
+}  // namespace
+
 // W [n, k] (or a 1-D [k]) in `dtype`: random values in [lo, hi] quantized to it.
 int add_weight(OpGraph& og, std::mt19937& rng, const std::string& name, DType dtype, std::vector<int64_t> shape,
                float lo, float hi) {
@@ -53,6 +55,8 @@ int add_f32_input(OpGraph& og, std::mt19937& rng, const std::string& name, std::
   og.inputs[name] = bytes_of(uniform(rng, numel, lo, hi));
   return og.g.add_input(name, DType::F32, std::move(shape));
 }
+
+namespace {
 
 // A cache [n_kv, n_ctx, hd] whose positions [0, filled) hold random values (the rest zero, as a fresh cache).
 int add_cache(OpGraph& og, std::mt19937& rng, const std::string& name, DType dtype, int64_t n_kv, int64_t n_ctx,

@@ -50,6 +50,13 @@ std::optional<std::vector<float>> run_cuda(const OpGraph& og);
 // "" when the CUDA rows can run here, else why not (no CUDA build, no GPU).
 std::string cuda_skip_reason();
 
+// Leaves of a case's graph (the builders below use them; multi-node cases, tests/ops/test_ops_fused.cpp, too): a
+// weight W (shape [n, k] or [k]) of random values in [lo, hi] quantized to `dtype`, and an f32 input.
+int add_weight(OpGraph& og, std::mt19937& rng, const std::string& name, DType dtype, std::vector<int64_t> shape,
+               float lo, float hi);
+int add_f32_input(OpGraph& og, std::mt19937& rng, const std::string& name, std::vector<int64_t> shape, float lo,
+                  float hi);
+
 // ---- Builders: one per graph op. Shapes follow graph.h (row-major, outermost first). ----
 
 OpGraph embed(std::mt19937& rng, DType table, int64_t n_vocab, int64_t d, int64_t t);
