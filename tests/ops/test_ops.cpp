@@ -8,8 +8,8 @@
 //   exact      1e-12  the same arithmetic (EMBED of a native format, ADD, LAST_ROW, KV_STORE's rounding): any
 //                     nonzero error is a wrong element (a copy off by one row is O(1));
 //   f32        1e-10  f32 sums in another order: relative ~sqrt(K) 2^-24 per output, nMSE ~1e-12 at K = 4096;
-//   f16w       1e-6   K-quant weights converted to f16 by the CPU's weight cache (x stays f32): 2^-11 relative per
-//                     weight, nMSE ~2^-22 / 3 = 8e-8 (bf16 instead would show 1.3e-6 and fail);
+//   f16w       1e-6   weights of a format without a CPU kernel, converted to f16 by the weight cache (x stays
+//                     f32): 2^-11 relative per weight, nMSE ~2^-22 / 3 = 8e-8 (bf16 instead would show 1.3e-6);
 //   x16        1e-5   a 16-bit rounding of the operands (CUDA's cuBLASLt path rounds x to the weight's 16-bit type;
 //                     converted K-quant weights are bf16): bf16 keeps 2^-9 relative, nMSE ~2^-18 / 3 = 1.3e-6 per
 //                     rounded operand, two of them 2.6e-6;
@@ -32,6 +32,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backends/cpu/kernels.h"
 #include "core/error.h"
 #include "ops/op_case.h"
 
@@ -40,12 +41,16 @@ namespace {
 
 constexpr double kExact = 1e-12, kF32 = 1e-10, kF16W = 1e-6, kX16 = 1e-5, kQ8 = 1e-4, kAttn16 = 1e-5;
 
+// Quantized formats with kernels of their own (8-bit activations): on CUDA q8_0, q4_0 and q4_1 (the K-quants are
+// converted to bf16 there); on the CPU its table's quantized formats (the K-quants included).
 bool native_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
+bool cpu_native_quantized(DType t) { return cpu::matmul_formats().is_native_quantized(t); }
 bool float_format(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 std::string dn(DType t) { return std::string(dtype_name(t)); }
 
-// MATMUL limits by weight format and path. CPU: native quantized formats take 8-bit activations; float formats and
-// converted K-quants (f16 in the CPU's weight cache: 2^-11 relative, nMSE ~1e-7 at most) take f32 x. CUDA: t <= 4 reads
+// MATMUL limits by weight format and path. CPU: native quantized formats (the K-quants included) take 8-bit
+// activations; float formats and converted ones (f16 in the CPU's weight cache: 2^-11 relative, nMSE ~1e-7 at most)
+// take f32 x. CUDA: t <= 4 reads
 // f32 x (quantized: q8), larger t goes to cuBLASLt with x in 16 bits (quantized weights dequantized to bf16 there),
 // except f32 weights (plain f32 GEMM); converted K-quants are bf16 weights.
 Row matmul_row(DType w, int64_t t, int64_t n, int64_t k) {
@@ -53,7 +58,7 @@ Row matmul_row(DType w, int64_t t, int64_t n, int64_t k) {
   r.name = "MATMUL_" + dn(w) + "_t" + std::to_string(t) + "_n" + std::to_string(n) + "_k" + std::to_string(k);
   r.build = [=](std::mt19937& rng) { return matmul(rng, w, t, n, k); };
   const bool converted = !float_format(w) && !native_quantized(w);
-  r.max_nmse_cpu = native_quantized(w) ? kQ8 : converted ? kF16W : kF32;
+  r.max_nmse_cpu = cpu_native_quantized(w) ? kQ8 : !float_format(w) ? kF16W : kF32;
   r.max_nmse_cuda = native_quantized(w) ? kQ8 : (w == DType::F32 ? kF32 : (t <= 4 && !converted ? kF32 : kX16));
   return r;
 }
@@ -123,7 +128,10 @@ const std::vector<Row>& rows() {
         embed_row(DType::Q8_0, 300, 576, 5),
         embed_row(DType::Q4_0, 300, 576, 5),
         embed_row(DType::Q4_1, 300, 576, 5),
+        embed_row(DType::Q2_K, 300, 512, 5),
+        embed_row(DType::Q3_K, 300, 512, 5),
         embed_row(DType::Q4_K, 300, 512, 5),
+        embed_row(DType::Q5_K, 300, 512, 5),
         embed_row(DType::Q6_K, 300, 512, 5),
         rmsnorm_row(1, 576),
         rmsnorm_row(7, 4096),
@@ -151,12 +159,13 @@ const std::vector<Row>& rows() {
     };
     // MATMUL: every format Tessera reads (native and converted at load) at the three CUDA paths' row counts: one row
     // (GEMV), a few rows (multi-row GEMV for quantized, cuBLASLt for float weights), and a prefill chunk (cuBLASLt).
-    for (const DType w :
-         {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K})
-      for (const int64_t t : {1, 7, 64})
-        v.push_back(matmul_row(w, t, 96, w == DType::Q4_K || w == DType::Q6_K ? 512 : 576));
+    for (const DType w : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q2_K,
+                          DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+      for (const int64_t t : {1, 7, 64}) v.push_back(matmul_row(w, t, 96, dtype_info(w).block_size == 256 ? 512 : 576));
     v.push_back(matmul_row(DType::Q4_1, 3, 1000, 1536));  // N not a multiple of the CPU's 8-row groups
     v.push_back(matmul_row(DType::Q6_K, 1, 256, 1536));
+    v.push_back(matmul_row(DType::Q4_K, 9, 1001, 768));  // N odd: a partial 8-row group and 16-row AVX-512 pass
+    v.push_back(matmul_row(DType::Q5_K, 67, 200, 256));
     return v;
   }();
   return kRows;

@@ -16,7 +16,10 @@ using test::IsaScope;
 
 constexpr float kU = 0x1.0p-24f;  // unit roundoff of float
 
-bool quantized(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0; }
+bool kquant(DType t) {
+  return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+}
+bool quantized(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || kquant(t); }
 
 struct Problem {
   DType dtype;
@@ -133,6 +136,41 @@ TEST(Matmul, MatchesReferenceForEveryDtypeShapeThreadCountAndIsa) {
   }
 }
 
+// The K-quants' kernels (matmul_kquant_*.cpp): every ISA path this CPU has, odd row counts (a partial 8-row group, a
+// partial 16-row AVX-512 pass), decode (t = 1), short and long prefill tiles (3, 8 and 67 tokens: full tiles plus
+// every remainder size), against the reference with the bound of the 8-bit activations, and against the scalar kernel.
+TEST(Matmul, KQuantsMatchReferenceOnEveryIsa) {
+  TESSERA_SEEDED_RNG(rng);
+  const DType dtypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 256}, {7, 512}, {13, 256}, {24, 768}, {67, 512}};
+  for (DType dtype : dtypes) {
+    for (auto [n, k] : shapes) {
+      for (int64_t t : {1, 3, 8, 67}) {
+        if (n * k * t > 24 * 768 * 67) continue;  // keeps the double-precision reference fast
+        const Problem p = make_problem(rng, dtype, t, n, k);
+        std::vector<float> scalar_y;
+        for (Isa isa : test::isas()) {
+          IsaScope scope(isa);
+          for (ThreadPool* pool : {test::pools()[0], test::pools()[2]}) {
+            const std::string what = fmt::format("{} t={} n={} k={} isa={} threads={}", dtype_name(dtype), t, n, k,
+                                                 isa_name(isa), pool->n_threads());
+            const PackedWeight w = prepare_weight(p.dtype, p.w.data(), p.n, p.k);
+            EXPECT_EQ(w.layout, isa >= Isa::AVX2 ? WeightLayout::ROWS_X8 : WeightLayout::ROWS) << what;
+            std::vector<float> y(static_cast<size_t>(p.t * p.n), std::nanf(""));
+            matmul(*pool, w, p.x.data(), y.data(), p.t);
+            check_against_ref(p, y, what);
+            if (::testing::Test::HasFatalFailure()) return;
+            if (isa == Isa::SCALAR && pool->n_threads() == 1) scalar_y = y;
+            for (size_t i = 0; i < y.size(); ++i)
+              ASSERT_LE(std::fabs(y[i] - scalar_y[i]), static_cast<float>(k / 32 + 4) * 4 * kU * p.abs_dot[i] + 1e-30f)
+                  << what << " vs scalar, output " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Matmul, PreparedWeightKeepsTheFileRows) {
   std::vector<float> w(8 * 64, 0.5f);
   const PackedWeight pw = prepare_weight(DType::F32, w.data(), 8, 64);
@@ -143,10 +181,12 @@ TEST(Matmul, PreparedWeightKeepsTheFileRows) {
 TEST(Matmul, RejectsBadShapesAndDtypes) {
   std::vector<uint8_t> buf(4096);
   EXPECT_THROW(prepare_weight(DType::Q4_1, buf.data(), 4, 48), Error);   // k not a multiple of 32
-  EXPECT_THROW(prepare_weight(DType::Q4_K, buf.data(), 4, 256), Error);  // no CPU matmul for q4_K yet
+  EXPECT_THROW(prepare_weight(DType::Q4_K, buf.data(), 4, 288), Error);  // k not a multiple of 256
+  EXPECT_THROW(prepare_weight(DType::Q8_1, buf.data(), 4, 256), Error);  // a format the CPU cannot read
   EXPECT_THROW(prepare_weight(DType::F32, buf.data(), 0, 8), Error);
   EXPECT_THROW(prepare_weight(DType::F32, nullptr, 4, 8), Error);
-  EXPECT_FALSE(matmul_supports(DType::Q6_K));
+  EXPECT_FALSE(matmul_supports(DType::Q8_1));
+  EXPECT_TRUE(matmul_supports(DType::Q6_K));
   EXPECT_TRUE(matmul_supports(DType::Q4_1));
   ThreadPool pool(1);
   const PackedWeight pw = prepare_weight(DType::F32, buf.data(), 4, 8);

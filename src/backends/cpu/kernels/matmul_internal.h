@@ -55,6 +55,8 @@ struct MatmulArgs {
   const BlockQ8A* xq;  // [t, k/32] quantized x (quantized dtypes), else nullptr
   float* y;            // [t, n]
   int64_t t;
+  const float* xsum16 =
+      nullptr;  // [t, k/32, 2] half-block sums of xq (kquant_half_sums: q2_K, q3_K, q6_K), else nullptr
 };
 using RowKernel = void (*)(const MatmulArgs& a, int64_t r0, int64_t r1);
 

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "backends/cpu/kernels/matmul_internal.h"
+#include "backends/cpu/kernels/matmul_kquant.h"
 #include "core/error.h"
 #include "quant/blocks.h"
 
@@ -47,6 +48,7 @@ uint64_t repack_x8_bytes(DType dtype, int64_t n, int64_t k) {
     case DType::Q8_0:
       return blocks * sizeof(BlockQ8_0x8);
     default:
+      if (is_kquant(dtype)) return kquant_repack_bytes(dtype, n, k);  // repack_kquant.cpp
       fail("matmul: dtype {} has no interleaved layout", dtype_name(dtype));
   }
 }
@@ -60,6 +62,7 @@ void repack_x8(DType dtype, const void* rows, int64_t n, int64_t k, void* dst) {
     case DType::Q8_0:
       return repack<BlockQ8_0, BlockQ8_0x8>(rows, n, k, dst);
     default:
+      if (is_kquant(dtype)) return kquant_repack(dtype, rows, n, k, dst);
       fail("matmul: dtype {} has no interleaved layout", dtype_name(dtype));
   }
 }
