@@ -15,6 +15,7 @@
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels/matmul_internal.h"
+#include "backends/cpu/kernels/matmul_q5iq4.h"
 #include "core/error.h"
 #include "quant/quant.h"
 
@@ -32,9 +33,9 @@ void check_shape(DType dtype, int64_t n, int64_t k) {
   TESSERA_CHECK(matmul_supports(dtype), "matmul: weight dtype {} is not supported on the CPU ({} are)",
                 dtype_name(dtype), matmul_formats().native_names());
   TESSERA_CHECK(n > 0 && k > 0, "matmul: weight shape [{}, {}] must be positive", n, k);
-  TESSERA_CHECK(!is_quantized_matmul_dtype(dtype) || k % kBlock == 0,
-                "matmul: {} weight rows of {} elements are not a whole number of 32-element blocks", dtype_name(dtype),
-                k);
+  TESSERA_CHECK(!is_quantized_matmul_dtype(dtype) || k % dtype_info(dtype).block_size == 0,
+                "matmul: {} weight rows of {} elements are not a whole number of {}-element blocks", dtype_name(dtype),
+                k, dtype_info(dtype).block_size);
   TESSERA_CHECK(n < (int64_t{1} << 40) && k < (int64_t{1} << 32), "matmul: weight shape [{}, {}] is too large", n, k);
 }
 
@@ -53,7 +54,9 @@ struct AlignedFree {
 
 const FormatSupport& matmul_formats() {
   // One kernel family per format below (kernels/matmul_*.cpp; the quantized ones also in repack.cpp's layouts).
-  static const FormatSupport table("cpu", {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1},
+  static const FormatSupport table("cpu",
+                                   {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                                    DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS},
                                    DType::F16);
   return table;
 }
@@ -104,6 +107,8 @@ void matmul(ThreadPool& pool, const PackedWeight& w, const float* x, float* y, i
       kernel = detail::avx2_quant_kernel(w.dtype, w.layout);
     }
   }
+  if (kernel == nullptr && detail::is_q5iq4(w.dtype))  // q5_0, q5_1, iq4_nl, iq4_xs (matmul_q5iq4.h)
+    kernel = detail::q5iq4_kernel(w.layout == WeightLayout::ROWS_X8 ? isa : Isa::SCALAR, w.dtype);
   if (kernel == nullptr) kernel = detail::scalar_kernel(w.dtype);  // also the path for a repacked weight on scalar
   TESSERA_CHECK(kernel != nullptr, "matmul: no CPU kernel for weight dtype {}", dtype_name(w.dtype));
 
