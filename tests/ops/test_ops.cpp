@@ -41,6 +41,10 @@ namespace {
 constexpr double kExact = 1e-12, kF32 = 1e-10, kF16W = 1e-6, kX16 = 1e-5, kQ8 = 1e-4, kAttn16 = 1e-5;
 
 bool native_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
+// Quantized formats only the CPU reads natively (8-bit activations there; converted to bf16 for CUDA).
+bool cpu_only_quantized(DType t) {
+  return t == DType::Q5_0 || t == DType::Q5_1 || t == DType::IQ4_NL || t == DType::IQ4_XS;
+}
 bool float_format(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 std::string dn(DType t) { return std::string(dtype_name(t)); }
 
@@ -53,7 +57,7 @@ Row matmul_row(DType w, int64_t t, int64_t n, int64_t k) {
   r.name = "MATMUL_" + dn(w) + "_t" + std::to_string(t) + "_n" + std::to_string(n) + "_k" + std::to_string(k);
   r.build = [=](std::mt19937& rng) { return matmul(rng, w, t, n, k); };
   const bool converted = !float_format(w) && !native_quantized(w);
-  r.max_nmse_cpu = native_quantized(w) ? kQ8 : converted ? kF16W : kF32;
+  r.max_nmse_cpu = native_quantized(w) || cpu_only_quantized(w) ? kQ8 : converted ? kF16W : kF32;
   r.max_nmse_cuda = native_quantized(w) ? kQ8 : (w == DType::F32 ? kF32 : (t <= 4 && !converted ? kF32 : kX16));
   return r;
 }
@@ -160,6 +164,8 @@ const std::vector<Row>& rows() {
       for (const int64_t t : {1, 7, 64}) v.push_back(matmul_row(w, t, 96, dtype_info(w).block_size == 256 ? 512 : 576));
     v.push_back(matmul_row(DType::Q4_1, 3, 1000, 1536));  // N not a multiple of the CPU's 8-row groups
     v.push_back(matmul_row(DType::Q6_K, 1, 256, 1536));
+    for (const DType w : {DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS})  // partial CPU row groups
+      for (const int64_t t : {3, 67}) v.push_back(matmul_row(w, t, 1000, 1536));
     return v;
   }();
   return kRows;
