@@ -5,17 +5,19 @@
 #   .venv/bin/python python/make_quant_golden.py
 #
 # Writes tests/data/quant/index.json plus small .bin files (raw little-endian arrays) read by tests/quant/*.cpp:
-#   dequant   random blocks of every dtype Tessera can read (f32 f16 bf16 q4_0 q4_1 q8_0 q2_k q3_k q4_k q5_k q6_k) with
+#   dequant   random blocks of every dtype Tessera can read (f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k
+#             q6_k iq4_nl iq4_xs) with
 #             finite fp16 scale fields and edge cases (zero, negative, subnormal, largest scale; extreme nibbles),
 #             and gguf.quants.dequantize's float32 output;
 #   quantize  float32 blocks (normal, tiny, huge, zeros, all-equal, one-signed, exact ties) and gguf.quants.quantize's
-#             bytes for q8_0, q4_0, q4_1, plus tricky floats (ties, subnormals, overflow, NaN, inf) for f16 and bf16;
+#             bytes for q8_0, q4_0, q4_1, q5_0, q5_1, plus tricky floats (ties, subnormals, overflow, NaN, inf) for
+#             f16 and bf16;
 #   half      sha256 of all 65536 f16 and bf16 values converted to float32 (NaNs made canonical for f16, see below);
 #   model     for a subset of the default model's tensors: file offset, byte count, dtype, shape, the sha256 of
 #             gguf-py's dequantized float32 bytes and the first 8 values (as uint32 bit patterns).
 # gguf-py 0.19 implements quantize for f16 (numpy astype), bf16, q4_0, q4_1, q5_0, q5_1, q8_0, tq1_0, tq2_0 and mxfp4,
-# not for the K-quants, so q2_k..q6_k are checked in the dequantize direction only (Tessera's own K-quant quantizers
-# are checked by their error bounds in tests/quant).
+# not for the K-quants and the i-quants, so q2_k..q6_k, iq4_nl and iq4_xs are checked in the dequantize direction
+# only (Tessera's own quantizers for them are checked by their error bounds in tests/quant).
 import argparse
 import hashlib
 import importlib.metadata
@@ -61,6 +63,13 @@ def random_blocks(rng, qtype, n):
         set_half(b, 0, random_scales(rng, n))
         payload = slice(2, None)
     elif qtype == Q.Q4_1:
+        set_half(b, 0, random_scales(rng, n))
+        set_half(b, 2, rng.permutation(random_scales(rng, n)))
+        payload = slice(4, None)
+    elif qtype in (Q.Q5_0, Q.IQ4_NL, Q.IQ4_XS):
+        set_half(b, 0, random_scales(rng, n))
+        payload = slice(2, None)  # q5_0: qh then nibbles; iq4_xs: 6-bit scales then nibbles
+    elif qtype == Q.Q5_1:
         set_half(b, 0, random_scales(rng, n))
         set_half(b, 2, rng.permutation(random_scales(rng, n)))
         payload = slice(4, None)
@@ -279,6 +288,15 @@ def gen_dequant(rng):
         name = qtype.name.lower()
         cases.append({"dtype": name, "n": int(out.size), "src": write_bin(f"dequant_{name}.src.bin", b),
                       "expected": write_bin(f"dequant_{name}.f32.bin", out)})
+    # Formats added later draw from their own stream, so the files above stay as they were.
+    rng_added = np.random.default_rng(SEED + 1)
+    for qtype, n_blocks in [(Q.Q5_0, 256), (Q.Q5_1, 256), (Q.IQ4_NL, 256), (Q.IQ4_XS, 48)]:
+        b = random_blocks(rng_added, qtype, n_blocks)
+        out = dequantize(b, qtype).reshape(-1)
+        assert out.dtype == np.float32 and np.all(np.isfinite(out)), qtype.name
+        name = qtype.name.lower()
+        cases.append({"dtype": name, "n": int(out.size), "src": write_bin(f"dequant_{name}.src.bin", b),
+                      "expected": write_bin(f"dequant_{name}.f32.bin", out)})
     # f32 is a copy of any bits; f16 and bf16 get every value in the "half" section, plus these random ones.
     bits = rng.integers(0, 2**32, 256, dtype=np.uint64).astype(np.uint32)
     out = dequantize(bits.view(np.float32).reshape(1, -1), Q.F32).reshape(-1)
@@ -299,7 +317,7 @@ def gen_quantize(rng):
     x = quantize_inputs(rng)
     cases = {"block_inputs": write_bin("quantize_blocks.f32.bin", x), "block_n": int(x.size), "block": [],
              "float": []}
-    for qtype in (Q.Q8_0, Q.Q4_0, Q.Q4_1):
+    for qtype in (Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1):
         with np.errstate(over="ignore"):  # huge blocks overflow the fp16 scale to inf on purpose
             out = quantize(x, qtype)
         name = qtype.name.lower()

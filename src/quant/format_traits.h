@@ -103,6 +103,26 @@ TESSERA_HD int32_t act_half_sum(const BlockQ8Act& x, int l0) {
   return s;
 }
 
+// iq4_nl's 16 values (GGML's kvalues_iq4nl), packed 8 per 64-bit word so that device code needs no table in memory.
+TESSERA_HD int iq4nl_value(int code) {
+  constexpr uint64_t kLo = 0xf6eaddcfbfad9881ull;  // -127, -104, -83, -65, -49, -35, -22, -10
+  constexpr uint64_t kHi = 0x7159453526190d01ull;  //    1,   13,  25,  38,  53,  69,  89, 113
+  return static_cast<int8_t>(static_cast<uint8_t>((code < 8 ? kLo : kHi) >> (8 * (code & 7))));
+}
+
+// q5_0 / q5_1's 5-bit code of element j: nibble as q4_0's, bit 4 from bit j of qh (little-endian).
+TESSERA_HD int q5_code(const uint8_t* qs, const uint8_t* qh, int j) {
+  const int low = j < kQK / 2 ? (qs[j] & 0x0F) : (qs[j - kQK / 2] >> 4);
+  return low | (((qh[j / 8] >> (j % 8)) & 1) << 4);
+}
+
+// iq4_xs's 6-bit scale of sub-block j, minus its offset 32: -32..31.
+TESSERA_HD int iq4_xs_scale(const BlockIQ4_XS& b, int j) {
+  const int low = (b.scales_l[j / 2] >> (4 * (j % 2))) & 0xF;
+  const int high = (b.scales_h >> (2 * j)) & 3;
+  return (low | (high << 4)) - 32;
+}
+
 }  // namespace format_detail
 
 // Format<D>: kType, kName (as dtype_name prints it), Block, kBlockSize (elements), kBlockBytes, kQuantized, and
@@ -190,6 +210,49 @@ struct Format<DType::Q4_1> {
   TESSERA_HD static float dot_q8(const Block& b, const BlockQ8Act* x) {
     int32_t sum = 0;
     for (int j = 0; j < kQK / 2; ++j) sum += (b.qs[j] & 0x0F) * x->qs[j] + (b.qs[j] >> 4) * x->qs[j + kQK / 2];
+    return format_detail::half_value(b.d) * x->d * static_cast<float>(sum) + format_detail::half_value(b.m) * x->s;
+  }
+};
+
+// q5_0: w = d * (q - 16), q in 0..31 (format_detail::q5_code).
+template <>
+struct Format<DType::Q5_0> {
+  static constexpr DType kType = DType::Q5_0;
+  static constexpr const char* kName = "q5_0";
+  using Block = BlockQ5_0;
+  static constexpr int kBlockSize = kQK;
+  static constexpr int kBlockBytes = 22;
+  static constexpr bool kQuantized = true;
+  TESSERA_HD static void dequantize(const Block& b, float* y) {
+    const float d = format_detail::half_value(b.d);
+    for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(format_detail::q5_code(b.qs, b.qh, j) - 16) * d;
+  }
+  // sum (q - 16) x = dw dx sum(q qx) - 16 dw s.
+  TESSERA_HD static float dot_q8(const Block& b, const BlockQ8Act* x) {
+    int32_t sum = 0;
+    for (int j = 0; j < kQK; ++j) sum += format_detail::q5_code(b.qs, b.qh, j) * x->qs[j];
+    const float d = format_detail::half_value(b.d);
+    return d * (x->d * static_cast<float>(sum) - 16.0f * x->s);
+  }
+};
+
+// q5_1: w = d * q + m, q in 0..31 (format_detail::q5_code).
+template <>
+struct Format<DType::Q5_1> {
+  static constexpr DType kType = DType::Q5_1;
+  static constexpr const char* kName = "q5_1";
+  using Block = BlockQ5_1;
+  static constexpr int kBlockSize = kQK;
+  static constexpr int kBlockBytes = 24;
+  static constexpr bool kQuantized = true;
+  TESSERA_HD static void dequantize(const Block& b, float* y) {
+    const float d = format_detail::half_value(b.d);
+    const float m = format_detail::half_value(b.m);
+    for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(format_detail::q5_code(b.qs, b.qh, j)) * d + m;
+  }
+  TESSERA_HD static float dot_q8(const Block& b, const BlockQ8Act* x) {
+    int32_t sum = 0;
+    for (int j = 0; j < kQK; ++j) sum += format_detail::q5_code(b.qs, b.qh, j) * x->qs[j];
     return format_detail::half_value(b.d) * x->d * static_cast<float>(sum) + format_detail::half_value(b.m) * x->s;
   }
 };
@@ -410,6 +473,68 @@ struct Format<DType::Q6_K> {
   }
 };
 
+// iq4_nl: w = d * kvalues_iq4nl[q] (format_detail::iq4nl_value), nibbles as q4_0's.
+template <>
+struct Format<DType::IQ4_NL> {
+  static constexpr DType kType = DType::IQ4_NL;
+  static constexpr const char* kName = "iq4_nl";
+  using Block = BlockIQ4_NL;
+  static constexpr int kBlockSize = kQK;
+  static constexpr int kBlockBytes = 18;
+  static constexpr bool kQuantized = true;
+  TESSERA_HD static void dequantize(const Block& b, float* y) {
+    const float d = format_detail::half_value(b.d);
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[j] = static_cast<float>(format_detail::iq4nl_value(b.qs[j] & 0x0F)) * d;
+      y[j + kQK / 2] = static_cast<float>(format_detail::iq4nl_value(b.qs[j] >> 4)) * d;
+    }
+  }
+  TESSERA_HD static float dot_q8(const Block& b, const BlockQ8Act* x) {
+    int32_t sum = 0;
+    for (int j = 0; j < kQK / 2; ++j)
+      sum += format_detail::iq4nl_value(b.qs[j] & 0x0F) * x->qs[j] +
+             format_detail::iq4nl_value(b.qs[j] >> 4) * x->qs[j + kQK / 2];
+    return format_detail::half_value(b.d) * x->d * static_cast<float>(sum);
+  }
+};
+
+// iq4_xs: 8 sub-blocks of 32, w = d * (sc - 32) * kvalues_iq4nl[q] (format_detail::iq4_xs_scale); sub-block j takes
+// qs[16j .. 16j + 15], low nibbles first.
+template <>
+struct Format<DType::IQ4_XS> {
+  static constexpr DType kType = DType::IQ4_XS;
+  static constexpr const char* kName = "iq4_xs";
+  using Block = BlockIQ4_XS;
+  static constexpr int kBlockSize = kQKK;
+  static constexpr int kBlockBytes = 136;
+  static constexpr bool kQuantized = true;
+  TESSERA_HD static void dequantize(const Block& b, float* y) {
+    const float d = format_detail::half_value(b.d);
+    for (int j = 0; j < kQKK / kQK; ++j, y += kQK) {
+      const float dl = d * static_cast<float>(format_detail::iq4_xs_scale(b, j));  // exact: 11 x 6 bits
+      const uint8_t* q = b.qs + 16 * j;
+      for (int l = 0; l < 16; ++l) {
+        y[l] = dl * static_cast<float>(format_detail::iq4nl_value(q[l] & 0x0F));
+        y[l + 16] = dl * static_cast<float>(format_detail::iq4nl_value(q[l] >> 4));
+      }
+    }
+  }
+  // Sub-block j lines up with activation block j.
+  TESSERA_HD static float dot_q8(const Block& b, const BlockQ8Act* x) {
+    const float d = format_detail::half_value(b.d);
+    float acc = 0.0f;
+    for (int j = 0; j < kQKK / kQK; ++j) {
+      const uint8_t* q = b.qs + 16 * j;
+      int32_t sum = 0;
+      for (int l = 0; l < 16; ++l)
+        sum += format_detail::iq4nl_value(q[l] & 0x0F) * x[j].qs[l] +
+               format_detail::iq4nl_value(q[l] >> 4) * x[j].qs[l + 16];
+      acc += d * static_cast<float>(format_detail::iq4_xs_scale(b, j)) * x[j].d * static_cast<float>(sum);
+    }
+    return acc;
+  }
+};
+
 // Facts every format must satisfy: the block struct is exactly the file's bytes, and quantized blocks are whole
 // activation blocks (dot_q8's contract).
 template <DType D>
@@ -425,5 +550,7 @@ static_assert(format_is_consistent<DType::F32>() && format_is_consistent<DType::
               format_is_consistent<DType::Q4_K>() && format_is_consistent<DType::Q6_K>() &&
               format_is_consistent<DType::Q2_K>() && format_is_consistent<DType::Q3_K>() &&
               format_is_consistent<DType::Q5_K>());
+static_assert(format_is_consistent<DType::Q5_0>() && format_is_consistent<DType::Q5_1>() &&
+              format_is_consistent<DType::IQ4_NL>() && format_is_consistent<DType::IQ4_XS>());
 
 }  // namespace tessera

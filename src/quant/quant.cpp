@@ -76,6 +76,55 @@ void q4_1_from_float(const float* src, void* dst, int64_t n) {
   }
 }
 
+// q5_0 and q5_1 as GGML's reference quantizers (checked byte for byte against gguf-py's): q4_0's and q4_1's
+// arithmetic with 32 levels, the fifth bit of element j in bit j of qh.
+void q5_0_from_float(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ5_0*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i, ++b, src += kQK) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < kQK; ++j) {
+      if (std::fabs(src[j]) > amax) {
+        amax = std::fabs(src[j]);
+        max = src[j];
+      }
+    }
+    const float d = max / -16.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    b->d = f32_to_fp16(d);
+    uint32_t qh = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      const auto q0 = static_cast<uint32_t>(std::min(31, trunc_to_int(src[j] * id + 16.5f)));
+      const auto q1 = static_cast<uint32_t>(std::min(31, trunc_to_int(src[j + kQK / 2] * id + 16.5f)));
+      b->qs[j] = static_cast<uint8_t>((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+      qh |= ((q0 >> 4) << j) | ((q1 >> 4) << (j + kQK / 2));
+    }
+    std::memcpy(b->qh, &qh, 4);  // little-endian, as GGML's memcpy
+  }
+}
+
+void q5_1_from_float(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ5_1*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i, ++b, src += kQK) {
+    float lo = src[0], hi = src[0];
+    for (int j = 1; j < kQK; ++j) {
+      lo = std::min(lo, src[j]);
+      hi = std::max(hi, src[j]);
+    }
+    const float d = (hi - lo) / 31.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    b->d = f32_to_fp16(d);
+    b->m = f32_to_fp16(lo);
+    uint32_t qh = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      const auto q0 = static_cast<uint32_t>(std::min(31, trunc_to_int((src[j] - lo) * id + 0.5f)));
+      const auto q1 = static_cast<uint32_t>(std::min(31, trunc_to_int((src[j + kQK / 2] - lo) * id + 0.5f)));
+      b->qs[j] = static_cast<uint8_t>((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+      qh |= ((q0 >> 4) << j) | ((q1 >> 4) << (j + kQK / 2));
+    }
+    std::memcpy(b->qh, &qh, 4);
+  }
+}
+
 void q8_0_from_float(const float* src, void* dst, int64_t n) {
   auto* b = static_cast<BlockQ8_0*>(dst);
   for (int64_t i = 0; i < n / kQK; ++i, ++b, src += kQK) {
@@ -300,6 +349,98 @@ void q6_k_from_float(const float* src, void* dst, int64_t n) {
   }
 }
 
+// Tessera's own iq4 quantizers (a GGML-exact search is another file's job): for each block the scale comes from a
+// small search (a dozen trial scales around max / -127, each refitted by least squares for its codes, the lowest
+// squared error kept), and every code is the table value nearest to x / (the stored scale), so the round-trip error
+// of an element is at most half the table's widest gap (12 steps) times the scale inside the table's range
+// (tests/quant check both properties).
+int iq4_nearest(float t) {
+  int best = 0;
+  float err = std::fabs(t - static_cast<float>(format_detail::iq4nl_value(0)));
+  for (int c = 1; c < 16; ++c) {
+    const float e = std::fabs(t - static_cast<float>(format_detail::iq4nl_value(c)));
+    if (e < err) {
+      err = e;
+      best = c;
+    }
+  }
+  return best;
+}
+
+// The scale of least squared error for 32 values x, over trial scales max / -(127 + 4 s), s = -3..9, each refitted
+// by least squares for the codes it picks; 0 for an all-zero block.
+float iq4_best_scale(const float* x) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < kQK; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  if (!(amax > 0.0f) || !std::isfinite(amax)) return 0.0f;
+  double sxx = 0.0;
+  for (int j = 0; j < kQK; ++j) sxx += static_cast<double>(x[j]) * x[j];
+  float best = max / -127.0f;
+  double best_err = INFINITY;
+  for (int s = -3; s <= 9; ++s) {
+    const float d = max / -static_cast<float>(127 - 4 * s);
+    const float id = 1.0f / d;
+    double sxv = 0.0, svv = 0.0;
+    for (int j = 0; j < kQK; ++j) {
+      const double v = format_detail::iq4nl_value(iq4_nearest(x[j] * id));
+      sxv += x[j] * v;
+      svv += v * v;
+    }
+    if (svv == 0.0) continue;
+    const double err = sxx - sxv * sxv / svv;  // the squared error at the refitted scale sxv / svv
+    if (err < best_err) {
+      best_err = err;
+      best = static_cast<float>(sxv / svv);
+    }
+  }
+  return best;
+}
+
+// The codes of 32 values for the scale d they will be decoded with, nibbles as q4_0's.
+void iq4_codes(const float* x, float d, uint8_t* qs /*[16]*/) {
+  const float id = d != 0.0f && std::isfinite(d) ? 1.0f / d : 0.0f;
+  for (int j = 0; j < kQK / 2; ++j)
+    qs[j] = static_cast<uint8_t>(iq4_nearest(x[j] * id) | (iq4_nearest(x[j + kQK / 2] * id) << 4));
+}
+
+void iq4_nl_from_float(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockIQ4_NL*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i, ++b, src += kQK) {
+    b->d = f32_to_fp16(iq4_best_scale(src));
+    iq4_codes(src, fp16_to_f32(b->d), b->qs);
+  }
+}
+
+// iq4_xs: each sub-block's best scale s_j as iq4_nl's, then d = s_max / -32 (s_max: the s_j of largest magnitude) so
+// that every 6-bit code round(s_j / d) + 32 fits, and the codes picked for the decoded scale d * (code - 32).
+void iq4_xs_from_float(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockIQ4_XS*>(dst);
+  for (int64_t i = 0; i < n / kQKK; ++i, ++b, src += kQKK) {
+    float s[kQKK / kQK], smax = 0.0f;
+    for (int j = 0; j < kQKK / kQK; ++j) {
+      s[j] = iq4_best_scale(src + kQK * j);
+      if (std::fabs(s[j]) > std::fabs(smax)) smax = s[j];
+    }
+    b->d = f32_to_fp16(smax / -32.0f);
+    const float d = fp16_to_f32(b->d);
+    const float id = d != 0.0f && std::isfinite(d) ? 1.0f / d : 0.0f;
+    b->scales_h = 0;
+    std::memset(b->scales_l, 0, sizeof(b->scales_l));
+    for (int j = 0; j < kQKK / kQK; ++j) {
+      const int l = round_clamp(s[j] * id, -32, 31);
+      const auto code = static_cast<unsigned>(l + 32);
+      b->scales_l[j / 2] = static_cast<uint8_t>(b->scales_l[j / 2] | ((code & 0xF) << (4 * (j % 2))));
+      b->scales_h = static_cast<uint16_t>(b->scales_h | ((code >> 4) << (2 * j)));
+      iq4_codes(src + kQK * j, d * static_cast<float>(l), b->qs + 16 * j);
+    }
+  }
+}
+
 // Row functions of a format, instantiated from its traits.
 template <DType D>
 void to_float(const void* src, float* dst, int64_t n) {
@@ -335,11 +476,13 @@ constexpr FormatInfo info(FromFloatFn from_float, bool from_float_is_ggml) {
 
 // In DType order. A new format: its Format<D> specialization in format_traits.h and one line here.
 const FormatInfo kFormats[] = {
-    info<DType::F32>(f32_from_float, true),    info<DType::F16>(f16_from_float, true),
-    info<DType::Q4_0>(q4_0_from_float, true),  info<DType::Q4_1>(q4_1_from_float, true),
-    info<DType::Q8_0>(q8_0_from_float, true),  info<DType::Q2_K>(q2_k_from_float, false),
-    info<DType::Q3_K>(q3_k_from_float, false), info<DType::Q4_K>(q4_k_from_float, false),
-    info<DType::Q5_K>(q5_k_from_float, false), info<DType::Q6_K>(q6_k_from_float, false),
+    info<DType::F32>(f32_from_float, true),        info<DType::F16>(f16_from_float, true),
+    info<DType::Q4_0>(q4_0_from_float, true),      info<DType::Q4_1>(q4_1_from_float, true),
+    info<DType::Q5_0>(q5_0_from_float, true),      info<DType::Q5_1>(q5_1_from_float, true),
+    info<DType::Q8_0>(q8_0_from_float, true),      info<DType::Q2_K>(q2_k_from_float, false),
+    info<DType::Q3_K>(q3_k_from_float, false),     info<DType::Q4_K>(q4_k_from_float, false),
+    info<DType::Q5_K>(q5_k_from_float, false),     info<DType::Q6_K>(q6_k_from_float, false),
+    info<DType::IQ4_NL>(iq4_nl_from_float, false), info<DType::IQ4_XS>(iq4_xs_from_float, false),
     info<DType::BF16>(bf16_from_float, true),
 };
 

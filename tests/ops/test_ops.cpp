@@ -133,6 +133,10 @@ const std::vector<Row>& rows() {
         embed_row(DType::Q4_K, 300, 512, 5),
         embed_row(DType::Q5_K, 300, 512, 5),
         embed_row(DType::Q6_K, 300, 512, 5),
+        embed_row(DType::Q5_0, 300, 576, 5),
+        embed_row(DType::Q5_1, 300, 576, 5),
+        embed_row(DType::IQ4_NL, 300, 576, 5),
+        embed_row(DType::IQ4_XS, 300, 512, 5),
         rmsnorm_row(1, 576),
         rmsnorm_row(7, 4096),
         rmsnorm_row(3, 6),
@@ -159,13 +163,16 @@ const std::vector<Row>& rows() {
     };
     // MATMUL: every format Tessera reads (native and converted at load) at the three CUDA paths' row counts: one row
     // (GEMV), a few rows (multi-row GEMV for quantized, cuBLASLt for float weights), and a prefill chunk (cuBLASLt).
-    for (const DType w : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q2_K,
-                          DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (const DType w :
+         {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+          DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS})
       for (const int64_t t : {1, 7, 64}) v.push_back(matmul_row(w, t, 96, dtype_info(w).block_size == 256 ? 512 : 576));
     v.push_back(matmul_row(DType::Q4_1, 3, 1000, 1536));  // N not a multiple of the CPU's 8-row groups
     v.push_back(matmul_row(DType::Q6_K, 1, 256, 1536));
     v.push_back(matmul_row(DType::Q4_K, 9, 1001, 768));  // N odd: a partial 8-row group and 16-row AVX-512 pass
     v.push_back(matmul_row(DType::Q5_K, 67, 200, 256));
+    for (const DType w : {DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS})  // partial CPU row groups
+      for (const int64_t t : {3, 67}) v.push_back(matmul_row(w, t, 1000, 1536));
     return v;
   }();
   return kRows;

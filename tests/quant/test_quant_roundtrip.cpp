@@ -174,10 +174,10 @@ TEST(QuantRoundTrip, SubnormalBlocksComeBackAsZero) {
   const uint32_t seed = test_seed();
   SCOPED_TRACE(fmt::format("TESSERA_SEED={}", seed));
   std::mt19937 rng(seed);
-  std::vector<float> x(4 * kBlock);
+  std::vector<float> x(8 * kBlock);                           // one iq4_xs super-block
   for (float& v : x) v = f32_from_bits(rng() & 0x807FFFFFu);  // any sign, exponent field 0
   x[5] = 0.0f;
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS}) {
     const std::vector<float> y = round_trip(t, x);
     for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], 0.0f) << dtype_name(t) << " element " << i;
   }
@@ -234,23 +234,23 @@ TEST(QuantErrors, UnsupportedDtypeThrows) {
       EXPECT_THROW(quantize_row(info->type, dst.data(), src.data(), n), Error) << info->name;
     }
   }
-  EXPECT_GT(checked, 10);  // q5_0, the i-quants, integer types...
-  EXPECT_THROW(dequantize_row(DType::Q5_0, src.data(), dst.data(), 32), Error);
-  EXPECT_THROW(quantize_row(DType::Q5_1, dst.data(), src.data(), 32), Error);
-  EXPECT_THROW(quantize_row(DType::IQ4_NL, dst.data(), src.data(), 32), Error);
+  EXPECT_GT(checked, 10);  // q8_1, most i-quants, integer types...
+  EXPECT_THROW(dequantize_row(DType::Q8_1, src.data(), dst.data(), 32), Error);
+  EXPECT_THROW(quantize_row(DType::Q8_1, dst.data(), src.data(), 32), Error);
+  EXPECT_THROW(quantize_row(DType::IQ2_XXS, dst.data(), src.data(), 256), Error);
   for (float v : dst) EXPECT_EQ(v, 7.0f) << "a refused call wrote output";
   try {
-    dequantize_row(DType::Q5_0, src.data(), dst.data(), 32);
+    dequantize_row(DType::Q8_1, src.data(), dst.data(), 32);
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("q5_0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("q8_1"), std::string::npos) << e.what();
   }
 }
 
 TEST(QuantErrors, PartialBlockRowThrows) {
   std::vector<uint8_t> src(4096, 0);
   std::vector<float> dst(1024, 7.0f);
-  for (DType t :
-       {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
+                  DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS}) {
     const auto bs = static_cast<int64_t>(dtype_info(t).block_size);
     for (int64_t n : {bs - 1, bs + 1, 2 * bs + bs / 2, int64_t{-1}, -bs})
       EXPECT_THROW(dequantize_row(t, src.data(), dst.data(), n), Error) << dtype_name(t) << " n=" << n;

@@ -19,7 +19,10 @@ constexpr float kU = 0x1.0p-24f;  // unit roundoff of float
 bool kquant(DType t) {
   return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 }
-bool quantized(DType t) { return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || kquant(t); }
+bool quantized(DType t) {
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q8_0 || t == DType::Q5_0 || t == DType::Q5_1 ||
+         t == DType::IQ4_NL || t == DType::IQ4_XS || kquant(t);
+}
 
 struct Problem {
   DType dtype;
@@ -32,10 +35,9 @@ struct Problem {
   std::vector<float> act_bound;  // [t, n] worst-case error of 8-bit activations (quantized dtypes)
 };
 
-Problem make_problem(std::mt19937& rng, DType dtype, int64_t t, int64_t n, int64_t k) {
-  Problem p{dtype, t, n, k, {}, {}, {}, {}, {}, {}};
-  const std::vector<float> w0 = test::random_floats(rng, static_cast<size_t>(n * k));
-  p.x = test::random_floats(rng, static_cast<size_t>(t * k));
+// W [n, k] = w0 in dtype, x [t, k].
+Problem make_problem(DType dtype, int64_t t, int64_t n, int64_t k, const std::vector<float>& w0, std::vector<float> x) {
+  Problem p{dtype, t, n, k, {}, {}, std::move(x), {}, {}, {}};
   const uint64_t row_bytes = *dtype_row_bytes(dtype, static_cast<uint64_t>(k));
   p.w.resize(row_bytes * static_cast<uint64_t>(n));
   p.wf.resize(static_cast<size_t>(n * k));
@@ -66,6 +68,11 @@ Problem make_problem(std::mt19937& rng, DType dtype, int64_t t, int64_t n, int64
     }
   }
   return p;
+}
+
+Problem make_problem(std::mt19937& rng, DType dtype, int64_t t, int64_t n, int64_t k) {
+  const std::vector<float> w0 = test::random_floats(rng, static_cast<size_t>(n * k));
+  return make_problem(dtype, t, n, k, w0, test::random_floats(rng, static_cast<size_t>(t * k)));
 }
 
 // Allowed |y - ref| for one output.
@@ -171,6 +178,55 @@ TEST(Matmul, KQuantsMatchReferenceOnEveryIsa) {
   }
 }
 
+// q5_0, q5_1, iq4_nl and iq4_xs (matmul_q5iq4*.cpp, repacked by repack_q5iq4.cpp) on every kernel family this CPU
+// has: odd row counts (a partial 8-row group, a partial 16-row AVX-512 pass), T = 1 (decode), 3 and 8 (one partial and
+// one full token tile) and 67 (full tiles and a remainder), K of one and several iq4_xs super-blocks.
+TEST(Matmul, Q5AndIQ4MatchReferenceOnEveryIsa) {
+  TESSERA_SEEDED_RNG(rng);
+  for (DType dtype : {DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS}) {
+    for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{1, 256}, {13, 512}, {67, 256}, {40, 768}}) {
+      for (int64_t t : {1, 3, 8, 67}) {
+        const Problem p = make_problem(rng, dtype, t, n, k);
+        std::vector<float> scalar_y;
+        for (Isa isa : test::isas()) {
+          IsaScope scope(isa);
+          for (ThreadPool* pool : test::pools()) {
+            if (pool->n_threads() == 2 && isa != Isa::SCALAR) continue;  // 1 and 3 threads cover the splits
+            const std::string what = fmt::format("{} t={} n={} k={} isa={} threads={}", dtype_name(dtype), t, n, k,
+                                                 isa_name(isa), pool->n_threads());
+            const std::vector<float> y = run(*pool, p);
+            check_against_ref(p, y, what);
+            if (::testing::Test::HasFatalFailure()) return;
+            if (isa == Isa::SCALAR && pool->n_threads() == 1) scalar_y = y;
+            for (size_t i = 0; i < y.size(); ++i)
+              ASSERT_LE(std::fabs(y[i] - scalar_y[i]), static_cast<float>(k / 32 + 4) * 4 * kU * p.abs_dot[i] + 1e-30f)
+                  << what << " vs scalar, output " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The largest products the kernels meet: q5 codes 31 and iq4's -127 against activations of 127, in every lane. An
+// int16 partial sum that saturates (vpmaddubsw without VNNI) would be off by thousands of steps.
+TEST(Matmul, Q5AndIQ4ExtremeCodesDoNotOverflow) {
+  const int64_t n = 16, k = 256, t = 2;
+  std::vector<float> w0(static_cast<size_t>(n * k), 0.9375f);
+  for (int64_t i = 0; i < n * k; i += 32) w0[static_cast<size_t>(i)] = -1.0f;  // q5: 0.9375 -> code 31
+  std::vector<float> x(static_cast<size_t>(t * k), 1.0f);                      // int8 127 everywhere
+  std::fill(x.begin() + k, x.end(), -1.0f);
+  std::vector<float> w_iq4(static_cast<size_t>(n * k), -1.0f);  // iq4: code 0, value -127
+  for (DType dtype : {DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS}) {
+    const bool iq4 = dtype == DType::IQ4_NL || dtype == DType::IQ4_XS;
+    const Problem p = make_problem(dtype, t, n, k, iq4 ? w_iq4 : w0, x);
+    for (Isa isa : test::isas()) {
+      IsaScope scope(isa);
+      check_against_ref(p, run(*test::pools()[0], p), fmt::format("{} isa={}", dtype_name(dtype), isa_name(isa)));
+    }
+  }
+}
+
 TEST(Matmul, PreparedWeightKeepsTheFileRows) {
   std::vector<float> w(8 * 64, 0.5f);
   const PackedWeight pw = prepare_weight(DType::F32, w.data(), 8, 64);
@@ -182,6 +238,7 @@ TEST(Matmul, RejectsBadShapesAndDtypes) {
   std::vector<uint8_t> buf(4096);
   EXPECT_THROW(prepare_weight(DType::Q4_1, buf.data(), 4, 48), Error);   // k not a multiple of 32
   EXPECT_THROW(prepare_weight(DType::Q4_K, buf.data(), 4, 288), Error);  // k not a multiple of 256
+  EXPECT_THROW(prepare_weight(DType::IQ4_XS, buf.data(), 4, 32), Error);  // k not a multiple of 256
   EXPECT_THROW(prepare_weight(DType::Q8_1, buf.data(), 4, 256), Error);  // a format the CPU cannot read
   EXPECT_THROW(prepare_weight(DType::F32, buf.data(), 0, 8), Error);
   EXPECT_THROW(prepare_weight(DType::F32, nullptr, 4, 8), Error);
