@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -31,6 +32,7 @@
 #include "quant/half.h"
 #include "quant/quant.h"
 #include "quant/quantize_ggml.h"
+#include "runtime/tokenizer_vocab.h"
 
 namespace tessera {
 namespace {
@@ -315,6 +317,7 @@ struct Input {
   std::vector<Source> tensors;
   Hparams hp;
   std::shared_ptr<void> keep;  // the mapped file(s) the metadata and tensors point into
+  std::vector<float> rope_freqs;  // Hugging Face llama3 rope scaling, written as rope_freqs.weight
 };
 
 std::vector<int64_t> ggml_dims(std::vector<int64_t> shape) {
@@ -350,6 +353,56 @@ Input open_gguf(const std::string& path) {
   return in;
 }
 
+// Llama 3 rope scaling as convert_hf_to_gguf.py writes it: per-dimension divisors of the inverse frequencies
+// (rope_freqs.weight): long wavelengths divided by the factor, short ones kept, the band between blended.
+std::vector<float> llama3_rope_freqs(const ModelConfig& c) {
+  const RopeScaling& r = c.rope_scaling;
+  const int64_t dim = c.rope_dim > 0 ? c.rope_dim : c.head_dim;
+  const double old_ctx = static_cast<double>(r.original_context);
+  const double low_wavelen = old_ctx / r.low_freq_factor, high_wavelen = old_ctx / r.high_freq_factor;
+  std::vector<float> out;
+  for (int64_t i = 0; i < dim; i += 2) {
+    const double freq = 1.0 / std::pow(double(c.rope_base), double(i) / double(dim));
+    const double wavelen = 2 * 3.14159265358979323846 / freq;
+    double f = 1.0;
+    if (wavelen > low_wavelen) {
+      f = r.factor;
+    } else if (wavelen >= high_wavelen) {
+      const double smooth = (old_ctx / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+      f = 1.0 / ((1 - smooth) / r.factor + smooth);
+    }
+    out.push_back(static_cast<float>(f));
+  }
+  return out;
+}
+
+// tokenizer.json as GGUF tokenizer.ggml.* keys (convert_hf_to_gguf.py's gpt2 vocabulary: tokens by id, their types,
+// merges "a b"); tokenizer.ggml.pre is left out, so readers use their default pre-tokenizer.
+void add_tokenizer(const tok::VocabData& v, Input& in) {
+  using V = gguf::Value;
+  auto set = [&in](std::string key, V val) { in.metadata.push_back({std::move(key), std::move(val)}); };
+  set("tokenizer.ggml.model", V::from_string(v.kind == tok::VocabKind::SPM ? "llama" : "gpt2"));
+  set("tokenizer.ggml.tokens", V::from_strings(v.tokens));
+  if (!v.scores.empty()) set("tokenizer.ggml.scores", V::from_f32s(v.scores));
+  std::vector<int32_t> types;
+  for (tok::TokenType t : v.types) types.push_back(static_cast<int32_t>(t));
+  set("tokenizer.ggml.token_type", V::from_i32s(types));
+  if (!v.merges.empty()) {
+    std::vector<std::string> merges;
+    for (const auto& [a, b] : v.merges) merges.push_back(a + " " + b);
+    set("tokenizer.ggml.merges", V::from_strings(merges));
+  }
+  const std::pair<const char*, TokenId> ids[] = {{"tokenizer.ggml.bos_token_id", v.bos},
+                                                      {"tokenizer.ggml.eos_token_id", v.eos},
+                                                      {"tokenizer.ggml.unknown_token_id", v.unk},
+                                                      {"tokenizer.ggml.padding_token_id", v.pad}};
+  for (const auto& [key, id] : ids)
+    if (id >= 0) set(key, V::from_u32(static_cast<uint32_t>(id)));
+  set("tokenizer.ggml.add_bos_token", V::from_bool(v.add_bos));
+  set("tokenizer.ggml.add_eos_token", V::from_bool(v.add_eos));
+  if (!v.chat_template.empty()) set("tokenizer.chat_template", V::from_string(v.chat_template));
+}
+
 // A Hugging Face model as the GGUF file Tessera reads: llama.* hyperparameters from config.json and the weights under
 // their GGUF names, q/k rows permuted (convert_hf_to_gguf.py's layout, which llama.cpp expects).
 Input open_hf(const std::string& path, const std::function<void(const std::string&)>& warn) {
@@ -380,10 +433,13 @@ Input open_hf(const std::string& path, const std::function<void(const std::strin
   if (c.rope_scaling.type == "linear") {
     set(a + "rope.scaling.type", V::from_string("linear"));
     set(a + "rope.scaling.factor", V::from_f32(c.rope_scaling.factor));
+  } else if (c.rope_scaling.type == "llama3") {
+    in.rope_freqs = llama3_rope_freqs(c);
   } else if (c.rope_scaling.type != "none") {
     fail("{}: rope scaling '{}' is not written to GGUF by tessera quantize yet", model->config_path(),
          c.rope_scaling.type);
   }
+  if (!model->tokenizer_path().empty()) add_tokenizer(tok::vocab_from_tokenizer_json(model->tokenizer_path()), in);
   for (const TensorView& t : model->tensors()) {
     const std::string name = safetensors::hf_to_gguf_name(t.name);
     if (name.empty()) {
@@ -394,6 +450,10 @@ Input open_hf(const std::string& path, const std::function<void(const std::strin
     if (name.ends_with("attn_q.weight") || name.ends_with("attn_q.bias")) s.permute_heads = c.n_head;
     if (name.ends_with("attn_k.weight") || name.ends_with("attn_k.bias")) s.permute_heads = c.n_head_kv;
     in.tensors.push_back(std::move(s));
+  }
+  if (!in.rope_freqs.empty()) {
+    in.tensors.push_back({"rope_freqs.weight", DType::F32, {static_cast<int64_t>(in.rope_freqs.size())},
+                          reinterpret_cast<const uint8_t*>(in.rope_freqs.data()), in.rope_freqs.size() * 4, 0, -1});
   }
   return in;
 }
@@ -445,6 +505,14 @@ const std::vector<QuantizeType>& quantize_types() {
 
 QuantizeResult quantize_model(const std::string& input, const std::string& output, const QuantizeOptions& o) {
   const Mix& mix = find_mix(o.type);
+  {
+    // Before any work: a missing output folder would otherwise be found only after quantizing everything.
+    const std::filesystem::path dir = std::filesystem::path(output).parent_path();
+    std::error_code ec;
+    TESSERA_CHECK(dir.empty() || std::filesystem::is_directory(dir, ec), "{}: the folder {} does not exist", output,
+                  dir.string());
+    TESSERA_CHECK(!std::filesystem::is_directory(output, ec), "{}: is a folder, not a file to write", output);
+  }
   Input in = detect_model_format(input) == ModelFormat::GGUF ? open_gguf(input) : open_hf(input, o.on_warning);
 
   // llama_model_loader's order: layer (-1 outside blk.N), then name.
