@@ -110,6 +110,7 @@ struct Source {
   uint64_t nbytes = 0;
   int64_t permute_heads = 0;  // > 0: a Hugging Face q/k projection whose rows are reordered for GGUF's rope pairs
   int layer = -1;             // from "blk.%d.", as llama_model_loader's weights_map orders tensors
+  bool vector_f32 = false;    // Hugging Face 1-D tensors (norms, biases) are stored f32, as convert_hf_to_gguf does
 };
 
 int64_t row_len(const Source& s) { return s.shape.back(); }
@@ -300,7 +301,7 @@ struct TypeChooser {
 
   DType choose(const Source& s, bool* fell_back) {
     *fell_back = false;
-    if (!allows_quantization(s, hp.arch)) return s.dtype;
+    if (!allows_quantization(s, hp.arch)) return s.vector_f32 && is_float_dtype(s.dtype) ? DType::F32 : s.dtype;
     DType t = mix.base;
     if (dtype_info(t).is_quantized) {
       t = mixed_type(t, s, category_of(s.name));
@@ -349,7 +350,7 @@ Input open_gguf(const std::string& path) {
   in.hp.n_head_kv = first_int(*file, a + "attention.head_count_kv", in.hp.n_head);
   in.hp.n_expert = first_int(*file, a + "expert_count", 0);
   for (const TensorView& t : file->tensors())
-    in.tensors.push_back({t.name, t.dtype, ggml_dims(t.shape), t.data, t.nbytes, 0, -1});
+    in.tensors.push_back({t.name, t.dtype, ggml_dims(t.shape), t.data, t.nbytes, 0, -1, false});
   return in;
 }
 
@@ -378,8 +379,15 @@ std::vector<float> llama3_rope_freqs(const ModelConfig& c) {
 
 // tokenizer.json as GGUF tokenizer.ggml.* keys (convert_hf_to_gguf.py's gpt2 vocabulary: tokens by id, their types,
 // merges "a b"); tokenizer.ggml.pre is left out, so readers use their default pre-tokenizer.
-void add_tokenizer(const tok::VocabData& v, Input& in) {
+void add_tokenizer(tok::VocabData v, int64_t n_vocab, Input& in) {
   using V = gguf::Value;
+  // The embedding may have more rows than tokenizer.json has tokens: convert_hf_to_gguf.py pads with unused
+  // "[PAD<id>]" tokens, and llama.cpp refuses a vocabulary shorter than token_embd.
+  for (auto i = static_cast<int64_t>(v.tokens.size()); i < n_vocab; ++i) {
+    v.tokens.push_back("[PAD" + std::to_string(i) + "]");
+    v.types.push_back(tok::TokenType::UNUSED);
+    if (!v.scores.empty()) v.scores.push_back(0.0f);
+  }
   auto set = [&in](std::string key, V val) { in.metadata.push_back({std::move(key), std::move(val)}); };
   set("tokenizer.ggml.model", V::from_string(v.kind == tok::VocabKind::SPM ? "llama" : "gpt2"));
   set("tokenizer.ggml.tokens", V::from_strings(v.tokens));
@@ -439,21 +447,22 @@ Input open_hf(const std::string& path, const std::function<void(const std::strin
     fail("{}: rope scaling '{}' is not written to GGUF by tessera quantize yet", model->config_path(),
          c.rope_scaling.type);
   }
-  if (!model->tokenizer_path().empty()) add_tokenizer(tok::vocab_from_tokenizer_json(model->tokenizer_path()), in);
+  if (!model->tokenizer_path().empty()) add_tokenizer(tok::vocab_from_tokenizer_json(model->tokenizer_path()), c.n_vocab, in);
   for (const TensorView& t : model->tensors()) {
     const std::string name = safetensors::hf_to_gguf_name(t.name);
     if (name.empty()) {
       if (warn) warn(fmt::format("{}: tensor '{}' has no GGUF name; left out", path, t.name));
       continue;
     }
-    Source s{name, t.dtype, ggml_dims(t.shape), t.data, t.nbytes, 0, -1};
+    Source s{name, t.dtype, ggml_dims(t.shape), t.data, t.nbytes, 0, -1, false};
+    s.vector_f32 = s.shape.size() == 1;
     if (name.ends_with("attn_q.weight") || name.ends_with("attn_q.bias")) s.permute_heads = c.n_head;
     if (name.ends_with("attn_k.weight") || name.ends_with("attn_k.bias")) s.permute_heads = c.n_head_kv;
     in.tensors.push_back(std::move(s));
   }
   if (!in.rope_freqs.empty()) {
     in.tensors.push_back({"rope_freqs.weight", DType::F32, {static_cast<int64_t>(in.rope_freqs.size())},
-                          reinterpret_cast<const uint8_t*>(in.rope_freqs.data()), in.rope_freqs.size() * 4, 0, -1});
+                          reinterpret_cast<const uint8_t*>(in.rope_freqs.data()), in.rope_freqs.size() * 4, 0, -1, false});
   }
   return in;
 }
@@ -463,8 +472,21 @@ Input open_hf(const std::string& path, const std::function<void(const std::strin
 // Row `r` of `s` (row_len elements) as float. Error on a dtype Tessera cannot read or on a non-finite value (llama.cpp's
 // loader refuses those too: a quantized NaN is silent garbage).
 void row_to_float(const Source& s, int64_t r, uint64_t row_bytes, float* out) {
-  const uint8_t* src = s.data + static_cast<uint64_t>(source_row(s, r)) * row_bytes;
   const int64_t n = row_len(s);
+  if (s.shape.size() == 1 && s.permute_heads > 0) {  // a q/k bias: its elements are permuted (f32/f16/bf16 only)
+    TESSERA_CHECK(is_float_dtype(s.dtype), "tensor '{}' is {}, which cannot be converted", s.name, ggml_name(s.dtype));
+    const uint64_t es = dtype_info(s.dtype).type_size;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* p = s.data + static_cast<uint64_t>(source_row(s, i)) * es;
+      uint16_t h = 0;
+      if (s.dtype != DType::F32) std::memcpy(&h, p, 2);
+      if (s.dtype == DType::F32) std::memcpy(out + i, p, 4);
+      if (s.dtype == DType::F16) out[i] = fp16_to_f32(h);
+      if (s.dtype == DType::BF16) out[i] = bf16_to_f32(h);
+    }
+    return;
+  }
+  const uint8_t* src = s.data + static_cast<uint64_t>(source_row(s, r)) * row_bytes;
   switch (s.dtype) {
     case DType::F32:
       std::memcpy(out, src, static_cast<size_t>(n) * 4);
@@ -612,7 +634,7 @@ QuantizeResult quantize_model(const std::string& input, const std::string& outpu
         quantize_rows(to[i], x.data(), out.data() + static_cast<uint64_t>(r0) * *row_out, (r1 - r0) * cols);
       });
     }
-    ++result.n_quantized;
+    if (to[i] != s.dtype) ++result.n_quantized;
     w.add_tensor_ref(s.name, to[i], s.shape, out.data(), out.size());
   }
   w.write(output);
