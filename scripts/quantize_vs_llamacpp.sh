@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Quantizes one f16/f32 GGUF to every type with llama-quantize and with `tessera quantize`, compares the outputs'
-# sha256 and times both (same thread count). Prints one line per type and exits 1 when any pair differs.
+# sha256 and times both (same thread count; wall and user CPU seconds, since a shared machine makes wall time noisy).
+# Then the same for the Hugging Face models of tests/data/hf: llama.cpp has no safetensors input, so each is first
+# written losslessly as GGUF by Tessera (its own dtype: f32, f16 or bf16) and llama-quantize's output for that GGUF is
+# compared with `tessera quantize` run on the safetensors folder directly. Exits 1 when any pair differs.
 # Usage: scripts/quantize_vs_llamacpp.sh [IN.gguf] [THREADS] [TYPE...]
 #   IN.gguf defaults to the default model's f16, made from the cached Q4_1 file with llama-quantize --allow-requantize.
-# Needs build/bin/tessera and llama-quantize (scripts/build_llamacpp.sh llama-quantize).
+# Needs build/bin/tessera and llama-quantize (scripts/build_llamacpp.sh llama-quantize builds it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tessera=${TESSERA_BIN:-$root/build/bin/tessera}
@@ -19,15 +22,24 @@ if [ -z "$in" ]; then
   in=$tmp/smol-f16.gguf
   "$llq" --allow-requantize "$models/SmolLM2-135M-Instruct.Q4_1.gguf" "$in" F16 >/dev/null 2>&1
 fi
-now() { date +%s.%N; }
 fail=0
-printf '%-8s %-9s %9s %9s  %s\n' type identical llama_s tessera_s sha256
-for t in "${types[@]}"; do
-  a=$(now); "$llq" "$in" "$tmp/llama.gguf" "$t" "$threads" >/dev/null 2>&1; b=$(now)
-  "$tessera" quantize -q -t "$threads" "$in" "$tmp/tessera.gguf" "$t" 2>/dev/null; c=$(now)
+timed() { /usr/bin/time -f "%e %U" -o "$tmp/time" "$@" >/dev/null 2>&1; cat "$tmp/time"; }
+compare() {  # compare LABEL TYPE LLAMA_IN TESSERA_IN
+  local l t ha hb same
+  l=$(timed "$llq" "$3" "$tmp/llama.gguf" "$2" "$threads")
+  t=$(timed "$tessera" quantize -q -t "$threads" "$4" "$tmp/tessera.gguf" "$2")
   ha=$(sha256sum "$tmp/llama.gguf" | cut -c1-16); hb=$(sha256sum "$tmp/tessera.gguf" | cut -c1-16)
   same=yes; [ "$ha" = "$hb" ] || { same=NO; fail=1; }
-  printf '%-8s %-9s %9.2f %9.2f  %s %s\n' "$t" "$same" "$(echo "$b - $a" | bc)" "$(echo "$c - $b" | bc)" "$ha" \
-    "$([ $same = yes ] || echo "(tessera $hb)")"
+  printf '%-24s %-8s %-9s %8s %8s %8s %8s  %s\n' "$1" "$2" "$same" $l $t "$ha"
+}
+printf '%-24s %-8s %-9s %8s %8s %8s %8s  %s\n' input type identical llama_s llama_cpu tess_s tess_cpu sha256
+for t in "${types[@]}"; do compare "$(basename "$in")" "$t" "$in" "$in"; done
+for d in "$root"/tests/data/hf/*/; do
+  d=${d%/}
+  # The folder's own float dtype, so the GGUF written from it holds the same values.
+  dt=$(python3 -c "import json,struct,sys,glob; f=sorted(glob.glob(sys.argv[1]+'/*.safetensors'))[0]; b=open(f,'rb');
+n=struct.unpack('<Q',b.read(8))[0]; h=json.loads(b.read(n)); print({'F32':'f32','F16':'f16','BF16':'bf16'}[next(v['dtype'] for k,v in h.items() if k!='__metadata__')])" "$d")
+  "$tessera" quantize -q "$d" "$tmp/hf.gguf" "$dt" 2>/dev/null
+  for t in q8_0 q4_K_M iq4_nl; do compare "hf/$(basename "$d")" "$t" "$tmp/hf.gguf" "$d"; done
 done
 exit $fail
