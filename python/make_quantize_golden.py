@@ -139,7 +139,8 @@ def main():
         build(os.path.join(OUT, name), dt, tied, seed)
     cases = [("tiny-f16.gguf", t, False) for t in TYPES]
     cases += [("tiny-bf16.gguf", "q4_K_M", False), ("tiny-bf16.gguf", "iq4_nl", False),
-              ("tiny-f32.gguf", "q5_K_M", False), ("tiny-f32.gguf", "q4_1", False)]
+              ("tiny-f32.gguf", "q5_K_M", False), ("tiny-f32.gguf", "q4_1", False),
+              ("tiny-f16.gguf", "bf16", False), ("tiny-f16.gguf", "f32", False), ("tiny-bf16.gguf", "f16", False)]
     index = {"command": "python/make_quantize_golden.py", "cases": []}
     with tempfile.TemporaryDirectory() as tmp:
         for inp, t, requant in cases:

@@ -343,6 +343,9 @@ Input open_gguf(const std::string& path) {
   const std::optional<std::string_view> arch = file->get_string("general.architecture");
   TESSERA_CHECK(arch.has_value(), "{}: no general.architecture in the metadata", path);
   in.hp.arch = std::string(*arch);
+  const int64_t splits = first_int(*file, "split.count", 1);
+  TESSERA_CHECK(splits <= 1, "{}: one shard of {} (split.count); tessera quantize reads single-file GGUF models only",
+                path, splits);
   const std::string a = in.hp.arch + ".";
   in.hp.n_layer = first_int(*file, a + "block_count", 0);
   TESSERA_CHECK(in.hp.n_layer > 0, "{}: no {}block_count in the metadata", path, a);
