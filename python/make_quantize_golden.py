@@ -7,9 +7,10 @@
 #   .venv/bin/python python/make_quantize_golden.py
 #
 # Writes tests/data/quantize/:
-#   tiny-f16.gguf, tiny-bf16.gguf, tiny-f32.gguf  small random llama-architecture GGUFs (8 layers, tiny tensors whose
+#   tiny-f16.gguf, tiny-bf16.gguf, tiny-f32.gguf, tiny-moe-f16.gguf  small random llama-architecture GGUFs (8 layers, tiny tensors whose
 #                 rows are 256 or 512 long, plus rows of 288 and 80 that force llama-quantize's fallbacks; a tensor with
-#                 edge-case rows: zeros, a constant, a single spike, f16 subnormals). llama-quantize reads only the
+#                 edge-case rows: zeros, a constant, a single spike, f16 subnormals; the moe file has 8 experts in 3-D
+#                 ffn_*_exps stacks, which switch on llama.cpp's MoE rules). llama-quantize reads only the
 #                 hyperparameters, never checks shapes against them, so the tensors can be this small.
 #   index.json    per case (input, type, allow_requantize): llama-quantize's output size and FNV-1a 64 of the whole
 #                 file, and per tensor "name type bytes fnv1a64" of its data;
@@ -63,7 +64,7 @@ def edge_rows(rng, cols):
     return w
 
 
-def build(path, dtype, tied, seed):
+def build(path, dtype, tied, seed, n_expert=0):
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(path, "llama")
     w.add_name(f"tessera tiny quantize golden ({dtype})")
@@ -76,9 +77,12 @@ def build(path, dtype, tied, seed):
     w.add_rope_dimension_count(64)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type({"f16": 1, "bf16": 32, "f32": 0}[dtype])
+    if n_expert:
+        w.add_expert_count(n_expert)  # 8 experts: llama.cpp's MoE rules (attn_v/attn_k q8_0, attn_output q5_K)
+        w.add_expert_used_count(2)
 
     def add(name, arr):
-        if arr.ndim == 1:
+        if arr.ndim == 1 or "ffn_gate_inp" in name:
             w.add_tensor(name, arr.astype(np.float32))
         elif dtype == "f16":
             w.add_tensor(name, arr.astype(np.float16))
@@ -101,6 +105,12 @@ def build(path, dtype, tied, seed):
         add(b + "attn_k.weight", weights(rng, 2, N_EMBD))
         add(b + "attn_v.weight", weights(rng, 2, 288 if l == 3 else N_EMBD))
         add(b + "attn_output.weight", weights(rng, 4, N_EMBD))
+        if n_expert:  # 3-D expert stacks [n_expert, rows, cols] and the f32 router
+            add(b + "ffn_gate_inp.weight", weights(rng, n_expert, N_EMBD).astype(np.float32))
+            add(b + "ffn_gate_exps.weight", weights(rng, n_expert, N_EMBD).reshape(n_expert, 1, N_EMBD))
+            add(b + "ffn_up_exps.weight", weights(rng, n_expert, N_EMBD).reshape(n_expert, 1, N_EMBD))
+            add(b + "ffn_down_exps.weight", weights(rng, n_expert, N_FF).reshape(n_expert, 1, N_FF))
+            continue
         add(b + "ffn_gate.weight", weights(rng, 4, 288 if l == 5 else N_EMBD))
         add(b + "ffn_up.weight", weights(rng, 4, N_EMBD))
         add(b + "ffn_down.weight", weights(rng, 4, N_FF))
@@ -134,13 +144,16 @@ def main():
                                  capture_output=True, text=True).stdout.strip()
         llq = os.path.join(bin_dir, "llama-quantize")
     os.makedirs(OUT, exist_ok=True)
-    inputs = {"tiny-f16.gguf": ("f16", True, 1), "tiny-bf16.gguf": ("bf16", False, 2), "tiny-f32.gguf": ("f32", True, 3)}
+    inputs = {"tiny-f16.gguf": ("f16", True, 1), "tiny-bf16.gguf": ("bf16", False, 2),
+              "tiny-f32.gguf": ("f32", True, 3), "tiny-moe-f16.gguf": ("f16", False, 4)}
     for name, (dt, tied, seed) in inputs.items():
-        build(os.path.join(OUT, name), dt, tied, seed)
+        build(os.path.join(OUT, name), dt, tied, seed, n_expert=8 if "moe" in name else 0)
     cases = [("tiny-f16.gguf", t, False) for t in TYPES]
     cases += [("tiny-bf16.gguf", "q4_K_M", False), ("tiny-bf16.gguf", "iq4_nl", False),
               ("tiny-f32.gguf", "q5_K_M", False), ("tiny-f32.gguf", "q4_1", False),
-              ("tiny-f16.gguf", "bf16", False), ("tiny-f16.gguf", "f32", False), ("tiny-bf16.gguf", "f16", False)]
+              ("tiny-f16.gguf", "bf16", False), ("tiny-f16.gguf", "f32", False), ("tiny-bf16.gguf", "f16", False),
+              ("tiny-moe-f16.gguf", "q4_K_M", False), ("tiny-moe-f16.gguf", "iq4_nl", False),
+              ("tiny-moe-f16.gguf", "q5_K_M", False)]
     index = {"command": "python/make_quantize_golden.py", "cases": []}
     with tempfile.TemporaryDirectory() as tmp:
         for inp, t, requant in cases:

@@ -37,8 +37,13 @@ for t in "${types[@]}"; do compare "$(basename "$in")" "$t" "$in" "$in"; done
 for d in "$root"/tests/data/hf/*/; do
   d=${d%/}
   # The folder's own float dtype, so the GGUF written from it holds the same values.
-  dt=$(python3 -c "import json,struct,sys,glob; f=sorted(glob.glob(sys.argv[1]+'/*.safetensors'))[0]; b=open(f,'rb');
-n=struct.unpack('<Q',b.read(8))[0]; h=json.loads(b.read(n)); print({'F32':'f32','F16':'f16','BF16':'bf16'}[next(v['dtype'] for k,v in h.items() if k!='__metadata__')])" "$d")
+  dt=$(python3 - "$d" <<'PY'
+import glob, json, struct, sys
+f = open(sorted(glob.glob(sys.argv[1] + "/*.safetensors"))[0], "rb")
+h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+print({"F32": "f32", "F16": "f16", "BF16": "bf16"}[next(v["dtype"] for k, v in h.items() if k != "__metadata__")])
+PY
+)
   "$tessera" quantize -q "$d" "$tmp/hf.gguf" "$dt" 2>/dev/null
   for t in q8_0 q4_K_M iq4_nl; do compare "hf/$(basename "$d")" "$t" "$tmp/hf.gguf" "$d"; done
 done

@@ -51,8 +51,9 @@ int run(const QuantizeFlags& f) {
   o.on_warning = [](const std::string& w) { fmt::print(stderr, "tessera: warning: {}\n", w); };
   if (!f.quiet) {
     o.on_tensor = [](const QuantizeTensorInfo& t) {
-      const std::string what = t.from == t.to ? fmt::format("{} (copied)", t.from)
-                                              : fmt::format("{} -> {}{}", t.from, t.to, t.fallback ? " (fallback)" : "");
+      const std::string what = t.from == t.to
+                                   ? fmt::format("{} (copied)", t.from)
+                                   : fmt::format("{} -> {}{}", t.from, t.to, t.fallback ? " (fallback)" : "");
       fmt::print(stderr, "[{:4}/{:4}] {:<36} {:<14} {:<24} {:>11} -> {:>11}\n", t.index, t.count, t.name,
                  shape_text(t.shape), what, mib(t.bytes_in), mib(t.bytes_out));
     };

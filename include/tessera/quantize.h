@@ -38,8 +38,8 @@ struct QuantizeTensorInfo {
 };
 
 struct QuantizeOptions {
-  std::string type;           // a name of quantize_types() (case-insensitive; "q4_K" means q4_K_M, "q5_K" q5_K_M)
-  int n_threads = 0;          // <= 0: one per hardware thread
+  std::string type;               // a name of quantize_types() (case-insensitive; "q4_K" means q4_K_M, "q5_K" q5_K_M)
+  int n_threads = 0;              // <= 0: one per hardware thread
   bool allow_requantize = false;  // quantize tensors that are already quantized (dequantized first; loses quality)
   std::function<void(const QuantizeTensorInfo&)> on_tensor;  // progress: called once per tensor, in file order
   std::function<void(const std::string&)> on_warning;        // one sentence per call (fallbacks, requantizing)

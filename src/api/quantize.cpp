@@ -120,8 +120,8 @@ int64_t row_count(const Source& s) {
   return n;
 }
 
-// The source row (element of a 1-D bias) written as output row `o`. convert_hf_to_gguf's permute: rows of head h are (pair j, index i)
-// in Hugging Face's rotate-half order and (index i, pair j) in GGUF's interleaved one.
+// The source row (element of a 1-D bias) written as output row `o`. convert_hf_to_gguf's permute: rows of head h are
+// (pair j, index i) in Hugging Face's rotate-half order and (index i, pair j) in GGUF's interleaved one.
 int64_t source_row(const Source& s, int64_t o) {
   if (s.permute_heads <= 0) return o;
   const int64_t half = s.shape[0] / s.permute_heads / 2;  // q/k are 2-D weights or 1-D biases: permute dim 0
@@ -131,7 +131,20 @@ int64_t source_row(const Source& s, int64_t o) {
 
 // ---- llama_tensor_get_type
 
-enum class Category { TOKEN_EMBD, ATTN_Q, ATTN_V, ATTN_K, ATTN_QKV, ATTN_KV_B, ATTN_OUTPUT, FFN_UP, FFN_GATE, FFN_DOWN, OUTPUT, OTHER };
+enum class Category {
+  TOKEN_EMBD,
+  ATTN_Q,
+  ATTN_V,
+  ATTN_K,
+  ATTN_QKV,
+  ATTN_KV_B,
+  ATTN_OUTPUT,
+  FFN_UP,
+  FFN_GATE,
+  FFN_DOWN,
+  OUTPUT,
+  OTHER
+};
 
 bool has(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
 
@@ -158,22 +171,59 @@ bool allows_quantization(const Source& s, const std::string& arch) {
   if (s.shape.size() < 2) return false;
   const std::string& n = s.name;
   if (!n.ends_with("weight")) return false;
-  static const char* const kNever[] = {
-      "_norm.weight", "ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "altup", "laurel", "per_layer_model_proj",
-      "ssm_conv1d", "shortconv.conv.weight", "indexer.k_proj.weight", "indexer.q_proj.weight",
-      "time_mix_first.weight", "time_mix_w0.weight", "time_mix_w1.weight", "time_mix_w2.weight", "time_mix_v0.weight",
-      "time_mix_v1.weight", "time_mix_v2.weight", "time_mix_a0.weight", "time_mix_a1.weight", "time_mix_a2.weight",
-      "time_mix_g1.weight", "time_mix_g2.weight", "time_mix_decay_w1.weight", "time_mix_decay_w2.weight",
-      "time_mix_lerp_fused.weight", "attn_rel_b.weight", ".position_embd", "sam.pos_embd", "sam.neck.", "sam.net_",
-      ".rel_pos", ".patch_embd", ".patch_merger", "a.rvq.codebook", "mm.a.code_embd"};
+  static const char* const kNever[] = {"_norm.weight",
+                                       "ffn_gate_inp.weight",
+                                       "ffn_gate_tid2eid.weight",
+                                       "altup",
+                                       "laurel",
+                                       "per_layer_model_proj",
+                                       "ssm_conv1d",
+                                       "shortconv.conv.weight",
+                                       "indexer.k_proj.weight",
+                                       "indexer.q_proj.weight",
+                                       "time_mix_first.weight",
+                                       "time_mix_w0.weight",
+                                       "time_mix_w1.weight",
+                                       "time_mix_w2.weight",
+                                       "time_mix_v0.weight",
+                                       "time_mix_v1.weight",
+                                       "time_mix_v2.weight",
+                                       "time_mix_a0.weight",
+                                       "time_mix_a1.weight",
+                                       "time_mix_a2.weight",
+                                       "time_mix_g1.weight",
+                                       "time_mix_g2.weight",
+                                       "time_mix_decay_w1.weight",
+                                       "time_mix_decay_w2.weight",
+                                       "time_mix_lerp_fused.weight",
+                                       "attn_rel_b.weight",
+                                       ".position_embd",
+                                       "sam.pos_embd",
+                                       "sam.neck.",
+                                       "sam.net_",
+                                       ".rel_pos",
+                                       ".patch_embd",
+                                       ".patch_merger",
+                                       "a.rvq.codebook",
+                                       "mm.a.code_embd"};
   for (const char* p : kNever)
     if (has(n, p)) return false;
   if (n == "position_embd.weight" || n == "token_types.weight") return false;
   if (arch == "glm5-next") {
-    static const char* const kGlm[] = {"hc_", "indexer.attn_q_b", "indexer.attn_k", "indexer.proj",
-                                       "indexer_compressor_gate", "indexer_compressor_ape", "ssm_f_a.weight",
-                                       "ssm_f_b.weight", "ssm_g_a.weight", "ssm_g_b.weight", "ssm_beta.weight",
-                                       "attn_kv_a_mqa.weight", "attn_k_b.weight", "attn_v_b.weight"};
+    static const char* const kGlm[] = {"hc_",
+                                       "indexer.attn_q_b",
+                                       "indexer.attn_k",
+                                       "indexer.proj",
+                                       "indexer_compressor_gate",
+                                       "indexer_compressor_ape",
+                                       "ssm_f_a.weight",
+                                       "ssm_f_b.weight",
+                                       "ssm_g_a.weight",
+                                       "ssm_g_b.weight",
+                                       "ssm_beta.weight",
+                                       "attn_kv_a_mqa.weight",
+                                       "attn_k_b.weight",
+                                       "attn_v_b.weight"};
     for (const char* p : kGlm)
       if (has(n, p)) return false;
   }
@@ -317,7 +367,7 @@ struct Input {
   std::vector<gguf::KeyValue> metadata;  // in file order
   std::vector<Source> tensors;
   Hparams hp;
-  std::shared_ptr<void> keep;  // the mapped file(s) the metadata and tensors point into
+  std::shared_ptr<void> keep;     // the mapped file(s) the metadata and tensors point into
   std::vector<float> rope_freqs;  // Hugging Face llama3 rope scaling, written as rope_freqs.weight
 };
 
@@ -404,9 +454,9 @@ void add_tokenizer(tok::VocabData v, int64_t n_vocab, Input& in) {
     set("tokenizer.ggml.merges", V::from_strings(merges));
   }
   const std::pair<const char*, TokenId> ids[] = {{"tokenizer.ggml.bos_token_id", v.bos},
-                                                      {"tokenizer.ggml.eos_token_id", v.eos},
-                                                      {"tokenizer.ggml.unknown_token_id", v.unk},
-                                                      {"tokenizer.ggml.padding_token_id", v.pad}};
+                                                 {"tokenizer.ggml.eos_token_id", v.eos},
+                                                 {"tokenizer.ggml.unknown_token_id", v.unk},
+                                                 {"tokenizer.ggml.padding_token_id", v.pad}};
   for (const auto& [key, id] : ids)
     if (id >= 0) set(key, V::from_u32(static_cast<uint32_t>(id)));
   set("tokenizer.ggml.add_bos_token", V::from_bool(v.add_bos));
@@ -450,7 +500,8 @@ Input open_hf(const std::string& path, const std::function<void(const std::strin
     fail("{}: rope scaling '{}' is not written to GGUF by tessera quantize yet", model->config_path(),
          c.rope_scaling.type);
   }
-  if (!model->tokenizer_path().empty()) add_tokenizer(tok::vocab_from_tokenizer_json(model->tokenizer_path()), c.n_vocab, in);
+  if (!model->tokenizer_path().empty())
+    add_tokenizer(tok::vocab_from_tokenizer_json(model->tokenizer_path()), c.n_vocab, in);
   for (const TensorView& t : model->tensors()) {
     const std::string name = safetensors::hf_to_gguf_name(t.name);
     if (name.empty()) {
@@ -464,16 +515,22 @@ Input open_hf(const std::string& path, const std::function<void(const std::strin
     in.tensors.push_back(std::move(s));
   }
   if (!in.rope_freqs.empty()) {
-    in.tensors.push_back({"rope_freqs.weight", DType::F32, {static_cast<int64_t>(in.rope_freqs.size())},
-                          reinterpret_cast<const uint8_t*>(in.rope_freqs.data()), in.rope_freqs.size() * 4, 0, -1, false});
+    in.tensors.push_back({"rope_freqs.weight",
+                          DType::F32,
+                          {static_cast<int64_t>(in.rope_freqs.size())},
+                          reinterpret_cast<const uint8_t*>(in.rope_freqs.data()),
+                          in.rope_freqs.size() * 4,
+                          0,
+                          -1,
+                          false});
   }
   return in;
 }
 
 // ---- conversion
 
-// Row `r` of `s` (row_len elements) as float. Error on a dtype Tessera cannot read or on a non-finite value (llama.cpp's
-// loader refuses those too: a quantized NaN is silent garbage).
+// Row `r` of `s` (row_len elements) as float. Error on a dtype Tessera cannot read or on a non-finite value
+// (llama.cpp's loader refuses those too: a quantized NaN is silent garbage).
 void row_to_float(const Source& s, int64_t r, uint64_t row_bytes, float* out) {
   const int64_t n = row_len(s);
   if (s.shape.size() == 1 && s.permute_heads > 0) {  // a q/k bias: its elements are permuted (f32/f16/bf16 only)
@@ -576,9 +633,10 @@ QuantizeResult quantize_model(const std::string& input, const std::string& outpu
                     ggml_name(s.dtype));
       ++result.n_requantized;
       if (!warned_requantize && o.on_warning) {
-        o.on_warning(fmt::format("requantizing already quantized tensors (first: {} in {}): the result is worse than "
-                                 "quantizing the f16/f32 original",
-                                 s.name, ggml_name(s.dtype)));
+        o.on_warning(
+            fmt::format("requantizing already quantized tensors (first: {} in {}): the result is worse than "
+                        "quantizing the f16/f32 original",
+                        s.name, ggml_name(s.dtype)));
         warned_requantize = true;
       }
     } else if (!is_float_dtype(s.dtype)) {

@@ -100,8 +100,8 @@ void q5_0(const float* x, void* y, int64_t n) {
     b.d = f32_to_fp16(d);
     uint32_t qh = 0;
     for (int j = 0; j < kQK / 2; ++j) {
-      const auto q0 = static_cast<uint8_t>(
-          std::min(31, static_cast<int>(static_cast<int8_t>(trunc_int(x[j] * id + 16.5f)))));
+      const auto q0 =
+          static_cast<uint8_t>(std::min(31, static_cast<int>(static_cast<int8_t>(trunc_int(x[j] * id + 16.5f)))));
       const auto q1 = static_cast<uint8_t>(
           std::min(31, static_cast<int>(static_cast<int8_t>(trunc_int(x[j + kQK / 2] * id + 16.5f)))));
       b.qs[j] = static_cast<uint8_t>((q0 & 0x0F) | ((q1 & 0x0F) << 4));
@@ -390,7 +390,8 @@ void q6_k(const float* x, void* y, int64_t n) {
     }
     const float iscale = -128.f / max_scale;
     b.d = f32_to_fp16(1 / iscale);
-    for (int ib = 0; ib < kQKK / 16; ++ib) b.scales[ib] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[ib])));
+    for (int ib = 0; ib < kQKK / 16; ++ib)
+      b.scales[ib] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[ib])));
     for (int j = 0; j < kQKK / 16; ++j) {
       const float d = fp16_to_f32(b.d) * b.scales[j];
       if (d == 0.0f) continue;
