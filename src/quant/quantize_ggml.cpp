@@ -7,6 +7,9 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "core/error.h"
 #include "quant/blocks.h"
@@ -419,20 +422,29 @@ void q6_k(const float* x, void* y, int64_t n) {
 
 // ---- iq4_nl
 
-// The level of kIq4nlValues nearest to v (ties to the lower one), by bisection as GGML's best_index_int8.
+// The level of kIq4nlValues nearest to v (ties to the lower one): GGML's best_index_int8, whose bisection ends at
+// mu = the number of levels <= v, found here by counting instead. Same index, same final comparison, but no
+// data-dependent branches: mispredicted branches cost more than the rest of iq4_nl's search (544 lookups per block
+// of 32).
 inline int best_index_iq4nl(float v) {
-  const int8_t* val = kIq4nlValues;
-  if (v <= val[0]) return 0;
-  if (v >= val[15]) return 15;
-  int ml = 0, mu = 15;
-  while (mu - ml > 1) {
-    const int mav = (ml + mu) / 2;
-    if (v < val[mav])
-      mu = mav;
-    else
-      ml = mav;
-  }
-  return v - val[mu - 1] < val[mu] - v ? mu - 1 : mu;
+  static constexpr float kLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  if (v <= kLevels[0]) return 0;
+  if (v >= kLevels[15]) return 15;
+  int mu = 0;
+#if defined(__SSE2__)
+  // Four compares of four levels each (SSE2 is x86-64's baseline; cmple is false for NaN, as the scalar <=).
+  const __m128 vv = _mm_set1_ps(v);
+  const int mask = _mm_movemask_ps(_mm_cmple_ps(_mm_loadu_ps(kLevels + 0), vv)) |
+                   _mm_movemask_ps(_mm_cmple_ps(_mm_loadu_ps(kLevels + 4), vv)) << 4 |
+                   _mm_movemask_ps(_mm_cmple_ps(_mm_loadu_ps(kLevels + 8), vv)) << 8 |
+                   _mm_movemask_ps(_mm_cmple_ps(_mm_loadu_ps(kLevels + 12), vv)) << 12;
+  mu = __builtin_popcount(static_cast<unsigned>(mask));
+#else
+  for (int k = 0; k < 16; ++k) mu += kLevels[k] <= v ? 1 : 0;
+#endif
+  if (mu == 0) return 15;  // NaN: the bisection never moves its upper end
+  // Arithmetic, not a ?: the compiler turns into a jump: which side of the midpoint v falls is a coin toss.
+  return mu - static_cast<int>(v - kLevels[mu - 1] < kLevels[mu] - v);
 }
 
 // One block of 32 with weights x^2: the extreme maps to level -127, then 15 scales (itry = -7..7 steps from there)
