@@ -1,0 +1,237 @@
+// tessera quantize against llama-quantize: every golden case of tests/data/quantize (python/make_quantize_golden.py
+// ran llama-quantize on small random GGUFs, one case per type plus bf16, f32 and requantized inputs) must give the
+// same file, byte for byte; a mismatch names the first tensor whose type or bytes differ. Then the command's behaviour:
+// --help, bad input (one error line, exit 1), --allow-requantize, thread count, Hugging Face input.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "formats/gguf.h"
+#include "tessera/error.h"
+#include "tessera/model.h"
+#include "tessera/quantize.h"
+#include "tessera/session.h"
+#include "test_util.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string qdata(const std::string& f) { return test::data_path("quantize/" + f); }
+
+const json& golden() {
+  static const json j = [] {
+    std::ifstream f(qdata("index.json"));
+    return json::parse(f);
+  }();
+  return j;
+}
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+std::string fnv1a64(const uint8_t* p, size_t n) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001B3ull;
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// A fresh path under the test's temporary folder.
+std::string temp_path(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("tessera_quantize_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+
+// "name type bytes fnv" per tensor of a file, as the golden lists them.
+std::vector<std::string> tensor_lines(const std::string& path) {
+  const gguf::File f = gguf::File::open(path);
+  std::vector<std::string> out;
+  for (const TensorView& t : f.tensors()) {
+    std::string type(dtype_name(t.dtype));
+    out.push_back(t.name + " " + type + " " + std::to_string(t.nbytes) + " " + fnv1a64(t.data, t.nbytes));
+  }
+  return out;
+}
+
+class QuantizeGolden : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(QuantizeGolden, SameBytesAsLlamaQuantize) {
+  const json& c = golden()["cases"][GetParam()];
+  const std::string out = temp_path("golden_" + std::to_string(GetParam()) + ".gguf");
+  QuantizeOptions o;
+  o.type = c["type"];
+  o.allow_requantize = c["allow_requantize"];
+  o.n_threads = 2;
+  quantize_model(qdata(c["input"]), out, o);
+  const std::vector<uint8_t> got = read_bytes(out);
+  EXPECT_EQ(got.size(), c["bytes"].get<size_t>());
+  if (fnv1a64(got.data(), got.size()) == c["fnv1a64"]) return;
+  ADD_FAILURE() << c["input"] << " -> " << c["type"] << ": the file differs from llama-quantize's";
+  const std::vector<std::string> lines = tensor_lines(out);
+  ASSERT_EQ(lines.size(), c["tensors"].size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i] != c["tensors"][i].get<std::string>()) {
+      ADD_FAILURE() << "first differing tensor: got '" << lines[i] << "', llama-quantize '"
+                    << c["tensors"][i].get<std::string>() << "'";
+      return;
+    }
+  }
+  ADD_FAILURE() << "every tensor matches: the metadata or the layout differs";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, QuantizeGolden, ::testing::Range<size_t>(0, golden()["cases"].size()),
+                         [](const auto& info) {
+                           const json& c = golden()["cases"][info.param];
+                           std::string n = c["input"].get<std::string>() + "_" + c["type"].get<std::string>();
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+// The thread count only splits rows: every count writes the same file.
+TEST(QuantizeApi, ThreadCountDoesNotChangeTheFile) {
+  const std::string a = temp_path("t1.gguf"), b = temp_path("t3.gguf");
+  quantize_model(qdata("tiny-f16.gguf"), a, {.type = "q4_K_M", .n_threads = 1});
+  quantize_model(qdata("tiny-f16.gguf"), b, {.type = "Q4_K", .n_threads = 3});  // alias, any case
+  EXPECT_EQ(read_bytes(a), read_bytes(b));
+}
+
+TEST(QuantizeApi, ProgressAndWarnings) {
+  std::vector<QuantizeTensorInfo> seen;
+  std::vector<std::string> warnings;
+  QuantizeOptions o{.type = "q4_K_M"};
+  o.on_tensor = [&](const QuantizeTensorInfo& t) { seen.push_back(t); };
+  o.on_warning = [&](const std::string& w) { warnings.push_back(w); };
+  const QuantizeResult r = quantize_model(qdata("tiny-f16.gguf"), temp_path("p.gguf"), o);
+  ASSERT_EQ(static_cast<int64_t>(seen.size()), r.n_tensors);
+  EXPECT_EQ(seen.front().index, 1);
+  EXPECT_EQ(seen.back().index, r.n_tensors);
+  EXPECT_EQ(r.file_type, 15u);  // LLAMA_FTYPE_MOSTLY_Q4_K_M
+  EXPECT_EQ(r.n_fallback, 3);   // rows of 288 (twice) and 80 in tiny-f16.gguf
+  EXPECT_EQ(static_cast<int64_t>(warnings.size()), r.n_fallback);
+  for (const QuantizeTensorInfo& t : seen) {
+    if (t.name == "blk.6.attn_q.weight") {
+      EXPECT_TRUE(t.fallback && t.to == "f16") << t.to;
+    }
+  }
+}
+
+TEST(QuantizeApi, RequantizingNeedsTheFlag) {
+  try {
+    quantize_model(qdata("tiny-q8_0.gguf"), temp_path("r.gguf"), {.type = "q4_0"});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--allow-requantize"), std::string::npos) << e.what();
+  }
+  // A type equal to the input's copies the tensors: nothing is requantized, no flag needed.
+  const QuantizeResult r = quantize_model(qdata("tiny-q8_0.gguf"), temp_path("r8.gguf"), {.type = "q8_0"});
+  EXPECT_EQ(r.n_requantized, 0);
+}
+
+// Hugging Face input: the same file as quantizing the lossless GGUF written from it, and a model whose logits match
+// the safetensors model's (so the q/k rows are permuted as GGUF's rope expects).
+TEST(QuantizeApi, HuggingFaceInputEqualsItsGgufAndKeepsTheLogits) {
+  const std::string hf = test::data_path("hf/tiny-llama3-f32");
+  const std::string f32 = temp_path("hf-f32.gguf"), direct = temp_path("hf-q8.gguf"), via = temp_path("hf-q8b.gguf");
+  quantize_model(hf, f32, {.type = "f32"});
+  quantize_model(hf, direct, {.type = "q8_0"});
+  quantize_model(f32, via, {.type = "q8_0"});
+  EXPECT_EQ(read_bytes(direct), read_bytes(via));
+
+  const ModelOptions mo{.load_tokenizer = false};
+  Model a = Model::load(hf, mo), b = Model::load(f32, mo);
+  Session sa(a), sb(b);
+  const std::vector<int32_t> ids = {1, 5, 9, 2, 7, 3, 11, 4};
+  const std::vector<float> la = sa.eval_all_logits(ids), lb = sb.eval_all_logits(ids);
+  ASSERT_EQ(la.size(), lb.size());
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < la.size(); ++i) {
+    max_diff = std::max(max_diff, std::fabs(double(la[i]) - lb[i]));
+    max_ref = std::max(max_ref, std::fabs(double(la[i])));
+  }
+  // Same f32 weights, same math: only the rope table's float rounding (rope_freqs vs computed) may differ.
+  EXPECT_LT(max_diff, 1e-4 * std::max(1.0, max_ref)) << "max |logit difference| " << max_diff;
+}
+
+// ---- the command
+
+std::string cli(const std::string& args, int* rc) {
+  std::string out;
+  *rc = test::run_command(test::cli_path() + " quantize " + args + " 2>&1", &out);
+  return out;
+}
+
+TEST(QuantizeCli, HelpExplainsEveryFlagAndType) {
+  int rc = 0;
+  const std::string out = cli("--help", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  for (const char* s : {"input", "output", "type", "--threads", "--allow-requantize", "--quiet", "q4_K_M", "q5_K_M",
+                        "iq4_nl", "q6_K", "q8_0", "q5_1", "llama-quantize"})
+    EXPECT_NE(out.find(s), std::string::npos) << s << " missing from\n" << out;
+}
+
+TEST(QuantizeCli, WritesTheGoldenFileWithProgress) {
+  int rc = 0;
+  const std::string out_path = temp_path("cli.gguf");
+  const std::string out = cli("-t 2 " + qdata("tiny-f16.gguf") + " " + out_path + " q6_K", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("[  74/  74]"), std::string::npos) << out;
+  EXPECT_NE(out.find("warning: blk.3.attn_v.weight"), std::string::npos) << out;
+  for (const json& c : golden()["cases"]) {
+    if (c["input"] == "tiny-f16.gguf" && c["type"] == "q6_K") {
+      const std::vector<uint8_t> got = read_bytes(out_path);
+      EXPECT_EQ(fnv1a64(got.data(), got.size()), c["fnv1a64"]);
+    }
+  }
+}
+
+// Bad input: one "tessera: error:" line and exit status 1, never a crash.
+TEST(QuantizeCli, BadInputIsOneErrorLine) {
+  const std::string out_path = temp_path("bad.gguf");
+  const std::string in = qdata("tiny-f16.gguf");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {in + " " + out_path + " q3_K_XL", "unknown quantization type"},
+      {"/nonexistent.gguf " + out_path + " q8_0", "nonexistent"},
+      {qdata("index.json") + " " + out_path + " q8_0", "config.json"},
+      {in + " " + test::data_path("quantize") + " q8_0", "is a folder"},
+      {qdata("tiny-q8_0.gguf") + " " + out_path + " q4_0", "--allow-requantize"},
+      {in + " /nonexistent-dir/out.gguf q8_0", "nonexistent-dir"},
+  };
+  for (const auto& [args, needle] : cases) {
+    int rc = 0;
+    const std::string out = cli("-q " + args, &rc);
+    EXPECT_EQ(rc, 1) << args << "\n" << out;
+    EXPECT_EQ(out.rfind("tessera: error: ", 0), 0u) << args << "\n" << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << args << "\n" << out;
+    EXPECT_NE(out.find(needle), std::string::npos) << args << "\n" << out;
+  }
+  int rc = 0;
+  const std::string out = cli(in, &rc);  // missing OUTPUT and TYPE: a usage error
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("tessera: error:"), std::string::npos) << out;
+}
+
+TEST(QuantizeCli, RequantizeWarns) {
+  int rc = 0;
+  const std::string out =
+      cli("-q --allow-requantize " + qdata("tiny-q8_0.gguf") + " " + temp_path("rq.gguf") + " q4_K_M", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("warning: requantizing"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace tessera
