@@ -287,6 +287,9 @@ int run(ProfileFlags& f) {
   if (f.ceiling_mib < 1) throw Error(fmt::format("--ceiling-mib {} must be positive", f.ceiling_mib));
   if (f.prompt_tokens > 0 && !f.prompt.empty())
     throw Error("give the prompt as -p TEXT or --prompt-tokens N, not both");
+  // A trace that cannot be written fails before the run, not after it.
+  if (!f.trace.empty() && !std::ofstream(f.trace, std::ios::binary))
+    throw Error(fmt::format("{}: cannot write the trace", f.trace));
 
   // Synthetic models have no real vocabulary: they get random ids unless asked otherwise.
   const int64_t n_random = f.prompt_tokens > 0 ? f.prompt_tokens : (f.src.random_weights ? 128 : 0);
