@@ -52,8 +52,8 @@ int64_t layer_count(const GraphView& g) {
 
 // "A-B" or "A" -> the inclusive range, checked against the model's layers.
 std::pair<int, int> parse_layers(const std::string& s, int64_t n_layers) {
-  const std::string bad = fmt::format("--layers '{}' must be A-B or A with 0 <= A <= B < {} (the model's layers)", s,
-                                      n_layers);
+  const std::string bad =
+      fmt::format("--layers '{}' must be A-B or A with 0 <= A <= B < {} (the model's layers)", s, n_layers);
   const size_t dash = s.find('-');
   const auto num = [&](const std::string& t) {
     if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos) throw Error(bad);
@@ -124,7 +124,7 @@ GraphRender measure(const GraphFlags& f, const Model& model, const GraphView& sh
     // A rewritten graph's node carries the time of the builder's node it is reported under (its source).
     const int src = rewritten ? n.source : n.id;
     r.node_ms.push_back(src >= 0 && static_cast<size_t>(src) < ns.size() ? double(ns[size_t(src)]) * 1e-6 / steps
-                                                                          : 0.0);
+                                                                         : 0.0);
   }
   double sum = 0;
   for (double ms : r.node_ms) sum += ms;
@@ -143,13 +143,14 @@ GraphRender measure(const GraphFlags& f, const Model& model, const GraphView& sh
     co.n_threads = session.n_threads();
     co.repeats = 3;
     co.gemm_dtypes.assign(dtypes.begin(), dtypes.end());
-    fmt::print(stderr, "tessera: measuring ceilings (bandwidth over {}, GEMM rates)...\n", human_bytes(co.buffer_bytes));
+    fmt::print(stderr, "tessera: measuring ceilings (bandwidth over {}, GEMM rates)...\n",
+               human_bytes(co.buffer_bytes));
     const Ceilings c = measure_ceilings(co);
     for (size_t i = 0; i < shown.nodes().size(); ++i) {
       const GraphNode& n = shown.nodes()[i];
       const std::string wd = n.op == "matmul" && n.input_dtypes.size() > 1 ? n.input_dtypes[1] : "";
-      const double peak = wd.empty() ? c.fma_peak_tflops()
-                                     : c.gemm_tflops(device == "cuda" ? wd : cpu_matmul_dtype(wd));
+      const double peak =
+          wd.empty() ? c.fma_peak_tflops() : c.gemm_tflops(device == "cuda" ? wd : cpu_matmul_dtype(wd));
       const double s = r.node_ms[i] * 1e-3;
       r.node_roof.push_back(s > 0 ? roof_share(double(n.flops), double(n.bytes), s, peak, c.read_gbps()).fraction
                                   : -1.0);
@@ -169,7 +170,8 @@ int run(const GraphFlags& f) {
     throw Error(fmt::format("-c {} is shorter than --past + --tokens ({})", f.ctx, f.past + f.tokens));
   const bool view = f.format == "svg" || f.format == "html";
   if (f.profile && !view) throw Error("--profile colours the model views: use it with --format svg or html");
-  if (!f.layers.empty() && !view) throw Error("--layers picks the layers drawn in full: use it with --format svg or html");
+  if (!f.layers.empty() && !view)
+    throw Error("--layers picks the layers drawn in full: use it with --format svg or html");
   if (f.limits && !f.profile) throw Error("--limits measures the roofline for --profile: add --profile");
   if (f.n_gen < 1) throw Error(fmt::format("-n {} must be positive", f.n_gen));
   if (f.prompt_tokens < 1) throw Error(fmt::format("--prompt-tokens {} must be positive", f.prompt_tokens));
@@ -177,7 +179,8 @@ int run(const GraphFlags& f) {
     throw Error(fmt::format("unknown device '{}' (expected cpu or cuda)", f.device));
   if (!f.random_weights && !f.arch.empty()) throw Error("--arch builds a synthetic model and needs --random-weights");
   if (f.random_weights && f.arch.empty()) throw Error("--random-weights needs --arch NAME (the preset to show)");
-  if (f.random_weights && !f.model.empty()) throw Error("give either -m MODEL or --arch NAME --random-weights, not both");
+  if (f.random_weights && !f.model.empty())
+    throw Error("give either -m MODEL or --arch NAME --random-weights, not both");
 
   const GraphOptions go{f.ctx, f.kv_type, f.all_logits, f.device};
   Model model;
@@ -212,9 +215,10 @@ int run(const GraphFlags& f) {
     r.collapse_others = true;
   }
   if (!f.device.empty() && f.device != "cpu")
-    r.note = fmt::format("as the {} backend's graph passes rewrite it for {} ({} nodes; fused nodes list what they "
-                         "compute)",
-                         f.device, f.tokens == 1 ? "decode" : "a prefill chunk", g.nodes().size());
+    r.note = fmt::format(
+        "as the {} backend's graph passes rewrite it for {} ({} nodes; fused nodes list what they "
+        "compute)",
+        f.device, f.tokens == 1 ? "decode" : "a prefill chunk", g.nodes().size());
   if (f.profile) {
     const GraphRender m = measure(f, model, g, !f.device.empty() && f.device != "cpu");
     r.node_ms = m.node_ms;
@@ -241,8 +245,9 @@ const int registered = register_command(
        std::string archs;
        for (const std::string& a : random_model_archs()) archs += (archs.empty() ? "" : ", ") + a;
        app.add_option("--arch", f->arch, "Show this preset's graph (with --random-weights): " + archs);
-       app.add_flag("--random-weights", f->random_weights,
-                    "A synthetic model of the --arch preset (made only for --profile; the graph alone needs no weights)");
+       app.add_flag(
+           "--random-weights", f->random_weights,
+           "A synthetic model of the --arch preset (made only for --profile; the graph alone needs no weights)");
        app.add_option("--dtype", f->dtype, "Weight dtype of the synthetic model (default q4_0)");
        app.add_option("--format", f->format,
                       "text (default), json, dot, svg (laid out by Graphviz) or html (one self-contained page)");

@@ -37,7 +37,7 @@ struct ProfileFlags {
   int64_t n_gen = 32;
   int threads = 0;
   std::string device = "cpu";
-  NglFlag ngl;  // -ngl: llama.cpp's spelling of the device
+  NglFlag ngl;           // -ngl: llama.cpp's spelling of the device
   BackendFlags backend;  // --cuda KEY=VALUE, --cpu-isa
   int64_t batch = 512;
   bool json = false;
@@ -62,8 +62,14 @@ class Trace {
   // A step's slice on track 1, with its measured start and end.
   void step(const std::string& label, Clock::time_point begin, Clock::time_point end, int64_t tokens) {
     const double b = us(begin), e = us(end);
-    events_.push_back({{"name", label}, {"cat", "step"}, {"ph", "X"}, {"ts", b}, {"dur", std::max(0.0, e - b)},
-                       {"pid", 1}, {"tid", 1}, {"args", {{"tokens", tokens}}}});
+    events_.push_back({{"name", label},
+                       {"cat", "step"},
+                       {"ph", "X"},
+                       {"ts", b},
+                       {"dur", std::max(0.0, e - b)},
+                       {"pid", 1},
+                       {"tid", 1},
+                       {"args", {{"tokens", tokens}}}});
   }
   // The nodes of graph `g` as one run of it took them (`ns` per node), on track 2 from `begin` or the end of the
   // previous run, whichever is later.
@@ -71,15 +77,15 @@ class Trace {
     cursor_ns_ = std::max(cursor_ns_, us(begin) * 1e3);
     for (const GraphNode& n : g.nodes()) {
       const double d = static_cast<size_t>(n.id) < ns.size() ? ns[static_cast<size_t>(n.id)] : 0.0;
-      events_.push_back({{"name", n.name},
-                         {"cat", n.op_class},
-                         {"ph", "X"},
-                         {"ts", cursor_ns_ * 1e-3},
-                         {"dur", d * 1e-3},
-                         {"pid", 1},
-                         {"tid", 2},
-                         {"args", {{"op", n.op}, {"layer", n.layer}, {"step", label}, {"flops", n.flops},
-                                   {"bytes", n.bytes}}}});
+      events_.push_back(
+          {{"name", n.name},
+           {"cat", n.op_class},
+           {"ph", "X"},
+           {"ts", cursor_ns_ * 1e-3},
+           {"dur", d * 1e-3},
+           {"pid", 1},
+           {"tid", 2},
+           {"args", {{"op", n.op}, {"layer", n.layer}, {"step", label}, {"flops", n.flops}, {"bytes", n.bytes}}}});
       cursor_ns_ += d;
     }
   }
@@ -414,8 +420,11 @@ int run(ProfileFlags& f) {
   if (f.n_gen > 0) out["decode"] = phase_json(dec, lim);
   if (!f.trace.empty()) {
     trace.write(f.trace,
-                {{"model", model_label(model)}, {"device", f.device}, {"n_threads", session.n_threads()},
-                 {"prompt_tokens", n_prompt}, {"decode_steps", f.n_gen},
+                {{"model", model_label(model)},
+                 {"device", f.device},
+                 {"n_threads", session.n_threads()},
+                 {"prompt_tokens", n_prompt},
+                 {"decode_steps", f.n_gen},
                  {"note", "node slices are laid end to end from each step's start (the backends time durations)"}},
                 f.device, session.n_threads());
     fmt::print(stderr, "tessera: wrote the trace to {} (open it in ui.perfetto.dev or chrome://tracing)\n", f.trace);

@@ -22,13 +22,13 @@ struct GraphNode {
   std::string role;      // "attn_q", "ffn_down", "output", ...
   std::string block;     // "embd", "attn", "ffn", "output"
   int layer = -1;        // -1 outside the transformer blocks
-  std::vector<std::string> inputs;               // tensor names (a node's output tensor has the node's name)
+  std::vector<std::string> inputs;  // tensor names (a node's output tensor has the node's name)
   std::vector<std::vector<int64_t>> input_shapes;
   std::vector<std::string> input_dtypes;
   std::vector<int64_t> shape;  // output, row-major
   std::string dtype;           // output
   uint64_t flops = 0;
-  uint64_t bytes = 0;          // read + written, weights included
+  uint64_t bytes = 0;  // read + written, weights included
   // A node made by a backend's graph passes (GraphOptions::device): the builder's nodes it computes; empty otherwise.
   std::vector<std::string> fused_from;
   // The builder's node whose time a profile reports this node under (itself on a builder's graph); -1 for none.
@@ -49,9 +49,9 @@ struct GraphTotals {
 };
 
 struct GraphOptions {
-  int64_t n_ctx = 0;         // KV cache length shown; 0: n_past + n_tokens
+  int64_t n_ctx = 0;  // KV cache length shown; 0: n_past + n_tokens
   std::string kv_dtype = "f16";
-  bool all_logits = false;   // logits for every token instead of the last
+  bool all_logits = false;  // logits for every token instead of the last
   // "" or "cpu": the builder's graph (the CPU runs it unfused). "cuda": as the CUDA backend's graph passes rewrite it
   // (fused nodes; needs a build with CUDA, not a GPU).
   std::string device;
@@ -59,11 +59,11 @@ struct GraphOptions {
 
 // What the model views (svg, html) show beyond the graph: measured time per node and the layers drawn in full.
 struct GraphRender {
-  std::vector<double> node_ms;    // per node (index = GraphNode::id); empty: no profile overlay
-  std::vector<double> node_roof;  // fraction of this machine's roofline per node; empty or < 0: not measured
-  double wall_ms = 0;             // the measured step's wall time (the base of % of wall)
-  std::string profile;            // one line saying what was measured
-  std::string note;               // one line under the title
+  std::vector<double> node_ms;        // per node (index = GraphNode::id); empty: no profile overlay
+  std::vector<double> node_roof;      // fraction of this machine's roofline per node; empty or < 0: not measured
+  double wall_ms = 0;                 // the measured step's wall time (the base of % of wall)
+  std::string profile;                // one line saying what was measured
+  std::string note;                   // one line under the title
   int full_first = 0, full_last = 0;  // svg: layers drawn in full (inclusive); others are one box each
   bool collapse_others = false;       // html: open with the layers outside that range collapsed (else all open)
 };

@@ -88,8 +88,9 @@ namespace {
 GraphView rewrite_view(const GraphView& v, const std::string& device) {
   const backend::Backend* b = backend::find_compiled(device);
   if (b == nullptr && device == "cuda")
-    fail("device 'cuda': this build of Tessera has no CUDA backend (nvcc was not found at configure time), so its "
-         "graph passes cannot be shown");
+    fail(
+        "device 'cuda': this build of Tessera has no CUDA backend (nvcc was not found at configure time), so its "
+        "graph passes cannot be shown");
   if (b == nullptr) {
     std::string list;
     for (const std::string& name : backend::names()) list += (list.empty() ? "" : " or ") + name;
@@ -134,8 +135,10 @@ GraphView build_preset_graph(const std::string& arch, const std::string& dtype, 
   const std::optional<DType> dt = dtype_from_name(dtype);
   TESSERA_CHECK(dt.has_value(), "unknown dtype '{}' for the preset's weights", dtype);
   DType kv = DType::F16;
-  if (options.kv_dtype == "f32") kv = DType::F32;
-  else TESSERA_CHECK(options.kv_dtype == "f16", "kv cache type '{}' is not supported (f16 or f32)", options.kv_dtype);
+  if (options.kv_dtype == "f32")
+    kv = DType::F32;
+  else
+    TESSERA_CHECK(options.kv_dtype == "f16", "kv cache type '{}' is not supported (f16 or f32)", options.kv_dtype);
   const ModelSpec& s = preset->spec;
   ModelConfig c;
   c.architecture = s.architecture;

@@ -25,9 +25,9 @@ struct RenderOptions {
   std::vector<double> node_ms;
   // Fraction of this machine's roofline each node reached (same index); empty or negative: limits not measured.
   std::vector<double> node_roof;
-  double wall_ms = 0;    // the measured step's wall time: the base of each node's % of wall
-  std::string profile;   // one line saying what was measured ("decode: mean of 16 steps, cpu, 2 threads")
-  std::string note;      // one line under the title ("as the cuda backend's passes rewrite it")
+  double wall_ms = 0;   // the measured step's wall time: the base of each node's % of wall
+  std::string profile;  // one line saying what was measured ("decode: mean of 16 steps, cpu, 2 threads")
+  std::string note;     // one line under the title ("as the cuda backend's passes rewrite it")
   // SVG: the layers drawn in full (inclusive); every other layer is one box with its totals. Default: layer 0.
   int full_first = 0, full_last = 0;
   bool collapse_others = false;  // HTML: open with the other layers collapsed (else every layer open)

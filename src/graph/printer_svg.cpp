@@ -3,6 +3,7 @@
 // for are one box each, with their totals, and the layers drawn in full are nested clusters (layer -> attention /
 // ffn -> ops).
 #include <fmt/core.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -11,7 +12,6 @@
 #include <map>
 #include <set>
 #include <sstream>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "graph/printer.h"
@@ -118,8 +118,9 @@ std::string to_model_dot(const Graph& g, const RenderOptions& o) {
       close_layer();
       open_layer = n.layer;
       if (n.layer >= 0 && full(n.layer))
-        out += fmt::format("    subgraph cluster_layer_{} {{\n      label=\"blk.{} (layer {})\";\n      style=rounded;\n",
-                           n.layer, n.layer, n.layer);
+        out +=
+            fmt::format("    subgraph cluster_layer_{} {{\n      label=\"blk.{} (layer {})\";\n      style=rounded;\n",
+                        n.layer, n.layer, n.layer);
       if (n.layer >= 0 && !full(n.layer)) {
         const LayerTotals& t = layers[n.layer];
         std::string label = fmt::format("blk.{}: {} ops (collapsed)\n{}, {}", n.layer, t.nodes,
@@ -144,8 +145,9 @@ std::string to_model_dot(const Graph& g, const RenderOptions& o) {
     if (in_layer && block != open_block) {
       close_block();
       open_block = block;
-      out += fmt::format("      subgraph cluster_layer_{}_{} {{\n        label={};\n        style=\"rounded,dashed\";\n",
-                         n.layer, block, quote(block == "attn" ? "attention" : block));
+      out +=
+          fmt::format("      subgraph cluster_layer_{}_{} {{\n        label={};\n        style=\"rounded,dashed\";\n",
+                      n.layer, block, quote(block == "attn" ? "attention" : block));
     }
     const std::string ind = in_layer ? "        " : "    ";
     // Leaves other than weights (token ids, positions, caches) are drawn where first used, so a layer's caches sit
@@ -225,8 +227,9 @@ std::string layout_libgvc(const std::string& dot) {
 
 [[maybe_unused]] std::string layout_dot_program(const std::string& dot) {
   if (std::system("command -v dot >/dev/null 2>&1") != 0)
-    fail("SVG output needs Graphviz: install the Debian package libgraphviz-dev (and reconfigure) or graphviz (the "
-         "dot program)");
+    fail(
+        "SVG output needs Graphviz: install the Debian package libgraphviz-dev (and reconfigure) or graphviz (the "
+        "dot program)");
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path();
   const std::string stem = fmt::format("tessera_graph_{}", static_cast<long>(getpid()));

@@ -47,9 +47,12 @@ Graph llama_like(int layers = 3, int64_t T = 1) {
     g.set_io_role(cv, IoRole::CACHE_V, l);
     int h = g.add_node(p + "attn_norm", Op::RMSNORM, Role::ATTN_NORM, l, "attn",
                        {x, w(p + "attn_norm.weight", {E}, DType::F32)}, norm);
-    int q = g.add_node(p + "attn_q", Op::MATMUL, Role::ATTN_Q, l, "attn", {h, w(p + "attn_q.weight", {H * D, E}, DType::Q4_1)});
-    int k = g.add_node(p + "attn_k", Op::MATMUL, Role::ATTN_K, l, "attn", {h, w(p + "attn_k.weight", {Hkv * D, E}, DType::Q4_1)});
-    int v = g.add_node(p + "attn_v", Op::MATMUL, Role::ATTN_V, l, "attn", {h, w(p + "attn_v.weight", {Hkv * D, E}, DType::Q4_1)});
+    int q = g.add_node(p + "attn_q", Op::MATMUL, Role::ATTN_Q, l, "attn",
+                       {h, w(p + "attn_q.weight", {H * D, E}, DType::Q4_1)});
+    int k = g.add_node(p + "attn_k", Op::MATMUL, Role::ATTN_K, l, "attn",
+                       {h, w(p + "attn_k.weight", {Hkv * D, E}, DType::Q4_1)});
+    int v = g.add_node(p + "attn_v", Op::MATMUL, Role::ATTN_V, l, "attn",
+                       {h, w(p + "attn_v.weight", {Hkv * D, E}, DType::Q4_1)});
     q = g.add_node(p + "rope_q", Op::ROPE, Role::ROPE_Q, l, "attn", {q, positions, inv}, rq);
     k = g.add_node(p + "rope_k", Op::ROPE, Role::ROPE_K, l, "attn", {k, positions, inv}, rk);
     const int sk = g.add_node(p + "cache_k_store", Op::KV_STORE, Role::CACHE_K, l, "attn", {k, ck}, kv);
@@ -60,10 +63,12 @@ Graph llama_like(int layers = 3, int64_t T = 1) {
     const int ao = g.add_node(p + "attn_output", Op::MATMUL, Role::ATTN_O, l, "attn",
                               {a, w(p + "attn_output.weight", {E, H * D}, DType::Q4_1)});
     x = g.add_node(p + "attn_residual", Op::ADD, Role::ATTN_RESIDUAL, l, "attn", {x, ao});
-    h = g.add_node(p + "ffn_norm", Op::RMSNORM, Role::FFN_NORM, l, "ffn", {x, w(p + "ffn_norm.weight", {E}, DType::F32)},
-                   norm);
-    const int gate = g.add_node(p + "ffn_gate", Op::MATMUL, Role::FFN_GATE, l, "ffn", {h, w(p + "ffn_gate.weight", {F, E}, DType::Q4_1)});
-    const int up = g.add_node(p + "ffn_up", Op::MATMUL, Role::FFN_UP, l, "ffn", {h, w(p + "ffn_up.weight", {F, E}, DType::Q4_1)});
+    h = g.add_node(p + "ffn_norm", Op::RMSNORM, Role::FFN_NORM, l, "ffn",
+                   {x, w(p + "ffn_norm.weight", {E}, DType::F32)}, norm);
+    const int gate = g.add_node(p + "ffn_gate", Op::MATMUL, Role::FFN_GATE, l, "ffn",
+                                {h, w(p + "ffn_gate.weight", {F, E}, DType::Q4_1)});
+    const int up =
+        g.add_node(p + "ffn_up", Op::MATMUL, Role::FFN_UP, l, "ffn", {h, w(p + "ffn_up.weight", {F, E}, DType::Q4_1)});
     const int act = g.add_node(p + "ffn_act", Op::SWIGLU, Role::FFN_ACT, l, "ffn", {gate, up});
     const int down = g.add_node(p + "ffn_down", Op::MATMUL, Role::FFN_DOWN, l, "ffn",
                                 {act, w(p + "ffn_down.weight", {E, F}, DType::Q4_1)});
@@ -104,8 +109,8 @@ int count(const std::string& s, const std::string& what) {
 TEST(ModelDot, NestsModulesAndCollapsesOtherLayers) {
   const Graph g = llama_like(3);
   const std::string dot = to_model_dot(g);  // default: layer 0 in full
-  for (const char* c : {"subgraph cluster_model", "subgraph cluster_layer_0 ", "cluster_layer_0_attn",
-                        "cluster_layer_0_ffn"})
+  for (const char* c :
+       {"subgraph cluster_model", "subgraph cluster_layer_0 ", "cluster_layer_0_attn", "cluster_layer_0_ffn"})
     EXPECT_NE(dot.find(c), std::string::npos) << c;
   EXPECT_EQ(dot.find("cluster_layer_1"), std::string::npos);
   // Layers 1 and 2 are one box each, with their node count and totals.

@@ -17,7 +17,9 @@ using nlohmann::json;
 using tessera::test::cli_path;
 using tessera::test::run_command;
 
-int run_stdout(const std::string& args, std::string* out) { return run_command("{ " + cli_path() + " " + args + " 2>/dev/null; }", out); }
+int run_stdout(const std::string& args, std::string* out) {
+  return run_command("{ " + cli_path() + " " + args + " 2>/dev/null; }", out);
+}
 
 TEST(GraphCli, JsonNodesEdgesAndTotals) {
   TESSERA_REQUIRE_DEFAULT_MODEL(model);
@@ -61,7 +63,8 @@ TEST(GraphCli, DotAndText) {
   // Graphviz must accept it (checked where Graphviz is installed).
   std::string ignored;
   if (run_command("command -v dot", &ignored) == 0) {
-    EXPECT_EQ(run_command(cli_path() + " graph -m " + model + " --format dot | dot -Tsvg -o /dev/null", &out), 0) << out;
+    EXPECT_EQ(run_command(cli_path() + " graph -m " + model + " --format dot | dot -Tsvg -o /dev/null", &out), 0)
+        << out;
   }
   ASSERT_EQ(run_stdout("graph -m " + model, &out), 0);
   EXPECT_NE(out.find("blk.0.ffn_down"), std::string::npos);
@@ -202,8 +205,8 @@ TEST(GraphCli, DeviceCudaShowsFusedNodesOrSaysWhy) {
 TEST(GraphCli, HtmlRendersInHeadlessBrowser) {
   TESSERA_REQUIRE_DEFAULT_MODEL(model);
   std::string out;
-  const int rc = run_command(std::string(TESSERA_SOURCE_DIR) + "/tests/tools/graph_html_check.sh " + cli_path() +
-                                 " " + temp_path("html_check"),
+  const int rc = run_command(std::string(TESSERA_SOURCE_DIR) + "/tests/tools/graph_html_check.sh " + cli_path() + " " +
+                                 temp_path("html_check"),
                              &out);
   if (out.find("skipped") != std::string::npos) GTEST_SKIP() << out;
   EXPECT_EQ(rc, 0) << out;
@@ -216,12 +219,11 @@ TEST(GraphCli, BadFlags) {
   const std::string m = "graph -m " + model;
   for (const std::string& args :
        {m + " --format svgz", m + " --tokens 0", m + " --format svg --layers 5-2", m + " --format svg --layers 0-30",
-        m + " --format html --layers x", m + " --format svg --layers 1-", m + " --layers 0-1",
-        m + " --profile", m + " --format html --limits", m + " --format html --profile -n 0",
-        m + " --format svg --device tpu", std::string("graph --arch llama3-8b"),
-        std::string("graph --random-weights --arch nope"), std::string("graph --random-weights"),
-        std::string("graph --random-weights --arch llama3-8b --dtype q9"), m + " --random-weights --arch llama3-8b",
-        m + " --format svg -o /nonexistent/dir/g.svg"}) {
+        m + " --format html --layers x", m + " --format svg --layers 1-", m + " --layers 0-1", m + " --profile",
+        m + " --format html --limits", m + " --format html --profile -n 0", m + " --format svg --device tpu",
+        std::string("graph --arch llama3-8b"), std::string("graph --random-weights --arch nope"),
+        std::string("graph --random-weights"), std::string("graph --random-weights --arch llama3-8b --dtype q9"),
+        m + " --random-weights --arch llama3-8b", m + " --format svg -o /nonexistent/dir/g.svg"}) {
     SCOPED_TRACE(args);
     std::string out;
     EXPECT_EQ(run_command(cli_path() + " " + args, &out), 1) << out;

@@ -155,7 +155,8 @@ TEST(ProfileCli, TraceIsWellFormedAndNamedByTheGraph) {
   for (auto& [tid, v] : tracks) {
     std::sort(v.begin(), v.end());
     for (size_t i = 1; i < v.size(); ++i)
-      ASSERT_LE(v[i - 1].second, v[i].first + 1e-3) << "track " << tid << ": slice " << i << " overlaps its predecessor";
+      ASSERT_LE(v[i - 1].second, v[i].first + 1e-3)
+          << "track " << tid << ": slice " << i << " overlaps its predecessor";
   }
   std::remove(path.c_str());
 }
