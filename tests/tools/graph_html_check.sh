@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Renders `tessera graph --format html` pages in a real headless browser (Debian's chromium) and checks them: the page
 # loaded without a JavaScript error, drew every layer and node of the graph (the page writes what it drew into
-# data-* attributes of <html>, read back with --dump-dom), and the 32-layer page of the llama3-8b preset rendered in
-# under 2 s (the script's own time from parsing the data to the drawn SVG, performance.now()). Saves a PNG screenshot
+# data-* attributes of <html>, read back with --dump-dom), and the 32-layer page of the llama3-8b preset was drawn
+# within 2 s of the navigation's start (performance.now() when the SVG is drawn: parsing the page and its data, layout
+# and drawing; the browser's own start-up is not the page's and is reported apart). Saves a PNG screenshot
 # of each page. Skips (exit 0, one line) when chromium is not installed: it is ~350 MB, so scripts/setup.sh leaves it
 # out; `apt-get install chromium` to run the check.
 #
@@ -60,8 +61,9 @@ if attrs.get("layers") != str(layers):
 if attrs.get("nodes") != str(len(g["nodes"])) or attrs.get("drawn-nodes") != str(len(g["nodes"])):
     problems.append(f"{attrs.get('drawn-nodes')} of {attrs.get('nodes')} nodes drawn, {len(g['nodes'])} expected")
 render_ms = float(attrs.get("render-ms", "inf"))
-if layers >= 32 and render_ms >= float(budget):
-    problems.append(f"rendered in {render_ms:.0f} ms, over the {budget} ms budget")
+loaded_ms = float(attrs.get("loaded-ms", "inf"))
+if layers >= 32 and loaded_ms >= float(budget):
+    problems.append(f"drawn {loaded_ms:.0f} ms after navigation start, over the {budget} ms budget")
 try:
     with open(png, "rb") as f:
         if f.read(8) != b"\x89PNG\r\n\x1a\n":
@@ -70,7 +72,7 @@ except OSError:
     problems.append("no screenshot")
 status = "ok" if not problems else "FAILED: " + "; ".join(problems)
 print(f"graph_html_check: {name}: {layers} layers, {len(g['nodes'])} nodes, {attrs.get('drawn-edges')} edges; "
-      f"page script {render_ms:.0f} ms, browser run {browser_ms} ms (start-up included); {png}: {status}")
+      f"drawn {loaded_ms:.0f} ms after navigation start (layout and drawing {render_ms:.0f} ms), browser run {browser_ms} ms (start-up included); {png}: {status}")
 sys.exit(0 if not problems else 1)
 EOF
 }
