@@ -6,7 +6,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 debs=(cmake ninja-build g++ make clang libclang-rt-dev ccache pkg-config
       libcli11-dev nlohmann-json3-dev libfmt-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libopenblas-dev libedit-dev python3-venv python3-pip unzip tmux)
+      libopenblas-dev libedit-dev python3-venv python3-pip unzip tmux
+      libgraphviz-dev graphviz)
+# libgraphviz-dev: `tessera graph --format svg` lays out through libgvc (graphviz: the dot program and its layout
+# plugins' configuration). Chromium, which tests/tools/graph_html_check.sh drives, is ~350 MB and left out: the check
+# skips without it (apt-get install chromium to run it).
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

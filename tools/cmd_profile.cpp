@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -36,7 +37,7 @@ struct ProfileFlags {
   int64_t n_gen = 32;
   int threads = 0;
   std::string device = "cpu";
-  NglFlag ngl;  // -ngl: llama.cpp's spelling of the device
+  NglFlag ngl;           // -ngl: llama.cpp's spelling of the device
   BackendFlags backend;  // --cuda KEY=VALUE, --cpu-isa
   int64_t batch = 512;
   bool json = false;
@@ -45,6 +46,73 @@ struct ProfileFlags {
   int64_t ceiling_mib = 1024;
   CLI::Option* ceiling_mib_opt = nullptr;
   bool all_nodes = false;
+  std::string trace;  // --trace FILE: Chrome / Perfetto trace of the profiled run
+};
+
+// The profiled run as Chrome's Trace Event Format (chrome://tracing, ui.perfetto.dev): track 1 holds one slice per
+// step (prefill, each decode step) with its measured start and end; track 2 the executor's node sequence, one slice
+// per node and step named by its graph node. The backends time each node's duration, not its start, so a step's node
+// slices are laid end to end from the step's start, in graph order (the order the executor runs them); what the
+// executor spends between nodes shows as the gap before the next step. Times are microseconds from the prefill's start.
+class Trace {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit Trace(Clock::time_point origin) : origin_(origin) {}
+
+  // A step's slice on track 1, with its measured start and end.
+  void step(const std::string& label, Clock::time_point begin, Clock::time_point end, int64_t tokens) {
+    const double b = us(begin), e = us(end);
+    events_.push_back({{"name", label},
+                       {"cat", "step"},
+                       {"ph", "X"},
+                       {"ts", b},
+                       {"dur", std::max(0.0, e - b)},
+                       {"pid", 1},
+                       {"tid", 1},
+                       {"args", {{"tokens", tokens}}}});
+  }
+  // The nodes of graph `g` as one run of it took them (`ns` per node), on track 2 from `begin` or the end of the
+  // previous run, whichever is later.
+  void nodes(const std::string& label, Clock::time_point begin, const GraphView& g, const std::vector<double>& ns) {
+    cursor_ns_ = std::max(cursor_ns_, us(begin) * 1e3);
+    for (const GraphNode& n : g.nodes()) {
+      const double d = static_cast<size_t>(n.id) < ns.size() ? ns[static_cast<size_t>(n.id)] : 0.0;
+      events_.push_back(
+          {{"name", n.name},
+           {"cat", n.op_class},
+           {"ph", "X"},
+           {"ts", cursor_ns_ * 1e-3},
+           {"dur", d * 1e-3},
+           {"pid", 1},
+           {"tid", 2},
+           {"args", {{"op", n.op}, {"layer", n.layer}, {"step", label}, {"flops", n.flops}, {"bytes", n.bytes}}}});
+      cursor_ns_ += d;
+    }
+  }
+
+  void write(const std::string& path, const nlohmann::json& meta, const std::string& device, int threads) const {
+    nlohmann::json events = nlohmann::json::array();
+    const auto name = [&events](const char* what, int tid, const std::string& v) {
+      events.push_back({{"name", what}, {"ph", "M"}, {"pid", 1}, {"tid", tid}, {"args", {{"name", v}}}});
+    };
+    name("process_name", 0, "tessera profile (" + device + ")");
+    name("thread_name", 1, "steps");
+    name("thread_name", 2,
+         device == "cuda" ? "cuda stream: node sequence"
+                          : fmt::format("cpu executor: node sequence ({} threads per node)", threads));
+    for (const nlohmann::json& e : events_) events.push_back(e);
+    const nlohmann::json j = {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", meta}};
+    std::ofstream out(path, std::ios::binary);
+    const std::string text = j.dump(1);
+    if (!out || !out.write(text.data(), static_cast<std::streamsize>(text.size())))
+      throw Error(fmt::format("{}: cannot write the trace", path));
+  }
+
+ private:
+  double us(Clock::time_point t) const { return std::chrono::duration<double, std::micro>(t - origin_).count(); }
+  Clock::time_point origin_;
+  double cursor_ns_ = 0;  // end of the executor track's last slice
+  std::vector<nlohmann::json> events_;
 };
 
 // One node's totals over a phase (summed over prefill chunks or decode steps).
@@ -225,6 +293,9 @@ int run(ProfileFlags& f) {
   if (f.ceiling_mib < 1) throw Error(fmt::format("--ceiling-mib {} must be positive", f.ceiling_mib));
   if (f.prompt_tokens > 0 && !f.prompt.empty())
     throw Error("give the prompt as -p TEXT or --prompt-tokens N, not both");
+  // A trace that cannot be written fails before the run, not after it.
+  if (!f.trace.empty() && !std::ofstream(f.trace, std::ios::binary))
+    throw Error(fmt::format("{}: cannot write the trace", f.trace));
 
   // Synthetic models have no real vocabulary: they get random ids unless asked otherwise.
   const int64_t n_random = f.prompt_tokens > 0 ? f.prompt_tokens : (f.src.random_weights ? 128 : 0);
@@ -257,30 +328,56 @@ int run(ProfileFlags& f) {
   Phase pre{"prefill", n_prompt, {}, 0, {}};
   std::map<std::string, size_t> pre_index;
   auto t0 = std::chrono::steady_clock::now();
+  Trace trace(t0);
   next = argmax(session.eval(ids));
-  pre.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto pre_end = std::chrono::steady_clock::now();
+  pre.wall_s = std::chrono::duration<double>(pre_end - t0).count();
   // Snapshots: a chunk size's times accumulate over every plan run of that size, decode's (1) included.
   std::map<int64_t, std::vector<uint64_t>> after_prefill;
+  std::map<int64_t, int> chunks_of_size;
   for (int64_t done = 0; done < n_prompt;) {
     const int64_t chunk = std::min(session.n_batch(), n_prompt - done);
     pre.chunks.push_back(chunk);
+    chunks_of_size[chunk]++;
     if (!after_prefill.count(chunk)) after_prefill[chunk] = session.profile_ns(chunk);
     done += chunk;
   }
+  if (!f.trace.empty()) trace.step(fmt::format("prefill ({} tokens)", n_prompt), t0, pre_end, n_prompt);
   // Costs per chunk at its position; each chunk size's times are added once.
   std::set<int64_t> timed;
   for (int64_t done = 0, c = 0; done < n_prompt; done += pre.chunks[size_t(c)], ++c) {
     const int64_t chunk = pre.chunks[size_t(c)];
     const bool first = timed.insert(chunk).second;
-    accumulate(pre.nodes, pre_index, session.graph(chunk, done), first ? &after_prefill[chunk] : nullptr, 1.0);
+    const GraphView g = session.graph(chunk, done);
+    accumulate(pre.nodes, pre_index, g, first ? &after_prefill[chunk] : nullptr, 1.0);
+    if (!f.trace.empty()) {
+      // Chunks of one size share their accumulated times (the backend keeps one sum per size): each gets its share.
+      std::vector<double> ns;
+      for (uint64_t v : after_prefill[chunk]) ns.push_back(double(v) / chunks_of_size[chunk]);
+      trace.nodes(fmt::format("prefill chunk {} ({} tokens at {})", c, chunk, done), t0, g, ns);
+    }
   }
 
   Phase dec{"decode", f.n_gen, {}, 0, {}};
+  std::vector<uint64_t> step_prev;
+  if (!f.trace.empty()) step_prev = session.profile_ns(1);
+  const GraphView decode_graph = f.trace.empty() || f.n_gen == 0 ? GraphView() : session.graph(1, n_prompt);
   for (int64_t i = 0; i < f.n_gen; ++i) {
     t0 = std::chrono::steady_clock::now();
     std::span<const float> logits = session.decode(next);
-    dec.wall_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto t1 = std::chrono::steady_clock::now();
+    dec.wall_s += std::chrono::duration<double>(t1 - t0).count();
     next = argmax(logits);  // outside the timed region: sampling is not part of the graph
+    if (!f.trace.empty()) {
+      // This step's node times: the accumulated times' growth over the step (outside the timed region).
+      std::vector<uint64_t> now = session.profile_ns(1);
+      std::vector<double> ns(now.size(), 0.0);
+      for (size_t k = 0; k < now.size(); ++k) ns[k] = double(now[k] - (k < step_prev.size() ? step_prev[k] : 0));
+      const std::string label = fmt::format("decode {} (position {})", i, n_prompt + i);
+      trace.step(label, t0, t1, 1);
+      trace.nodes(label, t0, decode_graph, ns);
+      step_prev = std::move(now);
+    }
   }
   session.set_profiling(false);
   if (f.n_gen > 0) {
@@ -321,6 +418,17 @@ int run(ProfileFlags& f) {
                         {"prefill", phase_json(pre, lim)},
                         {"ceilings", lim.c ? ceilings_json(c) : nlohmann::json(nullptr)}};
   if (f.n_gen > 0) out["decode"] = phase_json(dec, lim);
+  if (!f.trace.empty()) {
+    trace.write(f.trace,
+                {{"model", model_label(model)},
+                 {"device", f.device},
+                 {"n_threads", session.n_threads()},
+                 {"prompt_tokens", n_prompt},
+                 {"decode_steps", f.n_gen},
+                 {"note", "node slices are laid end to end from each step's start (the backends time durations)"}},
+                f.device, session.n_threads());
+    fmt::print(stderr, "tessera: wrote the trace to {} (open it in ui.perfetto.dev or chrome://tracing)\n", f.trace);
+  }
   if (f.json) {
     fmt::print("{}\n", out.dump(2));
     return 0;
@@ -365,6 +473,9 @@ const int registered = register_command(
            app.add_option("--ceiling-mib", f->ceiling_mib,
                           "Buffer size of the bandwidth ceiling in MiB (default 1024); implies --limits");
        app.add_flag("--nodes", f->all_nodes, "List every node's time, not only the slowest");
+       app.add_option("--trace", f->trace,
+                      "Write the prefill and decode steps as a Chrome/Perfetto trace (JSON) to this file, one slice "
+                      "per graph node");
        return [f] { return run(*f); };
      }});
 

@@ -196,11 +196,17 @@ class Backend {
                                               std::shared_ptr<WeightStore> weights) const = 0;
   // Measured limits; Error when the backend has none to measure.
   virtual Ceilings measure_ceilings(const CeilingsRequest& request) const = 0;
+  // The builder's graph `g` as this backend's executors would run it (its graph passes, default options), for display
+  // (`tessera graph --device`); host code only, so it needs no device. T = 1: the decode executor's passes.
+  virtual graph::Graph rewrite_for_display(const graph::Graph& g) const { return g; }
 };
 
 // The backend named `name` ("cpu", "cuda"), ready to run. Error naming the backends there are when no backend has
 // that name, or saying in one sentence why it cannot run here (no GPU or driver, not built in).
 const Backend& get(std::string_view name);
+// The backend named `name` if it is compiled in, whether it can run here or not (nullptr otherwise): for what needs
+// no device, such as rewrite_for_display.
+const Backend* find_compiled(std::string_view name);
 // Names of the backends compiled in, whether usable here or not.
 std::vector<std::string> names();
 

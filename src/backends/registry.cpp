@@ -28,6 +28,12 @@ std::vector<std::string> names() {
   return out;
 }
 
+const Backend* find_compiled(std::string_view name) {
+  for (const Backend* b : all())
+    if (b->name() == name) return b;
+  return nullptr;
+}
+
 const Backend& get(std::string_view name) {
   for (const Backend* b : all())
     if (b->name() == name) {

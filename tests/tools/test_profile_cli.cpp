@@ -2,7 +2,11 @@
 // (within 10%), the op-class and matmul-role tables cover every node, the work matches `tessera graph`; text output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -97,12 +101,74 @@ TEST(ProfileCli, ChunkedPrefillAndText) {
     EXPECT_NE(out.find(s), std::string::npos) << s << "\n" << out;
 }
 
+// --trace: the Trace Event Format (chrome://tracing, Perfetto): "X" slices with ts/dur in µs, pid, tid, name and args;
+// one slice per step on track 1, one per graph node and step on track 2, named by the graph's nodes; slices on one
+// track never overlap.
+TEST(ProfileCli, TraceIsWellFormedAndNamedByTheGraph) {
+  TESSERA_REQUIRE_DEFAULT_MODEL(model);
+  const std::string path = ::testing::TempDir() + "tessera_profile_trace.json";
+  // 40 prompt tokens in chunks of 16: chunks of 16, 16 and 8 tokens, then 3 decode steps.
+  std::string out;
+  ASSERT_EQ(run_stdout("profile -m " + model + " --prompt-tokens 40 -b 16 -n 3 -t 2 --trace " + path, &out), 0) << out;
+  std::ifstream f(path);
+  const json j = json::parse(f);
+  ASSERT_TRUE(j["traceEvents"].is_array());
+  std::map<int64_t, size_t> graph_nodes;
+  std::set<std::string> names;
+  for (int64_t t : {16, 8, 1}) {
+    const json g = run_json("graph -m " + model + " --format json --tokens " + std::to_string(t));
+    graph_nodes[t] = g["nodes"].size();
+    for (const json& n : g["nodes"]) names.insert(n["name"].get<std::string>());
+  }
+  std::map<int64_t, std::vector<std::pair<double, double>>> tracks;  // tid -> (ts, end)
+  std::map<std::string, size_t> per_step;
+  std::set<std::string> steps;
+  std::set<int64_t> named_threads;
+  for (const json& e : j["traceEvents"]) {
+    ASSERT_TRUE(e.contains("ph") && e.contains("pid") && e.contains("tid") && e.contains("name")) << e.dump();
+    if (e["ph"] == "M") {
+      if (e["name"] == "thread_name") named_threads.insert(e["tid"].get<int64_t>());
+      continue;
+    }
+    ASSERT_EQ(e["ph"], "X") << e.dump();
+    ASSERT_TRUE(e["ts"].is_number() && e["dur"].is_number() && e["args"].is_object()) << e.dump();
+    const double ts = e["ts"].get<double>(), dur = e["dur"].get<double>();
+    EXPECT_GE(ts, 0);
+    EXPECT_GE(dur, 0);
+    const int64_t tid = e["tid"].get<int64_t>();
+    tracks[tid].push_back({ts, ts + dur});
+    if (tid == 1) {
+      steps.insert(e["name"].get<std::string>());
+    } else {
+      ASSERT_EQ(tid, 2);
+      EXPECT_TRUE(names.count(e["name"].get<std::string>())) << e["name"];
+      per_step[e["args"]["step"].get<std::string>()]++;
+    }
+  }
+  EXPECT_EQ(named_threads, (std::set<int64_t>{1, 2}));
+  EXPECT_EQ(steps, (std::set<std::string>{"prefill (40 tokens)", "decode 0 (position 40)", "decode 1 (position 41)",
+                                          "decode 2 (position 42)"}));
+  EXPECT_EQ(per_step.size(), 6u);  // three prefill chunks and three decode steps
+  EXPECT_EQ(per_step["prefill chunk 0 (16 tokens at 0)"], graph_nodes[16]);
+  EXPECT_EQ(per_step["prefill chunk 2 (8 tokens at 32)"], graph_nodes[8]);
+  EXPECT_EQ(per_step["decode 2 (position 42)"], graph_nodes[1]);
+  for (auto& [tid, v] : tracks) {
+    std::sort(v.begin(), v.end());
+    for (size_t i = 1; i < v.size(); ++i)
+      ASSERT_LE(v[i - 1].second, v[i].first + 1e-3)
+          << "track " << tid << ": slice " << i << " overlaps its predecessor";
+  }
+  std::remove(path.c_str());
+}
+
 TEST(ProfileCli, BadFlags) {
   for (const std::string& args : {std::string("profile --device cuda"), std::string("profile -n -1"),
-                                  std::string("profile -p hi --prompt-tokens 4"), std::string("profile -b 0")}) {
+                                  std::string("profile -p hi --prompt-tokens 4"), std::string("profile -b 0"),
+                                  std::string("profile -n 1 --trace /nonexistent/dir/t.json")}) {
     std::string out;
     EXPECT_EQ(run_command(cli_path() + " " + args, &out), 1) << args << "\n" << out;
     EXPECT_EQ(out.rfind("tessera: error: ", 0), 0u) << args << "\n" << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << args << "\n" << out;
   }
 }
 

@@ -146,6 +146,13 @@ class CudaBackendEntry : public backend::Backend {
  public:
   std::string_view name() const override { return "cuda"; }
   bool available(std::string* why) const override { return cuda_available(why); }
+  // The passes the executors run (decoder for one token, rows executor otherwise) with the options' defaults; their
+  // FusionSupport reads weight formats and launch shapes on the host only, so no GPU is needed.
+  graph::Graph rewrite_for_display(const graph::Graph& g) const override {
+    const CudaOptions& o = cuda_options();
+    return g.n_tokens() == 1 ? graph::run_passes(g, decoder_fusion_support(o.fuse, o.fold_norm, o.fold_swiglu))
+                             : graph::run_passes(g, rows_fusion_support(o.fuse, o.merge_gate_up));
+  }
   backend::Capabilities capabilities() const override {
     backend::Capabilities c;
     c.device_argmax = c.device_sampling = c.chained_greedy = c.batched_decode = c.device_scores = true;
