@@ -196,10 +196,13 @@ TEST(GraphCli, DeviceCudaShowsFusedNodesOrSaysWhy) {
     return;
   }
   int fused = 0;
-  for (const auto& n : json::parse(out)["nodes"]) fused += n.contains("fused_from");
-  EXPECT_GT(fused, 30);
+  // The parsed document must outlive the loop (a range-for over a member of a temporary dangles before C++23).
+  const json cuda = json::parse(out);
+  for (const auto& n : cuda["nodes"]) fused += n.contains("fused_from");
+  EXPECT_GT(fused, 30) << out.substr(0, 400);
   ASSERT_EQ(run_stdout("graph -m " + model + " --format json --device cpu", &out), 0);
-  for (const auto& n : json::parse(out)["nodes"]) EXPECT_FALSE(n.contains("fused_from"));
+  const json cpu = json::parse(out);
+  for (const auto& n : cpu["nodes"]) EXPECT_FALSE(n.contains("fused_from"));
 }
 
 TEST(GraphCli, HtmlRendersInHeadlessBrowser) {
