@@ -65,7 +65,9 @@ constexpr Mix kMixes[] = {
     {"q4_1", FT_Q4_1, DType::Q4_1, "5 bits per weight, scale and minimum per 32; output q6_K"},
     {"q5_0", FT_Q5_0, DType::Q5_0, "5.5 bits per weight, scale per 32; output q6_K"},
     {"q5_1", FT_Q5_1, DType::Q5_1, "6 bits per weight, scale and minimum per 32; output q6_K"},
-    {"iq4_nl", FT_IQ4_NL, DType::IQ4_NL, "4.5 bits per weight, non-linear levels per 32; output q6_K"},
+    {"iq4_nl", FT_IQ4_NL, DType::IQ4_NL,
+     "4.5 bits per weight, non-linear levels per 32; ffn_down of the first 1/8 of the layers (and attn_v with 4+ "
+     "query heads per kv head) q5_K; output q6_K"},
     {"q4_K_M", FT_Q4_K_M, DType::Q4_K, "q4_K; attn_v and ffn_down of about half the layers q6_K; output q6_K"},
     {"q5_K_M", FT_Q5_K_M, DType::Q5_K, "q5_K; attn_v and ffn_down of about half the layers q6_K; output q6_K"},
     {"q6_K", FT_Q6_K, DType::Q6_K, "6.56 bits per weight, super-blocks of 256"},
@@ -86,7 +88,7 @@ const Mix& find_mix(const std::string& type) {
   if (t == "q4_k") t = "q4_k_m";  // llama-quantize's aliases
   if (t == "q5_k") t = "q5_k_m";
   for (const Mix& m : kMixes)
-    if (lower(m.name) == t) return m;
+    if (lower(m.name) == t || t == std::to_string(m.ftype)) return m;  // llama-quantize also takes the ftype number
   std::string names;
   for (const Mix& m : kMixes) names += std::string(names.empty() ? "" : ", ") + m.name;
   fail("unknown quantization type '{}' (types: {})", type, names);

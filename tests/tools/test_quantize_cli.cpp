@@ -108,6 +108,8 @@ TEST(QuantizeApi, ThreadCountDoesNotChangeTheFile) {
   quantize_model(qdata("tiny-f16.gguf"), a, {.type = "q4_K_M", .n_threads = 1});
   quantize_model(qdata("tiny-f16.gguf"), b, {.type = "Q4_K", .n_threads = 3});  // alias, any case
   EXPECT_EQ(read_bytes(a), read_bytes(b));
+  quantize_model(qdata("tiny-f16.gguf"), b, {.type = "15"});  // LLAMA_FTYPE_MOSTLY_Q4_K_M
+  EXPECT_EQ(read_bytes(a), read_bytes(b));
 }
 
 TEST(QuantizeApi, ProgressAndWarnings) {
@@ -187,7 +189,8 @@ TEST(QuantizeCli, HelpExplainsEveryFlagAndType) {
 TEST(QuantizeCli, WritesTheGoldenFileWithProgress) {
   int rc = 0;
   const std::string out_path = temp_path("cli.gguf");
-  const std::string out = cli("-t 2 " + qdata("tiny-f16.gguf") + " " + out_path + " q6_K", &rc);
+  // llama-quantize's argument order, thread count last.
+  const std::string out = cli(qdata("tiny-f16.gguf") + " " + out_path + " Q6_K 2", &rc);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("[  74/  74]"), std::string::npos) << out;
   EXPECT_NE(out.find("warning: blk.3.attn_v.weight"), std::string::npos) << out;
