@@ -514,6 +514,10 @@ Input open_hf(const std::string& path, const std::function<void(const std::strin
     s.vector_f32 = s.shape.size() == 1;
     if (name.ends_with("attn_q.weight") || name.ends_with("attn_q.bias")) s.permute_heads = c.n_head;
     if (name.ends_with("attn_k.weight") || name.ends_with("attn_k.bias")) s.permute_heads = c.n_head_kv;
+    if (s.permute_heads > 0 && s.shape[0] % (2 * s.permute_heads) != 0) {
+      fail("{}: tensor '{}' has {} rows, not a whole number of pairs for {} heads", path, t.name, s.shape[0],
+           s.permute_heads);
+    }
     in.tensors.push_back(std::move(s));
   }
   if (!in.rope_freqs.empty()) {
