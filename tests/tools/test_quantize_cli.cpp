@@ -49,11 +49,18 @@ std::string fnv1a64(const uint8_t* p, size_t n) {
   return buf;
 }
 
-// A fresh path under the test's temporary folder.
+// A path under this process's temporary folder, removed when the process ends.
 std::string temp_path(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("tessera_quantize_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / name).string();
+  struct Dir {
+    fs::path path = fs::temp_directory_path() / ("tessera_quantize_test_" + std::to_string(::getpid()));
+    Dir() { fs::create_directories(path); }
+    ~Dir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static const Dir dir;
+  return (dir.path / name).string();
 }
 
 // "name type bytes fnv" per tensor of a file, as the golden lists them.
