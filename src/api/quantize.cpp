@@ -609,8 +609,10 @@ QuantizeResult quantize_model(const std::string& input, const std::string& outpu
     return a.layer != b.layer ? a.layer < b.layer : a.name < b.name;
   });
 
+  // Warnings wait until every tensor has passed its checks, so a refused input prints its one error line only.
+  std::vector<std::string> warnings;
   TypeChooser chooser{mix, in.hp};
-  chooser.warn = o.on_warning;
+  chooser.warn = [&warnings](const std::string& w) { warnings.push_back(w); };
   for (const Source& s : in.tensors) {
     if (is_attn_v_like(category_of(s.name))) ++chooser.n_attention_wv;
     if (category_of(s.name) == Category::OUTPUT) chooser.tied = false;
@@ -638,8 +640,8 @@ QuantizeResult quantize_model(const std::string& input, const std::string& outpu
       TESSERA_CHECK(can_dequantize(s.dtype), "tensor '{}' is {}, which Tessera cannot dequantize yet", s.name,
                     ggml_name(s.dtype));
       ++result.n_requantized;
-      if (!warned_requantize && o.on_warning) {
-        o.on_warning(
+      if (!warned_requantize) {
+        warnings.push_back(
             fmt::format("requantizing already quantized tensors (first: {} in {}): the result is worse than "
                         "quantizing the f16/f32 original",
                         s.name, ggml_name(s.dtype)));
@@ -650,6 +652,8 @@ QuantizeResult quantize_model(const std::string& input, const std::string& outpu
     }
   }
   result.n_fallback = chooser.n_fallback;
+  if (o.on_warning)
+    for (const std::string& w : warnings) o.on_warning(w);
 
   gguf::Writer w;
   for (const gguf::KeyValue& kv : in.metadata) {

@@ -235,6 +235,17 @@ TEST(QuantizeCli, BadInputIsOneErrorLine) {
   EXPECT_NE(out.find("tessera: error:"), std::string::npos) << out;
 }
 
+// In the default model (Q4_1, width 576) blk.0.attn_k falls back from q4_K before the first requantized tensor is met:
+// its warning must not precede the error.
+TEST(QuantizeCli, RefusedRequantizeOfTheDefaultModelIsOneLine) {
+  TESSERA_REQUIRE_DEFAULT_MODEL(model);
+  int rc = 0;
+  const std::string out = cli(model + " " + temp_path("d.gguf") + " q4_K_M", &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_EQ(out.rfind("tessera: error: ", 0), 0u) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+}
+
 TEST(QuantizeCli, RequantizeWarns) {
   int rc = 0;
   const std::string out =
