@@ -34,7 +34,8 @@ std::string shape_text(const std::vector<int64_t>& s) {
 }
 
 std::string types_footer() {
-  std::string out = "Types (TYPE, case-insensitive; q4_K means q4_K_M, q5_K q5_K_M):\n";
+  std::string out =
+      "Types (TYPE, case-insensitive; q4_K means q4_K_M, q5_K q5_K_M; llama.cpp's file type numbers work too):\n";
   for (const QuantizeType& t : quantize_types()) out += fmt::format("  {:<8} {}\n", t.name, t.description);
   out +=
       "\nTensor types follow llama-quantize's rules for the type (output and token_embd q6_K or q8_0, the _M mixes' "
@@ -78,6 +79,7 @@ const int registered = register_command(
            ->required();
        app.add_option("output", f->output, "GGUF file to write (replaced atomically when it exists)")->required();
        app.add_option("type", f->type, "Quantization type, e.g. q4_K_M, q8_0 (listed below)")->required();
+       app.add_option("nthreads", f->n_threads, "Threads, as llama-quantize's optional last argument (the same as -t)");
        app.add_option("-t,--threads", f->n_threads, "Threads (default: one per hardware thread)");
        app.add_flag("--allow-requantize", f->allow_requantize,
                     "Also quantize tensors that are already quantized (dequantized first; warns: the result is worse "

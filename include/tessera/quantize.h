@@ -38,7 +38,9 @@ struct QuantizeTensorInfo {
 };
 
 struct QuantizeOptions {
-  std::string type;               // a name of quantize_types() (case-insensitive; "q4_K" means q4_K_M, "q5_K" q5_K_M)
+  // A name of quantize_types() (case-insensitive; "q4_K" means q4_K_M, "q5_K" q5_K_M) or its llama.cpp LLAMA_FTYPE
+  // number ("15" is q4_K_M), as llama-quantize accepts.
+  std::string type;
   int n_threads = 0;              // <= 0: one per hardware thread
   bool allow_requantize = false;  // quantize tensors that are already quantized (dequantized first; loses quality)
   std::function<void(const QuantizeTensorInfo&)> on_tensor;  // progress: called once per tensor, in file order

@@ -65,7 +65,9 @@ constexpr Mix kMixes[] = {
     {"q4_1", FT_Q4_1, DType::Q4_1, "5 bits per weight, scale and minimum per 32; output q6_K"},
     {"q5_0", FT_Q5_0, DType::Q5_0, "5.5 bits per weight, scale per 32; output q6_K"},
     {"q5_1", FT_Q5_1, DType::Q5_1, "6 bits per weight, scale and minimum per 32; output q6_K"},
-    {"iq4_nl", FT_IQ4_NL, DType::IQ4_NL, "4.5 bits per weight, non-linear levels per 32; output q6_K"},
+    {"iq4_nl", FT_IQ4_NL, DType::IQ4_NL,
+     "4.5 bits per weight, non-linear levels per 32; ffn_down of the first 1/8 of the layers (and attn_v with 4+ "
+     "query heads per kv head) q5_K; output q6_K"},
     {"q4_K_M", FT_Q4_K_M, DType::Q4_K, "q4_K; attn_v and ffn_down of about half the layers q6_K; output q6_K"},
     {"q5_K_M", FT_Q5_K_M, DType::Q5_K, "q5_K; attn_v and ffn_down of about half the layers q6_K; output q6_K"},
     {"q6_K", FT_Q6_K, DType::Q6_K, "6.56 bits per weight, super-blocks of 256"},
@@ -86,7 +88,7 @@ const Mix& find_mix(const std::string& type) {
   if (t == "q4_k") t = "q4_k_m";  // llama-quantize's aliases
   if (t == "q5_k") t = "q5_k_m";
   for (const Mix& m : kMixes)
-    if (lower(m.name) == t) return m;
+    if (lower(m.name) == t || t == std::to_string(m.ftype)) return m;  // llama-quantize also takes the ftype number
   std::string names;
   for (const Mix& m : kMixes) names += std::string(names.empty() ? "" : ", ") + m.name;
   fail("unknown quantization type '{}' (types: {})", type, names);
@@ -512,6 +514,10 @@ Input open_hf(const std::string& path, const std::function<void(const std::strin
     s.vector_f32 = s.shape.size() == 1;
     if (name.ends_with("attn_q.weight") || name.ends_with("attn_q.bias")) s.permute_heads = c.n_head;
     if (name.ends_with("attn_k.weight") || name.ends_with("attn_k.bias")) s.permute_heads = c.n_head_kv;
+    if (s.permute_heads > 0 && s.shape[0] % (2 * s.permute_heads) != 0) {
+      fail("{}: tensor '{}' has {} rows, not a whole number of pairs for {} heads", path, t.name, s.shape[0],
+           s.permute_heads);
+    }
     in.tensors.push_back(std::move(s));
   }
   if (!in.rope_freqs.empty()) {
@@ -603,8 +609,10 @@ QuantizeResult quantize_model(const std::string& input, const std::string& outpu
     return a.layer != b.layer ? a.layer < b.layer : a.name < b.name;
   });
 
+  // Warnings wait until every tensor has passed its checks, so a refused input prints its one error line only.
+  std::vector<std::string> warnings;
   TypeChooser chooser{mix, in.hp};
-  chooser.warn = o.on_warning;
+  chooser.warn = [&warnings](const std::string& w) { warnings.push_back(w); };
   for (const Source& s : in.tensors) {
     if (is_attn_v_like(category_of(s.name))) ++chooser.n_attention_wv;
     if (category_of(s.name) == Category::OUTPUT) chooser.tied = false;
@@ -632,8 +640,8 @@ QuantizeResult quantize_model(const std::string& input, const std::string& outpu
       TESSERA_CHECK(can_dequantize(s.dtype), "tensor '{}' is {}, which Tessera cannot dequantize yet", s.name,
                     ggml_name(s.dtype));
       ++result.n_requantized;
-      if (!warned_requantize && o.on_warning) {
-        o.on_warning(
+      if (!warned_requantize) {
+        warnings.push_back(
             fmt::format("requantizing already quantized tensors (first: {} in {}): the result is worse than "
                         "quantizing the f16/f32 original",
                         s.name, ggml_name(s.dtype)));
@@ -644,6 +652,8 @@ QuantizeResult quantize_model(const std::string& input, const std::string& outpu
     }
   }
   result.n_fallback = chooser.n_fallback;
+  if (o.on_warning)
+    for (const std::string& w : warnings) o.on_warning(w);
 
   gguf::Writer w;
   for (const gguf::KeyValue& kv : in.metadata) {

@@ -160,8 +160,11 @@ void q8_0(const float* x, void* y, int64_t n) {
 // Fits x [n] ≈ scale * L + min with L in 0..nmax and min <= 0, minimizing the weighted squared error: a first guess
 // from the extremes, then nstep + 1 candidate scales (rmin + rdelta * is + nmax steps over the range), each refit by
 // weighted least squares for both scale and min. Returns the scale; *the_min = -min.
-float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min, uint8_t* Laux,
-                       float rmin, float rdelta, int nstep) {
+// The pointers are __restrict, as GGML's: stores through the uint8_t/int8_t code arrays may otherwise alias the
+// floats and keep the compiler from vectorizing the per-element work.
+float make_qkx2_quants(int n, int nmax, const float* __restrict x, const float* __restrict weights,
+                       uint8_t* __restrict L, float* __restrict the_min, uint8_t* __restrict Laux, float rmin,
+                       float rdelta, int nstep) {
   float min = x[0], max = x[0];
   float sum_w = weights[0];
   float sum_x = sum_w * x[0];
@@ -228,7 +231,7 @@ float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, ui
 
 // Symmetric fit x [n] ≈ scale * (L - nmax), L in 0..2*nmax-1, weights x^2 (GGML's rmse_type 1): the extreme maps to
 // -nmax, then 18 nearby scales (nmax ± 0.1 * is) are tried and the best least-squares one kept.
-float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
+float make_qx_quants(int n, int nmax, const float* __restrict x, int8_t* __restrict L) {
   float max = 0, amax = 0;
   for (int i = 0; i < n; ++i) {
     const float ax = std::fabs(x[i]);

@@ -49,11 +49,18 @@ std::string fnv1a64(const uint8_t* p, size_t n) {
   return buf;
 }
 
-// A fresh path under the test's temporary folder.
+// A path under this process's temporary folder, removed when the process ends.
 std::string temp_path(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("tessera_quantize_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / name).string();
+  struct Dir {
+    fs::path path = fs::temp_directory_path() / ("tessera_quantize_test_" + std::to_string(::getpid()));
+    Dir() { fs::create_directories(path); }
+    ~Dir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static const Dir dir;
+  return (dir.path / name).string();
 }
 
 // "name type bytes fnv" per tensor of a file, as the golden lists them.
@@ -107,6 +114,8 @@ TEST(QuantizeApi, ThreadCountDoesNotChangeTheFile) {
   const std::string a = temp_path("t1.gguf"), b = temp_path("t3.gguf");
   quantize_model(qdata("tiny-f16.gguf"), a, {.type = "q4_K_M", .n_threads = 1});
   quantize_model(qdata("tiny-f16.gguf"), b, {.type = "Q4_K", .n_threads = 3});  // alias, any case
+  EXPECT_EQ(read_bytes(a), read_bytes(b));
+  quantize_model(qdata("tiny-f16.gguf"), b, {.type = "15"});  // LLAMA_FTYPE_MOSTLY_Q4_K_M
   EXPECT_EQ(read_bytes(a), read_bytes(b));
 }
 
@@ -187,7 +196,8 @@ TEST(QuantizeCli, HelpExplainsEveryFlagAndType) {
 TEST(QuantizeCli, WritesTheGoldenFileWithProgress) {
   int rc = 0;
   const std::string out_path = temp_path("cli.gguf");
-  const std::string out = cli("-t 2 " + qdata("tiny-f16.gguf") + " " + out_path + " q6_K", &rc);
+  // llama-quantize's argument order, thread count last.
+  const std::string out = cli(qdata("tiny-f16.gguf") + " " + out_path + " Q6_K 2", &rc);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("[  74/  74]"), std::string::npos) << out;
   EXPECT_NE(out.find("warning: blk.3.attn_v.weight"), std::string::npos) << out;
@@ -223,6 +233,17 @@ TEST(QuantizeCli, BadInputIsOneErrorLine) {
   const std::string out = cli(in, &rc);  // missing OUTPUT and TYPE: a usage error
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("tessera: error:"), std::string::npos) << out;
+}
+
+// In the default model (Q4_1, width 576) blk.0.attn_k falls back from q4_K before the first requantized tensor is met:
+// its warning must not precede the error.
+TEST(QuantizeCli, RefusedRequantizeOfTheDefaultModelIsOneLine) {
+  TESSERA_REQUIRE_DEFAULT_MODEL(model);
+  int rc = 0;
+  const std::string out = cli(model + " " + temp_path("d.gguf") + " q4_K_M", &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_EQ(out.rfind("tessera: error: ", 0), 0u) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
 }
 
 TEST(QuantizeCli, RequantizeWarns) {
