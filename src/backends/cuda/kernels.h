@@ -62,7 +62,7 @@ struct DeviceWeight {
 const FormatSupport& weight_formats();
 // A format the kernels read as it is: weight_formats().is_native(dtype).
 bool gemv_supports(DType dtype);
-// A native quantized format (GemvLayout::SPLIT_Q, 8-bit activations): q8_0, q4_0, q4_1.
+// A native quantized format (GemvLayout::SPLIT_Q, 8-bit activations): q8_0, q4_0, q4_1, q4_K, q6_K.
 bool gemv_quantized(DType dtype);
 // The format a weight of `dtype` has on the device: dtype itself when native, else bf16. Error when Tessera cannot
 // read dtype at all (the text lists what the GPU reads).
@@ -136,13 +136,21 @@ struct GemvConfig {
 };
 const std::vector<GemvConfig>& gemv_configs();
 GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k);
+// Whether launch shape c (one of gemv_configs()) has a GEMV kernel for weights of dtype: every shape for the float
+// formats, q8_0, q4_0, q4_1 and q4_K; rows * unroll <= 4 for q6_K (its larger shapes spill registers). gemv fails
+// for the others.
+bool gemv_config_supported(DType dtype, const GemvConfig& c);
 // Whether quantized GEMVs of launch shape c have the norm_out epilogue (GemvInput::norm_out_*): as warp groups, two or
 // four rows per warp with at most two loads in flight; as clusters (norm_out_clusters), two or four rows per block (a
 // cluster of 16 or 8 blocks covers 32 rows) and only the shapes gemv_default_config picks for the residual
 // projections (each is one more kernel per weight format to compile). No prefetch either way.
 bool gemv_norm_out_supported(const GemvConfig& c, bool clusters);
+// The same for weights of dtype: the K-quants' warp groups exist only as blocks of <= 256 threads (four rows per warp).
+bool gemv_norm_out_supported(const GemvConfig& c, bool clusters, DType dtype);
 // Whether launch shape c has the warp-group form of the quantized SwiGLU epilogue (GemvInput::swiglu_groups).
 bool gemv_swiglu_groups_supported(const GemvConfig& c);
+// The same for weights of dtype (the K-quants have no warp-group SwiGLU: its blocks of 512 or 1,024 threads spill).
+bool gemv_swiglu_groups_supported(const GemvConfig& c, DType dtype);
 // The launch shape of a GEMV with the norm_out epilogue (its CudaOptions::gemv_shapes override where one is given).
 GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k, bool clusters);
 

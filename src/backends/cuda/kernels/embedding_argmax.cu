@@ -7,6 +7,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/kernels/common.cuh"
+#include "quant/format_traits.h"
 
 namespace tessera::cuda {
 namespace detail {
@@ -15,16 +16,42 @@ namespace {
 constexpr int kEmbThreads = 256;
 constexpr int kArgmaxThreads = 512;
 
-// Element i of row `row` of a table in its GemvLayout.
+// Element i of row `row` of a table of n_rows rows in its GemvLayout.
 template <DType D>
 __device__ __forceinline__ float table_value(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
-                                             size_t row, int k, int i) {
+                                             int n_rows, size_t row, int k, int i) {
   if constexpr (D == DType::F32) {
     return reinterpret_cast<const float*>(quants)[row * k + i];
   } else if constexpr (D == DType::F16) {
     return __half2float(reinterpret_cast<const __half*>(quants)[row * k + i]);
   } else if constexpr (D == DType::BF16) {
     return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(quants)[row * k + i]);
+  } else if constexpr (D == DType::Q4_K) {
+    // The super-block's 16-byte head (d, dmin, packed scales) and its 128 nibble bytes (split_layout.h), decoded with
+    // the format's own helper: w = d * sc * q - dmin * m, as Format<Q4_K>::dequantize forms it.
+    const size_t sb = row * (k / kQKK) + i / kQKK;
+    const int e = i % kQKK, j = e / kQ, l = e % kQ;
+    const uint8_t* head = scales + sb * 16;
+    const uint8_t byte = quants[sb * 128 + 32 * (j / 2) + l];
+    const int q = (j & 1) ? (byte >> 4) : (byte & 0xF);
+    int sc, m;
+    format_detail::q4_k_scale_min(j, head + 4, &sc, &m);
+    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(head));
+    return dm.x * static_cast<float>(sc) * static_cast<float>(q) - dm.y * static_cast<float>(m);
+  } else if constexpr (D == DType::Q6_K) {
+    // ql|qh (192 bytes), the 16 int8 scales and, after every block's scales, fp16 d (split_layout.h): w = d * sc *
+    // (q - 32), with q read as format_detail::q6_k_code reads it and the products in Format<Q6_K>::dequantize's order.
+    const size_t nsb = static_cast<size_t>(n_rows) * (k / kQKK);
+    const size_t sb = row * (k / kQKK) + i / kQKK;
+    const int e = i % kQKK;
+    const uint8_t* q = quants + sb * 192;
+    const int half = e / 128, r = e % 128, group = r / 32, l = r % 32;
+    const uint8_t ql = q[64 * half + l + (group & 1) * 32];
+    const uint8_t qh = q[128 + 32 * half + l];
+    const int code = (group < 2 ? (ql & 0xF) : (ql >> 4)) | (((qh >> (2 * group)) & 3) << 4);
+    const float d = __half2float(reinterpret_cast<const __half*>(scales + nsb * 16)[sb]);
+    const int8_t sc = static_cast<int8_t>(scales[sb * 16 + e / 16]);
+    return (d * static_cast<float>(sc)) * static_cast<float>(code - 32);
   } else {
     const size_t b = row * (k / kQ) + i / kQ;  // block index over the whole table
     const int j = i % kQ;
@@ -59,7 +86,7 @@ __global__ void __launch_bounds__(kEmbThreads)
     o[i] = __int_as_float(0x7fc00000);  // NaN: a bad id must not read outside the table, and must show
     return;
   }
-  o[i] = table_value<D>(quants, scales, static_cast<size_t>(id), k, i);
+  o[i] = table_value<D>(quants, scales, n_vocab, static_cast<size_t>(id), k, i);
 }
 
 // A (value, index) key whose unsigned order is "larger value, then smaller index": the float's bits made monotonic
@@ -148,7 +175,7 @@ __global__ void __launch_bounds__(kArgmaxThreads)
     __syncthreads();
     const int32_t id = s_id;
     for (int i = threadIdx.x; i < emb.k; i += kArgmaxThreads)
-      emb.out[i] = id >= 0 && id < emb.n ? table_value<D>(emb.quants, emb.scales, static_cast<size_t>(id), emb.k, i)
+      emb.out[i] = id >= 0 && id < emb.n ? table_value<D>(emb.quants, emb.scales, emb.n, static_cast<size_t>(id), emb.k, i)
                                          : __int_as_float(0x7fc00000);
   }
 }
@@ -187,6 +214,10 @@ auto by_table_dtype(DType d, Pick pick) {
       return pick(std::integral_constant<DType, DType::Q4_0>{});
     case DType::Q4_1:
       return pick(std::integral_constant<DType, DType::Q4_1>{});
+    case DType::Q4_K:
+      return pick(std::integral_constant<DType, DType::Q4_K>{});
+    case DType::Q6_K:
+      return pick(std::integral_constant<DType, DType::Q6_K>{});
     default:
       return pick(std::integral_constant<DType, DType::F32>{});
   }
