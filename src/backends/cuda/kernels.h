@@ -38,13 +38,16 @@ bool pdl_enabled();
 
 enum class GemvLayout : uint8_t {
   ROWS = 0,  // f32/f16/bf16: the file's row-major [N, K] values
-  SPLIT_Q,   // q8_0/q4_0/q4_1: quants and scales in two arrays (below), so quants load as aligned 16-byte vectors
+  SPLIT_Q,   // quantized formats: quants and scales in two arrays (below), so quants load as aligned 16-byte vectors
 };
 
-// A weight matrix on the device in the layout the GEMV kernels read. GGUF's 18/20/34-byte blocks are not 16-byte
-// aligned, so upload splits them: quants [N, K] int8 (q8_0) or [N, K/2] nibble bytes (q4_0, q4_1; each 16-byte group
-// keeps GGUF's order: low nibbles are elements 0..15 of the block, high nibbles 16..31) and scales [N, K/32] fp16 d
-// (q8_0, q4_0) or [N, K/32] (fp16 d, fp16 m) pairs (q4_1). Same bytes as the file, no padding.
+// A weight matrix on the device in the layout the GEMV kernels read. GGUF's 18/20/34/144/210-byte blocks are not all
+// 16-byte aligned, so upload splits them (split_layout.h says which bytes go where): quants [N, K] int8 (q8_0) or
+// [N, K/2] nibble bytes (q4_0, q4_1; each 16-byte group keeps GGUF's order: low nibbles are elements 0..15 of the
+// block, high nibbles 16..31) and scales [N, K/32] fp16 d (q8_0, q4_0) or [N, K/32] (fp16 d, fp16 m) pairs (q4_1);
+// q4_K: quants [N, K/256, 128] (its qs) and scales [N, K/256, 16] (d, dmin, packed 6-bit scales and mins); q6_K:
+// quants [N, K/256, 192] (ql then qh) and scales [N, K/256, 16] (int8) followed by the tail [N, K/256] fp16 d. Same
+// bytes as the file, no padding.
 struct DeviceWeight {
   DType dtype = DType::F32;
   int64_t n = 0;  // output features (rows of W)
@@ -57,8 +60,9 @@ struct DeviceWeight {
 };
 
 // The CUDA weight-format table (quant/format_support.h): the formats the kernels read (f32, f16, bf16, q8_0, q4_0,
-// q4_1) and bf16, which every other format Tessera reads is converted to on the host before upload (the executors'
-// weight store does it once per weight, with one notice per format; every model the CPU runs also runs here).
+// q4_1, q4_K, q6_K) and bf16, which every other format Tessera reads is converted to on the host before upload (the
+// executors' weight store does it once per weight, with one notice per format; every model the CPU runs also runs
+// here).
 const FormatSupport& weight_formats();
 // A format the kernels read as it is: weight_formats().is_native(dtype).
 bool gemv_supports(DType dtype);
@@ -72,7 +76,8 @@ DType device_weight_dtype(DType dtype);
 std::vector<uint8_t> convert_for_device(DType dtype, const void* host, int64_t n, int64_t k);
 
 // Uploads host W [n, k] (dtype, row-major, GGUF block layout) and repacks it. Fails on an unsupported dtype, on
-// k % 8 != 0 (float formats: rows must start 16-byte aligned) or k % 32 != 0 (quantized), or on n, k outside int32.
+// k % 8 != 0 (float formats: rows must start 16-byte aligned) or k not a multiple of the block (quantized: 32, or 256
+// for the K-quants), or on n, k outside int32.
 DeviceWeight upload_weight(DType dtype, const void* host, int64_t n, int64_t k);
 
 // ---------------------------------------------------------------------------------------------------------------------

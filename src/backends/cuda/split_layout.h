@@ -45,8 +45,7 @@ struct SplitLayout<DType::Q4_1> {
 // super-block, and the 128 bytes of nibbles.
 template <>
 struct SplitLayout<DType::Q4_K> {
-  static constexpr int kQuantOff = 16, kQuantBytes = 128, kScaleOff = 0, kScaleBytes = 16, kTailOff = 0,
-                       kTailBytes = 0;
+  static constexpr int kQuantOff = 16, kQuantBytes = 128, kScaleOff = 0, kScaleBytes = 16, kTailOff = 0, kTailBytes = 0;
 };
 // q6_K: ql (128) and qh (64) as 192 bytes of quants, the 16 int8 sub-block scales, and fp16 d in the tail (210 bytes
 // have no 16-byte split without a third array; the tail is that array, in the scales buffer).

@@ -175,8 +175,9 @@ __global__ void __launch_bounds__(kArgmaxThreads)
     __syncthreads();
     const int32_t id = s_id;
     for (int i = threadIdx.x; i < emb.k; i += kArgmaxThreads)
-      emb.out[i] = id >= 0 && id < emb.n ? table_value<D>(emb.quants, emb.scales, emb.n, static_cast<size_t>(id), emb.k, i)
-                                         : __int_as_float(0x7fc00000);
+      emb.out[i] = id >= 0 && id < emb.n
+                       ? table_value<D>(emb.quants, emb.scales, emb.n, static_cast<size_t>(id), emb.k, i)
+                       : __int_as_float(0x7fc00000);
   }
 }
 

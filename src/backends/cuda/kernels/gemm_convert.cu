@@ -102,9 +102,9 @@ int blocks_for(int64_t n) { return static_cast<int>((n + kThreads - 1) / kThread
 template <DType D>
 void launch_dequant_traits(const DeviceWeight& w, uint4* out, cudaStream_t stream) {
   const int64_t blocks = w.n * (w.k / Format<D>::kBlockSize);
-  dequant_bf16_traits_kernel<D><<<static_cast<unsigned>((blocks + kTraitsThreads - 1) / kTraitsThreads),
-                                  kTraitsThreads, 0, stream>>>(w.quants.as<uint8_t>(), w.scales.as<uint8_t>(), out,
-                                                               blocks);
+  dequant_bf16_traits_kernel<D>
+      <<<static_cast<unsigned>((blocks + kTraitsThreads - 1) / kTraitsThreads), kTraitsThreads, 0, stream>>>(
+          w.quants.as<uint8_t>(), w.scales.as<uint8_t>(), out, blocks);
 }
 
 }  // namespace

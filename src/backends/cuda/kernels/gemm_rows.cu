@@ -241,14 +241,14 @@ template <DType D, int TT>
 void launch_quant(const DeviceWeight& w, const int8_t* q8, const float2* ds, float* y, cudaStream_t stream,
                   bool accumulate) {
   if constexpr (is_unit_format<D>()) {
-    gemm_rows_unit_kernel<D, TT><<<grid_for(w.n), kThreads, 0, stream>>>(
-        w.quants.as<uint8_t>(), w.scales.as<uint8_t>(), q8, ds, y, static_cast<int>(w.n), static_cast<int>(w.k),
-        accumulate);
+    gemm_rows_unit_kernel<D, TT><<<grid_for(w.n), kThreads, 0, stream>>>(w.quants.as<uint8_t>(), w.scales.as<uint8_t>(),
+                                                                         q8, ds, y, static_cast<int>(w.n),
+                                                                         static_cast<int>(w.k), accumulate);
     TESSERA_CUDA_CHECK_LAUNCH("gemm_rows_unit_kernel");
   } else {
-    gemm_rows_quant_kernel<D, TT><<<grid_for(w.n), kThreads, 0, stream>>>(
-        w.quants.as<uint8_t>(), w.scales.as<uint8_t>(), q8, ds, y, static_cast<int>(w.n), static_cast<int>(w.k),
-        accumulate);
+    gemm_rows_quant_kernel<D, TT>
+        <<<grid_for(w.n), kThreads, 0, stream>>>(w.quants.as<uint8_t>(), w.scales.as<uint8_t>(), q8, ds, y,
+                                                 static_cast<int>(w.n), static_cast<int>(w.k), accumulate);
     TESSERA_CUDA_CHECK_LAUNCH("gemm_rows_quant_kernel");
   }
 }

@@ -9,7 +9,6 @@
 namespace tessera::cuda::detail {
 namespace {
 
-
 // One 32-block's contribution: w quants (QB bytes as uint4s), its scale bits, the activation's 32 int8 (8 words)
 // and (d, d * sum q).
 template <DType D>
@@ -57,9 +56,8 @@ __device__ __forceinline__ void load_block(const uint8_t* qrow, const uint8_t* s
 // its activation loaded once for every row.
 template <DType D, int ROWS>
 __device__ __forceinline__ void quant_step(const uint4 (&wv)[ROWS][QuantFmt<D>::kQuantBytes / 16],
-                                           const typename QuantFmt<D>::Scale (&sc)[ROWS],
-                                           const int8_t* __restrict__ xq, const float2* __restrict__ xds, int b,
-                                           float (&acc)[ROWS]) {
+                                           const typename QuantFmt<D>::Scale (&sc)[ROWS], const int8_t* __restrict__ xq,
+                                           const float2* __restrict__ xds, int b, float (&acc)[ROWS]) {
   if constexpr (is_unit_format<D>()) {
     const typename QuantFmt<D>::Act x = QuantFmt<D>::Act::load(xq, xds, b);
 #pragma unroll

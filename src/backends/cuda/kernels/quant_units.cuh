@@ -57,8 +57,7 @@ struct ActPair {
   int lo[8], hi[8];  // the two blocks' 32 int8 each, as words
   float2 ds_lo, ds_hi;
   int sub;  // the unit's index in its super-block (0..3)
-  __device__ __forceinline__ static ActPair load(const int8_t* __restrict__ xq, const float2* __restrict__ xds,
-                                                 int b) {
+  __device__ __forceinline__ static ActPair load(const int8_t* __restrict__ xq, const float2* __restrict__ xds, int b) {
     ActPair a;
     const int4* p = reinterpret_cast<const int4*>(xq) + 4 * b;
     const int4 x0 = __ldg(p), x1 = __ldg(p + 1), x2 = __ldg(p + 2), x3 = __ldg(p + 3);
@@ -79,8 +78,8 @@ struct QuantFmt<DType::Q4_K> {
   using Scale = uint4;  // the super-block's head: (d, dmin) as fp16 pair, then scales bytes 0-3, 4-7, 8-11
   using Act = ActPair;
   // Row pointers: quants [units, 32], heads [units / 4, 16].
-  __device__ __forceinline__ static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* /*trow*/,
-                                              int b, uint4 (&wv)[2], Scale& sc) {
+  __device__ __forceinline__ static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* /*trow*/, int b,
+                                              uint4 (&wv)[2], Scale& sc) {
     wv[0] = ld_stream16(qrow + static_cast<size_t>(b) * 32);
     wv[1] = ld_stream16(qrow + static_cast<size_t>(b) * 32 + 16);
     sc = ld_stream16(srow + static_cast<size_t>(b >> 2) * 16);
@@ -153,8 +152,8 @@ struct QuantFmt<DType::Q6_K> {
                                               uint4 (&wv)[3], Scale& sc) {
     const int sb = b >> 2, h = (b >> 1) & 1, c = b & 1;
     const uint8_t* q = qrow + static_cast<size_t>(sb) * 192;
-    wv[0] = ld_stream16(q + 64 * h + 16 * c);       // ql: groups 0 (low nibbles) and 2 (high)
-    wv[1] = ld_stream16(q + 64 * h + 32 + 16 * c);  // ql: groups 1 and 3
+    wv[0] = ld_stream16(q + 64 * h + 16 * c);        // ql: groups 0 (low nibbles) and 2 (high)
+    wv[1] = ld_stream16(q + 64 * h + 32 + 16 * c);   // ql: groups 1 and 3
     wv[2] = ld_stream16(q + 128 + 32 * h + 16 * c);  // qh: bits 2g, 2g + 1 of group g
     sc.sc = ld_stream8(srow + static_cast<size_t>(sb) * 16 + 8 * h);
     sc.d = ld_stream_u16(trow + static_cast<size_t>(sb) * 2);
@@ -182,8 +181,10 @@ struct QuantFmt<DType::Q6_K> {
     }
     // Group g's scale is byte 2g + c of the half's 8: bytes c, 2 + c of sc.x (g = 0, 1) and of sc.y (g = 2, 3).
     const int sh = 8 * x.c;
-    const int sc0 = static_cast<int8_t>((s.sc.x >> sh) & 0xFFu), sc1 = static_cast<int8_t>((s.sc.x >> (sh + 16)) & 0xFFu);
-    const int sc2 = static_cast<int8_t>((s.sc.y >> sh) & 0xFFu), sc3 = static_cast<int8_t>((s.sc.y >> (sh + 16)) & 0xFFu);
+    const int sc0 = static_cast<int8_t>((s.sc.x >> sh) & 0xFFu),
+              sc1 = static_cast<int8_t>((s.sc.x >> (sh + 16)) & 0xFFu);
+    const int sc2 = static_cast<int8_t>((s.sc.y >> sh) & 0xFFu),
+              sc3 = static_cast<int8_t>((s.sc.y >> (sh + 16)) & 0xFFu);
     const float acc = x.d[0] * static_cast<float>(sc0 * sum[0]) + x.d[1] * static_cast<float>(sc1 * sum[1]) +
                       x.d[2] * static_cast<float>(sc2 * sum[2]) + x.d[3] * static_cast<float>(sc3 * sum[3]);
     return __half2float(__ushort_as_half(static_cast<unsigned short>(s.d))) * acc;
