@@ -96,7 +96,7 @@ TEST(CudaWeightFormats, SplitLayoutRoundTrips) {
   check_split_round_trip<DType::Q4_1>(rng);
   check_split_round_trip<DType::Q4_K>(rng);
   check_split_round_trip<DType::Q6_K>(rng);
-  // Where the K-quant kernels read a block's parts (quant_units.cuh): q4_K's head is d, dmin and the packed scales;
+  // Where the K-quant kernels read a block's parts (quant_units.h): q4_K's head is d, dmin and the packed scales;
   // q6_K's quants are ql then qh, its d follows every block's scales.
   static_assert(cuda::SplitLayout<DType::Q4_K>::kQuantOff == offsetof(BlockQ4_K, qs));
   static_assert(cuda::SplitLayout<DType::Q6_K>::kQuantOff == offsetof(BlockQ6_K, ql) &&

@@ -11,7 +11,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/gemm_paths.h"
-#include "backends/cuda/kernels/quant_units.cuh"
+#include "backends/cuda/kernels/quant_units.h"
 
 namespace tessera::cuda::detail {
 namespace {
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   warp_store<kRows, TT>(acc, y, row0, n, accumulate);
 }
 
-// K-quants (q4_K, q6_K): the same warp-per-four-rows loop over the formats' 64-element units (quant_units.cuh, the
+// K-quants (q4_K, q6_K): the same warp-per-four-rows loop over the formats' 64-element units (quant_units.h, the
 // t = 1 GEMV's arithmetic), each unit's activation loaded once per row of x and dotted with the four weight rows.
 template <DType D, int TT>
 __global__ void __launch_bounds__(kThreads, 1)

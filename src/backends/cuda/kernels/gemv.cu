@@ -99,7 +99,7 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
   // Picked from the H100 sweeps of every shape in the table (docs/CUDA_NOTES.md, runs 1-3): at the issue's large
   // shapes each choice is within ~3% of the sweep's best (q8_0/q4 at 4096x14336 within ~5%).
   if (dtype == DType::Q4_K || dtype == DType::Q6_K) {
-    // K-quants: a thread's step is one 64-element unit per row (quant_units.cuh), so a 4096-wide row is 64 units:
+    // K-quants: a thread's step is one 64-element unit per row (quant_units.h), so a 4096-wide row is 64 units:
     // 64 threads cover it in one step, and rows of >= 128 units (ffn_down, K = 14336: 224) take 128 threads for two
     // pipelined steps; four rows per block where there are rows for a wave of blocks. Picked by analogy with q8_0
     // (same 16-byte vectors per unit), not yet swept on the H100: bench/cuda/bench_kquant --all-configs sweeps them.

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "backends/cuda/kernels/gemv_common.cuh"
-#include "backends/cuda/kernels/quant_units.cuh"
+#include "backends/cuda/kernels/quant_units.h"
 
 namespace tessera::cuda::detail {
 namespace {
@@ -52,7 +52,7 @@ __device__ __forceinline__ void load_block(const uint8_t* qrow, const uint8_t* s
     sc = ld_stream4(srow + static_cast<size_t>(b) * SB);
 }
 
-// acc[r] += unit b of row r · unit b of x: a 32-block for q8_0, q4_0 and q4_1; a K-quant unit (quant_units.cuh) with
+// acc[r] += unit b of row r · unit b of x: a 32-block for q8_0, q4_0 and q4_1; a K-quant unit (quant_units.h) with
 // its activation loaded once for every row.
 template <DType D, int ROWS>
 __device__ __forceinline__ void quant_step(const uint4 (&wv)[ROWS][QuantFmt<D>::kQuantBytes / 16],

@@ -14,23 +14,103 @@
 // Each K-quant format: load(...) its unit's registers, Act::load(...) the unit's activation (once per step, shared by
 // every row), dot(...) one row's contribution. The same arithmetic as Format<D>::dot_q8 (quant/format_traits.h), with
 // the float products in another order.
+//
+// The unit functions are TESSERA_UNIT (host and device under nvcc, plain inline under the host compiler) over the few
+// intrinsics below, each with a host twin, so tests/backends/cuda/test_quant_units.cpp runs this very code on the
+// host against the traits without a GPU.
 #pragma once
 
-#include "backends/cuda/kernels/common.cuh"
+#include <vector_types.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/dtype.h"
+#include "quant/format_traits.h"
+
+#if defined(__CUDACC__)
+#define TESSERA_UNIT __host__ __device__ __forceinline__
+#define TESSERA_UNROLL _Pragma("unroll")
+#else
+#define TESSERA_UNIT inline
+#define TESSERA_UNROLL
+#endif
 
 namespace tessera::cuda::detail {
 
-__device__ __forceinline__ uint2 ld_stream8(const void* p) {
-  uint2 v;
-  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+namespace unit {
+// Streamed weight loads (ld.global.nc.L1::no_allocate, as common.cuh's ld_stream16: read once, never evicting x).
+TESSERA_UNIT uint4 ld16(const void* p) {
+  uint4 v;
+#if defined(__CUDA_ARCH__)
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+#else
+  std::memcpy(&v, p, 16);
+#endif
   return v;
 }
-
-__device__ __forceinline__ uint32_t ld_stream_u16(const void* p) {
+TESSERA_UNIT uint2 ld8(const void* p) {
+  uint2 v;
+#if defined(__CUDA_ARCH__)
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+#else
+  std::memcpy(&v, p, 8);
+#endif
+  return v;
+}
+TESSERA_UNIT uint32_t ld_u16(const void* p) {
+#if defined(__CUDA_ARCH__)
   unsigned short v;
   asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
   return v;
+#else
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+#endif
 }
+// Activation loads through the read-only cache (__ldg: x is re-read by every block).
+TESSERA_UNIT int4 ldg(const int4* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+TESSERA_UNIT float2 ldg(const float2* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+TESSERA_UNIT float ldg(const float* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+// Four int8 products summed into c (dp4a).
+TESSERA_UNIT int dp4a(int a, int b, int c) {
+#if defined(__CUDA_ARCH__)
+  return __dp4a(a, b, c);
+#else
+  for (int i = 0; i < 4; ++i)
+    c += static_cast<int8_t>(static_cast<uint32_t>(a) >> (8 * i)) * static_cast<int8_t>(static_cast<uint32_t>(b) >> (8 * i));
+  return c;
+#endif
+}
+// An fp16 pair (low half first) as two floats.
+TESSERA_UNIT float2 half2(uint32_t w) {
+  float2 f;
+  f.x = format_detail::half_value(static_cast<uint16_t>(w & 0xFFFFu));
+  f.y = format_detail::half_value(static_cast<uint16_t>(w >> 16));
+  return f;
+}
+}  // namespace unit
 
 // kUnit: elements per unit; kQuantBytes: quant bytes per unit; kScaleBytes: scale bytes per unit on average (a row's
 // scales are units * kScaleBytes bytes); Scale: a unit's scale registers.
@@ -57,16 +137,16 @@ struct ActPair {
   int lo[8], hi[8];  // the two blocks' 32 int8 each, as words
   float2 ds_lo, ds_hi;
   int sub;  // the unit's index in its super-block (0..3)
-  __device__ __forceinline__ static ActPair load(const int8_t* __restrict__ xq, const float2* __restrict__ xds, int b) {
+  TESSERA_UNIT static ActPair load(const int8_t* __restrict__ xq, const float2* __restrict__ xds, int b) {
     ActPair a;
     const int4* p = reinterpret_cast<const int4*>(xq) + 4 * b;
-    const int4 x0 = __ldg(p), x1 = __ldg(p + 1), x2 = __ldg(p + 2), x3 = __ldg(p + 3);
+    const int4 x0 = unit::ldg(p), x1 = unit::ldg(p + 1), x2 = unit::ldg(p + 2), x3 = unit::ldg(p + 3);
     a.lo[0] = x0.x, a.lo[1] = x0.y, a.lo[2] = x0.z, a.lo[3] = x0.w;
     a.lo[4] = x1.x, a.lo[5] = x1.y, a.lo[6] = x1.z, a.lo[7] = x1.w;
     a.hi[0] = x2.x, a.hi[1] = x2.y, a.hi[2] = x2.z, a.hi[3] = x2.w;
     a.hi[4] = x3.x, a.hi[5] = x3.y, a.hi[6] = x3.z, a.hi[7] = x3.w;
-    a.ds_lo = __ldg(xds + 2 * b);
-    a.ds_hi = __ldg(xds + 2 * b + 1);
+    a.ds_lo = unit::ldg(xds + 2 * b);
+    a.ds_hi = unit::ldg(xds + 2 * b + 1);
     a.sub = b & 3;
     return a;
   }
@@ -78,19 +158,19 @@ struct QuantFmt<DType::Q4_K> {
   using Scale = uint4;  // the super-block's head: (d, dmin) as fp16 pair, then scales bytes 0-3, 4-7, 8-11
   using Act = ActPair;
   // Row pointers: quants [units, 32], heads [units / 4, 16].
-  __device__ __forceinline__ static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* /*trow*/, int b,
+  TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* /*trow*/, int b,
                                               uint4 (&wv)[2], Scale& sc) {
-    wv[0] = ld_stream16(qrow + static_cast<size_t>(b) * 32);
-    wv[1] = ld_stream16(qrow + static_cast<size_t>(b) * 32 + 16);
-    sc = ld_stream16(srow + static_cast<size_t>(b >> 2) * 16);
+    wv[0] = unit::ld16(qrow + static_cast<size_t>(b) * 32);
+    wv[1] = unit::ld16(qrow + static_cast<size_t>(b) * 32 + 16);
+    sc = unit::ld16(srow + static_cast<size_t>(b >> 2) * 16);
   }
-  __device__ __forceinline__ static float dot(const uint4 (&wq)[2], const Scale& h, const ActPair& x) {
+  TESSERA_UNIT static float dot(const uint4 (&wq)[2], const Scale& h, const ActPair& x) {
     const uint32_t w[8] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w, wq[1].x, wq[1].y, wq[1].z, wq[1].w};
     int slo = 0, shi = 0;
-#pragma unroll
+TESSERA_UNROLL
     for (int i = 0; i < 8; ++i) {
-      slo = __dp4a(static_cast<int>(w[i] & 0x0F0F0F0Fu), x.lo[i], slo);
-      shi = __dp4a(static_cast<int>((w[i] >> 4) & 0x0F0F0F0Fu), x.hi[i], shi);
+      slo = unit::dp4a(static_cast<int>(w[i] & 0x0F0F0F0Fu), x.lo[i], slo);
+      shi = unit::dp4a(static_cast<int>((w[i] >> 4) & 0x0F0F0F0Fu), x.hi[i], shi);
     }
     // 6-bit scale and min of sub-blocks j = 2 sub and 2 sub + 1 (format_detail::q4_k_scale_min): bytes j and j + 1 of
     // the 12 for sub < 2; for sub >= 2 the low 4 bits come from bytes j + 4, j + 5 and the top 2 bits from bytes
@@ -107,7 +187,7 @@ struct QuantFmt<DType::Q4_K> {
       m0 = ((wd >> 4) & 0xF) | (((z >> 6) & 3) << 4);
       m1 = ((wd >> 12) & 0xF) | (((z >> 14) & 3) << 4);
     }
-    const float2 dm = half2_to_float2(h.x);  // (d, dmin)
+    const float2 dm = unit::half2(h.x);  // (d, dmin)
     const float s = static_cast<float>(sc0) * x.ds_lo.x * static_cast<float>(slo) +
                     static_cast<float>(sc1) * x.ds_hi.x * static_cast<float>(shi);
     const float m = static_cast<float>(m0) * x.ds_lo.y + static_cast<float>(m1) * x.ds_hi.y;
@@ -121,17 +201,17 @@ struct ActQuarter {
   int x[4][4];
   float d[4];
   int c;  // which 16 of each block's 32 (the unit's scale byte offset)
-  __device__ __forceinline__ static ActQuarter load(const int8_t* __restrict__ xq, const float2* __restrict__ xds,
+  TESSERA_UNIT static ActQuarter load(const int8_t* __restrict__ xq, const float2* __restrict__ xds,
                                                     int b) {
     ActQuarter a;
     const int sb = b >> 2, h = (b >> 1) & 1;
     a.c = b & 1;
     const int blk0 = 8 * sb + 4 * h;
-#pragma unroll
+TESSERA_UNROLL
     for (int g = 0; g < 4; ++g) {
-      const int4 v = __ldg(reinterpret_cast<const int4*>(xq) + 2 * (blk0 + g) + a.c);
+      const int4 v = unit::ldg(reinterpret_cast<const int4*>(xq) + 2 * (blk0 + g) + a.c);
       a.x[g][0] = v.x, a.x[g][1] = v.y, a.x[g][2] = v.z, a.x[g][3] = v.w;
-      a.d[g] = __ldg(reinterpret_cast<const float*>(xds) + 2 * (blk0 + g));
+      a.d[g] = unit::ldg(reinterpret_cast<const float*>(xds) + 2 * (blk0 + g));
     }
     return a;
   }
@@ -148,36 +228,36 @@ struct QuantFmt<DType::Q6_K> {
   using Scale = Q6Scale;
   using Act = ActQuarter;
   // Row pointers: quants [units / 4, 192] (ql then qh, GGML's order), scales [units / 4, 16], tail d [units / 4].
-  __device__ __forceinline__ static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* trow, int b,
+  TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* trow, int b,
                                               uint4 (&wv)[3], Scale& sc) {
     const int sb = b >> 2, h = (b >> 1) & 1, c = b & 1;
     const uint8_t* q = qrow + static_cast<size_t>(sb) * 192;
-    wv[0] = ld_stream16(q + 64 * h + 16 * c);        // ql: groups 0 (low nibbles) and 2 (high)
-    wv[1] = ld_stream16(q + 64 * h + 32 + 16 * c);   // ql: groups 1 and 3
-    wv[2] = ld_stream16(q + 128 + 32 * h + 16 * c);  // qh: bits 2g, 2g + 1 of group g
-    sc.sc = ld_stream8(srow + static_cast<size_t>(sb) * 16 + 8 * h);
-    sc.d = ld_stream_u16(trow + static_cast<size_t>(sb) * 2);
+    wv[0] = unit::ld16(q + 64 * h + 16 * c);        // ql: groups 0 (low nibbles) and 2 (high)
+    wv[1] = unit::ld16(q + 64 * h + 32 + 16 * c);   // ql: groups 1 and 3
+    wv[2] = unit::ld16(q + 128 + 32 * h + 16 * c);  // qh: bits 2g, 2g + 1 of group g
+    sc.sc = unit::ld8(srow + static_cast<size_t>(sb) * 16 + 8 * h);
+    sc.d = unit::ld_u16(trow + static_cast<size_t>(sb) * 2);
   }
   // Four 6-bit codes per word minus 32, as signed bytes: OR-ing 0x80 into every byte first keeps the subtraction from
   // borrowing across bytes, and the XOR takes the 0x80 back out (q + 96 ^ 0x80 == q - 32 mod 256 for q in 0..63).
-  __device__ __forceinline__ static int centered(uint32_t q) {
+  TESSERA_UNIT static int centered(uint32_t q) {
     return static_cast<int>(((q | 0x80808080u) - 0x20202020u) ^ 0x80808080u);
   }
-  __device__ __forceinline__ static float dot(const uint4 (&wq)[3], const Scale& s, const ActQuarter& x) {
+  TESSERA_UNIT static float dot(const uint4 (&wq)[3], const Scale& s, const ActQuarter& x) {
     const uint32_t a[4] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w};
     const uint32_t bq[4] = {wq[1].x, wq[1].y, wq[1].z, wq[1].w};
     const uint32_t hq[4] = {wq[2].x, wq[2].y, wq[2].z, wq[2].w};
     int sum[4] = {0, 0, 0, 0};
-#pragma unroll
+TESSERA_UNROLL
     for (int i = 0; i < 4; ++i) {
       const uint32_t q0 = (a[i] & 0x0F0F0F0Fu) | ((hq[i] << 4) & 0x30303030u);
       const uint32_t q1 = (bq[i] & 0x0F0F0F0Fu) | ((hq[i] << 2) & 0x30303030u);
       const uint32_t q2 = ((a[i] >> 4) & 0x0F0F0F0Fu) | (hq[i] & 0x30303030u);
       const uint32_t q3 = ((bq[i] >> 4) & 0x0F0F0F0Fu) | ((hq[i] >> 2) & 0x30303030u);
-      sum[0] = __dp4a(centered(q0), x.x[0][i], sum[0]);
-      sum[1] = __dp4a(centered(q1), x.x[1][i], sum[1]);
-      sum[2] = __dp4a(centered(q2), x.x[2][i], sum[2]);
-      sum[3] = __dp4a(centered(q3), x.x[3][i], sum[3]);
+      sum[0] = unit::dp4a(centered(q0), x.x[0][i], sum[0]);
+      sum[1] = unit::dp4a(centered(q1), x.x[1][i], sum[1]);
+      sum[2] = unit::dp4a(centered(q2), x.x[2][i], sum[2]);
+      sum[3] = unit::dp4a(centered(q3), x.x[3][i], sum[3]);
     }
     // Group g's scale is byte 2g + c of the half's 8: bytes c, 2 + c of sc.x (g = 0, 1) and of sc.y (g = 2, 3).
     const int sh = 8 * x.c;
@@ -187,19 +267,19 @@ struct QuantFmt<DType::Q6_K> {
               sc3 = static_cast<int8_t>((s.sc.y >> (sh + 16)) & 0xFFu);
     const float acc = x.d[0] * static_cast<float>(sc0 * sum[0]) + x.d[1] * static_cast<float>(sc1 * sum[1]) +
                       x.d[2] * static_cast<float>(sc2 * sum[2]) + x.d[3] * static_cast<float>(sc3 * sum[3]);
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(s.d))) * acc;
+    return format_detail::half_value(static_cast<uint16_t>(s.d)) * acc;
   }
 };
 
 // Whether a format's GEMV unit is one of the K-quant units above (loaded and dotted through QuantFmt<D>).
 template <DType D>
 constexpr bool is_unit_format() {
-  return QuantFmt<D>::kUnit != kQ;
+  return QuantFmt<D>::kUnit != kQK;
 }
 
 // The tail row of a format with one (q6_K's d): the tail follows all n rows' scales in the scales buffer.
 template <DType D>
-__device__ __forceinline__ const uint8_t* tail_row(const uint8_t* scales, int n, int units, size_t row) {
+TESSERA_UNIT const uint8_t* tail_row(const uint8_t* scales, int n, int units, size_t row) {
   if constexpr (D == DType::Q6_K)
     return scales + static_cast<size_t>(n) * units * QuantFmt<D>::kScaleBytes + row * (units / 4) * 2;
   else
