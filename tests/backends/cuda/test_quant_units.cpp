@@ -17,6 +17,7 @@
 #include "backends/cuda/split_layout.h"
 #include "cuda_test_util.h"
 #include "quant/format_traits.h"
+#include "quant/quant.h"
 
 namespace tessera::cuda::test {
 namespace {
@@ -79,6 +80,38 @@ TEST(CudaQuantUnits, KQuantUnitsEqualTheTraitsDot) {
     check_units<DType::Q6_K>(5, k, rng);
     if (HasFatalFailure()) return;
   }
+}
+
+// The embedding's element lookup (split_value) gives the traits' dequantized values: bit for bit on the host (the
+// same operations in the same order; nvcc may contract a * b - c into an FMA on the device, a last-bit difference).
+template <DType D>
+void check_values(int64_t n, int64_t k, std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(D) << " n=" << n << " k=" << k);
+  using F = Format<D>;
+  using L = SplitLayout<D>;
+  const std::vector<uint8_t> w = random_weight(rng, D, n, k);
+  const size_t nb = static_cast<size_t>(n * k / F::kBlockSize);
+  std::vector<uint8_t> quants(nb * L::kQuantBytes), scales(nb * (L::kScaleBytes + L::kTailBytes));
+  for (size_t i = 0; i < nb; ++i) {
+    typename F::Block b;
+    std::memcpy(&b, w.data() + i * sizeof(b), sizeof(b));
+    split_block<D>(b, &quants[i * L::kQuantBytes], &scales[i * L::kScaleBytes],
+                   &scales[nb * L::kScaleBytes + i * L::kTailBytes]);
+  }
+  std::vector<float> ref(static_cast<size_t>(n * k));
+  dequantize_row(D, w.data(), ref.data(), n * k);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < k; ++i)
+      ASSERT_EQ(detail::split_value<D>(quants.data(), scales.data(), static_cast<int>(n), static_cast<size_t>(r),
+                                       static_cast<int>(k), static_cast<int>(i)),
+                ref[static_cast<size_t>(r * k + i)])
+          << "row " << r << " element " << i;
+}
+
+TEST(CudaQuantUnits, EmbeddingValuesEqualTheTraitsDequantize) {
+  std::mt19937 rng(test_seed());
+  check_values<DType::Q4_K>(3, 768, rng);
+  check_values<DType::Q6_K>(3, 768, rng);
 }
 
 // The units' own twins of the device intrinsics: dp4a multiplies signed bytes.

@@ -7,6 +7,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/quant_units.h"
 #include "quant/format_traits.h"
 
 namespace tessera::cuda {
@@ -26,32 +27,8 @@ __device__ __forceinline__ float table_value(const uint8_t* __restrict__ quants,
     return __half2float(reinterpret_cast<const __half*>(quants)[row * k + i]);
   } else if constexpr (D == DType::BF16) {
     return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(quants)[row * k + i]);
-  } else if constexpr (D == DType::Q4_K) {
-    // The super-block's 16-byte head (d, dmin, packed scales) and its 128 nibble bytes (split_layout.h), decoded with
-    // the format's own helper: w = d * sc * q - dmin * m, as Format<Q4_K>::dequantize forms it.
-    const size_t sb = row * (k / kQKK) + i / kQKK;
-    const int e = i % kQKK, j = e / kQ, l = e % kQ;
-    const uint8_t* head = scales + sb * 16;
-    const uint8_t byte = quants[sb * 128 + 32 * (j / 2) + l];
-    const int q = (j & 1) ? (byte >> 4) : (byte & 0xF);
-    int sc, m;
-    format_detail::q4_k_scale_min(j, head + 4, &sc, &m);
-    const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(head));
-    return dm.x * static_cast<float>(sc) * static_cast<float>(q) - dm.y * static_cast<float>(m);
-  } else if constexpr (D == DType::Q6_K) {
-    // ql|qh (192 bytes), the 16 int8 scales and, after every block's scales, fp16 d (split_layout.h): w = d * sc *
-    // (q - 32), with q read as format_detail::q6_k_code reads it and the products in Format<Q6_K>::dequantize's order.
-    const size_t nsb = static_cast<size_t>(n_rows) * (k / kQKK);
-    const size_t sb = row * (k / kQKK) + i / kQKK;
-    const int e = i % kQKK;
-    const uint8_t* q = quants + sb * 192;
-    const int half = e / 128, r = e % 128, group = r / 32, l = r % 32;
-    const uint8_t ql = q[64 * half + l + (group & 1) * 32];
-    const uint8_t qh = q[128 + 32 * half + l];
-    const int code = (group < 2 ? (ql & 0xF) : (ql >> 4)) | (((qh >> (2 * group)) & 3) << 4);
-    const float d = __half2float(reinterpret_cast<const __half*>(scales + nsb * 16)[sb]);
-    const int8_t sc = static_cast<int8_t>(scales[sb * 16 + e / 16]);
-    return (d * static_cast<float>(sc)) * static_cast<float>(code - 32);
+  } else if constexpr (D == DType::Q4_K || D == DType::Q6_K) {
+    return split_value<D>(quants, scales, n_rows, row, k, i);  // quant_units.h, checked on the host
   } else {
     const size_t b = row * (k / kQ) + i / kQ;  // block index over the whole table
     const int j = i % kQ;

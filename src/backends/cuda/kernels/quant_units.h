@@ -286,4 +286,39 @@ TESSERA_UNIT const uint8_t* tail_row(const uint8_t* scales, int n, int units, si
     return nullptr;
 }
 
+// Element i of row `row` of a K-quant table of n_rows rows in its SPLIT_Q layout (the embedding lookup: one element
+// per thread, no block rebuilt), formed as Format<D>::dequantize forms it.
+//  - q4_K: the super-block's head (d, dmin, packed scales: format_detail::q4_k_scale_min) and its 128 nibble bytes,
+//    w = d sc q - dmin m;
+//  - q6_K: ql|qh (192 bytes; the code as format_detail::q6_k_code reads it), the int8 scale of the 16-element
+//    sub-block and, after every block's scales, fp16 d: w = (d sc) (q - 32).
+template <DType D>
+TESSERA_UNIT float split_value(const uint8_t* quants, const uint8_t* scales, int n_rows, size_t row, int k, int i) {
+  const size_t sb = row * static_cast<size_t>(k / kQKK) + static_cast<size_t>(i / kQKK);
+  const int e = i % kQKK;
+  if constexpr (D == DType::Q4_K) {
+    const int j = e / kQK, l = e % kQK;
+    const uint8_t* head = scales + sb * 16;
+    const uint8_t byte = quants[sb * 128 + 32 * (j / 2) + l];
+    const int q = (j & 1) ? (byte >> 4) : (byte & 0xF);
+    int sc, m;
+    format_detail::q4_k_scale_min(j, head + 4, &sc, &m);
+    const float d = format_detail::half_value(static_cast<uint16_t>(head[0] | (head[1] << 8)));
+    const float dmin = format_detail::half_value(static_cast<uint16_t>(head[2] | (head[3] << 8)));
+    return d * static_cast<float>(sc) * static_cast<float>(q) - dmin * static_cast<float>(m);
+  } else {
+    static_assert(D == DType::Q6_K, "split_value: q4_K or q6_K");
+    const size_t nsb = static_cast<size_t>(n_rows) * static_cast<size_t>(k / kQKK);
+    const uint8_t* q = quants + sb * 192;
+    const int half = e / 128, r = e % 128, group = r / 32, l = r % 32;
+    const uint8_t ql = q[64 * half + l + (group & 1) * 32];
+    const uint8_t qh = q[128 + 32 * half + l];
+    const int code = (group < 2 ? (ql & 0xF) : (ql >> 4)) | (((qh >> (2 * group)) & 3) << 4);
+    const uint8_t* dp = scales + nsb * 16 + sb * 2;
+    const float d = format_detail::half_value(static_cast<uint16_t>(dp[0] | (dp[1] << 8)));
+    const int8_t sc = static_cast<int8_t>(scales[sb * 16 + e / 16]);
+    return (d * static_cast<float>(sc)) * static_cast<float>(code - 32);
+  }
+}
+
 }  // namespace tessera::cuda::detail
