@@ -5,7 +5,7 @@
 #   .venv/bin/python python/make_quant_golden.py
 #
 # Writes tests/data/quant/index.json plus small .bin files (raw little-endian arrays) read by tests/quant/*.cpp:
-#   dequant   random blocks of every dtype Tessera can read (f32 f16 bf16 q4_0 q4_1 q8_0 q4_k q6_k) with
+#   dequant   random blocks of every dtype Tessera can read (f32 f16 bf16 q4_0 q4_1 q8_0 q2_k q3_k q4_k q5_k q6_k) with
 #             finite fp16 scale fields and edge cases (zero, negative, subnormal, largest scale; extreme nibbles),
 #             and gguf.quants.dequantize's float32 output;
 #   quantize  float32 blocks (normal, tiny, huge, zeros, all-equal, one-signed, exact ties) and gguf.quants.quantize's
@@ -14,7 +14,8 @@
 #   model     for a subset of the default model's tensors: file offset, byte count, dtype, shape, the sha256 of
 #             gguf-py's dequantized float32 bytes and the first 8 values (as uint32 bit patterns).
 # gguf-py 0.19 implements quantize for f16 (numpy astype), bf16, q4_0, q4_1, q5_0, q5_1, q8_0, tq1_0, tq2_0 and mxfp4,
-# not for the K-quants, so q4_k and q6_k are checked in the dequantize direction only (Tessera cannot produce them).
+# not for the K-quants, so q2_k..q6_k are checked in the dequantize direction only (Tessera's own K-quant quantizers
+# are checked by their error bounds in tests/quant).
 import argparse
 import hashlib
 import importlib.metadata
@@ -70,6 +71,17 @@ def random_blocks(rng, qtype, n):
     elif qtype == Q.Q6_K:
         set_half(b, type_size - 2, random_scales(rng, n))
         payload = slice(0, type_size - 2)  # ql, qh, int8 scales
+    elif qtype == Q.Q2_K:
+        set_half(b, type_size - 4, random_scales(rng, n))
+        set_half(b, type_size - 2, rng.permutation(random_scales(rng, n)))
+        payload = slice(0, type_size - 4)  # 4-bit scales and mins, 2-bit quants
+    elif qtype == Q.Q3_K:
+        set_half(b, type_size - 2, random_scales(rng, n))
+        payload = slice(0, type_size - 2)  # high bits, 2-bit quants, 6-bit scales
+    elif qtype == Q.Q5_K:
+        set_half(b, 0, random_scales(rng, n))
+        set_half(b, 2, rng.permutation(random_scales(rng, n)))
+        payload = slice(4, None)  # 6-bit scales and mins, fifth bits, nibbles
     else:
         raise ValueError(qtype)
     # Extreme payloads on blocks that also get ordinary scales: all bits set (largest nibbles, q8 -1, q6 scales -1,
@@ -253,6 +265,15 @@ def gen_dequant(rng):
     cases = []
     for qtype, n_blocks in [(Q.Q4_0, 256), (Q.Q4_1, 256), (Q.Q8_0, 256), (Q.Q4_K, 48), (Q.Q6_K, 48)]:
         b = random_blocks(rng, qtype, n_blocks)
+        out = dequantize(b, qtype).reshape(-1)
+        assert out.dtype == np.float32 and np.all(np.isfinite(out)), qtype.name
+        name = qtype.name.lower()
+        cases.append({"dtype": name, "n": int(out.size), "src": write_bin(f"dequant_{name}.src.bin", b),
+                      "expected": write_bin(f"dequant_{name}.f32.bin", out)})
+    # q2_K, q3_K and q5_K came later: their own generator, so the data above stays as it was.
+    krng = np.random.default_rng(SEED + 1)
+    for qtype in (Q.Q2_K, Q.Q3_K, Q.Q5_K):
+        b = random_blocks(krng, qtype, 48)
         out = dequantize(b, qtype).reshape(-1)
         assert out.dtype == np.float32 and np.all(np.isfinite(out)), qtype.name
         name = qtype.name.lower()

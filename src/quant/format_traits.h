@@ -81,6 +81,28 @@ TESSERA_HD int q6_k_code(const BlockQ6_K& b, int e) {
   return low | (((qh >> (2 * group)) & 3) << 4);
 }
 
+// 6-bit scale j (0..15) of a q3_K block, before its offset of 32: 4 low bits in bytes 0..7 (low nibbles for j < 8,
+// high nibbles for j >= 8), 2 high bits in bytes 8..11 (byte 8 + j % 4, bits 2 * (j / 4)) (GGML's layout).
+TESSERA_HD int q3_k_scale(int j, const uint8_t* s) {
+  const int low = j < 8 ? (s[j] & 0xF) : (s[j - 8] >> 4);
+  const int high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return low | (high << 4);
+}
+
+// The 2-bit field of element e (0..255) in q2_K's and q3_K's qs: per half of 128, byte l (0..31) holds elements
+// l, l + 32, l + 64, l + 96 in bits 0-1, 2-3, 4-5, 6-7.
+TESSERA_HD int k_quant_2bit(const uint8_t* qs, int e) {
+  return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+
+// Sum of activation codes qs[l0 .. l0 + 15]: the 16-element sub-blocks of q2_K, q3_K and q6_K carry an offset or a
+// minimum per sub-block, so their dot products need the activations' sum per half block.
+TESSERA_HD int32_t act_half_sum(const BlockQ8Act& x, int l0) {
+  int32_t s = 0;
+  for (int l = l0; l < l0 + 16; ++l) s += x.qs[l];
+  return s;
+}
+
 }  // namespace format_detail
 
 // Format<D>: kType, kName (as dtype_name prints it), Block, kBlockSize (elements), kBlockBytes, kQuantized, and
@@ -192,6 +214,79 @@ struct Format<DType::Q8_0> {
   }
 };
 
+// q2_K: 16 sub-blocks of 16 consecutive elements, w = d * sc * q - dmin * m with q in 0..3 (format_detail::
+// k_quant_2bit) and 4-bit sc (low nibble of scales[j]) and m (high nibble).
+template <>
+struct Format<DType::Q2_K> {
+  static constexpr DType kType = DType::Q2_K;
+  static constexpr const char* kName = "q2_k";
+  using Block = BlockQ2_K;
+  static constexpr int kBlockSize = kQKK;
+  static constexpr int kBlockBytes = 84;
+  static constexpr bool kQuantized = true;
+  TESSERA_HD static void dequantize(const Block& b, float* y) {
+    const float d = format_detail::half_value(b.d);
+    const float dmin = format_detail::half_value(b.dmin);
+    for (int e = 0; e < kQKK; ++e) {
+      const float dl = d * static_cast<float>(b.scales[e / 16] & 0xF);
+      const float ml = dmin * static_cast<float>(b.scales[e / 16] >> 4);
+      y[e] = dl * static_cast<float>(format_detail::k_quant_2bit(b.qs, e)) - ml;
+    }
+  }
+  // Activation block j covers sub-blocks 2j and 2j + 1; their minimums take the activations' sum per half.
+  TESSERA_HD static float dot_q8(const Block& b, const BlockQ8Act* x) {
+    const float d = format_detail::half_value(b.d);
+    const float dmin = format_detail::half_value(b.dmin);
+    float acc = 0.0f;
+    for (int j = 0; j < kQKK / kQK; ++j) {
+      int32_t sum[2] = {0, 0};
+      for (int l = 0; l < 32; ++l) sum[l / 16] += format_detail::k_quant_2bit(b.qs, 32 * j + l) * x[j].qs[l];
+      const uint8_t s0 = b.scales[2 * j], s1 = b.scales[2 * j + 1];
+      const int32_t scaled = (s0 & 0xF) * sum[0] + (s1 & 0xF) * sum[1];
+      const int32_t mins =
+          (s0 >> 4) * format_detail::act_half_sum(x[j], 0) + (s1 >> 4) * format_detail::act_half_sum(x[j], 16);
+      acc += x[j].d * (d * static_cast<float>(scaled) - dmin * static_cast<float>(mins));
+    }
+    return acc;
+  }
+};
+
+// q3_K: 16 sub-blocks of 16 consecutive elements, w = d * (sc - 32) * q with 6-bit sc (format_detail::q3_k_scale) and
+// q = (2 low bits) - 4 * !(high bit) in -4..3: the low bits as q2_K's, the high bit of element e in bit e / 32 of
+// hmask[e % 32].
+template <>
+struct Format<DType::Q3_K> {
+  static constexpr DType kType = DType::Q3_K;
+  static constexpr const char* kName = "q3_k";
+  using Block = BlockQ3_K;
+  static constexpr int kBlockSize = kQKK;
+  static constexpr int kBlockBytes = 110;
+  static constexpr bool kQuantized = true;
+  TESSERA_HD static int code(const Block& b, int e) {
+    const int high = (b.hmask[e % 32] >> (e / 32)) & 1;
+    return format_detail::k_quant_2bit(b.qs, e) - (high ? 0 : 4);
+  }
+  TESSERA_HD static void dequantize(const Block& b, float* y) {
+    const float d = format_detail::half_value(b.d);
+    for (int e = 0; e < kQKK; ++e) {
+      const float dl = d * static_cast<float>(format_detail::q3_k_scale(e / 16, b.scales) - 32);
+      y[e] = dl * static_cast<float>(code(b, e));
+    }
+  }
+  TESSERA_HD static float dot_q8(const Block& b, const BlockQ8Act* x) {
+    const float d = format_detail::half_value(b.d);
+    float acc = 0.0f;
+    for (int j = 0; j < kQKK / kQK; ++j) {
+      int32_t sum[2] = {0, 0};
+      for (int l = 0; l < 32; ++l) sum[l / 16] += code(b, 32 * j + l) * x[j].qs[l];
+      const int32_t scaled = (format_detail::q3_k_scale(2 * j, b.scales) - 32) * sum[0] +
+                             (format_detail::q3_k_scale(2 * j + 1, b.scales) - 32) * sum[1];
+      acc += d * x[j].d * static_cast<float>(scaled);
+    }
+    return acc;
+  }
+};
+
 // q4_K: 8 sub-blocks of 32, each w = d * sc * q - dmin * m with 6-bit sc and m; sub-block 2i takes the low nibbles of
 // qs[32i .. 32i + 31], sub-block 2i + 1 their high nibbles.
 template <>
@@ -226,6 +321,44 @@ struct Format<DType::Q4_K> {
       const int shift = 4 * (j & 1);
       int32_t sum = 0;
       for (int l = 0; l < 32; ++l) sum += ((q[l] >> shift) & 0xF) * x[j].qs[l];
+      int sc, m;
+      format_detail::q4_k_scale_min(j, b.scales, &sc, &m);
+      acc += d * static_cast<float>(sc) * x[j].d * static_cast<float>(sum) - dmin * static_cast<float>(m) * x[j].s;
+    }
+    return acc;
+  }
+};
+
+// q5_K: q4_K's sub-blocks, scales and nibbles, plus a fifth bit: bit j of qh[l] is bit 4 of element l of sub-block j.
+// w = d * sc * q - dmin * m, q in 0..31.
+template <>
+struct Format<DType::Q5_K> {
+  static constexpr DType kType = DType::Q5_K;
+  static constexpr const char* kName = "q5_k";
+  using Block = BlockQ5_K;
+  static constexpr int kBlockSize = kQKK;
+  static constexpr int kBlockBytes = 176;
+  static constexpr bool kQuantized = true;
+  TESSERA_HD static int code(const Block& b, int j, int l) {
+    return ((b.qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0xF) | (((b.qh[l] >> j) & 1) << 4);
+  }
+  TESSERA_HD static void dequantize(const Block& b, float* y) {
+    const float d = format_detail::half_value(b.d);
+    const float dmin = format_detail::half_value(b.dmin);
+    for (int j = 0; j < kQKK / kQK; ++j) {
+      int sc, m;
+      format_detail::q4_k_scale_min(j, b.scales, &sc, &m);
+      const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+      for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(code(b, j, l)) - m1;
+    }
+  }
+  TESSERA_HD static float dot_q8(const Block& b, const BlockQ8Act* x) {
+    const float d = format_detail::half_value(b.d);
+    const float dmin = format_detail::half_value(b.dmin);
+    float acc = 0.0f;
+    for (int j = 0; j < kQKK / kQK; ++j) {
+      int32_t sum = 0;
+      for (int l = 0; l < 32; ++l) sum += code(b, j, l) * x[j].qs[l];
       int sc, m;
       format_detail::q4_k_scale_min(j, b.scales, &sc, &m);
       acc += d * static_cast<float>(sc) * x[j].d * static_cast<float>(sum) - dmin * static_cast<float>(m) * x[j].s;
@@ -289,6 +422,8 @@ constexpr bool format_is_consistent() {
 static_assert(format_is_consistent<DType::F32>() && format_is_consistent<DType::F16>() &&
               format_is_consistent<DType::BF16>() && format_is_consistent<DType::Q4_0>() &&
               format_is_consistent<DType::Q4_1>() && format_is_consistent<DType::Q8_0>() &&
-              format_is_consistent<DType::Q4_K>() && format_is_consistent<DType::Q6_K>());
+              format_is_consistent<DType::Q4_K>() && format_is_consistent<DType::Q6_K>() &&
+              format_is_consistent<DType::Q2_K>() && format_is_consistent<DType::Q3_K>() &&
+              format_is_consistent<DType::Q5_K>());
 
 }  // namespace tessera

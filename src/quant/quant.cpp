@@ -102,52 +102,155 @@ uint16_t fp16_at_least(float v) {
   return h;
 }
 
-// q4_K: sub-block of 32 with w = d * sc * q - dmin * m, q in 0..15, sc and m 6-bit; the offset m covers the negative
-// part (min(x, 0)), so an all-positive sub-block keeps 0 exactly.
+// The 12 scale bytes of q4_K and q5_K from 6-bit scales and mins (format_detail::q4_k_scale_min reads them).
+void pack_q4_k_scales(const uint8_t* sc /*[8]*/, const uint8_t* m /*[8]*/, uint8_t* out /*[12]*/) {
+  std::memset(out, 0, 12);
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      out[j] |= sc[j];
+      out[j + 4] |= m[j];
+    } else {
+      out[j + 4] = static_cast<uint8_t>((sc[j] & 0xF) | ((m[j] & 0xF) << 4));
+      out[j - 4] |= static_cast<uint8_t>((sc[j] >> 4) << 6);
+      out[j] |= static_cast<uint8_t>((m[j] >> 4) << 6);
+    }
+  }
+}
+
+// Scales and minimums of the asymmetric K-quants (q2_K, q4_K, q5_K): sub-blocks of `len` elements with
+// w = d * sc * q - dmin * m, q in 0..levels, sc and m codes in 0..code_max. The offset m covers the negative part
+// (min(x, 0)), so an all-positive sub-block keeps 0 exactly. d is rounded up to a half and each sc up to a code, never
+// down (a step rounded down would clip the sub-block's largest element); m is rounded to nearest. Writes the fp16
+// d and dmin and the codes; `steps` and `offsets` receive d * sc and dmin * m, the values the elements are rounded
+// with.
+void min_scales(const float* src, int n_sub, int len, int levels, int code_max, uint16_t* d_out, uint16_t* dmin_out,
+                uint8_t* sc, uint8_t* m, float* steps, float* offsets) {
+  float scale[16], minus[16], max_scale = 0.0f, max_minus = 0.0f;
+  for (int j = 0; j < n_sub; ++j) {
+    float lo = 0.0f, hi = 0.0f;
+    for (int l = 0; l < len; ++l) {
+      lo = std::min(lo, src[len * j + l]);
+      hi = std::max(hi, src[len * j + l]);
+    }
+    scale[j] = (hi - lo) / static_cast<float>(levels);
+    minus[j] = -lo;
+    max_scale = std::max(max_scale, scale[j]);
+    max_minus = std::max(max_minus, minus[j]);
+  }
+  *d_out = fp16_at_least(max_scale / static_cast<float>(code_max));
+  *dmin_out = f32_to_fp16(max_minus / static_cast<float>(code_max));
+  const float d = fp16_to_f32(*d_out), dmin = fp16_to_f32(*dmin_out);
+  for (int j = 0; j < n_sub; ++j) {
+    sc[j] = d > 0.0f ? static_cast<uint8_t>(std::clamp(trunc_to_int(std::ceil(scale[j] / d)), 0, code_max)) : 0;
+    m[j] = dmin > 0.0f ? static_cast<uint8_t>(round_clamp(minus[j] / dmin, 0, code_max)) : 0;
+    steps[j] = d * static_cast<float>(sc[j]);
+    offsets[j] = dmin * static_cast<float>(m[j]);
+  }
+}
+
+// Codes 0..levels of `len` elements rounded with the decoder's step and offset.
+void min_codes(const float* src, int len, float step, float offset, int levels, uint8_t* code) {
+  const float inv = step > 0.0f ? 1.0f / step : 0.0f;
+  for (int l = 0; l < len; ++l) code[l] = static_cast<uint8_t>(round_clamp((src[l] + offset) * inv, 0, levels));
+}
+
+// q4_K: sub-block of 32, q in 0..15, sc and m 6-bit.
 void q4_k_from_float(const float* src, void* dst, int64_t n) {
   auto* b = static_cast<BlockQ4_K*>(dst);
   for (int64_t i = 0; i < n / kQKK; ++i, ++b, src += kQKK) {
-    float scale[8], minus[8], max_scale = 0.0f, max_minus = 0.0f;
+    uint8_t sc[8], m[8], code[kQKK];
+    float steps[8], offsets[8];
+    min_scales(src, 8, 32, 15, 63, &b->d, &b->dmin, sc, m, steps, offsets);
+    pack_q4_k_scales(sc, m, b->scales);
+    for (int j = 0; j < 8; ++j) min_codes(src + 32 * j, 32, steps[j], offsets[j], 15, code + 32 * j);
+    // Sub-block 2i in the low nibbles of qs[32i .. 32i + 31], 2i + 1 in the high ones.
+    for (int j = 0; j < 8; j += 2)
+      for (int l = 0; l < 32; ++l)
+        b->qs[16 * j + l] = static_cast<uint8_t>(code[32 * j + l] | (code[32 * j + 32 + l] << 4));
+  }
+}
+
+// q5_K: q4_K with 32 levels; bit 4 of element l of sub-block j goes to bit j of qh[l].
+void q5_k_from_float(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ5_K*>(dst);
+  for (int64_t i = 0; i < n / kQKK; ++i, ++b, src += kQKK) {
+    uint8_t sc[8], m[8], code[kQKK];
+    float steps[8], offsets[8];
+    min_scales(src, 8, 32, 31, 63, &b->d, &b->dmin, sc, m, steps, offsets);
+    pack_q4_k_scales(sc, m, b->scales);
+    for (int j = 0; j < 8; ++j) min_codes(src + 32 * j, 32, steps[j], offsets[j], 31, code + 32 * j);
+    std::memset(b->qh, 0, sizeof(b->qh));
     for (int j = 0; j < 8; ++j) {
-      float lo = 0.0f, hi = 0.0f;
       for (int l = 0; l < 32; ++l) {
-        lo = std::min(lo, src[32 * j + l]);
-        hi = std::max(hi, src[32 * j + l]);
+        const int c = code[32 * j + l];
+        uint8_t& q = b->qs[32 * (j / 2) + l];
+        q = (j & 1) ? static_cast<uint8_t>((q & 0x0F) | ((c & 0xF) << 4)) : static_cast<uint8_t>(c & 0xF);
+        b->qh[l] |= static_cast<uint8_t>((c >> 4) << j);
       }
-      scale[j] = (hi - lo) / 15.0f;
-      minus[j] = -lo;
-      max_scale = std::max(max_scale, scale[j]);
-      max_minus = std::max(max_minus, minus[j]);
     }
-    b->d = fp16_at_least(max_scale / 63.0f);
-    b->dmin = f32_to_fp16(max_minus / 63.0f);
-    const float d = fp16_to_f32(b->d), dmin = fp16_to_f32(b->dmin);
-    uint8_t sc[8], m[8];
-    for (int j = 0; j < 8; ++j) {
-      // Round the scale up, never down: a scale rounded down would clip the sub-block's largest element.
-      sc[j] = d > 0.0f ? static_cast<uint8_t>(std::clamp(trunc_to_int(std::ceil(scale[j] / d)), 0, 63)) : 0;
-      m[j] = dmin > 0.0f ? static_cast<uint8_t>(round_clamp(minus[j] / dmin, 0, 63)) : 0;
+  }
+}
+
+// Places the 2-bit fields of 256 codes as q2_K's and q3_K's qs (format_detail::k_quant_2bit).
+void pack_2bit(const uint8_t* code /*[256]*/, uint8_t* qs /*[64]*/) {
+  std::memset(qs, 0, kQKK / 4);
+  for (int e = 0; e < kQKK; ++e)
+    qs[32 * (e / 128) + e % 32] |= static_cast<uint8_t>((code[e] & 3) << (2 * ((e % 128) / 32)));
+}
+
+// q2_K: sub-block of 16, q in 0..3, sc and m 4-bit (low and high nibble of scales[j]).
+void q2_k_from_float(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ2_K*>(dst);
+  for (int64_t i = 0; i < n / kQKK; ++i, ++b, src += kQKK) {
+    uint8_t sc[16], m[16], code[kQKK];
+    float steps[16], offsets[16];
+    min_scales(src, 16, 16, 3, 15, &b->d, &b->dmin, sc, m, steps, offsets);
+    for (int j = 0; j < 16; ++j) {
+      b->scales[j] = static_cast<uint8_t>(sc[j] | (m[j] << 4));
+      min_codes(src + 16 * j, 16, steps[j], offsets[j], 3, code + 16 * j);
     }
+    pack_2bit(code, b->qs);
+  }
+}
+
+// q3_K: sub-block of 16 with w = d * s * q, s = sc - 32 in -32..31, q in -4..3. As q6_K: the element of largest
+// magnitude maps to -4 steps (s rounded away from zero, d up to a half), so an element of the other sign at the same
+// magnitude is clipped from +4 to +3 steps, one step off at most.
+void q3_k_from_float(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ3_K*>(dst);
+  for (int64_t i = 0; i < n / kQKK; ++i, ++b, src += kQKK) {
+    float scale[16], max_abs = 0.0f;
+    for (int j = 0; j < 16; ++j) {
+      float amax = 0.0f, max = 0.0f;
+      for (int l = 0; l < 16; ++l) {
+        if (std::fabs(src[16 * j + l]) > amax) {
+          amax = std::fabs(src[16 * j + l]);
+          max = src[16 * j + l];
+        }
+      }
+      scale[j] = max / -4.0f;
+      max_abs = std::max(max_abs, std::fabs(scale[j]));
+    }
+    b->d = fp16_at_least(max_abs / 31.0f);
+    const float d = fp16_to_f32(b->d);
+    uint8_t code[kQKK];
     std::memset(b->scales, 0, sizeof(b->scales));
-    for (int j = 0; j < 8; ++j) {
-      if (j < 4) {
-        b->scales[j] |= sc[j];
-        b->scales[j + 4] |= m[j];
-      } else {
-        b->scales[j + 4] = static_cast<uint8_t>((sc[j] & 0xF) | ((m[j] & 0xF) << 4));
-        b->scales[j - 4] |= static_cast<uint8_t>((sc[j] >> 4) << 6);
-        b->scales[j] |= static_cast<uint8_t>((m[j] >> 4) << 6);
+    std::memset(b->hmask, 0, sizeof(b->hmask));
+    for (int j = 0; j < 16; ++j) {
+      const float r = d > 0.0f ? scale[j] / d : 0.0f;
+      const int s = std::clamp(trunc_to_int(r < 0 ? std::floor(r) : std::ceil(r)), -32, 31);
+      const int sc = s + 32;  // 6 bits: 4 low as nibbles of bytes 0..7, 2 high in bytes 8..11
+      b->scales[j % 8] |= static_cast<uint8_t>((sc & 0xF) << (j < 8 ? 0 : 4));
+      b->scales[8 + j % 4] |= static_cast<uint8_t>((sc >> 4) << (2 * (j / 4)));
+      const float step = d * static_cast<float>(s);
+      const float inv = step != 0.0f ? 1.0f / step : 0.0f;
+      for (int l = 0; l < 16; ++l) {
+        const int e = 16 * j + l;
+        code[e] = static_cast<uint8_t>(round_clamp(src[e] * inv, -4, 3) + 4);  // 0..7: bit 2 is the high bit
+        b->hmask[e % 32] |= static_cast<uint8_t>((code[e] >> 2) << (e / 32));
       }
     }
-    for (int j = 0; j < 8; ++j) {
-      const float step = d * static_cast<float>(sc[j]), off = dmin * static_cast<float>(m[j]);
-      const float inv = step > 0.0f ? 1.0f / step : 0.0f;
-      uint8_t* q = b->qs + 32 * (j / 2);
-      for (int l = 0; l < 32; ++l) {
-        const auto code = static_cast<uint8_t>(round_clamp((src[32 * j + l] + off) * inv, 0, 15));
-        q[l] = (j & 1) ? static_cast<uint8_t>((q[l] & 0x0F) | (code << 4)) : code;
-      }
-    }
+    pack_2bit(code, b->qs);
   }
 }
 
@@ -234,8 +337,10 @@ constexpr FormatInfo info(FromFloatFn from_float, bool from_float_is_ggml) {
 const FormatInfo kFormats[] = {
     info<DType::F32>(f32_from_float, true),    info<DType::F16>(f16_from_float, true),
     info<DType::Q4_0>(q4_0_from_float, true),  info<DType::Q4_1>(q4_1_from_float, true),
-    info<DType::Q8_0>(q8_0_from_float, true),  info<DType::Q4_K>(q4_k_from_float, false),
-    info<DType::Q6_K>(q6_k_from_float, false), info<DType::BF16>(bf16_from_float, true),
+    info<DType::Q8_0>(q8_0_from_float, true),  info<DType::Q2_K>(q2_k_from_float, false),
+    info<DType::Q3_K>(q3_k_from_float, false), info<DType::Q4_K>(q4_k_from_float, false),
+    info<DType::Q5_K>(q5_k_from_float, false), info<DType::Q6_K>(q6_k_from_float, false),
+    info<DType::BF16>(bf16_from_float, true),
 };
 
 void check_row(DType t, int64_t n) {

@@ -55,7 +55,7 @@ std::vector<float> random_values(std::mt19937& rng, int64_t n) {
 }
 
 TEST(FormatTraits, AgreeWithTheDtypeTable) {
-  ASSERT_GE(formats().size(), 8u);
+  ASSERT_GE(formats().size(), 11u);
   DType prev = formats()[0].type;
   for (const FormatInfo& f : formats()) {
     SCOPED_TRACE(f.name);
@@ -92,6 +92,21 @@ TEST(FormatTraits, BlockDequantizeIsTheRowFunction) {
   Format<DType::Q4_1>::dequantize(b41, a.data());
   dequantize_row(DType::Q4_1, &b41, b.data(), 32);
   EXPECT_EQ(std::vector<float>(a.begin(), a.begin() + 32), std::vector<float>(b.begin(), b.begin() + 32));
+  BlockQ2_K b2;
+  quantize_row(DType::Q2_K, x.data(), &b2, 256);
+  Format<DType::Q2_K>::dequantize(b2, a.data());
+  dequantize_row(DType::Q2_K, &b2, b.data(), 256);
+  EXPECT_EQ(a, b);
+  BlockQ3_K b3;
+  quantize_row(DType::Q3_K, x.data(), &b3, 256);
+  Format<DType::Q3_K>::dequantize(b3, a.data());
+  dequantize_row(DType::Q3_K, &b3, b.data(), 256);
+  EXPECT_EQ(a, b);
+  BlockQ5_K b5;
+  quantize_row(DType::Q5_K, x.data(), &b5, 256);
+  Format<DType::Q5_K>::dequantize(b5, a.data());
+  dequantize_row(DType::Q5_K, &b5, b.data(), 256);
+  EXPECT_EQ(a, b);
 }
 
 // q6_K: per sub-block of 16 the step is |d * sc|. The quantizer rounds d and sc up, so the step is at least the
@@ -135,36 +150,38 @@ TEST(KQuantRoundTrip, Q6_KErrorBound) {
   EXPECT_LT(num / den, 1e-3);
 }
 
-// q4_K: per sub-block of 32, step = d * sc >= (max - min(min, 0)) / 15 (d and sc rounded up) and offset dmin * m
-// within dmin / 2 of -min(min, 0): |err| <= step / 2 + dmin / 2, and step <= range / 15 + d.
-TEST(KQuantRoundTrip, Q4_KErrorBound) {
+// The asymmetric K-quants (q2_K, q4_K, q5_K): per sub-block of len elements, step = d * sc >= (max - min(min, 0)) /
+// levels (d and sc rounded up) and offset dmin * m within dmin / 2 of -min(min, 0): |err| <= step / 2 + dmin / 2, and
+// step <= range / levels + d. `scale_min(block, j)` reads sub-block j's codes.
+template <typename Block, typename ScaleMin>
+void check_min_format(DType t, int len, int levels, double max_nmse, ScaleMin scale_min) {
   const uint32_t seed = test_seed();
-  SCOPED_TRACE(::testing::Message() << "TESSERA_SEED=" << seed);
+  SCOPED_TRACE(::testing::Message() << dtype_name(t) << " TESSERA_SEED=" << seed);
   std::mt19937 rng(seed);
   const int64_t n = 256 * 256;
   const auto x = random_values(rng, n);
-  std::vector<BlockQ4_K> q(static_cast<size_t>(n / 256));
-  quantize_row(DType::Q4_K, x.data(), q.data(), n);
+  std::vector<Block> q(static_cast<size_t>(n / 256));
+  quantize_row(t, x.data(), q.data(), n);
   std::vector<float> y(static_cast<size_t>(n));
-  dequantize_row(DType::Q4_K, q.data(), y.data(), n);
+  dequantize_row(t, q.data(), y.data(), n);
   double worst_ratio = 0, num = 0, den = 0;
   for (int64_t b = 0; b < n / 256; ++b) {
-    const BlockQ4_K& blk = q[static_cast<size_t>(b)];
+    const Block& blk = q[static_cast<size_t>(b)];
     const float d = fp16_to_f32(blk.d), dmin = fp16_to_f32(blk.dmin);
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < 256 / len; ++j) {
       float lo = 0, hi = 0;
-      for (int l = 0; l < 32; ++l) {
-        lo = std::min(lo, x[static_cast<size_t>(256 * b + 32 * j + l)]);
-        hi = std::max(hi, x[static_cast<size_t>(256 * b + 32 * j + l)]);
+      for (int l = 0; l < len; ++l) {
+        lo = std::min(lo, x[static_cast<size_t>(256 * b + len * j + l)]);
+        hi = std::max(hi, x[static_cast<size_t>(256 * b + len * j + l)]);
       }
-      int sc, m;
-      format_detail::q4_k_scale_min(j, blk.scales, &sc, &m);
+      const auto [sc, m] = scale_min(blk, j);
+      (void)m;
       const float step = d * static_cast<float>(sc);
-      ASSERT_GE(step * (1 + 1e-6), (hi - lo) / 15) << "block " << b << " sub-block " << j;
-      ASSERT_LE(step, (hi - lo) / 15 + d * (1 + 1e-6)) << "block " << b << " sub-block " << j;
+      ASSERT_GE(step * (1 + 1e-6), (hi - lo) / levels) << "block " << b << " sub-block " << j;
+      ASSERT_LE(step, (hi - lo) / levels + d * (1 + 1e-6)) << "block " << b << " sub-block " << j;
       const double bound = step / 2 + dmin / 2;
-      for (int l = 0; l < 32; ++l) {
-        const size_t i = static_cast<size_t>(256 * b + 32 * j + l);
+      for (int l = 0; l < len; ++l) {
+        const size_t i = static_cast<size_t>(256 * b + len * j + l);
         const double err = std::fabs(double(y[i]) - x[i]);
         ASSERT_LE(err, bound * (1 + 1e-5) + 1e-30) << "element " << i;
         if (bound > 0) worst_ratio = std::max(worst_ratio, err / bound);
@@ -174,12 +191,75 @@ TEST(KQuantRoundTrip, Q4_KErrorBound) {
     }
   }
   EXPECT_GT(worst_ratio, 0.4) << "the bound is loose: no element came near it";
-  // 16 levels over the range: (step^2 / 12) / E[x^2] ~ 2e-3 for these blocks; 1e-2 fails a step twice too coarse.
-  EXPECT_LT(num / den, 1e-2);
+  EXPECT_LT(num / den, max_nmse);
+}
+
+// Rounding to levels + 1 values over the range: (step^2 / 12) / E[x^2] ~ 2e-3 (q4_K), 5e-4 (q5_K), 5e-2 (q2_K) for
+// these blocks; each limit fails a step twice too coarse.
+TEST(KQuantRoundTrip, Q4_KErrorBound) {
+  check_min_format<BlockQ4_K>(DType::Q4_K, 32, 15, 1e-2, [](const BlockQ4_K& b, int j) {
+    int sc, m;
+    format_detail::q4_k_scale_min(j, b.scales, &sc, &m);
+    return std::pair{sc, m};
+  });
+}
+
+TEST(KQuantRoundTrip, Q5_KErrorBound) {
+  check_min_format<BlockQ5_K>(DType::Q5_K, 32, 31, 2.5e-3, [](const BlockQ5_K& b, int j) {
+    int sc, m;
+    format_detail::q4_k_scale_min(j, b.scales, &sc, &m);
+    return std::pair{sc, m};
+  });
+}
+
+TEST(KQuantRoundTrip, Q2_KErrorBound) {
+  check_min_format<BlockQ2_K>(DType::Q2_K, 16, 3, 0.2, [](const BlockQ2_K& b, int j) {
+    return std::pair{b.scales[j] & 0xF, b.scales[j] >> 4};
+  });
+}
+
+// q3_K as q6_K: per sub-block of 16 the step is |d * (sc - 32)| >= max|x| / 4 (d and sc rounded up), |err| <= step
+// (the positive twin of the extreme at -4 steps is clipped to +3), and step <= max|x| / 4 + d.
+TEST(KQuantRoundTrip, Q3_KErrorBound) {
+  const uint32_t seed = test_seed();
+  SCOPED_TRACE(::testing::Message() << "TESSERA_SEED=" << seed);
+  std::mt19937 rng(seed);
+  const int64_t n = 256 * 256;
+  const auto x = random_values(rng, n);
+  std::vector<BlockQ3_K> q(static_cast<size_t>(n / 256));
+  quantize_row(DType::Q3_K, x.data(), q.data(), n);
+  std::vector<float> y(static_cast<size_t>(n));
+  dequantize_row(DType::Q3_K, q.data(), y.data(), n);
+  double worst_ratio = 0, num = 0, den = 0;
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const float d = fp16_to_f32(q[static_cast<size_t>(b)].d);
+    float max_amax = 0;
+    for (int j = 0; j < 16; ++j) {
+      float amax = 0;
+      for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[static_cast<size_t>(256 * b + 16 * j + l)]));
+      max_amax = std::max(max_amax, amax);
+      const int s = format_detail::q3_k_scale(j, q[static_cast<size_t>(b)].scales) - 32;
+      const float step = std::fabs(d * static_cast<float>(s));
+      ASSERT_GE(step * (1 + 1e-6), amax / 4) << "block " << b << " sub-block " << j;
+      ASSERT_LE(step, amax / 4 + d * (1 + 1e-6)) << "block " << b << " sub-block " << j;
+      for (int l = 0; l < 16; ++l) {
+        const size_t i = static_cast<size_t>(256 * b + 16 * j + l);
+        const double err = std::fabs(double(y[i]) - x[i]);
+        ASSERT_LE(err, step * (1 + 1e-5)) << "element " << i;
+        if (step > 0) worst_ratio = std::max(worst_ratio, err / step);
+        num += err * err;
+        den += double(x[i]) * x[i];
+      }
+    }
+    ASSERT_LE(d, max_amax / 4 / 31 * (1 + 1.0 / 1024) * (1 + 1e-6)) << "block " << b;
+  }
+  EXPECT_GT(worst_ratio, 0.45) << "the bound is loose: no element came near it";
+  // 8 levels: (step^2 / 12) / E[x^2] ~ 2e-2 for these blocks; 0.1 fails a step twice too coarse.
+  EXPECT_LT(num / den, 0.1);
 }
 
 TEST(KQuantRoundTrip, ZeroAndConstantBlocks) {
-  for (const DType t : {DType::Q4_K, DType::Q6_K}) {
+  for (const DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     for (const float v : {0.0f, 1.0f, -3.0f}) {
       SCOPED_TRACE(::testing::Message() << dtype_name(t) << " all " << v);
       std::vector<float> x(256, v), y(256, 7.0f);
@@ -247,7 +327,7 @@ TEST(FormatTraits, QuantizeActQ8RoundsAsTheKernelsDo) {
 TEST(ConvertRows, KQuantsToSixteenBitsAreTheRoundedValues) {
   std::mt19937 rng(test_seed());
   const int64_t n = 5, k = 512;
-  for (const DType from : {DType::Q6_K, DType::Q4_K}) {
+  for (const DType from : {DType::Q6_K, DType::Q4_K, DType::Q2_K, DType::Q3_K, DType::Q5_K}) {
     for (const DType to : {DType::BF16, DType::F16}) {
       SCOPED_TRACE(::testing::Message() << dtype_name(from) << " -> " << dtype_name(to));
       const auto x = random_values(rng, n * k);
@@ -291,7 +371,8 @@ TEST(FormatSupport, TablesAndTexts) {
   EXPECT_EQ(s.runs_as(DType::Q5_0), std::nullopt);
   EXPECT_EQ(
       s.summary(),
-      "the CUDA kernels read f32, f16, bf16, q8_0, q4_0 and q4_1, and q4_k and q6_k are converted to bf16 at load");
+      "the CUDA kernels read f32, f16, bf16, q8_0, q4_0 and q4_1, and q2_k, q3_k, q4_k, q5_k and q6_k are converted to "
+      "bf16 at load");
   // bf16 is 2 bytes per weight, q6_K 210 / 256.
   EXPECT_EQ(s.conversion_notice("blk.0.ffn_down.weight", DType::Q6_K),
             "tessera: cuda: q6_k weights (first: blk.0.ffn_down.weight) have no CUDA kernel; converted to bf16 at load "

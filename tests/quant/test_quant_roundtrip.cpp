@@ -249,7 +249,8 @@ TEST(QuantErrors, UnsupportedDtypeThrows) {
 TEST(QuantErrors, PartialBlockRowThrows) {
   std::vector<uint8_t> src(4096, 0);
   std::vector<float> dst(1024, 7.0f);
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType t :
+       {DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const auto bs = static_cast<int64_t>(dtype_info(t).block_size);
     for (int64_t n : {bs - 1, bs + 1, 2 * bs + bs / 2, int64_t{-1}, -bs})
       EXPECT_THROW(dequantize_row(t, src.data(), dst.data(), n), Error) << dtype_name(t) << " n=" << n;

@@ -1,7 +1,8 @@
 // quantize_row bit-exact against gguf-py's numpy quantize (which its authors keep bit-exact with ggml's C reference)
 // for q8_0, q4_0 and q4_1 on blocks chosen to hit every branch: normal, tiny (fp16 scale underflow), huge (scale
 // overflow to inf), zeros, all-equal, one-signed, exact rounding ties, |max| ties between +a and -a, outliers.
-// gguf-py has no quantizer for the K-quants; Tessera has none either (q4_k/q6_k are read-only).
+// gguf-py has no quantizer for the K-quants; Tessera's own (not GGML's) are checked by their error bounds
+// (test_format_traits.cpp).
 #include <fmt/core.h>
 #include <gtest/gtest.h>
 
