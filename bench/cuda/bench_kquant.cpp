@@ -1,4 +1,4 @@
-// Event-timed benchmark of the K-quant kernels (q4_K, q6_K) beside q4_1 and q8_0, at Llama-3-8B's shapes: the decode
+// Event-timed benchmark of the K-quant kernels (q4_K, q5_K, q6_K) beside q4_1 and q8_0, at Llama-3-8B's shapes: the decode
 // GEMV (T = 1) as µs, GB/s and % of the byte floor (weight bytes over the copy bandwidth measured in the same run, the
 // yardstick of docs/CUDA_NOTES.md; a GEMV only reads, so it can pass 100%), the multi-row GEMV at t = 8 (batched
 // decode), and the prefill path's expansion to bf16 (bytes read plus written).
@@ -71,7 +71,7 @@ class KquantBench {
   DeviceWeight random_weight(DType dtype, int64_t n, int64_t k) {
     const uint64_t bytes = *dtype_row_bytes(dtype, static_cast<uint64_t>(k)) * static_cast<uint64_t>(n);
     // Quant bytes per element of each layout (split_layout.h); the rest of a block's bytes are its scales (and tail).
-    const double qpe = dtype == DType::Q8_0 ? 1.0 : dtype == DType::Q6_K ? 0.75 : 0.5;
+    const double qpe = dtype == DType::Q8_0 ? 1.0 : dtype == DType::Q6_K ? 0.75 : dtype == DType::Q5_K ? 0.625 : 0.5;
     const uint64_t qbytes = static_cast<uint64_t>(qpe * static_cast<double>(n * k));
     DeviceWeight w;
     w.dtype = dtype;
@@ -138,7 +138,7 @@ void KquantBench::run() {
                           {4096, 14336, "14336->4096 (down)"},
                           {6144, 4096, "4096->6144 (q|k|v)"},
                           {28672, 4096, "4096->28672 (gate|up)"}};
-  const DType formats[] = {DType::Q8_0, DType::Q4_1, DType::Q4_K, DType::Q6_K};
+  const DType formats[] = {DType::Q8_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
   fmt::print("\n{:<5} {:<24} {:>11} {:>9} {:>11} {:>7} {:>9} {:>7} {:>9} {:>10} {:>9}\n", "fmt", "shape", "config",
              "us", "(min-max)", "GB/s", "floor us", "%floor", "rows8 us", "bf16 us", "bf16 GB/s");
   for (DType dtype : formats) {

@@ -45,7 +45,8 @@ enum class GemvLayout : uint8_t {
 // 16-byte aligned, so upload splits them (split_layout.h says which bytes go where): quants [N, K] int8 (q8_0) or
 // [N, K/2] nibble bytes (q4_0, q4_1; each 16-byte group keeps GGUF's order: low nibbles are elements 0..15 of the
 // block, high nibbles 16..31) and scales [N, K/32] fp16 d (q8_0, q4_0) or [N, K/32] (fp16 d, fp16 m) pairs (q4_1);
-// q4_K: quants [N, K/256, 128] (its qs) and scales [N, K/256, 16] (d, dmin, packed 6-bit scales and mins); q6_K:
+// q4_K: quants [N, K/256, 128] (its qs) and scales [N, K/256, 16] (d, dmin, packed 6-bit scales and mins); q5_K: the
+// same with quants [N, K/256, 160] (qh then qs); q6_K:
 // quants [N, K/256, 192] (ql then qh) and scales [N, K/256, 16] (int8) followed by the tail [N, K/256] fp16 d. Same
 // bytes as the file, no padding.
 struct DeviceWeight {
@@ -60,13 +61,13 @@ struct DeviceWeight {
 };
 
 // The CUDA weight-format table (quant/format_support.h): the formats the kernels read (f32, f16, bf16, q8_0, q4_0,
-// q4_1, q4_K, q6_K) and bf16, which every other format Tessera reads is converted to on the host before upload (the
+// q4_1, q4_K, q5_K, q6_K) and bf16, which every other format Tessera reads is converted to on the host before upload (the
 // executors' weight store does it once per weight, with one notice per format; every model the CPU runs also runs
 // here).
 const FormatSupport& weight_formats();
 // A format the kernels read as it is: weight_formats().is_native(dtype).
 bool gemv_supports(DType dtype);
-// A native quantized format (GemvLayout::SPLIT_Q, 8-bit activations): q8_0, q4_0, q4_1, q4_K, q6_K.
+// A native quantized format (GemvLayout::SPLIT_Q, 8-bit activations): q8_0, q4_0, q4_1, q4_K, q5_K, q6_K.
 bool gemv_quantized(DType dtype);
 // The format a weight of `dtype` has on the device: dtype itself when native, else bf16. Error when Tessera cannot
 // read dtype at all (the text lists what the GPU reads).
@@ -142,7 +143,7 @@ struct GemvConfig {
 const std::vector<GemvConfig>& gemv_configs();
 GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k);
 // Whether launch shape c (one of gemv_configs()) has a GEMV kernel for weights of dtype: every shape for the float
-// formats, q8_0, q4_0, q4_1 and q4_K; rows * unroll <= 4 for q6_K (its larger shapes spill registers). gemv fails
+// formats, q8_0, q4_0, q4_1 and q4_K; rows * unroll <= 4 for q5_K and q6_K (their larger shapes spill registers). gemv fails
 // for the others.
 bool gemv_config_supported(DType dtype, const GemvConfig& c);
 // Whether quantized GEMVs of launch shape c have the norm_out epilogue (GemvInput::norm_out_*): as warp groups, two or

@@ -47,6 +47,11 @@ template <>
 struct SplitLayout<DType::Q4_K> {
   static constexpr int kQuantOff = 16, kQuantBytes = 128, kScaleOff = 0, kScaleBytes = 16, kTailOff = 0, kTailBytes = 0;
 };
+// q5_K: q4_K's head, then qh (32) and qs (128) as 160 bytes of quants (contiguous in the block too).
+template <>
+struct SplitLayout<DType::Q5_K> {
+  static constexpr int kQuantOff = 16, kQuantBytes = 160, kScaleOff = 0, kScaleBytes = 16, kTailOff = 0, kTailBytes = 0;
+};
 // q6_K: ql (128) and qh (64) as 192 bytes of quants, the 16 int8 sub-block scales, and fp16 d in the tail (210 bytes
 // have no 16-byte split without a third array; the tail is that array, in the scales buffer).
 template <>
@@ -74,7 +79,7 @@ constexpr bool split_layout_is_consistent() {
 }
 static_assert(split_layout_is_consistent<DType::Q8_0>() && split_layout_is_consistent<DType::Q4_0>() &&
               split_layout_is_consistent<DType::Q4_1>() && split_layout_is_consistent<DType::Q4_K>() &&
-              split_layout_is_consistent<DType::Q6_K>());
+              split_layout_is_consistent<DType::Q5_K>() && split_layout_is_consistent<DType::Q6_K>());
 
 namespace split_detail {
 // Byte copy that nvcc unrolls (N is a constant); memcpy of a runtime-aligned device pointer may not be.

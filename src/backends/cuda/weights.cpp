@@ -43,7 +43,8 @@ const FormatSupport& weight_formats() {
   // (a 6-bit code times an 8-bit scale times an fp16 super-scale) keep 8 significant bits in bf16 at most a rounding
   // away, with f32's range (f16 could overflow on a large super-scale), and bf16 takes cuBLASLt's fastest path.
   static const FormatSupport table(
-      "cuda", {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K},
+      "cuda",
+      {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K},
       DType::BF16);
   return table;
 }
@@ -130,6 +131,9 @@ DeviceWeight upload_weight(DType dtype, const void* host, int64_t n, int64_t k) 
       break;
     case DType::Q4_K:
       split_blocks<DType::Q4_K>(host, n, k, quants, scales);
+      break;
+    case DType::Q5_K:
+      split_blocks<DType::Q5_K>(host, n, k, quants, scales);
       break;
     case DType::Q6_K:
       split_blocks<DType::Q6_K>(host, n, k, quants, scales);

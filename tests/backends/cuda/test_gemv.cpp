@@ -12,8 +12,8 @@ namespace tessera::cuda::test {
 namespace {
 
 const DType kFormats[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
-                          DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K};
-const DType kQuantFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q6_K};
+                          DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kQuantFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 bool is_quant(DType t) { return gemv_quantized(t); }
 
@@ -98,7 +98,7 @@ TEST(CudaGemv, EveryFormatAndConfigMatchesReference) {
   for (DType dtype : kFormats) {
     for (const auto& s : shapes) {
       for (const GemvConfig& c : gemv_configs()) {
-        if (!gemv_config_supported(dtype, c)) continue;  // q6_K: rows * unroll <= 4
+        if (!gemv_config_supported(dtype, c)) continue;  // q5_K, q6_K: rows * unroll <= 4
         check_gemv(dtype, s[0], k_for(dtype, s[1]), &c, rng);
         if (HasFatalFailure()) return;
       }
@@ -113,7 +113,7 @@ TEST(CudaGemv, UnsupportedShapesAreRefused) {
     for (const GemvConfig& c : gemv_configs()) {
       if (gemv_config_supported(dtype, c)) continue;
       ++refused;
-      EXPECT_EQ(dtype, DType::Q6_K) << "only q6_K leaves shapes out";
+      EXPECT_TRUE(dtype == DType::Q6_K || dtype == DType::Q5_K) << "only q5_K and q6_K leave shapes out";
       EXPECT_GT(c.rows * c.unroll, 4);
     }
   EXPECT_GT(refused, 0);
@@ -139,7 +139,7 @@ TEST(CudaGemv, DefaultConfigAtModelShapes) {
       if (s[1] == k_for(dtype, s[1])) check_gemv(dtype, s[0], s[1], nullptr, rng);
   // Llama-3-8B's q|k|v, o, gate|up and down at the K-quants' defaults (these shapes pick 64 and 128 threads).
   const int64_t llama[][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
-  for (DType dtype : {DType::Q4_K, DType::Q6_K})
+  for (DType dtype : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
     for (const auto& s : llama) check_gemv(dtype, s[0], s[1], nullptr, rng);
 }
 
@@ -653,7 +653,7 @@ TEST(CudaGemv, FloatCappedGridsMatchReference) {
 TEST(CudaGemv, AccumulateAddsToOutput) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
-  for (DType dtype : {DType::BF16, DType::Q4_1, DType::Q4_K, DType::Q6_K}) {
+  for (DType dtype : {DType::BF16, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     SCOPED_TRACE(dtype_name(dtype));
     const int64_t n = 300, k = 1024;
     const auto w_host = random_weight(rng, dtype, n, k);

@@ -5,7 +5,8 @@
 // tests (test_gemv.cpp, test_gemm.cpp) then check the kernels around them.
 //
 // Tolerance: both sides sum the same integer dot products and differ only in the order of the float products and sums
-// (per 32-block there vs per unit here), a few f32 roundings of each block's terms: 1e-5 of the sum of |block terms|.
+// (per 32-block there vs per unit here): a few f32 roundings of terms bounded by sum |w x| (with a minimum, q4_K and
+// q5_K round d sc q and dmin m apart: sum (|d sc q| + |dmin m|) |x| <= sum (|w| + 2 |dmin m|) |x|); 1e-5 of that.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -56,18 +57,28 @@ void check_units(int64_t n, int64_t k, std::mt19937& rng) {
     const uint8_t* tr = detail::tail_row<D>(scales.data(), static_cast<int>(n), units, static_cast<size_t>(r));
     double got = 0;
     for (int b = 0; b < units; ++b) {
-      uint4 wv[Q::kQuantBytes / 16];
+      uint4 wv[Q::kVecs];
       typename Q::Scale sc;
       Q::load(qr, sr, tr, b, wv, sc);
       got += Q::dot(wv, sc, Q::Act::load(xq.data(), xds.data(), b));
     }
     double want = 0, mag = 0;
+    std::vector<float> wr(static_cast<size_t>(k));
+    dequantize_row(D, w.data() + r * row_bytes, wr.data(), k);
     for (int64_t b = 0; b < k / F::kBlockSize; ++b) {
       typename F::Block blk;
       std::memcpy(&blk, w.data() + r * row_bytes + b * sizeof(blk), sizeof(blk));
-      const float v = F::dot_q8(blk, &acts[static_cast<size_t>(b * F::kBlockSize / 32)]);
-      want += v;
-      mag += std::fabs(v);
+      want += F::dot_q8(blk, &acts[static_cast<size_t>(b * F::kBlockSize / 32)]);
+      for (int e = 0; e < F::kBlockSize; ++e) {
+        const int64_t j = b * F::kBlockSize + e;
+        double term = std::fabs(wr[static_cast<size_t>(j)]);
+        if constexpr (D == DType::Q4_K || D == DType::Q5_K) {  // d sc q and dmin m are rounded apart: |d sc q| + |dmin m|
+          int sc = 0, m = 0;
+          format_detail::q4_k_scale_min(e / 32, blk.scales, &sc, &m);
+          term += 2.0 * std::fabs(format_detail::half_value(blk.dmin)) * m;
+        }
+        mag += term * std::fabs(xds[static_cast<size_t>(j / 32)].x * xq[static_cast<size_t>(j)]);
+      }
     }
     ASSERT_NEAR(got, want, 1e-5 * mag + 1e-30) << "row " << r;
   }
@@ -77,6 +88,7 @@ TEST(CudaQuantUnits, KQuantUnitsEqualTheTraitsDot) {
   std::mt19937 rng(test_seed());
   for (const int64_t k : {256, 512, 1280, 4096, 14336}) {
     check_units<DType::Q4_K>(5, k, rng);
+    check_units<DType::Q5_K>(5, k, rng);
     check_units<DType::Q6_K>(5, k, rng);
     if (HasFatalFailure()) return;
   }
@@ -111,6 +123,7 @@ void check_values(int64_t n, int64_t k, std::mt19937& rng) {
 TEST(CudaQuantUnits, EmbeddingValuesEqualTheTraitsDequantize) {
   std::mt19937 rng(test_seed());
   check_values<DType::Q4_K>(3, 768, rng);
+  check_values<DType::Q5_K>(3, 768, rng);
   check_values<DType::Q6_K>(3, 768, rng);
 }
 

@@ -138,6 +138,9 @@ void launch_dequant_bf16(const DeviceWeight& w, void* out, cudaStream_t stream) 
     case DType::Q4_K:
       launch_dequant_traits<DType::Q4_K>(w, o, stream);
       break;
+    case DType::Q5_K:
+      launch_dequant_traits<DType::Q5_K>(w, o, stream);
+      break;
     case DType::Q6_K:
       launch_dequant_traits<DType::Q6_K>(w, o, stream);
       break;

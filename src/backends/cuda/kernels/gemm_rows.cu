@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   warp_store<kRows, TT>(acc, y, row0, n, accumulate);
 }
 
-// K-quants (q4_K, q6_K): the same warp-per-four-rows loop over the formats' 64-element units (quant_units.h, the
+// K-quants (q4_K, q5_K, q6_K): the same warp-per-four-rows loop over the formats' 64-element units (quant_units.h, the
 // t = 1 GEMV's arithmetic), each unit's activation loaded once per row of x and dotted with the four weight rows.
 template <DType D, int TT>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   float acc[kRows][TT] = {};
   for (int b = lane; b < nu; b += kWarp) {
-    uint4 wv[kRows][Q::kQuantBytes / 16];
+    uint4 wv[kRows][Q::kVecs];
     typename Q::Scale sc[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) Q::load(qr[r], sr[r], tr[r], b, wv[r], sc[r]);
@@ -312,6 +312,9 @@ void launch_gemm_rows_quant(const DeviceWeight& w, const int8_t* q8, const float
               break;
             case DType::Q4_K:
               launch_quant<DType::Q4_K, TT>(w, qc, dc, yc, stream, accumulate);
+              break;
+            case DType::Q5_K:
+              launch_quant<DType::Q5_K, TT>(w, qc, dc, yc, stream, accumulate);
               break;
             case DType::Q6_K:
               launch_quant<DType::Q6_K, TT>(w, qc, dc, yc, stream, accumulate);

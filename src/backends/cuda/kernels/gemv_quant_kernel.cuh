@@ -55,7 +55,7 @@ __device__ __forceinline__ void load_block(const uint8_t* qrow, const uint8_t* s
 // acc[r] += unit b of row r · unit b of x: a 32-block for q8_0, q4_0 and q4_1; a K-quant unit (quant_units.h) with
 // its activation loaded once for every row.
 template <DType D, int ROWS>
-__device__ __forceinline__ void quant_step(const uint4 (&wv)[ROWS][QuantFmt<D>::kQuantBytes / 16],
+__device__ __forceinline__ void quant_step(const uint4 (&wv)[ROWS][QuantFmt<D>::kVecs],
                                            const typename QuantFmt<D>::Scale (&sc)[ROWS], const int8_t* __restrict__ xq,
                                            const float2* __restrict__ xds, int b, float (&acc)[ROWS]) {
   if constexpr (is_unit_format<D>()) {
@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
   using Q = QuantFmt<D>;
   constexpr int QB = Q::kQuantBytes;
   constexpr int SB = Q::kScaleBytes;
-  constexpr int V = QB / 16;
+  constexpr int V = Q::kVecs;  // 16-byte vectors per unit (QB / 16, or more for q5_K)
   constexpr int kGroupWarps = !WG ? 1 : SWIGLU ? kQ / (ROWS / 2) : kQ / ROWS;  // WG: warps per block
   static_assert(!WG || (NORM_OUT != SWIGLU && THREADS == kWarp * kGroupWarps),
                 "warp groups: norm_out or swiglu blocks of one group of 32 outputs");

@@ -112,23 +112,24 @@ TESSERA_UNIT float2 half2(uint32_t w) {
 }
 }  // namespace unit
 
-// kUnit: elements per unit; kQuantBytes: quant bytes per unit; kScaleBytes: scale bytes per unit on average (a row's
-// scales are units * kScaleBytes bytes); Scale: a unit's scale registers.
+// kUnit: elements per unit; kQuantBytes: quant bytes per unit on average (a row's quants are units * kQuantBytes
+// bytes); kScaleBytes: the same for scales; kVecs: the 16-byte vectors a unit loads (q5_K's four units each load the
+// super-block's 32 qh bytes too: kVecs * 16 > kQuantBytes); Scale: a unit's scale registers.
 template <DType D>
 struct QuantFmt;
 template <>
 struct QuantFmt<DType::Q8_0> {
-  static constexpr int kUnit = 32, kQuantBytes = 32, kScaleBytes = 2;
+  static constexpr int kUnit = 32, kQuantBytes = 32, kScaleBytes = 2, kVecs = 2;
   using Scale = uint32_t;
 };
 template <>
 struct QuantFmt<DType::Q4_0> {
-  static constexpr int kUnit = 32, kQuantBytes = 16, kScaleBytes = 2;
+  static constexpr int kUnit = 32, kQuantBytes = 16, kScaleBytes = 2, kVecs = 1;
   using Scale = uint32_t;
 };
 template <>
 struct QuantFmt<DType::Q4_1> {
-  static constexpr int kUnit = 32, kQuantBytes = 16, kScaleBytes = 4;
+  static constexpr int kUnit = 32, kQuantBytes = 16, kScaleBytes = 4, kVecs = 1;
   using Scale = uint32_t;
 };
 
@@ -154,7 +155,7 @@ struct ActPair {
 
 template <>
 struct QuantFmt<DType::Q4_K> {
-  static constexpr int kUnit = 64, kQuantBytes = 32, kScaleBytes = 4;
+  static constexpr int kUnit = 64, kQuantBytes = 32, kScaleBytes = 4, kVecs = 2;
   using Scale = uint4;  // the super-block's head: (d, dmin) as fp16 pair, then scales bytes 0-3, 4-7, 8-11
   using Act = ActPair;
   // Row pointers: quants [units, 32], heads [units / 4, 16].
@@ -172,6 +173,10 @@ TESSERA_UNROLL
       slo = unit::dp4a(static_cast<int>(w[i] & 0x0F0F0F0Fu), x.lo[i], slo);
       shi = unit::dp4a(static_cast<int>((w[i] >> 4) & 0x0F0F0F0Fu), x.hi[i], shi);
     }
+    return finish(h, x, slo, shi);
+  }
+  // The unit's two sub-block sums scaled: d sc dx sum - dmin m s for sub-blocks 2 sub and 2 sub + 1 (q5_K too).
+  TESSERA_UNIT static float finish(const Scale& h, const ActPair& x, int slo, int shi) {
     // 6-bit scale and min of sub-blocks j = 2 sub and 2 sub + 1 (format_detail::q4_k_scale_min): bytes j and j + 1 of
     // the 12 for sub < 2; for sub >= 2 the low 4 bits come from bytes j + 4, j + 5 and the top 2 bits from bytes
     // j - 4, j - 3 (scales) and j, j + 1 (mins). With t = 8 * 2 * (sub & 1) every needed byte pair is bits t .. t + 15
@@ -192,6 +197,39 @@ TESSERA_UNROLL
                     static_cast<float>(sc1) * x.ds_hi.x * static_cast<float>(shi);
     const float m = static_cast<float>(m0) * x.ds_lo.y + static_cast<float>(m1) * x.ds_hi.y;
     return dm.x * s - dm.y * m;
+  }
+};
+
+// q5_K: q4_K's unit with a fifth bit per element from the super-block's 32 qh bytes (bit j of qh[l] for element l of
+// sub-block j), which all four units of a super-block load (broadcast within the warp, no extra DRAM bytes).
+template <>
+struct QuantFmt<DType::Q5_K> {
+  static constexpr int kUnit = 64, kQuantBytes = 40, kScaleBytes = 4, kVecs = 4;
+  using Scale = uint4;
+  using Act = ActPair;
+  // Row pointers: quants [units / 4, 160] (qh then qs), heads [units / 4, 16]. wv: the unit's qs (2), then qh (2).
+  TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* /*trow*/, int b,
+                                uint4 (&wv)[4], Scale& sc) {
+    const uint8_t* q = qrow + static_cast<size_t>(b >> 2) * 160;
+    wv[0] = unit::ld16(q + 32 + 32 * (b & 3));
+    wv[1] = unit::ld16(q + 48 + 32 * (b & 3));
+    wv[2] = unit::ld16(q);
+    wv[3] = unit::ld16(q + 16);
+    sc = unit::ld16(srow + static_cast<size_t>(b >> 2) * 16);
+  }
+  TESSERA_UNIT static float dot(const uint4 (&wq)[4], const Scale& h, const ActPair& x) {
+    const uint32_t w[8] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w, wq[1].x, wq[1].y, wq[1].z, wq[1].w};
+    const uint32_t hb[8] = {wq[2].x, wq[2].y, wq[2].z, wq[2].w, wq[3].x, wq[3].y, wq[3].z, wq[3].w};
+    const int jlo = 2 * x.sub;  // the low sub-block's bit in each qh byte; the high one's is the next
+    int slo = 0, shi = 0;
+    TESSERA_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t lo = (w[i] & 0x0F0F0F0Fu) | (((hb[i] >> jlo) & 0x01010101u) << 4);
+      const uint32_t hi = ((w[i] >> 4) & 0x0F0F0F0Fu) | (((hb[i] >> (jlo + 1)) & 0x01010101u) << 4);
+      slo = unit::dp4a(static_cast<int>(lo), x.lo[i], slo);
+      shi = unit::dp4a(static_cast<int>(hi), x.hi[i], shi);
+    }
+    return QuantFmt<DType::Q4_K>::finish(h, x, slo, shi);
   }
 };
 
@@ -224,7 +262,7 @@ struct Q6Scale {
 
 template <>
 struct QuantFmt<DType::Q6_K> {
-  static constexpr int kUnit = 64, kQuantBytes = 48, kScaleBytes = 4;
+  static constexpr int kUnit = 64, kQuantBytes = 48, kScaleBytes = 4, kVecs = 3;
   using Scale = Q6Scale;
   using Act = ActQuarter;
   // Row pointers: quants [units / 4, 192] (ql then qh, GGML's order), scales [units / 4, 16], tail d [units / 4].
@@ -296,7 +334,17 @@ template <DType D>
 TESSERA_UNIT float split_value(const uint8_t* quants, const uint8_t* scales, int n_rows, size_t row, int k, int i) {
   const size_t sb = row * static_cast<size_t>(k / kQKK) + static_cast<size_t>(i / kQKK);
   const int e = i % kQKK;
-  if constexpr (D == DType::Q4_K) {
+  if constexpr (D == DType::Q5_K) {  // q4_K's value with the fifth bit: qh [32] then qs [128] (split_layout.h)
+    const int j = e / kQK, l = e % kQK;
+    const uint8_t* head = scales + sb * 16;
+    const uint8_t* q = quants + sb * 160;
+    const int code = ((q[32 + 32 * (j / 2) + l] >> (4 * (j & 1))) & 0xF) | (((q[l] >> j) & 1) << 4);
+    int sc, m;
+    format_detail::q4_k_scale_min(j, head + 4, &sc, &m);
+    const float d = format_detail::half_value(static_cast<uint16_t>(head[0] | (head[1] << 8)));
+    const float dmin = format_detail::half_value(static_cast<uint16_t>(head[2] | (head[3] << 8)));
+    return d * static_cast<float>(sc) * static_cast<float>(code) - dmin * static_cast<float>(m);
+  } else if constexpr (D == DType::Q4_K) {
     const int j = e / kQK, l = e % kQK;
     const uint8_t* head = scales + sb * 16;
     const uint8_t byte = quants[sb * 128 + 32 * (j / 2) + l];
