@@ -106,6 +106,32 @@ TEST(CudaWeightFormats, SplitLayoutRoundTrips) {
                 offsetof(BlockQ6_K, qh) == 128 && cuda::SplitLayout<DType::Q6_K>::kTailOff == offsetof(BlockQ6_K, d));
 }
 
+// convert_for_device gives the bf16 of every dequantized value for every format CUDA converts (q2_K, q3_K today),
+// split over threads by rows: a row boundary slip between threads would move whole rows.
+TEST(CudaWeightFormats, ConvertForDeviceIsTheBf16OfTheValues) {
+  std::mt19937 rng(cuda::test::test_seed());
+  int converted = 0;
+  for (const FormatInfo& fi : formats()) {
+    const DType dt = fi.type;
+    if (cuda::weight_formats().is_native(dt)) continue;
+    ++converted;
+    for (const int64_t n : {1, 7, 300}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " n=" << n);
+      const int64_t k = 512;
+      const std::vector<uint8_t> w = cuda::test::random_weight(rng, dt, n, k);
+      const std::vector<uint8_t> c = cuda::convert_for_device(dt, w.data(), n, k);
+      ASSERT_EQ(c.size(), static_cast<size_t>(n * k * 2));
+      std::vector<float> v(static_cast<size_t>(n * k));
+      dequantize_row(dt, w.data(), v.data(), n * k);
+      std::vector<uint16_t> bits(static_cast<size_t>(n * k));
+      std::memcpy(bits.data(), c.data(), c.size());
+      for (int64_t i = 0; i < n * k; ++i)
+        ASSERT_EQ(bits[static_cast<size_t>(i)], f32_to_bf16(v[static_cast<size_t>(i)])) << "element " << i;
+    }
+  }
+  if (converted == 0) GTEST_SKIP() << "every format Tessera reads is native on CUDA";
+}
+
 TEST(CudaWeightFormats, NativeFormatsNeedNoConversion) {
   std::vector<uint8_t> w(1024);
   for (DType t : {DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
