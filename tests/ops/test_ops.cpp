@@ -41,25 +41,27 @@ namespace {
 
 constexpr double kExact = 1e-12, kF32 = 1e-10, kF16W = 1e-6, kX16 = 1e-5, kQ8 = 1e-4, kAttn16 = 1e-5;
 
-// Quantized formats with kernels of their own (8-bit activations): on CUDA q8_0, q4_0 and q4_1 (the K-quants are
-// converted to bf16 there); on the CPU its table's quantized formats (the K-quants included).
+// Quantized formats with kernels of their own (8-bit activations): on both backends q8_0, q4_0 and q4_1; on the CPU
+// its table's quantized formats; on CUDA also the K-quants below (others are converted to bf16 there).
 bool native_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
 bool cpu_native_quantized(DType t) { return cpu::matmul_formats().is_native_quantized(t); }
+// The CUDA kernels read the K-quants natively too (8-bit activations, dequantized to bf16 for cuBLASLt).
+bool cuda_quantized(DType t) { return native_quantized(t) || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 bool float_format(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 std::string dn(DType t) { return std::string(dtype_name(t)); }
 
-// MATMUL limits by weight format and path. CPU: native quantized formats (the K-quants included) take 8-bit
-// activations; float formats and converted ones (f16 in the CPU's weight cache: 2^-11 relative, nMSE ~1e-7 at most)
-// take f32 x. CUDA: t <= 4 reads
-// f32 x (quantized: q8), larger t goes to cuBLASLt with x in 16 bits (quantized weights dequantized to bf16 there),
-// except f32 weights (plain f32 GEMM); converted K-quants are bf16 weights.
+// MATMUL limits by weight format and path. CPU: native quantized formats (the K-quants and i-quants included) take
+// 8-bit activations; float formats and converted ones (f16 in the CPU's weight cache: 2^-11 relative, nMSE ~1e-7 at
+// most) take f32 x. CUDA: t <= 4 reads f32 x (quantized, K-quants included: q8), larger t goes to cuBLASLt with x in
+// 16 bits (quantized weights dequantized to bf16 there), except f32 weights (plain f32 GEMM); formats CUDA converts at
+// load are bf16 weights.
 Row matmul_row(DType w, int64_t t, int64_t n, int64_t k) {
   Row r;
   r.name = "MATMUL_" + dn(w) + "_t" + std::to_string(t) + "_n" + std::to_string(n) + "_k" + std::to_string(k);
   r.build = [=](std::mt19937& rng) { return matmul(rng, w, t, n, k); };
-  const bool converted = !float_format(w) && !native_quantized(w);
   r.max_nmse_cpu = cpu_native_quantized(w) ? kQ8 : !float_format(w) ? kF16W : kF32;
-  r.max_nmse_cuda = native_quantized(w) ? kQ8 : (w == DType::F32 ? kF32 : (t <= 4 && !converted ? kF32 : kX16));
+  const bool cuda_converted = !float_format(w) && !cuda_quantized(w);
+  r.max_nmse_cuda = cuda_quantized(w) ? kQ8 : (w == DType::F32 ? kF32 : (t <= 4 && !cuda_converted ? kF32 : kX16));
   return r;
 }
 
@@ -70,7 +72,7 @@ Row embed_row(DType w, int64_t n_vocab, int64_t d, int64_t t) {
   r.max_nmse_cpu = kExact;
   // CUDA: native formats dequantize as the reference does (a device FMA may move q4_1's last bit); converted formats
   // are the table rounded to bf16.
-  r.max_nmse_cuda = float_format(w) || native_quantized(w) ? kExact : kX16;
+  r.max_nmse_cuda = float_format(w) || cuda_quantized(w) ? kExact : kX16;
   return r;
 }
 

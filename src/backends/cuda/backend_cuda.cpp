@@ -213,7 +213,7 @@ graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold
       // quant_swiglu_tickets: the first form (tickets across blocks); else warp groups, one block per
       // 32 gate rows and their up rows, at the default shape if it has that form.
       const bool tickets = cuda_options().quant_swiglu_tickets;
-      const bool groups_ok = gemv_swiglu_groups_supported(gemv_default_config(w0.dtype, rows, w0.shape[1]));
+      const bool groups_ok = gemv_swiglu_groups_supported(gemv_default_config(w0.dtype, rows, w0.shape[1]), w0.dtype);
       return cuda_options().quant_swiglu && gr.tensor(so).numel() % 32 == 0 && feeds_quantized &&
              (tickets || groups_ok);
     };
@@ -229,7 +229,7 @@ graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold
     for (const graph::Tensor* r : readers)
       if (!is_quantized_dtype(r->dtype)) return false;
     const bool clusters = cuda_options().quant_norm_clusters;
-    return gemv_norm_out_supported(gemv_norm_out_config(w.dtype, w.shape[0], w.shape[1], clusters), clusters);
+    return gemv_norm_out_supported(gemv_norm_out_config(w.dtype, w.shape[0], w.shape[1], clusters), clusters, w.dtype);
   };
   return f;
 }

@@ -38,13 +38,17 @@ bool pdl_enabled();
 
 enum class GemvLayout : uint8_t {
   ROWS = 0,  // f32/f16/bf16: the file's row-major [N, K] values
-  SPLIT_Q,   // q8_0/q4_0/q4_1: quants and scales in two arrays (below), so quants load as aligned 16-byte vectors
+  SPLIT_Q,   // quantized formats: quants and scales in two arrays (below), so quants load as aligned 16-byte vectors
 };
 
-// A weight matrix on the device in the layout the GEMV kernels read. GGUF's 18/20/34-byte blocks are not 16-byte
-// aligned, so upload splits them: quants [N, K] int8 (q8_0) or [N, K/2] nibble bytes (q4_0, q4_1; each 16-byte group
-// keeps GGUF's order: low nibbles are elements 0..15 of the block, high nibbles 16..31) and scales [N, K/32] fp16 d
-// (q8_0, q4_0) or [N, K/32] (fp16 d, fp16 m) pairs (q4_1). Same bytes as the file, no padding.
+// A weight matrix on the device in the layout the GEMV kernels read. GGUF's 18/20/34/144/210-byte blocks are not all
+// 16-byte aligned, so upload splits them (split_layout.h says which bytes go where): quants [N, K] int8 (q8_0) or
+// [N, K/2] nibble bytes (q4_0, q4_1; each 16-byte group keeps GGUF's order: low nibbles are elements 0..15 of the
+// block, high nibbles 16..31) and scales [N, K/32] fp16 d (q8_0, q4_0) or [N, K/32] (fp16 d, fp16 m) pairs (q4_1);
+// q4_K: quants [N, K/256, 128] (its qs) and scales [N, K/256, 16] (d, dmin, packed 6-bit scales and mins); q5_K: the
+// same with quants [N, K/256, 160] (qh then qs); q6_K:
+// quants [N, K/256, 192] (ql then qh) and scales [N, K/256, 16] (int8) followed by the tail [N, K/256] fp16 d. Same
+// bytes as the file, no padding.
 struct DeviceWeight {
   DType dtype = DType::F32;
   int64_t n = 0;  // output features (rows of W)
@@ -57,12 +61,13 @@ struct DeviceWeight {
 };
 
 // The CUDA weight-format table (quant/format_support.h): the formats the kernels read (f32, f16, bf16, q8_0, q4_0,
-// q4_1) and bf16, which every other format Tessera reads is converted to on the host before upload (the executors'
-// weight store does it once per weight, with one notice per format; every model the CPU runs also runs here).
+// q4_1, q4_K, q5_K, q6_K) and bf16, which every other format Tessera reads is converted to on the host before upload (the
+// executors' weight store does it once per weight, with one notice per format; every model the CPU runs also runs
+// here).
 const FormatSupport& weight_formats();
 // A format the kernels read as it is: weight_formats().is_native(dtype).
 bool gemv_supports(DType dtype);
-// A native quantized format (GemvLayout::SPLIT_Q, 8-bit activations): q8_0, q4_0, q4_1.
+// A native quantized format (GemvLayout::SPLIT_Q, 8-bit activations): q8_0, q4_0, q4_1, q4_K, q5_K, q6_K.
 bool gemv_quantized(DType dtype);
 // The format a weight of `dtype` has on the device: dtype itself when native, else bf16. Error when Tessera cannot
 // read dtype at all (the text lists what the GPU reads).
@@ -72,7 +77,8 @@ DType device_weight_dtype(DType dtype);
 std::vector<uint8_t> convert_for_device(DType dtype, const void* host, int64_t n, int64_t k);
 
 // Uploads host W [n, k] (dtype, row-major, GGUF block layout) and repacks it. Fails on an unsupported dtype, on
-// k % 8 != 0 (float formats: rows must start 16-byte aligned) or k % 32 != 0 (quantized), or on n, k outside int32.
+// k % 8 != 0 (float formats: rows must start 16-byte aligned) or k not a multiple of the block (quantized: 32, or 256
+// for the K-quants), or on n, k outside int32.
 DeviceWeight upload_weight(DType dtype, const void* host, int64_t n, int64_t k);
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -136,13 +142,21 @@ struct GemvConfig {
 };
 const std::vector<GemvConfig>& gemv_configs();
 GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k);
+// Whether launch shape c (one of gemv_configs()) has a GEMV kernel for weights of dtype: every shape for the float
+// formats, q8_0, q4_0, q4_1 and q4_K; rows * unroll <= 4 for q5_K and q6_K (their larger shapes spill registers). gemv fails
+// for the others.
+bool gemv_config_supported(DType dtype, const GemvConfig& c);
 // Whether quantized GEMVs of launch shape c have the norm_out epilogue (GemvInput::norm_out_*): as warp groups, two or
 // four rows per warp with at most two loads in flight; as clusters (norm_out_clusters), two or four rows per block (a
 // cluster of 16 or 8 blocks covers 32 rows) and only the shapes gemv_default_config picks for the residual
 // projections (each is one more kernel per weight format to compile). No prefetch either way.
 bool gemv_norm_out_supported(const GemvConfig& c, bool clusters);
+// The same for weights of dtype: the K-quants' warp groups exist only as blocks of <= 256 threads (four rows per warp).
+bool gemv_norm_out_supported(const GemvConfig& c, bool clusters, DType dtype);
 // Whether launch shape c has the warp-group form of the quantized SwiGLU epilogue (GemvInput::swiglu_groups).
 bool gemv_swiglu_groups_supported(const GemvConfig& c);
+// The same for weights of dtype (the K-quants have no warp-group SwiGLU: its blocks of 512 or 1,024 threads spill).
+bool gemv_swiglu_groups_supported(const GemvConfig& c, DType dtype);
 // The launch shape of a GEMV with the norm_out epilogue (its CudaOptions::gemv_shapes override where one is given).
 GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k, bool clusters);
 

@@ -9,26 +9,29 @@
 #include <vector>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/split_layout.h"
 #include "core/error.h"
 #include "quant/blocks.h"
 #include "quant/format_support.h"
+#include "quant/format_traits.h"
 #include "quant/quant.h"
 
 namespace tessera::cuda {
 namespace {
 
-// Splits GGUF blocks [n, k/32] into quants and scales. Block type B has its fp16 scale (and q4_1's min) first.
-template <typename B>
-void split_blocks(const void* host, int64_t n, int64_t k, size_t quant_bytes, size_t scale_bytes,
-                  std::vector<uint8_t>& quants, std::vector<uint8_t>& scales) {
-  const int64_t nb = k / kQK;
-  const auto* blocks = static_cast<const B*>(host);
-  quants.resize(static_cast<size_t>(n * nb) * quant_bytes);
-  scales.resize(static_cast<size_t>(n * nb) * scale_bytes);
-  for (int64_t i = 0; i < n * nb; ++i) {
-    const B& b = blocks[i];
-    std::memcpy(&scales[static_cast<size_t>(i) * scale_bytes], &b, scale_bytes);  // d (and m): the block's head
-    std::memcpy(&quants[static_cast<size_t>(i) * quant_bytes], b.qs, quant_bytes);
+// Splits GGUF blocks [n, k / block size] into quants, scales and tail as SplitLayout<D> says (split_layout.h).
+template <DType D>
+void split_blocks(const void* host, int64_t n, int64_t k, std::vector<uint8_t>& quants, std::vector<uint8_t>& scales) {
+  using L = SplitLayout<D>;
+  const size_t nb = static_cast<size_t>(n) * static_cast<size_t>(k / Format<D>::kBlockSize);
+  const auto* blocks = static_cast<const typename Format<D>::Block*>(host);
+  quants.resize(nb * L::kQuantBytes);
+  scales.resize(nb * (L::kScaleBytes + L::kTailBytes));
+  uint8_t* tail = scales.data() + nb * L::kScaleBytes;
+  for (size_t i = 0; i < nb; ++i) {
+    typename Format<D>::Block b;
+    std::memcpy(&b, blocks + i, sizeof(b));  // the file's blocks may sit at any address (GGUF aligns tensors only)
+    split_block<D>(b, &quants[i * L::kQuantBytes], &scales[i * L::kScaleBytes], tail + i * L::kTailBytes);
   }
 }
 
@@ -39,8 +42,10 @@ const FormatSupport& weight_formats() {
   // (kernels/gemv*.cu, gemm_rows.cu, gemm_convert.cu, embedding_argmax.cu). bf16 is the fallback: K-quant values
   // (a 6-bit code times an 8-bit scale times an fp16 super-scale) keep 8 significant bits in bf16 at most a rounding
   // away, with f32's range (f16 could overflow on a large super-scale), and bf16 takes cuBLASLt's fastest path.
-  static const FormatSupport table("cuda", {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1},
-                                   DType::BF16);
+  static const FormatSupport table(
+      "cuda",
+      {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K},
+      DType::BF16);
   return table;
 }
 
@@ -93,8 +98,9 @@ DeviceWeight upload_weight(DType dtype, const void* host, int64_t n, int64_t k) 
                 "cannot upload a weight of shape [{}, {}] to the GPU: both sizes must be in 1..2^31-1", n, k);
   const bool quant = gemv_quantized(dtype);
   if (quant) {
-    TESSERA_CHECK(k % kQK == 0, "cannot upload a {} weight with k = {} to the GPU: k must be a multiple of 32",
-                  dtype_name(dtype), k);
+    const int64_t block = static_cast<int64_t>(dtype_info(dtype).block_size);
+    TESSERA_CHECK(k % block == 0, "cannot upload a {} weight with k = {} to the GPU: k must be a multiple of {}",
+                  dtype_name(dtype), k, block);
   } else {
     TESSERA_CHECK(k % 8 == 0,
                   "cannot upload a {} weight with k = {} to the GPU: k must be a multiple of 8 "
@@ -115,14 +121,25 @@ DeviceWeight upload_weight(DType dtype, const void* host, int64_t n, int64_t k) 
   std::vector<uint8_t> quants, scales;
   switch (dtype) {
     case DType::Q8_0:
-      split_blocks<BlockQ8_0>(host, n, k, kQK, 2, quants, scales);
+      split_blocks<DType::Q8_0>(host, n, k, quants, scales);
       break;
     case DType::Q4_0:
-      split_blocks<BlockQ4_0>(host, n, k, kQK / 2, 2, quants, scales);
+      split_blocks<DType::Q4_0>(host, n, k, quants, scales);
+      break;
+    case DType::Q4_1:
+      split_blocks<DType::Q4_1>(host, n, k, quants, scales);
+      break;
+    case DType::Q4_K:
+      split_blocks<DType::Q4_K>(host, n, k, quants, scales);
+      break;
+    case DType::Q5_K:
+      split_blocks<DType::Q5_K>(host, n, k, quants, scales);
+      break;
+    case DType::Q6_K:
+      split_blocks<DType::Q6_K>(host, n, k, quants, scales);
       break;
     default:
-      split_blocks<BlockQ4_1>(host, n, k, kQK / 2, 4, quants, scales);
-      break;
+      fail("cannot upload a {} weight: it has no split layout for the GPU", dtype_name(dtype));
   }
   w.layout = GemvLayout::SPLIT_Q;
   w.quants = DeviceBuffer(quants.size());

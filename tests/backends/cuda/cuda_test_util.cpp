@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "quant/format_traits.h"
 #include "quant/half.h"
 #include "quant/quant.h"
 
@@ -105,6 +106,23 @@ void gemv_ref(DType dtype, const std::vector<uint8_t>& w, int64_t n, int64_t k, 
         const double mn = fp16_to_f32(static_cast<uint16_t>(blk[2] | (blk[3] << 8)));
         const int q = jj < 16 ? (blk[4 + jj] & 15) : (blk[4 + jj - 16] >> 4);
         term = (std::fabs(d) * q + std::fabs(mn)) * std::fabs(x[j]);
+      } else if (dtype == DType::Q4_K) {
+        // w = d sc q - dmin m: the kernel rounds both terms (and their difference), as q4_1's.
+        BlockQ4_K blk;
+        std::memcpy(&blk, src + (j / kQKK) * sizeof(BlockQ4_K), sizeof(blk));
+        const int e = static_cast<int>(j % kQKK), sub = e / 32, l = e % 32;
+        int sc = 0, mn = 0;
+        format_detail::q4_k_scale_min(sub, blk.scales, &sc, &mn);
+        const int q = (blk.qs[32 * (sub / 2) + l] >> (4 * (sub & 1))) & 0xF;
+        term = (std::fabs(fp16_to_f32(blk.d)) * sc * q + std::fabs(fp16_to_f32(blk.dmin)) * mn) * std::fabs(x[j]);
+      } else if (dtype == DType::Q5_K) {  // as q4_K, with the fifth bit
+        BlockQ5_K blk;
+        std::memcpy(&blk, src + (j / kQKK) * sizeof(BlockQ5_K), sizeof(blk));
+        const int e = static_cast<int>(j % kQKK), sub = e / 32, l = e % 32;
+        int sc = 0, mn = 0;
+        format_detail::q4_k_scale_min(sub, blk.scales, &sc, &mn);
+        const int q = Format<DType::Q5_K>::code(blk, sub, l);
+        term = (std::fabs(fp16_to_f32(blk.d)) * sc * q + std::fabs(fp16_to_f32(blk.dmin)) * mn) * std::fabs(x[j]);
       }
       m += term;
       if (dx) e += std::fabs(row[j]) * dx[b] * 0.5;

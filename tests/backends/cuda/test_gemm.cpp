@@ -23,7 +23,7 @@ using detail::GemmPath;
 
 const DType kFormats[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1};
 
-bool is_quant(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
+bool is_quant(DType t) { return gemv_quantized(t); }
 
 // A weight on the host (GGUF layout), on the device, and dequantized to f32 (what every path multiplies, up to the
 // bf16 rounding of the quantized cuBLASLt path).
@@ -146,6 +146,30 @@ TEST(CudaGemm, EveryFormatPathAndTMatchesReference) {
   const int64_t ts[] = {2, 5, 8, 32, 100, 300};
   GemmWorkspace ws(300, 1056, 130 * 1056);
   for (DType dtype : kFormats) {
+    for (const auto& s : shapes) {
+      const Weight w = make_weight(rng, dtype, s[0], s[1]);
+      for (int64_t t : ts) {
+        for (GemmPath path : {GemmPath::ROWS, GemmPath::CUBLAS, GemmPath::AUTO}) {
+          for (bool accumulate : {false, true}) {
+            check_case(w, t, path, accumulate, 0, ws, rng);
+            if (HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The K-quants (rows of whole 256-element super-blocks): the multi-row GEMV over their 64-element units and the
+// cuBLASLt path behind the traits' dequantization, at every t the executors use, with partial warps of rows and rows
+// of 1, 3 and 5 super-blocks (4 to 20 units per lane pass of 32).
+TEST(CudaGemm, KQuantsEveryPathAndTMatchReference) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const int64_t shapes[][2] = {{67, 256}, {130, 768}, {33, 1280}};
+  const int64_t ts[] = {1, 2, 5, 8, 32, 100};
+  GemmWorkspace ws(100, 1280, 130 * 1280);
+  for (DType dtype : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     for (const auto& s : shapes) {
       const Weight w = make_weight(rng, dtype, s[0], s[1]);
       for (int64_t t : ts) {
@@ -369,7 +393,8 @@ TEST(CudaGemm, X16RejectsF32WeightsAndShortScratch) {
 TEST(CudaGemm, X16TypeAndThresholdAgreeWithTheDefaultPath) {
   EXPECT_EQ(matmul_x16_type(DType::F32), DType::F32);
   EXPECT_EQ(matmul_x16_type(DType::F16), DType::F16);
-  for (DType d : {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) EXPECT_EQ(matmul_x16_type(d), DType::BF16);
+  for (DType d : {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    EXPECT_EQ(matmul_x16_type(d), DType::BF16);
   const int64_t shapes[][2] = {{64, 256}, {576, 576}, {4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}};
   for (DType d : kFormats) {
     if (d == DType::F32) continue;

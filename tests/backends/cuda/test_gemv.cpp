@@ -11,9 +11,18 @@
 namespace tessera::cuda::test {
 namespace {
 
-const DType kFormats[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1};
+const DType kFormats[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
+                          DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kQuantFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
-bool is_quant(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
+bool is_quant(DType t) { return gemv_quantized(t); }
+
+// Rows of a K-quant are whole super-blocks: a test shape's k rounded up to the format's block (256), so the tails of
+// the units (64 elements per thread and slot) still leave slots idle.
+int64_t k_for(DType t, int64_t k) {
+  const int64_t b = static_cast<int64_t>(dtype_info(t).block_size);
+  return (k + b - 1) / b * b;
+}
 
 // Checks one GEMV launch. Tolerances:
 //  - against the reference evaluated on the x the kernel multiplies (x itself for float formats, x's q8 dequantization
@@ -89,11 +98,35 @@ TEST(CudaGemv, EveryFormatAndConfigMatchesReference) {
   for (DType dtype : kFormats) {
     for (const auto& s : shapes) {
       for (const GemvConfig& c : gemv_configs()) {
-        check_gemv(dtype, s[0], s[1], &c, rng);
+        if (!gemv_config_supported(dtype, c)) continue;  // q5_K, q6_K: rows * unroll <= 4
+        check_gemv(dtype, s[0], k_for(dtype, s[1]), &c, rng);
         if (HasFatalFailure()) return;
       }
     }
   }
+}
+
+// The launch shapes a format has no kernel for fail with an error, never a wrong result.
+TEST(CudaGemv, UnsupportedShapesAreRefused) {
+  int refused = 0;
+  for (DType dtype : kFormats)
+    for (const GemvConfig& c : gemv_configs()) {
+      if (gemv_config_supported(dtype, c)) continue;
+      ++refused;
+      EXPECT_TRUE(dtype == DType::Q6_K || dtype == DType::Q5_K) << "only q5_K and q6_K leave shapes out";
+      EXPECT_GT(c.rows * c.unroll, 4);
+    }
+  EXPECT_GT(refused, 0);
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const auto w_host = random_weight(rng, DType::Q6_K, 8, 256);
+  const DeviceWeight w = upload_weight(DType::Q6_K, w_host.data(), 8, 256);
+  DeviceBuffer q8 = poisoned(256), ds = poisoned(sizeof(float2) * 8), y = poisoned(sizeof(float) * 8);
+  GemvInput in;
+  in.q8 = q8.as<int8_t>(), in.q8_ds = ds.as<float2>();
+  const GemvConfig c{256, 2, 4, 0};
+  ASSERT_FALSE(gemv_config_supported(DType::Q6_K, c));
+  EXPECT_THROW(gemv(w, in, y.as<float>(), nullptr, &c), Error);
 }
 
 TEST(CudaGemv, DefaultConfigAtModelShapes) {
@@ -102,7 +135,12 @@ TEST(CudaGemv, DefaultConfigAtModelShapes) {
   // SmolLM2-135M (576, 1536) and Llama-3-8B-like widths, where the default heuristic picks different shapes.
   const int64_t shapes[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {1024, 4096}, {4096, 1024}, {512, 14336}};
   for (DType dtype : kFormats)
-    for (const auto& s : shapes) check_gemv(dtype, s[0], s[1], nullptr, rng);
+    for (const auto& s : shapes)
+      if (s[1] == k_for(dtype, s[1])) check_gemv(dtype, s[0], s[1], nullptr, rng);
+  // Llama-3-8B's q|k|v, o, gate|up and down at the K-quants' defaults (these shapes pick 64 and 128 threads).
+  const int64_t llama[][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
+  for (DType dtype : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (const auto& s : llama) check_gemv(dtype, s[0], s[1], nullptr, rng);
 }
 
 // The GEMV study knobs of CudaOptions (cuda_options.h; they replaced TESSERA_CUDA_EARLY_L2, TESSERA_CUDA_PDL and
@@ -158,7 +196,7 @@ TEST(CudaGemv, StudyOptionsKeepResults) {
 TEST(CudaGemv, QuantLargeGridsMatchReference) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
-  for (DType dtype : {DType::Q4_0, DType::Q4_1, DType::Q8_0})
+  for (DType dtype : kQuantFormats)
     for (const GemvConfig& c : gemv_configs())
       if (c.rows * c.unroll == 4 && c.prefetch == 0) {
         check_gemv(dtype, 8192, 1024, &c, rng);
@@ -318,13 +356,14 @@ TEST(CudaGemv, QuantSwigluEpilogueEqualsGemvThenSwiglu) {
   std::mt19937 rng(test_seed());
   const int64_t shapes[][2] = {{32, 256}, {1536, 576}, {256, 4096}};  // {F, k}: the weight is [2F, k]
   int accepted = 0;
-  for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_1})
+  for (DType dtype : kQuantFormats)
     for (const auto& sh : shapes) {
-      const int64_t f = sh[0], k = sh[1];
+      const int64_t f = sh[0], k = k_for(dtype, sh[1]);
       const auto w_host = random_weight(rng, dtype, 2 * f, k);
       DeviceWeight w = upload_weight(dtype, w_host.data(), 2 * f, k);
       const QuantX xin = random_quant_x(rng, k);
       for (const GemvConfig& c : gemv_configs()) {
+        if (!gemv_config_supported(dtype, c)) continue;  // refused for any use (UnsupportedShapesAreRefused)
         SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " F=" << f << " k=" << k << " config=" << c.threads
                                           << "/" << c.rows << "/" << c.unroll << "/" << c.prefetch);
         GemvInput in;
@@ -389,13 +428,14 @@ TEST(CudaGemv, QuantSwigluGroupsEqualGemvThenSwiglu) {
   std::mt19937 rng(test_seed());
   const int64_t shapes[][2] = {{32, 256}, {1536, 576}, {256, 4096}};  // {F, k}: the weight is [2F, k]
   int accepted = 0;
-  for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_1})
+  for (DType dtype : kQuantFormats)
     for (const auto& sh : shapes) {
-      const int64_t f = sh[0], k = sh[1];
+      const int64_t f = sh[0], k = k_for(dtype, sh[1]);
       const auto w_host = random_weight(rng, dtype, 2 * f, k);
       DeviceWeight w = upload_weight(dtype, w_host.data(), 2 * f, k);
       const QuantX xin = random_quant_x(rng, k);
       for (const GemvConfig& c : gemv_configs()) {
+        if (!gemv_config_supported(dtype, c)) continue;  // refused for any use (UnsupportedShapesAreRefused)
         SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " F=" << f << " k=" << k << " config=" << c.threads
                                           << "/" << c.rows << "/" << c.unroll << "/" << c.prefetch);
         GemvInput in;
@@ -408,7 +448,7 @@ TEST(CudaGemv, QuantSwigluGroupsEqualGemvThenSwiglu) {
         fused.swiglu_q8 = got_q8.as<int8_t>();
         fused.swiglu_ds = got_ds.as<float2>();
         fused.swiglu_groups = true;
-        if (!gemv_swiglu_groups_supported(c)) {
+        if (!gemv_swiglu_groups_supported(c, dtype)) {
           EXPECT_THROW(gemv(w, fused, got.as<float>(), nullptr, &c), Error);
           continue;
         }
@@ -456,9 +496,9 @@ TEST(CudaGemv, QuantNormOutEpilogueWritesTheNextInput) {
   std::mt19937 rng(test_seed());
   const int64_t shapes[][2] = {{64, 256}, {576, 1536}, {4096, 4096}, {4096, 14336}};  // {n, k}
   int accepted = 0;
-  for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_1})
+  for (DType dtype : kQuantFormats)
     for (const auto& sh : shapes) {
-      const int64_t n = sh[0], k = sh[1];
+      const int64_t n = sh[0], k = k_for(dtype, sh[1]);
       const auto w_host = random_weight(rng, dtype, n, k);
       DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
       const QuantX xin = random_quant_x(rng, k);
@@ -467,6 +507,7 @@ TEST(CudaGemv, QuantNormOutEpilogueWritesTheNextInput) {
       DeviceBuffer nw = to_device(norm_w);
       for (const GemvConfig& c : gemv_configs())
         for (bool clusters : {false, true}) {
+          if (!gemv_config_supported(dtype, c)) continue;
           SCOPED_TRACE(::testing::Message()
                        << dtype_name(dtype) << " n=" << n << " k=" << k << " config=" << c.threads << "/" << c.rows
                        << "/" << c.unroll << "/" << c.prefetch << (clusters ? " clusters" : " warp groups"));
@@ -482,7 +523,7 @@ TEST(CudaGemv, QuantNormOutEpilogueWritesTheNextInput) {
           fused.norm_out_sumsq = ss.as<float>();
           fused.norm_out_clusters = clusters;
           DeviceBuffer want = to_device(y0), got = to_device(y0);
-          if (!gemv_norm_out_supported(c, clusters)) {
+          if (!gemv_norm_out_supported(c, clusters, dtype)) {
             EXPECT_THROW(gemv(w, fused, got.as<float>(), nullptr, &c, true), Error);
             continue;
           }
@@ -532,9 +573,9 @@ TEST(CudaGemv, QuantRmsInputEqualsRmsnormThenGemv) {
   std::mt19937 rng(test_seed());
   const int64_t shapes[][2] = {{256, 576}, {2048, 4096}};  // {n, k}
   const float eps = 1e-5f;
-  for (DType dtype : {DType::Q8_0, DType::Q4_0, DType::Q4_1})
+  for (DType dtype : kQuantFormats)
     for (const auto& sh : shapes) {
-      const int64_t n = sh[0], k = sh[1];
+      const int64_t n = sh[0], k = k_for(dtype, sh[1]);
       const auto w_host = random_weight(rng, dtype, n, k);
       DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
       const std::vector<float> x = random_floats(rng, static_cast<size_t>(k), -3.0f, 3.0f);
@@ -553,6 +594,7 @@ TEST(CudaGemv, QuantRmsInputEqualsRmsnormThenGemv) {
       quantize_q8_ref(xw.data(), qb_host.data(), dsb_host.data(), k);
       DeviceBuffer qb = to_device(qb_host), dsb = to_device(dsb_host), ssb = to_device(sumsq);
       for (const GemvConfig& c : gemv_configs()) {
+        if (!gemv_config_supported(dtype, c)) continue;
         SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " config=" << c.threads
                                           << "/" << c.rows << "/" << c.unroll << "/" << c.prefetch);
         GemvInput a;
@@ -611,7 +653,7 @@ TEST(CudaGemv, FloatCappedGridsMatchReference) {
 TEST(CudaGemv, AccumulateAddsToOutput) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
-  for (DType dtype : {DType::BF16, DType::Q4_1}) {
+  for (DType dtype : {DType::BF16, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     SCOPED_TRACE(dtype_name(dtype));
     const int64_t n = 300, k = 1024;
     const auto w_host = random_weight(rng, dtype, n, k);
@@ -656,12 +698,14 @@ TEST(CudaGemv, QuantizeQ8HandlesZeroBlocks) {
 // Argument checks run before any CUDA call, so these run on machines without a GPU too.
 TEST(CudaGemv, UploadRejectsBadShapesAndTypes) {
   std::vector<uint8_t> host(4096);
-  EXPECT_THROW(upload_weight(DType::Q4_K, host.data(), 1, 256), Error);
+  EXPECT_THROW(upload_weight(DType::Q5_K, host.data(), 1, 256), Error);  // no traits: not readable
+  EXPECT_THROW(upload_weight(DType::Q4_K, host.data(), 2, 128), Error);  // k not a multiple of 256
   EXPECT_THROW(upload_weight(DType::Q4_0, host.data(), 2, 48), Error);  // k not a multiple of 32
   EXPECT_THROW(upload_weight(DType::BF16, host.data(), 2, 12), Error);  // rows not 16-byte aligned
   EXPECT_THROW(upload_weight(DType::F32, host.data(), 0, 8), Error);
   EXPECT_THROW(upload_weight(DType::F32, nullptr, 1, 8), Error);
-  EXPECT_FALSE(gemv_supports(DType::Q6_K));
+  EXPECT_TRUE(gemv_supports(DType::Q6_K));
+  EXPECT_FALSE(gemv_supports(DType::Q5_K));
   EXPECT_TRUE(gemv_supports(DType::Q4_1));
 }
 

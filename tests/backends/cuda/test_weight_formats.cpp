@@ -1,16 +1,16 @@
-// Weight formats the CUDA kernels have no kernel for (q4_K, q6_K) run on the GPU converted to bf16 at load: the host
-// conversion (no GPU needed), whole models laid out as llama-quantize lays out its K-quant files and the default model
-// requantized to Q6_K by llama-quantize, CUDA logits against the CPU's (GPU only; scripts/gpu_check.sh runs them).
+// Weight formats on the GPU: the CUDA format table, the SPLIT_Q layout's round trip (no GPU needed), whole models
+// laid out as llama-quantize lays out its K-quant files and the default model requantized to Q6_K by llama-quantize,
+// CUDA logits against the CPU's (GPU only; scripts/gpu_check.sh runs them).
 //
-// Tolerance (models): both backends convert the K-quant weights (CPU: to f16, CUDA: to bf16) and run them with f32
-// activations; the q8_0 weights of the Q6_K-style model run with 8-bit activations on both. bf16 rounds each converted
-// weight by up to 2^-9 relative (f16: 2^-12), randomly signed, so a dot product moves by ~2^-9 / sqrt(3) of its
-// |w|·|x| scale, ~0.1%; the 8-bit activations add what test_backend_cuda.cpp measured for q8_0 (a few tenths of a
-// percent through two layers). 3% relative L2 error on the logits leaves the same margin as that test's quantized rows.
+// Tolerance (models): the CPU converts the K-quant weights to f16 and runs them with f32 activations; CUDA reads them
+// natively with 8-bit activations (as it reads q8_0), which moves each dot product by at most sum |w| dx / 2 and in
+// practice by what test_backend_cuda.cpp measured for q8_0 (a few tenths of a percent through two layers). 3% relative
+// L2 error on the logits leaves the same margin as that test's quantized rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,9 +23,11 @@
 #include <vector>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/split_layout.h"
 #include "cuda_test_util.h"
 #include "formats/gguf.h"
 #include "quant/format_support.h"
+#include "quant/format_traits.h"
 #include "quant/half.h"
 #include "quant/quant.h"
 #include "tessera/error.h"
@@ -40,32 +42,78 @@ namespace {
 
 TEST(CudaWeightFormats, TableNamesTheNativeFormatsAndTheFallback) {
   const FormatSupport& f = cuda::weight_formats();
-  EXPECT_EQ(f.native_names(), "f32, f16, bf16, q8_0, q4_0 and q4_1");
+  EXPECT_EQ(f.native_names(), "f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k and q6_k");
   EXPECT_EQ(f.fallback(), DType::BF16);
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K,
+                  DType::Q6_K}) {
     EXPECT_TRUE(cuda::gemv_supports(t)) << dtype_name(t);
     EXPECT_EQ(cuda::device_weight_dtype(t), t) << dtype_name(t);
   }
   EXPECT_TRUE(cuda::gemv_quantized(DType::Q4_1));
+  EXPECT_TRUE(cuda::gemv_quantized(DType::Q4_K)) << "a native K-quant is read with 8-bit activations";
+  EXPECT_TRUE(cuda::gemv_quantized(DType::Q5_K));
+  EXPECT_TRUE(cuda::gemv_quantized(DType::Q6_K));
   EXPECT_FALSE(cuda::gemv_quantized(DType::BF16));
-  EXPECT_FALSE(cuda::gemv_quantized(DType::Q6_K)) << "a converted format is read as bf16, with f32 activations";
-  EXPECT_FALSE(cuda::gemv_supports(DType::Q6_K));
-  EXPECT_EQ(cuda::device_weight_dtype(DType::Q6_K), DType::BF16);
-  EXPECT_EQ(cuda::device_weight_dtype(DType::Q4_K), DType::BF16);
+  // Every other format Tessera reads runs as bf16 (q2_K, q3_K today).
+  for (const FormatInfo& fi : formats())
+    if (!f.is_native(fi.type)) EXPECT_EQ(cuda::device_weight_dtype(fi.type), DType::BF16) << dtype_name(fi.type);
   try {
-    cuda::device_weight_dtype(DType::Q8_1);
+    cuda::device_weight_dtype(DType::IQ2_XXS);
     ADD_FAILURE() << "no error for a format Tessera cannot read";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("q8_1"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("q8_0, q4_0 and q4_1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("iq2_xxs"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("q4_1, q4_k, q5_k and q6_k"), std::string::npos) << e.what();
   }
 }
 
-// convert_for_device gives the bf16 of every dequantized value, split over threads by rows: a row boundary slip
-// between threads would move whole rows.
+// The SPLIT_Q layout moves bytes only: splitting every block and joining it back gives the file's block, and the
+// parts land where the kernels read them (q6_K's d in the tail after all scales). No GPU needed.
+template <DType D>
+void check_split_round_trip(std::mt19937& rng) {
+  using L = cuda::SplitLayout<D>;
+  using B = typename Format<D>::Block;
+  const int64_t n = 3, k = 2 * Format<D>::kBlockSize;
+  const std::vector<uint8_t> w = cuda::test::random_weight(rng, D, n, k);
+  const size_t nb = static_cast<size_t>(n * k / Format<D>::kBlockSize);
+  std::vector<uint8_t> quants(nb * L::kQuantBytes), scales(nb * (L::kScaleBytes + L::kTailBytes));
+  for (size_t i = 0; i < nb; ++i) {
+    B b;
+    std::memcpy(&b, w.data() + i * sizeof(B), sizeof(B));
+    cuda::split_block<D>(b, quants.data() + i * L::kQuantBytes, scales.data() + i * L::kScaleBytes,
+                         scales.data() + nb * L::kScaleBytes + i * L::kTailBytes);
+  }
+  const cuda::SplitPtrs<D> p{quants.data(), scales.data(), nb};
+  for (size_t i = 0; i < nb; ++i) {
+    B b;
+    cuda::join_block<D>(p, i, b);
+    EXPECT_EQ(std::memcmp(&b, w.data() + i * sizeof(B), sizeof(B)), 0) << dtype_name(D) << " block " << i;
+  }
+}
+
+TEST(CudaWeightFormats, SplitLayoutRoundTrips) {
+  std::mt19937 rng(cuda::test::test_seed());
+  check_split_round_trip<DType::Q8_0>(rng);
+  check_split_round_trip<DType::Q4_0>(rng);
+  check_split_round_trip<DType::Q4_1>(rng);
+  check_split_round_trip<DType::Q4_K>(rng);
+  check_split_round_trip<DType::Q5_K>(rng);
+  check_split_round_trip<DType::Q6_K>(rng);
+  // Where the K-quant kernels read a block's parts (quant_units.h): q4_K's head is d, dmin and the packed scales;
+  // q6_K's quants are ql then qh, its d follows every block's scales.
+  static_assert(cuda::SplitLayout<DType::Q4_K>::kQuantOff == offsetof(BlockQ4_K, qs));
+  static_assert(cuda::SplitLayout<DType::Q6_K>::kQuantOff == offsetof(BlockQ6_K, ql) &&
+                offsetof(BlockQ6_K, qh) == 128 && cuda::SplitLayout<DType::Q6_K>::kTailOff == offsetof(BlockQ6_K, d));
+}
+
+// convert_for_device gives the bf16 of every dequantized value for every format CUDA converts (q2_K, q3_K today),
+// split over threads by rows: a row boundary slip between threads would move whole rows.
 TEST(CudaWeightFormats, ConvertForDeviceIsTheBf16OfTheValues) {
   std::mt19937 rng(cuda::test::test_seed());
-  for (const DType dt : {DType::Q6_K, DType::Q4_K}) {
+  int converted = 0;
+  for (const FormatInfo& fi : formats()) {
+    const DType dt = fi.type;
+    if (cuda::weight_formats().is_native(dt)) continue;
+    ++converted;
     for (const int64_t n : {1, 7, 300}) {
       SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " n=" << n);
       const int64_t k = 512;
@@ -80,10 +128,14 @@ TEST(CudaWeightFormats, ConvertForDeviceIsTheBf16OfTheValues) {
         ASSERT_EQ(bits[static_cast<size_t>(i)], f32_to_bf16(v[static_cast<size_t>(i)])) << "element " << i;
     }
   }
+  if (converted == 0) GTEST_SKIP() << "every format Tessera reads is native on CUDA";
+}
+
+TEST(CudaWeightFormats, NativeFormatsNeedNoConversion) {
   std::vector<uint8_t> w(1024);
-  EXPECT_THROW(cuda::convert_for_device(DType::Q4_1, w.data(), 1, 32), Error);  // native: nothing to convert
-  EXPECT_THROW(cuda::convert_for_device(DType::Q6_K, w.data(), 1, 100), Error);
-  EXPECT_THROW(cuda::upload_weight(DType::Q6_K, w.data(), 1, 256), Error);  // upload takes native formats only
+  for (DType t : {DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    EXPECT_THROW(cuda::convert_for_device(t, w.data(), 1, 256), Error) << dtype_name(t);
+  EXPECT_THROW(cuda::upload_weight(DType::IQ2_XXS, w.data(), 1, 256), Error);  // not readable at all
 }
 
 // ---- Whole models (GPU) ----
@@ -230,13 +282,9 @@ TEST_P(CudaWeightFormatsModel, MatchesCpu) {
   const Compared r = compare_backends(m, ids);
   EXPECT_LE(r.worst, 3e-2) << l.name;
   EXPECT_LE(r.worst_prefill, 3e-2) << l.name;
-  // One notice per converted format and backend, not one per tensor.
-  EXPECT_EQ(count(r.notices, "tessera: cuda: q6_k weights"), 1u) << r.notices;
+  // The CPU converts (one notice per format, not one per tensor); CUDA reads both K-quants natively: no notice.
   EXPECT_EQ(count(r.notices, "tessera: cpu: q6_k weights"), 1u) << r.notices;
-  if (l.name == kQ4KM.name) {
-    EXPECT_EQ(count(r.notices, "tessera: cuda: q4_k weights"), 1u) << r.notices;
-  }
-  EXPECT_EQ(count(r.notices, "tessera: cuda:"), l.name == kQ4KM.name ? 2u : 1u) << r.notices;
+  EXPECT_EQ(count(r.notices, "tessera: cuda:"), 0u) << r.notices;
 }
 
 // The check: the default model requantized to Q6_K by llama.cpp runs on CUDA. The file is not in the
@@ -265,7 +313,7 @@ TEST(CudaWeightFormats, DefaultModelRequantizedToQ6_KMatchesCpu) {
   std::cout << "default model, Q6_K: median relative L2 error " << median << "\n";
   EXPECT_LE(median, 3e-2);
   EXPECT_GE(r.agree * 100, r.steps * 85);
-  EXPECT_EQ(count(r.notices, "tessera: cuda: q6_k weights (first: blk.0.ffn_down.weight)"), 1u) << r.notices;
+  EXPECT_EQ(count(r.notices, "tessera: cuda:"), 0u) << r.notices;  // q6_K is native on CUDA
 }
 
 INSTANTIATE_TEST_SUITE_P(KQuantFiles, CudaWeightFormatsModel, ::testing::Values(kQ6K, kQ4KM),

@@ -7,6 +7,8 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/quant_units.h"
+#include "quant/format_traits.h"
 
 namespace tessera::cuda {
 namespace detail {
@@ -15,16 +17,18 @@ namespace {
 constexpr int kEmbThreads = 256;
 constexpr int kArgmaxThreads = 512;
 
-// Element i of row `row` of a table in its GemvLayout.
+// Element i of row `row` of a table of n_rows rows in its GemvLayout.
 template <DType D>
 __device__ __forceinline__ float table_value(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
-                                             size_t row, int k, int i) {
+                                             int n_rows, size_t row, int k, int i) {
   if constexpr (D == DType::F32) {
     return reinterpret_cast<const float*>(quants)[row * k + i];
   } else if constexpr (D == DType::F16) {
     return __half2float(reinterpret_cast<const __half*>(quants)[row * k + i]);
   } else if constexpr (D == DType::BF16) {
     return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(quants)[row * k + i]);
+  } else if constexpr (D == DType::Q4_K || D == DType::Q5_K || D == DType::Q6_K) {
+    return split_value<D>(quants, scales, n_rows, row, k, i);  // quant_units.h, checked on the host
   } else {
     const size_t b = row * (k / kQ) + i / kQ;  // block index over the whole table
     const int j = i % kQ;
@@ -59,7 +63,7 @@ __global__ void __launch_bounds__(kEmbThreads)
     o[i] = __int_as_float(0x7fc00000);  // NaN: a bad id must not read outside the table, and must show
     return;
   }
-  o[i] = table_value<D>(quants, scales, static_cast<size_t>(id), k, i);
+  o[i] = table_value<D>(quants, scales, n_vocab, static_cast<size_t>(id), k, i);
 }
 
 // A (value, index) key whose unsigned order is "larger value, then smaller index": the float's bits made monotonic
@@ -148,8 +152,9 @@ __global__ void __launch_bounds__(kArgmaxThreads)
     __syncthreads();
     const int32_t id = s_id;
     for (int i = threadIdx.x; i < emb.k; i += kArgmaxThreads)
-      emb.out[i] = id >= 0 && id < emb.n ? table_value<D>(emb.quants, emb.scales, static_cast<size_t>(id), emb.k, i)
-                                         : __int_as_float(0x7fc00000);
+      emb.out[i] = id >= 0 && id < emb.n
+                       ? table_value<D>(emb.quants, emb.scales, emb.n, static_cast<size_t>(id), emb.k, i)
+                       : __int_as_float(0x7fc00000);
   }
 }
 
@@ -187,6 +192,12 @@ auto by_table_dtype(DType d, Pick pick) {
       return pick(std::integral_constant<DType, DType::Q4_0>{});
     case DType::Q4_1:
       return pick(std::integral_constant<DType, DType::Q4_1>{});
+    case DType::Q4_K:
+      return pick(std::integral_constant<DType, DType::Q4_K>{});
+    case DType::Q5_K:
+      return pick(std::integral_constant<DType, DType::Q5_K>{});
+    case DType::Q6_K:
+      return pick(std::integral_constant<DType, DType::Q6_K>{});
     default:
       return pick(std::integral_constant<DType, DType::F32>{});
   }

@@ -3,11 +3,14 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/gemm_paths.h"
+#include "backends/cuda/split_layout.h"
+#include "quant/format_traits.h"
 
 namespace tessera::cuda::detail {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kTraitsThreads = 64;  // dequant_bf16_traits_kernel: 1 KB of local floats per thread
 
 // Eight values per thread: two 16-byte loads, one 16-byte store.
 __global__ void __launch_bounds__(kThreads)
@@ -72,7 +75,37 @@ __global__ void __launch_bounds__(kThreads)
                                 pack16x2(v[8 * o + 4], v[8 * o + 5], true), pack16x2(v[8 * o + 6], v[8 * o + 7], true));
 }
 
+// Any format with traits and a split layout: one GGML block per thread, rebuilt from the SPLIT_Q arrays (join_block)
+// and expanded by the format's own Format<D>::dequantize (quant/format_traits.h: the CPU's values up to nvcc's FMA
+// contraction), then rounded once to bf16 and stored as 16-byte vectors. The block's floats live in local memory (a
+// super-block is 256 of them): L1-resident per thread, and the kernel stays bound by its bf16 stores.
+template <DType D>
+__global__ void __launch_bounds__(kTraitsThreads)
+    dequant_bf16_traits_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
+                               uint4* __restrict__ out /*[n, k] bf16*/, int64_t blocks) {
+  using F = Format<D>;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(kTraitsThreads) + threadIdx.x;
+  if (i >= blocks) return;
+  typename F::Block blk;
+  join_block<D>(SplitPtrs<D>{quants, scales, static_cast<size_t>(blocks)}, static_cast<size_t>(i), blk);
+  float v[F::kBlockSize];
+  F::dequantize(blk, v);
+  uint4* o = out + i * (F::kBlockSize / 8);
+#pragma unroll 4
+  for (int j = 0; j < F::kBlockSize / 8; ++j)
+    o[j] = make_uint4(pack16x2(v[8 * j], v[8 * j + 1], true), pack16x2(v[8 * j + 2], v[8 * j + 3], true),
+                      pack16x2(v[8 * j + 4], v[8 * j + 5], true), pack16x2(v[8 * j + 6], v[8 * j + 7], true));
+}
+
 int blocks_for(int64_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
+
+template <DType D>
+void launch_dequant_traits(const DeviceWeight& w, uint4* out, cudaStream_t stream) {
+  const int64_t blocks = w.n * (w.k / Format<D>::kBlockSize);
+  dequant_bf16_traits_kernel<D>
+      <<<static_cast<unsigned>((blocks + kTraitsThreads - 1) / kTraitsThreads), kTraitsThreads, 0, stream>>>(
+          w.quants.as<uint8_t>(), w.scales.as<uint8_t>(), out, blocks);
+}
 
 }  // namespace
 
@@ -101,6 +134,15 @@ void launch_dequant_bf16(const DeviceWeight& w, void* out, cudaStream_t stream) 
       break;
     case DType::Q4_1:
       dequant_bf16_kernel<DType::Q4_1><<<blocks_for(blocks), kThreads, 0, stream>>>(q, s, o, blocks);
+      break;
+    case DType::Q4_K:
+      launch_dequant_traits<DType::Q4_K>(w, o, stream);
+      break;
+    case DType::Q5_K:
+      launch_dequant_traits<DType::Q5_K>(w, o, stream);
+      break;
+    case DType::Q6_K:
+      launch_dequant_traits<DType::Q6_K>(w, o, stream);
       break;
     default:
       fail_message("matmul: cannot dequantize this dtype to bf16");

@@ -11,6 +11,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/gemm_paths.h"
+#include "backends/cuda/kernels/quant_units.h"
 
 namespace tessera::cuda::detail {
 namespace {
@@ -188,6 +189,45 @@ __global__ void __launch_bounds__(kThreads, 1)
   warp_store<kRows, TT>(acc, y, row0, n, accumulate);
 }
 
+// K-quants (q4_K, q5_K, q6_K): the same warp-per-four-rows loop over the formats' 64-element units (quant_units.h, the
+// t = 1 GEMV's arithmetic), each unit's activation loaded once per row of x and dotted with the four weight rows.
+template <DType D, int TT>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_rows_unit_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
+                          const int8_t* __restrict__ xq /*[TT, k]*/, const float2* __restrict__ xds /*[TT, k/32]*/,
+                          float* __restrict__ y /*[TT, n]*/, int n, int k, bool accumulate) {
+  using Q = QuantFmt<D>;
+  const int lane = threadIdx.x & (kWarp - 1);
+  const int row0 = (blockIdx.x * kWarps + static_cast<int>(threadIdx.x / kWarp)) * kRows;
+  if (row0 >= n) return;  // whole warp
+  const int nu = k / Q::kUnit;
+  const uint8_t* qr[kRows];
+  const uint8_t* sr[kRows];
+  const uint8_t* tr[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const size_t row = static_cast<size_t>(min(row0 + r, n - 1));
+    qr[r] = quants + row * nu * Q::kQuantBytes;
+    sr[r] = scales + row * nu * Q::kScaleBytes;
+    tr[r] = tail_row<D>(scales, n, nu, row);
+  }
+  float acc[kRows][TT] = {};
+  for (int b = lane; b < nu; b += kWarp) {
+    uint4 wv[kRows][Q::kVecs];
+    typename Q::Scale sc[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) Q::load(qr[r], sr[r], tr[r], b, wv[r], sc[r]);
+#pragma unroll
+    for (int tt = 0; tt < TT; ++tt) {
+      const typename Q::Act x =
+          Q::Act::load(xq + static_cast<size_t>(tt) * k, xds + static_cast<size_t>(tt) * (k / kQ), b);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[r][tt] += Q::dot(wv[r], sc[r], x);
+    }
+  }
+  warp_store<kRows, TT>(acc, y, row0, n, accumulate);
+}
+
 int grid_for(int64_t n) { return ceil_div(n, static_cast<int64_t>(kWarps) * kRows); }
 
 template <DType D, int TT>
@@ -200,10 +240,17 @@ void launch_float(const DeviceWeight& w, const float* x, float* y, cudaStream_t 
 template <DType D, int TT>
 void launch_quant(const DeviceWeight& w, const int8_t* q8, const float2* ds, float* y, cudaStream_t stream,
                   bool accumulate) {
-  gemm_rows_quant_kernel<D, TT><<<grid_for(w.n), kThreads, 0, stream>>>(w.quants.as<uint8_t>(), w.scales.as<uint8_t>(),
-                                                                        q8, ds, y, static_cast<int>(w.n),
-                                                                        static_cast<int>(w.k), accumulate);
-  TESSERA_CUDA_CHECK_LAUNCH("gemm_rows_quant_kernel");
+  if constexpr (is_unit_format<D>()) {
+    gemm_rows_unit_kernel<D, TT><<<grid_for(w.n), kThreads, 0, stream>>>(w.quants.as<uint8_t>(), w.scales.as<uint8_t>(),
+                                                                         q8, ds, y, static_cast<int>(w.n),
+                                                                         static_cast<int>(w.k), accumulate);
+    TESSERA_CUDA_CHECK_LAUNCH("gemm_rows_unit_kernel");
+  } else {
+    gemm_rows_quant_kernel<D, TT>
+        <<<grid_for(w.n), kThreads, 0, stream>>>(w.quants.as<uint8_t>(), w.scales.as<uint8_t>(), q8, ds, y,
+                                                 static_cast<int>(w.n), static_cast<int>(w.k), accumulate);
+    TESSERA_CUDA_CHECK_LAUNCH("gemm_rows_quant_kernel");
+  }
 }
 
 // Calls f(std::integral_constant<int, tt>) for the runtime tt in 1..kGemmRowsChunk.
@@ -262,6 +309,15 @@ void launch_gemm_rows_quant(const DeviceWeight& w, const int8_t* q8, const float
               break;
             case DType::Q4_1:
               launch_quant<DType::Q4_1, TT>(w, qc, dc, yc, stream, accumulate);
+              break;
+            case DType::Q4_K:
+              launch_quant<DType::Q4_K, TT>(w, qc, dc, yc, stream, accumulate);
+              break;
+            case DType::Q5_K:
+              launch_quant<DType::Q5_K, TT>(w, qc, dc, yc, stream, accumulate);
+              break;
+            case DType::Q6_K:
+              launch_quant<DType::Q6_K, TT>(w, qc, dc, yc, stream, accumulate);
               break;
             default:
               fail_message("matmul: no multi-row quant kernel for this dtype");

@@ -70,6 +70,17 @@ bool gemv_norm_out_supported(const GemvConfig& c, bool clusters) {
   return clusters ? detail::has_norm_out(s) : detail::has_norm_out_groups(s);
 }
 
+bool gemv_config_supported(DType dtype, const GemvConfig& c) {
+  const detail::Shape s{c.threads, c.rows, c.unroll, c.prefetch};
+  return detail::shape_index(c) >= 0 && (!gemv_quantized(dtype) || detail::shape_compiled(dtype, s));
+}
+
+bool gemv_norm_out_supported(const GemvConfig& c, bool clusters, DType dtype) {
+  const detail::Shape s{c.threads, c.rows, c.unroll, c.prefetch};
+  return gemv_norm_out_supported(c, clusters) && gemv_config_supported(dtype, c) &&
+         (clusters || detail::norm_out_group_threads(s) <= detail::max_group_threads(dtype));
+}
+
 namespace {
 
 // CudaOptions::gemv_shapes (a study knob): launch shapes for the matrices of those shapes (any weight format), in place
@@ -87,6 +98,14 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
   if (const GemvConfig* o = shape_override(n, k)) return *o;
   // Picked from the H100 sweeps of every shape in the table (docs/CUDA_NOTES.md, runs 1-3): at the issue's large
   // shapes each choice is within ~3% of the sweep's best (q8_0/q4 at 4096x14336 within ~5%).
+  if (dtype == DType::Q4_K || dtype == DType::Q5_K || dtype == DType::Q6_K) {
+    // K-quants: a thread's step is one 64-element unit per row (quant_units.h), so a 4096-wide row is 64 units:
+    // 64 threads cover it in one step, and rows of >= 128 units (ffn_down, K = 14336: 224) take 128 threads for two
+    // pipelined steps; four rows per block where there are rows for a wave of blocks. Picked by analogy with q8_0
+    // (same 16-byte vectors per unit), not yet swept on the H100: bench/cuda/bench_kquant --all-configs sweeps them.
+    const int64_t units = k / 64;
+    return {units >= 128 ? 128 : 64, n >= 4096 ? 4 : 2, 1, 0};
+  }
   const bool quant = dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q4_1;
   if (quant) {
     // From the H100 sweep of the pipelined quant kernel (bench/cuda/experiments/gemv_quant_sweep.cu, 2026-11-22;
@@ -126,9 +145,17 @@ bool gemv_swiglu_groups_supported(const GemvConfig& c) {
   return detail::has_swiglu_groups(detail::Shape{c.threads, c.rows, c.unroll, c.prefetch});
 }
 
+bool gemv_swiglu_groups_supported(const GemvConfig& c, DType dtype) {
+  const detail::Shape s{c.threads, c.rows, c.unroll, c.prefetch};
+  return gemv_swiglu_groups_supported(c) && gemv_config_supported(dtype, c) &&
+         detail::swiglu_group_threads(s) <= detail::max_group_threads(dtype);
+}
+
 GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k, bool clusters) {
   if (clusters) return gemv_default_config(dtype, n, k);
   if (const GemvConfig* o = shape_override(n, k)) return *o;
+  // K-quants: 256-thread groups (four rows per warp, one unit in flight per row); the 512-thread form below spills.
+  if (dtype == DType::Q4_K || dtype == DType::Q5_K || dtype == DType::Q6_K) return {64, 4, 1, 0};
   // Warp groups of two rows, two loads in flight per row (16 warps per 32 rows): inside the 8B q4_1 decode graph
   // (H100, TESSERA_CUDA_GEMV_SHAPES sweep of 2026-11-22, o and down alike) 498.6 tok/s against 497.6 at one load,
   // 490.0 at four rows and two loads, 463.2 at the plain default's four rows and one load.
@@ -169,10 +196,14 @@ void gemv(const DeviceWeight& w, const GemvInput& x, float* y, cudaStream_t stre
       TESSERA_CUDA_REQUIRE(x.norm_w == nullptr,
                            "gemv: the fused RMSNorm needs float weights (quantized weights read "
                            "x already normalized and quantized: rmsnorm with a q8 output)");
+      TESSERA_CUDA_REQUIRE(gemv_config_supported(w.dtype, c),
+                           "gemv: launch config (threads " + num(c.threads) + ", rows " + num(c.rows) + ", unroll " +
+                               num(c.unroll) + ") has no kernel for " + std::string(dtype_name(w.dtype)) +
+                               " weights (gemv_config_supported)");
       TESSERA_CUDA_REQUIRE(
           !x.swiglu || (w.n % 64 == 0 && !accumulate && c.rows % 2 == 0 && 32 % (c.rows / 2) == 0 && c.prefetch == 0 &&
                         x.swiglu_q8 && x.swiglu_ds &&
-                        (x.swiglu_groups ? gemv_swiglu_groups_supported(c) : x.swiglu_tickets != nullptr)),
+                        (x.swiglu_groups ? gemv_swiglu_groups_supported(c, w.dtype) : x.swiglu_tickets != nullptr)),
           "gemv: the quantized SwiGLU epilogue needs [gate; up] with F % 32 == 0, no accumulate, a launch shape "
           "pairing rows without prefetch (warp groups: gemv_swiglu_groups_supported), and the q8, ds and ticket "
           "outputs (warp groups: no tickets)");
@@ -181,7 +212,7 @@ void gemv(const DeviceWeight& w, const GemvInput& x, float* y, cudaStream_t stre
           "gemv: quantized weights need the q8 activation (16-byte aligned; see quantize_q8)");
       TESSERA_CUDA_REQUIRE(
           x.norm_out_w == nullptr ||
-              (gemv_norm_out_supported(c, x.norm_out_clusters) && w.n % 32 == 0 && !x.swiglu &&
+              (gemv_norm_out_supported(c, x.norm_out_clusters, w.dtype) && w.n % 32 == 0 && !x.swiglu &&
                x.norm_out_q8 != nullptr && x.norm_out_ds != nullptr && x.norm_out_sumsq != nullptr),
           "gemv: the norm_out epilogue needs N % 32 == 0, no SwiGLU, its q8, ds and sumsq outputs, and a launch shape "
           "of gemv_norm_out_supported (threads " +

@@ -221,6 +221,19 @@ constexpr bool has_swiglu_groups(const Shape& s) {
   return s.prefetch == 0 && s.unroll == 1 && (s.rows == 4 || s.rows == 2);
 }
 
+// The launch shapes a quantized format's kernels are compiled for. ptxas spills (an error in this build) where a q6_K
+// or q5_K unit's three or four vectors per row and slot, doubled by the pipeline, meet more than four rows x slots, and
+// where any
+// K-quant meets the register cap of a 512- or 1,024-thread warp-group block (128 or 64 registers per thread).
+constexpr int max_rows_unroll(DType d) { return d == DType::Q6_K || d == DType::Q5_K ? 4 : 8; }
+constexpr int max_group_threads(DType d) {
+  return d == DType::Q4_K || d == DType::Q5_K || d == DType::Q6_K ? 256 : 1024;
+}
+constexpr bool shape_compiled(DType d, const Shape& s) { return s.rows * s.unroll <= max_rows_unroll(d); }
+// Block sizes of the warp-group epilogues (GemvInput::norm_out_*, swiglu_groups) at launch shape s.
+constexpr int norm_out_group_threads(const Shape& s) { return kWarp * (kQ / s.rows); }
+constexpr int swiglu_group_threads(const Shape& s) { return kWarp * (kQ / (s.rows / 2 > 0 ? s.rows / 2 : 1)); }
+
 struct LaunchArgs {
   const DeviceWeight* w;  // with GemvInput::swiglu: [gate; up], 2 * n_out rows
   const GemvInput* x;
@@ -234,5 +247,7 @@ struct LaunchArgs {
 void launch_gemv_float(int index, const LaunchArgs& a);
 
 void launch_gemv_quant(int index, const LaunchArgs& a);
+// The K-quants (q4_K, q6_K) of launch_gemv_quant, in gemv_kquant.cu.
+void launch_gemv_kquant(int index, const LaunchArgs& a);
 
 }  // namespace tessera::cuda::detail

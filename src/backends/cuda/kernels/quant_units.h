@@ -1,0 +1,372 @@
+// The quantized formats as the dp4a GEMVs read them (gemv_quant_kernel.cuh for T = 1, gemm_rows.cu for small T): a
+// thread's share of one weight row per step is one unit of kUnit elements, loaded from the SPLIT_Q layout
+// (split_layout.h) as kQuantBytes / 16 aligned 16-byte vectors plus the unit's scales, and dotted with the q8
+// activation (d and d * sum(q) per 32, GemvInput) by integer dot products.
+//  - q8_0, q4_0, q4_1: a unit is one 32-block (the kernels' own code reads these; only the sizes live here).
+//  - q4_K: a unit is 64 elements, the 32 bytes of nibbles shared by sub-blocks 2i (low nibbles) and 2i + 1 (high)
+//    of a super-block, with the super-block's 16-byte head (d, dmin, packed 6-bit scales and mins) loaded whole: the
+//    four units of a super-block sit in neighbouring lanes, so the head is one broadcast load, no extra DRAM bytes.
+//  - q6_K: a unit is 64 elements, elements 16c .. 16c + 15 of each 32-group g of half h of a super-block (u = 2h + c):
+//    ql bytes [64h + 16c, + 16) (groups 0 and 2), [64h + 32 + 16c, + 16) (groups 1 and 3) and qh [32h + 16c, + 16)
+//    (two high bits per group). Those three vectors of four neighbouring lanes cover the super-block's 192 quant
+//    bytes exactly once, in GGML's order, so no repacking at upload; each 16-element run is one sub-block, scale
+//    sc[8h + 2g + c], read from the 8 scale bytes of half h.
+// Each K-quant format: load(...) its unit's registers, Act::load(...) the unit's activation (once per step, shared by
+// every row), dot(...) one row's contribution. The same arithmetic as Format<D>::dot_q8 (quant/format_traits.h), with
+// the float products in another order.
+//
+// The unit functions are TESSERA_UNIT (host and device under nvcc, plain inline under the host compiler) over the few
+// intrinsics below, each with a host twin, so tests/backends/cuda/test_quant_units.cpp runs this very code on the
+// host against the traits without a GPU.
+#pragma once
+
+#include <vector_types.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/dtype.h"
+#include "quant/format_traits.h"
+
+#if defined(__CUDACC__)
+#define TESSERA_UNIT __host__ __device__ __forceinline__
+#define TESSERA_UNROLL _Pragma("unroll")
+#else
+#define TESSERA_UNIT inline
+#define TESSERA_UNROLL
+#endif
+
+namespace tessera::cuda::detail {
+
+namespace unit {
+// Streamed weight loads (ld.global.nc.L1::no_allocate, as common.cuh's ld_stream16: read once, never evicting x).
+TESSERA_UNIT uint4 ld16(const void* p) {
+  uint4 v;
+#if defined(__CUDA_ARCH__)
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+#else
+  std::memcpy(&v, p, 16);
+#endif
+  return v;
+}
+TESSERA_UNIT uint2 ld8(const void* p) {
+  uint2 v;
+#if defined(__CUDA_ARCH__)
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+#else
+  std::memcpy(&v, p, 8);
+#endif
+  return v;
+}
+TESSERA_UNIT uint32_t ld_u16(const void* p) {
+#if defined(__CUDA_ARCH__)
+  unsigned short v;
+  asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  return v;
+#else
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+#endif
+}
+// Activation loads through the read-only cache (__ldg: x is re-read by every block).
+TESSERA_UNIT int4 ldg(const int4* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+TESSERA_UNIT float2 ldg(const float2* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+TESSERA_UNIT float ldg(const float* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+// Four int8 products summed into c (dp4a).
+TESSERA_UNIT int dp4a(int a, int b, int c) {
+#if defined(__CUDA_ARCH__)
+  return __dp4a(a, b, c);
+#else
+  for (int i = 0; i < 4; ++i)
+    c += static_cast<int8_t>(static_cast<uint32_t>(a) >> (8 * i)) * static_cast<int8_t>(static_cast<uint32_t>(b) >> (8 * i));
+  return c;
+#endif
+}
+// An fp16 pair (low half first) as two floats.
+TESSERA_UNIT float2 half2(uint32_t w) {
+  float2 f;
+  f.x = format_detail::half_value(static_cast<uint16_t>(w & 0xFFFFu));
+  f.y = format_detail::half_value(static_cast<uint16_t>(w >> 16));
+  return f;
+}
+}  // namespace unit
+
+// kUnit: elements per unit; kQuantBytes: quant bytes per unit on average (a row's quants are units * kQuantBytes
+// bytes); kScaleBytes: the same for scales; kVecs: the 16-byte vectors a unit loads (q5_K's four units each load the
+// super-block's 32 qh bytes too: kVecs * 16 > kQuantBytes); Scale: a unit's scale registers.
+template <DType D>
+struct QuantFmt;
+template <>
+struct QuantFmt<DType::Q8_0> {
+  static constexpr int kUnit = 32, kQuantBytes = 32, kScaleBytes = 2, kVecs = 2;
+  using Scale = uint32_t;
+};
+template <>
+struct QuantFmt<DType::Q4_0> {
+  static constexpr int kUnit = 32, kQuantBytes = 16, kScaleBytes = 2, kVecs = 1;
+  using Scale = uint32_t;
+};
+template <>
+struct QuantFmt<DType::Q4_1> {
+  static constexpr int kUnit = 32, kQuantBytes = 16, kScaleBytes = 4, kVecs = 1;
+  using Scale = uint32_t;
+};
+
+// The q8 activation of a 64-element unit that covers activation blocks 2b and 2b + 1 whole (q4_K).
+struct ActPair {
+  int lo[8], hi[8];  // the two blocks' 32 int8 each, as words
+  float2 ds_lo, ds_hi;
+  int sub;  // the unit's index in its super-block (0..3)
+  TESSERA_UNIT static ActPair load(const int8_t* __restrict__ xq, const float2* __restrict__ xds, int b) {
+    ActPair a;
+    const int4* p = reinterpret_cast<const int4*>(xq) + 4 * b;
+    const int4 x0 = unit::ldg(p), x1 = unit::ldg(p + 1), x2 = unit::ldg(p + 2), x3 = unit::ldg(p + 3);
+    a.lo[0] = x0.x, a.lo[1] = x0.y, a.lo[2] = x0.z, a.lo[3] = x0.w;
+    a.lo[4] = x1.x, a.lo[5] = x1.y, a.lo[6] = x1.z, a.lo[7] = x1.w;
+    a.hi[0] = x2.x, a.hi[1] = x2.y, a.hi[2] = x2.z, a.hi[3] = x2.w;
+    a.hi[4] = x3.x, a.hi[5] = x3.y, a.hi[6] = x3.z, a.hi[7] = x3.w;
+    a.ds_lo = unit::ldg(xds + 2 * b);
+    a.ds_hi = unit::ldg(xds + 2 * b + 1);
+    a.sub = b & 3;
+    return a;
+  }
+};
+
+template <>
+struct QuantFmt<DType::Q4_K> {
+  static constexpr int kUnit = 64, kQuantBytes = 32, kScaleBytes = 4, kVecs = 2;
+  using Scale = uint4;  // the super-block's head: (d, dmin) as fp16 pair, then scales bytes 0-3, 4-7, 8-11
+  using Act = ActPair;
+  // Row pointers: quants [units, 32], heads [units / 4, 16].
+  TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* /*trow*/, int b,
+                                              uint4 (&wv)[2], Scale& sc) {
+    wv[0] = unit::ld16(qrow + static_cast<size_t>(b) * 32);
+    wv[1] = unit::ld16(qrow + static_cast<size_t>(b) * 32 + 16);
+    sc = unit::ld16(srow + static_cast<size_t>(b >> 2) * 16);
+  }
+  TESSERA_UNIT static float dot(const uint4 (&wq)[2], const Scale& h, const ActPair& x) {
+    const uint32_t w[8] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w, wq[1].x, wq[1].y, wq[1].z, wq[1].w};
+    int slo = 0, shi = 0;
+TESSERA_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      slo = unit::dp4a(static_cast<int>(w[i] & 0x0F0F0F0Fu), x.lo[i], slo);
+      shi = unit::dp4a(static_cast<int>((w[i] >> 4) & 0x0F0F0F0Fu), x.hi[i], shi);
+    }
+    return finish(h, x, slo, shi);
+  }
+  // The unit's two sub-block sums scaled: d sc dx sum - dmin m s for sub-blocks 2 sub and 2 sub + 1 (q5_K too).
+  TESSERA_UNIT static float finish(const Scale& h, const ActPair& x, int slo, int shi) {
+    // 6-bit scale and min of sub-blocks j = 2 sub and 2 sub + 1 (format_detail::q4_k_scale_min): bytes j and j + 1 of
+    // the 12 for sub < 2; for sub >= 2 the low 4 bits come from bytes j + 4, j + 5 and the top 2 bits from bytes
+    // j - 4, j - 3 (scales) and j, j + 1 (mins). With t = 8 * 2 * (sub & 1) every needed byte pair is bits t .. t + 15
+    // of one head word.
+    const int t = 16 * (x.sub & 1);
+    const uint32_t y = h.y >> t, z = h.z >> t, wd = h.w >> t;
+    int sc0, sc1, m0, m1;
+    if (x.sub < 2) {
+      sc0 = y & 63, sc1 = (y >> 8) & 63, m0 = z & 63, m1 = (z >> 8) & 63;
+    } else {
+      sc0 = (wd & 0xF) | (((y >> 6) & 3) << 4);
+      sc1 = ((wd >> 8) & 0xF) | (((y >> 14) & 3) << 4);
+      m0 = ((wd >> 4) & 0xF) | (((z >> 6) & 3) << 4);
+      m1 = ((wd >> 12) & 0xF) | (((z >> 14) & 3) << 4);
+    }
+    const float2 dm = unit::half2(h.x);  // (d, dmin)
+    const float s = static_cast<float>(sc0) * x.ds_lo.x * static_cast<float>(slo) +
+                    static_cast<float>(sc1) * x.ds_hi.x * static_cast<float>(shi);
+    const float m = static_cast<float>(m0) * x.ds_lo.y + static_cast<float>(m1) * x.ds_hi.y;
+    return dm.x * s - dm.y * m;
+  }
+};
+
+// q5_K: q4_K's unit with a fifth bit per element from the super-block's 32 qh bytes (bit j of qh[l] for element l of
+// sub-block j), which all four units of a super-block load (broadcast within the warp, no extra DRAM bytes).
+template <>
+struct QuantFmt<DType::Q5_K> {
+  static constexpr int kUnit = 64, kQuantBytes = 40, kScaleBytes = 4, kVecs = 4;
+  using Scale = uint4;
+  using Act = ActPair;
+  // Row pointers: quants [units / 4, 160] (qh then qs), heads [units / 4, 16]. wv: the unit's qs (2), then qh (2).
+  TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* /*trow*/, int b,
+                                uint4 (&wv)[4], Scale& sc) {
+    const uint8_t* q = qrow + static_cast<size_t>(b >> 2) * 160;
+    wv[0] = unit::ld16(q + 32 + 32 * (b & 3));
+    wv[1] = unit::ld16(q + 48 + 32 * (b & 3));
+    wv[2] = unit::ld16(q);
+    wv[3] = unit::ld16(q + 16);
+    sc = unit::ld16(srow + static_cast<size_t>(b >> 2) * 16);
+  }
+  TESSERA_UNIT static float dot(const uint4 (&wq)[4], const Scale& h, const ActPair& x) {
+    const uint32_t w[8] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w, wq[1].x, wq[1].y, wq[1].z, wq[1].w};
+    const uint32_t hb[8] = {wq[2].x, wq[2].y, wq[2].z, wq[2].w, wq[3].x, wq[3].y, wq[3].z, wq[3].w};
+    const int jlo = 2 * x.sub;  // the low sub-block's bit in each qh byte; the high one's is the next
+    int slo = 0, shi = 0;
+    TESSERA_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t lo = (w[i] & 0x0F0F0F0Fu) | (((hb[i] >> jlo) & 0x01010101u) << 4);
+      const uint32_t hi = ((w[i] >> 4) & 0x0F0F0F0Fu) | (((hb[i] >> (jlo + 1)) & 0x01010101u) << 4);
+      slo = unit::dp4a(static_cast<int>(lo), x.lo[i], slo);
+      shi = unit::dp4a(static_cast<int>(hi), x.hi[i], shi);
+    }
+    return QuantFmt<DType::Q4_K>::finish(h, x, slo, shi);
+  }
+};
+
+// The q8 activation of a q6_K unit: 16 int8 of each of the four activation blocks 8 sb + 4h + g (g = 0..3), and
+// their scales d.
+struct ActQuarter {
+  int x[4][4];
+  float d[4];
+  int c;  // which 16 of each block's 32 (the unit's scale byte offset)
+  TESSERA_UNIT static ActQuarter load(const int8_t* __restrict__ xq, const float2* __restrict__ xds,
+                                                    int b) {
+    ActQuarter a;
+    const int sb = b >> 2, h = (b >> 1) & 1;
+    a.c = b & 1;
+    const int blk0 = 8 * sb + 4 * h;
+TESSERA_UNROLL
+    for (int g = 0; g < 4; ++g) {
+      const int4 v = unit::ldg(reinterpret_cast<const int4*>(xq) + 2 * (blk0 + g) + a.c);
+      a.x[g][0] = v.x, a.x[g][1] = v.y, a.x[g][2] = v.z, a.x[g][3] = v.w;
+      a.d[g] = unit::ldg(reinterpret_cast<const float*>(xds) + 2 * (blk0 + g));
+    }
+    return a;
+  }
+};
+
+struct Q6Scale {
+  uint2 sc;    // sub-block scales 8h .. 8h + 7 (int8)
+  uint32_t d;  // fp16 bits
+};
+
+template <>
+struct QuantFmt<DType::Q6_K> {
+  static constexpr int kUnit = 64, kQuantBytes = 48, kScaleBytes = 4, kVecs = 3;
+  using Scale = Q6Scale;
+  using Act = ActQuarter;
+  // Row pointers: quants [units / 4, 192] (ql then qh, GGML's order), scales [units / 4, 16], tail d [units / 4].
+  TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* trow, int b,
+                                              uint4 (&wv)[3], Scale& sc) {
+    const int sb = b >> 2, h = (b >> 1) & 1, c = b & 1;
+    const uint8_t* q = qrow + static_cast<size_t>(sb) * 192;
+    wv[0] = unit::ld16(q + 64 * h + 16 * c);        // ql: groups 0 (low nibbles) and 2 (high)
+    wv[1] = unit::ld16(q + 64 * h + 32 + 16 * c);   // ql: groups 1 and 3
+    wv[2] = unit::ld16(q + 128 + 32 * h + 16 * c);  // qh: bits 2g, 2g + 1 of group g
+    sc.sc = unit::ld8(srow + static_cast<size_t>(sb) * 16 + 8 * h);
+    sc.d = unit::ld_u16(trow + static_cast<size_t>(sb) * 2);
+  }
+  // Four 6-bit codes per word minus 32, as signed bytes: OR-ing 0x80 into every byte first keeps the subtraction from
+  // borrowing across bytes, and the XOR takes the 0x80 back out (q + 96 ^ 0x80 == q - 32 mod 256 for q in 0..63).
+  TESSERA_UNIT static int centered(uint32_t q) {
+    return static_cast<int>(((q | 0x80808080u) - 0x20202020u) ^ 0x80808080u);
+  }
+  TESSERA_UNIT static float dot(const uint4 (&wq)[3], const Scale& s, const ActQuarter& x) {
+    const uint32_t a[4] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w};
+    const uint32_t bq[4] = {wq[1].x, wq[1].y, wq[1].z, wq[1].w};
+    const uint32_t hq[4] = {wq[2].x, wq[2].y, wq[2].z, wq[2].w};
+    int sum[4] = {0, 0, 0, 0};
+TESSERA_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t q0 = (a[i] & 0x0F0F0F0Fu) | ((hq[i] << 4) & 0x30303030u);
+      const uint32_t q1 = (bq[i] & 0x0F0F0F0Fu) | ((hq[i] << 2) & 0x30303030u);
+      const uint32_t q2 = ((a[i] >> 4) & 0x0F0F0F0Fu) | (hq[i] & 0x30303030u);
+      const uint32_t q3 = ((bq[i] >> 4) & 0x0F0F0F0Fu) | ((hq[i] >> 2) & 0x30303030u);
+      sum[0] = unit::dp4a(centered(q0), x.x[0][i], sum[0]);
+      sum[1] = unit::dp4a(centered(q1), x.x[1][i], sum[1]);
+      sum[2] = unit::dp4a(centered(q2), x.x[2][i], sum[2]);
+      sum[3] = unit::dp4a(centered(q3), x.x[3][i], sum[3]);
+    }
+    // Group g's scale is byte 2g + c of the half's 8: bytes c, 2 + c of sc.x (g = 0, 1) and of sc.y (g = 2, 3).
+    const int sh = 8 * x.c;
+    const int sc0 = static_cast<int8_t>((s.sc.x >> sh) & 0xFFu),
+              sc1 = static_cast<int8_t>((s.sc.x >> (sh + 16)) & 0xFFu);
+    const int sc2 = static_cast<int8_t>((s.sc.y >> sh) & 0xFFu),
+              sc3 = static_cast<int8_t>((s.sc.y >> (sh + 16)) & 0xFFu);
+    const float acc = x.d[0] * static_cast<float>(sc0 * sum[0]) + x.d[1] * static_cast<float>(sc1 * sum[1]) +
+                      x.d[2] * static_cast<float>(sc2 * sum[2]) + x.d[3] * static_cast<float>(sc3 * sum[3]);
+    return format_detail::half_value(static_cast<uint16_t>(s.d)) * acc;
+  }
+};
+
+// Whether a format's GEMV unit is one of the K-quant units above (loaded and dotted through QuantFmt<D>).
+template <DType D>
+constexpr bool is_unit_format() {
+  return QuantFmt<D>::kUnit != kQK;
+}
+
+// The tail row of a format with one (q6_K's d): the tail follows all n rows' scales in the scales buffer.
+template <DType D>
+TESSERA_UNIT const uint8_t* tail_row(const uint8_t* scales, int n, int units, size_t row) {
+  if constexpr (D == DType::Q6_K)
+    return scales + static_cast<size_t>(n) * units * QuantFmt<D>::kScaleBytes + row * (units / 4) * 2;
+  else
+    return nullptr;
+}
+
+// Element i of row `row` of a K-quant table of n_rows rows in its SPLIT_Q layout (the embedding lookup: one element
+// per thread, no block rebuilt), formed as Format<D>::dequantize forms it.
+//  - q4_K: the super-block's head (d, dmin, packed scales: format_detail::q4_k_scale_min) and its 128 nibble bytes,
+//    w = d sc q - dmin m;
+//  - q6_K: ql|qh (192 bytes; the code as format_detail::q6_k_code reads it), the int8 scale of the 16-element
+//    sub-block and, after every block's scales, fp16 d: w = (d sc) (q - 32).
+template <DType D>
+TESSERA_UNIT float split_value(const uint8_t* quants, const uint8_t* scales, int n_rows, size_t row, int k, int i) {
+  const size_t sb = row * static_cast<size_t>(k / kQKK) + static_cast<size_t>(i / kQKK);
+  const int e = i % kQKK;
+  if constexpr (D == DType::Q5_K) {  // q4_K's value with the fifth bit: qh [32] then qs [128] (split_layout.h)
+    const int j = e / kQK, l = e % kQK;
+    const uint8_t* head = scales + sb * 16;
+    const uint8_t* q = quants + sb * 160;
+    const int code = ((q[32 + 32 * (j / 2) + l] >> (4 * (j & 1))) & 0xF) | (((q[l] >> j) & 1) << 4);
+    int sc, m;
+    format_detail::q4_k_scale_min(j, head + 4, &sc, &m);
+    const float d = format_detail::half_value(static_cast<uint16_t>(head[0] | (head[1] << 8)));
+    const float dmin = format_detail::half_value(static_cast<uint16_t>(head[2] | (head[3] << 8)));
+    return d * static_cast<float>(sc) * static_cast<float>(code) - dmin * static_cast<float>(m);
+  } else if constexpr (D == DType::Q4_K) {
+    const int j = e / kQK, l = e % kQK;
+    const uint8_t* head = scales + sb * 16;
+    const uint8_t byte = quants[sb * 128 + 32 * (j / 2) + l];
+    const int q = (j & 1) ? (byte >> 4) : (byte & 0xF);
+    int sc, m;
+    format_detail::q4_k_scale_min(j, head + 4, &sc, &m);
+    const float d = format_detail::half_value(static_cast<uint16_t>(head[0] | (head[1] << 8)));
+    const float dmin = format_detail::half_value(static_cast<uint16_t>(head[2] | (head[3] << 8)));
+    return d * static_cast<float>(sc) * static_cast<float>(q) - dmin * static_cast<float>(m);
+  } else {
+    static_assert(D == DType::Q6_K, "split_value: q4_K or q6_K");
+    const size_t nsb = static_cast<size_t>(n_rows) * static_cast<size_t>(k / kQKK);
+    const uint8_t* q = quants + sb * 192;
+    const int half = e / 128, r = e % 128, group = r / 32, l = r % 32;
+    const uint8_t ql = q[64 * half + l + (group & 1) * 32];
+    const uint8_t qh = q[128 + 32 * half + l];
+    const int code = (group < 2 ? (ql & 0xF) : (ql >> 4)) | (((qh >> (2 * group)) & 3) << 4);
+    const uint8_t* dp = scales + nsb * 16 + sb * 2;
+    const float d = format_detail::half_value(static_cast<uint16_t>(dp[0] | (dp[1] << 8)));
+    const int8_t sc = static_cast<int8_t>(scales[sb * 16 + e / 16]);
+    return (d * static_cast<float>(sc)) * static_cast<float>(code - 32);
+  }
+}
+
+}  // namespace tessera::cuda::detail
