@@ -448,7 +448,7 @@ if has ppl; then
 import json, sys
 j = json.load(open(sys.argv[1]))
 k = j.get("kl") or {}
-s = f"PPL {j['ppl']:.4f} +- {j['ppl_err']:.4f}, {j['tokens_per_second']:.1f} tok/s (eval {j['eval_seconds']:.2f} s, scoring {j['score_seconds']:.2f} s)"
+s = f"PPL {j['ppl']:.4f} +- {j['ppl_err']:.4f}, {j['tokens_per_second']:.1f} tok/s, {j.get('tokens_per_second_after_first_chunk', 0):.1f} after the first chunk (eval {j['eval_seconds']:.2f} s, first chunk {j.get('first_chunk_seconds', 0):.2f} s)"
 if k:
     s += f", KL {k['kld_mean']:.6f} +- {k['kld_err']:.6f}, same top {100 * k['same_top']:.2f}%"
 print(s)
@@ -456,9 +456,9 @@ PY
   }
   for spec in ${TESSERA_PPL_SPECS:-llama3-8b:bf16 llama3-8b:q4_1}; do
     tbench ppl --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 512 -n 0 --ubatch 512 -r 3 --no-ceilings
-    echo "## tessera perplexity $spec --random-tokens 16384 -c 512" >> "$plog"
+    echo "## tessera perplexity $spec --random-tokens 65536 -c 512" >> "$plog"
     timeout 300 "$cli" perplexity --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" \
-      --random-tokens 16384 -c 512 --json > "$rows_dir/ppl-$spec.json" 2>> "$plog"
+      --random-tokens 65536 -c 512 --json > "$rows_dir/ppl-$spec.json" 2>> "$plog"
     say "- ppl $spec random ids: exit $? $(ppl_line "$rows_dir/ppl-$spec.json")"
   done
   kjv="$deps/eval/kjv.txt"

@@ -204,6 +204,11 @@ int run(PplFlags& f) {
   std::signal(SIGINT, SIG_DFL);
   if (progress_line) fmt::print(stderr, "\n");
   const double tps = r.eval_seconds > 0 ? static_cast<double>(r.evaluated_tokens) / r.eval_seconds : 0.0;
+  // Past the first chunk, which also builds the backend's plans: the rate a long text runs at.
+  const double steady_s = r.eval_seconds - r.first_chunk_seconds;
+  const double tps_steady = r.n_chunks > 1 && steady_s > 0
+                                ? static_cast<double>(r.evaluated_tokens / r.n_chunks * (r.n_chunks - 1)) / steady_s
+                                : tps;
 
   if (f.json) {
     nlohmann::json j = {{"model", f.src.random_weights ? model_label(model) : model.path()},
@@ -221,7 +226,9 @@ int run(PplFlags& f) {
                         {"eval_seconds", r.eval_seconds},
                         {"score_seconds", r.score_seconds},
                         {"tokenize_seconds", r.tokenize_seconds},
-                        {"tokens_per_second", tps}};
+                        {"tokens_per_second", tps},
+                        {"tokens_per_second_after_first_chunk", tps_steady},
+                        {"first_chunk_seconds", r.first_chunk_seconds}};
     if (r.has_kl) j["kl"] = kl_json(r.kl);
     if (!f.save_logits.empty()) j["saved_logits"] = f.save_logits;
     fmt::print("{}\n", j.dump(2));
@@ -239,10 +246,10 @@ int run(PplFlags& f) {
   }
   std::fflush(stdout);  // the result before the summary line, where both go to one file
   fmt::print(stderr,
-             "perplexity: {} tokens ({}) in {:.2f} s, {:.1f} tokens/s on {} (scoring {:.2f} s; tokenizing {} tokens: "
-             "{:.2f} s)\n",
-             r.evaluated_tokens, count_noun(r.n_chunks, "chunk"), r.eval_seconds, tps, f.device, r.score_seconds,
-             r.n_tokens, r.tokenize_seconds);
+             "perplexity: {} tokens ({}) in {:.2f} s, {:.1f} tokens/s on {} ({:.1f} after the first chunk; scoring "
+             "{:.2f} s; tokenizing {} tokens: {:.2f} s)\n",
+             r.evaluated_tokens, count_noun(r.n_chunks, "chunk"), r.eval_seconds, tps, f.device, tps_steady,
+             r.score_seconds, r.n_tokens, r.tokenize_seconds);
   if (!f.save_logits.empty()) fmt::print(stderr, "perplexity: base logits written to {}\n", f.save_logits);
   return r.interrupted ? 130 : 0;
 }

@@ -139,9 +139,10 @@ struct PerplexityResult {
   std::vector<double> running;  // the estimate after each chunk (llama-perplexity's [1]x,[2]y,...)
   NllStats nll;
   double tokenize_seconds = 0;
-  double eval_seconds = 0;       // evaluation and scoring of the chunks
-  double score_seconds = 0;      // of which scoring (log-softmax, top-k, KL, the logits file)
-  int64_t evaluated_tokens = 0;  // n_chunks * n_ctx
+  double eval_seconds = 0;         // evaluation and scoring of the chunks
+  double first_chunk_seconds = 0;  // of which the first chunk (it also builds the backend's prefill plans)
+  double score_seconds = 0;        // of which scoring (log-softmax, top-k, KL, the logits file)
+  int64_t evaluated_tokens = 0;    // n_chunks * n_ctx
   bool has_kl = false;
   KlSummary kl;
 };

@@ -129,7 +129,7 @@ class Session {
   // Appends `ids` and returns the logits of every one of them: [ids.size() * n_vocab], row-major.
   std::vector<float> eval_all_logits(std::span<const int32_t> ids);
   // Appends `ids` and returns log p(targets[r]) under row r's logits, for every row (each target an id in the
-  // vocabulary): what perplexity needs. Where the backend can (CUDA) the log-softmax is reduced on the device and
+  // vocabulary, or -1 for a row not scored, which gets 0): what perplexity needs. Where the backend can (CUDA) the log-softmax is reduced on the device and
   // only the scores come back; logits() is then empty until the next logits-returning call.
   std::vector<double> eval_target_logprobs(std::span<const int32_t> ids, std::span<const int32_t> targets);
   // Whether eval_target_logprobs reduces on the device (else it scores every row on the host, one after another).

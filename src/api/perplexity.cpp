@@ -396,18 +396,18 @@ PerplexityResult run_chunks(Session& session, const std::vector<int32_t>& tokens
     const std::vector<int32_t> chunk = perplexity_chunk(tokens, c, n_ctx, bos);
     const std::span<const int32_t> ids(chunk);
     session.reset();
-    session.eval(ids.first(static_cast<size_t>(first)));
     const int32_t* targets = tokens.data() + c * n_ctx + first + 1;
     if (device_scores) {
-      // Only the scored rows are evaluated (the chunk's last token predicts nothing scored), reduced where the logits
-      // are: the whole [n_scored, n_vocab] never reaches the host.
+      // The chunk in one pass as llama-perplexity evaluates it (the first half's rows unscored: target -1; the last
+      // token predicts nothing scored), each row reduced where its logits are: [n_ctx, n_vocab] never reaches the host.
       const auto t_score = std::chrono::steady_clock::now();
-      const std::vector<double> lp =
-          session.eval_target_logprobs(ids.subspan(static_cast<size_t>(first), static_cast<size_t>(n_scored)),
-                                       std::span<const int32_t>(targets, static_cast<size_t>(n_scored)));
-      for (double v : lp) res.nll.add(-v);
+      std::vector<int32_t> want(static_cast<size_t>(n_ctx - 1), -1);
+      std::copy(targets, targets + n_scored, want.begin() + first);
+      const std::vector<double> lp = session.eval_target_logprobs(ids.first(static_cast<size_t>(n_ctx - 1)), want);
+      for (int64_t r = first; r < n_ctx - 1; ++r) res.nll.add(-lp[static_cast<size_t>(r)]);
       res.score_seconds += seconds_since(t_score);
     } else {
+      session.eval(ids.first(static_cast<size_t>(first)));
       // [n_ctx - first, n_vocab]: row r holds the logits at position first + r, which predict token first + r + 1.
       const std::vector<float> logits = session.eval_all_logits(ids.subspan(static_cast<size_t>(first)));
       const auto row = [&](int64_t r) {
@@ -437,6 +437,7 @@ PerplexityResult run_chunks(Session& session, const std::vector<int32_t>& tokens
       res.score_seconds += seconds_since(t_score);
     }
     res.n_chunks = c + 1;
+    if (c == 0) res.first_chunk_seconds = seconds_since(t_chunk);
     res.running.push_back(res.nll.ppl());
     if (on_chunk) {
       PerplexityChunk pc;

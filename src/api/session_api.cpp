@@ -62,7 +62,7 @@ std::vector<float> Session::eval_all_logits(std::span<const int32_t> ids) {
 std::vector<double> Session::eval_target_logprobs(std::span<const int32_t> ids, std::span<const int32_t> targets) {
   const std::vector<backend::RowScore> s = impl_->engine->eval_scores(ids, targets);
   std::vector<double> out(s.size());
-  for (size_t i = 0; i < s.size(); ++i) out[i] = s[i].target_logit - s[i].lse;
+  for (size_t i = 0; i < s.size(); ++i) out[i] = targets[i] < 0 ? 0.0 : s[i].target_logit - s[i].lse;
   return out;
 }
 

@@ -92,14 +92,16 @@ class DeviceSession {
   virtual std::span<const float> eval(int64_t seq, std::span<const int32_t> ids, int64_t pos, bool all_rows) = 0;
 
   // Evaluates as eval(all_rows = true) and returns, per row r, the RowScore of its logits against targets[r] (an id in
-  // the vocabulary), valid until the next call. The default scores the rows on the host, one after another; a backend
-  // with Capabilities::device_scores reduces them where they were computed and copies back only t scores.
+  // the vocabulary; -1: a row not scored, which gets {0, 0}), valid until the next call. The default scores the rows on
+  // the host, one after another; a backend with Capabilities::device_scores reduces them where they were computed and
+  // copies back only t scores.
   virtual std::span<const RowScore> eval_scores(int64_t seq, std::span<const int32_t> ids, int64_t pos,
                                                 std::span<const int32_t> targets) {
     const std::span<const float> all = eval(seq, ids, pos, true);
     const size_t vocab = static_cast<size_t>(n_vocab());
     host_scores_.resize(ids.size());
-    for (size_t r = 0; r < ids.size(); ++r) host_scores_[r] = score_row(all.subspan(r * vocab, vocab), targets[r]);
+    for (size_t r = 0; r < ids.size(); ++r)
+      host_scores_[r] = targets[r] < 0 ? RowScore{} : score_row(all.subspan(r * vocab, vocab), targets[r]);
     return host_scores_;
   }
   // One row's score in double (the reference the device reductions are checked against).

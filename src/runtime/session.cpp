@@ -160,8 +160,8 @@ std::vector<backend::RowScore> Engine::eval_scores(std::span<const int32_t> ids,
   const int64_t vocab = n_vocab();
   for (size_t i = 0; i < ids.size(); ++i) {
     TESSERA_CHECK(ids[i] >= 0 && ids[i] < vocab, "token id {} is outside the vocabulary of {} tokens", ids[i], vocab);
-    TESSERA_CHECK(targets[i] >= 0 && targets[i] < vocab, "target token {} is outside the vocabulary of {} tokens",
-                  targets[i], vocab);
+    TESSERA_CHECK(targets[i] >= -1 && targets[i] < vocab, "target token {} is outside the vocabulary of {} tokens",
+                  targets[i], vocab);  // -1: a row not scored
   }
   std::vector<backend::RowScore> out;
   out.reserve(ids.size());

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "graph/graph.h"
@@ -23,6 +24,7 @@ const void* bound() { return kBytes; }
 struct Shape {
   int64_t layers = 2, T = 1, E = 64, H = 4, Hkv = 2, D = 16, F = 128, V = 96, ctx = 32;
   DType w = DType::F16;
+  std::optional<DType> w_v;  // attn_v's format when it differs from w (a Q4_K_M file's q6_K attn_v)
 };
 
 // The llama builder's graph (src/models/llama.cpp) written with the graph API, so these tests need no model file.
@@ -57,7 +59,7 @@ Graph llama_like(const Shape& s) {
     int k = g.add_node(p + "attn_k", Op::MATMUL, Role::ATTN_K, l, "attn",
                        {h, w(p + "attn_k.weight", {s.Hkv * s.D, s.E}, s.w)});
     int v = g.add_node(p + "attn_v", Op::MATMUL, Role::ATTN_V, l, "attn",
-                       {h, w(p + "attn_v.weight", {s.Hkv * s.D, s.E}, s.w)});
+                       {h, w(p + "attn_v.weight", {s.Hkv * s.D, s.E}, s.w_v.value_or(s.w))});
     q = g.add_node(p + "rope_q", Op::ROPE, Role::ROPE_Q, l, "attn", {q, positions, inv}, rq);
     k = g.add_node(p + "rope_k", Op::ROPE, Role::ROPE_K, l, "attn", {k, positions, inv}, rk);
     const int sk = g.add_node(p + "cache_k_store", Op::KV_STORE, Role::CACHE_K, l, "attn", {k, ck}, kv);
@@ -133,6 +135,25 @@ void expect_no_overlap(const Graph& g, const MemoryPlan& mp);
 void expect_whole(const Graph& source, const Graph& rewritten) {
   const auto problems = verify_rewrite(source, rewritten);
   EXPECT_TRUE(problems.empty()) << (problems.empty() ? "" : problems[0]) << "\n" << to_text(rewritten);
+}
+
+// The rows executor's attention reads k and v with one row stride: with attn_v in another format than q and k, a
+// q|k stack beside a lone v would give them two, so the q|k|v policy stacks all three or none.
+TEST(Passes, QkvStackIsAllOrNone) {
+  Shape s;
+  s.T = 8;
+  s.w = DType::Q4_K;
+  s.w_v = DType::Q6_K;
+  const Graph g = llama_like(s);
+  const Graph r = run_passes(g, rows_support());
+  expect_whole(g, r);
+  for (const Node& n : r.nodes())
+    if (n.role == Role::ATTN_Q || n.role == Role::ATTN_K || n.role == Role::ATTN_V) {
+      EXPECT_EQ(n.fusion.n_weights, 1) << n.name;
+    }
+  s.w_v.reset();  // one format: stacked
+  const Graph r2 = run_passes(llama_like(s), rows_support());
+  EXPECT_NE(find(r2, "blk.0.attn_q+attn_k+attn_v"), nullptr) << to_text(r2);
 }
 
 TEST(Passes, NoSupportMeansNoChange) {

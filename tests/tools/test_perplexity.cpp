@@ -215,6 +215,12 @@ TEST(Perplexity, TargetLogprobsEqualTheLogSoftmaxOfEveryRow) {
     const std::span<const float> row(all.data() + r * s.n_vocab(), s.n_vocab());
     EXPECT_NEAR(lp[r], -tessera::token_nll(row, targets[r]), 1e-7) << "row " << r;
   }
+  // -1: a row not scored (0 comes back), the others as before.
+  std::vector<int32_t> some(targets.begin(), targets.end());
+  for (size_t r = 0; r < some.size(); r += 2) some[r] = -1;
+  s.reset();
+  const std::vector<double> lp2 = s.eval_target_logprobs(x, some);
+  for (size_t r = 0; r < lp2.size(); ++r) EXPECT_EQ(lp2[r], r % 2 == 0 ? 0.0 : lp[r]) << "row " << r;
   std::vector<int32_t> bad(targets.begin(), targets.end());
   bad[5] = static_cast<int32_t>(s.n_vocab());
   s.reset();

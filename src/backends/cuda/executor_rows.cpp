@@ -667,8 +667,8 @@ std::span<const double> CudaRowsExecutor::prefill_scores(std::span<const int32_t
   Impl& m = *impl_;
   const int64_t t = static_cast<int64_t>(ids.size());
   TESSERA_CHECK(targets.size() == ids.size(), "cuda backend: {} tokens scored against {} targets", t, targets.size());
-  for (int32_t id : targets)
-    TESSERA_CHECK(id >= 0 && id < m.vocab, "target token {} is outside the vocabulary of {} tokens", id, m.vocab);
+  for (int32_t id : targets)  // -1: a row not scored
+    TESSERA_CHECK(id >= -1 && id < m.vocab, "target token {} is outside the vocabulary of {} tokens", id, m.vocab);
   const int64_t rows = m.run_prefill(ids, seq, p0);
   TESSERA_CHECK(rows == t && m.out_rows * m.vocab >= 8 * m.T,
                 "cuda backend: scoring needs an executor built with every row's logits");

@@ -144,8 +144,9 @@ void attn_prefill_tma(const void* q, int64_t ld_q, const KvCacheView& cache, int
 // answer as argmax (kernels.h) per row, one launch for t rows (batched greedy decoding).
 void argmax_rows(const float* x /*[t, n]*/, int64_t t, int64_t n, int32_t* out /*[t]*/, cudaStream_t stream);
 
-// Perplexity's reduction of t rows of logits x [t, n] against targets [t] (ids in 0..n-1): out[r] = (log-sum-exp of
-// row r, x[r, targets[r]]) in double, so only 16 bytes per row leave the device. One block per row; each thread keeps
+// Perplexity's reduction of t rows of logits x [t, n] against targets [t] (ids in 0..n-1, or -1 for a row not scored,
+// which gets (0, 0)): out[r] = (log-sum-exp of row r, x[r, targets[r]]) in double, so only 16 bytes per row leave the
+// device. One block per row; each thread keeps
 // an online (max, sum of exp) pair in float over its strided share, the pairs are merged in double.
 void row_scores(const float* x /*[t, n]*/, const int32_t* targets /*[t]*/, int64_t t, int64_t n, double2* out /*[t]*/,
                 cudaStream_t stream);

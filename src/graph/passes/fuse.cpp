@@ -266,6 +266,7 @@ Graph stack_matmuls(const Graph& g, const FusionSupport& fs) {
     std::vector<int> group{id};
     if (w0.shape.size() != 2 || w0.data == nullptr) return group;
     if (attention_only && !feeds_attention_only(id)) return group;
+    bool left_out = false;  // a reader feeding attention that cannot join (another weight format)
     for (int c : co[static_cast<size_t>(n.inputs.at(0))]) {
       if (c <= id || rw.skipped(c)) continue;
       const Node& m = g.node(c);
@@ -274,7 +275,12 @@ Graph stack_matmuls(const Graph& g, const FusionSupport& fs) {
       if (format(wt) == format(w0) && wt.shape.size() == 2 && wt.shape[1] == w0.shape[1] && wt.data != nullptr &&
           wt.kind == TensorKind::WEIGHT && g.tensor(m.output).dtype == DType::F32)
         group.push_back(c);
+      else
+        left_out = true;
     }
+    // q|k|v all or none: the attention that reads them takes k and v with one row stride, which a q|k stack beside a
+    // lone v (a Q4_K_M file's q6_K attn_v) would break.
+    if (attention_only && left_out) return std::vector<int>{id};
     // A reader listed twice (x read twice by one node) cannot be: matmuls read x once.
     group.erase(std::unique(group.begin(), group.end()), group.end());
     return group;

@@ -362,13 +362,17 @@ TEST(CudaOps, RowScoresEqualTheHostLogSoftmax) {
       std::vector<int32_t> targets(static_cast<size_t>(t));
       for (int32_t& id : targets) id = pick(rng);
       if (t > 1) x[static_cast<size_t>(n + pick(rng))] = 80.0f;  // one dominant logit: exp(110) would overflow f32
+      if (t > 2) targets[2] = -1;                                // a row not scored: (0, 0)
       DeviceBuffer xd = to_device(x), td = to_device(targets), out = poisoned(sizeof(double) * 2 * t);
       row_scores(xd.as<float>(), td.as<int32_t>(), t, n, out.as<double2>(), nullptr);
       synchronize();
       const std::vector<double> got = to_host<double>(out, 2 * t);
       for (int64_t r = 0; r < t; ++r) {
-        const backend::RowScore want = backend::DeviceSession::score_row(
-            std::span<const float>(x.data() + r * n, static_cast<size_t>(n)), targets[static_cast<size_t>(r)]);
+        const int32_t tgt = targets[static_cast<size_t>(r)];
+        const backend::RowScore want = tgt < 0
+                                           ? backend::RowScore{}
+                                           : backend::DeviceSession::score_row(
+                                                 std::span<const float>(x.data() + r * n, static_cast<size_t>(n)), tgt);
         // Per-thread sums in float over ~250 terms: relative 1e-6 of the sum, 1e-6 absolute in its log.
         EXPECT_NEAR(got[static_cast<size_t>(2 * r)], want.lse, 2e-5) << "row " << r;
         EXPECT_EQ(got[static_cast<size_t>(2 * r + 1)], want.target_logit) << "row " << r;

@@ -29,6 +29,11 @@ __global__ void __launch_bounds__(kScoreThreads)
     row_scores_kernel(const float* __restrict__ x, const int32_t* __restrict__ targets, int n,
                       double2* __restrict__ out) {
   pdl_wait();
+  const int32_t target = targets[blockIdx.x];
+  if (target < 0) {  // a row not scored (the block returns as a whole: no barrier is left waiting)
+    if (threadIdx.x == 0) out[blockIdx.x] = make_double2(0.0, 0.0);
+    return;
+  }
   const float* xr = x + static_cast<size_t>(blockIdx.x) * n;
   // Online softmax denominator over this thread's elements, in float: ~250 terms per thread at a 128k vocabulary.
   float m = -FLT_MAX, s = 0.0f;
@@ -62,7 +67,7 @@ __global__ void __launch_bounds__(kScoreThreads)
   }
   if (threadIdx.x == 0) {
     const double lse = snan ? __longlong_as_double(0x7ff8000000000000LL) : sm[0] + log(ss[0]);
-    out[blockIdx.x] = make_double2(lse, static_cast<double>(xr[targets[blockIdx.x]]));
+    out[blockIdx.x] = make_double2(lse, static_cast<double>(xr[target]));
   }
 }
 
