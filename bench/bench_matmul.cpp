@@ -31,7 +31,8 @@ const Shape kShapes[] = {
     {"llama8b", 4096, 14336},
 };
 
-const DType kDtypes[] = {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::F16, DType::BF16, DType::F32};
+const DType kDtypes[] = {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::F16,  DType::BF16, DType::F32,
+                         DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K};
 
 constexpr uint64_t kColdBytes = uint64_t{128} << 20;  // 4x the 32 MiB L3 of the machine this was tuned on
 
@@ -122,8 +123,10 @@ void bm_accuracy(benchmark::State& state, DType dtype, int64_t n, int64_t k, int
 }
 
 int register_all() {
-  for (DType dt : {DType::Q4_1, DType::Q8_0, DType::Q4_0}) {
+  for (DType dt :
+       {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K}) {
     for (int64_t k : {576, 4096}) {
+      if (k % dtype_info(dt).block_size != 0) continue;  // the K-quants' rows are whole 256-element super-blocks
       const std::string name = fmt::format("accuracy/{}/{}x{}/t8", dtype_name(dt), 256, k);
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
         bm_accuracy(s, dt, 256, k, 8);
@@ -132,6 +135,7 @@ int register_all() {
   }
   for (DType dt : kDtypes) {
     for (const Shape& s : kShapes) {
+      if (s.k % dtype_info(dt).block_size != 0) continue;  // e.g. SmolLM2's rows of 576 for the K-quants
       for (int64_t t : {1, 512}) {
         // Prefill at T = 512 for the two smaller models only (an 8B layer at T = 512 takes seconds per iteration),
         // and not the 49152-row output matrix, which prefill applies to the last token only.
