@@ -23,6 +23,10 @@ constexpr const char* kLlama3 =
 constexpr const char* kQwen2 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Qwen3.5: Qwen2's with combining marks (\p{M}) kept inside words.
+constexpr const char* kQwen35 =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 bool one_of(const std::string& s, std::initializer_list<const char*> names) {
   return std::any_of(names.begin(), names.end(), [&](const char* n) { return s == n; });
@@ -56,9 +60,13 @@ std::vector<std::string> pre_patterns_for(const std::string& pre, const std::str
                    "solar-open", "megrez"})) {
     return adapted({kQwen2});
   }
+  if (pre == "qwen35") return adapted({kQwen35});
+  if (pre == "falcon") {
+    return adapted({"[\\p{P}\\$\\+<=>\\^~\\|`]+", kGpt2, "[0-9][0-9][0-9]"});
+  }
   tessera::fail("{}: pre-tokenizer '{}' (tokenizer.ggml.pre) is not supported; supported: default, smollm (and "
                 "starcoder, refact, command-r, ...), llama3 / llama-bpe (and dbrx, smaug-bpe, ...), gpt2 / gpt-2 (and "
-                "mpt, olmo, ...), qwen2 (and stablelm2, ...)",
+                "mpt, olmo, ...), qwen2 (and stablelm2, ...), qwen35, falcon",
                 source, pre);
 }
 
