@@ -38,9 +38,13 @@ namespace {
 constexpr const char* kEotTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
                                      "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>",
                                      "<end_of_utterance>"};
-constexpr const char* kEogTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
-                                     "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]",
-                                     "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<｜end▁of▁sentence｜>"};
+// "</s>" is among them (llama.cpp 0.3.36), so Gemma 3's user-defined "</s>" is a control token that only
+// special-token parsing matches; it stays a normal token where "<|tool_response>" or "<|plamo:eos|>" also ends
+// generation (Gemma 4, PLaMo), as there.
+constexpr const char* kEogTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
+                                     "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>",
+                                     "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>",
+                                     "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~["};
 
 std::string byte_level_decode(const std::string& text) {
   std::string out;
@@ -136,12 +140,12 @@ Tokenizer make_tokenizer(VocabData data) {
     }
   }
   impl->eog.assign(n, 0);
+  const bool normal_s = by_text.count("<|tool_response>") > 0 || by_text.count("<|plamo:eos|>") > 0;
   for (const char* t : kEogTexts) {
     auto it = by_text.find(t);
-    if (it != by_text.end()) {
-      impl->eog[static_cast<size_t>(it->second)] = 1;
-      v.types[static_cast<size_t>(it->second)] = TokenType::CONTROL;
-    }
+    if (it == by_text.end() || (normal_s && std::string_view(t) == "</s>")) continue;
+    impl->eog[static_cast<size_t>(it->second)] = 1;
+    v.types[static_cast<size_t>(it->second)] = TokenType::CONTROL;
   }
   for (TokenId id : {v.eos, impl->eot, v.eom}) {
     if (id >= 0) impl->eog[static_cast<size_t>(id)] = 1;
