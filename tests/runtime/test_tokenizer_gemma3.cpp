@@ -7,9 +7,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "runtime/tokenizer_vocab.h"
+#include "tessera/chat.h"
 #include "tessera/tokenizer.h"
 #include "test_util.h"
 #include "tokenizer_test_util.h"
@@ -106,6 +108,21 @@ TEST(TokenizerGemma3, LlamaCppOnTheCorpus) {
             << same_plain << "/" << texts.size() << " without\n";
   EXPECT_EQ(same_special, texts.size());
   EXPECT_EQ(same_plain, texts.size());
+}
+
+TEST(TokenizerGemma3, ChatPromptTokenizesIntoTurnMarkers) {
+  REQUIRE_GEMMA3(model);
+  const Tokenizer tok = Tokenizer::from_model(model);
+  // The base model's file has no template; the instruct models' is Gemma 3's, which detection names "gemma".
+  const ChatTemplate t = chat_template_for(tok, "gemma");
+  const std::string prompt = render_chat(t, {{"system", "Be brief."}, {"user", "Hi!"}}, true);
+  EXPECT_EQ(prompt, "<start_of_turn>user\nBe brief.\n\nHi!<end_of_turn>\n<start_of_turn>model\n");
+  const auto ids = tok.encode(prompt, true, true);
+  const TokenId start = tok.encode("<start_of_turn>", false, true).at(0);
+  EXPECT_EQ(ids.front(), tok.bos_id());
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), start), 2);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), tok.eot_id()), 1);
+  EXPECT_EQ(tok.decode(ids, true), "<bos>" + prompt);
 }
 
 TEST(TokenizerGemma3, RoundTrip) {
