@@ -4,10 +4,10 @@
 //            from the template)
 //   llama3   <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
 //   llama2   <s>[INST] <<SYS>>\nsystem\n<</SYS>>\n\nuser [/INST] assistant </s>
-//   mistral  [INST] user [/INST]assistant</s>  (v0.1/v0.2 instruct; a system message is prefixed to the first user turn)
-//   mistral-v3         [INST] user[/INST] assistant</s>  (v0.3; a system message is prefixed to the last user turn)
+//   mistral  [INST] user [/INST]assistant</s>  (v0.1/v0.2; a system message is prefixed to the first user turn)
+//   mistral-v3  [INST] user[/INST] assistant</s>  (v0.3; a system message is prefixed to the last user turn)
 //   mistral-v3-tekken  [INST]user[/INST]assistant</s>  (Nemo; likewise)
-//   gemma    <start_of_turn>user\ncontent<end_of_turn>\n (assistant is "model"; system opens the first turn, as Gemma 3)
+//   gemma    <start_of_turn>user\ncontent<end_of_turn>\n (assistant is "model"; system opens the first turn: Gemma 3)
 //   phi3     <|user|>\ncontent<|end|>\n  (Phi-3, Phi-3.5)
 // The text matches what the original Jinja template renders, except that the BOS text a template writes at the very
 // start (bos_token in Llama 2/3, Mistral, Gemma) is left out: the tokenizer adds BOS itself when the model asks for

@@ -30,9 +30,8 @@ void check_gguf_vocabulary(const ModelWeights& w, const ModelConfig& c, const st
     }
   }
   if (c.n_vocab != n_tokens) add(fmt::format("{}.vocab_size is {}", c.architecture, c.n_vocab));
-  TESSERA_CHECK(differs.empty(),
-                "{}: the vocabulary (tokenizer.ggml.tokens) has {} tokens but {}; they must be equal", path, n_tokens,
-                differs);
+  TESSERA_CHECK(differs.empty(), "{}: the vocabulary (tokenizer.ggml.tokens) has {} tokens but {}; they must be equal",
+                path, n_tokens, differs);
 }
 
 }  // namespace

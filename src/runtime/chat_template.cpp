@@ -53,8 +53,8 @@ std::string chatml_default_system(std::string_view src) {
 }  // namespace chat
 
 const std::vector<std::string>& chat_template_names() {
-  static const std::vector<std::string> names = {"chatml", "llama3", "llama2", "mistral", "mistral-v3",
-                                                 "mistral-v3-tekken", "gemma", "phi3"};
+  static const std::vector<std::string> names = {
+      "chatml", "llama3", "llama2", "mistral", "mistral-v3", "mistral-v3-tekken", "gemma", "phi3"};
   return names;
 }
 
@@ -181,8 +181,8 @@ std::string render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& m
         if (has_system && i + 1 == messages.size()) put({messages[0].content, "\n\n"});
         put({m.content, "[/INST]"});
       } else if (m.role == "assistant") {
-        put({tekken ? std::string_view() : std::string_view(" "), tekken ? std::string_view(m.content) : chat::trim(m.content),
-             t.eos_text});
+        put({tekken ? std::string_view() : std::string_view(" "),
+             tekken ? std::string_view(m.content) : chat::trim(m.content), t.eos_text});
       }
     }
   } else if (t.name == "gemma") {

@@ -41,10 +41,28 @@ constexpr const char* kEotTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<en
 // "</s>" is among them (llama.cpp 0.3.36), so Gemma 3's user-defined "</s>" is a control token that only
 // special-token parsing matches; it stays a normal token where "<|tool_response>" or "<|plamo:eos|>" also ends
 // generation (Gemma 4, PLaMo), as there.
-constexpr const char* kEogTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
-                                     "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>",
-                                     "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>",
-                                     "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~["};
+constexpr const char* kEogTexts[] = {"<|eot_id|>",
+                                     "<|im_end|>",
+                                     "<|end|>",
+                                     "<|return|>",
+                                     "<|call|>",
+                                     "<|flush|>",
+                                     "<|calls|>",
+                                     "<end_of_turn>",
+                                     "<|endoftext|>",
+                                     "</s>",
+                                     "<|eom_id|>",
+                                     "<EOT>",
+                                     "_<EOT>",
+                                     "[EOT]",
+                                     "[EOS]",
+                                     "<|end_of_text|>",
+                                     "<end_of_utterance>",
+                                     "<eos>",
+                                     "<turn|>",
+                                     "<|tool_response>",
+                                     "<｜end▁of▁sentence｜>",
+                                     "[e~["};
 
 std::string byte_level_decode(const std::string& text) {
   std::string out;

@@ -64,10 +64,11 @@ std::vector<std::string> pre_patterns_for(const std::string& pre, const std::str
   if (pre == "falcon") {
     return adapted({"[\\p{P}\\$\\+<=>\\^~\\|`]+", kGpt2, "[0-9][0-9][0-9]"});
   }
-  tessera::fail("{}: pre-tokenizer '{}' (tokenizer.ggml.pre) is not supported; supported: default, smollm (and "
-                "starcoder, refact, command-r, ...), llama3 / llama-bpe (and dbrx, smaug-bpe, ...), gpt2 / gpt-2 (and "
-                "mpt, olmo, ...), qwen2 (and stablelm2, ...), qwen35, falcon",
-                source, pre);
+  tessera::fail(
+      "{}: pre-tokenizer '{}' (tokenizer.ggml.pre) is not supported; supported: default, smollm (and "
+      "starcoder, refact, command-r, ...), llama3 / llama-bpe (and dbrx, smaug-bpe, ...), gpt2 / gpt-2 (and "
+      "mpt, olmo, ...), qwen2 (and stablelm2, ...), qwen35, falcon",
+      source, pre);
 }
 
 VocabData vocab_from_gguf(const gguf::File& file) {

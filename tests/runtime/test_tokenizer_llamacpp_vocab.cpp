@@ -75,8 +75,8 @@ std::string show(const std::vector<TokenId>& ids) {
 // The vocabularies of the families Tessera runs or tokenizes (Llama 3: llama-bpe; Llama 2 / Mistral 7B: llama-spm;
 // Qwen2 / Qwen2.5 / Qwen3: qwen2; Qwen3.5: qwen35; Phi-3: phi-3; SmolLM's starcoder-style pre-tokenizer: starcoder,
 // refact, command-r; plain GPT-2: gpt-2, mpt; falcon). Every line must match.
-const char* const kRequired[] = {"llama-bpe", "llama-spm", "qwen2", "qwen35", "phi-3", "gpt-2", "mpt", "falcon",
-                                 "starcoder", "refact", "command-r"};
+const char* const kRequired[] = {"llama-bpe", "llama-spm", "qwen2",     "qwen35", "phi-3",    "gpt-2",
+                                 "mpt",       "falcon",    "starcoder", "refact", "command-r"};
 
 class LlamaCppVocab : public ::testing::TestWithParam<const char*> {};
 
@@ -106,12 +106,11 @@ TEST_P(LlamaCppVocab, ReproducesEveryOutLine) {
   RecordProperty("total", static_cast<int>(tests.size()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, LlamaCppVocab, ::testing::ValuesIn(kRequired),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Families, LlamaCppVocab, ::testing::ValuesIn(kRequired), [](const auto& info) {
+  std::string n = info.param;
+  for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return n;
+});
 
 // The other vocabularies in the folder: reported (pass counts, or why Tessera refuses the tokenizer), not required.
 TEST(LlamaCppVocabOthers, Report) {
@@ -128,7 +127,8 @@ TEST(LlamaCppVocabOthers, Report) {
       const Tokenizer tok = Tokenizer::from_model(e.path().string());
       size_t passed = 0;
       for (const auto& t : tests) passed += tok.encode(t.text, false, false) == t.ids;
-      std::cout << "[ vocab    ] " << name << ": " << passed << "/" << tests.size() << " lines identical (not required)\n";
+      std::cout << "[ vocab    ] " << name << ": " << passed << "/" << tests.size()
+                << " lines identical (not required)\n";
     } catch (const Error& err) {
       std::cout << "[ vocab    ] " << name << ": not supported (" << err.what() << ")\n";
     }

@@ -83,7 +83,7 @@ TEST(ModelVocabulary, DisagreeingSizesAreRefusedInOneSentence) {
     const char* name;
   } cases[] = {
       {{10, 12, std::nullopt, std::nullopt}, "embedding_rows"},  // tokens past the vocabulary would decode to nothing
-      {{10, 12, std::nullopt, 12}, "vocab_size_key"},             // the key agrees with the rows, the tokens do not
+      {{10, 12, std::nullopt, 12}, "vocab_size_key"},            // the key agrees with the rows, the tokens do not
       {{10, 10, 12, std::nullopt}, "output_rows"},
       {{12, 10, std::nullopt, std::nullopt}, "fewer_rows"},
   };
