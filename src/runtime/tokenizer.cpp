@@ -194,7 +194,7 @@ Tokenizer make_tokenizer(VocabData data) {
     } else if (type == TokenType::BYTE && parse_byte_token(t) >= 0) {
       piece.assign(1, static_cast<char>(parse_byte_token(t)));
     } else if (type == TokenType::NORMAL || type == TokenType::BYTE) {
-      piece = v.kind == VocabKind::BYTE_BPE ? byte_level_decode(t) : replace_all(t, "\xE2\x96\x81", " ");
+      piece = v.kind == VocabKind::BYTE_BPE && !v.raw_bpe ? byte_level_decode(t) : replace_all(t, "\xE2\x96\x81", " ");
     }  // UNUSED and UNDEFINED tokens render as nothing, as in llama.cpp
     if (type == TokenType::CONTROL || type == TokenType::USER_DEFINED || type == TokenType::UNKNOWN) {
       if (!t.empty()) impl->specials.push_back(static_cast<TokenId>(id));
@@ -307,6 +307,10 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special, 
       std::string clean;
       if (!tok::utf8_is_valid(raw)) {
         clean = tok::utf8_sanitize(raw);
+        raw = clean;
+      }
+      if (v.raw_bpe && raw.find(' ') != std::string_view::npos) {
+        clean = replace_all(raw, " ", "\xE2\x96\x81");  // SentencePiece's space, before the split
         raw = clean;
       }
       m.pre.split(raw, words);

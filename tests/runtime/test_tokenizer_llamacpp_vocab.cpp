@@ -74,9 +74,11 @@ std::string show(const std::vector<TokenId>& ids) {
 
 // The vocabularies of the families Tessera runs or tokenizes (Llama 3: llama-bpe; Llama 2 / Mistral 7B: llama-spm;
 // Qwen2 / Qwen2.5 / Qwen3: qwen2; Qwen3.5: qwen35; Phi-3: phi-3; SmolLM's starcoder-style pre-tokenizer: starcoder,
-// refact, command-r; plain GPT-2: gpt-2, mpt; falcon). Every line must match.
+// refact, command-r; plain GPT-2: gpt-2, mpt; falcon; Gemma 4's BPE over raw characters: gemma-4). Every line must
+// match, and decode back to its text. (Gemma 3's SentencePiece vocabulary has no file here: test_tokenizer_gemma3.cpp
+// checks it on the real model.)
 const char* const kRequired[] = {"llama-bpe", "llama-spm", "qwen2",     "qwen35", "phi-3",    "gpt-2",
-                                 "mpt",       "falcon",    "starcoder", "refact", "command-r"};
+                                 "mpt",       "falcon",    "starcoder", "refact", "command-r", "gemma-4"};
 
 class LlamaCppVocab : public ::testing::TestWithParam<const char*> {};
 
@@ -92,16 +94,19 @@ TEST_P(LlamaCppVocab, ReproducesEveryOutLine) {
   const auto tests = read_vocab_tests(gguf);
   ASSERT_FALSE(tests.empty()) << gguf << ": .inp and .out disagree on the number of tests";
   const Tokenizer tok = Tokenizer::from_model(gguf.string());
-  size_t passed = 0;
+  size_t passed = 0, round_trips = 0;
   for (const auto& t : tests) {
     const auto got = tok.encode(t.text, false, false);  // test-tokenizer-0: add_special and parse_special off
+    round_trips += tok.decode(got) == t.text;
     if (got == t.ids) {
       ++passed;
     } else {
       ADD_FAILURE() << GetParam() << ": '" << t.text << "'\n  got  " << show(got) << "\n  want " << show(t.ids);
     }
   }
-  std::cout << "[ vocab    ] " << GetParam() << ": " << passed << "/" << tests.size() << " lines identical\n";
+  std::cout << "[ vocab    ] " << GetParam() << ": " << passed << "/" << tests.size() << " lines identical, "
+            << round_trips << " decode back to their text\n";
+  EXPECT_EQ(round_trips, tests.size());
   RecordProperty("passed", static_cast<int>(passed));
   RecordProperty("total", static_cast<int>(tests.size()));
 }
