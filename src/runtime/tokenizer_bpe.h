@@ -49,8 +49,8 @@ class BpeModel {
   std::vector<Merge> table_;            // open addressing, power-of-two size
   uint64_t mask_ = 0;
   bool ignore_merges_ = false;
-  bool raw_ = false;                    // VocabData::raw_bpe
-  static constexpr uint32_t kNoSym = UINT32_MAX - 1;  // a raw character no merge or token knows
+  bool raw_ = false;                                         // VocabData::raw_bpe
+  static constexpr uint32_t kNoSym = UINT32_MAX - 1;         // a raw character no merge or token knows
   std::unordered_map<std::string, TokenId> token_of_bytes_;  // raw bytes -> token, for ignore_merges
 };
 

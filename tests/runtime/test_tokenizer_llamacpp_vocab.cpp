@@ -77,7 +77,7 @@ std::string show(const std::vector<TokenId>& ids) {
 // refact, command-r; plain GPT-2: gpt-2, mpt; falcon; Gemma 4's BPE over raw characters: gemma-4). Every line must
 // match, and decode back to its text. (Gemma 3's SentencePiece vocabulary has no file here: test_tokenizer_gemma3.cpp
 // checks it on the real model.)
-const char* const kRequired[] = {"llama-bpe", "llama-spm", "qwen2",     "qwen35", "phi-3",    "gpt-2",
+const char* const kRequired[] = {"llama-bpe", "llama-spm", "qwen2",     "qwen35", "phi-3",     "gpt-2",
                                  "mpt",       "falcon",    "starcoder", "refact", "command-r", "gemma-4"};
 
 class LlamaCppVocab : public ::testing::TestWithParam<const char*> {};
