@@ -20,6 +20,12 @@ Writes into tests/data/tokenizer/:
   golden_pre.json        llama.cpp ids for every PRE_STRIDE-th corpus string on vocabulary-only copies of the default
                          model with tokenizer.ggml.pre set to llama-bpe, qwen2, gpt-2 and default, stored as the
                          strings whose ids differ from golden_llamacpp.json's (smollm).
+  golden_gemma3.json     (--only gemma3) llama.cpp ids for every corpus string and GEMMA3_EXTRA (chat turns, Gemma's
+                         control and user-defined tokens) on Gemma 3 270M (scripts/fetch_model.sh gemma3-270m), with
+                         special parsing on ("special") and off ("plain", where it differs), as llama-tokenize gives them; tokenized in
+                         one process by python/llamacpp_tokenize.cpp (compiled here against the cached llama.cpp
+                         build), since loading the 262k-token vocabulary per string took 2 s. Ids are packed as
+                         uint32 (pack32): the vocabulary is above 65536.
 It also exports the full vocabulary to a temporary tokenizer.json and reports how many corpus strings `tokenizers`
 tokenizes differently from llama.cpp (a cross-check of the two peers; expected 0).
 """
@@ -46,6 +52,10 @@ SPECIAL_MARKERS = ("<|", "<repo", "<file", "<gh_", "<issue", "<jupyter", "<empty
 def pack(ids):
     assert all(0 <= i < 65536 for i in ids)
     return base64.b64encode(struct.pack(f"<{len(ids)}H", *ids)).decode("ascii")
+
+
+def pack32(ids):
+    return base64.b64encode(struct.pack(f"<{len(ids)}I", *ids)).decode("ascii")
 
 
 def unpack(text):
@@ -126,7 +136,8 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--hf-merges", type=int, default=4000)
-    ap.add_argument("--only", choices=["all", "llamacpp", "pre", "hf"], default="all")
+    ap.add_argument("--only", choices=["all", "llamacpp", "pre", "hf", "gemma3"], default="all")
+    ap.add_argument("--gemma3-model", default=os.path.expanduser("~/.cache/tessera/models/gemma-3-270m-q4_k_m.gguf"))
     args = ap.parse_args()
 
     with open(os.path.join(DATA, "corpus.json"), encoding="utf-8") as f:
@@ -141,6 +152,75 @@ def main():
         pre_golden(args, corpus, base)
     if args.only in ("all", "hf"):
         hf_golden(args, corpus, model_name)
+    if args.only in ("all", "gemma3"):
+        gemma3_golden(args, corpus)
+
+
+# Strings for Gemma's own special tokens and chat format (the corpus holds SmolLM's), appended to the corpus.
+GEMMA3_EXTRA = [
+    "<start_of_turn>user\nHello!<end_of_turn>\n<start_of_turn>model\n",
+    "<bos><start_of_turn>user\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n4<end_of_turn>\n",
+    "text<end_of_turn>more text <start_of_turn> spaced  ",
+    "<start_of_image><end_of_image> <image_soft_token>",
+    "<unused0><unused1> <unused99>",
+    "<eos><pad><unk><mask>[multimodal]",
+    "<table><tr><td>cell</td></tr></table>",
+    "<h1>Title</h1>\n<p>para</p>\n<br>",
+    "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n",
+    "\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t",
+    " " * 40 + "x" + " " * 33,
+    "<0x41><0xFF> literal byte-token text",
+    "\u2581already\u2581escaped \u2581 spaces",
+    "<start_of_turn",
+    "<<start_of_turn>>",
+]
+
+
+def gemma3_golden(args, corpus):
+    model = args.gemma3_model
+    if not os.path.exists(model):
+        sys.exit(f"make_tokenizer_golden: {model} is missing: run scripts/fetch_model.sh gemma3-270m")
+    bin_dir = os.path.dirname(os.path.abspath(args.llama_tokenize))
+    build = os.path.dirname(bin_dir)
+    src = os.path.join(os.path.dirname(build), "src")
+    texts = corpus + GEMMA3_EXTRA
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = os.path.join(tmp, "llamacpp_tokenize")
+        libs = [os.path.join(build, p) for p in
+                ("src/libllama.a", "ggml/src/libggml.a", "ggml/src/libggml-cpu.a", "ggml/src/libggml-base.a")]
+        openmp = "GGML_OPENMP:BOOL=ON" in open(os.path.join(build, "CMakeCache.txt")).read()
+        subprocess.run(["g++", "-O2", "-std=c++17", "-I", os.path.join(src, "include"), "-I",
+                        os.path.join(src, "ggml", "include"), os.path.join(HERE, "llamacpp_tokenize.cpp"), *libs,
+                        *(["-fopenmp"] if openmp else []), "-lpthread", "-ldl", "-o", exe], check=True)
+        inp, out = os.path.join(tmp, "in.bin"), os.path.join(tmp, "out.txt")
+        with open(inp, "wb") as f:
+            for special in (1, 0):
+                for t in texts:
+                    b = t.encode("utf-8")
+                    f.write(struct.pack("<IB", len(b), special) + b)
+        subprocess.run([exe, model, inp, out], check=True)
+        with open(out, encoding="ascii") as f:
+            lines = [[int(x) for x in line.split()] for line in f.read().split("\n")[:-1]]
+    assert len(lines) == 2 * len(texts), (len(lines), len(texts))
+    # Cross-check the helper against llama-tokenize itself on a few strings (the same call path, one per process).
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in list(range(0, len(corpus), 97)) + [len(corpus) + k for k in range(len(GEMMA3_EXTRA))]:
+            for special, ids in ((True, lines[i]), (False, lines[len(texts) + i])):
+                want = llama_tokenize(args.llama_tokenize, model, texts[i], special, tmp, i)
+                assert ids == want, (i, special, ids, want)
+    import hashlib
+    with open(model, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    dump_compact({
+        "source": "llama.cpp llama_tokenize (llama-cpp-python 0.3.36 sdist) through python/llamacpp_tokenize.cpp, "
+                  "add_special on; cross-checked against llama-tokenize --ids --no-escape",
+        "model": os.path.basename(model), "model_sha256": digest,
+        "regenerate": "python/make_tokenizer_golden.py --only gemma3",
+        "extra": GEMMA3_EXTRA,
+        "special": [pack32(x) for x in lines[:len(texts)]],
+        # special parsing off: only the strings whose ids differ from "special" ({index: ids})
+        "plain": {str(i): pack32(x) for i, x in enumerate(lines[len(texts):]) if x != lines[i]},
+    }, os.path.join(DATA, "golden_gemma3.json"))
 
 
 def llamacpp_golden(args, corpus, model_name):

@@ -2,6 +2,8 @@
 # Builds the peer/oracle llama.cpp from the source vendored in the PyPI sdist llama-cpp-python==0.3.36, CPU only,
 # cached under ~/.cache/tessera/llama.cpp-0.3.36 (about 7 minutes on 2 cores the first time, instant after).
 # Usage: scripts/build_llamacpp.sh [TARGET...]   prints the bin/ directory holding the tools.
+#        scripts/build_llamacpp.sh --source       only unpacks the source (its models/ggml-vocab-* files are the
+#                                                 tokenizer tests' data); prints the source directory.
 set -euo pipefail
 ver=0.3.36
 cache=${TESSERA_LLAMACPP_CACHE:-$HOME/.cache/tessera/llama.cpp-$ver}
@@ -15,6 +17,7 @@ if [ ! -f "$cache/src/CMakeLists.txt" ]; then
   tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
   rm -rf "$cache/src"; mv "$tmp"/llama_cpp_python-*/vendor/llama.cpp "$cache/src"
 fi
+if [ "${targets[0]}" = "--source" ]; then echo "$cache/src"; exit 0; fi
 need=0
 for t in "${targets[@]}"; do [ -x "$cache/build/bin/$t" ] || need=1; done
 if [ $need = 1 ]; then

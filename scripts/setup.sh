@@ -33,3 +33,5 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$py_reqs"
   echo "$want" > "$stamp"
 fi
+# The llama.cpp source (no build): tests/runtime/test_tokenizer_llamacpp_vocab.cpp reads its vocabulary tests.
+"$root/scripts/build_llamacpp.sh" --source >/dev/null

@@ -46,7 +46,8 @@ void add_gen_flags(CLI::App& app, GenFlags& f) {
   app.add_option("--stop", f.gen.stop, "Stop when the text contains this string (repeatable)");
   app.add_flag("--ignore-eos", f.gen.ignore_eos, "Keep generating past end-of-generation tokens");
   app.add_option("--chat-template", f.chat_template,
-                 "Chat template family instead of the model's own (chatml, llama3, llama2, mistral, gemma, phi3)");
+                 "Chat template family instead of the model's own (chatml, llama3, llama2, mistral, mistral-v3, "
+                 "mistral-v3-tekken, gemma, phi3)");
   app.add_option("--system", f.system, "System prompt for the chat template");
   app.add_flag("-e,--escape")
       ->description("Process escapes (\\n, \\t, \\xNN, ...) in the prompt, --system and --stop (the default)");

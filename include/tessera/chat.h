@@ -1,11 +1,14 @@
 // Public API: chat templates. A model's Jinja template (GGUF tokenizer.chat_template, tokenizer_config.json) is
 // recognized by its markers as one of a few common families and rendered by plain code, no Jinja engine:
-//   chatml   <|im_start|>role\ncontent<|im_end|>\n (SmolLM2, Qwen; a default system prompt is taken from the template)
+//   chatml   <|im_start|>role\ncontent<|im_end|>\n (SmolLM2, Qwen2, Qwen2.5, Qwen3; a default system prompt is taken
+//            from the template)
 //   llama3   <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
 //   llama2   <s>[INST] <<SYS>>\nsystem\n<</SYS>>\n\nuser [/INST] assistant </s>
-//   mistral  [INST] user [/INST]assistant</s>  (v0.1/v0.2 instruct; a system message is prefixed to the first user turn)
-//   gemma    <start_of_turn>user\ncontent<end_of_turn>\n (assistant is "model"; system is prefixed to the first user turn)
-//   phi3     <|user|>\ncontent<|end|>\n
+//   mistral  [INST] user [/INST]assistant</s>  (v0.1/v0.2; a system message is prefixed to the first user turn)
+//   mistral-v3  [INST] user[/INST] assistant</s>  (v0.3; a system message is prefixed to the last user turn)
+//   mistral-v3-tekken  [INST]user[/INST]assistant</s>  (Nemo; likewise)
+//   gemma    <start_of_turn>user\ncontent<end_of_turn>\n (assistant is "model"; system opens the first turn: Gemma 3)
+//   phi3     <|user|>\ncontent<|end|>\n  (Phi-3, Phi-3.5)
 // The text matches what the original Jinja template renders, except that the BOS text a template writes at the very
 // start (bos_token in Llama 2/3, Mistral, Gemma) is left out: the tokenizer adds BOS itself when the model asks for
 // it (encode with add_special and parse_special).

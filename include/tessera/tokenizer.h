@@ -1,8 +1,9 @@
 // Public API: text <-> token ids, agreeing with llama.cpp token for token on GGUF models and with Hugging Face
 // `tokenizers` on byte-level BPE tokenizer.json files.
 //
-// Kinds: GGUF `tokenizer.ggml.model` = "gpt2" (byte-level BPE with merges, pre-tokenized per `tokenizer.ggml.pre`)
-// and "llama" (SentencePiece BPE with scores and <0xXX> byte fallback); tokenizer.json with a byte-level BPE model.
+// Kinds: GGUF `tokenizer.ggml.model` = "gpt2" (byte-level BPE with merges, pre-tokenized per `tokenizer.ggml.pre`),
+// "llama" (SentencePiece BPE with scores and <0xXX> byte fallback) and "gemma4" (BPE with merges over raw UTF-8
+// characters, spaces as U+2581, <0xXX> byte fallback); tokenizer.json with a byte-level BPE model.
 //
 // Invalid UTF-8 input: for byte-level BPE every byte that is not part of a well-formed UTF-8 sequence is replaced
 // by U+FFFD before tokenization (llama.cpp does the same for stray and truncated sequences), so such input never
@@ -52,7 +53,7 @@ class Tokenizer {
   bool add_eos() const;
   bool is_eog(TokenId id) const;      // ends generation: eos, eot, eom and the known end-of-turn tokens
   bool is_control(TokenId id) const;  // control or unknown token (rendered only with render_special)
-  std::string kind() const;           // "gpt2", "llama" or "hf-bpe"
+  std::string kind() const;           // "gpt2", "llama", "gemma4" or "hf-bpe"
   std::string pre_type() const;       // pre-tokenizer name ("smollm", "llama3", ...; "tokenizer.json" for HF)
   const std::string& chat_template() const;  // Jinja source from the model, "" when absent
 

@@ -1,9 +1,40 @@
+#include <fmt/core.h>
+
 #include "api/model_impl.h"
 #include "core/error.h"
+#include "formats/gguf.h"
 #include "formats/model_format.h"
 #include "tessera/model_info.h"
 
 namespace tessera {
+
+namespace {
+
+// A GGUF holds its vocabulary and its embedding together, so their sizes must agree, as llama.cpp requires: with
+// fewer tokens than rows the model generates ids the tokenizer cannot decode. (A safetensors config.json's
+// vocab_size is often padded past its tokenizer.json; the tokenizer check in Model::load covers that case.)
+void check_gguf_vocabulary(const ModelWeights& w, const ModelConfig& c, const std::string& path) {
+  const gguf::File* f = w.gguf_file();
+  if (f == nullptr) return;
+  const gguf::Value* tokens = f->find("tokenizer.ggml.tokens");
+  const int64_t n_tokens = tokens != nullptr && tokens->is_array() ? static_cast<int64_t>(tokens->len) : c.n_vocab;
+  std::string differs;  // what disagrees with the token count, for the one sentence
+  auto add = [&](const std::string& part) {
+    if (!differs.empty()) differs.append(" and ");
+    differs.append(part);
+  };
+  for (const char* name : {"token_embd.weight", "output.weight"}) {
+    const TensorView* t = w.find(name);  // output.weight is absent when tied to the embedding
+    if (t != nullptr && !t->shape.empty() && t->shape[0] != n_tokens) {
+      add(fmt::format("{} has {} rows", name, t->shape[0]));
+    }
+  }
+  if (c.n_vocab != n_tokens) add(fmt::format("{}.vocab_size is {}", c.architecture, c.n_vocab));
+  TESSERA_CHECK(differs.empty(), "{}: the vocabulary (tokenizer.ggml.tokens) has {} tokens but {}; they must be equal",
+                path, n_tokens, differs);
+}
+
+}  // namespace
 
 Model Model::load(const std::string& path, const ModelOptions& options) {
   const std::string resolved = resolve_model_path(path);
@@ -12,6 +43,7 @@ Model Model::load(const std::string& path, const ModelOptions& options) {
   impl->path = resolved;
   impl->weights = ModelWeights::open(resolved);
   const ModelConfig& c = impl->weights.config();
+  check_gguf_vocabulary(impl->weights, c, resolved);
   ModelSpec& s = impl->spec;
   s.architecture = c.architecture;
   s.name = c.name;

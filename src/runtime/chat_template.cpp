@@ -53,7 +53,8 @@ std::string chatml_default_system(std::string_view src) {
 }  // namespace chat
 
 const std::vector<std::string>& chat_template_names() {
-  static const std::vector<std::string> names = {"chatml", "llama3", "llama2", "mistral", "gemma", "phi3"};
+  static const std::vector<std::string> names = {
+      "chatml", "llama3", "llama2", "mistral", "mistral-v3", "mistral-v3-tekken", "gemma", "phi3"};
   return names;
 }
 
@@ -63,7 +64,11 @@ std::string detect_template(std::string_view src) {
   if (has("<|start_header_id|>")) return "llama3";
   if (has("<start_of_turn>")) return "gemma";
   if (has("<|assistant|>") && has("<|end|>")) return "phi3";
-  if (has("[INST]")) return has("<<SYS>>") ? "llama2" : "mistral";
+  if (has("[INST]")) {
+    // Mistral's own templates since v0.3 carry a tools block; Tekken's (Nemo) quote "[INST]" without its space.
+    if (has("[AVAILABLE_TOOLS]")) return has("\"[INST]\"") ? "mistral-v3-tekken" : "mistral-v3";
+    return has("<<SYS>>") ? "llama2" : "mistral";
+  }
   return {};
 }
 
@@ -96,7 +101,7 @@ ChatTemplate chat_template_for(const Tokenizer& tokenizer, std::string_view over
 
 namespace {
 
-// llama2 / mistral / gemma have no system turn: the system text goes in front of the first user message.
+// llama2 / mistral have no system turn: the system text goes in front of the first user message.
 std::vector<ChatMessage> fold_system(const std::vector<ChatMessage>& messages, std::string_view sep) {
   if (messages.empty() || messages[0].role != "system") return messages;
   std::vector<ChatMessage> out(messages.begin() + 1, messages.end());
@@ -164,10 +169,30 @@ std::string render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& m
         put({m.content, t.eos_text});
       }
     }
+  } else if (t.name == "mistral-v3" || t.name == "mistral-v3-tekken") {
+    // The system text goes into the last message's turn when that is the user's (as the template's loop.last).
+    const bool tekken = t.name == "mistral-v3-tekken";
+    const bool has_system = !messages.empty() && messages[0].role == "system";
+    const std::string_view open = tekken ? "[INST]" : "[INST] ";
+    for (size_t i = has_system ? 1 : 0; i < messages.size(); ++i) {
+      const ChatMessage& m = messages[i];
+      if (m.role == "user") {
+        put({open});
+        if (has_system && i + 1 == messages.size()) put({messages[0].content, "\n\n"});
+        put({m.content, "[/INST]"});
+      } else if (m.role == "assistant") {
+        put({tekken ? std::string_view() : std::string_view(" "),
+             tekken ? std::string_view(m.content) : chat::trim(m.content), t.eos_text});
+      }
+    }
   } else if (t.name == "gemma") {
-    for (const auto& m : fold_system(messages, "\n\n")) {
-      put({"<start_of_turn>", m.role == "assistant" ? std::string_view("model") : std::string_view(m.role), "\n",
-           chat::trim(m.content), "<end_of_turn>\n"});
+    // Gemma 3: the system text, untrimmed, opens the first turn (Gemma 1 and 2 refuse a system turn).
+    const bool has_system = !messages.empty() && messages[0].role == "system";
+    for (size_t i = has_system ? 1 : 0; i < messages.size(); ++i) {
+      const ChatMessage& m = messages[i];
+      put({"<start_of_turn>", m.role == "assistant" ? std::string_view("model") : std::string_view(m.role), "\n"});
+      if (has_system && i == 1) put({messages[0].content, "\n\n"});
+      put({chat::trim(m.content), "<end_of_turn>\n"});
     }
     if (add_generation_prompt) put({"<start_of_turn>model\n"});
   } else if (t.name == "phi3") {

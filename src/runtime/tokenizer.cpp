@@ -38,9 +38,31 @@ namespace {
 constexpr const char* kEotTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
                                      "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>",
                                      "<end_of_utterance>"};
-constexpr const char* kEogTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
-                                     "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]",
-                                     "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<｜end▁of▁sentence｜>"};
+// "</s>" is among them (llama.cpp 0.3.36), so Gemma 3's user-defined "</s>" is a control token that only
+// special-token parsing matches; it stays a normal token where "<|tool_response>" or "<|plamo:eos|>" also ends
+// generation (Gemma 4, PLaMo), as there.
+constexpr const char* kEogTexts[] = {"<|eot_id|>",
+                                     "<|im_end|>",
+                                     "<|end|>",
+                                     "<|return|>",
+                                     "<|call|>",
+                                     "<|flush|>",
+                                     "<|calls|>",
+                                     "<end_of_turn>",
+                                     "<|endoftext|>",
+                                     "</s>",
+                                     "<|eom_id|>",
+                                     "<EOT>",
+                                     "_<EOT>",
+                                     "[EOT]",
+                                     "[EOS]",
+                                     "<|end_of_text|>",
+                                     "<end_of_utterance>",
+                                     "<eos>",
+                                     "<turn|>",
+                                     "<|tool_response>",
+                                     "<｜end▁of▁sentence｜>",
+                                     "[e~["};
 
 std::string byte_level_decode(const std::string& text) {
   std::string out;
@@ -136,12 +158,12 @@ Tokenizer make_tokenizer(VocabData data) {
     }
   }
   impl->eog.assign(n, 0);
+  const bool normal_s = by_text.count("<|tool_response>") > 0 || by_text.count("<|plamo:eos|>") > 0;
   for (const char* t : kEogTexts) {
     auto it = by_text.find(t);
-    if (it != by_text.end()) {
-      impl->eog[static_cast<size_t>(it->second)] = 1;
-      v.types[static_cast<size_t>(it->second)] = TokenType::CONTROL;
-    }
+    if (it == by_text.end() || (normal_s && std::string_view(t) == "</s>")) continue;
+    impl->eog[static_cast<size_t>(it->second)] = 1;
+    v.types[static_cast<size_t>(it->second)] = TokenType::CONTROL;
   }
   for (TokenId id : {v.eos, impl->eot, v.eom}) {
     if (id >= 0) impl->eog[static_cast<size_t>(id)] = 1;
@@ -172,7 +194,7 @@ Tokenizer make_tokenizer(VocabData data) {
     } else if (type == TokenType::BYTE && parse_byte_token(t) >= 0) {
       piece.assign(1, static_cast<char>(parse_byte_token(t)));
     } else if (type == TokenType::NORMAL || type == TokenType::BYTE) {
-      piece = v.kind == VocabKind::BYTE_BPE ? byte_level_decode(t) : replace_all(t, "\xE2\x96\x81", " ");
+      piece = v.kind == VocabKind::BYTE_BPE && !v.raw_bpe ? byte_level_decode(t) : replace_all(t, "\xE2\x96\x81", " ");
     }  // UNUSED and UNDEFINED tokens render as nothing, as in llama.cpp
     if (type == TokenType::CONTROL || type == TokenType::USER_DEFINED || type == TokenType::UNKNOWN) {
       if (!t.empty()) impl->specials.push_back(static_cast<TokenId>(id));
@@ -285,6 +307,10 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special, 
       std::string clean;
       if (!tok::utf8_is_valid(raw)) {
         clean = tok::utf8_sanitize(raw);
+        raw = clean;
+      }
+      if (v.raw_bpe && raw.find(' ') != std::string_view::npos) {
+        clean = replace_all(raw, " ", "\xE2\x96\x81");  // SentencePiece's space, before the split
         raw = clean;
       }
       m.pre.split(raw, words);

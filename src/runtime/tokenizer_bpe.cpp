@@ -57,7 +57,16 @@ BpeModel::BpeModel(const VocabData& v) : n_vocab_(static_cast<uint32_t>(v.tokens
   sym_of_text_.reserve(v.tokens.size() + v.merges.size() / 8 + 256);
   for (uint32_t id = 0; id < n_vocab_; ++id) sym_of_text_[v.tokens[id]] = id;  // a repeated text maps to its last id
   n_symbols_ = n_vocab_;
+  raw_ = v.raw_bpe;
   for (int b = 0; b < 256; ++b) {
+    if (raw_) {
+      const auto one = sym_of_text_.find(std::string(1, static_cast<char>(b)));
+      byte_sym_[b] = one != sym_of_text_.end() ? one->second : kNoSym;
+      static constexpr char kHex[] = "0123456789ABCDEF";
+      const auto tok = sym_of_text_.find(std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">");
+      byte_token_[b] = tok != sym_of_text_.end() && tok->second < n_vocab_ ? static_cast<TokenId>(tok->second) : -1;
+      continue;
+    }
     std::string s;
     utf8_append(s, byte_to_codepoint(static_cast<uint8_t>(b)));
     byte_sym_[b] = intern(s);
@@ -105,8 +114,41 @@ void BpeModel::emit(uint32_t sym, std::string_view bytes, std::vector<TokenId>& 
   }
 }
 
+size_t BpeModel::init_symbols(std::string_view word, uint32_t* sym, uint32_t* pos) const {
+  if (!raw_) {
+    for (size_t i = 0; i < word.size(); ++i) {
+      sym[i] = byte_sym_[static_cast<uint8_t>(word[i])];
+      pos[i] = static_cast<uint32_t>(i);
+    }
+    return word.size();
+  }
+  // One symbol per character, its length read from the lead byte alone, as llama.cpp does.
+  size_t m = 0;
+  for (size_t i = 0; i < word.size(); ++m) {
+    const auto c = static_cast<uint8_t>(word[i]);
+    const size_t len = std::min(word.size() - i, size_t{c < 0xC0 ? 1u : c < 0xE0 ? 2u : c < 0xF0 ? 3u : 4u});
+    if (len == 1) {
+      sym[m] = byte_sym_[c];
+    } else {
+      const auto it = sym_of_text_.find(std::string(word.substr(i, len)));
+      sym[m] = it != sym_of_text_.end() ? it->second : kNoSym;
+    }
+    pos[m] = static_cast<uint32_t>(i);
+    i += len;
+  }
+  return m;
+}
+
 void BpeModel::encode_word(std::string_view word, std::vector<TokenId>& out) const {
   if (word.empty()) return;
+  if (raw_ && word.find_first_not_of('\n') == std::string_view::npos) {
+    // A run of newlines that is one token stays one (llama.cpp's Gemma 4 rule), whatever the merges say.
+    const auto it = sym_of_text_.find(std::string(word));
+    if (it != sym_of_text_.end() && it->second < n_vocab_) {
+      out.push_back(static_cast<TokenId>(it->second));
+      return;
+    }
+  }
   if (ignore_merges_) {
     auto it = token_of_bytes_.find(std::string(word));
     if (it != token_of_bytes_.end()) {
@@ -124,11 +166,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<TokenId>& out) con
 void BpeModel::merge_small(std::string_view word, std::vector<TokenId>& out) const {
   uint32_t sym[kSmallWord], pos[kSmallWord], res[kSmallWord];
   int32_t rank[kSmallWord];
-  size_t m = word.size();
-  for (size_t i = 0; i < m; ++i) {
-    sym[i] = byte_sym_[static_cast<uint8_t>(word[i])];
-    pos[i] = static_cast<uint32_t>(i);
-  }
+  size_t m = init_symbols(word, sym, pos);
   auto set_rank = [&](size_t i) {  // pair (i, i+1)
     const Merge* mg = find_merge(sym[i], sym[i + 1]);
     rank[i] = mg != nullptr ? mg->rank : INT32_MAX;
@@ -159,11 +197,10 @@ void BpeModel::merge_small(std::string_view word, std::vector<TokenId>& out) con
 }
 
 void BpeModel::merge_large(std::string_view word, std::vector<TokenId>& out) const {
-  const int n = static_cast<int>(word.size());
-  std::vector<uint32_t> sym(n);
+  std::vector<uint32_t> sym(word.size()), pos(word.size());
+  const int n = static_cast<int>(init_symbols(word, sym.data(), pos.data()));
   std::vector<int> prev(n), next(n);
   for (int i = 0; i < n; ++i) {
-    sym[i] = byte_sym_[static_cast<uint8_t>(word[i])];
     prev[i] = i - 1;
     next[i] = i + 1 < n ? i + 1 : -1;
   }
@@ -195,8 +232,8 @@ void BpeModel::merge_large(std::string_view word, std::vector<TokenId>& out) con
     push(c.left, next[c.left]);
   }
   for (int i = 0; i >= 0 && i < n; i = next[i]) {
-    const int end = next[i] >= 0 ? next[i] : n;
-    emit(sym[i], word.substr(static_cast<size_t>(i), static_cast<size_t>(end - i)), out);
+    const size_t end = next[i] >= 0 ? pos[static_cast<size_t>(next[i])] : word.size();
+    emit(sym[i], word.substr(pos[static_cast<size_t>(i)], end - pos[static_cast<size_t>(i)]), out);
   }
 }
 

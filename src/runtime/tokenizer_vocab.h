@@ -44,6 +44,10 @@ struct VocabData {
   std::vector<std::string> pre_patterns;
   bool pre_explicit = false;
   bool ignore_merges = false;  // a word that is a whole token is emitted as is (llama3)
+  // BPE over raw UTF-8 characters instead of GPT-2's byte alphabet, with spaces written as U+2581 first and
+  // <0xXX> byte tokens for characters outside the merges (GGUF tokenizer.ggml.model "gemma4": SentencePiece-style
+  // BPE). A word of newlines that is a whole token is emitted as is.
+  bool raw_bpe = false;
   TokenId bos = -1, eos = -1, eot = -1, eom = -1, unk = -1, pad = -1;
   std::vector<TokenId> extra_eog;  // more end-of-generation ids (generation_config.json eos lists)
   bool add_bos = false, add_eos = false, add_space_prefix = false;

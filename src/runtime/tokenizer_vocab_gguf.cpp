@@ -23,6 +23,10 @@ constexpr const char* kLlama3 =
 constexpr const char* kQwen2 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Qwen3.5: Qwen2's with combining marks (\p{M}) kept inside words.
+constexpr const char* kQwen35 =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 bool one_of(const std::string& s, std::initializer_list<const char*> names) {
   return std::any_of(names.begin(), names.end(), [&](const char* n) { return s == n; });
@@ -56,10 +60,16 @@ std::vector<std::string> pre_patterns_for(const std::string& pre, const std::str
                    "solar-open", "megrez"})) {
     return adapted({kQwen2});
   }
-  tessera::fail("{}: pre-tokenizer '{}' (tokenizer.ggml.pre) is not supported; supported: default, smollm (and "
-                "starcoder, refact, command-r, ...), llama3 / llama-bpe (and dbrx, smaug-bpe, ...), gpt2 / gpt-2 (and "
-                "mpt, olmo, ...), qwen2 (and stablelm2, ...)",
-                source, pre);
+  if (pre == "qwen35") return adapted({kQwen35});
+  if (pre == "gemma4") return {"[^\\n]+|[\\n]+"};  // whole lines and runs of newlines; BPE does the rest
+  if (pre == "falcon") {
+    return adapted({"[\\p{P}\\$\\+<=>\\^~\\|`]+", kGpt2, "[0-9][0-9][0-9]"});
+  }
+  tessera::fail(
+      "{}: pre-tokenizer '{}' (tokenizer.ggml.pre) is not supported; supported: default, smollm (and "
+      "starcoder, refact, command-r, ...), llama3 / llama-bpe (and dbrx, smaug-bpe, ...), gpt2 / gpt-2 (and "
+      "mpt, olmo, ...), qwen2 (and stablelm2, ...), qwen35, falcon, gemma4",
+      source, pre);
 }
 
 VocabData vocab_from_gguf(const gguf::File& file) {
@@ -71,10 +81,13 @@ VocabData vocab_from_gguf(const gguf::File& file) {
   v.kind_name = std::string(*model);
   if (v.kind_name == "gpt2") {
     v.kind = VocabKind::BYTE_BPE;
+  } else if (v.kind_name == "gemma4") {
+    v.kind = VocabKind::BYTE_BPE;
+    v.raw_bpe = true;
   } else if (v.kind_name == "llama") {
     v.kind = VocabKind::SPM;
   } else {
-    tessera::fail("{}: tokenizer model '{}' (tokenizer.ggml.model) is not supported; supported: gpt2, llama",
+    tessera::fail("{}: tokenizer model '{}' (tokenizer.ggml.model) is not supported; supported: gpt2, gemma4, llama",
                   v.source, v.kind_name);
   }
   const auto tokens = file.get_string_array("tokenizer.ggml.tokens");
@@ -111,10 +124,10 @@ VocabData vocab_from_gguf(const gguf::File& file) {
       if (sp == std::string_view::npos) continue;  // malformed entry: llama.cpp records a pair that never matches
       v.merges.emplace_back(std::string(m.substr(0, sp)), std::string(m.substr(sp + 1)));
     }
-    v.pre = std::string(file.get_string("tokenizer.ggml.pre").value_or("default"));
+    v.pre = v.raw_bpe ? "gemma4" : std::string(file.get_string("tokenizer.ggml.pre").value_or("default"));
     v.add_bos = false;
-    v.bos = 11;  // llama.cpp's defaults for gpt2 vocabularies without explicit ids
-    v.eos = 11;
+    v.bos = v.raw_bpe ? -1 : 11;  // llama.cpp's defaults for gpt2 vocabularies without explicit ids
+    v.eos = v.raw_bpe ? -1 : 11;
     if (one_of(v.pre, {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
                        "jina-v5-nano"})) {
       v.ignore_merges = true;

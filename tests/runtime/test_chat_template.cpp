@@ -1,5 +1,6 @@
 // Chat templates against the Jinja2 engine: python/make_chat_golden.py renders the published templates of each
-// family (and SmolLM2's own, from the default model) for several conversations; detection must name the family and
+// family (Qwen2, Qwen2.5 and Qwen3, Gemma 1 to 3, Phi-3 and 3.5, Mistral v0.1, v0.3 and Nemo, Llama 2 and 3, and
+// SmolLM2's own, from the default model) for several conversations; detection must name the family and
 // render_chat must produce the same text (BOS text at the start left to the tokenizer).
 #include <gtest/gtest.h>
 
@@ -48,7 +49,7 @@ TEST(ChatTemplate, MatchesJinjaRenderings) {
               c.at("expected").get<std::string>());
     ++checked;
   }
-  EXPECT_GE(checked, 70u);
+  EXPECT_GE(checked, 200u);
 }
 
 TEST(ChatTemplate, DefaultSystemPromptComesFromTheTemplate) {

@@ -1,5 +1,6 @@
 // Helpers shared by the tokenizer tests: golden files store token ids packed as base64 of little-endian uint16
-// (python/make_tokenizer_golden.py pack()), about a third of their size as JSON arrays.
+// (python/make_tokenizer_golden.py pack(); uint32 for larger vocabularies), about a third of their size as JSON
+// arrays.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -16,7 +17,8 @@
 
 namespace tessera::test {
 
-inline std::vector<TokenId> unpack_ids(const std::string& b64) {
+// width: bytes per id (2, or 4 for vocabularies above 65536: python/make_tokenizer_golden.py pack32()).
+inline std::vector<TokenId> unpack_ids(const std::string& b64, int width = 2) {
   auto value = [](char c) -> int {
     if (c >= 'A' && c <= 'Z') return c - 'A';
     if (c >= 'a' && c <= 'z') return c - 'a' + 26;
@@ -39,8 +41,12 @@ inline std::vector<TokenId> unpack_ids(const std::string& b64) {
       bytes.push_back(static_cast<uint8_t>(acc >> bits));
     }
   }
-  std::vector<TokenId> ids(bytes.size() / 2);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = bytes[2 * i] | (bytes[2 * i + 1] << 8);
+  std::vector<TokenId> ids(bytes.size() / static_cast<size_t>(width));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    uint32_t v = 0;
+    for (int b = width - 1; b >= 0; --b) v = (v << 8) | bytes[i * static_cast<size_t>(width) + static_cast<size_t>(b)];
+    ids[i] = static_cast<TokenId>(v);
+  }
   return ids;
 }
 
