@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -51,10 +52,15 @@ struct ModelConfig {
   int64_t swa_pattern = 0;
   float rope_base_local = 0;      // rope base of the sliding-window layers (Gemma 3: 10000); 0 = rope_base
   float final_softcap = 0;        // logits = cap * tanh(logits / cap) (Gemma's final_logit_softcapping); 0 = none
+  float norm_weight_offset = 0;   // added to every RMSNorm weight at load (HF Gemma stores w for (1 + w); GGUF 1 + w)
+  // Per layer, whether it slides (HF's layer_types); empty: swa_pattern decides.
+  std::vector<uint8_t> layer_local;
 
   // Whether layer l attends through the sliding window (and takes the local rope base).
   bool is_local_layer(int64_t l) const {
-    return sliding_window > 0 && (swa_pattern <= 0 || (l + 1) % swa_pattern != 0);
+    if (sliding_window <= 0) return false;
+    if (!layer_local.empty()) return l >= 0 && l < static_cast<int64_t>(layer_local.size()) && layer_local[l] != 0;
+    return swa_pattern <= 0 || (l + 1) % swa_pattern != 0;
   }
 
   // Throws tessera::Error naming the first inconsistent field (zero sizes, heads not dividing, ...).

@@ -46,6 +46,10 @@ void ModelConfig::validate(const std::string& source) const {
                 source, rope_base_local);
   TESSERA_CHECK(std::isfinite(final_softcap) && final_softcap >= 0, "{}: final logit softcap {} is not a number >= 0",
                 source, final_softcap);
+  TESSERA_CHECK(layer_local.empty() || static_cast<int64_t>(layer_local.size()) == n_layers,
+                "{}: {} layer types given for {} layers", source, layer_local.size(), n_layers);
+  TESSERA_CHECK(std::isfinite(norm_weight_offset), "{}: norm weight offset {} is not a number", source,
+                norm_weight_offset);
   TESSERA_CHECK(std::isfinite(rope_scaling.factor) && rope_scaling.factor > 0,
                 "{}: rope scaling factor {} is not a positive number", source, rope_scaling.factor);
 }

@@ -34,16 +34,23 @@ bool looks_like_gguf(const std::string& path) {
   return f.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
-// 1-D weights feed f32-only kernels (norms) or the rope setup: convert them once to aligned f32.
+bool is_norm_weight(std::string_view name) { return name.ends_with("norm.weight"); }
+
+// 1-D weights feed f32-only kernels (norms) or the rope setup: convert them once to aligned f32. Norm weights also
+// take the config's offset here (HF Gemma's (1 + w)), so every kernel sees plain RMSNorm weights.
 void to_f32_where_needed(ModelWeights::State& s) {
+  const float offset = s.config.norm_weight_offset;
   for (TensorView& t : s.tensors) {
     if (t.shape.size() != 1 || t.data == nullptr) continue;
     const bool aligned = reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0;
-    if (t.dtype == DType::F32 && aligned) continue;
+    const bool shift = offset != 0 && is_norm_weight(t.name);
+    if (t.dtype == DType::F32 && aligned && !shift) continue;
     TESSERA_CHECK(can_dequantize(t.dtype), "{}: tensor '{}' has dtype {}, which cannot be converted to f32", s.path,
                   t.name, dtype_name(t.dtype));
     auto buf = std::make_shared<std::vector<float>>(static_cast<size_t>(t.shape[0]));
     dequantize_row(t.dtype, t.data, buf->data(), t.shape[0]);
+    if (shift)
+      for (float& v : *buf) v += offset;
     t.dtype = DType::F32;
     t.data = reinterpret_cast<const uint8_t*>(buf->data());
     t.nbytes = buf->size() * sizeof(float);
@@ -78,6 +85,18 @@ ModelWeights ModelWeights::open(const std::string& path) {
       TensorView v = t;
       v.name = std::move(name);
       s->tensors.push_back(std::move(v));
+    }
+    // Gemma 3's post_attention_layernorm is its attention post-norm and pre_feedforward_layernorm its FFN norm (the
+    // name map gave them Llama's meanings, ffn_norm and pre_ffw_norm): GGUF's names, as llama.cpp's converter writes.
+    if (s->config.architecture == "gemma3") {
+      for (TensorView& t : s->tensors) {
+        if (t.name.ends_with(".ffn_norm.weight"))
+          t.name.replace(t.name.size() - std::string_view("ffn_norm.weight").size(), std::string::npos,
+                         "post_attention_norm.weight");
+        else if (t.name.ends_with(".pre_ffw_norm.weight"))
+          t.name.replace(t.name.size() - std::string_view("pre_ffw_norm.weight").size(), std::string::npos,
+                         "ffn_norm.weight");
+      }
     }
     // Checkpoints with tie_word_embeddings may still ship lm_head.weight; config_from_hf decides, the file confirms.
     if (s->config.tied_output) {
