@@ -408,6 +408,25 @@ class Rope64:
         return (emb.cos() * self.scaling).to(x.dtype), (emb.sin() * self.scaling).to(x.dtype)
 
 
+def shape_init(torch, model, cfg, spec: dict) -> float:
+    """The oracle's changes to transformers' init (see the docstring): q/k projections scaled for attention scores of
+    std ATTN_SCORE_STD; for the non-Llama families, norm weights and biases drawn at random. Returns the q/k scale."""
+    qk_scale = math.sqrt(ATTN_SCORE_STD / (cfg.initializer_range ** 2 * cfg.hidden_size))
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(qk_scale)
+            layer.self_attn.k_proj.weight.mul_(qk_scale)
+        if family_of(spec) != "llama":
+            # Biases (Qwen2's q/k/v) and norm weights at random: a missing bias or a wrong norm offset shows.
+            center = 0.0 if family_of(spec) == "gemma3" else 1.0
+            for name, p in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.uniform_(center - FAMILY_NORM_INIT, center + FAMILY_NORM_INIT)
+                elif name.endswith(".bias"):
+                    p.normal_(0.0, 0.5)
+    return qk_scale
+
+
 def rotary_buffers(model) -> dict:
     """The rotary embedding's inverse-frequency buffers by name (Llama: inv_freq, original_inv_freq; Gemma 3: one
     pair per layer type)."""
@@ -560,20 +579,8 @@ def run_generate(args) -> int:
         torch.manual_seed(args.seed)
         cfg = make_config(spec)
         model = make_model(spec, cfg).eval()  # f32 on the CPU: device-independent weights
-        qk_scale = math.sqrt(ATTN_SCORE_STD / (cfg.initializer_range ** 2 * cfg.hidden_size))
+        qk_scale = shape_init(torch, model, cfg, spec)
         family = family_of(spec)
-        with torch.no_grad():
-            for layer in model.model.layers:
-                layer.self_attn.q_proj.weight.mul_(qk_scale)
-                layer.self_attn.k_proj.weight.mul_(qk_scale)
-            if family != "llama":
-                # Biases (Qwen2's q/k/v) and norm weights at random: a missing bias or a wrong norm offset shows.
-                center = 0.0 if family == "gemma3" else 1.0
-                for name, p in model.named_parameters():
-                    if name.endswith("norm.weight"):
-                        p.uniform_(center - FAMILY_NORM_INIT, center + FAMILY_NORM_INIT)
-                    elif name.endswith(".bias"):
-                        p.normal_(0.0, 0.5)
         model.to(args.device)
         inv_freq32 = {n: b.detach().clone() for n, b in rotary_buffers(model).items()}
         rope64 = None
