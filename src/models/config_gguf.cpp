@@ -139,8 +139,20 @@ ModelConfig config_from_gguf(const gguf::File& f) {
     c.ffn_act = "gelu_tanh";
     c.post_norms = true;
     c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+    // The local layers: every sixth layer is global unless the file says otherwise (a period, or one bool per layer
+    // as llama.cpp's converter may write), with llama.cpp's default local rope base unless the file gives one.
     c.swa_pattern = 6;
-    c.rope_base_local = 10000.0f;
+    if (const gguf::Value* pat = f.find(a + "attention.sliding_window_pattern")) {
+      if (pat->is_array()) {
+        TESSERA_CHECK(static_cast<int64_t>(pat->len) == c.n_layers,
+                      "{}: metadata '{}attention.sliding_window_pattern' has {} entries for {} layers", f.path(), a,
+                      pat->len, c.n_layers);
+        for (uint64_t i = 0; i < pat->len; ++i) c.layer_local.push_back(pat->int_at(i) != 0 ? 1 : 0);
+      } else {
+        c.swa_pattern = require_int(f, a + "attention.sliding_window_pattern");
+      }
+    }
+    c.rope_base_local = opt_float(f, a + "rope.freq_base_swa", 10000.0f);
     // query_pre_attn_scalar is not in the file: it is head_dim except for the 27B model (62 layers), whose scalar is
     // n_embd / n_head; llama.cpp decides the same way.
     c.attn_scale = static_cast<float>(
