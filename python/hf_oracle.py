@@ -133,6 +133,11 @@ MODELS = {
                          num_attention_heads=4, num_key_value_heads=2, intermediate_size=128, vocab_size=512,
                          rope_theta=10000.0, rms_norm_eps=1e-5, sliding_window=20, tie_word_embeddings=False,
                          max_position_embeddings=4096, bos_token_id=1, eos_token_id=2),
+    "tiny-phi3": dict(family="phi3", initializer_range=0.1, hidden_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, intermediate_size=128, vocab_size=512,
+                      rope_theta=10000.0, partial_rotary_factor=0.5, rms_norm_eps=1e-5, sliding_window=24,
+                      tie_word_embeddings=False, max_position_embeddings=4096, bos_token_id=1, eos_token_id=2,
+                      pad_token_id=0),
     # Real shapes (GPU machine): Gemma 3 270M, Qwen2.5 0.5B, Qwen3 0.6B.
     "gemma3-270m": dict(family="gemma3", hidden_size=640, num_hidden_layers=18, num_attention_heads=4,
                         num_key_value_heads=1, head_dim=256, intermediate_size=2048, vocab_size=262144,
@@ -151,11 +156,11 @@ MODELS = {
 FULL_MODELS = ["smollm2-135m", "llama3.2-1b"]
 TINY_MODELS = ["tiny", "tiny-llama3"]
 FAMILY_FULL_MODELS = ["gemma3-270m", "qwen2.5-0.5b", "qwen3-0.6b"]
-FAMILY_TINY_MODELS = ["tiny-gemma3", "tiny-qwen2", "tiny-qwen3", "tiny-mistral"]
+FAMILY_TINY_MODELS = ["tiny-gemma3", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-phi3"]
 # transformers classes per family: (config class, model class).
 FAMILIES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
             "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"), "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
-            "mistral": ("MistralConfig", "MistralForCausalLM")}
+            "mistral": ("MistralConfig", "MistralForCausalLM"), "phi3": ("Phi3Config", "Phi3ForCausalLM")}
 # Norm weights of the non-Llama families: Gemma's are offsets around 0 (the norm multiplies by 1 + w), the others'
 # factors around 1; uniform over +-0.5 around that.
 FAMILY_NORM_INIT = 0.5
@@ -414,8 +419,13 @@ def shape_init(torch, model, cfg, spec: dict) -> float:
     qk_scale = math.sqrt(ATTN_SCORE_STD / (cfg.initializer_range ** 2 * cfg.hidden_size))
     with torch.no_grad():
         for layer in model.model.layers:
-            layer.self_attn.q_proj.weight.mul_(qk_scale)
-            layer.self_attn.k_proj.weight.mul_(qk_scale)
+            at = layer.self_attn
+            if hasattr(at, "qkv_proj"):  # Phi-3: q and k are the first (H + Hkv) * D rows of the fused q|k|v
+                qk = (cfg.num_attention_heads + cfg.num_key_value_heads) * at.head_dim
+                at.qkv_proj.weight[:qk].mul_(qk_scale)
+            else:
+                at.q_proj.weight.mul_(qk_scale)
+                at.k_proj.weight.mul_(qk_scale)
         if family_of(spec) != "llama":
             # Biases (Qwen2's q/k/v) and norm weights at random: a missing bias or a wrong norm offset shows.
             center = 0.0 if family_of(spec) == "gemma3" else 1.0

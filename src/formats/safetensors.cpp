@@ -358,6 +358,9 @@ std::string hf_to_gguf_name(std::string_view n) {
       {"self_attn.k_norm.weight", "attn_k_norm.weight"},
       {"pre_feedforward_layernorm.weight", "pre_ffw_norm.weight"},
       {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+      // Phi-3: fused q|k|v and gate|up, GGUF's attn_qkv and (fused) ffn_up; models/model_weights.cpp splits them.
+      {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
+      {"mlp.gate_up_proj.weight", "ffn_up.weight"},
   };
   for (const auto& [hf, gg] : kLayerNames)
     if (rest == hf) return "blk." + std::string(layer) + "." + std::string(gg);

@@ -85,9 +85,9 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   TESSERA_CHECK(arch.has_value(), "{}: metadata key 'general.architecture' is missing", f.path());
   c.architecture = std::string(*arch);
   TESSERA_CHECK(c.architecture == "llama" || c.architecture == "mistral" || c.architecture == "gemma3" ||
-                    c.architecture == "qwen2" || c.architecture == "qwen3",
-                "{}: architecture '{}' is not supported yet (supported: llama, mistral, gemma3, qwen2, qwen3)", f.path(),
-                c.architecture);
+                    c.architecture == "qwen2" || c.architecture == "qwen3" || c.architecture == "phi3",
+                "{}: architecture '{}' is not supported yet (supported: llama, mistral, gemma3, qwen2, qwen3, phi3)",
+                f.path(), c.architecture);
   if (auto name = f.get_string("general.name")) c.name = std::string(*name);
   const std::string a = c.architecture + ".";
   c.n_layers = require_int(f, a + "block_count");
@@ -123,6 +123,12 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   if (f.find_tensor("rope_freqs.weight") != nullptr && c.rope_scaling.type == "none") c.rope_scaling.type = "freqs";
   c.rope_neox = false;  // GGUF's converter permutes q/k for the "normal" (adjacent pairs) rotation
   if (c.architecture == "mistral") c.architecture = "llama";  // one builder; the window is read above
+  if (c.architecture == "phi3") {
+    c.rope_neox = true;
+    // Phi-3's 128k variants scale rope per dimension ("longrope", rope_factors_long/short.weight): not supported.
+    TESSERA_CHECK(f.find_tensor("rope_factors_long.weight") == nullptr && f.find_tensor("rope_factors_short.weight") == nullptr,
+                  "{}: tensor 'rope_factors_long.weight' found: Phi-3's longrope scaling is not supported", f.path());
+  }
   if (c.architecture == "qwen2" || c.architecture == "qwen3" || c.architecture == "gemma3") {
     // llama.cpp's converter permutes q/k rows for llama only: these keep HF's NeoX pairs (i, i + D/2).
     c.rope_neox = true;

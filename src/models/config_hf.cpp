@@ -65,7 +65,7 @@ std::optional<std::string> opt_string(const json& j, const char* key, const std:
 std::string read_family(const json& j, const std::string& source) {
   static constexpr std::pair<const char*, const char*> kArchs[] = {
       {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"}, {"Gemma3ForCausalLM", "gemma3"},
-      {"Qwen2ForCausalLM", "qwen2"}, {"Qwen3ForCausalLM", "qwen3"}};
+      {"Qwen2ForCausalLM", "qwen2"}, {"Qwen3ForCausalLM", "qwen3"}, {"Phi3ForCausalLM", "phi3"}};
   if (const json* a = find_key(j, "architectures")) {
     if (!a->is_array() || a->empty() || !(*a)[0].is_string())
       fail("{}: 'architectures' must be a non-empty list of names", source);
@@ -73,14 +73,15 @@ std::string read_family(const json& j, const std::string& source) {
     for (const auto& [hf, family] : kArchs)
       if (arch == hf) return family;
     fail("{}: architecture '{}' is not supported (supported: LlamaForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, "
-         "Qwen2ForCausalLM, Qwen3ForCausalLM)",
+         "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)",
          source, arch);
   }
   auto mt = opt_string(j, "model_type", source);
   if (!mt) fail("{}: neither 'architectures' nor 'model_type' says what model this is", source);
-  if (*mt == "llama" || *mt == "mistral" || *mt == "qwen2" || *mt == "qwen3") return *mt;
+  if (*mt == "llama" || *mt == "mistral" || *mt == "qwen2" || *mt == "qwen3" || *mt == "phi3") return *mt;
   if (*mt == "gemma3_text") return "gemma3";
-  fail("{}: model_type '{}' is not supported (supported: llama, mistral, gemma3_text, qwen2, qwen3)", source, *mt);
+  fail("{}: model_type '{}' is not supported (supported: llama, mistral, gemma3_text, qwen2, qwen3, phi3)", source,
+       *mt);
 }
 
 // Gemma 3's local (sliding) layers: layer_types when given ("sliding_attention" / "full_attention"), else every
@@ -207,6 +208,13 @@ ModelConfig config_from_hf(const json& j, const std::string& source) {
     // MistralConfig defaults to a 4096 window; an explicit null means full attention.
     auto it = j.find("sliding_window");
     c.sliding_window = it == j.end() ? 4096 : opt_int(j, "sliding_window", source).value_or(0);
+  }
+  if (family == "phi3") {
+    // Phi3Config: a sliding window when set (Phi-3-mini: 2047), rotary embedding on a fraction of each head.
+    c.sliding_window = opt_int(j, "sliding_window", source).value_or(0);
+    const double frac = opt_number(j, "partial_rotary_factor", source).value_or(1.0);
+    TESSERA_CHECK(frac <= 1.0, "{}: partial_rotary_factor {} is above 1", source, frac);
+    c.rope_dim = static_cast<int64_t>(std::llround(frac * double(c.head_dim)));
   }
   c.qkv_bias = family == "qwen2";
   c.qk_norm = family == "qwen3";

@@ -101,8 +101,8 @@ TEST(ConfigHf, ModelTypeWhenArchitecturesAbsent) {
 
 TEST(ConfigHf, UnsupportedArchitecture) {
   json j = config_of("tiny-llama3-f32");
-  j["architectures"] = {"Phi3ForCausalLM"};
-  EXPECT_ERROR_HAS(parse(j), "config.json: architecture 'Phi3ForCausalLM' is not supported");
+  j["architectures"] = {"GPT2LMHeadModel"};
+  EXPECT_ERROR_HAS(parse(j), "config.json: architecture 'GPT2LMHeadModel' is not supported");
   j["architectures"] = json::array();
   EXPECT_ERROR_HAS(parse(j), "'architectures' must be a non-empty list");
   j["architectures"] = "LlamaForCausalLM";
@@ -298,6 +298,20 @@ TEST(ConfigHf, Qwen2AndQwen3) {
   j["model_type"] = "qwen3";
   j.erase("attention_bias");
   EXPECT_EQ(parse(j).architecture, "qwen3");
+}
+
+TEST(ConfigHf, Phi3) {
+  json j = config_of("tiny-llama3-f32");
+  j["architectures"] = {"Phi3ForCausalLM"};
+  j["partial_rotary_factor"] = 0.5;
+  j["sliding_window"] = 2047;
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.architecture, "phi3");
+  EXPECT_EQ(c.rope_dim, c.head_dim / 2);
+  EXPECT_EQ(c.sliding_window, 2047);
+  EXPECT_TRUE(c.is_local_layer(0));
+  j["partial_rotary_factor"] = 1.5;
+  EXPECT_ERROR_HAS(parse(j), "partial_rotary_factor 1.5 is above 1");
 }
 
 }  // namespace

@@ -179,7 +179,7 @@ TEST(FamilyGraph, MissingFamilyTensorIsNamed) {
     EXPECT_NE(std::string(e.what()).find("tensor 'blk.1.attn_k.bias' is missing"), std::string::npos) << e.what();
   }
   ModelConfig c = w.config();
-  c.architecture = "phi3";
+  c.architecture = "gpt2";
   EXPECT_THROW(build_model_graph(ModelWeights::from_views(c, w.tensors(), "x"), {.n_tokens = 1}), Error);
 }
 

@@ -111,7 +111,7 @@ INSTANTIATE_TEST_SUITE_P(TinyHf, HfModel,
                          ::testing::Values("tiny-llama-bf16-tied", "tiny-llama3-f32", "tiny-mistral-sharded"));
 
 // The families beyond Llama (Gemma 3 with local and global layers, Qwen2's biases, Qwen3's q/k norms, Mistral's
-// sliding window) from their Hugging Face files, against transformers' own float64 forward of the same weights
+// sliding window, Phi-3's fused q|k|v and gate|up with half-head rotary) from their Hugging Face files, against transformers' own float64 forward of the same weights
 // (tests/data/hf/tiny-*-f32/golden.json, python/make_family_hf_golden.py). Chunks of 4 tokens and windows of 4-5
 // keys: the windows drop keys of earlier chunks.
 class FamilyHf : public ::testing::TestWithParam<const char*> {};
@@ -147,7 +147,8 @@ TEST_P(FamilyHf, MatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyHf, FamilyHf,
-                         ::testing::Values("tiny-gemma3-f32", "tiny-qwen2-f32", "tiny-qwen3-f32", "tiny-mistral-f32"));
+                         ::testing::Values("tiny-gemma3-f32", "tiny-qwen2-f32", "tiny-qwen3-f32", "tiny-mistral-f32",
+                                           "tiny-phi3-f32"));
 
 }  // namespace
 }  // namespace tessera::runtime
