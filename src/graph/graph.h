@@ -182,10 +182,10 @@ enum class Role : uint8_t {
   OUTPUT_NORM,
   OUTPUT,
   // Families beyond Llama.
-  EMBD_SCALE,      // Gemma: embeddings times sqrt(E)
-  ATTN_Q_NORM,     // per-head q/k norms (Qwen3, Gemma 3)
+  EMBD_SCALE,   // Gemma: embeddings times sqrt(E)
+  ATTN_Q_NORM,  // per-head q/k norms (Qwen3, Gemma 3)
   ATTN_K_NORM,
-  ATTN_Q_BIAS,     // q/k/v biases (Qwen2)
+  ATTN_Q_BIAS,  // q/k/v biases (Qwen2)
   ATTN_K_BIAS,
   ATTN_V_BIAS,
   ATTN_POST_NORM,  // Gemma: norm of the attention block's output before the residual add

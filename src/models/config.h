@@ -2,10 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace tessera {
 namespace gguf {
@@ -41,18 +40,18 @@ struct ModelConfig {
   int64_t sliding_window = 0;  // Mistral, Gemma 3 local layers; 0 = none
 
   // Families beyond Llama (architecture "gemma3", "qwen2", "qwen3"; Mistral is "llama" with a sliding window).
-  std::string ffn_act = "silu";   // "silu" (SwiGLU) or "gelu_tanh" (GEGLU: Gemma)
-  bool qkv_bias = false;          // q/k/v projections have biases (Qwen2)
-  bool qk_norm = false;           // per-head RMSNorm of q and k before rope (Qwen3, Gemma 3)
-  bool post_norms = false;        // RMSNorm of each block's output before its residual add (Gemma 3)
-  float embd_scale = 0;           // embeddings multiplied by this (Gemma: sqrt(n_embd)); 0 = not scaled
-  float attn_scale = 0;           // attention score scale; 0 = 1/sqrt(head_dim) (Gemma: query_pre_attn_scalar^-1/2)
+  std::string ffn_act = "silu";  // "silu" (SwiGLU) or "gelu_tanh" (GEGLU: Gemma)
+  bool qkv_bias = false;         // q/k/v projections have biases (Qwen2)
+  bool qk_norm = false;          // per-head RMSNorm of q and k before rope (Qwen3, Gemma 3)
+  bool post_norms = false;       // RMSNorm of each block's output before its residual add (Gemma 3)
+  float embd_scale = 0;          // embeddings multiplied by this (Gemma: sqrt(n_embd)); 0 = not scaled
+  float attn_scale = 0;          // attention score scale; 0 = 1/sqrt(head_dim) (Gemma: query_pre_attn_scalar^-1/2)
   // Sliding-window layers: with swa_pattern > 0, layer l uses the window only when (l + 1) % swa_pattern != 0 (Gemma
   // 3: five local layers, then a global one); 0: every layer uses sliding_window.
   int64_t swa_pattern = 0;
-  float rope_base_local = 0;      // rope base of the sliding-window layers (Gemma 3: 10000); 0 = rope_base
-  float final_softcap = 0;        // logits = cap * tanh(logits / cap) (Gemma's final_logit_softcapping); 0 = none
-  float norm_weight_offset = 0;   // added to every RMSNorm weight at load (HF Gemma stores w for (1 + w); GGUF 1 + w)
+  float rope_base_local = 0;     // rope base of the sliding-window layers (Gemma 3: 10000); 0 = rope_base
+  float final_softcap = 0;       // logits = cap * tanh(logits / cap) (Gemma's final_logit_softcapping); 0 = none
+  float norm_weight_offset = 0;  // added to every RMSNorm weight at load (HF Gemma stores w for (1 + w); GGUF 1 + w)
   // Per layer, whether it slides (HF's layer_types); empty: swa_pattern decides.
   std::vector<uint8_t> layer_local;
 

@@ -34,8 +34,8 @@ void ModelConfig::validate(const std::string& source) const {
   TESSERA_CHECK(std::isfinite(norm_eps) && norm_eps > 0 && norm_eps < 1, "{}: norm epsilon {} is out of range", source,
                 norm_eps);
   TESSERA_CHECK(n_ctx_train >= 0, "{}: context length {} is negative", source, n_ctx_train);
-  TESSERA_CHECK(ffn_act == "silu" || ffn_act == "gelu_tanh", "{}: feed-forward activation '{}' is not supported", source,
-                ffn_act);
+  TESSERA_CHECK(ffn_act == "silu" || ffn_act == "gelu_tanh", "{}: feed-forward activation '{}' is not supported",
+                source, ffn_act);
   TESSERA_CHECK(sliding_window >= 0, "{}: sliding window {} is negative", source, sliding_window);
   TESSERA_CHECK(swa_pattern >= 0, "{}: sliding-window layer pattern {} is negative", source, swa_pattern);
   TESSERA_CHECK(std::isfinite(embd_scale) && embd_scale >= 0, "{}: embedding scale {} is not a number >= 0", source,
@@ -126,8 +126,9 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   if (c.architecture == "phi3") {
     c.rope_neox = true;
     // Phi-3's 128k variants scale rope per dimension ("longrope", rope_factors_long/short.weight): not supported.
-    TESSERA_CHECK(f.find_tensor("rope_factors_long.weight") == nullptr && f.find_tensor("rope_factors_short.weight") == nullptr,
-                  "{}: tensor 'rope_factors_long.weight' found: Phi-3's longrope scaling is not supported", f.path());
+    TESSERA_CHECK(
+        f.find_tensor("rope_factors_long.weight") == nullptr && f.find_tensor("rope_factors_short.weight") == nullptr,
+        "{}: tensor 'rope_factors_long.weight' found: Phi-3's longrope scaling is not supported", f.path());
   }
   if (c.architecture == "qwen2" || c.architecture == "qwen3" || c.architecture == "gemma3") {
     // llama.cpp's converter permutes q/k rows for llama only: these keep HF's NeoX pairs (i, i + D/2).

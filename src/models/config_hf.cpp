@@ -65,16 +65,17 @@ std::optional<std::string> opt_string(const json& j, const char* key, const std:
 std::string read_family(const json& j, const std::string& source) {
   static constexpr std::pair<const char*, const char*> kArchs[] = {
       {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"}, {"Gemma3ForCausalLM", "gemma3"},
-      {"Qwen2ForCausalLM", "qwen2"}, {"Qwen3ForCausalLM", "qwen3"}, {"Phi3ForCausalLM", "phi3"}};
+      {"Qwen2ForCausalLM", "qwen2"}, {"Qwen3ForCausalLM", "qwen3"},     {"Phi3ForCausalLM", "phi3"}};
   if (const json* a = find_key(j, "architectures")) {
     if (!a->is_array() || a->empty() || !(*a)[0].is_string())
       fail("{}: 'architectures' must be a non-empty list of names", source);
     const std::string& arch = (*a)[0].get_ref<const std::string&>();
     for (const auto& [hf, family] : kArchs)
       if (arch == hf) return family;
-    fail("{}: architecture '{}' is not supported (supported: LlamaForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, "
-         "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)",
-         source, arch);
+    fail(
+        "{}: architecture '{}' is not supported (supported: LlamaForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, "
+        "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)",
+        source, arch);
   }
   auto mt = opt_string(j, "model_type", source);
   if (!mt) fail("{}: neither 'architectures' nor 'model_type' says what model this is", source);

@@ -137,7 +137,10 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
     g.mark_output(cv);
     // A window at least as long as the cache drops no key: the attention is then a plain one (which every backend's
     // fused attention runs).
-    const graph::OpParams attn{.n_head = H, .n_head_kv = Hkv, .head_dim = D, .attn_scale = scale,
+    const graph::OpParams attn{.n_head = H,
+                               .n_head_kv = Hkv,
+                               .head_dim = D,
+                               .attn_scale = scale,
                                .window = local && c.sliding_window < n_ctx ? c.sliding_window : 0};
     const int a = g.add_node(p + "attn", Op::ATTENTION, Role::ATTN, l, "attn", {q, ck, cv}, attn);
     int ao = g.add_node(p + "attn_output", Op::MATMUL, Role::ATTN_O, l, "attn",
@@ -152,8 +155,8 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
                                 {h, weight(p + "ffn_gate.weight", {F, E})});
     const int up = g.add_node(p + "ffn_up", Op::MATMUL, Role::FFN_UP, l, "ffn", {h, weight(p + "ffn_up.weight", {F, E})});
     const int act = g.add_node(p + "ffn_act", geglu ? Op::GEGLU : Op::SWIGLU, Role::FFN_ACT, l, "ffn", {gate, up});
-    int down = g.add_node(p + "ffn_down", Op::MATMUL, Role::FFN_DOWN, l, "ffn",
-                          {act, weight(p + "ffn_down.weight", {E, F})});
+    int down =
+        g.add_node(p + "ffn_down", Op::MATMUL, Role::FFN_DOWN, l, "ffn", {act, weight(p + "ffn_down.weight", {E, F})});
     if (c.post_norms)
       down = g.add_node(p + "ffn_post_norm", Op::RMSNORM, Role::FFN_POST_NORM, l, "ffn",
                         {down, weight(p + "post_ffw_norm.weight", {E})}, norm);

@@ -221,7 +221,8 @@ TEST(FamilyPasses, NewOpsAreNeverFused) {
         // Gemma's global layer (no window) still fuses its rope, store and attention, with the q norm before them.
         if (arch == "gemma3") {
           bool global_fused = false;
-          for (const graph::Node& n : r.nodes()) global_fused |= n.op == Op::ATTENTION && n.layer == 2 && n.fusion.rope_store;
+          for (const graph::Node& n : r.nodes())
+            global_fused |= n.op == Op::ATTENTION && n.layer == 2 && n.fusion.rope_store;
           EXPECT_TRUE(global_fused);
         }
       }

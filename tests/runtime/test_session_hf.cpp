@@ -1,7 +1,8 @@
 // The tiny Hugging Face models of tests/data/hf (bf16 tied Llama, f32 Llama 3 with llama3 rope scaling, f16 Mistral
-// in two shards; the other families against transformers' logits, FamilyHf below) run by the engine, against the naive forward pass of naive_llama.h fed straight from the safetensors
-// files under their Hugging Face names, with the configuration read from config.json here: checks the whole
-// safetensors path (renaming, NeoX rotation, head_dim != hidden/heads, rope scaling, bf16/f16 weights).
+// in two shards; the other families against transformers' logits, FamilyHf below) run by the engine, against the naive
+// forward pass of naive_llama.h fed straight from the safetensors files under their Hugging Face names, with the
+// configuration read from config.json here: checks the whole safetensors path (renaming, NeoX rotation, head_dim !=
+// hidden/heads, rope scaling, bf16/f16 weights).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -111,9 +112,10 @@ INSTANTIATE_TEST_SUITE_P(TinyHf, HfModel,
                          ::testing::Values("tiny-llama-bf16-tied", "tiny-llama3-f32", "tiny-mistral-sharded"));
 
 // The families beyond Llama (Gemma 3 with local and global layers, Qwen2's biases, Qwen3's q/k norms, Mistral's
-// sliding window, Phi-3's fused q|k|v and gate|up with half-head rotary) from their Hugging Face files, against transformers' own float64 forward of the same weights
-// (tests/data/hf/tiny-*-f32/golden.json, python/make_family_hf_golden.py). Chunks of 4 tokens and windows of 4-5
-// keys: the windows drop keys of earlier chunks.
+// sliding window, Phi-3's fused q|k|v and gate|up with half-head rotary) from their Hugging Face files, against
+// transformers' own float64 forward of the same weights (tests/data/hf/tiny-*-f32/golden.json,
+// python/make_family_hf_golden.py). Chunks of 4 tokens and windows of 4-5 keys: the windows drop keys of earlier
+// chunks.
 class FamilyHf : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(FamilyHf, MatchesTransformers) {
@@ -140,8 +142,8 @@ TEST_P(FamilyHf, MatchesTransformers) {
       double scale = 0;
       for (double x : want[t]) scale = std::max(scale, std::fabs(x));
       for (size_t i = 0; i < V; ++i)
-        ASSERT_NEAR(rows[t * V + i], want[t][i], tol * scale) << (reference ? "reference" : "fast") << " token " << t
-                                                              << " logit " << i;
+        ASSERT_NEAR(rows[t * V + i], want[t][i], tol * scale)
+            << (reference ? "reference" : "fast") << " token " << t << " logit " << i;
     }
   }
 }

@@ -91,7 +91,8 @@ void attention_decode(ThreadPool& pool, const detail::AttnArgs& a, int64_t n_hea
     const int64_t kvh = task / chunks, c = task % chunks;
     const int64_t p0 = c * chunk, p1 = std::min(n_keys, p0 + chunk);
     if (p0 < p1)
-      detail::attention_decode_chunk_avx2(a, kvh, first + p0, first + p1, base + static_cast<size_t>(task) * part_floats);
+      detail::attention_decode_chunk_avx2(a, kvh, first + p0, first + p1,
+                                          base + static_cast<size_t>(task) * part_floats);
   });
   for (int64_t kvh = 0; kvh < n_head_kv; ++kvh) {
     for (int64_t g = 0; g < group; ++g) {
