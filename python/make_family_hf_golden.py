@@ -5,8 +5,8 @@ tests/runtime/test_session_hf.cpp (FamilyHf).
 Regenerate (needs torch + transformers, e.g. a scratch venv: python3 -m venv /tmp/hfvenv && /tmp/hfvenv/bin/pip
 install torch transformers numpy safetensors):
   /tmp/hfvenv/bin/python python/make_family_hf_golden.py [--out tests/data/hf]
-writes tests/data/hf/tiny-{gemma3,qwen2,qwen3,mistral,phi3}-f32/ (config.json and model.safetensors from save_pretrained,
-and golden.json: the token ids, and transformers' eager float64 forward of the saved f32 weights as logits [T, vocab]).
+writes tests/data/hf/tiny-{gemma3,qwen2,qwen3,mistral,phi3}-f32/ (config.json and model.safetensors from
+save_pretrained, and golden.json: the token ids, and transformers' eager float64 forward of the saved f32 weights as logits [T, vocab]).
 The weights are made as python/hf_oracle.py makes its (transformers' init, q/k scaled, norm weights and biases at
 random), at a smaller shape; the sliding windows (Gemma 3: 4 on its local layers, Mistral: 5, Phi-3: 6) are shorter
 than the 10 test tokens, so the windows drop keys. Phi-3 stores q|k|v and gate|up fused and rotates half of each head.
