@@ -122,7 +122,6 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   // Llama 3.x GGUFs carry llama3 scaling as a rope_freqs.weight tensor of per-dimension divisors.
   if (f.find_tensor("rope_freqs.weight") != nullptr && c.rope_scaling.type == "none") c.rope_scaling.type = "freqs";
   c.rope_neox = false;  // GGUF's converter permutes q/k for the "normal" (adjacent pairs) rotation
-  if (c.architecture == "mistral") c.architecture = "llama";  // one builder; the window is read above
   if (c.architecture == "phi3") {
     c.rope_neox = true;
     // Phi-3's 128k variants scale rope per dimension ("longrope", rope_factors_long/short.weight): not supported.
