@@ -43,7 +43,9 @@ EngineOptions resolve_options(const SessionOptions& o, const ModelConfig& c) {
     // A model whose every layer slides (Mistral) keeps its default context within the window, where the window
     // changes nothing and every backend runs it (the CUDA executors run no sliding window yet); a longer context is
     // asked for explicitly and runs on the CPU.
-    if (c.sliding_window > 0 && c.swa_pattern == 0) e.n_ctx = std::min(e.n_ctx, c.sliding_window);
+    bool every_layer_slides = c.sliding_window > 0;
+    for (int64_t l = 0; l < c.n_layers; ++l) every_layer_slides &= c.is_local_layer(l);
+    if (every_layer_slides) e.n_ctx = std::min(e.n_ctx, c.sliding_window);
   } else {
     TESSERA_CHECK(limit == 0 || o.n_ctx <= limit, "context size {} exceeds the model's trained context of {} tokens",
                   o.n_ctx, limit);

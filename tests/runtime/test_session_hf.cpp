@@ -148,6 +148,18 @@ TEST_P(FamilyHf, MatchesTransformers) {
   }
 }
 
+// The default context stays within the window only where every layer slides (Mistral: the window then drops nothing
+// and the CUDA executors, which read no window, run the model); Gemma 3's global layers keep the trained context.
+TEST(FamilyHfContext, DefaultCappedOnlyWhenEveryLayerSlides) {
+  const ModelConfig gemma = ModelWeights::open(test::data_path("hf/tiny-gemma3-f32")).config();
+  const ModelConfig mistral = ModelWeights::open(test::data_path("hf/tiny-mistral-f32")).config();
+  EXPECT_EQ(resolve_options(SessionOptions{}, gemma).n_ctx, gemma.n_ctx_train);
+  EXPECT_EQ(resolve_options(SessionOptions{}, mistral).n_ctx, mistral.sliding_window);
+  SessionOptions longer;
+  longer.n_ctx = 64;  // asked for: past the window, which the CPU applies
+  EXPECT_EQ(resolve_options(longer, mistral).n_ctx, 64);
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyHf, FamilyHf,
                          ::testing::Values("tiny-gemma3-f32", "tiny-qwen2-f32", "tiny-qwen3-f32", "tiny-mistral-f32",
                                            "tiny-phi3-f32"));
