@@ -111,9 +111,59 @@ MODELS = {
                         num_key_value_heads=2, intermediate_size=128, vocab_size=512, rope_theta=500000.0,
                         rope_scaling=dict(LLAMA3_SCALING, original_max_position_embeddings=64), rms_norm_eps=1e-5,
                         tie_word_embeddings=True, max_position_embeddings=4096, bos_token_id=1, eos_token_id=2),
+    # Families beyond Llama ("family" picks the transformers classes; every other key is the config's). Their norm
+    # weights are drawn at random (FAMILY_NORM_INIT) so that a wrong norm convention, Gemma's (1 + w) above all, moves
+    # the logits; the sliding windows are shorter than the 64-token prompt so that the window drops keys.
+    "tiny-gemma3": dict(family="gemma3", initializer_range=0.1, hidden_size=64, num_hidden_layers=3,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
+                        vocab_size=512, query_pre_attn_scalar=24, sliding_window=12,
+                        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                        rope_theta=1000000.0, rope_local_base_freq=10000.0, rms_norm_eps=1e-6,
+                        final_logit_softcapping=30.0, tie_word_embeddings=True, max_position_embeddings=4096,
+                        bos_token_id=2, eos_token_id=1, pad_token_id=0),
+    "tiny-qwen2": dict(family="qwen2", initializer_range=0.1, hidden_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, intermediate_size=128, vocab_size=512,
+                       rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                       max_position_embeddings=4096, bos_token_id=1, eos_token_id=2),
+    "tiny-qwen3": dict(family="qwen3", initializer_range=0.1, hidden_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=32, intermediate_size=128,
+                       vocab_size=512, rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                       max_position_embeddings=4096, bos_token_id=1, eos_token_id=2),
+    "tiny-mistral": dict(family="mistral", initializer_range=0.1, hidden_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, intermediate_size=128, vocab_size=512,
+                         rope_theta=10000.0, rms_norm_eps=1e-5, sliding_window=20, tie_word_embeddings=False,
+                         max_position_embeddings=4096, bos_token_id=1, eos_token_id=2),
+    "tiny-phi3": dict(family="phi3", initializer_range=0.1, hidden_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, intermediate_size=128, vocab_size=512,
+                      rope_theta=10000.0, partial_rotary_factor=0.5, rms_norm_eps=1e-5, sliding_window=24,
+                      tie_word_embeddings=False, max_position_embeddings=4096, bos_token_id=1, eos_token_id=2,
+                      pad_token_id=0),
+    # Real shapes (GPU machine): Gemma 3 270M, Qwen2.5 0.5B, Qwen3 0.6B.
+    "gemma3-270m": dict(family="gemma3", hidden_size=640, num_hidden_layers=18, num_attention_heads=4,
+                        num_key_value_heads=1, head_dim=256, intermediate_size=2048, vocab_size=262144,
+                        query_pre_attn_scalar=256, sliding_window=512, rope_theta=1000000.0,
+                        rope_local_base_freq=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                        max_position_embeddings=32768, bos_token_id=2, eos_token_id=1, pad_token_id=0),
+    "qwen2.5-0.5b": dict(family="qwen2", hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, intermediate_size=4864, vocab_size=151936, rope_theta=1000000.0,
+                         rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=32768,
+                         bos_token_id=151643, eos_token_id=151643),
+    "qwen3-0.6b": dict(family="qwen3", hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=128, intermediate_size=3072, vocab_size=151936,
+                       rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                       max_position_embeddings=40960, bos_token_id=151643, eos_token_id=151645),
 }
 FULL_MODELS = ["smollm2-135m", "llama3.2-1b"]
 TINY_MODELS = ["tiny", "tiny-llama3"]
+FAMILY_FULL_MODELS = ["gemma3-270m", "qwen2.5-0.5b", "qwen3-0.6b"]
+FAMILY_TINY_MODELS = ["tiny-gemma3", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "tiny-phi3"]
+# transformers classes per family: (config class, model class).
+FAMILIES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+            "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"), "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+            "mistral": ("MistralConfig", "MistralForCausalLM"), "phi3": ("Phi3Config", "Phi3ForCausalLM")}
+# Norm weights of the non-Llama families: Gemma's are offsets around 0 (the norm multiplies by 1 + w), the others'
+# factors around 1; uniform over +-0.5 around that.
+FAMILY_NORM_INIT = 0.5
 
 # Sanity limits for a random model's reference (checked at generation, failing it): a model whose top-1 is (nearly)
 # the same token everywhere, or (nearly) always the input token itself, cannot tell a correct forward from a wrong one.
@@ -318,9 +368,25 @@ def rope_inv_freq64(spec: dict) -> np.ndarray:
     return inv
 
 
+def family_of(spec: dict) -> str:
+    return spec.get("family", "llama")
+
+
 def make_config(spec: dict):
-    from transformers import LlamaConfig
-    return LlamaConfig(**{"initializer_range": 0.02, **spec}, attn_implementation="eager")
+    import transformers
+    cls = getattr(transformers, FAMILIES[family_of(spec)][0])
+    kw = {k: v for k, v in spec.items() if k != "family"}
+    if family_of(spec) == "gemma3":
+        # transformers 5.x takes Gemma 3's two rope bases as one set per layer type.
+        kw["rope_parameters"] = {
+            "full_attention": {"rope_type": "default", "rope_theta": kw.pop("rope_theta")},
+            "sliding_attention": {"rope_type": "default", "rope_theta": kw.pop("rope_local_base_freq")}}
+    return cls(**{"initializer_range": 0.02, **kw}, attn_implementation="eager")
+
+
+def make_model(spec: dict, cfg):
+    import transformers
+    return getattr(transformers, FAMILIES[family_of(spec)][1])(cfg)
 
 
 def write_tokenizer(d: str):
@@ -347,13 +413,44 @@ class Rope64:
         return (emb.cos() * self.scaling).to(x.dtype), (emb.sin() * self.scaling).to(x.dtype)
 
 
+def shape_init(torch, model, cfg, spec: dict) -> float:
+    """The oracle's changes to transformers' init (see the docstring): q/k projections scaled for attention scores of
+    std ATTN_SCORE_STD; for the non-Llama families, norm weights and biases drawn at random. Returns the q/k scale."""
+    qk_scale = math.sqrt(ATTN_SCORE_STD / (cfg.initializer_range ** 2 * cfg.hidden_size))
+    with torch.no_grad():
+        for layer in model.model.layers:
+            at = layer.self_attn
+            if hasattr(at, "qkv_proj"):  # Phi-3: q and k are the first (H + Hkv) * D rows of the fused q|k|v
+                qk = (cfg.num_attention_heads + cfg.num_key_value_heads) * at.head_dim
+                at.qkv_proj.weight[:qk].mul_(qk_scale)
+            else:
+                at.q_proj.weight.mul_(qk_scale)
+                at.k_proj.weight.mul_(qk_scale)
+        if family_of(spec) != "llama":
+            # Biases (Qwen2's q/k/v) and norm weights at random: a missing bias or a wrong norm offset shows.
+            center = 0.0 if family_of(spec) == "gemma3" else 1.0
+            for name, p in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.uniform_(center - FAMILY_NORM_INIT, center + FAMILY_NORM_INIT)
+                elif name.endswith(".bias"):
+                    p.normal_(0.0, 0.5)
+    return qk_scale
+
+
+def rotary_buffers(model) -> dict:
+    """The rotary embedding's inverse-frequency buffers by name (Llama: inv_freq, original_inv_freq; Gemma 3: one
+    pair per layer type)."""
+    rot = model.model.rotary_emb
+    return {n: b for n, b in rot.named_buffers(recurse=False) if "inv_freq" in n}
+
+
 def set_dtype(torch, model, dtype, inv_freq32):
     """model.to(dtype), keeping the rotary inverse frequencies in f32 as from_pretrained leaves them (Module.to would
-    round them to bf16 too, an error a real HF bf16 run does not have)."""
+    round them to bf16 too, an error a real HF bf16 run does not have). inv_freq32: rotary_buffers() in f32."""
     model.to(dtype)
     rot = model.model.rotary_emb
-    rot.inv_freq = inv_freq32.clone().to(rot.inv_freq.device)
-    rot.original_inv_freq = inv_freq32.clone().to(rot.inv_freq.device)
+    for n, b in inv_freq32.items():
+        setattr(rot, n, b.clone().to(b.device))
 
 
 def forward_logits(torch, model, ids: list[int], device: str):  # -> logits [T, V] on device, model dtype
@@ -393,10 +490,12 @@ def generate_case(torch, model, name: str, dtype: str, spec: dict, prompts: list
         hf[p["name"]] = forward_logits(torch, model, p["ids"], args.device).float().cpu().numpy()
     t_hf = time.time() - t0
 
-    # Truth: float64 forward of the very same weights (bf16 -> f64 is exact), float64 rotary angles.
+    # Truth: float64 forward of the very same weights (bf16 -> f64 is exact), float64 rotary angles (Llama's rotary
+    # module; the other families' angles are HF's f32 ones, ~1e-7 relative at the prompts' positions).
     set_dtype(torch, model, torch.float64, inv_freq32)
     hf_rope = model.model.rotary_emb.forward
-    model.model.rotary_emb.forward = rope64
+    if rope64 is not None:
+        model.model.rotary_emb.forward = rope64
     t0 = time.time()
     arrays, stats = {}, []
     for p in prompts:
@@ -463,13 +562,14 @@ def generate_case(torch, model, name: str, dtype: str, spec: dict, prompts: list
 def run_generate(args) -> int:
     import torch
     import transformers
-    from transformers import LlamaForCausalLM
 
     if args.device.startswith("cuda"):
         # Full-precision f32 matmuls for the f32 cases (TF32, 10-bit significands, would add ~1e-3 relative error).
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-    models = args.models.split(",") if args.models else (TINY_MODELS if args.tiny else FULL_MODELS)
+    models = args.models.split(",") if args.models else (
+        TINY_MODELS + (FAMILY_TINY_MODELS if args.families else []) if args.tiny
+        else FULL_MODELS + (FAMILY_FULL_MODELS if args.families else []))
     dtypes = args.dtypes.split(",")
     for m in models:
         if m not in MODELS:
@@ -488,19 +588,19 @@ def run_generate(args) -> int:
         t0 = time.time()
         torch.manual_seed(args.seed)
         cfg = make_config(spec)
-        model = LlamaForCausalLM(cfg).eval()  # f32 on the CPU: device-independent weights
-        qk_scale = math.sqrt(ATTN_SCORE_STD / (cfg.initializer_range ** 2 * cfg.hidden_size))
-        with torch.no_grad():
-            for layer in model.model.layers:
-                layer.self_attn.q_proj.weight.mul_(qk_scale)
-                layer.self_attn.k_proj.weight.mul_(qk_scale)
+        model = make_model(spec, cfg).eval()  # f32 on the CPU: device-independent weights
+        qk_scale = shape_init(torch, model, cfg, spec)
+        family = family_of(spec)
         model.to(args.device)
-        inv_freq32 = model.model.rotary_emb.inv_freq.detach().clone()
-        hf_inv = inv_freq32.double().cpu().numpy()
-        inv64 = rope_inv_freq64(spec)
-        if np.abs(hf_inv - inv64).max() > 1e-6 * np.abs(inv64).max():
-            fail(f"{m}: float64 rotary frequencies disagree with transformers' ({np.abs(hf_inv - inv64).max():.2e})")
-        rope64 = Rope64(torch, inv64, float(model.model.rotary_emb.attention_scaling))
+        inv_freq32 = {n: b.detach().clone() for n, b in rotary_buffers(model).items()}
+        rope64 = None
+        if family == "llama":
+            hf_inv = inv_freq32["inv_freq"].double().cpu().numpy()
+            inv64 = rope_inv_freq64(spec)
+            if np.abs(hf_inv - inv64).max() > 1e-6 * np.abs(inv64).max():
+                fail(f"{m}: float64 rotary frequencies disagree with transformers' "
+                     f"({np.abs(hf_inv - inv64).max():.2e})")
+            rope64 = Rope64(torch, inv64, float(model.model.rotary_emb.attention_scaling))
         print(f"[{m}] built {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, q/k scaled by "
               f"{qk_scale:.2f} ({time.time() - t0:.1f}s)", flush=True)
         prompts = make_prompts(args.seed, spec["vocab_size"], args.long)
@@ -531,6 +631,8 @@ def main() -> int:
     ap.add_argument("--dtypes", default="bf16,f32")
     ap.add_argument("--long", action="store_true", help="add a 2048-token prompt")
     ap.add_argument("--tiny", action="store_true", help="tiny models (hidden 64, 2 layers) for local testing")
+    ap.add_argument("--families", action="store_true",
+                    help="also the families beyond Llama (Gemma 3, Qwen2, Qwen3, Mistral with a short window)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dump-hf", help="also write HF's own logits in Tessera's dump format here (a positive control)")
     ap.add_argument("--ref", help="oracle directory to compare against (compare mode)")

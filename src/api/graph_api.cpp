@@ -4,6 +4,7 @@
 #include "graph/printer.h"
 #include "models/llama.h"
 #include "tessera/random_model.h"
+#include "models/model_graph.h"
 
 namespace tessera {
 
@@ -113,7 +114,7 @@ GraphView build_graph(const Model& model, int64_t n_tokens, int64_t n_past, cons
   DType kv = DType::F16;
   if (options.kv_dtype == "f32") kv = DType::F32;
   else TESSERA_CHECK(options.kv_dtype == "f16", "kv cache type '{}' is not supported (f16 or f32)", options.kv_dtype);
-  return make_graph_view(build_llama_graph(model.impl()->weights, LlamaGraphOptions{.n_tokens = n_tokens,
+  return make_graph_view(build_model_graph(model.impl()->weights, ModelGraphOptions{.n_tokens = n_tokens,
                                                                                     .n_past = n_past,
                                                                                     .n_ctx = options.n_ctx,
                                                                                     .kv_dtype = kv,

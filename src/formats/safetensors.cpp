@@ -351,6 +351,16 @@ std::string hf_to_gguf_name(std::string_view n) {
       {"self_attn.v_proj.bias", "attn_v.bias"},       {"self_attn.o_proj.bias", "attn_output.bias"},
       {"mlp.gate_proj.weight", "ffn_gate.weight"},    {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},
+      // Qwen3 and Gemma 3: per-head q/k norms. Gemma 3 also has pre/post-FFN norms; its post_attention_layernorm is
+      // a post-norm, not Llama's pre-FFN norm, which models/model_weights.cpp renames once the architecture is known
+      // (this map sees names only).
+      {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+      {"pre_feedforward_layernorm.weight", "pre_ffw_norm.weight"},
+      {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+      // Phi-3: fused q|k|v and gate|up, GGUF's attn_qkv and (fused) ffn_up; models/model_weights.cpp splits them.
+      {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
+      {"mlp.gate_up_proj.weight", "ffn_up.weight"},
   };
   for (const auto& [hf, gg] : kLayerNames)
     if (rest == hf) return "blk." + std::string(layer) + "." + std::string(gg);

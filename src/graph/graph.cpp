@@ -55,6 +55,15 @@ std::string_view role_name(Role r) {
     case Role::LAST_TOKEN: return "last_token";
     case Role::OUTPUT_NORM: return "output_norm";
     case Role::OUTPUT: return "output";
+    case Role::EMBD_SCALE: return "embd_scale";
+    case Role::ATTN_Q_NORM: return "attn_q_norm";
+    case Role::ATTN_K_NORM: return "attn_k_norm";
+    case Role::ATTN_Q_BIAS: return "attn_q_bias";
+    case Role::ATTN_K_BIAS: return "attn_k_bias";
+    case Role::ATTN_V_BIAS: return "attn_v_bias";
+    case Role::ATTN_POST_NORM: return "attn_post_norm";
+    case Role::FFN_POST_NORM: return "ffn_post_norm";
+    case Role::OUTPUT_SOFTCAP: return "output_softcap";
   }
   return "?";
 }

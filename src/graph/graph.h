@@ -32,11 +32,17 @@ enum class Op : uint8_t {
   ADD,        // (a[T, E], b[T, E]) -> [T, E]
   SWIGLU,     // (gate[T, F], up[T, F]) -> [T, F]: silu(gate) * up
   LAST_ROW,   // (x[T, E]) -> [1, E]: only the last token goes on to the output projection
+  // Ops of the families beyond Llama (Gemma 3, Qwen2/3, Phi-3). Each is an op of its own rather than a parameter of
+  // an op above, so a backend that lacks it refuses the node instead of running the older op without it.
+  GEGLU,         // (gate[T, F], up[T, F]) -> [T, F]: gelu_tanh(gate) * up (Gemma)
+  HEAD_RMSNORM,  // (x[T, H*D], w[D]) -> [T, H*D]: RMSNorm of each head's D values (Qwen3, Gemma 3 q/k norms)
+  BIAS_ADD,      // (x[T, N], b[N]) -> [T, N]: x + b on every row (Qwen2 q/k/v biases)
+  SOFTCAP,       // (x[T, N]) -> [T, N]: cap * tanh(x / cap), cap = params.scale (Gemma final logit softcapping)
   // Made by graph passes only (src/graph/passes), never by a model builder:
   SLICE,  // (x[T, N]) -> [T, n]: columns [slice_begin, slice_begin + n) of x, a view (row stride N) of a stack
-  // Test-only (OpTraits::test_only), never made by a model builder: the op docs/ARCHITECTURE.md's recipe for adding an
-  // op was proven with, kept so the recipe keeps working (its commit touched this file, ops.cpp, its CPU kernel
-  // backends/cpu/ops/scale.cpp and its rows in tests/ops/test_ops.cpp).
+  // The op docs/ARCHITECTURE.md's recipe for adding an op was proven with (its commit touched this file, ops.cpp, its
+  // CPU kernel backends/cpu/ops/scale.cpp and its rows in tests/ops/test_ops.cpp); test-only at first, now Gemma's
+  // embedding scale (x * sqrt(E)).
   SCALE,  // (x[T, E]) -> [T, E]: x * params.scale
   COUNT,  // not an op: the number of ops (the op table has this many rows)
 };
@@ -117,15 +123,18 @@ struct Tensor {
 
 // Parameters of the ops that need more than their input shapes.
 struct OpParams {
-  float eps = 0;            // RMSNORM
+  float eps = 0;            // RMSNORM, HEAD_RMSNORM
   int64_t n_head = 0;       // ROPE (heads of its input), ATTENTION (query heads)
   int64_t n_head_kv = 0;    // ATTENTION, KV_STORE
-  int64_t head_dim = 0;     // ROPE, ATTENTION, KV_STORE
+  int64_t head_dim = 0;     // ROPE, ATTENTION, KV_STORE, HEAD_RMSNORM
   int64_t rope_dim = 0;     // ROPE: rotated dims per head
   bool rope_neox = false;   // ROPE: pairs (i, i + R/2) instead of (2i, 2i+1)
   float attn_scale = 0;     // ATTENTION: usually 1/sqrt(head_dim)
+  // ATTENTION: sliding window; > 0: the token at position p attends to positions (p - window, p] only (Mistral, Gemma
+  // local layers; HF's `sliding_window`, llama.cpp's n_swa). 0: every earlier position.
+  int64_t window = 0;
   int64_t slice_begin = 0;  // SLICE: first column
-  float scale = 0;          // SCALE: the factor
+  float scale = 0;          // SCALE: the factor; SOFTCAP: the cap
 };
 
 // What a node made by a graph pass computes beyond its op (src/graph/passes/fuse.h). Builders leave it empty. Every
@@ -172,6 +181,16 @@ enum class Role : uint8_t {
   LAST_TOKEN,
   OUTPUT_NORM,
   OUTPUT,
+  // Families beyond Llama.
+  EMBD_SCALE,   // Gemma: embeddings times sqrt(E)
+  ATTN_Q_NORM,  // per-head q/k norms (Qwen3, Gemma 3)
+  ATTN_K_NORM,
+  ATTN_Q_BIAS,  // q/k/v biases (Qwen2)
+  ATTN_K_BIAS,
+  ATTN_V_BIAS,
+  ATTN_POST_NORM,  // Gemma: norm of the attention block's output before the residual add
+  FFN_POST_NORM,   // Gemma: norm of the FFN block's output before the residual add
+  OUTPUT_SOFTCAP,  // Gemma: final logit softcapping
 };
 std::string_view role_name(Role r);
 

@@ -2,6 +2,7 @@
 // shape and dtype, FLOPs, bytes). Everything that asks what an op is reads this table, so adding an op is a value in
 // graph.h's `Op` plus a row here (docs/ARCHITECTURE.md, "Recipes").
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 
 #include "core/error.h"
@@ -132,14 +133,21 @@ void infer_attention(const Graph& g, Node& n, Tensor& out) {
         cache->shape == std::vector<int64_t>({p.n_head_kv, cache->shape.size() == 3 ? cache->shape[1] : 0, p.head_dim}),
         "graph: node '{}': cache '{}' {} is not [{}, C, {}]", n.name, cache->name, shape_string(cache->shape),
         p.n_head_kv, p.head_dim);
+  TESSERA_CHECK(p.window >= 0, "graph: node '{}': sliding window {} is negative", n.name, p.window);
   const int64_t t = q.shape[0];
   out.shape = q.shape;
-  const uint64_t pairs = causal_pairs(t, g.n_past());
+  uint64_t pairs = causal_pairs(t, g.n_past());
+  int64_t keys_read = g.n_past() + t;
+  if (p.window > 0) {  // token i sees min(P + i + 1, window) keys; the chunk reads keys from P - window + 1 on
+    pairs = 0;
+    for (int64_t i = 0; i < t; ++i) pairs += u(std::min(g.n_past() + i + 1, p.window));
+    keys_read = std::min(keys_read, t - 1 + p.window);
+  }
   // Per (query, key) pair and head: q·k (2D), p·v (2D), and about 5 for scale, max, exp and sum.
   n.flops = u(p.n_head) * pairs * (4 * u(p.head_dim) + 5);
   // Each kv head's keys and values for positions [0, P+T) are read once (its query heads share them).
   const uint64_t elem = dtype_info(k.dtype).type_size;
-  n.bytes = 2 * q.nbytes() + 2 * u(p.n_head_kv) * u(g.n_past() + t) * u(p.head_dim) * elem;
+  n.bytes = 2 * q.nbytes() + 2 * u(p.n_head_kv) * u(keys_read) * u(p.head_dim) * elem;
 }
 
 void infer_add(const Graph& g, Node& n, Tensor& out) {
@@ -155,19 +163,10 @@ void infer_add(const Graph& g, Node& n, Tensor& out) {
   n.bytes = 3 * a.nbytes();
 }
 
-void infer_swiglu(const Graph& g, Node& n, Tensor& out) {
-  const Check c{g, n};
-  const Tensor& gate = c.in(0);
-  const Tensor& up = c.in(1);
-  c.is_f32(gate);
-  c.is_f32(up);
-  TESSERA_CHECK(gate.shape == up.shape, "graph: node '{}': gate {} and up {} shapes differ", n.name,
-                shape_string(gate.shape), shape_string(up.shape));
-  out.shape = gate.shape;
-  // silu(g) = g / (1 + exp(-g)): negate, exp, add, divide; then the multiply by up.
-  n.flops = 5 * u(gate.numel());
-  n.bytes = 3 * gate.nbytes();
-}
+void infer_gated(const Graph& g, Node& n, Tensor& out, uint64_t flops_per_element);
+
+// silu(g) = g / (1 + exp(-g)): negate, exp, add, divide; then the multiply by up.
+void infer_swiglu(const Graph& g, Node& n, Tensor& out) { infer_gated(g, n, out, 5); }
 
 void infer_last_row(const Graph& g, Node& n, Tensor& out) {
   const Check c{g, n};
@@ -178,6 +177,66 @@ void infer_last_row(const Graph& g, Node& n, Tensor& out) {
   out.dtype = x.dtype;
   n.flops = 0;
   n.bytes = 2 * u(x.shape[1]) * dtype_info(x.dtype).type_size;
+}
+
+// The gated activations (SWIGLU, GEGLU) share their shape check.
+void infer_gated(const Graph& g, Node& n, Tensor& out, uint64_t flops_per_element) {
+  const Check c{g, n};
+  const Tensor& gate = c.in(0);
+  const Tensor& up = c.in(1);
+  c.is_f32(gate);
+  c.is_f32(up);
+  TESSERA_CHECK(gate.shape == up.shape, "graph: node '{}': gate {} and up {} shapes differ", n.name,
+                shape_string(gate.shape), shape_string(up.shape));
+  out.shape = gate.shape;
+  n.flops = flops_per_element * u(gate.numel());
+  n.bytes = 3 * gate.nbytes();
+}
+
+// gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))): about 9 operations with the tanh, then the multiply.
+void infer_geglu(const Graph& g, Node& n, Tensor& out) { infer_gated(g, n, out, 10); }
+
+void infer_head_rmsnorm(const Graph& g, Node& n, Tensor& out) {
+  const Check c{g, n};
+  const Tensor& x = c.in(0);
+  const Tensor& w = c.in(1);
+  c.is_2d(x);
+  c.is_f32(x);
+  c.is_f32(w);
+  const int64_t d = n.params.head_dim;
+  TESSERA_CHECK(d > 0 && x.shape[1] % d == 0, "graph: node '{}': heads of {} do not fill {}", n.name, d,
+                shape_string(x.shape));
+  TESSERA_CHECK(w.shape == std::vector<int64_t>{d}, "graph: node '{}': norm weight {} is not [{}]", n.name,
+                shape_string(w.shape), d);
+  TESSERA_CHECK(n.params.eps > 0, "graph: node '{}': epsilon {} must be positive", n.name, n.params.eps);
+  out.shape = x.shape;
+  n.flops = 4 * u(x.numel());  // as RMSNORM: square, accumulate, scale, weight
+  n.bytes = 2 * x.nbytes() + w.nbytes();
+}
+
+void infer_bias_add(const Graph& g, Node& n, Tensor& out) {
+  const Check c{g, n};
+  const Tensor& x = c.in(0);
+  const Tensor& b = c.in(1);
+  c.is_2d(x);
+  c.is_f32(x);
+  c.is_f32(b);
+  TESSERA_CHECK(b.shape == std::vector<int64_t>{x.shape[1]}, "graph: node '{}': bias {} does not match {}", n.name,
+                shape_string(b.shape), shape_string(x.shape));
+  out.shape = x.shape;
+  n.flops = u(x.numel());
+  n.bytes = 2 * x.nbytes() + b.nbytes();
+}
+
+void infer_softcap(const Graph& g, Node& n, Tensor& out) {
+  const Check c{g, n};
+  const Tensor& x = c.in(0);
+  c.is_f32(x);
+  TESSERA_CHECK(std::isfinite(n.params.scale) && n.params.scale > 0, "graph: node '{}': cap {} must be positive",
+                n.name, n.params.scale);
+  out.shape = x.shape;
+  n.flops = 3 * u(x.numel());  // divide, tanh (counted as one), multiply
+  n.bytes = 2 * x.nbytes();
 }
 
 void infer_scale(const Graph& g, Node& n, Tensor& out) {
@@ -201,8 +260,12 @@ constexpr OpInfo kOps[] = {
     {Op::ADD, "add", "elementwise", 2, {.write_over = 0b11}, infer_add},
     {Op::SWIGLU, "swiglu", "elementwise", 2, {.write_over = 0b11}, infer_swiglu},
     {Op::LAST_ROW, "last_row", "copy", 1, {}, infer_last_row},
+    {Op::GEGLU, "geglu", "elementwise", 2, {.write_over = 0b11}, infer_geglu},
+    {Op::HEAD_RMSNORM, "head_rmsnorm", "norm", 2, {.write_over = 0b01}, infer_head_rmsnorm},
+    {Op::BIAS_ADD, "bias_add", "elementwise", 2, {.write_over = 0b01}, infer_bias_add},
+    {Op::SOFTCAP, "softcap", "elementwise", 1, {.write_over = 0b01}, infer_softcap},
     {Op::SLICE, "slice", "copy", 1, {.view_of = 0, .pass_only = true}, nullptr},
-    {Op::SCALE, "scale", "elementwise", 1, {.write_over = 0b01, .test_only = true}, infer_scale},
+    {Op::SCALE, "scale", "elementwise", 1, {.write_over = 0b01}, infer_scale},
 };
 
 constexpr bool rows_follow_the_enum() {

@@ -1,10 +1,10 @@
-// Hyperparameters of a Llama-family model, read from GGUF metadata or a Hugging Face config.json.
+// Hyperparameters of a model (Llama family, Gemma 3, Qwen2/3), read from GGUF metadata or a Hugging Face config.json.
 #pragma once
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
 
 namespace tessera {
 namespace gguf {
@@ -21,14 +21,14 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string architecture;  // "llama" (Llama 2/3, SmolLM2, Mistral share it)
+  std::string architecture;  // "llama" (Llama 2/3, SmolLM2, Mistral share it), "gemma3", "qwen2", "qwen3"
   std::string name;          // human-readable, may be empty
   int64_t n_layers = 0;
   int64_t n_embd = 0;        // model width
   int64_t n_head = 0;
   int64_t n_head_kv = 0;     // GQA: n_head % n_head_kv == 0
   int64_t head_dim = 0;      // usually n_embd / n_head
-  int64_t n_ff = 0;          // SwiGLU hidden width
+  int64_t n_ff = 0;          // SwiGLU / GEGLU hidden width
   int64_t n_vocab = 0;
   int64_t n_ctx_train = 0;   // trained context length
   float rope_base = 10000.0f;
@@ -37,7 +37,30 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   float norm_eps = 1e-5f;
   bool tied_output = false;  // output projection shares token_embd
-  int64_t sliding_window = 0;  // Mistral; 0 = none
+  int64_t sliding_window = 0;  // Mistral, Gemma 3 local layers; 0 = none
+
+  // Families beyond Llama (architecture "gemma3", "qwen2", "qwen3"; Mistral is "llama" with a sliding window).
+  std::string ffn_act = "silu";  // "silu" (SwiGLU) or "gelu_tanh" (GEGLU: Gemma)
+  bool qkv_bias = false;         // q/k/v projections have biases (Qwen2)
+  bool qk_norm = false;          // per-head RMSNorm of q and k before rope (Qwen3, Gemma 3)
+  bool post_norms = false;       // RMSNorm of each block's output before its residual add (Gemma 3)
+  float embd_scale = 0;          // embeddings multiplied by this (Gemma: sqrt(n_embd)); 0 = not scaled
+  float attn_scale = 0;          // attention score scale; 0 = 1/sqrt(head_dim) (Gemma: query_pre_attn_scalar^-1/2)
+  // Sliding-window layers: with swa_pattern > 0, layer l uses the window only when (l + 1) % swa_pattern != 0 (Gemma
+  // 3: five local layers, then a global one); 0: every layer uses sliding_window.
+  int64_t swa_pattern = 0;
+  float rope_base_local = 0;     // rope base of the sliding-window layers (Gemma 3: 10000); 0 = rope_base
+  float final_softcap = 0;       // logits = cap * tanh(logits / cap) (Gemma's final_logit_softcapping); 0 = none
+  float norm_weight_offset = 0;  // added to every RMSNorm weight at load (HF Gemma stores w for (1 + w); GGUF 1 + w)
+  // Per layer, whether it slides (HF's layer_types); empty: swa_pattern decides.
+  std::vector<uint8_t> layer_local;
+
+  // Whether layer l attends through the sliding window (and takes the local rope base).
+  bool is_local_layer(int64_t l) const {
+    if (sliding_window <= 0) return false;
+    if (!layer_local.empty()) return l >= 0 && l < static_cast<int64_t>(layer_local.size()) && layer_local[l] != 0;
+    return swa_pattern <= 0 || (l + 1) % swa_pattern != 0;
+  }
 
   // Throws tessera::Error naming the first inconsistent field (zero sizes, heads not dividing, ...).
   void validate(const std::string& source) const;
@@ -45,7 +68,8 @@ struct ModelConfig {
 
 // From GGUF metadata ("{arch}.block_count", ...); `tied_output` from the absence of output.weight.
 ModelConfig config_from_gguf(const gguf::File& f);
-// From a Hugging Face config.json (LlamaForCausalLM, MistralForCausalLM); `source` names the file in errors.
+// From a Hugging Face config.json (LlamaForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, Qwen2ForCausalLM,
+// Qwen3ForCausalLM); `source` names the file in errors.
 ModelConfig config_from_hf(const nlohmann::json& j, const std::string& source);
 
 }  // namespace tessera

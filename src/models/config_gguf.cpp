@@ -34,6 +34,22 @@ void ModelConfig::validate(const std::string& source) const {
   TESSERA_CHECK(std::isfinite(norm_eps) && norm_eps > 0 && norm_eps < 1, "{}: norm epsilon {} is out of range", source,
                 norm_eps);
   TESSERA_CHECK(n_ctx_train >= 0, "{}: context length {} is negative", source, n_ctx_train);
+  TESSERA_CHECK(ffn_act == "silu" || ffn_act == "gelu_tanh", "{}: feed-forward activation '{}' is not supported",
+                source, ffn_act);
+  TESSERA_CHECK(sliding_window >= 0, "{}: sliding window {} is negative", source, sliding_window);
+  TESSERA_CHECK(swa_pattern >= 0, "{}: sliding-window layer pattern {} is negative", source, swa_pattern);
+  TESSERA_CHECK(std::isfinite(embd_scale) && embd_scale >= 0, "{}: embedding scale {} is not a number >= 0", source,
+                embd_scale);
+  TESSERA_CHECK(std::isfinite(attn_scale) && attn_scale >= 0, "{}: attention scale {} is not a number >= 0", source,
+                attn_scale);
+  TESSERA_CHECK(std::isfinite(rope_base_local) && rope_base_local >= 0, "{}: local rope base {} is not a number >= 0",
+                source, rope_base_local);
+  TESSERA_CHECK(std::isfinite(final_softcap) && final_softcap >= 0, "{}: final logit softcap {} is not a number >= 0",
+                source, final_softcap);
+  TESSERA_CHECK(layer_local.empty() || static_cast<int64_t>(layer_local.size()) == n_layers,
+                "{}: {} layer types given for {} layers", source, layer_local.size(), n_layers);
+  TESSERA_CHECK(std::isfinite(norm_weight_offset), "{}: norm weight offset {} is not a number", source,
+                norm_weight_offset);
   TESSERA_CHECK(std::isfinite(rope_scaling.factor) && rope_scaling.factor > 0,
                 "{}: rope scaling factor {} is not a positive number", source, rope_scaling.factor);
 }
@@ -68,8 +84,10 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   auto arch = f.get_string("general.architecture");
   TESSERA_CHECK(arch.has_value(), "{}: metadata key 'general.architecture' is missing", f.path());
   c.architecture = std::string(*arch);
-  TESSERA_CHECK(c.architecture == "llama" || c.architecture == "mistral",
-                "{}: architecture '{}' is not supported yet (supported: llama, mistral)", f.path(), c.architecture);
+  TESSERA_CHECK(c.architecture == "llama" || c.architecture == "mistral" || c.architecture == "gemma3" ||
+                    c.architecture == "qwen2" || c.architecture == "qwen3" || c.architecture == "phi3",
+                "{}: architecture '{}' is not supported yet (supported: llama, mistral, gemma3, qwen2, qwen3, phi3)",
+                f.path(), c.architecture);
   if (auto name = f.get_string("general.name")) c.name = std::string(*name);
   const std::string a = c.architecture + ".";
   c.n_layers = require_int(f, a + "block_count");
@@ -104,6 +122,49 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   // Llama 3.x GGUFs carry llama3 scaling as a rope_freqs.weight tensor of per-dimension divisors.
   if (f.find_tensor("rope_freqs.weight") != nullptr && c.rope_scaling.type == "none") c.rope_scaling.type = "freqs";
   c.rope_neox = false;  // GGUF's converter permutes q/k for the "normal" (adjacent pairs) rotation
+  if (c.architecture == "phi3") {
+    c.rope_neox = true;
+    // Phi-3's 128k variants scale rope per dimension ("longrope", rope_factors_long/short.weight): not supported.
+    TESSERA_CHECK(
+        f.find_tensor("rope_factors_long.weight") == nullptr && f.find_tensor("rope_factors_short.weight") == nullptr,
+        "{}: tensor 'rope_factors_long.weight' found: Phi-3's longrope scaling is not supported", f.path());
+  }
+  if (c.architecture == "qwen2" || c.architecture == "qwen3" || c.architecture == "gemma3") {
+    // llama.cpp's converter permutes q/k rows for llama only: these keep HF's NeoX pairs (i, i + D/2).
+    c.rope_neox = true;
+    c.qkv_bias = c.architecture == "qwen2";
+    c.qk_norm = c.architecture != "qwen2";
+    // Qwen2 GGUFs may carry a sliding window that llama.cpp does not apply (HF's use_sliding_window is off in every
+    // released Qwen2/2.5): full attention, as both peers run it.
+    if (c.architecture != "gemma3") c.sliding_window = 0;
+  }
+  if (c.architecture == "gemma3") {
+    // llama.cpp's gemma3: the converter stores the norms' (1 + w) so they are plain RMSNorm here; GEGLU; embeddings
+    // times sqrt(E); post-norms; local layers (five of six) with a 10000 rope base, values llama.cpp fixes in code
+    // rather than reading from the file, and so do we.
+    c.ffn_act = "gelu_tanh";
+    c.post_norms = true;
+    c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+    // The local layers: every sixth layer is global unless the file says otherwise (a period, or one bool per layer
+    // as llama.cpp's converter may write), with llama.cpp's default local rope base unless the file gives one.
+    c.swa_pattern = 6;
+    if (const gguf::Value* pat = f.find(a + "attention.sliding_window_pattern")) {
+      if (pat->is_array()) {
+        TESSERA_CHECK(static_cast<int64_t>(pat->len) == c.n_layers,
+                      "{}: metadata '{}attention.sliding_window_pattern' has {} entries for {} layers", f.path(), a,
+                      pat->len, c.n_layers);
+        for (uint64_t i = 0; i < pat->len; ++i) c.layer_local.push_back(pat->int_at(i) != 0 ? 1 : 0);
+      } else {
+        c.swa_pattern = require_int(f, a + "attention.sliding_window_pattern");
+      }
+    }
+    c.rope_base_local = opt_float(f, a + "rope.freq_base_swa", 10000.0f);
+    // query_pre_attn_scalar is not in the file: it is head_dim except for the 27B model (62 layers), whose scalar is
+    // n_embd / n_head; llama.cpp decides the same way.
+    c.attn_scale = static_cast<float>(
+        1.0 / std::sqrt(c.n_layers == 62 ? double(c.n_embd) / double(c.n_head) : double(c.head_dim)));
+    c.final_softcap = opt_float(f, a + "final_logit_softcapping", 0.0f);
+  }
   c.validate(f.path());
   return c;
 }

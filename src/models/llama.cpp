@@ -74,21 +74,36 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
   const int inv_freq = g.add_constant(
       "rope_inv_freq", rope_inv_freq(c, freqs ? reinterpret_cast<const float*>(freqs->data) : nullptr));
 
+  // Local (sliding-window) layers of Gemma 3 rotate with their own base and without the global layers' scaling.
+  int inv_freq_local = inv_freq;
+  if (c.sliding_window > 0 && c.rope_base_local > 0) {
+    ModelConfig local = c;
+    local.rope_base = c.rope_base_local;
+    local.rope_scaling = RopeScaling{};
+    inv_freq_local = g.add_constant("rope_inv_freq_local", rope_inv_freq(local, nullptr));
+  }
+
   const int embd = weight("token_embd.weight", {V, E});
   int x = g.add_node("token_embd", Op::EMBED, Role::TOKEN_EMBD, -1, "embd", {embd, tokens});
+  if (c.embd_scale > 0)
+    x = g.add_node("token_embd_scale", Op::SCALE, Role::EMBD_SCALE, -1, "embd", {x}, {.scale = c.embd_scale});
 
   graph::OpParams rope_q{.n_head = H, .head_dim = D, .rope_dim = c.rope_dim, .rope_neox = c.rope_neox};
   graph::OpParams rope_k = rope_q;
   rope_k.n_head = Hkv;
   const graph::OpParams norm{.eps = c.norm_eps};
+  const graph::OpParams head_norm{.eps = c.norm_eps, .head_dim = D};
   const graph::OpParams kv{.n_head_kv = Hkv, .head_dim = D};
-  const graph::OpParams attn{.n_head = H, .n_head_kv = Hkv, .head_dim = D,
-                             .attn_scale = static_cast<float>(1.0 / std::sqrt(double(D)))};
+  const float scale = c.attn_scale > 0 ? c.attn_scale : static_cast<float>(1.0 / std::sqrt(double(D)));
+  const bool geglu = c.ffn_act == "gelu_tanh";
 
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    TESSERA_CHECK(w.find(p + "attn_q.bias") == nullptr,
-                  "{}: tensor '{}attn_q.bias' found: attention biases are not part of the llama family", w.path(), p);
+    if (!c.qkv_bias)
+      TESSERA_CHECK(w.find(p + "attn_q.bias") == nullptr,
+                    "{}: tensor '{}attn_q.bias' found, but {} models have no attention biases", w.path(), p,
+                    c.architecture);
+    const bool local = c.is_local_layer(l);
     const int cache_k = g.add_kv_cache(p + "cache_k", o.kv_dtype, {Hkv, n_ctx, D});
     const int cache_v = g.add_kv_cache(p + "cache_v", o.kv_dtype, {Hkv, n_ctx, D});
     g.set_io_role(cache_k, graph::IoRole::CACHE_K, l);
@@ -99,24 +114,52 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
     int q = g.add_node(p + "attn_q", Op::MATMUL, Role::ATTN_Q, l, "attn", {h, weight(p + "attn_q.weight", {H * D, E})});
     int k = g.add_node(p + "attn_k", Op::MATMUL, Role::ATTN_K, l, "attn", {h, weight(p + "attn_k.weight", {Hkv * D, E})});
     int v = g.add_node(p + "attn_v", Op::MATMUL, Role::ATTN_V, l, "attn", {h, weight(p + "attn_v.weight", {Hkv * D, E})});
-    q = g.add_node(p + "rope_q", Op::ROPE, Role::ROPE_Q, l, "attn", {q, positions, inv_freq}, rope_q);
-    k = g.add_node(p + "rope_k", Op::ROPE, Role::ROPE_K, l, "attn", {k, positions, inv_freq}, rope_k);
+    if (c.qkv_bias) {
+      q = g.add_node(p + "attn_q_bias", Op::BIAS_ADD, Role::ATTN_Q_BIAS, l, "attn",
+                     {q, weight(p + "attn_q.bias", {H * D})});
+      k = g.add_node(p + "attn_k_bias", Op::BIAS_ADD, Role::ATTN_K_BIAS, l, "attn",
+                     {k, weight(p + "attn_k.bias", {Hkv * D})});
+      v = g.add_node(p + "attn_v_bias", Op::BIAS_ADD, Role::ATTN_V_BIAS, l, "attn",
+                     {v, weight(p + "attn_v.bias", {Hkv * D})});
+    }
+    if (c.qk_norm) {
+      q = g.add_node(p + "attn_q_norm", Op::HEAD_RMSNORM, Role::ATTN_Q_NORM, l, "attn",
+                     {q, weight(p + "attn_q_norm.weight", {D})}, head_norm);
+      k = g.add_node(p + "attn_k_norm", Op::HEAD_RMSNORM, Role::ATTN_K_NORM, l, "attn",
+                     {k, weight(p + "attn_k_norm.weight", {D})}, head_norm);
+    }
+    const int freq = local ? inv_freq_local : inv_freq;
+    q = g.add_node(p + "rope_q", Op::ROPE, Role::ROPE_Q, l, "attn", {q, positions, freq}, rope_q);
+    k = g.add_node(p + "rope_k", Op::ROPE, Role::ROPE_K, l, "attn", {k, positions, freq}, rope_k);
     const int ck = g.add_node(p + "cache_k_store", Op::KV_STORE, Role::CACHE_K, l, "attn", {k, cache_k}, kv);
     const int cv = g.add_node(p + "cache_v_store", Op::KV_STORE, Role::CACHE_V, l, "attn", {v, cache_v}, kv);
     g.mark_output(ck);
     g.mark_output(cv);
+    // A window at least as long as the cache drops no key: the attention is then a plain one (which every backend's
+    // fused attention runs).
+    const graph::OpParams attn{.n_head = H,
+                               .n_head_kv = Hkv,
+                               .head_dim = D,
+                               .attn_scale = scale,
+                               .window = local && c.sliding_window < n_ctx ? c.sliding_window : 0};
     const int a = g.add_node(p + "attn", Op::ATTENTION, Role::ATTN, l, "attn", {q, ck, cv}, attn);
-    const int ao = g.add_node(p + "attn_output", Op::MATMUL, Role::ATTN_O, l, "attn",
-                              {a, weight(p + "attn_output.weight", {E, H * D})});
+    int ao = g.add_node(p + "attn_output", Op::MATMUL, Role::ATTN_O, l, "attn",
+                        {a, weight(p + "attn_output.weight", {E, H * D})});
+    if (c.post_norms)
+      ao = g.add_node(p + "attn_post_norm", Op::RMSNORM, Role::ATTN_POST_NORM, l, "attn",
+                      {ao, weight(p + "post_attention_norm.weight", {E})}, norm);
     x = g.add_node(p + "attn_residual", Op::ADD, Role::ATTN_RESIDUAL, l, "attn", {x, ao});
 
     h = g.add_node(p + "ffn_norm", Op::RMSNORM, Role::FFN_NORM, l, "ffn", {x, weight(p + "ffn_norm.weight", {E})}, norm);
     const int gate = g.add_node(p + "ffn_gate", Op::MATMUL, Role::FFN_GATE, l, "ffn",
                                 {h, weight(p + "ffn_gate.weight", {F, E})});
     const int up = g.add_node(p + "ffn_up", Op::MATMUL, Role::FFN_UP, l, "ffn", {h, weight(p + "ffn_up.weight", {F, E})});
-    const int act = g.add_node(p + "ffn_act", Op::SWIGLU, Role::FFN_ACT, l, "ffn", {gate, up});
-    const int down = g.add_node(p + "ffn_down", Op::MATMUL, Role::FFN_DOWN, l, "ffn",
-                                {act, weight(p + "ffn_down.weight", {E, F})});
+    const int act = g.add_node(p + "ffn_act", geglu ? Op::GEGLU : Op::SWIGLU, Role::FFN_ACT, l, "ffn", {gate, up});
+    int down =
+        g.add_node(p + "ffn_down", Op::MATMUL, Role::FFN_DOWN, l, "ffn", {act, weight(p + "ffn_down.weight", {E, F})});
+    if (c.post_norms)
+      down = g.add_node(p + "ffn_post_norm", Op::RMSNORM, Role::FFN_POST_NORM, l, "ffn",
+                        {down, weight(p + "post_ffw_norm.weight", {E})}, norm);
     x = g.add_node(p + "ffn_residual", Op::ADD, Role::FFN_RESIDUAL, l, "ffn", {x, down});
   }
 
@@ -125,7 +168,10 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
   x = g.add_node("output_norm", Op::RMSNORM, Role::OUTPUT_NORM, -1, "output", {x, weight("output_norm.weight", {E})},
                  norm);
   const int out_w = c.tied_output ? embd : weight("output.weight", {V, E});
-  const int logits = g.add_node("output", Op::MATMUL, Role::OUTPUT, -1, "output", {x, out_w});
+  int logits = g.add_node("output", Op::MATMUL, Role::OUTPUT, -1, "output", {x, out_w});
+  if (c.final_softcap > 0)
+    logits = g.add_node("output_softcap", Op::SOFTCAP, Role::OUTPUT_SOFTCAP, -1, "output", {logits},
+                        {.scale = c.final_softcap});
   g.mark_output(logits);
   g.set_io_role(logits, graph::IoRole::LOGITS);
   return g;

@@ -1,5 +1,8 @@
-// The Llama-family graph builder: Llama 2, Llama 3 (rope scaling "llama3" or rope_freqs.weight), SmolLM2, Mistral;
-// grouped-query attention; tied or separate output projection.
+// The pre-norm decoder graph builder: Llama 2, Llama 3 (rope scaling "llama3" or rope_freqs.weight), SmolLM2, Mistral
+// (sliding window), and the families that differ from Llama only in what ModelConfig says: Qwen2 (q/k/v biases),
+// Qwen3 (per-head q/k norms), Gemma 3 (GEGLU, post-norms, embeddings times sqrt(E), q/k norms, five local
+// sliding-window layers with their own rope base per global one, attention scale, final softcap); grouped-query
+// attention; tied or separate output projection. Callers use models/model_graph.h's dispatch.
 #pragma once
 
 #include <cstdint>

@@ -34,21 +34,72 @@ bool looks_like_gguf(const std::string& path) {
   return f.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
-// 1-D weights feed f32-only kernels (norms) or the rope setup: convert them once to aligned f32.
+bool is_norm_weight(std::string_view name) { return name.ends_with("norm.weight"); }
+
+// 1-D weights feed f32-only kernels (norms) or the rope setup: convert them once to aligned f32. Norm weights also
+// take the config's offset here (HF Gemma's (1 + w)), so every kernel sees plain RMSNorm weights.
 void to_f32_where_needed(ModelWeights::State& s) {
+  const float offset = s.config.norm_weight_offset;
   for (TensorView& t : s.tensors) {
     if (t.shape.size() != 1 || t.data == nullptr) continue;
     const bool aligned = reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0;
-    if (t.dtype == DType::F32 && aligned) continue;
+    const bool shift = offset != 0 && is_norm_weight(t.name);
+    if (t.dtype == DType::F32 && aligned && !shift) continue;
     TESSERA_CHECK(can_dequantize(t.dtype), "{}: tensor '{}' has dtype {}, which cannot be converted to f32", s.path,
                   t.name, dtype_name(t.dtype));
     auto buf = std::make_shared<std::vector<float>>(static_cast<size_t>(t.shape[0]));
     dequantize_row(t.dtype, t.data, buf->data(), t.shape[0]);
+    if (shift)
+      for (float& v : *buf) v += offset;
     t.dtype = DType::F32;
     t.data = reinterpret_cast<const uint8_t*>(buf->data());
     t.nbytes = buf->size() * sizeof(float);
     s.owned.push_back(std::move(buf));
   }
+}
+
+// Rows [row0, row0 + n) of a row-major 2-D tensor as a view of its own (no copy): a row is whole blocks in every
+// format, so the view is a valid tensor of the same dtype.
+TensorView row_view(const TensorView& t, std::string name, int64_t row0, int64_t n) {
+  TensorView v = t;
+  const uint64_t row = *dtype_row_bytes(t.dtype, static_cast<uint64_t>(t.shape[1]));
+  v.name = std::move(name);
+  v.shape = {n, t.shape[1]};
+  v.offset = t.offset + static_cast<uint64_t>(row0) * row;
+  v.nbytes = static_cast<uint64_t>(n) * row;
+  if (t.data != nullptr) v.data = t.data + static_cast<uint64_t>(row0) * row;
+  return v;
+}
+
+// Phi-3 stores q|k|v as one attn_qkv [(H + 2 Hkv) D, E] and gate|up as one ffn_up [2F, E] (gate first, as both
+// transformers' chunk and ggml's swiglu take it): split into the views the builder reads, so every backend runs the
+// family's weights as separate matmuls (a backend that stacks matmuls stacks them again).
+void split_fused(ModelWeights::State& s) {
+  const ModelConfig& c = s.config;
+  std::vector<TensorView> out;
+  for (TensorView& t : s.tensors) {
+    const std::string& n = t.name;
+    const bool qkv = n.ends_with(".attn_qkv.weight");
+    const bool gate_up = n.ends_with(".ffn_up.weight") && t.shape.size() == 2 && t.shape[0] == 2 * c.n_ff;
+    if (!qkv && !gate_up) {
+      out.push_back(std::move(t));
+      continue;
+    }
+    const std::string p = n.substr(0, n.rfind('.', n.size() - std::string_view(".weight").size() - 1) + 1);
+    if (qkv) {
+      const int64_t q = c.n_head * c.head_dim, kv = c.n_head_kv * c.head_dim;
+      TESSERA_CHECK(t.shape.size() == 2 && t.shape[0] == q + 2 * kv && t.shape[1] == c.n_embd,
+                    "{}: tensor '{}' has shape {}, expected [{}, {}] (q, k and v stacked)", s.path, n,
+                    graph::shape_string(t.shape), q + 2 * kv, c.n_embd);
+      out.push_back(row_view(t, p + "attn_q.weight", 0, q));
+      out.push_back(row_view(t, p + "attn_k.weight", q, kv));
+      out.push_back(row_view(t, p + "attn_v.weight", q + kv, kv));
+    } else {
+      out.push_back(row_view(t, p + "ffn_gate.weight", 0, c.n_ff));
+      out.push_back(row_view(t, p + "ffn_up.weight", c.n_ff, c.n_ff));
+    }
+  }
+  s.tensors = std::move(out);
 }
 
 void build_index(ModelWeights::State& s) {
@@ -68,6 +119,7 @@ ModelWeights ModelWeights::open(const std::string& path) {
     s->gguf = std::make_shared<gguf::File>(gguf::File::open(path));
     s->config = config_from_gguf(*s->gguf);
     s->tensors = s->gguf->tensors();
+    if (s->config.architecture == "phi3") split_fused(*s);
   } else {
     s->format = "safetensors";
     s->st = std::make_shared<safetensors::Model>(safetensors::Model::open(path));
@@ -79,6 +131,19 @@ ModelWeights ModelWeights::open(const std::string& path) {
       v.name = std::move(name);
       s->tensors.push_back(std::move(v));
     }
+    // Gemma 3's post_attention_layernorm is its attention post-norm and pre_feedforward_layernorm its FFN norm (the
+    // name map gave them Llama's meanings, ffn_norm and pre_ffw_norm): GGUF's names, as llama.cpp's converter writes.
+    if (s->config.architecture == "gemma3") {
+      for (TensorView& t : s->tensors) {
+        if (t.name.ends_with(".ffn_norm.weight"))
+          t.name.replace(t.name.size() - std::string_view("ffn_norm.weight").size(), std::string::npos,
+                         "post_attention_norm.weight");
+        else if (t.name.ends_with(".pre_ffw_norm.weight"))
+          t.name.replace(t.name.size() - std::string_view("pre_ffw_norm.weight").size(), std::string::npos,
+                         "ffn_norm.weight");
+      }
+    }
+    if (s->config.architecture == "phi3") split_fused(*s);
     // Checkpoints with tie_word_embeddings may still ship lm_head.weight; config_from_hf decides, the file confirms.
     if (s->config.tied_output) {
       std::erase_if(s->tensors, [](const TensorView& t) { return t.name == "output.weight"; });

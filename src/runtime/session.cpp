@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "models/llama.h"
+#include "models/model_graph.h"
 #include "runtime/sampler.h"
 
 namespace tessera::runtime {
@@ -40,14 +40,15 @@ EngineOptions resolve_options(const SessionOptions& o, const ModelConfig& c) {
   const int64_t limit = c.n_ctx_train > 0 ? c.n_ctx_train : 0;
   if (o.n_ctx == 0) {
     e.n_ctx = limit > 0 ? limit : kDefaultCtxWithoutMetadata;
-    if (c.sliding_window > 0) e.n_ctx = std::min(e.n_ctx, c.sliding_window);
+    // A model whose every layer slides (Mistral) keeps its default context within the window, where the window
+    // changes nothing and every backend runs it (the CUDA executors run no sliding window yet); a longer context is
+    // asked for explicitly and runs on the CPU.
+    bool every_layer_slides = c.sliding_window > 0;
+    for (int64_t l = 0; l < c.n_layers; ++l) every_layer_slides &= c.is_local_layer(l);
+    if (every_layer_slides) e.n_ctx = std::min(e.n_ctx, c.sliding_window);
   } else {
     TESSERA_CHECK(limit == 0 || o.n_ctx <= limit, "context size {} exceeds the model's trained context of {} tokens",
                   o.n_ctx, limit);
-    TESSERA_CHECK(c.sliding_window == 0 || o.n_ctx <= c.sliding_window,
-                  "context size {} exceeds the model's sliding window of {} tokens (sliding-window attention is not "
-                  "supported yet)",
-                  o.n_ctx, c.sliding_window);
     e.n_ctx = o.n_ctx;
   }
   TESSERA_CHECK(o.n_batch > 0 && o.n_batch <= kMaxBatch, "batch size {} must be between 1 and {}", o.n_batch,
@@ -100,7 +101,7 @@ Engine::Engine(ModelWeights weights, std::shared_ptr<backend::WeightStore> store
 }
 
 graph::Graph Engine::build_graph(int64_t n_tokens, int64_t n_past, bool all_logits) const {
-  return build_llama_graph(w_, LlamaGraphOptions{.n_tokens = n_tokens,
+  return build_model_graph(w_, ModelGraphOptions{.n_tokens = n_tokens,
                                                  .n_past = n_past,
                                                  .n_ctx = std::max(o_.n_ctx, n_past + n_tokens),
                                                  .kv_dtype = o_.kv_dtype,

@@ -101,8 +101,8 @@ TEST(ConfigHf, ModelTypeWhenArchitecturesAbsent) {
 
 TEST(ConfigHf, UnsupportedArchitecture) {
   json j = config_of("tiny-llama3-f32");
-  j["architectures"] = {"Qwen2ForCausalLM"};
-  EXPECT_ERROR_HAS(parse(j), "config.json: architecture 'Qwen2ForCausalLM' is not supported");
+  j["architectures"] = {"GPT2LMHeadModel"};
+  EXPECT_ERROR_HAS(parse(j), "config.json: architecture 'GPT2LMHeadModel' is not supported");
   j["architectures"] = json::array();
   EXPECT_ERROR_HAS(parse(j), "'architectures' must be a non-empty list");
   j["architectures"] = "LlamaForCausalLM";
@@ -226,6 +226,92 @@ TEST(ConfigHf, RopeParametersOfTransformers5) {
   EXPECT_EQ(c.rope_scaling.type, "llama3");
   EXPECT_EQ(c.rope_scaling.factor, static_cast<float>(rs["factor"].get<double>()));
   EXPECT_EQ(c.rope_scaling.original_context, rs["original_max_position_embeddings"].get<int64_t>());
+}
+
+// The families beyond Llama: what each config.json turns into.
+TEST(ConfigHf, Gemma3) {
+  json j = config_of("tiny-llama3-f32");
+  j.erase("rope_scaling");
+  j.erase("rope_parameters");
+  j.erase("hidden_act");
+  j["architectures"] = {"Gemma3ForCausalLM"};
+  j["hidden_size"] = 64;
+  j["num_hidden_layers"] = 3;
+  j["query_pre_attn_scalar"] = 16;
+  j["sliding_window"] = 12;
+  j["final_logit_softcapping"] = 30.0;
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention"};
+  j["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e6}}},
+                          {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 1e4}}}};
+  j.erase("tie_word_embeddings");
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.architecture, "gemma3");
+  EXPECT_EQ(c.ffn_act, "gelu_tanh");
+  EXPECT_TRUE(c.qk_norm && c.post_norms && c.tied_output && c.rope_neox);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.norm_weight_offset, 1.0f);
+  EXPECT_EQ(c.embd_scale, 8.0f);  // sqrt(64)
+  EXPECT_FLOAT_EQ(c.attn_scale, 0.25f);
+  EXPECT_EQ(c.final_softcap, 30.0f);
+  EXPECT_EQ(c.rope_base, 1e6f);
+  EXPECT_EQ(c.rope_base_local, 1e4f);
+  EXPECT_EQ(c.sliding_window, 12);
+  EXPECT_TRUE(c.is_local_layer(0));
+  EXPECT_FALSE(c.is_local_layer(1));
+  EXPECT_TRUE(c.is_local_layer(2));
+  j.erase("layer_types");  // transformers' pattern: every sixth layer is global
+  j["num_hidden_layers"] = 12;
+  const ModelConfig p = parse(j);
+  for (int l = 0; l < 12; ++l) EXPECT_EQ(p.is_local_layer(l), (l + 1) % 6 != 0) << l;
+  j["layer_types"] = {"sliding_attention"};
+  EXPECT_ERROR_HAS(parse(j), "'layer_types' must list one type per layer");
+  j["layer_types"] = std::vector<std::string>(12, "chunked_attention");
+  EXPECT_ERROR_HAS(parse(j), "is not 'sliding_attention' or 'full_attention'");
+  j.erase("layer_types");
+  j["attn_logit_softcapping"] = 50.0;
+  EXPECT_ERROR_HAS(parse(j), "attn_logit_softcapping is set");
+  j.erase("attn_logit_softcapping");
+  j["hidden_activation"] = "gelu";
+  EXPECT_ERROR_HAS(parse(j), "hidden_activation 'gelu' is not supported");
+}
+
+TEST(ConfigHf, Qwen2AndQwen3) {
+  json j = config_of("tiny-llama3-f32");
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  ModelConfig c = parse(j);
+  EXPECT_EQ(c.architecture, "qwen2");
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.sliding_window, 0);
+  j["use_sliding_window"] = true;
+  EXPECT_ERROR_HAS(parse(j), "use_sliding_window is true");
+  j.erase("use_sliding_window");
+  j["architectures"] = {"Qwen3ForCausalLM"};
+  c = parse(j);
+  EXPECT_EQ(c.architecture, "qwen3");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  j["attention_bias"] = true;
+  EXPECT_ERROR_HAS(parse(j), "attention_bias is true");
+  j.erase("architectures");
+  j["model_type"] = "qwen3";
+  j.erase("attention_bias");
+  EXPECT_EQ(parse(j).architecture, "qwen3");
+}
+
+TEST(ConfigHf, Phi3) {
+  json j = config_of("tiny-llama3-f32");
+  j["architectures"] = {"Phi3ForCausalLM"};
+  j["partial_rotary_factor"] = 0.5;
+  j["sliding_window"] = 2047;
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.architecture, "phi3");
+  EXPECT_EQ(c.rope_dim, c.head_dim / 2);
+  EXPECT_EQ(c.sliding_window, 2047);
+  EXPECT_TRUE(c.is_local_layer(0));
+  j["partial_rotary_factor"] = 1.5;
+  EXPECT_ERROR_HAS(parse(j), "partial_rotary_factor 1.5 is above 1");
 }
 
 }  // namespace

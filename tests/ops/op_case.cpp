@@ -149,7 +149,7 @@ OpGraph kv_store(std::mt19937& rng, DType cache, int64_t t, int64_t n_kv, int64_
 }
 
 OpGraph attention(std::mt19937& rng, DType cache, int64_t t, int64_t n_head, int64_t n_kv, int64_t head_dim,
-                  int64_t n_ctx, int64_t n_past) {
+                  int64_t n_ctx, int64_t n_past, int64_t window) {
   OpGraph og{graph::Graph(t, n_past)};
   const int q = add_f32_input(og, rng, "q", {t, n_head * head_dim}, -1.0f, 1.0f);
   // The chunk's own keys and values are in the cache already (KV_STORE ran before attention).
@@ -161,6 +161,7 @@ OpGraph attention(std::mt19937& rng, DType cache, int64_t t, int64_t n_head, int
   p.n_head_kv = n_kv;
   p.head_dim = head_dim;
   p.attn_scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  p.window = window;
   og.g.mark_output(og.g.add_node("attn", Op::ATTENTION, Role::ATTN, 0, "attn", {q, k, v}, p));
   return og;
 }

@@ -67,7 +67,7 @@ OpGraph rope(std::mt19937& rng, int64_t t, int64_t n_head, int64_t head_dim, int
 OpGraph kv_store(std::mt19937& rng, DType cache, int64_t t, int64_t n_kv, int64_t head_dim, int64_t n_ctx,
                  int64_t n_past);
 OpGraph attention(std::mt19937& rng, DType cache, int64_t t, int64_t n_head, int64_t n_kv, int64_t head_dim,
-                  int64_t n_ctx, int64_t n_past);
+                  int64_t n_ctx, int64_t n_past, int64_t window = 0);
 OpGraph add(std::mt19937& rng, int64_t t, int64_t d);
 OpGraph swiglu(std::mt19937& rng, int64_t t, int64_t f);
 OpGraph last_row(std::mt19937& rng, int64_t t, int64_t d);

@@ -155,6 +155,7 @@ std::optional<std::vector<float>> run_cuda(const OpGraph& og) {
       return result;
     }
     case Op::ATTENTION: {
+      if (n.params.window > 0) return std::nullopt;  // no CUDA kernel reads a sliding window yet
       // One row: split-K decode attention (the decoder's kernel); more rows: the prefill kernel (an f32 cache takes
       // its FFMA path). Chunks of >= 256 rows with a 16-bit cache take attn_prefill_tma or cuDNN in the executor.
       const graph::OpParams& p = n.params;

@@ -34,6 +34,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "ops/op_case.h"
 
 namespace tessera::ops_test {
@@ -95,11 +96,13 @@ Row kv_store_row(DType cache, int64_t t, int64_t n_kv, int64_t hd, int64_t n_ctx
           [=](std::mt19937& rng) { return kv_store(rng, cache, t, n_kv, hd, n_ctx, p0); }, kExact, kExact};
 }
 
-Row attention_row(DType cache, int64_t t, int64_t n_head, int64_t n_kv, int64_t hd, int64_t n_ctx, int64_t p0) {
+Row attention_row(DType cache, int64_t t, int64_t n_head, int64_t n_kv, int64_t hd, int64_t n_ctx, int64_t p0,
+                  int64_t window = 0) {
   Row r;
   r.name = "ATTENTION_" + dn(cache) + "_t" + std::to_string(t) + "_h" + std::to_string(n_head) + "_kv" +
-           std::to_string(n_kv) + "_hd" + std::to_string(hd) + "_p" + std::to_string(p0);
-  r.build = [=](std::mt19937& rng) { return attention(rng, cache, t, n_head, n_kv, hd, n_ctx, p0); };
+           std::to_string(n_kv) + "_hd" + std::to_string(hd) + "_p" + std::to_string(p0) +
+           (window > 0 ? "_w" + std::to_string(window) : "");
+  r.build = [=](std::mt19937& rng) { return attention(rng, cache, t, n_head, n_kv, hd, n_ctx, p0, window); };
   r.max_nmse_cpu = kF32;
   r.max_nmse_cuda = t > 1 && cache != DType::F32 ? kAttn16 : kF32;
   return r;
@@ -153,13 +156,24 @@ const std::vector<Row>& rows() {
         attention_row(DType::F16, 40, 8, 2, 64, 128, 20),
         attention_row(DType::F16, 64, 4, 4, 128, 128, 0),
         attention_row(DType::F32, 17, 8, 2, 64, 64, 5),
+        // Sliding windows (Mistral, Gemma 3's local layers): decode, a prefill chunk whose queries' windows start in
+        // different key blocks, and one with a window shorter than a key block.
+        attention_row(DType::F16, 1, 8, 2, 64, 256, 150, 100),
+        attention_row(DType::F16, 40, 8, 2, 64, 256, 90, 70),
+        attention_row(DType::F32, 17, 4, 1, 32, 64, 20, 5),
         add_row(1, 576),
         add_row(7, 1000),
         swiglu_row(1, 1536),
         swiglu_row(5, 1000),
         last_row_row(1, 576),
         last_row_row(9, 576),
-        simple_row(graph::Op::SCALE, {{7, 1000}}, {.scale = -0.75f}, kExact, kExact),  // test-only (graph.h)
+        simple_row(graph::Op::SCALE, {{7, 1000}}, {.scale = -0.75f}, kExact, kExact),
+        // The families' ops: their registered kernels are both CPU modes (so exact); their values are checked
+        // against the test's own arithmetic below.
+        simple_row(graph::Op::GEGLU, {{5, 1000}, {5, 1000}}, {}, kExact, kExact),
+        simple_row(graph::Op::HEAD_RMSNORM, {{3, 64}, {16}}, {.eps = 1e-6f, .head_dim = 16}, kExact, kExact),
+        simple_row(graph::Op::BIAS_ADD, {{5, 96}, {96}}, {}, kExact, kExact),
+        simple_row(graph::Op::SOFTCAP, {{3, 1000}}, {.scale = 1.5f}, kExact, kExact),
         // Fused nodes (graph passes: matmul + epilogue, stacked matmuls, rope + cache store + attention) add their
         // rows here when the passes emit them, each against the reference of the nodes it replaces.
     };
@@ -267,7 +281,7 @@ TEST(OpScale, ShapeCostAndTraits) {
   EXPECT_EQ(g.node(0).bytes, 2u * 7000 * 4);  // x read, y written
   EXPECT_EQ(graph::op_name(graph::Op::SCALE), "scale");
   EXPECT_EQ(graph::op_class(graph::Op::SCALE), "elementwise");
-  EXPECT_TRUE(graph::op_info(graph::Op::SCALE).traits.test_only);
+  EXPECT_FALSE(graph::op_info(graph::Op::SCALE).traits.test_only);  // Gemma's embedding scale since
   EXPECT_TRUE(graph::may_write_over_input(graph::Op::SCALE, 0));
   EXPECT_FALSE(graph::is_view(graph::Op::SCALE));
   const int ids = g.add_input("ids", DType::I32, {7});
@@ -285,6 +299,119 @@ TEST(OpScale, CpuKernelMultipliesEveryElement) {
     const std::vector<float> y = run_cpu(og, reference);
     ASSERT_EQ(y.size(), x.size());
     for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], x[i] * -0.75f) << "element " << i;
+  }
+}
+
+// The families' ops: shape checks, costs, and the CPU kernels (both modes) against values computed here.
+std::vector<float> floats_of(const std::vector<uint8_t>& bytes) {
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), bytes.size());
+  return v;
+}
+
+// Runs both CPU modes and checks each output element against want(i) within a relative 1e-5 (float rounding).
+template <typename F>
+void expect_kernel(const OpGraph& og, F&& want) {
+  for (const bool reference : {true, false}) {
+    const std::vector<float> y = run_cpu(og, reference);
+    for (size_t i = 0; i < y.size(); ++i) {
+      const double w = want(i);
+      ASSERT_NEAR(y[i], w, 1e-5 * std::max(1.0, std::abs(w))) << "element " << i << (reference ? " (reference)" : "");
+    }
+  }
+}
+
+TEST(OpFamilies, Geglu) {
+  std::mt19937 rng(5);
+  const OpGraph og = simple(rng, graph::Op::GEGLU, {{3, 77}, {3, 77}});
+  const auto g = floats_of(og.inputs.at("x0")), u = floats_of(og.inputs.at("x1"));
+  expect_kernel(og, [&](size_t i) {
+    const double x = g[i];
+    return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))) * u[i];
+  });
+  EXPECT_EQ(og.g.node(0).flops, 10u * 3 * 77);
+  graph::Graph bad(3, 0);
+  const int a = bad.add_input("a", DType::F32, {3, 4}), b = bad.add_input("b", DType::F32, {3, 5});
+  EXPECT_THROW(bad.add_node("act", graph::Op::GEGLU, graph::Role::FFN_ACT, 0, "ffn", {a, b}), Error);
+}
+
+TEST(OpFamilies, HeadRmsnorm) {
+  std::mt19937 rng(6);
+  const int64_t d = 8;
+  const OpGraph og = simple(rng, graph::Op::HEAD_RMSNORM, {{2, 3 * d}, {d}}, {.eps = 1e-6f, .head_dim = d});
+  const auto x = floats_of(og.inputs.at("x0")), w = floats_of(og.inputs.at("x1"));
+  expect_kernel(og, [&](size_t i) {
+    const size_t head = i / d;  // each head of each row is normalized on its own
+    double ss = 0;
+    for (size_t j = head * d; j < head * d + d; ++j) ss += double(x[j]) * x[j];
+    return x[i] / std::sqrt(ss / d + 1e-6) * w[i % d];
+  });
+  graph::Graph bad(2, 0);
+  const int xi = bad.add_input("x", DType::F32, {2, 24}), w9 = bad.add_input("w", DType::F32, {9});
+  const int w8 = bad.add_input("w8", DType::F32, {8});
+  EXPECT_THROW(bad.add_node("n", graph::Op::HEAD_RMSNORM, graph::Role::ATTN_Q_NORM, 0, "attn", {xi, w9},
+                            {.eps = 1e-6f, .head_dim = 9}),
+               Error);  // 9 does not divide 24
+  EXPECT_THROW(bad.add_node("n2", graph::Op::HEAD_RMSNORM, graph::Role::ATTN_Q_NORM, 0, "attn", {xi, w9},
+                            {.eps = 1e-6f, .head_dim = 8}),
+               Error);  // weight is not [8]
+  EXPECT_NO_THROW(bad.add_node("n3", graph::Op::HEAD_RMSNORM, graph::Role::ATTN_Q_NORM, 0, "attn", {xi, w8},
+                               {.eps = 1e-6f, .head_dim = 8}));
+}
+
+TEST(OpFamilies, BiasAdd) {
+  std::mt19937 rng(7);
+  const OpGraph og = simple(rng, graph::Op::BIAS_ADD, {{4, 40}, {40}});
+  const auto x = floats_of(og.inputs.at("x0")), b = floats_of(og.inputs.at("x1"));
+  expect_kernel(og, [&](size_t i) { return double(x[i]) + b[i % 40]; });
+  graph::Graph bad(4, 0);
+  const int xi = bad.add_input("x", DType::F32, {4, 40}), bi = bad.add_input("b", DType::F32, {41});
+  EXPECT_THROW(bad.add_node("y", graph::Op::BIAS_ADD, graph::Role::ATTN_Q_BIAS, 0, "attn", {xi, bi}), Error);
+}
+
+TEST(OpFamilies, Softcap) {
+  std::mt19937 rng(8);
+  const OpGraph og = simple(rng, graph::Op::SOFTCAP, {{2, 50}}, {.scale = 1.5f});
+  const auto x = floats_of(og.inputs.at("x0"));
+  expect_kernel(og, [&](size_t i) { return 1.5 * std::tanh(x[i] / 1.5); });
+  graph::Graph bad(2, 0);
+  const int xi = bad.add_input("x", DType::F32, {2, 50});
+  EXPECT_THROW(bad.add_node("y", graph::Op::SOFTCAP, graph::Role::OUTPUT_SOFTCAP, -1, "output", {xi}), Error);  // cap 0
+}
+
+// A sliding window of w is attention over the last w keys only: the same kernel without a window, run on a view of
+// the cache that starts w - 1 positions before the query, must give the same row (both CPU paths, decode and chunk).
+TEST(OpFamilies, SlidingWindowAttendsToTheLastKeysOnly) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const int64_t n_head = 4, n_kv = 2, hd = 64, n_ctx = 200, t = 30, p0 = 100, window = 37;
+  std::vector<float> kc(n_kv * n_ctx * hd), vc(kc.size()), q(t * n_head * hd);
+  for (float* v : {kc.data(), vc.data()})
+    for (size_t i = 0; i < kc.size(); ++i) v[i] = dist(rng);
+  for (float& v : q) v = dist(rng);
+  const cpu::KvView k = cpu::kv_head_major(DType::F32, kc.data(), n_ctx, n_kv, hd);
+  const cpu::KvView v = cpu::kv_head_major(DType::F32, vc.data(), n_ctx, n_kv, hd);
+  ThreadPool pool(2);
+  std::vector<float> fast(q.size()), ref(q.size()), want(n_head * hd);
+  cpu::attention(pool, q.data(), k, v, fast.data(), t, n_head, n_kv, hd, p0, 0.125f, window);
+  cpu::attention_ref(q.data(), k, v, ref.data(), t, n_head, n_kv, hd, p0, 0.125f, window);
+  std::vector<float> dec(n_head * hd);
+  cpu::attention(pool, q.data() + (t - 1) * n_head * hd, k, v, dec.data(), 1, n_head, n_kv, hd, p0 + t - 1, 0.125f,
+                 window);
+  for (int64_t i = 0; i < t; ++i) {
+    const int64_t pos = p0 + i, first = pos - window + 1;
+    cpu::KvView ks = k, vs = v;  // positions [first, pos] as positions [0, window)
+    ks.data = kc.data() + first * hd;
+    vs.data = vc.data() + first * hd;
+    ks.n_ctx = vs.n_ctx = window;
+    cpu::attention_ref(q.data() + i * n_head * hd, ks, vs, want.data(), 1, n_head, n_kv, hd, window - 1, 0.125f);
+    for (int64_t j = 0; j < n_head * hd; ++j) {
+      ASSERT_NEAR(ref[i * n_head * hd + j], want[j], 1e-5) << "reference, token " << i;
+      ASSERT_NEAR(fast[i * n_head * hd + j], want[j], 1e-5) << "fast, token " << i;
+      if (i == t - 1) {
+        ASSERT_NEAR(dec[j], want[j], 1e-5) << "decode";
+      }
+    }
   }
 }
 

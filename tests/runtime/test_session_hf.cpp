@@ -1,7 +1,8 @@
 // The tiny Hugging Face models of tests/data/hf (bf16 tied Llama, f32 Llama 3 with llama3 rope scaling, f16 Mistral
-// in two shards) run by the engine, against the naive forward pass of naive_llama.h fed straight from the safetensors
-// files under their Hugging Face names, with the configuration read from config.json here: checks the whole
-// safetensors path (renaming, NeoX rotation, head_dim != hidden/heads, rope scaling, bf16/f16 weights).
+// in two shards; the other families against transformers' logits, FamilyHf below) run by the engine, against the naive
+// forward pass of naive_llama.h fed straight from the safetensors files under their Hugging Face names, with the
+// configuration read from config.json here: checks the whole safetensors path (renaming, NeoX rotation, head_dim !=
+// hidden/heads, rope scaling, bf16/f16 weights).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -109,6 +110,59 @@ TEST_P(HfModel, MatchesNaiveForward) {
 
 INSTANTIATE_TEST_SUITE_P(TinyHf, HfModel,
                          ::testing::Values("tiny-llama-bf16-tied", "tiny-llama3-f32", "tiny-mistral-sharded"));
+
+// The families beyond Llama (Gemma 3 with local and global layers, Qwen2's biases, Qwen3's q/k norms, Mistral's
+// sliding window, Phi-3's fused q|k|v and gate|up with half-head rotary) from their Hugging Face files, against
+// transformers' own float64 forward of the same weights (tests/data/hf/tiny-*-f32/golden.json,
+// python/make_family_hf_golden.py). Chunks of 4 tokens and windows of 4-5 keys: the windows drop keys of earlier
+// chunks.
+class FamilyHf : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(FamilyHf, MatchesTransformers) {
+  const std::string dir = test::data_path(std::string("hf/") + GetParam());
+  nlohmann::json golden;
+  std::ifstream(dir + "/golden.json") >> golden;
+  const std::vector<int32_t> ids = golden["ids"].get<std::vector<int32_t>>();
+  const auto want = golden["logits"].get<std::vector<std::vector<double>>>();
+  const ModelWeights w = ModelWeights::open(dir);
+  for (bool reference : {true, false}) {
+    SessionOptions so;
+    so.n_ctx = 32;
+    so.n_batch = 4;
+    so.n_threads = 2;
+    so.reference = reference;
+    Engine e(w, nullptr, resolve_options(so, w.config()));
+    const size_t V = want[0].size();
+    ASSERT_EQ(V, size_t(w.config().n_vocab));
+    std::vector<float> rows(ids.size() * V);
+    e.eval(ids, rows.data());
+    // f32 weights: the reference path differs from float64 by f32 rounding only; the fast path adds an f16 cache.
+    const double tol = reference ? 1e-5 : 3e-3;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      double scale = 0;
+      for (double x : want[t]) scale = std::max(scale, std::fabs(x));
+      for (size_t i = 0; i < V; ++i)
+        ASSERT_NEAR(rows[t * V + i], want[t][i], tol * scale)
+            << (reference ? "reference" : "fast") << " token " << t << " logit " << i;
+    }
+  }
+}
+
+// The default context stays within the window only where every layer slides (Mistral: the window then drops nothing
+// and the CUDA executors, which read no window, run the model); Gemma 3's global layers keep the trained context.
+TEST(FamilyHfContext, DefaultCappedOnlyWhenEveryLayerSlides) {
+  const ModelConfig gemma = ModelWeights::open(test::data_path("hf/tiny-gemma3-f32")).config();
+  const ModelConfig mistral = ModelWeights::open(test::data_path("hf/tiny-mistral-f32")).config();
+  EXPECT_EQ(resolve_options(SessionOptions{}, gemma).n_ctx, gemma.n_ctx_train);
+  EXPECT_EQ(resolve_options(SessionOptions{}, mistral).n_ctx, mistral.sliding_window);
+  SessionOptions longer;
+  longer.n_ctx = 64;  // asked for: past the window, which the CPU applies
+  EXPECT_EQ(resolve_options(longer, mistral).n_ctx, 64);
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyHf, FamilyHf,
+                         ::testing::Values("tiny-gemma3-f32", "tiny-qwen2-f32", "tiny-qwen3-f32", "tiny-mistral-f32",
+                                           "tiny-phi3-f32"));
 
 }  // namespace
 }  // namespace tessera::runtime

@@ -78,12 +78,13 @@ void CpuBackend::run_step(const Plan::Step& s, int64_t n_past) {
     case Op::ATTENTION: {
       const int64_t w = p.n_head * p.head_dim;
       if (!ref) {
-        attention(pool_, s.a, s.kv_k, s.kv_v, s.y, s.t, p.n_head, p.n_head_kv, p.head_dim, n_past, p.attn_scale);
+        attention(pool_, s.a, s.kv_k, s.kv_v, s.y, s.t, p.n_head, p.n_head_kv, p.head_dim, n_past, p.attn_scale,
+                  p.window);
       } else {
         // Token i of the chunk attends to [0, n_past + i] whichever thread computes it.
         by_rows([&](int64_t r0, int64_t nr) {
-          attention_ref(s.a + r0 * w, s.kv_k, s.kv_v, s.y + r0 * w, nr, p.n_head, p.n_head_kv, p.head_dim,
-                        n_past + r0, p.attn_scale);
+          attention_ref(s.a + r0 * w, s.kv_k, s.kv_v, s.y + r0 * w, nr, p.n_head, p.n_head_kv, p.head_dim, n_past + r0,
+                        p.attn_scale, p.window);
         });
       }
       return;

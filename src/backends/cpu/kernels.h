@@ -127,11 +127,13 @@ void kv_store_ref(const KvView& dst, const float* src /*[t, n_head_kv, hd]*/, in
 // h / (n_head / n_head_kv)). The cache holds positions [0, pos0 + t) (this chunk's K and V already stored); token i
 // attends to positions [0, pos0 + i]: out[i, h, :] = softmax(scale * q[i, h, :] · K[0..pos0+i, kvh, :]ᵀ) · V[..].
 // Blocked online softmax (flash-attention style): never forms a t x t matrix; threads split over (token, head).
+// window > 0 (sliding-window attention): token i attends to positions (pos0 + i - window, pos0 + i] only.
 void attention(ThreadPool& pool, const float* q /*[t, n_head, hd]*/, const KvView& k, const KvView& v,
                float* out /*[t, n_head, hd]*/, int64_t t, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t pos0,
-               float scale);
+               float scale, int64_t window = 0);
 // Naive reference: full score row, max-subtracted softmax in double.
 void attention_ref(const float* q /*[t, n_head, hd]*/, const KvView& k, const KvView& v, float* out /*[t, n_head, hd]*/,
-                   int64_t t, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t pos0, float scale);
+                   int64_t t, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t pos0, float scale,
+                   int64_t window = 0);
 
 }  // namespace tessera::cpu

@@ -14,7 +14,11 @@
 //  5. norm epilogue: a residual matmul whose sum is first read by an RMSNORM read only by matmuls whose weights the
 //     backend accepts writes that norm's quantized input; the norm stays, marked fusion.in_producer.
 //  6. rope + cache store + attention: ATTENTION(rope(q), store(rope(k)), store(v)) becomes one ATTENTION node reading
-//     the unrotated q and k, v, the caches, positions and frequencies (fusion.rope_store).
+//     the unrotated q and k, v, the caches, positions and frequencies (fusion.rope_store).; a sliding-window
+//     attention (params.window) is left alone.
+// The ops of the families beyond Llama (GEGLU, HEAD_RMSNORM, BIAS_ADD, SOFTCAP, SCALE) are never fused: a pattern
+// above that meets one of them between its nodes (a q norm or bias between a matmul and its rope, a post-norm between
+// a matmul and its residual add) does not match.
 #pragma once
 
 #include <functional>

@@ -25,8 +25,12 @@ void check_kv(const KvView& kv, const char* op, const char* what, int64_t n_pos)
                 kv.n_ctx);
 }
 
+// The first key position the query at `pos` sees under a sliding window (0 without one).
+int64_t first_key(int64_t pos, int64_t window) { return window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0; }
+
 void check_attention(const float* q, const KvView& k, const KvView& v, const float* out, int64_t t, int64_t n_head,
-                     int64_t n_head_kv, int64_t hd, int64_t pos0) {
+                     int64_t n_head_kv, int64_t hd, int64_t pos0, int64_t window) {
+  TESSERA_CHECK(window >= 0, "attention: sliding window {} is negative", window);
   TESSERA_CHECK(q != nullptr && out != nullptr, "attention: null query or output");
   TESSERA_CHECK(t > 0 && n_head > 0 && n_head_kv > 0 && hd > 0 && pos0 >= 0,
                 "attention: bad shape (t {}, heads {}/{}, head dim {}, pos0 {})", t, n_head, n_head_kv, hd, pos0);
@@ -44,7 +48,7 @@ float kv_at(const KvView& kv, int64_t pos, int64_t head, int64_t i) {
 
 // Portable path: one (token, head) at a time, keys streamed with an online softmax (running max and sum).
 void attention_portable(ThreadPool& pool, const float* q, const KvView& k, const KvView& v, float* out, int64_t t,
-                        int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t pos0, float scale) {
+                        int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t pos0, float scale, int64_t window) {
   const int64_t group = n_head / n_head_kv;
   pool.parallel_for(t * n_head, [&](int64_t task, int) {
     const int64_t i = task / n_head, h = task % n_head, kvh = h / group;
@@ -52,7 +56,7 @@ void attention_portable(ThreadPool& pool, const float* q, const KvView& k, const
     acc.assign(static_cast<size_t>(hd), 0.0f);
     const float* qv = q + (i * n_head + h) * hd;
     float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
-    for (int64_t p = 0; p <= pos0 + i; ++p) {
+    for (int64_t p = first_key(pos0 + i, window); p <= pos0 + i; ++p) {
       float s = 0.0f;
       for (int64_t c = 0; c < hd; ++c) s += qv[c] * kv_at(k, p, kvh, c);
       s *= scale;
@@ -73,7 +77,8 @@ void attention_portable(ThreadPool& pool, const float* q, const KvView& k, const
 // chunk, and the chunks' partial softmax states are merged here: M = max m_c, L = sum l_c e^(m_c - M),
 // out = sum o_c e^(m_c - M) / L.
 void attention_decode(ThreadPool& pool, const detail::AttnArgs& a, int64_t n_head_kv, float* out) {
-  const int64_t n_keys = a.pos0 + 1, hd = a.hd, group = a.group;
+  const int64_t first = detail::attn_first_key(a, a.pos0);
+  const int64_t n_keys = a.pos0 + 1 - first, hd = a.hd, group = a.group;
   // ~4 tasks per thread for balance, but chunks of at least 64 keys (one block) so each task amortizes its setup.
   const int64_t want = (4 * pool.n_threads() + n_head_kv - 1) / n_head_kv;
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(want, n_keys / detail::kAttnKeys));
@@ -85,7 +90,9 @@ void attention_decode(ThreadPool& pool, const detail::AttnArgs& a, int64_t n_hea
   pool.parallel_for(n_head_kv * chunks, [&](int64_t task, int) {
     const int64_t kvh = task / chunks, c = task % chunks;
     const int64_t p0 = c * chunk, p1 = std::min(n_keys, p0 + chunk);
-    if (p0 < p1) detail::attention_decode_chunk_avx2(a, kvh, p0, p1, base + static_cast<size_t>(task) * part_floats);
+    if (p0 < p1)
+      detail::attention_decode_chunk_avx2(a, kvh, first + p0, first + p1,
+                                          base + static_cast<size_t>(task) * part_floats);
   });
   for (int64_t kvh = 0; kvh < n_head_kv; ++kvh) {
     for (int64_t g = 0; g < group; ++g) {
@@ -150,19 +157,19 @@ void kv_store(const KvView& dst, const float* src, int64_t t, int64_t n_head_kv,
 }
 
 void attention_ref(const float* q, const KvView& k, const KvView& v, float* out, int64_t t, int64_t n_head,
-                   int64_t n_head_kv, int64_t hd, int64_t pos0, float scale) {
-  check_attention(q, k, v, out, t, n_head, n_head_kv, hd, pos0);
+                   int64_t n_head_kv, int64_t hd, int64_t pos0, float scale, int64_t window) {
+  check_attention(q, k, v, out, t, n_head, n_head_kv, hd, pos0, window);
   const int64_t group = n_head / n_head_kv;
   std::vector<double> s, acc(static_cast<size_t>(hd));
   for (int64_t i = 0; i < t; ++i) {
     for (int64_t h = 0; h < n_head; ++h) {
-      const int64_t kvh = h / group, n_keys = pos0 + i + 1;
+      const int64_t kvh = h / group, first = first_key(pos0 + i, window), n_keys = pos0 + i + 1 - first;
       const float* qv = q + (i * n_head + h) * hd;
       s.assign(static_cast<size_t>(n_keys), 0.0);
       double mx = -std::numeric_limits<double>::infinity();
       for (int64_t p = 0; p < n_keys; ++p) {
         double d = 0.0;
-        for (int64_t c = 0; c < hd; ++c) d += static_cast<double>(qv[c]) * kv_at(k, p, kvh, c);
+        for (int64_t c = 0; c < hd; ++c) d += static_cast<double>(qv[c]) * kv_at(k, first + p, kvh, c);
         s[static_cast<size_t>(p)] = d * scale;
         mx = std::max(mx, s[static_cast<size_t>(p)]);
       }
@@ -170,7 +177,8 @@ void attention_ref(const float* q, const KvView& k, const KvView& v, float* out,
       for (auto& e : s) sum += (e = std::exp(e - mx));
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int64_t p = 0; p < n_keys; ++p)
-        for (int64_t c = 0; c < hd; ++c) acc[static_cast<size_t>(c)] += s[static_cast<size_t>(p)] * kv_at(v, p, kvh, c);
+        for (int64_t c = 0; c < hd; ++c)
+          acc[static_cast<size_t>(c)] += s[static_cast<size_t>(p)] * kv_at(v, first + p, kvh, c);
       float* o = out + (i * n_head + h) * hd;
       for (int64_t c = 0; c < hd; ++c) o[c] = static_cast<float>(acc[static_cast<size_t>(c)] / sum);
     }
@@ -178,10 +186,10 @@ void attention_ref(const float* q, const KvView& k, const KvView& v, float* out,
 }
 
 void attention(ThreadPool& pool, const float* q, const KvView& k, const KvView& v, float* out, int64_t t,
-               int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t pos0, float scale) {
-  check_attention(q, k, v, out, t, n_head, n_head_kv, hd, pos0);
+               int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t pos0, float scale, int64_t window) {
+  check_attention(q, k, v, out, t, n_head, n_head_kv, hd, pos0, window);
   if (active_isa() < Isa::AVX2 || hd % 8 != 0) {
-    return attention_portable(pool, q, k, v, out, t, n_head, n_head_kv, hd, pos0, scale);
+    return attention_portable(pool, q, k, v, out, t, n_head, n_head_kv, hd, pos0, scale, window);
   }
   const detail::AttnArgs a{q,
                            out,
@@ -198,7 +206,8 @@ void attention(ThreadPool& pool, const float* q, const KvView& k, const KvView& 
                            n_head / n_head_kv,
                            hd,
                            pos0,
-                           scale};
+                           scale,
+                           window};
   if (t == 1) return attention_decode(pool, a, n_head_kv, out);
   const int64_t qblocks = (t + detail::kAttnQueries - 1) / detail::kAttnQueries;
   const auto scratch_floats = static_cast<size_t>(detail::attention_scratch_floats(hd));

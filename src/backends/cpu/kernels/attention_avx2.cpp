@@ -182,22 +182,26 @@ void attention_task_avx2(const AttnArgs& a, int64_t h, int64_t i0, int64_t i1, f
     for (int64_t c = 0; c < hd; ++c) o[i * hd + c] = 0.0f;
   }
   const int64_t n_keys = a.pos0 + i1;  // what the last query of the task sees
-  for (int64_t p0 = 0; p0 < n_keys; p0 += kAttnKeys) {
+  // The first query of the task sees the earliest key (a sliding window moves forward with the query); blocks start
+  // there, so a window skips the blocks no query of the task sees.
+  for (int64_t p0 = attn_first_key(a, a.pos0 + i0); p0 < n_keys; p0 += kAttnKeys) {
     const int64_t nk = n_keys - p0 < kAttnKeys ? n_keys - p0 : kAttnKeys;
     int64_t ks = 0, vs = 0;
     const float* kr = kv_block(a.k, a.k_f16, a.k_pos_stride, kvh * a.k_head_stride, p0, nk, hd, kf, &ks);
     const float* vr = kv_block(a.v, a.v_f16, a.v_pos_stride, kvh * a.v_head_stride, p0, nk, hd, vf, &vs);
     for (int64_t i = 0; i < nq; ++i) {
-      // Causal limit: query i0 + i sees positions [0, pos0 + i0 + i]. Every query sees position 0, so the first
-      // block always has keys and m never stays -inf once a block was processed.
+      // Causal limit: query i0 + i sees positions [first, pos0 + i0 + i] (first = 0 without a window). The block
+      // holding a query's first key comes before the others it sees, so m never stays -inf once it had keys.
       const int64_t visible = a.pos0 + i0 + i + 1 - p0;
       const int64_t lim = visible < nk ? visible : nk;
-      if (lim <= 0) continue;
+      const int64_t skip = attn_first_key(a, a.pos0 + i0 + i) - p0;  // keys of the block before the window
+      const int64_t beg = skip > 0 ? skip : 0;
+      if (lim <= beg) continue;
       const float* qv = a.q + ((i0 + i) * a.n_head + h) * hd;
       float* si = s + i * kAttnKeys;
-      scores(qv, kr, ks, lim, hd, a.scale, si);
-      const float alpha = softmax_update(si, lim, &m[i], &l[i]);
-      accumulate(o + i * hd, alpha, si, vr, vs, lim, hd);
+      scores(qv, kr + beg * ks, ks, lim - beg, hd, a.scale, si);
+      const float alpha = softmax_update(si, lim - beg, &m[i], &l[i]);
+      accumulate(o + i * hd, alpha, si, vr + beg * vs, vs, lim - beg, hd);
     }
   }
   for (int64_t i = 0; i < nq; ++i) {

@@ -19,7 +19,13 @@ struct AttnArgs {
   int64_t k_pos_stride, k_head_stride, v_pos_stride, v_head_stride;
   int64_t t, n_head, group, hd, pos0;  // group = n_head / n_head_kv
   float scale;
+  int64_t window;  // > 0: query at position p sees keys (p - window, p] only
 };
+
+// The first key position the query at position `pos` sees.
+inline int64_t attn_first_key(const AttnArgs& a, int64_t pos) {
+  return a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
+}
 
 // Floats of per-thread scratch attention_task_avx2 needs.
 inline int64_t attention_scratch_floats(int64_t hd) {

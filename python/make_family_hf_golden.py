@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Tiny random-weight Hugging Face models of the families beyond Llama, with transformers' logits, for
+tests/runtime/test_session_hf.cpp (FamilyHf).
+
+Regenerate (needs torch + transformers, e.g. a scratch venv: python3 -m venv /tmp/hfvenv && /tmp/hfvenv/bin/pip
+install torch transformers numpy safetensors):
+  /tmp/hfvenv/bin/python python/make_family_hf_golden.py [--out tests/data/hf]
+writes tests/data/hf/tiny-{gemma3,qwen2,qwen3,mistral,phi3}-f32/ (config.json and model.safetensors from
+save_pretrained, and golden.json: the token ids, and transformers' eager float64 forward of the saved f32 weights as logits [T, vocab]).
+The weights are made as python/hf_oracle.py makes its (transformers' init, q/k scaled, norm weights and biases at
+random), at a smaller shape; the sliding windows (Gemma 3: 4 on its local layers, Mistral: 5, Phi-3: 6) are shorter
+than the 10 test tokens, so the windows drop keys. Phi-3 stores q|k|v and gate|up fused and rotates half of each head.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import hf_oracle  # noqa: E402
+
+COMMON = dict(initializer_range=0.1, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+              intermediate_size=64, vocab_size=128, max_position_embeddings=256, bos_token_id=1, eos_token_id=2)
+SPECS = {
+    "tiny-gemma3-f32": dict(COMMON, family="gemma3", num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=12,
+                            sliding_window=4, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                            rope_theta=1000000.0, rope_local_base_freq=10000.0, rms_norm_eps=1e-6,
+                            final_logit_softcapping=5.0, tie_word_embeddings=True, pad_token_id=0),
+    "tiny-qwen2-f32": dict(COMMON, family="qwen2", num_hidden_layers=2, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                           tie_word_embeddings=True),
+    "tiny-qwen3-f32": dict(COMMON, family="qwen3", num_hidden_layers=2, head_dim=16, rope_theta=1000000.0,
+                           rms_norm_eps=1e-6, tie_word_embeddings=False),
+    "tiny-mistral-f32": dict(COMMON, family="mistral", num_hidden_layers=2, rope_theta=10000.0, rms_norm_eps=1e-5,
+                             sliding_window=5, tie_word_embeddings=False),
+    "tiny-phi3-f32": dict(COMMON, family="phi3", num_hidden_layers=2, rope_theta=10000.0, partial_rotary_factor=0.5,
+                          rms_norm_eps=1e-5, sliding_window=6, tie_word_embeddings=False, pad_token_id=0),
+}
+IDS = [(i * 37 + 5) % 128 for i in range(10)]  # the ids test_session_hf.cpp feeds (vocab 128)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "tests", "data", "hf"))
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    import torch
+    for name, spec in SPECS.items():
+        torch.manual_seed(a.seed)
+        cfg = hf_oracle.make_config(spec)
+        model = hf_oracle.make_model(spec, cfg).eval()
+        hf_oracle.shape_init(torch, model, cfg, spec)
+        d = os.path.join(a.out, name)
+        os.makedirs(d, exist_ok=True)
+        model.save_pretrained(d)
+        for extra in ("generation_config.json",):
+            if os.path.exists(os.path.join(d, extra)):
+                os.remove(os.path.join(d, extra))
+        model.double()
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([IDS]), use_cache=False).logits[0].numpy()
+        top1 = logits.argmax(axis=1)
+        with open(os.path.join(d, "golden.json"), "w") as f:
+            json.dump({"generator": "python/make_family_hf_golden.py", "seed": a.seed, "ids": IDS,
+                       "logits": [[float(np.format_float_positional(np.float32(x), unique=True, trim="-"))
+                                   for x in row] for row in logits]}, f)
+        print(f"{name}: {len(IDS)} tokens, logit scale {np.abs(logits).max():.3f}, distinct top-1 "
+              f"{len(set(top1.tolist()))}/{len(IDS)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
