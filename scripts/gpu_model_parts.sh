@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
-# Splits the default model (98 MB; one device call carries at most 64 MiB with the tree) into two git-ignored
-# folders for scripts/gpu_check.sh: call 1 carries [".gpu-deps", ".gpu-model-0"] and runs `scripts/gpu_check.sh
-# --stage-model`; call 2, right after on the still-warm machine, carries [".gpu-deps", ".gpu-model-1"] and assembles
-# the file there (sha256-checked) before its phases run.
+# Splits the default model (98 MB; one device call carries at most 64 MiB with the tree and .gpu-deps) into N
+# git-ignored folders .gpu-model-0 .. .gpu-model-(N-1) (default N = 3: ~33 MB each) for scripts/gpu_check.sh. Each
+# call, back to back on the still-warm machine, carries [".gpu-deps", ".gpu-model-K"] and passes --stage-model: the
+# part is stored there, and the call that holds the last missing part assembles the file (sha256-checked) before its
+# phases run.
+# Usage: scripts/gpu_model_parts.sh [N]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+n=${1:-3}
+case "$n" in ''|*[!0-9]*) echo "gpu_model_parts: the part count '$n' is not a number" >&2; exit 2 ;; esac
+[ "$n" -ge 1 ] && [ "$n" -le 9 ] || { echo "gpu_model_parts: the part count must be 1..9, not $n" >&2; exit 2; }
 m="${TESSERA_HOME:-$HOME/.cache/tessera}/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 [ -f "$m" ] || "$root/scripts/fetch_model.sh"
-rm -rf "$root/.gpu-model-0" "$root/.gpu-model-1"
-mkdir -p "$root/.gpu-model-0" "$root/.gpu-model-1"
+rm -rf "$root"/.gpu-model-*
 size=$(stat -c %s "$m")
-half=$(( (size + 1) / 2 ))
-head -c "$half" "$m" > "$root/.gpu-model-0/part"
-tail -c +"$((half + 1))" "$m" > "$root/.gpu-model-1/part"
-sha256sum "$m" | cut -d' ' -f1 > "$root/.gpu-model-1/sha256"
-echo "split $m into .gpu-model-0/part ($half bytes) and .gpu-model-1/part ($((size - half)) bytes)"
+per=$(( (size + n - 1) / n ))
+sum=$(sha256sum "$m" | cut -d' ' -f1)
+for ((i = 0; i < n; i++)); do
+  d="$root/.gpu-model-$i"
+  mkdir -p "$d"
+  dd if="$m" of="$d/part" bs="$per" skip="$i" count=1 status=none
+  echo "$i $n $sum" > "$d/index"  # part, parts, sha256 of the whole
+done
+echo "split $m into $n parts of at most $per bytes: .gpu-model-0 .. .gpu-model-$((n - 1))"
