@@ -57,7 +57,9 @@ TEST(CudaWeightFormats, TableNamesTheNativeFormatsAndTheFallback) {
   EXPECT_FALSE(cuda::gemv_quantized(DType::BF16));
   // Every other format Tessera reads runs as bf16 (q2_K, q3_K today).
   for (const FormatInfo& fi : formats())
-    if (!f.is_native(fi.type)) EXPECT_EQ(cuda::device_weight_dtype(fi.type), DType::BF16) << dtype_name(fi.type);
+    if (!f.is_native(fi.type)) {
+      EXPECT_EQ(cuda::device_weight_dtype(fi.type), DType::BF16) << dtype_name(fi.type);
+    }
   try {
     cuda::device_weight_dtype(DType::IQ2_XXS);
     ADD_FAILURE() << "no error for a format Tessera cannot read";
