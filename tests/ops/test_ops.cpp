@@ -43,9 +43,7 @@ constexpr double kExact = 1e-12, kF32 = 1e-10, kF16W = 1e-6, kX16 = 1e-5, kQ8 = 
 bool native_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
 // The CUDA kernels read the K-quants natively too (8-bit activations, dequantized to bf16 for cuBLASLt); the CPU
 // converts them to f16.
-bool cuda_quantized(DType t) {
-  return native_quantized(t) || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
-}
+bool cuda_quantized(DType t) { return native_quantized(t) || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 bool float_format(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 std::string dn(DType t) { return std::string(dtype_name(t)); }
 

@@ -44,9 +44,8 @@ TEST(CudaWeightFormats, TableNamesTheNativeFormatsAndTheFallback) {
   const FormatSupport& f = cuda::weight_formats();
   EXPECT_EQ(f.native_names(), "f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k and q6_k");
   EXPECT_EQ(f.fallback(), DType::BF16);
-  for (DType t :
-       {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K,
-        DType::Q6_K}) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K,
+                  DType::Q6_K}) {
     EXPECT_TRUE(cuda::gemv_supports(t)) << dtype_name(t);
     EXPECT_EQ(cuda::device_weight_dtype(t), t) << dtype_name(t);
   }
