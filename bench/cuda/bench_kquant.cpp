@@ -1,7 +1,7 @@
-// Event-timed benchmark of the K-quant kernels (q4_K, q5_K, q6_K) beside q4_1 and q8_0, at Llama-3-8B's shapes: the decode
-// GEMV (T = 1) as µs, GB/s and % of the byte floor (weight bytes over the copy bandwidth measured in the same run, the
-// yardstick of docs/CUDA_NOTES.md; a GEMV only reads, so it can pass 100%), the multi-row GEMV at t = 8 (batched
-// decode), and the prefill path's expansion to bf16 (bytes read plus written).
+// Event-timed benchmark of the K-quant kernels (q4_K, q5_K, q6_K) beside q4_1 and q8_0, at Llama-3-8B's shapes: the
+// decode GEMV (T = 1) as µs, GB/s and % of the byte floor (weight bytes over the copy bandwidth measured in the same
+// run, the yardstick of docs/CUDA_NOTES.md; a GEMV only reads, so it can pass 100%), the multi-row GEMV at t = 8
+// (batched decode), and the prefill path's expansion to bf16 (bytes read plus written).
 //
 // Method as bench_kernels.cpp: random data (quants random bytes, scales small random fp16 bits), a CUDA graph of
 // back-to-back launches over rotating copies of the weights (>= 4x the L2), event-timed replays, median of --reps.

@@ -61,8 +61,8 @@ struct DeviceWeight {
 };
 
 // The CUDA weight-format table (quant/format_support.h): the formats the kernels read (f32, f16, bf16, q8_0, q4_0,
-// q4_1, q4_K, q5_K, q6_K) and bf16, which every other format Tessera reads is converted to on the host before upload (the
-// executors' weight store does it once per weight, with one notice per format; every model the CPU runs also runs
+// q4_1, q4_K, q5_K, q6_K) and bf16, which every other format Tessera reads is converted to on the host before upload
+// (the executors' weight store does it once per weight, with one notice per format; every model the CPU runs also runs
 // here).
 const FormatSupport& weight_formats();
 // A format the kernels read as it is: weight_formats().is_native(dtype).
@@ -143,8 +143,8 @@ struct GemvConfig {
 const std::vector<GemvConfig>& gemv_configs();
 GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k);
 // Whether launch shape c (one of gemv_configs()) has a GEMV kernel for weights of dtype: every shape for the float
-// formats, q8_0, q4_0, q4_1 and q4_K; rows * unroll <= 4 for q5_K and q6_K (their larger shapes spill registers). gemv fails
-// for the others.
+// formats, q8_0, q4_0, q4_1 and q4_K; rows * unroll <= 4 for q5_K and q6_K (their larger shapes spill registers). gemv
+// fails for the others.
 bool gemv_config_supported(DType dtype, const GemvConfig& c);
 // Whether quantized GEMVs of launch shape c have the norm_out epilogue (GemvInput::norm_out_*): as warp groups, two or
 // four rows per warp with at most two loads in flight; as clusters (norm_out_clusters), two or four rows per block (a

@@ -42,10 +42,10 @@ const FormatSupport& weight_formats() {
   // (kernels/gemv*.cu, gemm_rows.cu, gemm_convert.cu, embedding_argmax.cu). bf16 is the fallback: K-quant values
   // (a 6-bit code times an 8-bit scale times an fp16 super-scale) keep 8 significant bits in bf16 at most a rounding
   // away, with f32's range (f16 could overflow on a large super-scale), and bf16 takes cuBLASLt's fastest path.
-  static const FormatSupport table(
-      "cuda",
-      {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K},
-      DType::BF16);
+  static const FormatSupport table("cuda",
+                                   {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                                    DType::Q4_K, DType::Q5_K, DType::Q6_K},
+                                   DType::BF16);
   return table;
 }
 

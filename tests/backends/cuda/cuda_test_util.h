@@ -98,8 +98,8 @@ std::vector<uint8_t> random_weight(std::mt19937& rng, DType dtype, int64_t n, in
 
 // y[i] = sum_j w[i, j] * x[j] over the dequantized weight (quant/quant.h), in double. mag[i] = sum_j |terms| that the
 // kernel's float arithmetic rounds: for q4_0 |d| (|q| + 8) |x| (its -8 offset is applied after the integer dot), for
-// q4_1, q4_K and q5_K (|d q| + |m|) |x| (K-quants: their d sc and dmin m), else |w x|. absw_dx[i] = sum_j |w[i, j]| * dx(j) / 2,
-// the most that x's q8 rounding (half a step dx of its block) can move y[i]; pass dx = nullptr to skip it.
+// q4_1, q4_K and q5_K (|d q| + |m|) |x| (K-quants: their d sc and dmin m), else |w x|. absw_dx[i] = sum_j |w[i, j]| *
+// dx(j) / 2, the most that x's q8 rounding (half a step dx of its block) can move y[i]; pass dx = nullptr to skip it.
 void gemv_ref(DType dtype, const std::vector<uint8_t>& w, int64_t n, int64_t k, const float* x, std::vector<double>& y,
               std::vector<double>& mag, const float* dx = nullptr, std::vector<double>* absw_dx = nullptr);
 

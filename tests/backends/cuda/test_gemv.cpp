@@ -11,8 +11,8 @@
 namespace tessera::cuda::test {
 namespace {
 
-const DType kFormats[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
-                          DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kFormats[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
+                          DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 const DType kQuantFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 bool is_quant(DType t) { return gemv_quantized(t); }
@@ -698,14 +698,15 @@ TEST(CudaGemv, QuantizeQ8HandlesZeroBlocks) {
 // Argument checks run before any CUDA call, so these run on machines without a GPU too.
 TEST(CudaGemv, UploadRejectsBadShapesAndTypes) {
   std::vector<uint8_t> host(4096);
-  EXPECT_THROW(upload_weight(DType::Q5_K, host.data(), 1, 256), Error);  // no traits: not readable
-  EXPECT_THROW(upload_weight(DType::Q4_K, host.data(), 2, 128), Error);  // k not a multiple of 256
+  EXPECT_THROW(upload_weight(DType::Q2_K, host.data(), 1, 256), Error);     // readable, but converted at load
+  EXPECT_THROW(upload_weight(DType::IQ2_XXS, host.data(), 1, 256), Error);  // not readable at all
+  EXPECT_THROW(upload_weight(DType::Q4_K, host.data(), 2, 128), Error);     // k not a multiple of 256
   EXPECT_THROW(upload_weight(DType::Q4_0, host.data(), 2, 48), Error);  // k not a multiple of 32
   EXPECT_THROW(upload_weight(DType::BF16, host.data(), 2, 12), Error);  // rows not 16-byte aligned
   EXPECT_THROW(upload_weight(DType::F32, host.data(), 0, 8), Error);
   EXPECT_THROW(upload_weight(DType::F32, nullptr, 1, 8), Error);
   EXPECT_TRUE(gemv_supports(DType::Q6_K));
-  EXPECT_FALSE(gemv_supports(DType::Q5_K));
+  EXPECT_FALSE(gemv_supports(DType::Q2_K));
   EXPECT_TRUE(gemv_supports(DType::Q4_1));
 }
 

@@ -72,7 +72,8 @@ void check_units(int64_t n, int64_t k, std::mt19937& rng) {
       for (int e = 0; e < F::kBlockSize; ++e) {
         const int64_t j = b * F::kBlockSize + e;
         double term = std::fabs(wr[static_cast<size_t>(j)]);
-        if constexpr (D == DType::Q4_K || D == DType::Q5_K) {  // d sc q and dmin m are rounded apart: |d sc q| + |dmin m|
+        if constexpr (D == DType::Q4_K ||
+                      D == DType::Q5_K) {  // d sc q and dmin m are rounded apart: |d sc q| + |dmin m|
           int sc = 0, m = 0;
           format_detail::q4_k_scale_min(e / 32, blk.scales, &sc, &m);
           term += 2.0 * std::fabs(format_detail::half_value(blk.dmin)) * m;

@@ -99,7 +99,8 @@ TESSERA_UNIT int dp4a(int a, int b, int c) {
   return __dp4a(a, b, c);
 #else
   for (int i = 0; i < 4; ++i)
-    c += static_cast<int8_t>(static_cast<uint32_t>(a) >> (8 * i)) * static_cast<int8_t>(static_cast<uint32_t>(b) >> (8 * i));
+    c += static_cast<int8_t>(static_cast<uint32_t>(a) >> (8 * i)) *
+         static_cast<int8_t>(static_cast<uint32_t>(b) >> (8 * i));
   return c;
 #endif
 }
@@ -160,7 +161,7 @@ struct QuantFmt<DType::Q4_K> {
   using Act = ActPair;
   // Row pointers: quants [units, 32], heads [units / 4, 16].
   TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* /*trow*/, int b,
-                                              uint4 (&wv)[2], Scale& sc) {
+                                uint4 (&wv)[2], Scale& sc) {
     wv[0] = unit::ld16(qrow + static_cast<size_t>(b) * 32);
     wv[1] = unit::ld16(qrow + static_cast<size_t>(b) * 32 + 16);
     sc = unit::ld16(srow + static_cast<size_t>(b >> 2) * 16);
@@ -168,7 +169,7 @@ struct QuantFmt<DType::Q4_K> {
   TESSERA_UNIT static float dot(const uint4 (&wq)[2], const Scale& h, const ActPair& x) {
     const uint32_t w[8] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w, wq[1].x, wq[1].y, wq[1].z, wq[1].w};
     int slo = 0, shi = 0;
-TESSERA_UNROLL
+    TESSERA_UNROLL
     for (int i = 0; i < 8; ++i) {
       slo = unit::dp4a(static_cast<int>(w[i] & 0x0F0F0F0Fu), x.lo[i], slo);
       shi = unit::dp4a(static_cast<int>((w[i] >> 4) & 0x0F0F0F0Fu), x.hi[i], shi);
@@ -239,13 +240,12 @@ struct ActQuarter {
   int x[4][4];
   float d[4];
   int c;  // which 16 of each block's 32 (the unit's scale byte offset)
-  TESSERA_UNIT static ActQuarter load(const int8_t* __restrict__ xq, const float2* __restrict__ xds,
-                                                    int b) {
+  TESSERA_UNIT static ActQuarter load(const int8_t* __restrict__ xq, const float2* __restrict__ xds, int b) {
     ActQuarter a;
     const int sb = b >> 2, h = (b >> 1) & 1;
     a.c = b & 1;
     const int blk0 = 8 * sb + 4 * h;
-TESSERA_UNROLL
+    TESSERA_UNROLL
     for (int g = 0; g < 4; ++g) {
       const int4 v = unit::ldg(reinterpret_cast<const int4*>(xq) + 2 * (blk0 + g) + a.c);
       a.x[g][0] = v.x, a.x[g][1] = v.y, a.x[g][2] = v.z, a.x[g][3] = v.w;
@@ -266,8 +266,8 @@ struct QuantFmt<DType::Q6_K> {
   using Scale = Q6Scale;
   using Act = ActQuarter;
   // Row pointers: quants [units / 4, 192] (ql then qh, GGML's order), scales [units / 4, 16], tail d [units / 4].
-  TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* trow, int b,
-                                              uint4 (&wv)[3], Scale& sc) {
+  TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* trow, int b, uint4 (&wv)[3],
+                                Scale& sc) {
     const int sb = b >> 2, h = (b >> 1) & 1, c = b & 1;
     const uint8_t* q = qrow + static_cast<size_t>(sb) * 192;
     wv[0] = unit::ld16(q + 64 * h + 16 * c);        // ql: groups 0 (low nibbles) and 2 (high)
@@ -286,7 +286,7 @@ struct QuantFmt<DType::Q6_K> {
     const uint32_t bq[4] = {wq[1].x, wq[1].y, wq[1].z, wq[1].w};
     const uint32_t hq[4] = {wq[2].x, wq[2].y, wq[2].z, wq[2].w};
     int sum[4] = {0, 0, 0, 0};
-TESSERA_UNROLL
+    TESSERA_UNROLL
     for (int i = 0; i < 4; ++i) {
       const uint32_t q0 = (a[i] & 0x0F0F0F0Fu) | ((hq[i] << 4) & 0x30303030u);
       const uint32_t q1 = (bq[i] & 0x0F0F0F0Fu) | ((hq[i] << 2) & 0x30303030u);
