@@ -103,8 +103,10 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
     // 64 threads cover it in one step, and rows of >= 128 units (ffn_down, K = 14336: 224) take 128 threads for two
     // pipelined steps; four rows per block where there are rows for a wave of blocks. Picked by analogy with q8_0
     // (same 16-byte vectors per unit), not yet swept on the H100: bench/cuda/bench_kquant --all-configs sweeps them.
+    // (128 threads come only with four rows: kShapes has no 128/2/1.)
     const int64_t units = k / 64;
-    return {units >= 128 ? 128 : 64, n >= 4096 ? 4 : 2, 1, 0};
+    if (units >= 128) return {128, 4, 1, 0};
+    return {64, n >= 4096 ? 4 : 2, 1, 0};
   }
   const bool quant = dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q4_1;
   if (quant) {
