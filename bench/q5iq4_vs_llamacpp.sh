@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift 2 ;;
     --no-greedy) greedy=0; shift ;;
     --no-bench) bench=0; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     -*) echo "q5iq4_vs_llamacpp: unknown argument '$1' (see --help)" >&2; exit 1 ;;
     *) types+=("$1"); shift ;;
   esac
@@ -106,8 +106,8 @@ if [ "$greedy" = 1 ]; then
     "$lb/ggml/src/libggml.a" "$lb/ggml/src/libggml-cpu.a" "$lb/ggml/src/libggml-base.a" -fopenmp -lpthread -ldl \
     -o "$tmp/llamacpp_logits"
   text="The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined movable \
-metal type, oil-based inks and a wooden press adapted from those used for wine. Books that had taken a scribe months to copy \
-could now be produced in days, and within fifty years presses were working in more than two hundred European towns. \
+metal type, oil-based inks and a wooden press adapted from those used for wine. Books that had taken a scribe months \
+to copy could now be produced in days, and within fifty years presses were working in more than two hundred European towns. \
 The spread of cheap pamphlets changed how ideas travelled: scholars corresponded across borders, merchants printed \
 price lists, and religious reformers reached readers who had never owned a book."
   "$bin/llama-tokenize" -m "$base" -p "$text" --ids --log-disable 2> /dev/null | tr -d '[] ' > "$tmp/ids.csv"
