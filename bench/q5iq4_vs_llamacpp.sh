@@ -107,9 +107,9 @@ if [ "$greedy" = 1 ]; then
     -o "$tmp/llamacpp_logits"
   text="The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined movable \
 metal type, oil-based inks and a wooden press adapted from those used for wine. Books that had taken a scribe months \
-to copy could now be produced in days, and within fifty years presses were working in more than two hundred European towns. \
-The spread of cheap pamphlets changed how ideas travelled: scholars corresponded across borders, merchants printed \
-price lists, and religious reformers reached readers who had never owned a book."
+to copy could now be produced in days, and within fifty years presses were working in more than two hundred European \
+towns. The spread of cheap pamphlets changed how ideas travelled: scholars corresponded across borders, merchants \
+printed price lists, and religious reformers reached readers who had never owned a book."
   "$bin/llama-tokenize" -m "$base" -p "$text" --ids --log-disable 2> /dev/null | tr -d '[] ' > "$tmp/ids.csv"
   tr ',' ' ' < "$tmp/ids.csv" > "$tmp/ids.txt"
   echo
