@@ -31,8 +31,9 @@ const Shape kShapes[] = {
     {"llama8b", 4096, 14336},
 };
 
-const DType kDtypes[] = {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::F16,  DType::BF16, DType::F32,
-                         DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K};
+const DType kDtypes[] = {DType::Q4_1,   DType::Q8_0,   DType::Q4_0, DType::Q5_0, DType::Q5_1,
+                         DType::IQ4_NL, DType::IQ4_XS, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                         DType::Q2_K,   DType::Q3_K,   DType::F16,  DType::BF16, DType::F32};
 
 constexpr uint64_t kColdBytes = uint64_t{128} << 20;  // 4x the 32 MiB L3 of the machine this was tuned on
 
@@ -123,10 +124,10 @@ void bm_accuracy(benchmark::State& state, DType dtype, int64_t n, int64_t k, int
 }
 
 int register_all() {
-  for (DType dt :
-       {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K}) {
+  for (DType dt : {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS,
+                   DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K}) {
     for (int64_t k : {576, 4096}) {
-      if (k % dtype_info(dt).block_size != 0) continue;  // the K-quants' rows are whole 256-element super-blocks
+      if (k % dtype_info(dt).block_size != 0) continue;  // 256-element super-blocks need whole rows of them
       const std::string name = fmt::format("accuracy/{}/{}x{}/t8", dtype_name(dt), 256, k);
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) {
         bm_accuracy(s, dt, 256, k, 8);
@@ -140,6 +141,7 @@ int register_all() {
         // Prefill at T = 512 for the two smaller models only (an 8B layer at T = 512 takes seconds per iteration),
         // and not the 49152-row output matrix, which prefill applies to the last token only.
         if (t > 1 && (std::string(s.model) == "llama8b" || s.n == 49152)) continue;
+        if (s.k % dtype_info(dt).block_size != 0) continue;  // iq4_xs: rows of whole 256-element super-blocks
         for (int threads : {1, 2}) {
           // T = 1 also "warm": one copy, which stays in L2/L3 for the smaller shapes, to show the kernel's own speed.
           for (bool warm : t == 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {

@@ -11,7 +11,8 @@
 #      round on the same machine state, and per test the median over rounds of the ratio tessera / llama.cpp of that
 #      round's medians (pairwise, so a busy spell of the shared machine moves both sides of a ratio).
 # Usage: bench/q5iq4_vs_llamacpp.sh [-t THREADS] [-p 512] [-n 128] [-r 5] [--rounds 3] [--build DIR] [--no-greedy]
-#                                   [--no-bench] [TYPE ...]      (TYPE default: Q4_1 Q5_0 Q5_1 IQ4_NL IQ4_NL-pure IQ4_XS-pure)
+#                                   [--no-bench] [TYPE ...]
+#   TYPE default: Q4_1 Q5_0 Q5_1 IQ4_NL IQ4_NL-pure IQ4_XS-pure (a file Tessera cannot load is skipped with its error)
 # Needs the llama.cpp build of scripts/build_llamacpp.sh (llama-quantize, llama-simple, llama-bench).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,7 +35,7 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift 2 ;;
     --no-greedy) greedy=0; shift ;;
     --no-bench) bench=0; shift ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     -*) echo "q5iq4_vs_llamacpp: unknown argument '$1' (see --help)" >&2; exit 1 ;;
     *) types+=("$1"); shift ;;
   esac
@@ -104,11 +105,11 @@ if [ "$greedy" = 1 ]; then
   g++ -O2 -std=c++17 -I "$src/include" -I "$src/ggml/include" "$root/python/llamacpp_logits.cpp" "$lb/src/libllama.a" \
     "$lb/ggml/src/libggml.a" "$lb/ggml/src/libggml-cpu.a" "$lb/ggml/src/libggml-base.a" -fopenmp -lpthread -ldl \
     -o "$tmp/llamacpp_logits"
-  text="The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined movable metal \
-type, oil-based inks and a wooden press adapted from those used for wine. Books that had taken a scribe months to copy \
-could now be produced in days, and within fifty years presses were working in more than two hundred European towns. \
-The spread of cheap pamphlets changed how ideas travelled: scholars corresponded across borders, merchants printed \
-price lists, and religious reformers reached readers who had never owned a book."
+  text="The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined movable \
+metal type, oil-based inks and a wooden press adapted from those used for wine. Books that had taken a scribe months \
+to copy could now be produced in days, and within fifty years presses were working in more than two hundred European \
+towns. The spread of cheap pamphlets changed how ideas travelled: scholars corresponded across borders, merchants \
+printed price lists, and religious reformers reached readers who had never owned a book."
   "$bin/llama-tokenize" -m "$base" -p "$text" --ids --log-disable 2> /dev/null | tr -d '[] ' > "$tmp/ids.csv"
   tr ',' ' ' < "$tmp/ids.csv" > "$tmp/ids.txt"
   echo
@@ -142,7 +143,8 @@ for i in $(seq 1 "$rounds"); do
     "$bin/llama-bench" -m "$f" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$repeats" -b "$n_prompt" -ub "$n_prompt" \
       -ctk f16 -ctv f16 -o json > "$tmp/llama_${t}_$i.json" 2> "$tmp/llama.log" || { cat "$tmp/llama.log" >&2; exit 1; }
     "$tessera" bench -m "$f" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$repeats" --ubatch "$n_prompt" --kv-type f16 \
-      --no-ceilings --json > "$tmp/tessera_${t}_$i.json" 2> "$tmp/tessera.log" || { cat "$tmp/tessera.log" >&2; exit 1; }
+      --no-ceilings --json > "$tmp/tessera_${t}_$i.json" 2> "$tmp/tessera.log" ||
+      { cat "$tmp/tessera.log" >&2; exit 1; }
   done
 done
 
@@ -152,7 +154,8 @@ tmp, rounds, threads, cores, types = sys.argv[1], int(sys.argv[2]), sys.argv[3],
 med = statistics.median
 print(f"\n## speed: {threads} threads on {cores} cores, {rounds} alternating rounds, "
       f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
-print("| file         | test  | llama.cpp tok/s | tessera tok/s | tessera/llama.cpp (median of round ratios) | round ratios |")
+print("| file         | test  | llama.cpp tok/s | tessera tok/s | tessera/llama.cpp (median of round ratios) | "
+      "round ratios |")
 print("|--------------|-------|-----------------|---------------|-----|-----|")
 for t in types:
     per = {}
