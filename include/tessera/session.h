@@ -40,6 +40,14 @@ struct SessionOptions {
   // this CPU runs). cuda: the fields of cuda::CudaOptions (src/backends/cuda/cuda_options.h: "graph=0", "sample=0",
   // "attn_tma=0", ...), process-wide: the last session opened sets them for every CUDA session of the process.
   std::vector<std::string> backend_options;
+  // TEAL activation sparsity (docs/TEAL.md): zero this share of each matmul input's entries by magnitude, per token
+  // (top-k), in the blocks' q|k|v, o, gate|up and down inputs; decode then skips the weights of zeroed inputs.
+  // 0: dense. Exclusive with `teal`.
+  float sparsity = 0;
+  // A thresholds file made by `tessera calibrate` for this model: per layer and input, a magnitude threshold.
+  std::string teal;
+  // Sparsify prompt chunks too (perplexity: every scored position as decode sees it); prefill is otherwise dense.
+  bool sparsify_prefill = false;
 };
 
 inline constexpr uint64_t kRandomSeed = ~uint64_t{0};
@@ -100,6 +108,10 @@ class Session {
   int64_t n_ctx() const;
   int64_t n_batch() const;
   int n_threads() const;
+  // Share of matmul-input entries the TEAL sparsification zeroed since the session opened or the last reset (0 when
+  // it is off): measured, not the requested sparsity.
+  double achieved_sparsity() const;
+  void reset_achieved_sparsity();
   bool reference() const;
   std::string kv_dtype() const;
   int64_t n_vocab() const;

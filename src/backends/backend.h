@@ -146,6 +146,10 @@ class DeviceSession {
 
   virtual int64_t n_vocab() const = 0;
   virtual int n_threads() const = 0;
+  // Zeros and elements the session's SPARSIFY nodes wrote (TEAL, graph/passes/sparsify.h) since the last reset:
+  // the achieved activation sparsity. {0, 0} on a backend that does not count.
+  virtual std::pair<uint64_t, uint64_t> sparsity_counts() const { return {0, 0}; }
+  virtual void reset_sparsity_counts() {}
 
  private:
   std::vector<RowScore> host_scores_;  // the default eval_scores' answer

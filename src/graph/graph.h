@@ -38,6 +38,10 @@ enum class Op : uint8_t {
   // op was proven with, kept so the recipe keeps working (its commit touched this file, ops.cpp, its CPU kernel
   // backends/cpu/ops/scale.cpp and its rows in tests/ops/test_ops.cpp).
   SCALE,  // (x[T, E]) -> [T, E]: x * params.scale
+  // TEAL activation sparsity (graph/passes/sparsify.h), made by that pass only:
+  SPARSIFY,       // (x[T, K]) -> [T, K]: x with its smallest-magnitude entries zeroed, per row: |x| <= sparse_threshold
+                  // (calibrated), or the floor(sparsity * K) smallest when sparse_threshold < 0 (top-k per token)
+  MATMUL_SPARSE,  // (x[T, K], W[N, K]) -> [T, N]: MATMUL whose x is mostly zeros: kernels skip the weights of zero x
   COUNT,  // not an op: the number of ops (the op table has this many rows)
 };
 std::string_view op_name(Op op);
@@ -126,6 +130,8 @@ struct OpParams {
   float attn_scale = 0;     // ATTENTION: usually 1/sqrt(head_dim)
   int64_t slice_begin = 0;  // SLICE: first column
   float scale = 0;          // SCALE: the factor
+  float sparsity = 0;       // SPARSIFY: share of each row zeroed (top-k by magnitude) when sparse_threshold < 0
+  float sparse_threshold = -1;  // SPARSIFY: zero the entries with |x| <= this (a calibrated threshold); < 0: top-k
 };
 
 // What a node made by a graph pass computes beyond its op (src/graph/passes/fuse.h). Builders leave it empty. Every

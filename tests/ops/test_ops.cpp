@@ -58,6 +58,18 @@ Row matmul_row(DType w, int64_t t, int64_t n, int64_t k) {
   return r;
 }
 
+// TEAL's sparse GEMV: against the dense reference on the same zeroed x, with MATMUL's limits (quantized formats
+// quantize x to 8 bits per block as the dense kernels do; zeros stay zero).
+Row matmul_sparse_row(DType w, int64_t t, int64_t n, int64_t k, float sparsity) {
+  Row r = matmul_row(w, t, n, k);
+  r.name = "MATMUL_SPARSE_" + dn(w) + "_t" + std::to_string(t) + "_n" + std::to_string(n) + "_k" + std::to_string(k) +
+           "_s" + std::to_string(static_cast<int>(sparsity * 100));
+  r.build = [=](std::mt19937& rng) { return matmul_sparse(rng, w, t, n, k, sparsity); };
+  r.cuda = false;
+  r.why = "MATMUL_SPARSE has no CUDA kernel yet (issue 23's CUDA half)";
+  return r;
+}
+
 Row embed_row(DType w, int64_t n_vocab, int64_t d, int64_t t) {
   Row r;
   r.name = "EMBED_" + dn(w) + "_v" + std::to_string(n_vocab) + "_d" + std::to_string(d) + "_t" + std::to_string(t);
@@ -157,6 +169,17 @@ const std::vector<Row>& rows() {
         v.push_back(matmul_row(w, t, 96, w == DType::Q4_K || w == DType::Q6_K ? 512 : 576));
     v.push_back(matmul_row(DType::Q4_1, 3, 1000, 1536));  // N not a multiple of the CPU's 8-row groups
     v.push_back(matmul_row(DType::Q6_K, 1, 256, 1536));
+    // TEAL: SPARSIFY by top-k per row and by threshold; MATMUL_SPARSE per format at 50% (and 90%, 0%: whole blocks
+    // skipped, none skipped), N not a multiple of the 32-row tiles, several rows.
+    v.push_back(simple_row(graph::Op::SPARSIFY, {{7, 1000}}, {.sparsity = 0.5f}, kExact, kExact));
+    v.push_back(simple_row(graph::Op::SPARSIFY, {{3, 576}}, {.sparse_threshold = 0.7f}, kExact, kExact));
+    for (const DType w : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1})
+      v.push_back(matmul_sparse_row(w, 1, 96, 576, 0.5f));
+    v.push_back(matmul_sparse_row(DType::Q4_1, 1, 1000, 1536, 0.9f));
+    v.push_back(matmul_sparse_row(DType::Q8_0, 1, 200, 576, 0.0f));
+    v.push_back(matmul_sparse_row(DType::F16, 3, 1000, 576, 0.65f));
+    v.push_back(matmul_sparse_row(DType::Q4_0, 2, 40, 64, 0.5f));
+    v.push_back(matmul_sparse_row(DType::Q6_K, 1, 64, 512, 0.5f));  // converted to f16 at load: the f16 sparse kernel
     return v;
   }();
   return kRows;

@@ -74,6 +74,12 @@ class CpuSession : public backend::DeviceSession {
   }
   int64_t n_vocab() const override { return vocab_; }
   int n_threads() const override { return backend_.n_threads(); }
+  // Process-wide counters (ops/sparsify.cpp): exact for the one session a command runs.
+  std::pair<uint64_t, uint64_t> sparsity_counts() const override {
+    const SparsityCounts c = cpu::sparsity_counts();
+    return {c.zeros, c.total};
+  }
+  void reset_sparsity_counts() override { cpu::reset_sparsity_counts(); }
 
  private:
   Plan& plan_for(int64_t n_tokens, bool all_logits, int64_t seq) {
