@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backends/cpu/kernels/matmul_sparse.h"
@@ -32,11 +33,31 @@ int64_t sparsify_row(const float* x, float* y, int64_t k, float sparsity, float 
     for (int64_t c = 0; c < k; ++c) zeros += x[c] == 0.0f;
     return zeros;
   }
-  thread_local std::vector<float> mag;
-  mag.resize(static_cast<size_t>(k));
-  for (int64_t c = 0; c < k; ++c) mag[static_cast<size_t>(c)] = std::fabs(x[c]);
-  std::nth_element(mag.begin(), mag.begin() + (drop - 1), mag.end());
-  const float cut = mag[static_cast<size_t>(drop - 1)];  // the drop-th smallest magnitude
+  // The drop-th smallest magnitude by a radix select on |x|'s bits (non-negative floats order as their bit
+  // patterns): a histogram of the top 12 bits finds the bucket holding it, then only that bucket's keys are ordered.
+  // Two linear passes; std::nth_element over the whole row cost 10% of a decode step (perf, SmolLM2 at 50%).
+  constexpr int kShift = 20;
+  thread_local std::vector<uint32_t> keys, bucket;
+  thread_local std::vector<int32_t> hist(1 << (32 - kShift));
+  keys.resize(static_cast<size_t>(k));
+  std::fill(hist.begin(), hist.end(), 0);
+  for (int64_t c = 0; c < k; ++c) {
+    uint32_t u;
+    std::memcpy(&u, &x[c], 4);
+    u &= 0x7fffffffu;
+    keys[static_cast<size_t>(c)] = u;
+    ++hist[u >> kShift];
+  }
+  int64_t seen = 0;
+  uint32_t hb = 0;
+  while (seen + hist[hb] < drop) seen += hist[hb++];
+  bucket.clear();
+  for (int64_t c = 0; c < k; ++c)
+    if ((keys[static_cast<size_t>(c)] >> kShift) == hb) bucket.push_back(keys[static_cast<size_t>(c)]);
+  const auto nth = bucket.begin() + (drop - 1 - seen);
+  std::nth_element(bucket.begin(), nth, bucket.end());
+  float cut;  // the drop-th smallest magnitude
+  std::memcpy(&cut, &*nth, 4);
   int64_t below = 0;
   for (int64_t c = 0; c < k; ++c) below += std::fabs(x[c]) < cut;
   int64_t ties = drop - below;  // entries equal to the cut that go too, first ones first
