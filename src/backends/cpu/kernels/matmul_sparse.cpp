@@ -35,14 +35,15 @@ uint8_t nibble(const Blk& b, int c) {
 template <typename Blk>
 void repack_quant(const void* rows, int64_t n, int64_t k, uint8_t* dst) {
   const int64_t kb = k / kBlock, chunks = (n + kSparseRows - 1) / kSparseRows;
-  constexpr bool kQ8 = std::is_same_v<Blk, BlockQ8_0>;
-  constexpr bool kHasMin = std::is_same_v<Blk, BlockQ4_1>;
-  const uint64_t tb = detail::sparse_tile_bytes(kQ8 ? DType::Q8_0 : kHasMin ? DType::Q4_1 : DType::Q4_0);
+  const uint64_t tb = detail::sparse_tile_bytes(std::is_same_v<Blk, BlockQ8_0>   ? DType::Q8_0
+                                                : std::is_same_v<Blk, BlockQ4_0> ? DType::Q4_0
+                                                                                 : DType::Q4_1);
   const auto* src = static_cast<const Blk*>(rows);
+  constexpr bool kHasMin = std::is_same_v<Blk, BlockQ4_1>;
   for (int64_t r = 0; r < chunks; ++r) {
     for (int64_t b = 0; b < kb; ++b) {
       uint8_t* tile = dst + static_cast<uint64_t>(r * kb + b) * tb;
-      std::memset(tile, 0, tb);  // rows past n: scale 0, so their quants add nothing
+      std::memset(tile, 0, tb);  // rows past n: scale 0 and quants 0
       auto* d = reinterpret_cast<uint16_t*>(tile);
       for (int p = 0; p < kSparseRows; ++p) {
         const int64_t row = r * kSparseRows + detail::sparse_lane_row(p);
@@ -56,10 +57,11 @@ void repack_quant(const void* rows, int64_t n, int64_t k, uint8_t* dst) {
           const int64_t row = r * kSparseRows + j;
           if (row >= n) continue;
           const Blk& blk = src[row * kb + b];
-          if constexpr (kQ8) {
-            qs[c * kSparseRows + j] = static_cast<uint8_t>(static_cast<uint8_t>(blk.qs[c]) ^ 0x80);  // w + 128
+          if constexpr (std::is_same_v<Blk, BlockQ8_0>) {
+            qs[c * 32 + j] = static_cast<uint8_t>(blk.qs[c]);
           } else {
-            qs[c * kSparseRows + j] = nibble(blk, c);
+            // byte j % 16 of the channel's 16: row j in the low nibble (j < 16), row j in the high one (j >= 16)
+            qs[c * 16 + j % 16] |= static_cast<uint8_t>(nibble(blk, c) << (j < 16 ? 0 : 4));
           }
         }
       }
@@ -85,7 +87,7 @@ void repack_float(DType dtype, const void* rows, int64_t n, int64_t k, uint8_t* 
 
 // The per-call scratch of the nonzero structure (decode must not allocate per op once warm).
 struct Scratch {
-  std::vector<int32_t> idx, blocks, group_begin, group_x, xsum;
+  std::vector<int32_t> idx, blocks, group_begin, group_x;
   std::vector<float> val, xd, xs;
   std::vector<uint8_t> group_ch;
   std::vector<detail::BlockQ8A> xq;
@@ -117,7 +119,6 @@ detail::SparseX build_x(const SparseWeight& w, const float* x, Scratch& s) {
   s.group_ch.clear();
   s.xd.clear();
   s.xs.clear();
-  s.xsum.clear();
   for (int64_t b = 0; b < kb; ++b) {
     const detail::BlockQ8A& q = s.xq[static_cast<size_t>(b)];
     uint8_t ch[kBlock];
@@ -129,9 +130,6 @@ detail::SparseX build_x(const SparseWeight& w, const float* x, Scratch& s) {
     s.group_begin.push_back(static_cast<int32_t>(s.group_x.size()));
     s.xd.push_back(q.d);
     s.xs.push_back(q.s);
-    int32_t sum = 0;
-    for (int c = 0; c < kBlock; ++c) sum += q.qs[c];
-    s.xsum.push_back(sum);
     for (int g = 0; g < cnt; g += 4) {
       uint32_t packed = 0;
       for (int j = 0; j < 4; ++j) {
@@ -150,7 +148,6 @@ detail::SparseX build_x(const SparseWeight& w, const float* x, Scratch& s) {
   sx.group_x = s.group_x.data();
   sx.xd = s.xd.data();
   sx.xs = s.xs.data();
-  sx.xsum = s.xsum.data();
   sx.n_blocks = static_cast<int64_t>(s.blocks.size());
   return sx;
 }
@@ -161,11 +158,11 @@ namespace detail {
 uint64_t sparse_tile_bytes(DType dtype) {
   switch (dtype) {
     case DType::Q8_0:
-      return 2 * kSparseRows + 32 * kSparseRows;
+      return 2 * kSparseRows + 32 * 32;
     case DType::Q4_0:
-      return 2 * kSparseRows + 32 * kSparseRows;
+      return 2 * kSparseRows + 32 * 16;
     case DType::Q4_1:
-      return 4 * kSparseRows + 32 * kSparseRows;
+      return 4 * kSparseRows + 32 * 16;
     default:
       fail("matmul_sparse: {} has no quantized tile", dtype_name(dtype));
   }
@@ -215,7 +212,7 @@ void matmul_sparse(ThreadPool& pool, const SparseWeight& w, const float* x, floa
       active_isa() == Isa::AVX512_VNNI ? detail::avx512_sparse_kernel(w.dtype) : detail::avx2_sparse_kernel(w.dtype);
   TESSERA_CHECK(kernel != nullptr, "matmul_sparse: no sparse kernel for {} weights on this CPU", dtype_name(w.dtype));
   thread_local Scratch scratch;
-  // Tasks are ranges of 64-row chunks: ~4 per thread so a core slowed by another process can be balanced.
+  // Tasks are ranges of 32-row chunks: ~4 per thread so a core slowed by another process can be balanced.
   const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(w.chunks, int64_t{4} * pool.n_threads()));
   for (int64_t i = 0; i < t; ++i) {
     const detail::SparseX sx = build_x(w, x + i * w.k, scratch);

@@ -1,23 +1,25 @@
 // Sparse GEMV for TEAL activation sparsity (graph::Op::MATMUL_SPARSE): y = x · Wᵀ where most of x is zero, reading
 // only the weights of x's nonzero channels.
 //
-// Layout (measured choice, docs/TEAL.md): channel-major tiles of 64 output rows. The file's row-major [N, K] layout
+// Layout (measured choice, docs/TEAL.md): channel-major tiles of 32 output rows. The file's row-major [N, K] layout
 // puts one channel's weights N row-strides apart, and its quantized blocks run along K, so a zero channel can only be
-// skipped where all 32 channels of a block are zero: at 50% element sparsity that is almost never (0.5^32 for
-// independent zeros; docs/TEAL.md measures SmolLM2's activations), so block skipping gains nothing. Here each tile
-// holds, for 64 output rows, every channel's 64 weights contiguous, so a zero channel skips its bytes:
-//   float formats: tile (r) = [K channels][64 rows] in the weight's own dtype (f32, f16 or bf16);
-//   q8_0 / q4_0 / q4_1: tile (r, b) per 64-row chunk r and 32-channel block b: the 64 rows' scales (and q4_1's mins)
-//     of block b as fp16 in the kernels' lane order (sparse_lane_row), then per channel its 64 rows' quants as unsigned
-//     bytes (the operand vpdpbusd multiplies): q8_0 w + 128, q4 its 0..15. q4 thus takes a byte a weight, 1.8x the
-//     file's q4_1 bytes: packing channel pairs (c, c + 16) into nibbles kept the file's size but the shift and mask per
-//     channel made the kernel lose to the dense one at 50% (0.89-0.97x, docs/TEAL.md). The values are the file's: the
-//     quantization blocks still run along K and the kernel applies each (row, block) scale to the block's integer
-//     sum as the dense kernel does, so the result equals the dense kernel's on the same (thresholded, 8-bit
-//     quantized) x up to float summation order.
-// The kernels take the nonzero channels of a block four at a time, transpose their rows into 4-byte (row, 4 channels)
-// lanes and use the dense kernels' dot products (vpdpbusd on AVX-512 VNNI over 64 rows, vpmaddubsw + vpmaddwd on AVX2
-// over two 32-row halves) against the 4 matching activation bytes. CPUs without AVX2 run the dense kernels.
+// skipped where all 32 channels of a block are zero: at 50% element sparsity that is 0.5^32 for independent zeros and
+// 0.004% of the blocks of SmolLM2's sparsified activations (14 of 391,680 over 128 decode steps; 0.26% at 65%), so
+// block skipping gains nothing. Here each tile holds, for 32 output rows, every channel's 32 weights contiguous, so a
+// zero channel skips its 32 (or 16, 4-bit) bytes and a chunk of rows reads one stream:
+//   float formats: tile (r) = [K channels][32 rows] in the weight's own dtype (f32, f16 or bf16);
+//   q8_0 / q4_0 / q4_1: tile (r, b) per 32-row chunk r and 32-channel block b: the 32 rows' scales (and q4_1's mins)
+//     of block b as fp16, then per channel of the block its 32 rows' quants: q8_0 32 signed bytes, q4 16 bytes (byte j:
+//     row j in the low nibble, row j + 16 in the high one). The values are the file's, unchanged: the quantization
+//     blocks still run along K, and the kernel applies each (row, block) scale to the block's integer sum as the dense
+//     kernel does, so the result equals the dense kernel's on the same (thresholded, 8-bit quantized) x up to float
+//     summation order.
+// The AVX2 / AVX-512 kernels take the nonzero channels of a block four at a time, transpose their 32 rows into
+// 4-byte (row, 4 channels) lanes and use the dense kernels' vpmaddubsw / vpdpbusd dot products against the 4 matching
+// activation bytes. CPUs without AVX2 run the dense kernels (the pass's MATMUL_SPARSE then gains nothing there).
+// Tried and measured worse end to end (docs/TEAL.md): 64-row tiles with 512-bit vpdpbusd and q4 quants a byte each
+// (faster with the weights in cache, but the doubled bytes lost in a real decode step); nibble pairs (c, c + 16) in
+// 64-row tiles (a shift and mask per channel: slower than the dense kernel even in cache).
 #pragma once
 
 #include <cstdint>
@@ -50,20 +52,19 @@ void matmul_sparse(ThreadPool& pool, const SparseWeight& w, const float* x /*[t,
 // ops/sparsify.cpp, counts them), for bench and profile to report what was measured rather than what was asked.
 struct SparsityCounts {
   uint64_t zeros = 0, total = 0;
+  uint64_t zero_blocks = 0, blocks = 0;  // 32-element blocks (of rows whose length is a multiple of 32) all zero
 };
 SparsityCounts sparsity_counts();
 void reset_sparsity_counts();
 
 namespace detail {
 
-constexpr int kSparseRows = 64;  // output rows per tile
+constexpr int kSparseRows = 32;  // output rows per tile
 
-// The order of a quantized tile's 64 scales: the row of scale position p. The transposed dot products of 4 channels
-// come out as four vectors i = 0..3 whose 128-bit lane L holds rows 16 L + 4 i + 0..3 (vpunpck* work within lanes);
-// scale p = 16 i + q belongs to vector i, dword q. A 256-bit half h of the AVX2 kernel is dwords 8h..8h+7.
+// The order of a quantized tile's 32 scales: the row of scale position p (the transposed dot products' lane order).
 constexpr int sparse_lane_row(int p) {
-  const int i = p / 16, q = p % 16;
-  return 16 * (q / 4) + 4 * i + q % 4;
+  const int i = p / 8, l = p % 8;
+  return l < 4 ? 4 * i + l : 16 + 4 * i + l - 4;
 }
 uint64_t sparse_tile_bytes(DType dtype);  // quantized: bytes of one (chunk, block) tile
 
@@ -82,8 +83,6 @@ struct SparseX {
   const int32_t* group_x = nullptr;      // [groups] the 4 int8 activations as one int32
   const float* xd = nullptr;             // per nonzero block: activation scale d
   const float* xs = nullptr;             // per nonzero block: d * sum(q)
-  const int32_t* xsum =
-      nullptr;  // per nonzero block: sum(q) (q8_0 tiles store w + 128: the kernels take 128 sum(q) off)
   int64_t n_blocks = 0;
 };
 using SparseKernel = void (*)(const SparseWeight& w, const SparseX& x, float* y, int64_t c0, int64_t c1);

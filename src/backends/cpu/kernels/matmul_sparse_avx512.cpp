@@ -1,8 +1,6 @@
-// AVX-512 VNNI sparse GEMV (matmul_sparse_x86.h: a whole 64-row tile per zmm vpdpbusd).
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its own -Wmaybe-uninitialized then reports
-// (matmul_quant_avx512.cpp says the same).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// AVX-512 VNNI sparse GEMV (matmul_sparse_x86.h with 256-bit vpdpbusd, AVX512VL). A 32-row tile is four ymm
+// accumulators; zmm would halve the rows per register and need 64-row tiles, which leave SmolLM2's 192-row k|v
+// projections with fewer tasks than threads x 4: not tried yet.
 #define TESSERA_SPARSE_VNNI 1
 #include "backends/cpu/kernels/matmul_sparse_x86.h"
 

@@ -13,7 +13,7 @@
 namespace tessera::cpu {
 namespace {
 
-std::atomic<uint64_t> g_zeros{0}, g_total{0};
+std::atomic<uint64_t> g_zeros{0}, g_total{0}, g_zero_blocks{0}, g_blocks{0};
 
 // Zeroes |x| <= threshold, or (threshold < 0) the floor(sparsity * k) smallest |x| (ties: the first ones in index
 // order), so each row keeps exactly its top k - floor(sparsity * k) magnitudes. Returns the zeros written.
@@ -76,7 +76,19 @@ void sparsify(const OpCall& call, int64_t /*n_past*/, ThreadPool& /*pool*/) {
   const graph::OpParams& p = call.node->params;
   const int64_t t = call.out_tensor->shape[0], k = call.out_tensor->shape[1];
   int64_t zeros = 0;
-  for (int64_t i = 0; i < t; ++i) zeros += sparsify_row(x + i * k, y + i * k, k, p.sparsity, p.sparse_threshold);
+  int64_t zero_blocks = 0;
+  for (int64_t i = 0; i < t; ++i) {
+    const float* row = y + i * k;
+    zeros += sparsify_row(x + i * k, y + i * k, k, p.sparsity, p.sparse_threshold);
+    // Blocks a block-skipping kernel on the file's quantized layout could skip (matmul_sparse.h says why it doesn't).
+    if (k % 32 == 0)
+      for (int64_t b = 0; b < k; b += 32)
+        zero_blocks += std::all_of(row + b, row + b + 32, [](float v) { return v == 0.0f; });
+  }
+  if (k % 32 == 0) {
+    g_zero_blocks.fetch_add(static_cast<uint64_t>(zero_blocks), std::memory_order_relaxed);
+    g_blocks.fetch_add(static_cast<uint64_t>(t * k / 32), std::memory_order_relaxed);
+  }
   g_zeros.fetch_add(static_cast<uint64_t>(zeros), std::memory_order_relaxed);
   g_total.fetch_add(static_cast<uint64_t>(t * k), std::memory_order_relaxed);
 }
@@ -86,11 +98,14 @@ void sparsify(const OpCall& call, int64_t /*n_past*/, ThreadPool& /*pool*/) {
 }  // namespace
 
 SparsityCounts sparsity_counts() {
-  return {g_zeros.load(std::memory_order_relaxed), g_total.load(std::memory_order_relaxed)};
+  return {g_zeros.load(std::memory_order_relaxed), g_total.load(std::memory_order_relaxed),
+          g_zero_blocks.load(std::memory_order_relaxed), g_blocks.load(std::memory_order_relaxed)};
 }
 void reset_sparsity_counts() {
   g_zeros.store(0, std::memory_order_relaxed);
   g_total.store(0, std::memory_order_relaxed);
+  g_zero_blocks.store(0, std::memory_order_relaxed);
+  g_blocks.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace tessera::cpu
