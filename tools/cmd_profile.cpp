@@ -38,6 +38,7 @@ struct ProfileFlags {
   std::string device = "cpu";
   NglFlag ngl;  // -ngl: llama.cpp's spelling of the device
   BackendFlags backend;  // --cuda KEY=VALUE, --cpu-isa
+  TealFlags teal;        // --sparsity, --teal
   int64_t batch = 512;
   bool json = false;
   bool no_ceilings = false;  // the default now; kept for scripts that pass it
@@ -246,6 +247,7 @@ int run(ProfileFlags& f) {
   so.n_threads = f.threads;
   so.device = f.device;
   so.backend_options = backend_options(f.backend, f.device);
+  apply_teal_flags(f.teal, so);
   Session session(model, so);
 
   // Warm-up (weights paged in, plans compiled), not profiled.
@@ -276,6 +278,7 @@ int run(ProfileFlags& f) {
   }
 
   Phase dec{"decode", f.n_gen, {}, 0, {}};
+  session.reset_achieved_sparsity();  // decode only (prefill stays dense)
   for (int64_t i = 0; i < f.n_gen; ++i) {
     t0 = std::chrono::steady_clock::now();
     std::span<const float> logits = session.decode(next);
@@ -321,6 +324,8 @@ int run(ProfileFlags& f) {
                         {"prefill", phase_json(pre, lim)},
                         {"ceilings", lim.c ? ceilings_json(c) : nlohmann::json(nullptr)}};
   if (f.n_gen > 0) out["decode"] = phase_json(dec, lim);
+  const std::string teal = teal_line(f.teal, session.achieved_sparsity());
+  if (f.n_gen > 0 && !teal.empty()) out["decode"]["achieved_sparsity"] = session.achieved_sparsity();
   if (f.json) {
     fmt::print("{}\n", out.dump(2));
     return 0;
@@ -335,6 +340,7 @@ int run(ProfileFlags& f) {
   }
   bool over = print_phase(out["prefill"], "prefill", f.all_nodes);
   if (f.n_gen > 0) over |= print_phase(out["decode"], "decode", f.all_nodes);
+  if (f.n_gen > 0 && !teal.empty()) fmt::print("decode: {}\n", teal);
   if (!lim.c) fmt::print("\n% roof: measure this machine's limits with --limits\n");
   if (over)
     fmt::print(
@@ -354,6 +360,7 @@ const int registered = register_command(
        app.add_option("-t,--threads", f->threads, "Threads (default: all cores; capped to the hardware threads)");
        add_ngl_option(app, f->ngl, app.add_option("--device", f->device, "cpu (default) or cuda"));
        add_backend_flags(app, f->backend);
+       add_teal_flags(app, f->teal);
        app.add_option("-b,--batch,--batch-size", f->batch,
                       "Logical batch: prompt tokens per forward pass (default 512)");
        app.add_flag("--json", f->json, "Print one JSON object (prefill and decode: classes, matmul roles, nodes)");
