@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -109,9 +110,15 @@ class Session {
   int64_t n_batch() const;
   int n_threads() const;
   // Share of matmul-input entries the TEAL sparsification zeroed since the session opened or the last reset (0 when
-  // it is off): measured, not the requested sparsity.
+  // it is off): measured, not the requested sparsity. CPU: the counters are process-wide, so with several sessions
+  // open it counts all of them since the latest opening or reset.
   double achieved_sparsity() const;
   void reset_achieved_sparsity();
+  // Calibration (tessera calibrate, include/tessera/calibrate.h): while on, the sparsification nodes add their inputs'
+  // magnitudes to a histogram per (layer, input); take returns them (key layer * 4 + input, 65536 buckets by the top
+  // 16 bits of |x|'s float bits) and clears them. CPU only; process-wide.
+  void record_activation_histograms(bool on);
+  std::map<int, std::vector<uint64_t>> take_activation_histograms();
   bool reference() const;
   std::string kv_dtype() const;
   int64_t n_vocab() const;

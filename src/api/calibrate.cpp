@@ -1,14 +1,19 @@
 // TEAL thresholds files and calibration (include/tessera/calibrate.h).
 #include "tessera/calibrate.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <sstream>
 
 #include "api/model_impl.h"
 #include "core/error.h"
+#include "tessera/session.h"
 
 namespace tessera {
 
@@ -95,6 +100,70 @@ std::vector<std::array<float, 4>> load_teal_thresholds(const Model& model, const
                 "the thresholds file '{}' has {} layers; the model has {}", path, t.thresholds.size(),
                 model.impl()->weights.config().n_layers);
   return t.thresholds;
+}
+
+TealThresholds calibrate(const Model& model, const CalibrateOptions& o) {
+  TESSERA_CHECK(!o.greedy, "--greedy (TEAL's block-wise greedy allocation) is not implemented yet; calibrate uniform");
+  TESSERA_CHECK(o.sparsity > 0 && o.sparsity < 1, "sparsity {} must be above 0 and below 1", o.sparsity);
+  TESSERA_CHECK(o.n_ctx >= 2 && o.max_tokens >= o.n_ctx, "calibration needs at least one chunk of {} tokens", o.n_ctx);
+  std::ifstream f(o.text_path, std::ios::binary);
+  TESSERA_CHECK(f.good(), "cannot read the calibration text '{}'", o.text_path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  TealThresholds t;
+  t.model_hash = model_fingerprint(model);
+  t.text_hash = kFnvOffset;
+  fnv(t.text_hash, text.data(), text.size());
+  t.text_name = o.text_path.substr(o.text_path.find_last_of('/') + 1);
+  t.sparsity = o.sparsity;
+  const std::vector<int32_t> ids = model.tokenizer().encode(text, /*add_special=*/true, /*parse_special=*/false);
+  const int64_t chunks = std::min<int64_t>(static_cast<int64_t>(ids.size()), o.max_tokens) / o.n_ctx;
+  TESSERA_CHECK(chunks > 0, "the calibration text has {} tokens, fewer than one chunk of {}", ids.size(), o.n_ctx);
+  // A sparsity below 1/K zeroes nothing: the model runs dense while its SPARSIFY nodes record their inputs. Every row
+  // of a chunk records (sparsify_prefill), which is what decode would see at those positions.
+  SessionOptions so;
+  so.n_ctx = o.n_ctx;
+  so.n_batch = o.n_ctx;
+  so.n_threads = o.n_threads;
+  so.sparsity = 1e-7f;
+  so.sparsify_prefill = true;
+  Session s(model, so);
+  s.record_activation_histograms(true);
+  for (int64_t c = 0; c < chunks; ++c) {
+    s.reset();
+    s.eval(std::span<const int32_t>(ids.data() + c * o.n_ctx, static_cast<size_t>(o.n_ctx)));
+    if (o.progress) o.progress(fmt::format("calibrate: chunk {}/{} ({} tokens)", c + 1, chunks, (c + 1) * o.n_ctx));
+  }
+  s.record_activation_histograms(false);
+  const std::map<int, std::vector<uint64_t>> hist = s.take_activation_histograms();
+  t.tokens = chunks * o.n_ctx;
+  const int64_t layers = model.impl()->weights.config().n_layers;
+  t.thresholds.assign(static_cast<size_t>(layers), {0, 0, 0, 0});
+  t.sparsity_at.assign(static_cast<size_t>(layers), {0, 0, 0, 0});
+  for (int64_t l = 0; l < layers; ++l) {
+    for (int in = 0; in < 4; ++in) {
+      auto it = hist.find(static_cast<int>(l * 4 + in));
+      TESSERA_CHECK(it != hist.end(), "calibrate: layer {} input {} recorded nothing", l, in);
+      const std::vector<uint64_t>& h = it->second;
+      uint64_t total = 0;
+      for (uint64_t v : h) total += v;
+      // Uniform: the smallest bucket whose cumulative count reaches S of the total; the threshold is its upper edge,
+      // so |x| <= threshold zeroes at least S of the calibration entries (by at most one bucket, 2^-7 relative).
+      uint64_t seen = 0;
+      size_t b = 0;
+      while (b + 1 < h.size() && static_cast<double>(seen + h[b]) < o.sparsity * static_cast<double>(total))
+        seen += h[b++];
+      seen += h[b];
+      const uint32_t bits = (static_cast<uint32_t>(b) << 16) | 0xFFFFu;
+      float thr;
+      std::memcpy(&thr, &bits, 4);
+      t.thresholds[static_cast<size_t>(l)][static_cast<size_t>(in)] = thr;
+      t.sparsity_at[static_cast<size_t>(l)][static_cast<size_t>(in)] =
+          static_cast<float>(static_cast<double>(seen) / static_cast<double>(std::max<uint64_t>(total, 1)));
+    }
+  }
+  return t;
 }
 
 }  // namespace tessera

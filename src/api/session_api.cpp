@@ -51,6 +51,10 @@ double Session::achieved_sparsity() const {
   return total ? static_cast<double>(zeros) / static_cast<double>(total) : 0.0;
 }
 void Session::reset_achieved_sparsity() { impl_->engine->reset_sparsity_counts(); }
+void Session::record_activation_histograms(bool on) { impl_->engine->record_activation_histograms(on); }
+std::map<int, std::vector<uint64_t>> Session::take_activation_histograms() {
+  return impl_->engine->take_activation_histograms();
+}
 bool Session::reference() const { return impl_->engine->options().reference; }
 std::string Session::kv_dtype() const { return std::string(dtype_name(impl_->engine->options().kv_dtype)); }
 int64_t Session::n_vocab() const { return impl_->engine->n_vocab(); }

@@ -13,6 +13,7 @@
 #include "tessera/error.h"
 #include "tessera/random_model.h"
 #include "tessera/session.h"
+#include "test_util.h"
 
 namespace tessera {
 namespace {
@@ -75,6 +76,51 @@ TEST(Teal, SparseDecodeMatchesTheDenseMatmulOnTheSameZeros) {
     for (size_t i = 0; i < la.size(); ++i) dn += (la[i] - ld[i]) * (la[i] - ld[i]);
     EXPECT_GT(dn / den, 1e-6) << dtype;  // and sparsity did change something
   }
+}
+
+// tessera calibrate's uniform thresholds on the default model: each (layer, input) threshold zeroes the target share of
+// its calibration entries, and a session on the same text with those thresholds achieves about that share.
+TEST(Teal, UniformCalibrationHitsItsTarget) {
+  TESSERA_REQUIRE_DEFAULT_MODEL(path);
+  const Model m = Model::load(path);
+  const std::string text_path = (std::filesystem::temp_directory_path() / "tessera_teal_cal.txt").string();
+  {
+    std::FILE* f = std::fopen(text_path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    for (int i = 0; i < 40; ++i)
+      std::fprintf(f,
+                   "In the beginning the engine read the weights, and the weights were many; and it skipped "
+                   "the ones whose inputs were small, and the output was nearly the same. ");
+    std::fclose(f);
+  }
+  CalibrateOptions o;
+  o.text_path = text_path;
+  o.sparsity = 0.4f;
+  o.n_ctx = 128;
+  o.max_tokens = 256;
+  o.n_threads = 2;
+  const TealThresholds t = calibrate(m, o);
+  EXPECT_EQ(t.tokens, 256);
+  ASSERT_EQ(static_cast<int64_t>(t.thresholds.size()), 30);
+  for (size_t l = 0; l < t.thresholds.size(); ++l)
+    for (int in = 0; in < 4; ++in) {
+      EXPECT_GT(t.thresholds[l][in], 0.0f);
+      EXPECT_GE(t.sparsity_at[l][in], 0.4f);  // the bucket's upper edge: at least the target
+      EXPECT_LT(t.sparsity_at[l][in], 0.45f);
+    }
+  o.greedy = true;
+  EXPECT_THROW(calibrate(m, o), Error);  // not implemented yet, said so
+  const std::string out = text_path + ".json";
+  save_teal_thresholds(t, out);
+  Session s(m, {.n_ctx = 128, .n_threads = 2, .teal = out, .sparsify_prefill = true});
+  std::vector<int32_t> ids = m.tokenizer().encode(
+      "In the beginning the engine read the weights, and the weights were many; and it skipped the ones whose inputs "
+      "were small, and the output was nearly the same. In the beginning the engine read the weights.",
+      true, false);
+  s.eval(ids);
+  EXPECT_NEAR(s.achieved_sparsity(), 0.4, 0.1);  // the calibration text's own distribution, fewer positions
+  std::remove(out.c_str());
+  std::remove(text_path.c_str());
 }
 
 }  // namespace

@@ -57,6 +57,7 @@ Graph sparsify(const Graph& g, const SparsifyOptions& o) {
         Node s;
         s.name = tensors[static_cast<size_t>(x)].name + ".sparse";
         s.op = Op::SPARSIFY;
+        s.role = n.role;  // the first reader's role: sparse_input_of(role) names the input (calibration keys on it)
         s.layer = n.layer;
         s.block = n.block;
         s.inputs = {x};

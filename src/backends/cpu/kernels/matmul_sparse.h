@@ -23,7 +23,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <vector>
 
 #include "backends/cpu/kernels.h"
 #include "core/dtype.h"
@@ -56,6 +58,11 @@ struct SparsityCounts {
 };
 SparsityCounts sparsity_counts();
 void reset_sparsity_counts();
+// Calibration (tessera calibrate): while on, every SPARSIFY node adds its input's magnitudes to a histogram per
+// (layer, input) (graph::SparseInput), bucket = the top 16 bits of |x|'s float bits. take_ returns them (key
+// layer * 4 + input) and clears them.
+void record_activation_histograms(bool on);
+std::map<int, std::vector<uint64_t>> take_activation_histograms();
 
 namespace detail {
 

@@ -1,10 +1,15 @@
 // SPARSIFY (graph.h; TEAL, graph/passes/sparsify.h): each row of x with its smallest-magnitude entries zeroed. Its own
 // node rather than folded into the producer (norm, SwiGLU, attention): one pass over a row of 576-1536 floats costs
 // about a microsecond against the matmuls it feeds, and keeps every producer's kernel unchanged.
+#include "graph/passes/sparsify.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/kernels/matmul_sparse.h"
@@ -14,6 +19,22 @@ namespace tessera::cpu {
 namespace {
 
 std::atomic<uint64_t> g_zeros{0}, g_total{0}, g_zero_blocks{0}, g_blocks{0};
+std::atomic<bool> g_record{false};
+std::mutex g_hist_mu;
+std::map<int, std::vector<uint64_t>> g_hist;
+
+void record(const graph::Node& n, const float* x, int64_t count) {
+  const graph::SparseInput which = graph::sparse_input_of(n.role);
+  if (n.layer < 0 || which == graph::SparseInput::COUNT) return;
+  std::lock_guard<std::mutex> lock(g_hist_mu);
+  std::vector<uint64_t>& h = g_hist[n.layer * 4 + static_cast<int>(which)];
+  h.resize(1 << 16);
+  for (int64_t i = 0; i < count; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &x[i], 4);
+    ++h[(u & 0x7fffffffu) >> 16];
+  }
+}
 
 // Zeroes |x| <= threshold, or (threshold < 0) the floor(sparsity * k) smallest |x| (ties: the first ones in index
 // order), so each row keeps exactly its top k - floor(sparsity * k) magnitudes. Returns the zeros written.
@@ -75,6 +96,7 @@ void sparsify(const OpCall& call, int64_t /*n_past*/, ThreadPool& /*pool*/) {
   auto* y = static_cast<float*>(call.out);
   const graph::OpParams& p = call.node->params;
   const int64_t t = call.out_tensor->shape[0], k = call.out_tensor->shape[1];
+  if (g_record.load(std::memory_order_relaxed)) record(*call.node, x, t * k);  // before x may be overwritten
   int64_t zeros = 0;
   int64_t zero_blocks = 0;
   for (int64_t i = 0; i < t; ++i) {
@@ -101,6 +123,13 @@ SparsityCounts sparsity_counts() {
   return {g_zeros.load(std::memory_order_relaxed), g_total.load(std::memory_order_relaxed),
           g_zero_blocks.load(std::memory_order_relaxed), g_blocks.load(std::memory_order_relaxed)};
 }
+void record_activation_histograms(bool on) { g_record.store(on); }
+
+std::map<int, std::vector<uint64_t>> take_activation_histograms() {
+  std::lock_guard<std::mutex> lock(g_hist_mu);
+  return std::exchange(g_hist, {});
+}
+
 void reset_sparsity_counts() {
   g_zeros.store(0, std::memory_order_relaxed);
   g_total.store(0, std::memory_order_relaxed);
