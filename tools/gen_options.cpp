@@ -69,6 +69,7 @@ uint64_t parse_seed(const std::string& s) {
 }  // namespace
 
 void finish_gen_flags(GenFlags& f) {
+  apply_teal_flags(f.teal, f.session);
   f.gen.sampling.seed = parse_seed(f.seed);
   const SamplingOptions& s = f.gen.sampling;
   if (s.temperature < 0) throw Error(fmt::format("temperature {} must not be negative (0 is greedy)", s.temperature));
