@@ -37,6 +37,7 @@ namespace {
 
 struct BenchFlags {
   ModelSource src;
+  TealFlags teal;
   int64_t n_prompt = 512;
   int64_t n_gen = 128;
   int repeats = 5;
@@ -184,7 +185,9 @@ int run(BenchFlags& f) {
   so.kv_dtype = f.kv_type;
   so.device = f.device;
   so.backend_options = backend_options(f.backend, f.device);
+  apply_teal_flags(f.teal, so);
   Session session(model, so);
+  double tg_sparsity = 0;  // measured over the tg runs (prefill stays dense)
   const int64_t n_vocab = session.n_vocab();
   const WorkCost decode0 = work_cost(session.graph(1, 0));
   const uint64_t model_bytes = session.graph(1, 0).totals().weight_bytes;
@@ -234,6 +237,7 @@ int run(BenchFlags& f) {
       for (int64_t s = 0; s < b; ++s) session.eval_seq(s, ctx, false);
     }
     fmt::print(stderr, "tessera: {} (1 warm-up + {} repeats)\n", r.test, f.repeats);
+    session.reset_achieved_sparsity();
     r.seconds = time_runs(f.repeats, [&] {
       for (int64_t s = 0; s < b; ++s) session.truncate(s, f.depth);
       const bool greedy = f.device == "cuda" && !f.host_logits;
@@ -265,6 +269,7 @@ int run(BenchFlags& f) {
       }
     });
     r.peak_host = peak_host_bytes();
+    tg_sparsity = session.achieved_sparsity();
     rows.push_back(std::move(r));
   }
 
@@ -319,6 +324,8 @@ int run(BenchFlags& f) {
         {"limit_kind", is_pp ? "gemm" : "read_bandwidth"},
         {"limit", limit > 0 ? nlohmann::json(limit) : nlohmann::json(nullptr)},
         {"limit_unit", is_pp ? "tflops" : "gbps"},
+        {"sparsity", f.teal.sparsity},
+        {"achieved_sparsity", is_pp ? 0.0 : tg_sparsity},
         {"fraction_of_limit", limit > 0 ? nlohmann::json((is_pp ? tflops : gbps) / limit) : nlohmann::json(nullptr)},
         {"date", date}};
     out.push_back(std::move(j));
@@ -350,6 +357,7 @@ int run(BenchFlags& f) {
   uint64_t peak = 0;
   for (const Row& r : rows) peak = std::max(peak, r.peak_host);
   fmt::print("\npeak host memory {}; device memory n/a ({})\n", human_bytes(peak), f.device);
+  if (const std::string t = teal_line(f.teal, tg_sparsity); !t.empty()) fmt::print("tg: {}\n", t);
   if (!f.limits && f.device != "cuda") fmt::print("% of limit: measure this machine's limits with --limits\n");
   if (over)
     fmt::print(">100% of limit: faster than the measured memory bandwidth allows, so the weights came from caches\n");
@@ -386,6 +394,7 @@ const int registered = register_command(
                       "context, as llama-bench's tg); e.g. -d 128 -n 256 decodes positions 128..383, as after a "
                       "128-token prompt");
        app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default) or f32");
+       add_teal_flags(app, f->teal);
        app.add_flag("--host-logits", f->host_logits,
                     "CUDA tg: copy every step's logits to the host (decode / decode_batch, random token ids) "
                     "instead of taking the greedy argmax on the device (the default there, as a generation loop "

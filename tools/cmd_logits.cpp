@@ -38,6 +38,7 @@ struct LogitsFlags {
   std::string device = "cpu";
   NglFlag ngl;  // -ngl: llama.cpp's spelling of the device
   BackendFlags backend;  // --cuda KEY=VALUE, --cpu-isa
+  TealFlags teal;        // --sparsity, --teal: every prompt row sparsified, as perplexity does
   std::string kv_type;
   int64_t n_ctx = 0;
   int64_t n_ubatch = 512;
@@ -157,6 +158,8 @@ int run(LogitsFlags& f) {
   so.n_batch = f.n_ubatch;
   so.n_ctx = f.n_ctx > 0 ? f.n_ctx : longest;
   if (f.batched) so.n_seq = static_cast<int64_t>(prompts.size());
+  apply_teal_flags(f.teal, so);
+  so.sparsify_prefill = true;
   Session session(model, so);
   const int64_t vocab = session.n_vocab();
   for (const Prompt& p : prompts)
@@ -230,6 +233,7 @@ const int registered = register_command(
        app.add_option("-o,--out", f->out, "Output directory (--prompts) or .npy file (--ids, --text)");
        add_ngl_option(app, f->ngl, app.add_option("--device", f->device, "cpu (default) or cuda"));
        add_backend_flags(app, f->backend);
+       add_teal_flags(app, f->teal);
        app.add_option("-c,--ctx-size", f->n_ctx, "Context size (default: the longest prompt)");
        app.add_option("-b,--batch-size,--ub,--ubatch,--ubatch-size", f->n_ubatch,
                       "Logical batch: prompt tokens per forward pass (default 512)");

@@ -47,6 +47,7 @@ struct PplFlags {
   std::string kv_type;
   bool reference = false;
   bool json = false;
+  TealFlags teal;
   std::string save_logits;
   std::string kl_base;
   int64_t top_k = 1024;
@@ -156,6 +157,8 @@ int run(PplFlags& f) {
   so.kv_dtype = f.kv_type;
   so.n_ctx = f.n_ctx;
   so.n_batch = f.n_batch > 0 ? std::min(f.n_batch, f.n_ctx) : f.n_ctx;
+  apply_teal_flags(f.teal, so);
+  so.sparsify_prefill = true;  // every scored position sparsified as decode would see it (docs/TEAL.md)
   Session session(model, so);
 
   PerplexityOptions po;
@@ -231,6 +234,7 @@ int run(PplFlags& f) {
                         {"first_chunk_seconds", r.first_chunk_seconds}};
     if (r.has_kl) j["kl"] = kl_json(r.kl);
     if (!f.save_logits.empty()) j["saved_logits"] = f.save_logits;
+    if (f.teal.sparsity > 0 || !f.teal.teal.empty()) j["achieved_sparsity"] = session.achieved_sparsity();
     fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print("\n");
@@ -251,6 +255,8 @@ int run(PplFlags& f) {
              r.evaluated_tokens, count_noun(r.n_chunks, "chunk"), r.eval_seconds, tps, f.device, tps_steady,
              r.score_seconds, r.n_tokens, r.tokenize_seconds);
   if (!f.save_logits.empty()) fmt::print(stderr, "perplexity: base logits written to {}\n", f.save_logits);
+  if (const std::string t = teal_line(f.teal, session.achieved_sparsity()); !t.empty())
+    fmt::print(stderr, "perplexity: {}\n", t);
   return r.interrupted ? 130 : 0;
 }
 
@@ -279,6 +285,7 @@ const int registered = register_command(
        app.add_option("--kl-top-k", f->top_k,
                       "Tokens per position the base keeps (default 1024: KL within 1% of whole rows, docs/QUALITY.md)");
        app.add_flag("--json", f->json, "Print the result as JSON on stdout");
+       add_teal_flags(app, f->teal);
        return [f] { return run(*f); };
      }});
 

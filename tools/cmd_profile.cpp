@@ -39,6 +39,7 @@ struct ProfileFlags {
   std::string device = "cpu";
   NglFlag ngl;           // -ngl: llama.cpp's spelling of the device
   BackendFlags backend;  // --cuda KEY=VALUE, --cpu-isa
+  TealFlags teal;        // --sparsity, --teal
   int64_t batch = 512;
   bool json = false;
   bool no_ceilings = false;  // the default now; kept for scripts that pass it
@@ -317,6 +318,7 @@ int run(ProfileFlags& f) {
   so.n_threads = f.threads;
   so.device = f.device;
   so.backend_options = backend_options(f.backend, f.device);
+  apply_teal_flags(f.teal, so);
   Session session(model, so);
 
   // Warm-up (weights paged in, plans compiled), not profiled.
@@ -362,6 +364,7 @@ int run(ProfileFlags& f) {
   std::vector<uint64_t> step_prev;
   if (!f.trace.empty()) step_prev = session.profile_ns(1);
   const GraphView decode_graph = f.trace.empty() || f.n_gen == 0 ? GraphView() : session.graph(1, n_prompt);
+  session.reset_achieved_sparsity();  // decode only (prefill stays dense)
   for (int64_t i = 0; i < f.n_gen; ++i) {
     t0 = std::chrono::steady_clock::now();
     std::span<const float> logits = session.decode(next);
@@ -429,6 +432,8 @@ int run(ProfileFlags& f) {
                 f.device, session.n_threads());
     fmt::print(stderr, "tessera: wrote the trace to {} (open it in ui.perfetto.dev or chrome://tracing)\n", f.trace);
   }
+  const std::string teal = teal_line(f.teal, session.achieved_sparsity());
+  if (f.n_gen > 0 && !teal.empty()) out["decode"]["achieved_sparsity"] = session.achieved_sparsity();
   if (f.json) {
     fmt::print("{}\n", out.dump(2));
     return 0;
@@ -443,6 +448,7 @@ int run(ProfileFlags& f) {
   }
   bool over = print_phase(out["prefill"], "prefill", f.all_nodes);
   if (f.n_gen > 0) over |= print_phase(out["decode"], "decode", f.all_nodes);
+  if (f.n_gen > 0 && !teal.empty()) fmt::print("decode: {}\n", teal);
   if (!lim.c) fmt::print("\n% roof: measure this machine's limits with --limits\n");
   if (over)
     fmt::print(
@@ -462,6 +468,7 @@ const int registered = register_command(
        app.add_option("-t,--threads", f->threads, "Threads (default: all cores; capped to the hardware threads)");
        add_ngl_option(app, f->ngl, app.add_option("--device", f->device, "cpu (default) or cuda"));
        add_backend_flags(app, f->backend);
+       add_teal_flags(app, f->teal);
        app.add_option("-b,--batch,--batch-size", f->batch,
                       "Logical batch: prompt tokens per forward pass (default 512)");
        app.add_flag("--json", f->json, "Print one JSON object (prefill and decode: classes, matmul roles, nodes)");

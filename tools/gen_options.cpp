@@ -31,6 +31,7 @@ void add_gen_flags(CLI::App& app, GenFlags& f) {
                      "cpu (default) or cuda (the whole model on the GPU: prompts in chunks, then decode)");
   add_ngl_option(app, f.ngl, device);
   add_backend_flags(app, f.backend);
+  add_teal_flags(app, f.teal);
   app.add_option("-n,--n-predict", f.gen.max_tokens, "Tokens to generate, -1 for no limit (default 256)");
   app.add_option("--temp", f.gen.sampling.temperature, "Temperature; 0 is greedy (default 0.8)");
   app.add_option("--top-k", f.gen.sampling.top_k, "Top-k, 0 = off (default 40)");
@@ -69,6 +70,7 @@ uint64_t parse_seed(const std::string& s) {
 }  // namespace
 
 void finish_gen_flags(GenFlags& f) {
+  apply_teal_flags(f.teal, f.session);
   f.gen.sampling.seed = parse_seed(f.seed);
   const SamplingOptions& s = f.gen.sampling;
   if (s.temperature < 0) throw Error(fmt::format("temperature {} must not be negative (0 is greedy)", s.temperature));
@@ -86,6 +88,25 @@ void finish_gen_flags(GenFlags& f) {
     f.system = process_escapes(f.system);
     for (std::string& s : f.gen.stop) s = process_escapes(s);
   }
+}
+
+void add_teal_flags(CLI::App& app, TealFlags& f) {
+  app.add_option("--sparsity", f.sparsity,
+                 "TEAL activation sparsity: zero this share of every matmul input in the blocks by magnitude, per "
+                 "token (top-k), so decode skips their weights (0 = dense, the default; docs/TEAL.md)");
+  app.add_option("--teal", f.teal, "TEAL thresholds file from `tessera calibrate` (instead of --sparsity)");
+}
+
+void apply_teal_flags(const TealFlags& f, SessionOptions& so) {
+  so.sparsity = f.sparsity;
+  so.teal = f.teal;
+}
+
+std::string teal_line(const TealFlags& f, double achieved) {
+  if (f.sparsity <= 0 && f.teal.empty()) return "";
+  return fmt::format("achieved activation sparsity {:.1f}% ({})", 100.0 * achieved,
+                     f.teal.empty() ? fmt::format("asked {:g}%, top-k per token", 100.0 * f.sparsity)
+                                    : "thresholds of " + f.teal);
 }
 
 void add_backend_flags(CLI::App& app, BackendFlags& f) {

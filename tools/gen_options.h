@@ -27,6 +27,17 @@ struct BackendFlags {
 void add_backend_flags(CLI::App& app, BackendFlags& f);
 std::vector<std::string> backend_options(const BackendFlags& f, const std::string& device);
 
+// TEAL activation sparsity (docs/TEAL.md): --sparsity S (uniform top-k per token) or --teal FILE (thresholds from
+// `tessera calibrate`). add_teal_flags adds both; they go into SessionOptions as they are (the session checks them).
+struct TealFlags {
+  float sparsity = 0;
+  std::string teal;
+};
+void add_teal_flags(CLI::App& app, TealFlags& f);
+void apply_teal_flags(const TealFlags& f, SessionOptions& so);
+// "achieved activation sparsity 49.9% (asked 50%)"; "" when TEAL is off.
+std::string teal_line(const TealFlags& f, double achieved);
+
 struct GenFlags {
   std::string model;
   SessionOptions session;
@@ -37,6 +48,7 @@ struct GenFlags {
   bool no_escape = false;     // --no-escape: take \n in -p, --system and --stop literally
   NglFlag ngl;                // -ngl: llama.cpp's; maps onto --device
   BackendFlags backend;       // --cuda KEY=VALUE, --cpu-isa
+  TealFlags teal;             // --sparsity, --teal
 };
 
 // Adds -m, -c/--ctx-size, -b/--batch-size, -t, --reference, --kv-type, --device, -ngl, -n, --temp, --top-k, --top-p,

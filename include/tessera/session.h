@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -40,6 +41,14 @@ struct SessionOptions {
   // this CPU runs). cuda: the fields of cuda::CudaOptions (src/backends/cuda/cuda_options.h: "graph=0", "sample=0",
   // "attn_tma=0", ...), process-wide: the last session opened sets them for every CUDA session of the process.
   std::vector<std::string> backend_options;
+  // TEAL activation sparsity (docs/TEAL.md): zero this share of each matmul input's entries by magnitude, per token
+  // (top-k), in the blocks' q|k|v, o, gate|up and down inputs; decode then skips the weights of zeroed inputs.
+  // 0: dense. Exclusive with `teal`.
+  float sparsity = 0;
+  // A thresholds file made by `tessera calibrate` for this model: per layer and input, a magnitude threshold.
+  std::string teal;
+  // Sparsify prompt chunks too (perplexity: every scored position as decode sees it); prefill is otherwise dense.
+  bool sparsify_prefill = false;
 };
 
 inline constexpr uint64_t kRandomSeed = ~uint64_t{0};
@@ -100,6 +109,16 @@ class Session {
   int64_t n_ctx() const;
   int64_t n_batch() const;
   int n_threads() const;
+  // Share of matmul-input entries the TEAL sparsification zeroed since the session opened or the last reset (0 when
+  // it is off): measured, not the requested sparsity. CPU: the counters are process-wide, so with several sessions
+  // open it counts all of them since the latest opening or reset.
+  double achieved_sparsity() const;
+  void reset_achieved_sparsity();
+  // Calibration (tessera calibrate, include/tessera/calibrate.h): while on, the sparsification nodes add their inputs'
+  // magnitudes to a histogram per (layer, input); take returns them (key layer * 4 + input, 65536 buckets by the top
+  // 16 bits of |x|'s float bits) and clears them. CPU only; process-wide.
+  void record_activation_histograms(bool on);
+  std::map<int, std::vector<uint64_t>> take_activation_histograms();
   bool reference() const;
   std::string kv_dtype() const;
   int64_t n_vocab() const;

@@ -1,6 +1,7 @@
 #include "api/model_impl.h"
 #include "core/error.h"
 #include "runtime/session.h"
+#include "tessera/calibrate.h"
 #include "tessera/session.h"
 
 namespace tessera {
@@ -32,7 +33,8 @@ Session::Session(const Model& model, const SessionOptions& options) : impl_(std:
   impl_->model = model;
   impl_->options = options;
   Model::Impl& m = *model.impl();
-  const runtime::EngineOptions eo = runtime::resolve_options(options, m.weights.config());
+  runtime::EngineOptions eo = runtime::resolve_options(options, m.weights.config());
+  if (!options.teal.empty()) eo.sparsify.thresholds = load_teal_thresholds(model, options.teal);
   impl_->engine = std::make_unique<runtime::Engine>(m.weights, m.weight_store(eo.device), eo);
 }
 
@@ -44,6 +46,15 @@ const Model& Session::model() const { return impl_->model; }
 int64_t Session::n_ctx() const { return impl_->engine->n_ctx(); }
 int64_t Session::n_batch() const { return impl_->engine->options().n_batch; }
 int Session::n_threads() const { return impl_->engine->n_threads(); }
+double Session::achieved_sparsity() const {
+  const auto [zeros, total] = impl_->engine->sparsity_counts();
+  return total ? static_cast<double>(zeros) / static_cast<double>(total) : 0.0;
+}
+void Session::reset_achieved_sparsity() { impl_->engine->reset_sparsity_counts(); }
+void Session::record_activation_histograms(bool on) { impl_->engine->record_activation_histograms(on); }
+std::map<int, std::vector<uint64_t>> Session::take_activation_histograms() {
+  return impl_->engine->take_activation_histograms();
+}
 bool Session::reference() const { return impl_->engine->options().reference; }
 std::string Session::kv_dtype() const { return std::string(dtype_name(impl_->engine->options().kv_dtype)); }
 int64_t Session::n_vocab() const { return impl_->engine->n_vocab(); }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "graph/graph.h"
 
 namespace tessera::backend {
@@ -148,6 +150,16 @@ class DeviceSession {
 
   virtual int64_t n_vocab() const = 0;
   virtual int n_threads() const = 0;
+  // Zeros and elements the session's SPARSIFY nodes wrote (TEAL, graph/passes/sparsify.h) since the last reset:
+  // the achieved activation sparsity. {0, 0} on a backend that does not count.
+  virtual std::pair<uint64_t, uint64_t> sparsity_counts() const { return {0, 0}; }
+  virtual void reset_sparsity_counts() {}
+  // Calibration: histograms of the SPARSIFY nodes' inputs per (layer, input) (cpu::take_activation_histograms); a
+  // backend without them refuses.
+  virtual void record_activation_histograms(bool /*on*/) {
+    fail("this device cannot record activation histograms (calibrate on the cpu)");
+  }
+  virtual std::map<int, std::vector<uint64_t>> take_activation_histograms() { return {}; }
 
  private:
   std::vector<RowScore> host_scores_;  // the default eval_scores' answer

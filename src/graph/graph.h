@@ -44,7 +44,11 @@ enum class Op : uint8_t {
   // CPU kernel backends/cpu/ops/scale.cpp and its rows in tests/ops/test_ops.cpp); test-only at first, now Gemma's
   // embedding scale (x * sqrt(E)).
   SCALE,  // (x[T, E]) -> [T, E]: x * params.scale
-  COUNT,  // not an op: the number of ops (the op table has this many rows)
+  // TEAL activation sparsity (graph/passes/sparsify.h), made by that pass only:
+  SPARSIFY,       // (x[T, K]) -> [T, K]: x with its smallest-magnitude entries zeroed, per row: |x| <= sparse_threshold
+                  // (calibrated), or the floor(sparsity * K) smallest when sparse_threshold < 0 (top-k per token)
+  MATMUL_SPARSE,  // (x[T, K], W[N, K]) -> [T, N]: MATMUL whose x is mostly zeros: kernels skip the weights of zero x
+  COUNT,          // not an op: the number of ops (the op table has this many rows)
 };
 std::string_view op_name(Op op);
 // Op class for totals: "matmul", "attention", "norm", "rope", "elementwise", "embedding", "kv_cache", "copy".
@@ -123,18 +127,20 @@ struct Tensor {
 
 // Parameters of the ops that need more than their input shapes.
 struct OpParams {
-  float eps = 0;            // RMSNORM, HEAD_RMSNORM
-  int64_t n_head = 0;       // ROPE (heads of its input), ATTENTION (query heads)
-  int64_t n_head_kv = 0;    // ATTENTION, KV_STORE
-  int64_t head_dim = 0;     // ROPE, ATTENTION, KV_STORE, HEAD_RMSNORM
-  int64_t rope_dim = 0;     // ROPE: rotated dims per head
-  bool rope_neox = false;   // ROPE: pairs (i, i + R/2) instead of (2i, 2i+1)
-  float attn_scale = 0;     // ATTENTION: usually 1/sqrt(head_dim)
+  float eps = 0;           // RMSNORM, HEAD_RMSNORM
+  int64_t n_head = 0;      // ROPE (heads of its input), ATTENTION (query heads)
+  int64_t n_head_kv = 0;   // ATTENTION, KV_STORE
+  int64_t head_dim = 0;    // ROPE, ATTENTION, KV_STORE, HEAD_RMSNORM
+  int64_t rope_dim = 0;    // ROPE: rotated dims per head
+  bool rope_neox = false;  // ROPE: pairs (i, i + R/2) instead of (2i, 2i+1)
+  float attn_scale = 0;    // ATTENTION: usually 1/sqrt(head_dim)
   // ATTENTION: sliding window; > 0: the token at position p attends to positions (p - window, p] only (Mistral, Gemma
   // local layers; HF's `sliding_window`, llama.cpp's n_swa). 0: every earlier position.
   int64_t window = 0;
-  int64_t slice_begin = 0;  // SLICE: first column
-  float scale = 0;          // SCALE: the factor; SOFTCAP: the cap
+  int64_t slice_begin = 0;      // SLICE: first column
+  float scale = 0;              // SCALE: the factor; SOFTCAP: the cap
+  float sparsity = 0;           // SPARSIFY: share of each row zeroed (top-k by magnitude) when sparse_threshold < 0
+  float sparse_threshold = -1;  // SPARSIFY: zero the entries with |x| <= this (a calibrated threshold); < 0: top-k
 };
 
 // What a node made by a graph pass computes beyond its op (src/graph/passes/fuse.h). Builders leave it empty. Every
@@ -142,13 +148,13 @@ struct OpParams {
 struct Fusion {
   std::vector<std::string> fused_from;  // names of the source graph's nodes this node computes (empty: not fused)
   // Matmul-like nodes. inputs = {x, W0, ..., W(n_weights-1), then the tensors below that are set}.
-  int n_weights = 1;        // weights stacked row-wise: one matmul over [sum N, K], output [T, sum N]
-  int norm_weight = -1;     // prologue: x is RMSNorm'd with this weight (f32 [K]) by the matmul itself
-  float norm_eps = 0;       //   and this epsilon
-  int residual = -1;        // epilogue: output = residual + x·Wᵀ, written over the residual's storage
-  bool swiglu = false;      // epilogue: silu(gate) * up of the [gate; up] stack, output [T, N/2]
-  bool gate_up = false;     // a stack of (gate, up) whose outputs are one SWIGLU's gate and up (or its epilogue)
-  int norm_out = -1;        // epilogue: the output of the RMSNORM (in_producer) whose quantized input it also writes
+  int n_weights = 1;     // weights stacked row-wise: one matmul over [sum N, K], output [T, sum N]
+  int norm_weight = -1;  // prologue: x is RMSNorm'd with this weight (f32 [K]) by the matmul itself
+  float norm_eps = 0;    //   and this epsilon
+  int residual = -1;     // epilogue: output = residual + x·Wᵀ, written over the residual's storage
+  bool swiglu = false;   // epilogue: silu(gate) * up of the [gate; up] stack, output [T, N/2]
+  bool gate_up = false;  // a stack of (gate, up) whose outputs are one SWIGLU's gate and up (or its epilogue)
+  int norm_out = -1;     // epilogue: the output of the RMSNORM (in_producer) whose quantized input it also writes
   // RMSNORM: its output is written by its input's producer (that node's norm_out); it launches nothing itself.
   bool in_producer = false;
   // ATTENTION: rope + cache store + attention in one node. inputs = {q, cache_k, cache_v, k, v, positions, inv_freq}:
@@ -198,8 +204,8 @@ struct Node {
   std::string name;  // unique, e.g. "blk.3.attn_q"; also the name of its output tensor
   Op op = Op::ADD;
   Role role = Role::NONE;
-  int layer = -1;       // transformer block index, -1 outside the blocks
-  std::string block;    // "embd", "attn", "ffn", "output"
+  int layer = -1;           // transformer block index, -1 outside the blocks
+  std::string block;        // "embd", "attn", "ffn", "output"
   std::vector<int> inputs;  // tensor ids, in the op's argument order
   int output = -1;          // tensor id
   OpParams params;
@@ -226,7 +232,7 @@ struct OpClassTotal {
 struct Totals {
   uint64_t nodes = 0, flops = 0, bytes = 0;
   uint64_t matmul_flops = 0, matmul_bytes = 0;
-  uint64_t weight_bytes = 0;  // distinct weight tensors read once
+  uint64_t weight_bytes = 0;           // distinct weight tensors read once
   std::vector<OpClassTotal> by_class;  // sorted by FLOPs, descending
   double matmul_flop_share() const { return flops ? double(matmul_flops) / double(flops) : 0.0; }
   double matmul_byte_share() const { return bytes ? double(matmul_bytes) / double(bytes) : 0.0; }

@@ -248,6 +248,19 @@ void infer_scale(const Graph& g, Node& n, Tensor& out) {
   n.bytes = 2 * x.nbytes();
 }
 
+void infer_sparsify(const Graph& g, Node& n, Tensor& out) {
+  const Check c{g, n};
+  const Tensor& x = c.in(0);
+  c.is_2d(x);
+  c.is_f32(x);
+  const OpParams& p = n.params;
+  TESSERA_CHECK(p.sparse_threshold >= 0 || (p.sparsity >= 0 && p.sparsity < 1),
+                "graph: node '{}': sparsity {} must be in [0, 1) when no threshold is given", n.name, p.sparsity);
+  out.shape = x.shape;
+  n.flops = 2 * u(x.numel());  // a magnitude and a compare per element (top-k selection is linear on average)
+  n.bytes = 2 * x.nbytes();
+}
+
 // One row per op, in the enum's order (checked below, so a missing or misplaced row fails the build).
 constexpr OpInfo kOps[] = {
     // op, name, class, inputs, traits, shape check and cost
@@ -266,6 +279,8 @@ constexpr OpInfo kOps[] = {
     {Op::SOFTCAP, "softcap", "elementwise", 1, {.write_over = 0b01}, infer_softcap},
     {Op::SLICE, "slice", "copy", 1, {.view_of = 0, .pass_only = true}, nullptr},
     {Op::SCALE, "scale", "elementwise", 1, {.write_over = 0b01}, infer_scale},
+    {Op::SPARSIFY, "sparsify", "elementwise", 1, {.write_over = 0b01}, infer_sparsify},
+    {Op::MATMUL_SPARSE, "matmul_sparse", "matmul", 2, {.matmul_like = true}, infer_matmul},
 };
 
 constexpr bool rows_follow_the_enum() {

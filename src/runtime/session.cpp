@@ -76,6 +76,11 @@ EngineOptions resolve_options(const SessionOptions& o, const ModelConfig& c) {
                 "the reference path runs on the CPU only, not on device '{}'", o.device);
   e.device = o.device;
   e.backend_options = o.backend_options;
+  TESSERA_CHECK(o.sparsity >= 0 && o.sparsity < 1, "sparsity {} must be at least 0 and below 1", o.sparsity);
+  TESSERA_CHECK(o.sparsity == 0 || o.teal.empty(),
+                "--sparsity and --teal both set the activation sparsity; give one of them");
+  e.sparsify.sparsity = o.sparsity;
+  e.sparsify.all_rows = o.sparsify_prefill;
   return e;
 }
 
@@ -101,11 +106,12 @@ Engine::Engine(ModelWeights weights, std::shared_ptr<backend::WeightStore> store
 }
 
 graph::Graph Engine::build_graph(int64_t n_tokens, int64_t n_past, bool all_logits) const {
-  return build_model_graph(w_, ModelGraphOptions{.n_tokens = n_tokens,
-                                                 .n_past = n_past,
-                                                 .n_ctx = std::max(o_.n_ctx, n_past + n_tokens),
-                                                 .kv_dtype = o_.kv_dtype,
-                                                 .all_logits = all_logits});
+  return graph::sparsify(build_model_graph(w_, ModelGraphOptions{.n_tokens = n_tokens,
+                                                                 .n_past = n_past,
+                                                                 .n_ctx = std::max(o_.n_ctx, n_past + n_tokens),
+                                                                 .kv_dtype = o_.kv_dtype,
+                                                                 .all_logits = all_logits}),
+                         o_.sparsify);
 }
 
 void Engine::check_seq(int64_t seq) const {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "graph/passes/sparsify.h"
 #include "models/model_weights.h"
 #include "runtime/sampler.h"
 #include "tessera/session.h"
@@ -29,6 +30,7 @@ struct EngineOptions {
   std::string device = "cpu";                // the backend (backends/backend.h registry) that runs the session
   int64_t n_seq = 1;                         // sequence slots, each with its own cache and tokens
   std::vector<std::string> backend_options;  // "key=value" for the backend (SessionOptions::backend_options)
+  graph::SparsifyOptions sparsify;           // TEAL (SessionOptions::sparsity; teal's thresholds are set by the API)
 };
 
 // Resolves SessionOptions against the model (defaults, limits); Error naming the bad option.
@@ -48,6 +50,10 @@ class Engine {
   int64_t n_past(int64_t seq = 0) const { return static_cast<int64_t>(tokens(seq).size()); }
   const std::vector<int32_t>& tokens(int64_t seq = 0) const;
   int n_threads() const { return dev_->n_threads(); }
+  std::pair<uint64_t, uint64_t> sparsity_counts() const { return dev_->sparsity_counts(); }
+  void reset_sparsity_counts() { dev_->reset_sparsity_counts(); }
+  void record_activation_histograms(bool on) { dev_->record_activation_histograms(on); }
+  std::map<int, std::vector<uint64_t>> take_activation_histograms() { return dev_->take_activation_histograms(); }
 
   // Appends ids to slot 0 (eval) or `seq` at its n_past in chunks of n_batch. Returns the last token's logits
   // [n_vocab]. With `all` set, also writes the logits of every token into all [ids.size() * n_vocab].

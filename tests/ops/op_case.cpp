@@ -116,6 +116,18 @@ OpGraph matmul(std::mt19937& rng, DType wt, int64_t t, int64_t n, int64_t k) {
   return og;
 }
 
+OpGraph matmul_sparse(std::mt19937& rng, DType wt, int64_t t, int64_t n, int64_t k, float sparsity) {
+  OpGraph og{graph::Graph(t, 0)};
+  const int x = add_f32_input(og, rng, "x", {t, k}, -1.0f, 1.0f);
+  auto* xv = reinterpret_cast<float*>(og.inputs["x"].data());
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (int64_t i = 0; i < t * k; ++i)
+    if (u(rng) < sparsity) xv[i] = 0.0f;
+  const int w = add_weight(og, rng, "blk.0.w", wt, {n, k}, -1.0f, 1.0f);
+  og.g.mark_output(og.g.add_node("matmul_sparse", Op::MATMUL_SPARSE, Role::ATTN_Q, 0, "attn", {x, w}));
+  return og;
+}
+
 OpGraph rope(std::mt19937& rng, int64_t t, int64_t n_head, int64_t head_dim, int64_t rope_dim, bool neox,
              int64_t n_past) {
   OpGraph og{graph::Graph(t, n_past)};

@@ -62,6 +62,9 @@ int add_f32_input(OpGraph& og, std::mt19937& rng, const std::string& name, std::
 OpGraph embed(std::mt19937& rng, DType table, int64_t n_vocab, int64_t d, int64_t t);
 OpGraph rmsnorm(std::mt19937& rng, int64_t t, int64_t d);
 OpGraph matmul(std::mt19937& rng, DType w, int64_t t, int64_t n, int64_t k);
+// MATMUL_SPARSE (TEAL): x with `sparsity` of each row's entries zeroed at random positions (the reference is the dense
+// matmul on that same x).
+OpGraph matmul_sparse(std::mt19937& rng, DType w, int64_t t, int64_t n, int64_t k, float sparsity);
 OpGraph rope(std::mt19937& rng, int64_t t, int64_t n_head, int64_t head_dim, int64_t rope_dim, bool neox,
              int64_t n_past);
 OpGraph kv_store(std::mt19937& rng, DType cache, int64_t t, int64_t n_kv, int64_t head_dim, int64_t n_ctx,

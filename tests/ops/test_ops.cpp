@@ -66,6 +66,18 @@ Row matmul_row(DType w, int64_t t, int64_t n, int64_t k) {
   return r;
 }
 
+// TEAL's sparse GEMV: against the dense reference on the same zeroed x, with MATMUL's limits (quantized formats
+// quantize x to 8 bits per block as the dense kernels do; zeros stay zero).
+Row matmul_sparse_row(DType w, int64_t t, int64_t n, int64_t k, float sparsity) {
+  Row r = matmul_row(w, t, n, k);
+  r.name = "MATMUL_SPARSE_" + dn(w) + "_t" + std::to_string(t) + "_n" + std::to_string(n) + "_k" + std::to_string(k) +
+           "_s" + std::to_string(static_cast<int>(sparsity * 100));
+  r.build = [=](std::mt19937& rng) { return matmul_sparse(rng, w, t, n, k, sparsity); };
+  r.cuda = false;
+  r.why = "MATMUL_SPARSE has no CUDA kernel yet (issue 23's CUDA half)";
+  return r;
+}
+
 Row embed_row(DType w, int64_t n_vocab, int64_t d, int64_t t) {
   Row r;
   r.name = "EMBED_" + dn(w) + "_v" + std::to_string(n_vocab) + "_d" + std::to_string(d) + "_t" + std::to_string(t);
@@ -127,46 +139,22 @@ const std::vector<Row>& rows() {
   static const std::vector<Row> kRows = [] {
     std::vector<Row> v = {
         // op               shape and dtype
-        embed_row(DType::F32, 300, 576, 5),
-        embed_row(DType::F16, 300, 576, 5),
-        embed_row(DType::BF16, 300, 576, 5),
-        embed_row(DType::Q8_0, 300, 576, 5),
-        embed_row(DType::Q4_0, 300, 576, 5),
-        embed_row(DType::Q4_1, 300, 576, 5),
-        embed_row(DType::Q2_K, 300, 512, 5),
-        embed_row(DType::Q3_K, 300, 512, 5),
-        embed_row(DType::Q4_K, 300, 512, 5),
-        embed_row(DType::Q5_K, 300, 512, 5),
-        embed_row(DType::Q6_K, 300, 512, 5),
-        embed_row(DType::Q5_0, 300, 576, 5),
-        embed_row(DType::Q5_1, 300, 576, 5),
-        embed_row(DType::IQ4_NL, 300, 576, 5),
-        embed_row(DType::IQ4_XS, 300, 512, 5),
-        rmsnorm_row(1, 576),
-        rmsnorm_row(7, 4096),
-        rmsnorm_row(3, 6),
-        rope_row(1, 9, 64, 64, false, 37),
-        rope_row(5, 8, 128, 128, true, 1000),
-        rope_row(3, 4, 64, 32, false, 0),
-        kv_store_row(DType::F16, 1, 3, 64, 64, 17),
-        kv_store_row(DType::F16, 9, 8, 128, 64, 40),
-        kv_store_row(DType::F32, 4, 2, 64, 32, 0),
-        attention_row(DType::F16, 1, 9, 3, 64, 128, 70),
-        attention_row(DType::F32, 1, 8, 8, 128, 64, 33),
-        attention_row(DType::F16, 40, 8, 2, 64, 128, 20),
-        attention_row(DType::F16, 64, 4, 4, 128, 128, 0),
-        attention_row(DType::F32, 17, 8, 2, 64, 64, 5),
+        embed_row(DType::F32, 300, 576, 5), embed_row(DType::F16, 300, 576, 5), embed_row(DType::BF16, 300, 576, 5),
+        embed_row(DType::Q8_0, 300, 576, 5), embed_row(DType::Q4_0, 300, 576, 5), embed_row(DType::Q4_1, 300, 576, 5),
+        embed_row(DType::Q2_K, 300, 512, 5), embed_row(DType::Q3_K, 300, 512, 5), embed_row(DType::Q4_K, 300, 512, 5),
+        embed_row(DType::Q5_K, 300, 512, 5), embed_row(DType::Q6_K, 300, 512, 5), embed_row(DType::Q5_0, 300, 576, 5),
+        embed_row(DType::Q5_1, 300, 576, 5), embed_row(DType::IQ4_NL, 300, 576, 5),
+        embed_row(DType::IQ4_XS, 300, 512, 5), rmsnorm_row(1, 576), rmsnorm_row(7, 4096), rmsnorm_row(3, 6),
+        rope_row(1, 9, 64, 64, false, 37), rope_row(5, 8, 128, 128, true, 1000), rope_row(3, 4, 64, 32, false, 0),
+        kv_store_row(DType::F16, 1, 3, 64, 64, 17), kv_store_row(DType::F16, 9, 8, 128, 64, 40),
+        kv_store_row(DType::F32, 4, 2, 64, 32, 0), attention_row(DType::F16, 1, 9, 3, 64, 128, 70),
+        attention_row(DType::F32, 1, 8, 8, 128, 64, 33), attention_row(DType::F16, 40, 8, 2, 64, 128, 20),
+        attention_row(DType::F16, 64, 4, 4, 128, 128, 0), attention_row(DType::F32, 17, 8, 2, 64, 64, 5),
         // Sliding windows (Mistral, Gemma 3's local layers): decode, a prefill chunk whose queries' windows start in
         // different key blocks, and one with a window shorter than a key block.
-        attention_row(DType::F16, 1, 8, 2, 64, 256, 150, 100),
-        attention_row(DType::F16, 40, 8, 2, 64, 256, 90, 70),
-        attention_row(DType::F32, 17, 4, 1, 32, 64, 20, 5),
-        add_row(1, 576),
-        add_row(7, 1000),
-        swiglu_row(1, 1536),
-        swiglu_row(5, 1000),
-        last_row_row(1, 576),
-        last_row_row(9, 576),
+        attention_row(DType::F16, 1, 8, 2, 64, 256, 150, 100), attention_row(DType::F16, 40, 8, 2, 64, 256, 90, 70),
+        attention_row(DType::F32, 17, 4, 1, 32, 64, 20, 5), add_row(1, 576), add_row(7, 1000), swiglu_row(1, 1536),
+        swiglu_row(5, 1000), last_row_row(1, 576), last_row_row(9, 576),
         simple_row(graph::Op::SCALE, {{7, 1000}}, {.scale = -0.75f}, kExact, kExact),
         // The families' ops: their registered kernels are both CPU modes (so exact); their values are checked
         // against the test's own arithmetic below.
@@ -189,6 +177,17 @@ const std::vector<Row>& rows() {
     v.push_back(matmul_row(DType::Q5_K, 67, 200, 256));
     for (const DType w : {DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS})  // partial CPU row groups
       for (const int64_t t : {3, 67}) v.push_back(matmul_row(w, t, 1000, 1536));
+    // TEAL: SPARSIFY by top-k per row and by threshold; MATMUL_SPARSE per format at 50% (and 90%, 0%: whole blocks
+    // skipped, none skipped), N not a multiple of the 32-row tiles, several rows.
+    v.push_back(simple_row(graph::Op::SPARSIFY, {{7, 1000}}, {.sparsity = 0.5f}, kExact, kExact));
+    v.push_back(simple_row(graph::Op::SPARSIFY, {{3, 576}}, {.sparse_threshold = 0.7f}, kExact, kExact));
+    for (const DType w : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1})
+      v.push_back(matmul_sparse_row(w, 1, 96, 576, 0.5f));
+    v.push_back(matmul_sparse_row(DType::Q4_1, 1, 1000, 1536, 0.9f));
+    v.push_back(matmul_sparse_row(DType::Q8_0, 1, 200, 576, 0.0f));
+    v.push_back(matmul_sparse_row(DType::F16, 3, 1000, 576, 0.65f));
+    v.push_back(matmul_sparse_row(DType::Q4_0, 2, 40, 64, 0.5f));
+    v.push_back(matmul_sparse_row(DType::Q6_K, 1, 64, 512, 0.5f));  // converted to f16 at load: the f16 sparse kernel
     return v;
   }();
   return kRows;
@@ -413,7 +412,49 @@ TEST(OpFamilies, SlidingWindowAttendsToTheLastKeysOnly) {
       }
     }
   }
-}
+  // SPARSIFY (TEAL): shape check and cost, and the kernel against the rule computed here: top-k keeps exactly
+  // K - floor(s K) entries per row, the largest magnitudes, unchanged; a threshold zeroes |x| <= t and keeps the rest.
+  TEST(OpSparsify, ShapeCostAndKernel) {
+    graph::Graph g(2, 0);
+    const int x = g.add_input("x", DType::F32, {2, 100});
+    const int y = g.add_node("y", graph::Op::SPARSIFY, graph::Role::NONE, 0, "ffn", {x}, {.sparsity = 0.4f});
+    EXPECT_EQ(g.tensor(y).shape, (std::vector<int64_t>{2, 100}));
+    EXPECT_EQ(g.node(0).bytes, 2u * 200 * 4);
+    EXPECT_TRUE(graph::may_write_over_input(graph::Op::SPARSIFY, 0));
+    EXPECT_THROW(g.add_node("bad", graph::Op::SPARSIFY, graph::Role::NONE, 0, "ffn", {x}, {.sparsity = 1.0f}), Error);
+    EXPECT_TRUE(graph::is_matmul_like(graph::Op::MATMUL_SPARSE));
+
+    std::mt19937 rng(5);
+    for (const float s : {0.0f, 0.25f, 0.5f, 0.65f}) {
+      const OpGraph og = simple(rng, graph::Op::SPARSIFY, {{4, 577}}, {.sparsity = s});
+      std::vector<float> in(4 * 577);
+      std::memcpy(in.data(), og.inputs.at("x0").data(), in.size() * sizeof(float));
+      const std::vector<float> out = run_cpu(og, false);
+      for (int r = 0; r < 4; ++r) {
+        std::vector<float> mag(577);
+        for (int c = 0; c < 577; ++c) mag[c] = std::fabs(in[r * 577 + c]);
+        std::sort(mag.begin(), mag.end());
+        const int drop = static_cast<int>(std::floor(s * 577.0));
+        const float cut = drop > 0 ? mag[drop - 1] : -1.0f;  // random floats: no ties
+        int zeros = 0;
+        for (int c = 0; c < 577; ++c) {
+          const float v = in[r * 577 + c], o = out[r * 577 + c];
+          if (std::fabs(v) <= cut) {
+            ASSERT_EQ(o, 0.0f) << "row " << r << " col " << c;
+            ++zeros;
+          } else {
+            ASSERT_EQ(o, v);
+          }
+        }
+        EXPECT_EQ(zeros, drop);
+      }
+    }
+    const OpGraph og = simple(rng, graph::Op::SPARSIFY, {{3, 64}}, {.sparse_threshold = 0.5f});
+    std::vector<float> in(3 * 64);
+    std::memcpy(in.data(), og.inputs.at("x0").data(), in.size() * sizeof(float));
+    const std::vector<float> out = run_cpu(og, true);
+    for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], std::fabs(in[i]) <= 0.5f ? 0.0f : in[i]);
+  }
 
 }  // namespace
 }  // namespace tessera::ops_test

@@ -52,6 +52,17 @@ const PackedWeight& WeightCache::get(const Tensor& w) {
   return *map_.emplace(w.data, std::move(pw)).first->second;
 }
 
+const SparseWeight* WeightCache::get_sparse(const Tensor& w) {
+  const PackedWeight& pw = get(w);  // the dense copy: converted formats are read as their fallback
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!sparse_matmul_supports(pw.dtype)) return nullptr;
+  auto it = sparse_.find(w.data);
+  if (it != sparse_.end()) return it->second.get();
+  auto sw = std::make_unique<SparseWeight>(prepare_sparse_weight(pw.dtype, pw.rows, pw.n, pw.k));
+  bytes_ += sw->bytes;
+  return sparse_.emplace(w.data, std::move(sw)).first->second.get();
+}
+
 uint64_t WeightCache::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_;
@@ -112,6 +123,7 @@ const char* CpuBackend::reject_reason(const graph::Node& n, const graph::Graph& 
     case Op::EMBED:
       return inputs_ok(can_dequantize(in(0).dtype) && in(0).shape[1] % dtype_info(in(0).dtype).block_size == 0);
     case Op::MATMUL:
+    case Op::MATMUL_SPARSE:
       if (reference || !matmul_supports(in(1).dtype))
         return inputs_ok(can_dequantize(in(1).dtype) && in(1).shape[1] % dtype_info(in(1).dtype).block_size == 0);
       return nullptr;
@@ -214,11 +226,14 @@ std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vect
         s.k = in(0).shape[1];
         break;
       case Op::MATMUL:
+      case Op::MATMUL_SPARSE:
         s.a = act(n.inputs[0]);
         s.w_dtype = in(1).dtype;
         s.w_raw = in(1).data;
         TESSERA_CHECK(s.w_raw != nullptr, "cpu backend: weight '{}' has no data", in(1).name);
         if (!options_.reference) s.w = &weights_->get(in(1));
+        // No sparse kernel (scalar ISA, a format without one): the dense kernel on the zeroed x, same values.
+        if (!options_.reference && n.op == Op::MATMUL_SPARSE) s.sw = weights_->get_sparse(in(1));
         s.t = in(0).shape[0];
         s.n = in(1).shape[0];
         s.k = in(1).shape[1];

@@ -17,6 +17,7 @@
 
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels/matmul_sparse.h"
 #include "core/thread_pool.h"
 #include "graph/graph.h"
 #include "quant/format_support.h"
@@ -38,10 +39,14 @@ class WeightCache {
  public:
   const PackedWeight& get(const graph::Tensor& w);  // w: a 2-D WEIGHT tensor [N, K] with data
   uint64_t bytes() const;                            // bytes of repacked or converted copies held
+  // The channel-major copy MATMUL_SPARSE reads (kernels/matmul_sparse.h), made on first use; nullptr where the active
+  // ISA has no sparse kernel for the weight's (possibly converted) format.
+  const SparseWeight* get_sparse(const graph::Tensor& w);
 
  private:
   mutable std::mutex mu_;
   std::unordered_map<const void*, std::unique_ptr<PackedWeight>> map_;
+  std::unordered_map<const void*, std::unique_ptr<SparseWeight>> sparse_;
   std::vector<std::shared_ptr<std::vector<uint8_t>>> converted_;
   ConversionNotices notices_;
   uint64_t bytes_ = 0;

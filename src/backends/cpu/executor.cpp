@@ -54,6 +54,12 @@ void CpuBackend::run_step(const Plan::Step& s, int64_t n_past) {
         (ref ? rmsnorm_ref : rmsnorm)(s.a + r0 * s.k, s.wf, s.y + r0 * s.k, nr, s.k, p.eps);
       });
       return;
+    case Op::MATMUL_SPARSE:
+      if (s.sw != nullptr) {
+        matmul_sparse(pool_, *s.sw, s.a, s.y, s.t);
+        return;
+      }
+      [[fallthrough]];
     case Op::MATMUL:
       if (!ref) {
         matmul(pool_, *s.w, s.a, s.y, s.t);

@@ -16,6 +16,7 @@ struct Plan::Step {
   const float* b = nullptr;  // second activation input (ADD, SWIGLU)
   bool copy_a = false;       // y is not a's storage: copy a into y before an in-place kernel (ROPE, ADD)
   const PackedWeight* w = nullptr;   // MATMUL, fast mode
+  const SparseWeight* sw = nullptr;  // MATMUL_SPARSE, fast mode, where the ISA has a sparse kernel
   DType w_dtype = DType::F32;        // MATMUL (reference mode), EMBED: the raw weight
   const void* w_raw = nullptr;       // [N, K] as in the file
   const float* wf = nullptr;         // RMSNORM weight [E]; ROPE inverse frequencies [R/2]

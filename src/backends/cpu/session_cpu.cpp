@@ -54,6 +54,7 @@ class CpuSession : public backend::DeviceSession {
     // Compiling the decode plan prepares (repacks) every weight now, so the first prompt's timing measures the
     // forward pass alone.
     const Plan& p = plan_for(1, false, 0);
+    cpu::reset_sparsity_counts();  // the counters are process-wide: a session counts from its opening
     vocab_ = p.graph().tensor(p.graph().require_role(graph::IoRole::LOGITS)).shape.back();
   }
 
@@ -74,6 +75,16 @@ class CpuSession : public backend::DeviceSession {
   }
   int64_t n_vocab() const override { return vocab_; }
   int n_threads() const override { return backend_.n_threads(); }
+  // Process-wide counters (ops/sparsify.cpp): exact for the one session a command runs.
+  std::pair<uint64_t, uint64_t> sparsity_counts() const override {
+    const SparsityCounts c = cpu::sparsity_counts();
+    return {c.zeros, c.total};
+  }
+  void reset_sparsity_counts() override { cpu::reset_sparsity_counts(); }
+  void record_activation_histograms(bool on) override { cpu::record_activation_histograms(on); }
+  std::map<int, std::vector<uint64_t>> take_activation_histograms() override {
+    return cpu::take_activation_histograms();
+  }
 
  private:
   Plan& plan_for(int64_t n_tokens, bool all_logits, int64_t seq) {
@@ -104,9 +115,9 @@ class CpuSession : public backend::DeviceSession {
 
   backend::SessionConfig c_;
   CpuBackend backend_;
-  std::vector<std::unique_ptr<KvCache>> kv_;  // per slot
+  std::vector<std::unique_ptr<KvCache>> kv_;                                   // per slot
   std::map<std::tuple<int64_t, bool, int64_t>, std::unique_ptr<Plan>> plans_;  // by (tokens, all, slot)
-  std::map<int64_t, std::vector<uint64_t>> profile_;                                // by chunk size
+  std::map<int64_t, std::vector<uint64_t>> profile_;                           // by chunk size
   bool profiling_ = false;
   int64_t vocab_ = 0;
 };

@@ -1,0 +1,120 @@
+// TEAL's sparse GEMV (kernels/matmul_sparse.h) against the dense kernel on the same zeroed x, for every format with a
+// sparse kernel, every ISA at or above AVX2, 1-3 threads, N not a multiple of the 32-row tiles, and sparsities that
+// skip nothing, single channels, whole 32-channel blocks and everything.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels/matmul_sparse.h"
+#include "core/error.h"
+#include "cpu_test_util.h"
+#include "quant/quant.h"
+
+namespace tessera::cpu {
+namespace {
+
+using test::IsaScope;
+
+std::vector<uint8_t> random_weight(std::mt19937& rng, DType dt, int64_t n, int64_t k) {
+  const std::vector<float> w0 = test::random_floats(rng, static_cast<size_t>(n * k));
+  const uint64_t rb = *dtype_row_bytes(dt, static_cast<uint64_t>(k));
+  std::vector<uint8_t> w(rb * static_cast<uint64_t>(n));
+  for (int64_t j = 0; j < n; ++j) quantize_row(dt, w0.data() + j * k, w.data() + static_cast<uint64_t>(j) * rb, k);
+  return w;
+}
+
+// x [t, k] with a share `s` of its entries zeroed; at s >= 0.97 whole 32-blocks are zeroed too.
+std::vector<float> sparse_x(std::mt19937& rng, int64_t t, int64_t k, float s) {
+  std::vector<float> x = test::random_floats(rng, static_cast<size_t>(t * k));
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (auto& v : x)
+    if (u(rng) < s) v = 0.0f;
+  if (s >= 0.97f)
+    for (int64_t i = 0; i < t * k; ++i)
+      if ((i % k) / 32 % 2 == 0) x[static_cast<size_t>(i)] = 0.0f;
+  return x;
+}
+
+TEST(MatmulSparse, MatchesDenseKernelOnTheSameX) {
+  TESSERA_SEEDED_RNG(rng);
+  for (const Isa isa : test::isas()) {
+    if (isa < Isa::AVX2) continue;
+    IsaScope scope(isa);
+    for (const DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+      for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{1000, 1536}, {96, 576}, {7, 64}}) {
+        const std::vector<uint8_t> w = random_weight(rng, dt, n, k);
+        const PackedWeight pw = prepare_weight(dt, w.data(), n, k);
+        const SparseWeight sw = prepare_sparse_weight(dt, w.data(), n, k);
+        for (const float s : {0.0f, 0.5f, 0.97f, 1.0f}) {
+          const int64_t t = 2;
+          const std::vector<float> x = sparse_x(rng, t, k, s);
+          for (ThreadPool* pool : test::pools()) {
+            std::vector<float> dense(static_cast<size_t>(t * n)), sparse(static_cast<size_t>(t * n), -1.0f);
+            matmul(*pool, pw, x.data(), dense.data(), t);
+            matmul_sparse(*pool, sw, x.data(), sparse.data(), t);
+            for (int64_t i = 0; i < t; ++i) {
+              for (int64_t j = 0; j < n; ++j) {
+                // Same products (integer sums for quantized formats), summed in another order: float rounding of
+                // sum |w x| <= k (|x| <= 1, |w| <= ~1.1).
+                const float d = dense[static_cast<size_t>(i * n + j)], sp = sparse[static_cast<size_t>(i * n + j)];
+                ASSERT_NEAR(sp, d, 1e-5f * static_cast<float>(k))
+                    << dtype_name(dt) << " isa " << isa_name(isa) << " n " << n << " k " << k << " s " << s << " row "
+                    << i << " out " << j << " threads " << pool->n_threads();
+                if (s == 1.0f) {
+                  ASSERT_EQ(sp, 0.0f);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MatmulSparse, RefusesWhatItCannotRun) {
+  IsaScope scope(Isa::SCALAR);
+  EXPECT_FALSE(sparse_matmul_supports(DType::Q4_1));
+  std::vector<uint8_t> w(64 * 20);
+  EXPECT_THROW(prepare_sparse_weight(DType::Q4_1, w.data(), 2, 64), Error);
+}
+
+// Timing on this machine (not a check): run with --gtest_also_run_disabled_tests --gtest_filter='*Timing*'.
+TEST(MatmulSparse, DISABLED_Timing) {
+  std::mt19937 rng(1);
+  ThreadPool pool(1);
+  for (const DType dt : {DType::Q4_1, DType::Q8_0, DType::F16}) {
+    for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{1536, 576}, {576, 1536}, {576, 576}}) {
+      const std::vector<uint8_t> w = random_weight(rng, dt, n, k);
+      const PackedWeight pw = prepare_weight(dt, w.data(), n, k);
+      const SparseWeight sw = prepare_sparse_weight(dt, w.data(), n, k);
+      for (const float s : {0.0f, 0.5f}) {
+        const std::vector<float> x = sparse_x(rng, 1, k, s);
+        std::vector<float> y(static_cast<size_t>(n));
+        const auto time = [&](auto&& fn) {
+          std::vector<double> us;
+          // The machine is shared: the fastest of many short runs is the one no other process interrupted.
+          for (int rep = 0; rep < 60; ++rep) {
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < 10; ++i) fn();
+            us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 10);
+          }
+          return *std::min_element(us.begin(), us.end());
+        };
+        const double td = time([&] { matmul(pool, pw, x.data(), y.data(), 1); });
+        const double ts = time([&] { matmul_sparse(pool, sw, x.data(), y.data(), 1); });
+        std::printf("%-5s %5lldx%-5lld s=%.2f dense %7.2f us  sparse %7.2f us  ratio %.2f\n",
+                    std::string(dtype_name(dt)).c_str(), static_cast<long long>(n), static_cast<long long>(k), s, td,
+                    ts, td / ts);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::cpu
