@@ -412,49 +412,51 @@ TEST(OpFamilies, SlidingWindowAttendsToTheLastKeysOnly) {
       }
     }
   }
-  // SPARSIFY (TEAL): shape check and cost, and the kernel against the rule computed here: top-k keeps exactly
-  // K - floor(s K) entries per row, the largest magnitudes, unchanged; a threshold zeroes |x| <= t and keeps the rest.
-  TEST(OpSparsify, ShapeCostAndKernel) {
-    graph::Graph g(2, 0);
-    const int x = g.add_input("x", DType::F32, {2, 100});
-    const int y = g.add_node("y", graph::Op::SPARSIFY, graph::Role::NONE, 0, "ffn", {x}, {.sparsity = 0.4f});
-    EXPECT_EQ(g.tensor(y).shape, (std::vector<int64_t>{2, 100}));
-    EXPECT_EQ(g.node(0).bytes, 2u * 200 * 4);
-    EXPECT_TRUE(graph::may_write_over_input(graph::Op::SPARSIFY, 0));
-    EXPECT_THROW(g.add_node("bad", graph::Op::SPARSIFY, graph::Role::NONE, 0, "ffn", {x}, {.sparsity = 1.0f}), Error);
-    EXPECT_TRUE(graph::is_matmul_like(graph::Op::MATMUL_SPARSE));
+}
 
-    std::mt19937 rng(5);
-    for (const float s : {0.0f, 0.25f, 0.5f, 0.65f}) {
-      const OpGraph og = simple(rng, graph::Op::SPARSIFY, {{4, 577}}, {.sparsity = s});
-      std::vector<float> in(4 * 577);
-      std::memcpy(in.data(), og.inputs.at("x0").data(), in.size() * sizeof(float));
-      const std::vector<float> out = run_cpu(og, false);
-      for (int r = 0; r < 4; ++r) {
-        std::vector<float> mag(577);
-        for (int c = 0; c < 577; ++c) mag[c] = std::fabs(in[r * 577 + c]);
-        std::sort(mag.begin(), mag.end());
-        const int drop = static_cast<int>(std::floor(s * 577.0));
-        const float cut = drop > 0 ? mag[drop - 1] : -1.0f;  // random floats: no ties
-        int zeros = 0;
-        for (int c = 0; c < 577; ++c) {
-          const float v = in[r * 577 + c], o = out[r * 577 + c];
-          if (std::fabs(v) <= cut) {
-            ASSERT_EQ(o, 0.0f) << "row " << r << " col " << c;
-            ++zeros;
-          } else {
-            ASSERT_EQ(o, v);
-          }
-        }
-        EXPECT_EQ(zeros, drop);
-      }
-    }
-    const OpGraph og = simple(rng, graph::Op::SPARSIFY, {{3, 64}}, {.sparse_threshold = 0.5f});
-    std::vector<float> in(3 * 64);
+// SPARSIFY (TEAL): shape check and cost, and the kernel against the rule computed here: top-k keeps exactly
+// K - floor(s K) entries per row, the largest magnitudes, unchanged; a threshold zeroes |x| <= t and keeps the rest.
+TEST(OpSparsify, ShapeCostAndKernel) {
+  graph::Graph g(2, 0);
+  const int x = g.add_input("x", DType::F32, {2, 100});
+  const int y = g.add_node("y", graph::Op::SPARSIFY, graph::Role::NONE, 0, "ffn", {x}, {.sparsity = 0.4f});
+  EXPECT_EQ(g.tensor(y).shape, (std::vector<int64_t>{2, 100}));
+  EXPECT_EQ(g.node(0).bytes, 2u * 200 * 4);
+  EXPECT_TRUE(graph::may_write_over_input(graph::Op::SPARSIFY, 0));
+  EXPECT_THROW(g.add_node("bad", graph::Op::SPARSIFY, graph::Role::NONE, 0, "ffn", {x}, {.sparsity = 1.0f}), Error);
+  EXPECT_TRUE(graph::is_matmul_like(graph::Op::MATMUL_SPARSE));
+
+  std::mt19937 rng(5);
+  for (const float s : {0.0f, 0.25f, 0.5f, 0.65f}) {
+    const OpGraph og = simple(rng, graph::Op::SPARSIFY, {{4, 577}}, {.sparsity = s});
+    std::vector<float> in(4 * 577);
     std::memcpy(in.data(), og.inputs.at("x0").data(), in.size() * sizeof(float));
-    const std::vector<float> out = run_cpu(og, true);
-    for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], std::fabs(in[i]) <= 0.5f ? 0.0f : in[i]);
+    const std::vector<float> out = run_cpu(og, false);
+    for (int r = 0; r < 4; ++r) {
+      std::vector<float> mag(577);
+      for (int c = 0; c < 577; ++c) mag[c] = std::fabs(in[r * 577 + c]);
+      std::sort(mag.begin(), mag.end());
+      const int drop = static_cast<int>(std::floor(s * 577.0));
+      const float cut = drop > 0 ? mag[drop - 1] : -1.0f;  // random floats: no ties
+      int zeros = 0;
+      for (int c = 0; c < 577; ++c) {
+        const float v = in[r * 577 + c], o = out[r * 577 + c];
+        if (std::fabs(v) <= cut) {
+          ASSERT_EQ(o, 0.0f) << "row " << r << " col " << c;
+          ++zeros;
+        } else {
+          ASSERT_EQ(o, v);
+        }
+      }
+      EXPECT_EQ(zeros, drop);
+    }
   }
+  const OpGraph og = simple(rng, graph::Op::SPARSIFY, {{3, 64}}, {.sparse_threshold = 0.5f});
+  std::vector<float> in(3 * 64);
+  std::memcpy(in.data(), og.inputs.at("x0").data(), in.size() * sizeof(float));
+  const std::vector<float> out = run_cpu(og, true);
+  for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], std::fabs(in[i]) <= 0.5f ? 0.0f : in[i]);
+}
 
 }  // namespace
 }  // namespace tessera::ops_test
