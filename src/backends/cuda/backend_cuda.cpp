@@ -24,6 +24,7 @@
 #include "backends/cuda/device_sampler.h"
 #include "backends/cuda/executor_common.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels_family.h"
 #include "core/error.h"
 #include "graph/passes/fuse.h"
 #include "quant/quant.h"
@@ -261,6 +262,14 @@ void CudaDecoder::Impl::compile() {
     }
   }
   TESSERA_CHECK(tokens_id >= 0, "cuda backend: the graph has no tokens input (role TOKENS)");
+  // Sliding-window attention (Gemma 3's local layers; Mistral and Phi-3 when the window is shorter than the context)
+  // stays unfused (graph/passes/fuse.h), and the CUDA attention kernels attend to every earlier position: refuse it
+  // by name rather than fail at its rope.
+  for (const graph::Node& n : g.nodes())
+    if (n.op == Op::ATTENTION && n.params.window > 0)
+      unsupported(n, "its sliding window of " + std::to_string(n.params.window) +
+                         " positions has no CUDA kernel yet (run this model on the CPU, or with a context no longer "
+                         "than the window)");
   for (size_t i = 0; i < g.nodes().size(); ++i) compile_node(static_cast<int>(i));
   drop_launches_for_timing();
   logits_id = g.find_role(graph::IoRole::LOGITS);
@@ -503,6 +512,46 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
         ds = b.ds.as<float2>();
       }
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { swiglu(gp, up, y, count, s, q, ds); }});
+      return;
+    }
+    case Op::GEGLU: {
+      // Gemma's activation, one row. A quantized down projection quantizes the output itself (quantize_q8).
+      const float* gp = act(in(0));
+      const float* up = act(in(1));
+      const int64_t count = ot.numel();
+      if (g.tensor(in(0)).numel() != count || g.tensor(in(1)).numel() != count)
+        unsupported(n, "its gate and up inputs differ in size from its output");
+      float* y = new_act();
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { geglu_rows(gp, up, count, y, 1, count, s); }});
+      return;
+    }
+    case Op::HEAD_RMSNORM:
+    case Op::BIAS_ADD:
+    case Op::SOFTCAP:
+    case Op::SCALE: {
+      // Row-wise ops of the families beyond Llama (never fused by the passes), one row; the output is its own block.
+      const float* x = act(in(0));
+      const int64_t w = ot.numel();
+      if (g.tensor(in(0)).numel() != w) unsupported(n, "its input and output sizes differ");
+      const float* p = n.op == Op::HEAD_RMSNORM || n.op == Op::BIAS_ADD ? vector_f32(n, in(1)) : nullptr;
+      float* y = new_act();
+      const Op op = n.op;
+      const float eps = n.params.eps, factor = n.params.scale;
+      const int64_t hd = n.params.head_dim;
+      if (op == Op::HEAD_RMSNORM && (hd <= 0 || w % hd != 0))
+        unsupported(n, "its width is not a whole number of heads of head_dim values");
+      if (op == Op::BIAS_ADD && g.tensor(in(1)).numel() != w) unsupported(n, "its bias is not one value per column");
+      if (op == Op::HEAD_RMSNORM && g.tensor(in(1)).numel() != hd) unsupported(n, "its weight is not head_dim values");
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
+                            if (op == Op::HEAD_RMSNORM)
+                              head_rmsnorm(x, w, p, y, 1, w / hd, hd, eps, s);
+                            else if (op == Op::BIAS_ADD)
+                              bias_add_rows(x, w, p, y, 1, w, s);
+                            else if (op == Op::SOFTCAP)
+                              softcap_rows(x, w, y, 1, w, factor, s);
+                            else
+                              scale_rows(x, w, y, 1, w, factor, s);
+                          }});
       return;
     }
     case Op::LAST_ROW: {

@@ -32,6 +32,7 @@
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/executor_common.h"
+#include "backends/cuda/kernels_family.h"
 #include "core/error.h"
 #include "graph/passes/fuse.h"
 #include "quant/quant.h"
@@ -283,6 +284,14 @@ void CudaRowsExecutor::Impl::compile() {
   for (size_t i = 0; i < copies.size(); ++i)
     x16_of[copies[i].tensor] =
         X16{static_cast<char*>(arena.get()) + plan.extra_offsets[i], copies[i].type, copies[i].min_t};
+  // Sliding-window attention (Gemma 3's local layers; Mistral and Phi-3 when the window is shorter than the context)
+  // stays unfused (graph/passes/fuse.h), and the CUDA attention kernels attend to every earlier position: refuse it
+  // by name rather than fail at its rope.
+  for (const graph::Node& n : g.nodes())
+    if (n.op == Op::ATTENTION && n.params.window > 0)
+      unsupported(n, "its sliding window of " + std::to_string(n.params.window) +
+                         " positions has no CUDA kernel yet (run this model on the CPU, or with a context no longer "
+                         "than the window)");
   for (size_t i = 0; i < g.nodes().size(); ++i) compile_node(static_cast<int>(i));
   logits_id = g.find_role(graph::IoRole::LOGITS);
   TESSERA_CHECK(logits_id >= 0 && g.tensor(logits_id).dtype == DType::F32 && act(logits_id) != nullptr,
@@ -560,6 +569,56 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
                               swiglu(gp, up, y, rows * w, s);
                             else
                               swiglu_rows(gp, up, ld_in, y, nullptr, DType::BF16, rows, w, s);
+                          }});
+      return;
+    }
+    case Op::GEGLU: {
+      // Gemma's activation. gate and up may be column slices of one stacked matmul output (same row stride); the
+      // down projection reads the f32 output (no 16-bit copy: rows_x16_copies covers RMSNORM and SWIGLU only).
+      const int64_t ld_in = ld[size_t(in(0))];
+      if (ld[size_t(in(1))] != ld_in || width(in(0)) != width(out) || width(in(1)) != width(out))
+        unsupported(n, "its gate and up inputs differ in width or row stride");
+      const float* gp = act(in(0));
+      const float* up = act(in(1));
+      float* y = new_act(n, out);
+      const int64_t w = width(out), fixed = g.tensor(out).shape[0];
+      const bool sc = scaled[size_t(out)];
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                            geglu_rows(gp, up, ld_in, y, sc ? a.t : fixed, w, s);
+                          }});
+      return;
+    }
+    case Op::HEAD_RMSNORM:
+    case Op::BIAS_ADD:
+    case Op::SOFTCAP:
+    case Op::SCALE: {
+      // Row-wise ops of the families beyond Llama (never fused by the passes): x may be a column slice of a stacked
+      // matmul output (read with its row stride); the output is its own contiguous block.
+      const int xs = in(0);
+      const float* x = act(xs);
+      const int64_t ld_x = ld[size_t(xs)];
+      if (width(xs) != width(out)) unsupported(n, "its input and output widths differ");
+      const float* p = n.op == Op::HEAD_RMSNORM || n.op == Op::BIAS_ADD ? vector_f32(n, in(1)) : nullptr;
+      float* y = new_act(n, out);
+      const int64_t w = width(out), fixed = g.tensor(out).shape[0];
+      const bool sc = scaled[size_t(out)];
+      const Op op = n.op;
+      const float eps = n.params.eps, factor = n.params.scale;
+      const int64_t hd = n.params.head_dim;
+      if (op == Op::HEAD_RMSNORM && (hd <= 0 || w % hd != 0))
+        unsupported(n, "its width is not a whole number of heads of head_dim values");
+      if (op == Op::BIAS_ADD && g.tensor(in(1)).numel() != w) unsupported(n, "its bias is not one value per column");
+      if (op == Op::HEAD_RMSNORM && g.tensor(in(1)).numel() != hd) unsupported(n, "its weight is not head_dim values");
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                            const int64_t rows = sc ? a.t : fixed;
+                            if (op == Op::HEAD_RMSNORM)
+                              head_rmsnorm(x, ld_x, p, y, rows, w / hd, hd, eps, s);
+                            else if (op == Op::BIAS_ADD)
+                              bias_add_rows(x, ld_x, p, y, rows, w, s);
+                            else if (op == Op::SOFTCAP)
+                              softcap_rows(x, ld_x, y, rows, w, factor, s);
+                            else
+                              scale_rows(x, ld_x, y, rows, w, factor, s);
                           }});
       return;
     }
