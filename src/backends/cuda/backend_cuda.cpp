@@ -185,6 +185,7 @@ struct CudaDecoder::Impl {
 graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold_swiglu) {
   graph::FusionSupport f;
   f.rope_store_attention = true;  // rope and stores have no launch of their own (TESSERA_CUDA_FUSE_ATTN=0: two)
+  f.windowed_attention = true;    // attn_decode* mask keys outside the window (KvCacheView::window)
   if (!fuse) return f;
   // Weights whose format has no kernel run as their converted copy (bf16): they stack with weights of that format.
   f.weight_format = [](const graph::Tensor& w) { return weight_formats().runs_as(w.dtype).value_or(w.dtype); };
@@ -262,14 +263,6 @@ void CudaDecoder::Impl::compile() {
     }
   }
   TESSERA_CHECK(tokens_id >= 0, "cuda backend: the graph has no tokens input (role TOKENS)");
-  // Sliding-window attention (Gemma 3's local layers; Mistral and Phi-3 when the window is shorter than the context)
-  // stays unfused (graph/passes/fuse.h), and the CUDA attention kernels attend to every earlier position: refuse it
-  // by name rather than fail at its rope.
-  for (const graph::Node& n : g.nodes())
-    if (n.op == Op::ATTENTION && n.params.window > 0)
-      unsupported(n, "its sliding window of " + std::to_string(n.params.window) +
-                         " positions has no CUDA kernel yet (run this model on the CPU, or with a context no longer "
-                         "than the window)");
   for (size_t i = 0; i < g.nodes().size(); ++i) compile_node(static_cast<int>(i));
   drop_launches_for_timing();
   logits_id = g.find_role(graph::IoRole::LOGITS);

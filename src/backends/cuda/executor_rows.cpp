@@ -204,6 +204,7 @@ std::vector<X16Copy> rows_x16_copies(const graph::Graph& g, bool prefill, bool o
 graph::FusionSupport rows_fusion_support(bool fuse, bool merge_gate_up) {
   graph::FusionSupport f;
   f.rope_store_attention = true;
+  f.windowed_attention = true;  // attn_decode_rows and attn_prefill mask keys outside it (KvCacheView::window)
   if (!fuse) return f;
   // Weights whose format has no kernel run as their converted copy (bf16): they stack with weights of that format.
   f.weight_format = [](const graph::Tensor& w) { return weight_formats().runs_as(w.dtype).value_or(w.dtype); };
@@ -284,14 +285,6 @@ void CudaRowsExecutor::Impl::compile() {
   for (size_t i = 0; i < copies.size(); ++i)
     x16_of[copies[i].tensor] =
         X16{static_cast<char*>(arena.get()) + plan.extra_offsets[i], copies[i].type, copies[i].min_t};
-  // Sliding-window attention (Gemma 3's local layers; Mistral and Phi-3 when the window is shorter than the context)
-  // stays unfused (graph/passes/fuse.h), and the CUDA attention kernels attend to every earlier position: refuse it
-  // by name rather than fail at its rope.
-  for (const graph::Node& n : g.nodes())
-    if (n.op == Op::ATTENTION && n.params.window > 0)
-      unsupported(n, "its sliding window of " + std::to_string(n.params.window) +
-                         " positions has no CUDA kernel yet (run this model on the CPU, or with a context no longer "
-                         "than the window)");
   for (size_t i = 0; i < g.nodes().size(); ++i) compile_node(static_cast<int>(i));
   logits_id = g.find_role(graph::IoRole::LOGITS);
   TESSERA_CHECK(logits_id >= 0 && g.tensor(logits_id).dtype == DType::F32 && act(logits_id) != nullptr,
@@ -446,7 +439,9 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         // 64 or 128, 16-bit cache, sm_90): measured faster than PyTorch's SDPA at 2k-16k (docs/PERFORMANCE.md);
         // TESSERA_CUDA_ATTN_TMA=0 takes cuDNN instead.
         // Both fused paths take 16-bit q and output (the rope kernel writes q16; the o-projection takes 16 bits).
-        const bool fused16 = h.buf != nullptr && cache.dtype != DType::F32 && T >= kCudnnMinT && width % 8 == 0;
+        // A sliding window: attn_prefill only (neither the TMA kernel nor cuDNN's graph reads one).
+        const bool fused16 = cache.window == 0 && h.buf != nullptr && cache.dtype != DType::F32 && T >= kCudnnMinT &&
+                             width % 8 == 0;
         const bool tma = fused16 && cuda_options().attn_tma && attn_prefill_tma_supported(cache, n_head);
         if (fused16 && (tma || ((cache.hd == 64 || cache.hd == 128) && cudnn_attention_available()))) {
           if (cudnn_q16.empty()) cudnn_q16 = DeviceBuffer(need);

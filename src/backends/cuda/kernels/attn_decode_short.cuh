@@ -241,7 +241,8 @@ __device__ __forceinline__ void attn_short(const AttnParams<T>& a, int n_kv, int
       for (int j = 0; j < 8; ++j) dot = fmaf(qv[j], kf[j], dot);
 #pragma unroll
       for (int off = LPP / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-      if (base + p0 + s * PG < ctx) sc[s] = dot;
+      // Keys past pos, and with a sliding window those at or below pos - window, keep -inf (weight 0).
+      if (base + p0 + s * PG < ctx && (a.window <= 0 || base + p0 + s * PG > pos - a.window)) sc[s] = dot;
       mw = fmaxf(mw, sc[s]);
     }
     if (w > 0) {  // rescale what the earlier windows summed to the new maximum

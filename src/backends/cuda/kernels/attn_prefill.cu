@@ -47,6 +47,7 @@ struct PrefillParams {
   bool out16_bf16;
   int64_t ld_out;
   float scale_log2;  // scale * log2(e): the softmax runs in base 2 (ex2 is one MUFU instruction)
+  int window;        // KvCacheView::window: > 0, row at position q attends to keys (q - window, q] only
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -226,7 +227,8 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(const PrefillPar
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (warp_active && j * BN <= w_last) {
+    // A tile wholly below every row's sliding window (its last key <= w_first - window) holds no key of this warp.
+    if (warp_active && j * BN <= w_last && (p.window <= 0 || (j + 1) * BN - 1 > w_first - p.window)) {
       const uint32_t s_stage = s_kv + (j & 1) * (4 * BN * HD);
 
       // S = Q · Kᵀ  [16 MT, BN] per warp.
@@ -266,7 +268,7 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(const PrefillPar
 
       // Online softmax in base 2. A thread holds rows g and g + 8 of each row tile; the 4 threads of a quad share
       // a row, so row reductions are two shuffles.
-      const bool masked = (j + 1) * BN - 1 > w_first;
+      const bool masked = (j + 1) * BN - 1 > w_first || (p.window > 0 && j * BN <= w_last - p.window);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -278,7 +280,8 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(const PrefillPar
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               float x = s[mt][nt][2 * hf + e] * p.scale_log2;
-              if (masked && j * BN + nt * 8 + 2 * c4 + e > qpos) x = -INFINITY;
+              const int key = j * BN + nt * 8 + 2 * c4 + e;
+              if (masked && (key > qpos || (p.window > 0 && key <= qpos - p.window))) x = -INFINITY;
               s[mt][nt][2 * hf + e] = x;
               mx = fmaxf(mx, x);
             }
@@ -413,17 +416,18 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_f32_kernel(const Prefil
       }
       dot += __shfl_xor_sync(0xffffffffu, dot, 1);
       dot += __shfl_xor_sync(0xffffffffu, dot, 2);
-      s[j] = k0 + j <= last_key ? dot : -INFINITY;
+      s[j] = k0 + j <= last_key && (p.window <= 0 || k0 + j > last_key - p.window) ? dot : -INFINITY;
       mt = fmaxf(mt, s[j]);
     }
-    // Key 0 is in every row's range, so mt is finite from the first tile on; m is -inf only before it.
+    // Without a window key 0 is in every row's range, so mt is finite from the first tile on; with one, tiles below
+    // the row's window leave mt at -inf (then every weight is 0, not exp2(-inf - -inf) = NaN).
     const float corr = m == -INFINITY ? 0.0f : exp2f(m - mt);
     l *= corr;
 #pragma unroll
     for (int i = 0; i < NV; ++i) acc[i].x *= corr, acc[i].y *= corr, acc[i].z *= corr, acc[i].w *= corr;
 #pragma unroll
     for (int j = 0; j < kF32Keys; ++j) {
-      const float e = exp2f(s[j] - mt);  // 0 for masked keys
+      const float e = mt == -INFINITY ? 0.0f : exp2f(s[j] - mt);  // 0 for masked keys
       l += e;
 #pragma unroll
       for (int i = 0; i < NV; ++i) {
@@ -558,6 +562,7 @@ void attn_prefill_variant(int variant, const float* q, int64_t ld_q, const KvCac
   p.out16 = out16;
   p.out16_bf16 = out16_type == DType::BF16;
   p.ld_out = n_head * c.hd;
+  p.window = static_cast<int>(std::min<int64_t>(c.window, INT32_MAX));
   p.scale_log2 = scale * kLog2e;
   const int nh = static_cast<int>(n_head);
   if (c.dtype == DType::F32) {  // one launch shape: `variant` selects among the 16-bit kernel's shapes only
