@@ -419,7 +419,8 @@ TEST(Passes, SlidingWindowAttentionFusesWhereDeclared) {
       f.windowed_attention = windowed;
       const Graph r = run_passes(h, f);
       expect_whole(h, r);
-      EXPECT_EQ(find(r, "attn")->fusion.rope_store, window == 0 || windowed) << "window " << window << " windowed " << windowed;
+      EXPECT_EQ(find(r, "attn")->fusion.rope_store, window == 0 || windowed)
+          << "window " << window << " windowed " << windowed;
       EXPECT_EQ(find(r, "attn")->params.window, window);
     }
   }
