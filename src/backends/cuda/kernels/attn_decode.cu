@@ -153,7 +153,8 @@ void launch_split(const KvCacheView& c, const AttnArgs& a, int group) {
   // v6 compact: a cache of at most kCompactWindows register windows takes the 8-warp kernel (attn_decode_short.cuh
   // says why); CudaOptions::attn_compact = 0 keeps it on attn_split_kernel (=N: caches of at most N windows). A cap on
   // the short path (CudaOptions::attn_short = N) below the cache size rules it out too.
-  if (short_limit > 0 && short_limit >= std::min<int64_t>(c.n_ctx, short_capacity) &&
+  // A sliding window takes attn_split_kernel (its attn_short reads the window; the compact kernel's does not).
+  if (c.window == 0 && short_limit > 0 && short_limit >= std::min<int64_t>(c.n_ctx, short_capacity) &&
       c.n_ctx <= compact_windows_cap() * compact_window<T, HD>()) {
     const bool rope = a.rope.k != nullptr;
     auto* ck = rope ? attn_compact_kernel<T, HD, true> : attn_compact_kernel<T, HD, false>;

@@ -162,7 +162,7 @@ struct AttnParams {
 };
 
 // v6's short-context path (attn_decode_short.cuh, included by attn_decode.cu after this file).
-template <typename T, int HD, bool kRope, int kWarps, int G, int kMaxWin = 1>
+template <typename T, int HD, bool kRope, int kWarps, int G, int kMaxWin = 1, bool kWindow = true>
 __device__ __forceinline__ void attn_short(const AttnParams<T>& a, int n_kv, int row, int kvh, int head, int pos,
                                            int slot, bool early, bool store, float* s_acc, float* s_m, float* s_l,
                                            float2* s_cs);
