@@ -51,7 +51,10 @@ void write_safetensors(const std::string& path, const std::vector<Entry>& entrie
   uint64_t at = 0;
   for (const Entry& e : entries) {
     std::string shape;
-    for (int64_t d : e.shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    for (int64_t d : e.shape) {
+      if (!shape.empty()) shape += ',';
+      shape += std::to_string(d);
+    }
     const uint64_t end = at + e.data.size() * sizeof(float);
     header += ",\"" + e.name + "\":{\"dtype\":\"F32\",\"shape\":[" + shape + "],\"data_offsets\":[" +
               std::to_string(at) + "," + std::to_string(end) + "]}";
