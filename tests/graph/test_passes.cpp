@@ -390,30 +390,39 @@ TEST(Passes, RopeInputReadTwiceBlocksAttentionFusion) {
     }
 }
 
-// A sliding-window attention (params.window) is never folded with its rope and cache stores: the fused executors read
-// no window, so they must see the bare attention and refuse it. The same pattern without a window fuses.
-TEST(Passes, SlidingWindowAttentionIsNotFused) {
-  for (const int64_t window : {0, 4}) {
-    Graph h(1, 0);
-    const int pos = h.add_input("positions", DType::I32, {1});
-    h.set_io_role(pos, IoRole::POSITIONS);
-    const int inv = h.add_constant("inv", std::vector<float>(8, 1.0f));
-    const int q = h.add_input("q", DType::F32, {1, 32});
-    const int k = h.add_input("k", DType::F32, {1, 16});
-    const int vv = h.add_input("v", DType::F32, {1, 16});
-    const int ck = h.add_kv_cache("ck", DType::F16, {1, 8, 16});
-    const int cv = h.add_kv_cache("cv", DType::F16, {1, 8, 16});
-    const int rq = h.add_node("rope_q", Op::ROPE, Role::ROPE_Q, 0, "attn", {q, pos, inv},
-                              {.n_head = 2, .head_dim = 16, .rope_dim = 16});
-    const int rk = h.add_node("rope_k", Op::ROPE, Role::ROPE_K, 0, "attn", {k, pos, inv},
-                              {.n_head = 1, .head_dim = 16, .rope_dim = 16});
-    const int sk = h.add_node("sk", Op::KV_STORE, Role::CACHE_K, 0, "attn", {rk, ck}, {.n_head_kv = 1, .head_dim = 16});
-    const int sv = h.add_node("sv", Op::KV_STORE, Role::CACHE_V, 0, "attn", {vv, cv}, {.n_head_kv = 1, .head_dim = 16});
-    h.mark_output(h.add_node("attn", Op::ATTENTION, Role::ATTN, 0, "attn", {rq, sk, sv},
-                             {.n_head = 2, .n_head_kv = 1, .head_dim = 16, .attn_scale = 0.25f, .window = window}));
-    const Graph r = run_passes(h, decoder_support());
-    expect_whole(h, r);
-    EXPECT_EQ(find(r, "attn")->fusion.rope_store, window == 0) << "window " << window;
+// A sliding-window attention (params.window) is folded with its rope and cache stores only where the backend's fused
+// kernels read the window (FusionSupport::windowed_attention, the CUDA executors); elsewhere they must see the bare
+// attention and refuse it. The same pattern without a window always fuses; the fused node keeps the window.
+TEST(Passes, SlidingWindowAttentionFusesWhereDeclared) {
+  for (const bool windowed : {false, true}) {
+    for (const int64_t window : {0, 4}) {
+      Graph h(1, 0);
+      const int pos = h.add_input("positions", DType::I32, {1});
+      h.set_io_role(pos, IoRole::POSITIONS);
+      const int inv = h.add_constant("inv", std::vector<float>(8, 1.0f));
+      const int q = h.add_input("q", DType::F32, {1, 32});
+      const int k = h.add_input("k", DType::F32, {1, 16});
+      const int vv = h.add_input("v", DType::F32, {1, 16});
+      const int ck = h.add_kv_cache("ck", DType::F16, {1, 8, 16});
+      const int cv = h.add_kv_cache("cv", DType::F16, {1, 8, 16});
+      const int rq = h.add_node("rope_q", Op::ROPE, Role::ROPE_Q, 0, "attn", {q, pos, inv},
+                                {.n_head = 2, .head_dim = 16, .rope_dim = 16});
+      const int rk = h.add_node("rope_k", Op::ROPE, Role::ROPE_K, 0, "attn", {k, pos, inv},
+                                {.n_head = 1, .head_dim = 16, .rope_dim = 16});
+      const int sk =
+          h.add_node("sk", Op::KV_STORE, Role::CACHE_K, 0, "attn", {rk, ck}, {.n_head_kv = 1, .head_dim = 16});
+      const int sv =
+          h.add_node("sv", Op::KV_STORE, Role::CACHE_V, 0, "attn", {vv, cv}, {.n_head_kv = 1, .head_dim = 16});
+      h.mark_output(h.add_node("attn", Op::ATTENTION, Role::ATTN, 0, "attn", {rq, sk, sv},
+                               {.n_head = 2, .n_head_kv = 1, .head_dim = 16, .attn_scale = 0.25f, .window = window}));
+      FusionSupport f = decoder_support();
+      f.windowed_attention = windowed;
+      const Graph r = run_passes(h, f);
+      expect_whole(h, r);
+      EXPECT_EQ(find(r, "attn")->fusion.rope_store, window == 0 || windowed)
+          << "window " << window << " windowed " << windowed;
+      EXPECT_EQ(find(r, "attn")->params.window, window);
+    }
   }
 }
 

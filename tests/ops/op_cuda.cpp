@@ -1,6 +1,6 @@
 // The CUDA runner: each graph op through the kernel entry points the CUDA executors call for it (kernels.h,
-// kernels_rows.h), with weights uploaded the way the executors' weight store uploads them (a format without a kernel
-// converted to bf16 on the host first).
+// kernels_rows.h, kernels_family.h), with weights uploaded the way the executors' weight store uploads them (a format
+// without a kernel converted to bf16 on the host first).
 #include <cstring>
 
 #include "core/error.h"
@@ -13,6 +13,7 @@
 #include "backends/cuda/cuda_test_util.h"
 #include "backends/cuda/device_info.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels_family.h"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/memory.h"
 #endif
@@ -155,13 +156,15 @@ std::optional<std::vector<float>> run_cuda(const OpGraph& og) {
       return result;
     }
     case Op::ATTENTION: {
-      if (n.params.window > 0) return std::nullopt;  // no CUDA kernel reads a sliding window yet
       // One row: split-K decode attention (the decoder's kernel); more rows: the prefill kernel (an f32 cache takes
       // its FFMA path). Chunks of >= 256 rows with a 16-bit cache take attn_prefill_tma or cuDNN in the executor.
       const graph::OpParams& p = n.params;
+      // Head sizes the kernels take (decode 64, 128, 256; prefill 64, 128): others have no CUDA kernel.
+      if (p.head_dim != 64 && p.head_dim != 128 && (t > 1 || p.head_dim != 256)) return std::nullopt;
       DeviceBuffer q = input(0), y = poisoned(out.nbytes());
       DeviceBuffer ck = to_device(og.caches.at(in(1).name)), cv = to_device(og.caches.at(in(2).name));
-      const KvCacheView c = view(in(1).dtype, ck.get(), cv.get(), in(1));
+      KvCacheView c = view(in(1).dtype, ck.get(), cv.get(), in(1));
+      c.window = p.window;  // the kernels mask keys outside a sliding window (as the executors' attention_cache_view)
       if (t == 1) {
         const std::vector<int32_t> ph = positions(og.n_past, 1);
         DeviceBuffer pos = to_device(ph.data(), 4);
@@ -183,6 +186,38 @@ std::optional<std::vector<float>> run_cuda(const OpGraph& og) {
     case Op::SWIGLU: {
       DeviceBuffer gt = input(0), up = input(1), y = poisoned(out.nbytes());
       cuda::swiglu(gt.as<float>(), up.as<float>(), y.as<float>(), out.numel(), s);
+      synchronize();
+      return floats_of(y, out.numel());
+    }
+    case Op::GEGLU: {
+      DeviceBuffer gt = input(0), up = input(1), y = poisoned(out.nbytes());
+      const int64_t w = out.shape[1];
+      cuda::geglu_rows(gt.as<float>(), up.as<float>(), w, y.as<float>(), t, w, s);
+      synchronize();
+      return floats_of(y, out.numel());
+    }
+    case Op::HEAD_RMSNORM: {
+      DeviceBuffer x = input(0), wt = input(1), y = poisoned(out.nbytes());
+      const int64_t w = out.shape[1], hd = n.params.head_dim;
+      cuda::head_rmsnorm(x.as<float>(), w, wt.as<float>(), y.as<float>(), t, w / hd, hd, n.params.eps, s);
+      synchronize();
+      return floats_of(y, out.numel());
+    }
+    case Op::BIAS_ADD: {
+      DeviceBuffer x = input(0), b = input(1), y = poisoned(out.nbytes());
+      const int64_t w = out.shape[1];
+      cuda::bias_add_rows(x.as<float>(), w, b.as<float>(), y.as<float>(), t, w, s);
+      synchronize();
+      return floats_of(y, out.numel());
+    }
+    case Op::SOFTCAP:
+    case Op::SCALE: {
+      DeviceBuffer x = input(0), y = poisoned(out.nbytes());
+      const int64_t w = out.shape[1];
+      if (n.op == Op::SOFTCAP)
+        cuda::softcap_rows(x.as<float>(), w, y.as<float>(), t, w, n.params.scale, s);
+      else
+        cuda::scale_rows(x.as<float>(), w, y.as<float>(), t, w, n.params.scale, s);
       synchronize();
       return floats_of(y, out.numel());
     }

@@ -502,6 +502,7 @@ void CudnnAttnWorkspace::force_plan(int64_t plan) {
 
 void attn_prefill_cudnn(const void* q, int64_t ld_q, const KvCacheView& cache, int64_t seq, int64_t p0, int64_t t,
                         void* out, int64_t n_head, float scale, CudnnAttnWorkspace& ws, cudaStream_t stream) {
+  TESSERA_CHECK(cache.window == 0, "attn_prefill_cudnn: sliding-window attention is attn_prefill's, not cuDNN's");
   CudnnAttnWorkspace::Impl& im = ws.impl();
   const ShapeKey k = make_key(cache, ld_q, p0, t, n_head, scale, im.max_t, im.options.exact_full_chunk);
   TESSERA_CHECK(seq >= 0 && seq < cache.n_seq, "attn_prefill_cudnn: slot {} is outside the cache's {} slots", seq,

@@ -24,6 +24,7 @@
 #include "backends/cuda/device_sampler.h"
 #include "backends/cuda/executor_common.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels_family.h"
 #include "core/error.h"
 #include "graph/passes/fuse.h"
 #include "quant/quant.h"
@@ -184,6 +185,7 @@ struct CudaDecoder::Impl {
 graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold_swiglu) {
   graph::FusionSupport f;
   f.rope_store_attention = true;  // rope and stores have no launch of their own (TESSERA_CUDA_FUSE_ATTN=0: two)
+  f.windowed_attention = true;    // attn_decode* mask keys outside the window (KvCacheView::window)
   if (!fuse) return f;
   // Weights whose format has no kernel run as their converted copy (bf16): they stack with weights of that format.
   f.weight_format = [](const graph::Tensor& w) { return weight_formats().runs_as(w.dtype).value_or(w.dtype); };
@@ -503,6 +505,46 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
         ds = b.ds.as<float2>();
       }
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { swiglu(gp, up, y, count, s, q, ds); }});
+      return;
+    }
+    case Op::GEGLU: {
+      // Gemma's activation, one row. A quantized down projection quantizes the output itself (quantize_q8).
+      const float* gp = act(in(0));
+      const float* up = act(in(1));
+      const int64_t count = ot.numel();
+      if (g.tensor(in(0)).numel() != count || g.tensor(in(1)).numel() != count)
+        unsupported(n, "its gate and up inputs differ in size from its output");
+      float* y = new_act();
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { geglu_rows(gp, up, count, y, 1, count, s); }});
+      return;
+    }
+    case Op::HEAD_RMSNORM:
+    case Op::BIAS_ADD:
+    case Op::SOFTCAP:
+    case Op::SCALE: {
+      // Row-wise ops of the families beyond Llama (never fused by the passes), one row; the output is its own block.
+      const float* x = act(in(0));
+      const int64_t w = ot.numel();
+      if (g.tensor(in(0)).numel() != w) unsupported(n, "its input and output sizes differ");
+      const float* p = n.op == Op::HEAD_RMSNORM || n.op == Op::BIAS_ADD ? vector_f32(n, in(1)) : nullptr;
+      float* y = new_act();
+      const Op op = n.op;
+      const float eps = n.params.eps, factor = n.params.scale;
+      const int64_t hd = n.params.head_dim;
+      if (op == Op::HEAD_RMSNORM && (hd <= 0 || w % hd != 0))
+        unsupported(n, "its width is not a whole number of heads of head_dim values");
+      if (op == Op::BIAS_ADD && g.tensor(in(1)).numel() != w) unsupported(n, "its bias is not one value per column");
+      if (op == Op::HEAD_RMSNORM && g.tensor(in(1)).numel() != hd) unsupported(n, "its weight is not head_dim values");
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
+                            if (op == Op::HEAD_RMSNORM)
+                              head_rmsnorm(x, w, p, y, 1, w / hd, hd, eps, s);
+                            else if (op == Op::BIAS_ADD)
+                              bias_add_rows(x, w, p, y, 1, w, s);
+                            else if (op == Op::SOFTCAP)
+                              softcap_rows(x, w, y, 1, w, factor, s);
+                            else
+                              scale_rows(x, w, y, 1, w, factor, s);
+                          }});
       return;
     }
     case Op::LAST_ROW: {

@@ -32,6 +32,7 @@
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/executor_common.h"
+#include "backends/cuda/kernels_family.h"
 #include "core/error.h"
 #include "graph/passes/fuse.h"
 #include "quant/quant.h"
@@ -203,6 +204,7 @@ std::vector<X16Copy> rows_x16_copies(const graph::Graph& g, bool prefill, bool o
 graph::FusionSupport rows_fusion_support(bool fuse, bool merge_gate_up) {
   graph::FusionSupport f;
   f.rope_store_attention = true;
+  f.windowed_attention = true;  // attn_decode_rows and attn_prefill mask keys outside it (KvCacheView::window)
   if (!fuse) return f;
   // Weights whose format has no kernel run as their converted copy (bf16): they stack with weights of that format.
   f.weight_format = [](const graph::Tensor& w) { return weight_formats().runs_as(w.dtype).value_or(w.dtype); };
@@ -437,7 +439,9 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         // 64 or 128, 16-bit cache, sm_90): measured faster than PyTorch's SDPA at 2k-16k (docs/PERFORMANCE.md);
         // TESSERA_CUDA_ATTN_TMA=0 takes cuDNN instead.
         // Both fused paths take 16-bit q and output (the rope kernel writes q16; the o-projection takes 16 bits).
-        const bool fused16 = h.buf != nullptr && cache.dtype != DType::F32 && T >= kCudnnMinT && width % 8 == 0;
+        // A sliding window: attn_prefill only (neither the TMA kernel nor cuDNN's graph reads one).
+        const bool fused16 = cache.window == 0 && h.buf != nullptr && cache.dtype != DType::F32 && T >= kCudnnMinT &&
+                             width % 8 == 0;
         const bool tma = fused16 && cuda_options().attn_tma && attn_prefill_tma_supported(cache, n_head);
         if (fused16 && (tma || ((cache.hd == 64 || cache.hd == 128) && cudnn_attention_available()))) {
           if (cudnn_q16.empty()) cudnn_q16 = DeviceBuffer(need);
@@ -560,6 +564,56 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
                               swiglu(gp, up, y, rows * w, s);
                             else
                               swiglu_rows(gp, up, ld_in, y, nullptr, DType::BF16, rows, w, s);
+                          }});
+      return;
+    }
+    case Op::GEGLU: {
+      // Gemma's activation. gate and up may be column slices of one stacked matmul output (same row stride); the
+      // down projection reads the f32 output (no 16-bit copy: rows_x16_copies covers RMSNORM and SWIGLU only).
+      const int64_t ld_in = ld[size_t(in(0))];
+      if (ld[size_t(in(1))] != ld_in || width(in(0)) != width(out) || width(in(1)) != width(out))
+        unsupported(n, "its gate and up inputs differ in width or row stride");
+      const float* gp = act(in(0));
+      const float* up = act(in(1));
+      float* y = new_act(n, out);
+      const int64_t w = width(out), fixed = g.tensor(out).shape[0];
+      const bool sc = scaled[size_t(out)];
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                            geglu_rows(gp, up, ld_in, y, sc ? a.t : fixed, w, s);
+                          }});
+      return;
+    }
+    case Op::HEAD_RMSNORM:
+    case Op::BIAS_ADD:
+    case Op::SOFTCAP:
+    case Op::SCALE: {
+      // Row-wise ops of the families beyond Llama (never fused by the passes): x may be a column slice of a stacked
+      // matmul output (read with its row stride); the output is its own contiguous block.
+      const int xs = in(0);
+      const float* x = act(xs);
+      const int64_t ld_x = ld[size_t(xs)];
+      if (width(xs) != width(out)) unsupported(n, "its input and output widths differ");
+      const float* p = n.op == Op::HEAD_RMSNORM || n.op == Op::BIAS_ADD ? vector_f32(n, in(1)) : nullptr;
+      float* y = new_act(n, out);
+      const int64_t w = width(out), fixed = g.tensor(out).shape[0];
+      const bool sc = scaled[size_t(out)];
+      const Op op = n.op;
+      const float eps = n.params.eps, factor = n.params.scale;
+      const int64_t hd = n.params.head_dim;
+      if (op == Op::HEAD_RMSNORM && (hd <= 0 || w % hd != 0))
+        unsupported(n, "its width is not a whole number of heads of head_dim values");
+      if (op == Op::BIAS_ADD && g.tensor(in(1)).numel() != w) unsupported(n, "its bias is not one value per column");
+      if (op == Op::HEAD_RMSNORM && g.tensor(in(1)).numel() != hd) unsupported(n, "its weight is not head_dim values");
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                            const int64_t rows = sc ? a.t : fixed;
+                            if (op == Op::HEAD_RMSNORM)
+                              head_rmsnorm(x, ld_x, p, y, rows, w / hd, hd, eps, s);
+                            else if (op == Op::BIAS_ADD)
+                              bias_add_rows(x, ld_x, p, y, rows, w, s);
+                            else if (op == Op::SOFTCAP)
+                              softcap_rows(x, ld_x, y, rows, w, factor, s);
+                            else
+                              scale_rows(x, ld_x, y, rows, w, factor, s);
                           }});
       return;
     }

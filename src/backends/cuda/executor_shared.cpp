@@ -23,6 +23,7 @@ KvCacheView attention_cache_view(const graph::Node& n, const graph::Tensor& kt, 
   cache.n_ctx = kt.shape[1];
   cache.hd = kt.shape[2];
   cache.n_seq = n_seq;
+  cache.window = n.params.window;  // the attention kernels mask keys outside it
   if (n.params.head_dim != cache.hd || n.params.n_head_kv != cache.n_kv)
     CudaShared::Impl::unsupported(n, "its head sizes disagree with its cache");
   return cache;

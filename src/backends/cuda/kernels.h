@@ -247,6 +247,10 @@ struct KvCacheView {
   // Sequences (batched decode): slot s's cache starts at element s * n_kv * n_ctx * hd of k and v, i.e. the caches
   // are [n_seq, n_kv, n_ctx, hd]. The single-token kernels above use slot 0.
   int64_t n_seq = 1;
+  // Sliding-window attention (graph ATTENTION's params.window; Gemma 3's local layers, Mistral): > 0, the query at
+  // position p attends to positions (p - window, p] only; 0, to every position up to p. Read by the decode and
+  // prefill attention kernels (attn_decode*, attn_prefill); the TMA and cuDNN prefill paths take window 0 only.
+  int64_t window = 0;
   int64_t seq_stride() const { return n_kv * n_ctx * hd; }
 };
 

@@ -502,9 +502,10 @@ Graph fuse_rope_store_attention(const Graph& g, const FusionSupport& fs) {
   for (int id = 0; id < static_cast<int>(g.nodes().size()); ++id) {
     const Node& n = g.node(id);
     if (n.op != Op::ATTENTION || !plain(n) || n.inputs.size() != 3 || positions < 0) continue;
-    // A sliding window is the attention's own parameter, which the fused executors' kernels do not read yet: such an
-    // attention stays unfused, so a backend that runs attention only fused refuses it instead of attending to all.
-    if (n.params.window > 0) continue;
+    // A sliding window is the attention's own parameter (the fused node keeps it): only a backend whose fused kernels
+    // read it fuses such an attention; elsewhere it stays unfused, so a backend that runs attention only fused refuses
+    // it instead of attending to all.
+    if (n.params.window > 0 && !fs.windowed_attention) continue;
     const Node* rq = producer(n.inputs[0], Op::ROPE);
     const Node* sk = producer(n.inputs[1], Op::KV_STORE);
     const Node* sv = producer(n.inputs[2], Op::KV_STORE);

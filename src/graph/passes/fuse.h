@@ -14,8 +14,8 @@
 //  5. norm epilogue: a residual matmul whose sum is first read by an RMSNORM read only by matmuls whose weights the
 //     backend accepts writes that norm's quantized input; the norm stays, marked fusion.in_producer.
 //  6. rope + cache store + attention: ATTENTION(rope(q), store(rope(k)), store(v)) becomes one ATTENTION node reading
-//     the unrotated q and k, v, the caches, positions and frequencies (fusion.rope_store).; a sliding-window
-//     attention (params.window) is left alone.
+//     the unrotated q and k, v, the caches, positions and frequencies (fusion.rope_store); a sliding-window
+//     attention (params.window, which the fused node keeps) only where the backend declares windowed_attention.
 // The ops of the families beyond Llama (GEGLU, HEAD_RMSNORM, BIAS_ADD, SOFTCAP, SCALE) are never fused: a pattern
 // above that meets one of them between its nodes (a q norm or bias between a matmul and its rope, a post-norm between
 // a matmul and its residual add) does not match.
@@ -46,8 +46,10 @@ struct FusionSupport {
   bool residual_epilogue = false;
   // 5. The residual matmul with `weight` also writes the next norm's input for readers with `reader_weights`.
   std::function<bool(const Tensor& weight, const std::vector<const Tensor*>& reader_weights)> residual_norm_out;
-  // 6. Rope + cache store + attention in one node.
+  // 6. Rope + cache store + attention in one node; windowed_attention: also where the attention has a sliding window
+  // (the fused executor's kernels read params.window).
   bool rope_store_attention = false;
+  bool windowed_attention = false;
 };
 
 // Runs the rewrites the backend supports and verifies the result against g (Error naming what went missing).

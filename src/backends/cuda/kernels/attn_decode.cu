@@ -144,6 +144,7 @@ void launch_split(const KvCacheView& c, const AttnArgs& a, int group) {
   p.q = a.q, p.ld_q = a.ld_q, p.kc = static_cast<T*>(c.k), p.vc = static_cast<T*>(c.v), p.pos = a.pos, p.seq = a.seq;
   p.n_ctx = static_cast<int>(c.n_ctx), p.n_seq = static_cast<int>(c.n_seq), p.group = group, p.tiles = tiles;
   p.max_splits = a.splits, p.min_chunk = min_chunk, p.scale = a.scale;
+  p.window = static_cast<int>(std::min<int64_t>(c.window, INT32_MAX));
   p.part_out = a.part_out, p.part_ml = a.part_ml, p.counters = a.counters, p.out = a.out;
   p.k_new = a.rope.k, p.v_new = a.rope.v, p.ld_kv = a.rope.ld_kv, p.inv_freq = a.rope.inv_freq;
   p.rope_dim = a.rope.rope_dim, p.neox = a.rope.neox;
@@ -152,7 +153,8 @@ void launch_split(const KvCacheView& c, const AttnArgs& a, int group) {
   // v6 compact: a cache of at most kCompactWindows register windows takes the 8-warp kernel (attn_decode_short.cuh
   // says why); CudaOptions::attn_compact = 0 keeps it on attn_split_kernel (=N: caches of at most N windows). A cap on
   // the short path (CudaOptions::attn_short = N) below the cache size rules it out too.
-  if (short_limit > 0 && short_limit >= std::min<int64_t>(c.n_ctx, short_capacity) &&
+  // A sliding window takes attn_split_kernel (its attn_short reads the window; the compact kernel's does not).
+  if (c.window == 0 && short_limit > 0 && short_limit >= std::min<int64_t>(c.n_ctx, short_capacity) &&
       c.n_ctx <= compact_windows_cap() * compact_window<T, HD>()) {
     const bool rope = a.rope.k != nullptr;
     auto* ck = rope ? attn_compact_kernel<T, HD, true> : attn_compact_kernel<T, HD, false>;

@@ -135,6 +135,7 @@ struct AttnParams {
   // max_splits: the partials' stride (the workspace's chunks per head); the grid's x (<= max_splits) bounds the
   // chunks actually used.
   int n_ctx, n_seq, group, tiles, max_splits, min_chunk;
+  int window;  // KvCacheView::window: > 0, keys below pos - window + 1 are masked (0: none)
   float scale;
   float* part_out;         // [t, n_head, max_splits, HD]
   float2* part_ml;         // [t, n_head, max_splits]
@@ -161,7 +162,7 @@ struct AttnParams {
 };
 
 // v6's short-context path (attn_decode_short.cuh, included by attn_decode.cu after this file).
-template <typename T, int HD, bool kRope, int kWarps, int G, int kMaxWin = 1>
+template <typename T, int HD, bool kRope, int kWarps, int G, int kMaxWin = 1, bool kWindow = true>
 __device__ __forceinline__ void attn_short(const AttnParams<T>& a, int n_kv, int row, int kvh, int head, int pos,
                                            int slot, bool early, bool store, float* s_acc, float* s_m, float* s_l,
                                            float2* s_cs);
@@ -396,7 +397,7 @@ __global__ void __launch_bounds__(attn_warps<HD, G>() * kWarp, 1) attn_split_ker
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int p = t0 + s * PG + warp * PPW + sub;
-      valid[s] = p < len;
+      valid[s] = p < len && (a.window <= 0 || start + p > pos - a.window);  // the sliding window masks older keys
       live[s] = t0 + s * PG + warp * PPW < len;  // warp-uniform: some lane's position is in the chunk
       if constexpr (kRope) {
         if (start + p == pos) kr[s] = s_new[0][ld], vr[s] = s_new[1][ld];

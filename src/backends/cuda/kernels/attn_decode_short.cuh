@@ -99,7 +99,9 @@ __device__ __forceinline__ void rope_slice8(const float (&own)[8], int e0, int r
 // windows' cache lines (below pos) are asked into L2 before the wait and loaded into the same registers when the
 // previous window is done (one L2 round trip each, instead of v5's chunks, partials and ticket). The caller keeps
 // ctx <= kMaxWin * S * PG.
-template <typename T, int HD, bool kRope, int kWarps, int G, int kMaxWin>
+// kWindow: the sliding window (a.window) masks keys too (the split kernel's call; the compact kernel has no registers
+// to spare for it at HD 256, and its launcher sends windowed attention to the split kernel).
+template <typename T, int HD, bool kRope, int kWarps, int G, int kMaxWin, bool kWindow>
 __device__ __forceinline__ void attn_short(const AttnParams<T>& a, int n_kv, int row, int kvh, int head, int pos,
                                            int slot, bool early, bool store, float* s_acc, float* s_m, float* s_l,
                                            float2* s_cs) {
@@ -241,7 +243,8 @@ __device__ __forceinline__ void attn_short(const AttnParams<T>& a, int n_kv, int
       for (int j = 0; j < 8; ++j) dot = fmaf(qv[j], kf[j], dot);
 #pragma unroll
       for (int off = LPP / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-      if (base + p0 + s * PG < ctx) sc[s] = dot;
+      // Keys past pos, and with a sliding window those at or below pos - window, keep -inf (weight 0).
+      if (base + p0 + s * PG < ctx && (!kWindow || a.window <= 0 || base + p0 + s * PG > pos - a.window)) sc[s] = dot;
       mw = fmaxf(mw, sc[s]);
     }
     if (w > 0) {  // rescale what the earlier windows summed to the new maximum
@@ -338,8 +341,9 @@ __global__ void __launch_bounds__(kCompactThreads, 2) attn_compact_kernel(const 
       a.out[static_cast<size_t>(head) * HD + i] = __int_as_float(0x7fc00000);
     return;
   }
-  attn_short<T, HD, kRope, kCompactWarps, 1, kCompactWindows>(a, n_kv, 0, kvh, head, pos, slot, a.early,
-                                                              head % a.group == 0, &s_acc[0][0], s_m, s_l, s_cs);
+  attn_short<T, HD, kRope, kCompactWarps, 1, kCompactWindows, false>(a, n_kv, 0, kvh, head, pos, slot, a.early,
+                                                                     head % a.group == 0, &s_acc[0][0], s_m, s_l,
+                                                                     s_cs);
 }
 
 }  // namespace

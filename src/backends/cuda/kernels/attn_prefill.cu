@@ -47,6 +47,7 @@ struct PrefillParams {
   bool out16_bf16;
   int64_t ld_out;
   float scale_log2;  // scale * log2(e): the softmax runs in base 2 (ex2 is one MUFU instruction)
+  int window;        // KvCacheView::window: > 0, row at position q attends to keys (q - window, q] only
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -113,7 +114,9 @@ __device__ __forceinline__ int swz(int r, int c) {
 
 // MT: m16 row tiles per warp (block rows BM = 4 warps * 16 * MT); BN: keys per tile; QREGS: the Q fragments are
 // loaded into registers once (when they fit in 32 registers) instead of re-read from shared memory per key tile.
-template <typename T, int HD, int MT, int BN>
+// kWindow: the sliding window (p.window) masks keys too; its own instantiation, launched at the one-row-tile shape
+// only: the window bounds cost registers that the two-row-tile shapes at HD 128 do not have (they spill).
+template <typename T, int HD, int MT, int BN, bool kWindow>
 __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(const PrefillParams p) {
   constexpr int BM = kWarps * 16 * MT;
   constexpr int CH = HD / 8;   // 16-byte chunks per row
@@ -226,7 +229,8 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(const PrefillPar
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (warp_active && j * BN <= w_last) {
+    // A tile wholly below every row's sliding window (its last key <= w_first - window) holds no key of this warp.
+    if (warp_active && j * BN <= w_last && (!kWindow || (j + 1) * BN - 1 > w_first - p.window)) {
       const uint32_t s_stage = s_kv + (j & 1) * (4 * BN * HD);
 
       // S = Q · Kᵀ  [16 MT, BN] per warp.
@@ -266,7 +270,7 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(const PrefillPar
 
       // Online softmax in base 2. A thread holds rows g and g + 8 of each row tile; the 4 threads of a quad share
       // a row, so row reductions are two shuffles.
-      const bool masked = (j + 1) * BN - 1 > w_first;
+      const bool masked = (j + 1) * BN - 1 > w_first || (kWindow && j * BN <= w_last - p.window);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -278,7 +282,8 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(const PrefillPar
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               float x = s[mt][nt][2 * hf + e] * p.scale_log2;
-              if (masked && j * BN + nt * 8 + 2 * c4 + e > qpos) x = -INFINITY;
+              const int key = j * BN + nt * 8 + 2 * c4 + e;
+              if (masked && (key > qpos || (kWindow && key <= qpos - p.window))) x = -INFINITY;
               s[mt][nt][2 * hf + e] = x;
               mx = fmaxf(mx, x);
             }
@@ -413,17 +418,18 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_f32_kernel(const Prefil
       }
       dot += __shfl_xor_sync(0xffffffffu, dot, 1);
       dot += __shfl_xor_sync(0xffffffffu, dot, 2);
-      s[j] = k0 + j <= last_key ? dot : -INFINITY;
+      s[j] = k0 + j <= last_key && (p.window <= 0 || k0 + j > last_key - p.window) ? dot : -INFINITY;
       mt = fmaxf(mt, s[j]);
     }
-    // Key 0 is in every row's range, so mt is finite from the first tile on; m is -inf only before it.
+    // Without a window key 0 is in every row's range, so mt is finite from the first tile on; with one, tiles below
+    // the row's window leave mt at -inf (then every weight is 0, not exp2(-inf - -inf) = NaN).
     const float corr = m == -INFINITY ? 0.0f : exp2f(m - mt);
     l *= corr;
 #pragma unroll
     for (int i = 0; i < NV; ++i) acc[i].x *= corr, acc[i].y *= corr, acc[i].z *= corr, acc[i].w *= corr;
 #pragma unroll
     for (int j = 0; j < kF32Keys; ++j) {
-      const float e = exp2f(s[j] - mt);  // 0 for masked keys
+      const float e = mt == -INFINITY ? 0.0f : exp2f(s[j] - mt);  // 0 for masked keys
       l += e;
 #pragma unroll
       for (int i = 0; i < NV; ++i) {
@@ -468,24 +474,27 @@ constexpr Shape kShapes64[kNumShapes] = {{1, 64}, {2, 64}, {2, 32}};
 constexpr Shape kShapes128[kNumShapes] = {{1, 64}, {2, 32}, {2, 48}};
 constexpr Shape shape_of(int hd, int variant) { return hd == 64 ? kShapes64[variant] : kShapes128[variant]; }
 
-template <typename T, int HD, int MT, int BN>
+template <typename T, int HD, int MT, int BN, bool kWindow = false>
 void launch_prefill(const PrefillParams& p, int n_head, cudaStream_t stream) {
   constexpr int BM = kWarps * 16 * MT;
   constexpr int smem = (BM + 4 * BN) * HD * static_cast<int>(sizeof(T));
   // Over 48 KB of dynamic shared memory needs an opt-in per kernel; once per process (one device per process).
   static const bool opted_in = [] {
     TESSERA_CUDA_CHECK(
-        cudaFuncSetAttribute(attn_prefill_kernel<T, HD, MT, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        cudaFuncSetAttribute(attn_prefill_kernel<T, HD, MT, BN, kWindow>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             smem));
     return true;
   }();
   (void)opted_in;
   const dim3 grid(static_cast<unsigned>(n_head), static_cast<unsigned>((p.t + BM - 1) / BM));
-  attn_prefill_kernel<T, HD, MT, BN><<<grid, kThreads, smem, stream>>>(p);
+  attn_prefill_kernel<T, HD, MT, BN, kWindow><<<grid, kThreads, smem, stream>>>(p);
   TESSERA_CUDA_CHECK_LAUNCH("attn_prefill_kernel");
 }
 
 template <typename T, int HD>
 void launch_shape(int variant, const PrefillParams& p, int n_head, cudaStream_t stream) {
+  // A sliding window: the windowed kernel at shape 0 whatever the variant (see attn_prefill_kernel).
+  if (p.window > 0) return launch_prefill<T, HD, shape_of(HD, 0).mt, shape_of(HD, 0).bn, true>(p, n_head, stream);
   switch (variant) {
     case 0:
       return launch_prefill<T, HD, shape_of(HD, 0).mt, shape_of(HD, 0).bn>(p, n_head, stream);
@@ -558,6 +567,7 @@ void attn_prefill_variant(int variant, const float* q, int64_t ld_q, const KvCac
   p.out16 = out16;
   p.out16_bf16 = out16_type == DType::BF16;
   p.ld_out = n_head * c.hd;
+  p.window = static_cast<int>(std::min<int64_t>(c.window, INT32_MAX));
   p.scale_log2 = scale * kLog2e;
   const int nh = static_cast<int>(n_head);
   if (c.dtype == DType::F32) {  // one launch shape: `variant` selects among the 16-bit kernel's shapes only

@@ -447,6 +447,7 @@ bool attn_prefill_tma_supported(const KvCacheView& cache, int64_t n_head, std::s
     return false;
   };
   if (cache.hd != 64 && cache.hd != 128) return no("head dimension is not 64 or 128");
+  if (cache.window > 0) return no("the attention has a sliding window (attn_prefill reads it)");
   if (cache.dtype != DType::F16 && cache.dtype != DType::BF16) return no("the cache is not 16-bit");
   if (n_head % cache.n_kv != 0) return no("query heads are not a multiple of the kv heads");
   int dev = 0, major = 0, minor = 0;
