@@ -616,7 +616,10 @@ TEST(CudaGemv, QuantRmsInputEqualsRmsnormThenGemv) {
         ASSERT_GT(rms, 0.0);
         for (int64_t i = 0; i < n; ++i) {
           ASSERT_FALSE(std::isnan(vb[i])) << "row " << i;
-          ASSERT_NEAR(vb[i], va[i], 1e-3 * rms) << "row " << i;
+          // The two inputs' int8 codes agree but where x * 127 / amax lands within a rounding of a half in one form and
+          // not the other: each such code moves y by one activation step times a weight. With the K-quants' wider
+          // weight codes that reached 1.29e-3 of the rows' rms once on the H100 (q5_k, k = 768); 3e-3 leaves 2x.
+          ASSERT_NEAR(vb[i], va[i], 3e-3 * rms) << "row " << i;
         }
       }
     }
