@@ -2,8 +2,10 @@
 // model uses; reference mode runs each step's scalar `_ref` twin).
 #include "ops/op_case.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "backends/cpu/backend.h"
@@ -17,6 +19,21 @@ using graph::Op;
 using graph::Role;
 
 const char* backend_name(Backend b) { return b == Backend::CPU ? "cpu" : "cuda"; }
+
+uint32_t seed() {
+  if (const char* s = std::getenv("TESSERA_TEST_SEED")) return static_cast<uint32_t>(std::strtoul(s, nullptr, 10));
+  return std::random_device{}();
+}
+
+double nmse(const std::vector<float>& out, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = double(out[i]) - ref[i];
+    num += d * d;
+    den += double(ref[i]) * ref[i];
+  }
+  return num / std::max(den, 1e-300);
+}
 
 namespace {
 

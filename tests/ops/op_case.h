@@ -57,6 +57,11 @@ int add_weight(OpGraph& og, std::mt19937& rng, const std::string& name, DType dt
 int add_f32_input(OpGraph& og, std::mt19937& rng, const std::string& name, std::vector<int64_t> shape, float lo,
                   float hi);
 
+// The table's seed: TESSERA_TEST_SEED replays a run, else a fresh random one (printed by each case).
+uint32_t seed();
+// Normalized mean squared error sum((out - ref)^2) / sum(ref^2), the table's one comparison.
+double nmse(const std::vector<float>& out, const std::vector<float>& ref);
+
 // ---- Builders: one per graph op. Shapes follow graph.h (row-major, outermost first). ----
 
 OpGraph embed(std::mt19937& rng, DType table, int64_t n_vocab, int64_t d, int64_t t);

@@ -193,21 +193,6 @@ const std::vector<Row>& rows() {
   return kRows;
 }
 
-uint32_t seed() {
-  if (const char* s = std::getenv("TESSERA_TEST_SEED")) return static_cast<uint32_t>(std::strtoul(s, nullptr, 10));
-  return std::random_device{}();
-}
-
-double nmse(const std::vector<float>& out, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = double(out[i]) - ref[i];
-    num += d * d;
-    den += double(ref[i]) * ref[i];
-  }
-  return num / std::max(den, 1e-300);
-}
-
 using Param = std::tuple<size_t, Backend>;
 
 class OpTable : public ::testing::TestWithParam<Param> {};
