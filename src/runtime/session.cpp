@@ -127,7 +127,7 @@ void Engine::stepped_without_logits(std::span<const int32_t> seqs) {
   for (int32_t sq : seqs) has_logits_[static_cast<size_t>(sq)] = false;
 }
 
-std::span<const float> Engine::eval_seq(int64_t seq, std::span<const int32_t> ids, float* all) {
+void Engine::check_eval(int64_t seq, std::span<const int32_t> ids) const {
   check_seq(seq);
   TESSERA_CHECK(!ids.empty(), "nothing to evaluate: the token list is empty");
   const int64_t n = static_cast<int64_t>(ids.size());
@@ -137,6 +137,12 @@ std::span<const float> Engine::eval_seq(int64_t seq, std::span<const int32_t> id
   const int64_t vocab = n_vocab();
   for (int32_t id : ids)
     TESSERA_CHECK(id >= 0 && id < vocab, "token id {} is outside the vocabulary of {} tokens", id, vocab);
+}
+
+std::span<const float> Engine::eval_seq(int64_t seq, std::span<const int32_t> ids, float* all) {
+  check_eval(seq, ids);
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const int64_t vocab = n_vocab();
   const size_t s = static_cast<size_t>(seq);
   std::vector<int32_t>& toks = tokens_[s];
   if (seq == 0) device_logits_ = false;
@@ -159,17 +165,11 @@ std::span<const float> Engine::eval_seq(int64_t seq, std::span<const int32_t> id
 std::vector<backend::RowScore> Engine::eval_scores(std::span<const int32_t> ids, std::span<const int32_t> targets) {
   TESSERA_CHECK(targets.size() == ids.size(), "scoring {} tokens needs as many targets, not {}", ids.size(),
                 targets.size());
-  TESSERA_CHECK(!ids.empty(), "nothing to evaluate: the token list is empty");
+  check_eval(0, ids);
   const int64_t n = static_cast<int64_t>(ids.size());
-  TESSERA_CHECK(n_past(0) + n <= o_.n_ctx,
-                "the context is full: {} more tokens do not fit after {} of {} (raise the context size with -c)", n,
-                n_past(0), o_.n_ctx);
   const int64_t vocab = n_vocab();
-  for (size_t i = 0; i < ids.size(); ++i) {
-    TESSERA_CHECK(ids[i] >= 0 && ids[i] < vocab, "token id {} is outside the vocabulary of {} tokens", ids[i], vocab);
-    TESSERA_CHECK(targets[i] >= -1 && targets[i] < vocab, "target token {} is outside the vocabulary of {} tokens",
-                  targets[i], vocab);  // -1: a row not scored
-  }
+  for (int32_t t : targets)  // -1: a row not scored
+    TESSERA_CHECK(t >= -1 && t < vocab, "target token {} is outside the vocabulary of {} tokens", t, vocab);
   std::vector<backend::RowScore> out;
   out.reserve(ids.size());
   std::vector<int32_t>& toks = tokens_[0];

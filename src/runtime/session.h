@@ -60,9 +60,10 @@ class Engine {
   std::span<const float> eval(std::span<const int32_t> ids, float* all = nullptr) { return eval_seq(0, ids, all); }
   std::span<const float> eval_seq(int64_t seq, std::span<const int32_t> ids, float* all = nullptr);
   // Appends ids to slot 0 as eval does and returns, per row r, the score of its logits against targets[r] (in the
-  // vocabulary, or -1 for a row not scored: {0, 0}): log-sum-exp and the target's logit. The logits stay where they were computed on a backend with
-  // Capabilities::device_scores (CUDA: t scores come back instead of t * n_vocab logits); logits() is then empty
-  // until the next logits-returning call. Errors as eval, and for targets of another length or outside the vocabulary.
+  // vocabulary, or -1 for a row not scored: {0, 0}): log-sum-exp and the target's logit. The logits stay where they
+  // were computed on a backend with Capabilities::device_scores (CUDA: t scores come back instead of t * n_vocab
+  // logits); logits() is then empty until the next logits-returning call. Errors as eval, and for targets of another
+  // length or outside the vocabulary.
   std::vector<backend::RowScore> eval_scores(std::span<const int32_t> ids, std::span<const int32_t> targets);
   bool device_scores() const { return caps_.device_scores; }
   // tokens[i] appended to slot seqs[i] (distinct slots), all in one step. Returns logits [B * n_vocab], row-major,
@@ -94,6 +95,8 @@ class Engine {
 
  private:
   void check_seq(int64_t seq) const;
+  // Errors eval refuses before it runs anything: a bad slot, no ids, a full context, an id outside the vocabulary.
+  void check_eval(int64_t seq, std::span<const int32_t> ids) const;
   void check_batch(std::span<const int32_t> ids, std::span<const int32_t> seqs) const;
   // Records a step that returned ids only for slots `seqs` (their logits stay on the device, or are gone).
   void stepped_without_logits(std::span<const int32_t> seqs);
