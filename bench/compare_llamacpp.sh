@@ -4,11 +4,13 @@
 # table with both peers' achieved GB/s (decode) and TFLOP/s (prefill) as a share of the limits measured in the same run.
 #
 # Usage: bench/compare_llamacpp.sh [-m MODEL | --arch NAME [--dtype D]] [-t THREADS] [-p 512] [-n 128] [-r 5]
-#                                  [--rounds 3] [-b BATCH] [--build DIR] [--json OUT] [--no-ceilings]
+#                                  [--rounds 3] [-b BATCH] [--build DIR] [--base DIR] [--json OUT] [--no-ceilings]
 #   MODEL   a GGUF file (default: the SmolLM2-135M Q4_1 model of scripts/fetch_model.sh)
 #   --arch  a synthetic model preset (tessera bench --list-archs), written once to a temporary GGUF that both
 #           engines load, so sizes no offline file offers can be compared (dtype default q4_0)
 #   DIR     the tessera build holding bin/tessera (default: build)
+#   --base  a second tessera build (e.g. the previous commit's) run in every round beside the first, so that a
+#           regression check against the previous commit and llama.cpp share one run; its ratio to DIR is printed
 #   OUT     all samples and the table as JSON, for python/plot_bench.py
 # llama.cpp comes from scripts/build_llamacpp.sh (built once from the llama-cpp-python sdist, then cached).
 # Results belong in docs/PERFORMANCE.md with the device, the date and this command.
@@ -25,6 +27,7 @@ rounds=3
 batch=512
 build=$root/build
 json_out=""
+base_build=""
 ceilings=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,14 +41,18 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     -b) batch=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
+    --base) base_build=$2; shift 2 ;;
     --json) json_out=$2; shift 2 ;;
     --no-ceilings) ceilings=0; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "compare_llamacpp: unknown argument '$1' (see --help)" >&2; exit 1 ;;
   esac
 done
 tessera=$build/bin/tessera
 [ -x "$tessera" ] || { echo "compare_llamacpp: $tessera not found; build the tessera_cli target in $build" >&2; exit 1; }
+if [ -n "$base_build" ]; then
+  [ -x "$base_build/bin/tessera" ] || { echo "compare_llamacpp: $base_build/bin/tessera not found" >&2; exit 1; }
+fi
 bin=$("$root/scripts/build_llamacpp.sh" llama-bench | tail -1)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -69,6 +76,12 @@ for i in $(seq 1 "$rounds"); do
   "$tessera" bench -m "$model" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$repeats" --ubatch "$batch" --kv-type f16 \
     --no-ceilings --json > "$tmp/tessera_$i.json" 2> "$tmp/tessera_$i.log" ||
     { cat "$tmp/tessera_$i.log" >&2; exit 1; }
+  if [ -n "$base_build" ]; then
+    echo "compare_llamacpp: round $i/$rounds: tessera bench ($base_build)" >&2
+    "$base_build/bin/tessera" bench -m "$model" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$repeats" --ubatch "$batch" \
+      --kv-type f16 --no-ceilings --json > "$tmp/base_$i.json" 2> "$tmp/base_$i.log" ||
+      { cat "$tmp/base_$i.log" >&2; exit 1; }
+  fi
 done
 echo '[]' > "$tmp/ceilings.json"
 if [ "$ceilings" = 1 ]; then
@@ -76,10 +89,11 @@ if [ "$ceilings" = 1 ]; then
   "$tessera" bench --ceilings --json -t "$threads" -r "$repeats" > "$tmp/ceilings.json" 2> /dev/null
 fi
 
-python3 - "$tmp" "$rounds" "$model" "$threads" "$json_out" <<'PY'
-import datetime, json, statistics, sys
+python3 - "$tmp" "$rounds" "$model" "$threads" "$json_out" "$base_build" <<'PY'
+import datetime, json, os, statistics, sys
 tmp, rounds, model, threads, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
-llama, ours = {}, {}
+base_build = sys.argv[6]
+llama, ours, base = {}, {}, {}
 info = {}
 for i in range(1, rounds + 1):
     for r in json.load(open(f"{tmp}/llama_{i}.json")):
@@ -88,6 +102,9 @@ for i in range(1, rounds + 1):
     for r in json.load(open(f"{tmp}/tessera_{i}.json")):
         ours.setdefault(r["test"], []).extend(r["samples_tok_s"])
         info[r["test"]] = r
+    if base_build:
+        for r in json.load(open(f"{tmp}/base_{i}.json")):
+            base.setdefault(r["test"], []).extend(r["samples_tok_s"])
 ceil = json.load(open(f"{tmp}/ceilings.json"))
 read_gbps = next((c["gbps"] for c in ceil if c["kind"] == "bandwidth" and c["name"] == "read"), None)
 def gemm_tflops(dtype):
@@ -112,6 +129,10 @@ for test in sorted(set(llama) & set(ours), key=lambda t: (t[:2] != "pp", t)):
         limit, unit = gemm_tflops(r["weight_dtype"] if r["weight_dtype"] in ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1") else "f16"), "TFLOP/s"
         per = r["flops_per_run"] / tokens / 1e12
     row.update({"unit": unit, "llamacpp_rate": lt * per, "tessera_rate": tt * per, "limit": limit})
+    if test in base:
+        bt = statistics.median(base[test])
+        row.update({"base_tok_s": bt, "base_tok_s_stddev": spread(base[test]), "base_samples": base[test],
+                    "base_ratio": bt / lt if lt > 0 else None, "tessera_over_base": tt / bt if bt > 0 else None})
     rows.append(row)
 
 first = next(iter(info.values()))
@@ -127,8 +148,16 @@ for w in rows:
     print(f"| {w['test']:<7} | {w['llamacpp_tok_s']:>9.2f} ± {w['llamacpp_tok_s_stddev']:<6.2f} | "
           f"{w['tessera_tok_s']:>9.2f} ± {w['tessera_tok_s_stddev']:<6.2f} | {w['ratio']:>16.2f}x | {w['unit']:<7} | "
           f"{rate(w['llamacpp_rate']):>15} | {rate(w['tessera_rate']):>15} | {(f'{lim:.3f}' if lim else '-'):>8} |")
+if base:
+    print(f"base build {base_build}, run in the same rounds:")
+    print(f"| {'test':<7} | {'base tok/s':>18} | {'base/llama.cpp':>15} | {'tessera/base':>13} |")
+    print(f"|{'-'*9}|{'-'*20}|{'-'*17}|{'-'*15}|")
+    for w in rows:
+        if "base_tok_s" in w:
+            print(f"| {w['test']:<7} | {w['base_tok_s']:>9.2f} ± {w['base_tok_s_stddev']:<6.2f} | "
+                  f"{w['base_ratio']:>14.2f}x | {w['tessera_over_base']:>12.3f}x |")
 print("rates: GB/s of weight bytes for tg, TFLOP/s for pp; limit: measured read bandwidth (tg), tessera's GEMM (pp)")
 if out_path:
-    json.dump({"model": model, "threads": threads, "rounds": rounds, "rows": rows, "ceilings": ceil,
+    json.dump({"model": model, "threads": threads, "rounds": rounds, "rows": rows, "ceilings": ceil, "base": base_build,
                "date": now.isoformat()}, open(out_path, "w"), indent=2)
 PY
