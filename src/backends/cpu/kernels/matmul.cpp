@@ -19,6 +19,7 @@
 #include "backends/cpu/kernels/matmul_kquant.h"
 #include "backends/cpu/kernels/matmul_q5iq4.h"
 #include "core/error.h"
+#include "core/large_alloc.h"
 #include "quant/quant.h"
 
 namespace tessera::cpu {
@@ -47,10 +48,6 @@ BlockQ8A* act_scratch(size_t blocks) {
   if (buf.size() < blocks) buf.resize(blocks);
   return buf.data();
 }
-
-struct AlignedFree {
-  void operator()(void* p) const { ::operator delete (p, std::align_val_t{64}); }
-};
 
 }  // namespace
 
@@ -81,8 +78,8 @@ PackedWeight prepare_weight(DType dtype, const void* data, int64_t n, int64_t k)
   // costs the weights' size in RAM once; the file's pages stay clean and can be dropped by the kernel.
   if (is_quantized_matmul_dtype(dtype) && active_isa() >= Isa::AVX2) {
     const uint64_t bytes = detail::repack_x8_bytes(dtype, n, k);
-    void* mem = ::operator new (bytes, std::align_val_t{64});
-    std::shared_ptr<void> owner(mem, AlignedFree{});
+    std::shared_ptr<void> owner = allocate_large(bytes);  // huge pages: decode streams it every token
+    void* mem = owner.get();
     detail::repack_x8(dtype, data, n, k, mem);
     w.layout = WeightLayout::ROWS_X8;
     w.packed = mem;
