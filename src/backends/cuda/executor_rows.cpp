@@ -151,7 +151,8 @@ struct CudaRowsExecutor::Impl {
   void compile_node(int id_in_g);
   void copy_logits(int64_t rows);
   // Uploads a prefill chunk's ids, positions and slots and runs it; returns the logits rows it made (t or 1).
-  int64_t run_prefill(std::span<const int32_t> ids, int64_t seq, int64_t p0);
+  // logits_row0: the logits matmul skips the rows before it (RunArgs::logits_row0).
+  int64_t run_prefill(std::span<const int32_t> ids, int64_t seq, int64_t p0, int64_t logits_row0 = 0);
   // BATCH: uploads ids, positions and slots (checked) and runs the step (graph replay once captured); the logits stay
   // on the device.
   void decode_step(std::span<const int32_t> ids, std::span<const int32_t> seqs, std::span<const int32_t> pos);
@@ -382,18 +383,27 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       const bool y16 = out16 && n.fusion.gate_up && n_weights == 2 && h.buf != nullptr;
       if (y16) gate_up16_of[out] = X16{nullptr, h.type, h.min_t};
       const int64_t y_width = width(out);
+      // The logits matmul may start at a later row (RunArgs::logits_row0); the 16-bit-or-f32 choice stays with the
+      // whole run's rows, which decided what the producer of x wrote.
+      const bool logits = out == g.find_role(graph::IoRole::LOGITS) && n_weights == 1 && !accumulate && !y16 && sc;
+      const int64_t x_width = width(in(0));
+      const size_t h_elem = h.buf != nullptr ? dtype_info(h.type).type_size : 0;
       launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
                             const int64_t rows = sc ? a.t : fixed;
+                            const int64_t r0 = logits ? std::clamp<int64_t>(a.logits_row0, 0, rows) : 0;
+                            if (r0 == rows) return;  // no row wanted
                             if (copy_first != nullptr)
                               TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, copy_first,
                                                                  static_cast<size_t>(rows * y_width) * sizeof(float),
                                                                  cudaMemcpyDeviceToDevice, s));
+                            float* yr = y + r0 * y_width;
                             if (rows >= h.min_t && y16)
                               matmul_x16_out16(*wp, h.buf, y, rows, *shp->gemm, s);
                             else if (rows >= h.min_t)
-                              matmul_x16(*wp, h.buf, y, rows, *shp->gemm, s, accumulate);
+                              matmul_x16(*wp, static_cast<char*>(h.buf) + static_cast<size_t>(r0 * x_width) * h_elem,
+                                         yr, rows - r0, *shp->gemm, s, accumulate);
                             else
-                              matmul(*wp, x, y, rows, *shp->gemm, s, accumulate);
+                              matmul(*wp, x + r0 * x_width, yr, rows - r0, *shp->gemm, s, accumulate);
                           }});
       return;
     }
@@ -679,7 +689,8 @@ CudaRowsExecutor::~CudaRowsExecutor() {
   if (impl_->host_logits != nullptr) (void)cudaFreeHost(impl_->host_logits);
 }
 
-int64_t CudaRowsExecutor::Impl::run_prefill(std::span<const int32_t> ids, int64_t seq, int64_t p0) {
+int64_t CudaRowsExecutor::Impl::run_prefill(std::span<const int32_t> ids, int64_t seq, int64_t p0,
+                                            int64_t logits_row0) {
   Impl& m = *this;
   TESSERA_CHECK(m.mode == RowsMode::PREFILL, "cuda backend: prefill() called on a batched-decode executor");
   const int64_t t = static_cast<int64_t>(ids.size());
@@ -704,7 +715,7 @@ int64_t CudaRowsExecutor::Impl::run_prefill(std::span<const int32_t> ids, int64_
   TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.act(m.positions_id), h_pos, nb, cudaMemcpyHostToDevice, m.stream));
   TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.seq_dev.get(), h_seq, nb, cudaMemcpyHostToDevice, m.stream));
   // Prefill runs plainly: chunk length and position vary per call, and its launches are few and long.
-  m.runner.run(m.launches, m.stream, RunArgs{t, p0, seq}, m.profile);
+  m.runner.run(m.launches, m.stream, RunArgs{t, p0, seq, logits_row0}, m.profile);
   ++m.steps;
   return m.scaled[size_t(m.logits_id)] ? t : m.out_rows;
 }
@@ -723,7 +734,10 @@ std::span<const double> CudaRowsExecutor::prefill_scores(std::span<const int32_t
   TESSERA_CHECK(targets.size() == ids.size(), "cuda backend: {} tokens scored against {} targets", t, targets.size());
   for (int32_t id : targets)  // -1: a row not scored
     TESSERA_CHECK(id >= -1 && id < m.vocab, "target token {} is outside the vocabulary of {} tokens", id, m.vocab);
-  const int64_t rows = m.run_prefill(ids, seq, p0);
+  // Rows before the first scored one need no logits: the logits matmul skips them (row_scores skips them too).
+  int64_t row0 = 0;
+  while (row0 < t && targets[static_cast<size_t>(row0)] < 0) ++row0;
+  const int64_t rows = m.run_prefill(ids, seq, p0, row0);
   TESSERA_CHECK(rows == t && m.out_rows * m.vocab >= 8 * m.T,
                 "cuda backend: scoring needs an executor built with every row's logits");
   if (m.scores_dev.empty()) {

@@ -27,6 +27,7 @@
 #include "cuda_test_util.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
+#include "tessera/perplexity.h"
 #include "tessera/random_model.h"
 #include "tessera/session.h"
 #include "test_util.h"
@@ -346,6 +347,43 @@ TEST(CudaBackend, Out16PrefillMatchesF32Outputs) {
   EXPECT_NE(a, b) << "TESSERA_CUDA_OUT16=0 changed nothing: the 16-bit outputs were not used";
   const Compare c = compare_rows(b, a, 49152, 1e-2);
   EXPECT_LE(c.worst_rel, 1e-2);
+}
+
+// Scores on the device (perplexity's path): each scored row's log-probability equals the log-softmax of the same
+// session's all-row logits, where the rows before the first scored one are not multiplied by the output weights at
+// all (RunArgs::logits_row0) and a -1 later in the chunk is skipped by the reduction. Chunks of 300 rows (the 16-bit
+// x path of the logits matmul) and of 20 (f32 x), bf16 and q4_1 weights; an unscored prefix that covers the chunk.
+TEST(CudaBackend, DeviceScoresSkipTheUnscoredPrefix) {
+  TESSERA_REQUIRE_GPU();
+  for (const char* dtype : {"bf16", "q4_1"}) {
+    const Model m = make_random_model({.arch = "smollm2-135m", .dtype = dtype, .seed = 5, .n_layers = 2});
+    for (const int64_t n : {int64_t{300}, int64_t{20}}) {
+      SCOPED_TRACE(std::string(dtype) + " chunk " + std::to_string(n));
+      const std::vector<int32_t> ids = random_ids(static_cast<int>(n), 49152, 31);
+      Session s(m, {.n_ctx = 512, .n_batch = 512, .device = "cuda"});
+      ASSERT_TRUE(s.scores_on_device());
+      const std::vector<float> all = s.eval_all_logits(ids);
+      std::vector<int32_t> targets(ids.size(), -1);
+      const int64_t first = n / 2;
+      for (int64_t r = first; r < n; ++r) targets[static_cast<size_t>(r)] = ids[static_cast<size_t>((r * 7) % n)];
+      targets[static_cast<size_t>(first + 3)] = -1;  // a hole after the prefix
+      s.reset();
+      const std::vector<double> lp = s.eval_target_logprobs(ids, targets);
+      ASSERT_EQ(lp.size(), ids.size());
+      for (int64_t r = 0; r < n; ++r) {
+        const int32_t t = targets[static_cast<size_t>(r)];
+        if (t < 0) {
+          EXPECT_EQ(lp[static_cast<size_t>(r)], 0.0) << "row " << r;
+          continue;
+        }
+        const std::span<const float> row(all.data() + r * 49152, 49152);
+        EXPECT_NEAR(lp[static_cast<size_t>(r)], -token_nll(row, t), 2e-3) << "row " << r;
+      }
+      s.reset();  // nothing scored: the logits matmul runs no row, every answer is 0
+      const std::vector<double> none = s.eval_target_logprobs(ids, std::vector<int32_t>(ids.size(), -1));
+      EXPECT_EQ(none, std::vector<double>(ids.size(), 0.0));
+    }
+  }
 }
 
 // Prefill attention through cuDNN (chunks of >= 256 rows, where it is available: libcudnn loadable, Hopper; with
