@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "core/large_alloc.h"
 
@@ -44,6 +45,22 @@ TEST(LargeAlloc, TheMappingIsReturned) {
   const uint64_t after = mapped_kib();
   if (before == 0) GTEST_SKIP() << "no /proc/self/status";
   EXPECT_LT(after, before + 4096) << "64 MiB stayed mapped after the last owner dropped it";
+}
+
+// Pieces under 2 MiB share huge-page slabs: they do not overlap, and the slabs go when their last piece does.
+TEST(LargeAlloc, SmallPiecesShareSlabsThatAreReturned) {
+  const uint64_t before = mapped_kib();
+  {
+    std::vector<std::shared_ptr<void>> pieces;
+    for (int i = 0; i < 100; ++i) {
+      pieces.push_back(allocate_large(size_t{1} << 20));
+      std::memset(pieces.back().get(), i, size_t{1} << 20);
+    }
+    for (int i = 0; i < 100; ++i)
+      EXPECT_EQ(static_cast<unsigned char*>(pieces[static_cast<size_t>(i)].get())[(size_t{1} << 20) - 1], i) << i;
+  }
+  if (before == 0) GTEST_SKIP() << "no /proc/self/status";
+  EXPECT_LT(mapped_kib(), before + 40 * 1024) << "the slabs of 100 MiB of pieces stayed mapped";
 }
 
 }  // namespace
