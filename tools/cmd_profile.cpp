@@ -73,11 +73,27 @@ class Trace {
                        {"args", {{"tokens", tokens}}}});
   }
   // The nodes of graph `g` as one run of it took them (`ns` per node), on track 2 from `begin` or the end of the
-  // previous run, whichever is later.
-  void nodes(const std::string& label, Clock::time_point begin, const GraphView& g, const std::vector<double>& ns) {
+  // previous run, whichever is later; with `spans` (Session::profile_thread_spans of that run, `threads` per node),
+  // each worker thread's part of each node on a track of its own (10 + thread).
+  void nodes(const std::string& label, Clock::time_point begin, const GraphView& g, const std::vector<double>& ns,
+             const std::vector<uint64_t>& spans = {}, int threads = 0) {
     cursor_ns_ = std::max(cursor_ns_, us(begin) * 1e3);
     for (const GraphNode& n : g.nodes()) {
       const double d = static_cast<size_t>(n.id) < ns.size() ? ns[static_cast<size_t>(n.id)] : 0.0;
+      const size_t at = static_cast<size_t>(n.id) * static_cast<size_t>(threads) * 2;
+      for (int j = 0; threads > 0 && at + 2 * static_cast<size_t>(threads) <= spans.size() && j < threads; ++j) {
+        const uint64_t b = spans[at + 2 * static_cast<size_t>(j)], e = spans[at + 2 * static_cast<size_t>(j) + 1];
+        if (b == 0) continue;  // this thread ran none of the node's tasks
+        max_thread_ = std::max(max_thread_, j);
+        events_.push_back({{"name", n.name},
+                           {"cat", n.op_class},
+                           {"ph", "X"},
+                           {"ts", (cursor_ns_ + double(b - 1)) * 1e-3},
+                           {"dur", double(e >= b ? e - b : 0) * 1e-3},
+                           {"pid", 1},
+                           {"tid", 10 + j},
+                           {"args", {{"op", n.op}, {"layer", n.layer}, {"step", label}, {"thread", j}}}});
+      }
       events_.push_back(
           {{"name", n.name},
            {"cat", n.op_class},
@@ -101,6 +117,8 @@ class Trace {
     name("thread_name", 2,
          device == "cuda" ? "cuda stream: node sequence"
                           : fmt::format("cpu executor: node sequence ({} threads per node)", threads));
+    for (int j = 0; j <= max_thread_; ++j)
+      name("thread_name", 10 + j, j == 0 ? "cpu thread 0 (the caller)" : fmt::format("cpu thread {}", j));
     for (const nlohmann::json& e : events_) events.push_back(e);
     const nlohmann::json j = {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", meta}};
     std::ofstream out(path, std::ios::binary);
@@ -113,6 +131,7 @@ class Trace {
   double us(Clock::time_point t) const { return std::chrono::duration<double, std::micro>(t - origin_).count(); }
   Clock::time_point origin_;
   double cursor_ns_ = 0;  // end of the executor track's last slice
+  int max_thread_ = -1;   // highest worker thread with a slice
   std::vector<nlohmann::json> events_;
 };
 
@@ -356,7 +375,11 @@ int run(ProfileFlags& f) {
       // Chunks of one size share their accumulated times (the backend keeps one sum per size): each gets its share.
       std::vector<double> ns;
       for (uint64_t v : after_prefill[chunk]) ns.push_back(double(v) / chunks_of_size[chunk]);
-      trace.nodes(fmt::format("prefill chunk {} ({} tokens at {})", c, chunk, done), t0, g, ns);
+      // Worker threads' spans are kept for the last run of each chunk size; they are drawn where that run is the
+      // size's only one, so that the node slices they sit in are that run's own times, not a mean.
+      trace.nodes(fmt::format("prefill chunk {} ({} tokens at {})", c, chunk, done), t0, g, ns,
+                  chunks_of_size[chunk] == 1 ? session.profile_thread_spans(chunk) : std::vector<uint64_t>{},
+                  session.n_threads());
     }
   }
 
@@ -378,7 +401,7 @@ int run(ProfileFlags& f) {
       for (size_t k = 0; k < now.size(); ++k) ns[k] = double(now[k] - (k < step_prev.size() ? step_prev[k] : 0));
       const std::string label = fmt::format("decode {} (position {})", i, n_prompt + i);
       trace.step(label, t0, t1, 1);
-      trace.nodes(label, t0, decode_graph, ns);
+      trace.nodes(label, t0, decode_graph, ns, session.profile_thread_spans(1), session.n_threads());
       step_prev = std::move(now);
     }
   }

@@ -148,8 +148,9 @@ class Session {
   // Appends `ids` and returns the logits of every one of them: [ids.size() * n_vocab], row-major.
   std::vector<float> eval_all_logits(std::span<const int32_t> ids);
   // Appends `ids` and returns log p(targets[r]) under row r's logits, for every row (each target an id in the
-  // vocabulary, or -1 for a row not scored, which gets 0): what perplexity needs. Where the backend can (CUDA) the log-softmax is reduced on the device and
-  // only the scores come back; logits() is then empty until the next logits-returning call.
+  // vocabulary, or -1 for a row not scored, which gets 0): what perplexity needs. Where the backend can (CUDA) the
+  // log-softmax is reduced on the device and only the scores come back; logits() is then empty until the next
+  // logits-returning call.
   std::vector<double> eval_target_logprobs(std::span<const int32_t> ids, std::span<const int32_t> targets);
   // Whether eval_target_logprobs reduces on the device (else it scores every row on the host, one after another).
   bool scores_on_device() const;
@@ -189,6 +190,10 @@ class Session {
   // Accumulated per-node wall time in ns of plans run while profiling is on (index = node id of graph(T)).
   void set_profiling(bool on);
   std::vector<uint64_t> profile_ns(int64_t n_tokens) const;
+  // Where each worker thread ran in each node of the last profiled step of `n_tokens` tokens: for node i and thread
+  // j, [2 * (i * n_threads() + j)] the first task's start and [+ 1] the last task's end, in ns after the node's start,
+  // plus 1 (0: thread j ran none of node i's tasks). Empty on a device without worker threads (CUDA).
+  std::vector<uint64_t> profile_thread_spans(int64_t n_tokens) const;
 
   struct Impl;
 

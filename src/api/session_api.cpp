@@ -139,5 +139,8 @@ std::vector<GenerateResult> Session::generate_batch(std::span<const std::vector<
 
 void Session::set_profiling(bool on) { impl_->engine->set_profiling(on); }
 std::vector<uint64_t> Session::profile_ns(int64_t n_tokens) const { return impl_->engine->profile_ns(n_tokens); }
+std::vector<uint64_t> Session::profile_thread_spans(int64_t n_tokens) const {
+  return impl_->engine->profile_thread_spans(n_tokens);
+}
 
 }  // namespace tessera

@@ -147,6 +147,10 @@ class DeviceSession {
   // Per-node wall time of every step of `n_tokens` rows, added into a vector of the graph's size (profile).
   virtual void set_profiling(bool on) = 0;
   virtual std::vector<uint64_t> profile_ns(int64_t n_tokens) const = 0;
+  // Where each worker thread ran in each node of the last step of `n_tokens` rows, while profiling (the CPU's
+  // Plan::thread_spans layout: [2 * (node * n_threads() + thread)] start, [+ 1] end, ns after the node's start + 1);
+  // empty where the backend has no threads of its own to show (CUDA: one stream).
+  virtual std::vector<uint64_t> profile_thread_spans(int64_t /*n_tokens*/) const { return {}; }
 
   virtual int64_t n_vocab() const = 0;
   virtual int n_threads() const = 0;

@@ -20,7 +20,7 @@ constexpr size_t kAlign = 64;
 constexpr size_t kSlab = size_t{32} << 20;
 
 struct HeapFree {
-  void operator()(void* p) const { ::operator delete(p, std::align_val_t{kAlign}); }
+  void operator()(void* p) const { ::operator delete (p, std::align_val_t{kAlign}); }
 };
 
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
@@ -80,7 +80,7 @@ std::shared_ptr<void> allocate_large(size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   return bytes >= kHuge ? map_huge(bytes) : cut_from_slab(bytes);
 #else
-  void* p = ::operator new(bytes, std::align_val_t{kAlign});
+  void* p = ::operator new (bytes, std::align_val_t{kAlign});
   return std::shared_ptr<void>(p, HeapFree{});
 #endif
 }

@@ -49,6 +49,12 @@ void futex_wait(std::atomic<uint32_t>* word, uint32_t expected) {
 #endif
 }
 
+uint64_t steady_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
 void futex_wake(std::atomic<uint32_t>* word, int n) {
 #if defined(__linux__)
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, n, nullptr, nullptr, 0);
@@ -136,6 +142,8 @@ void ThreadPool::work(int thread, uint64_t job) {
     const auto task = static_cast<int64_t>(c & 0xffffffffu);
     if (task >= n) return;
     if (!counter_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+    uint64_t* spans = spans_.load(std::memory_order_acquire);
+    if (spans != nullptr && spans[2 * thread] == 0) spans[2 * thread] = steady_ns();
     try {
       fn(ctx, task, thread);
     } catch (...) {
@@ -143,6 +151,8 @@ void ThreadPool::work(int thread, uint64_t job) {
       std::lock_guard<std::mutex> lock(error_mu_);
       if (!error_) error_ = std::current_exception();
     }
+    // Before the release below, so the caller that sees every task done sees this end too.
+    if (spans != nullptr) spans[2 * thread + 1] = steady_ns();
     done_.fetch_add(1, std::memory_order_release);
   }
 }

@@ -63,6 +63,12 @@ class ThreadPool {
   // True while the calling thread executes a task of some pool.
   static bool in_worker();
 
+  // Task timing for traces (`tessera profile --trace`): while set, each task writes its thread's first start (if
+  // spans[2 * thread] is still 0) and its end into spans[2 * thread] and spans[2 * thread + 1], as steady-clock ns;
+  // a job's caller reads them after it returns. spans holds 2 * n_threads() values; nullptr (the default) turns it
+  // off. Set it only between jobs.
+  void set_task_spans(uint64_t* spans) { spans_.store(spans, std::memory_order_release); }
+
  private:
   using TaskFn = void (*)(void* ctx, int64_t task, int thread);
   void run(int64_t n_tasks, TaskFn fn, void* ctx);
@@ -70,6 +76,7 @@ class ThreadPool {
   void work(int thread, uint64_t job);
 
   int n_threads_ = 1;
+  std::atomic<uint64_t*> spans_{nullptr};
   bool oversubscribed_ = false;  // more threads than hardware threads: block at once instead of spinning
   std::vector<std::thread> workers_;
 

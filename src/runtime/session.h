@@ -92,6 +92,7 @@ class Engine {
   graph::Graph build_graph(int64_t n_tokens, int64_t n_past, bool all_logits) const;
   void set_profiling(bool on) { dev_->set_profiling(on); }
   std::vector<uint64_t> profile_ns(int64_t n_tokens) const { return dev_->profile_ns(n_tokens); }
+  std::vector<uint64_t> profile_thread_spans(int64_t n_tokens) const { return dev_->profile_thread_spans(n_tokens); }
 
  private:
   void check_seq(int64_t seq) const;

@@ -102,8 +102,9 @@ TEST(ProfileCli, ChunkedPrefillAndText) {
 }
 
 // --trace: the Trace Event Format (chrome://tracing, Perfetto): "X" slices with ts/dur in µs, pid, tid, name and args;
-// one slice per step on track 1, one per graph node and step on track 2, named by the graph's nodes; slices on one
-// track never overlap.
+// one slice per step on track 1, one per graph node and step on track 2, named by the graph's nodes; each worker
+// thread's part of a node on track 10 + thread (both threads take part in matmuls; in a decode step the part lies
+// inside its node's slice); slices on one track never overlap.
 TEST(ProfileCli, TraceIsWellFormedAndNamedByTheGraph) {
   TESSERA_REQUIRE_DEFAULT_MODEL(model);
   const std::string path = ::testing::TempDir() + "tessera_profile_trace.json";
@@ -124,6 +125,9 @@ TEST(ProfileCli, TraceIsWellFormedAndNamedByTheGraph) {
   std::map<std::string, size_t> per_step;
   std::set<std::string> steps;
   std::set<int64_t> named_threads;
+  std::map<std::pair<std::string, std::string>, std::pair<double, double>> node_slice;  // (step, node) -> (ts, end)
+  std::vector<json> thread_slices;
+  std::set<int64_t> matmul_threads;
   for (const json& e : j["traceEvents"]) {
     ASSERT_TRUE(e.contains("ph") && e.contains("pid") && e.contains("tid") && e.contains("name")) << e.dump();
     if (e["ph"] == "M") {
@@ -139,13 +143,34 @@ TEST(ProfileCli, TraceIsWellFormedAndNamedByTheGraph) {
     tracks[tid].push_back({ts, ts + dur});
     if (tid == 1) {
       steps.insert(e["name"].get<std::string>());
+    } else if (tid >= 10) {
+      ASSERT_LE(tid, 11) << "two threads, two tracks";
+      EXPECT_TRUE(names.count(e["name"].get<std::string>())) << e["name"];
+      EXPECT_EQ(e["args"]["thread"].get<int64_t>(), tid - 10);
+      if (e["cat"] == "matmul") matmul_threads.insert(tid);
+      thread_slices.push_back(e);
     } else {
       ASSERT_EQ(tid, 2);
       EXPECT_TRUE(names.count(e["name"].get<std::string>())) << e["name"];
       per_step[e["args"]["step"].get<std::string>()]++;
+      node_slice[{e["args"]["step"].get<std::string>(), e["name"].get<std::string>()}] = {ts, ts + dur};
     }
   }
-  EXPECT_EQ(named_threads, (std::set<int64_t>{1, 2}));
+  EXPECT_EQ(named_threads, (std::set<int64_t>{1, 2, 10, 11}));
+  EXPECT_EQ(matmul_threads, (std::set<int64_t>{10, 11}));
+  size_t decode_parts = 0;
+  for (const json& e : thread_slices) {
+    const std::string step = e["args"]["step"].get<std::string>();
+    EXPECT_TRUE(step.rfind("decode", 0) == 0 || step == "prefill chunk 2 (8 tokens at 32)")
+        << "threads are drawn only where a node's time is one run's: " << step;
+    const auto it = node_slice.find({step, e["name"].get<std::string>()});
+    ASSERT_NE(it, node_slice.end()) << e.dump();
+    const double ts = e["ts"].get<double>(), end = ts + e["dur"].get<double>();
+    EXPECT_GE(ts, it->second.first - 1e-3) << e.dump();
+    EXPECT_LE(end, it->second.second + 1e-3) << e.dump();
+    ++decode_parts;
+  }
+  EXPECT_GE(decode_parts, graph_nodes[1]);  // every node of the three steps has at least one thread's part
   EXPECT_EQ(steps, (std::set<std::string>{"prefill (40 tokens)", "decode 0 (position 40)", "decode 1 (position 41)",
                                           "decode 2 (position 42)"}));
   EXPECT_EQ(per_step.size(), 6u);  // three prefill chunks and three decode steps

@@ -79,6 +79,10 @@ class Plan {
   uint64_t arena_bytes() const { return arena_bytes_; }
   // When set (size = nodes), execute() adds each node's wall time in nanoseconds (for `tessera profile`).
   std::vector<uint64_t>* node_ns = nullptr;
+  // When set too (profile --trace), execute() writes where each pool thread worked in each node of its last run:
+  // [2 * (node * threads + thread)] the first task's start and [+ 1] the last task's end, in ns after the node's
+  // start plus 1 (0 and 0: the thread ran none of that node's tasks). Overwritten by every run.
+  std::vector<uint64_t>* thread_spans = nullptr;
 
   struct Step;
 

@@ -104,9 +104,8 @@ void CpuBackend::run_step(const Plan::Step& s, int64_t n_past) {
       return;
     }
     case Op::SWIGLU:
-      by_elems(s.t * s.n, [&](int64_t e0, int64_t ne) {
-        (ref ? swiglu_ref : swiglu)(s.a + e0, s.b + e0, s.y + e0, ne);
-      });
+      by_elems(s.t * s.n,
+               [&](int64_t e0, int64_t ne) { (ref ? swiglu_ref : swiglu)(s.a + e0, s.b + e0, s.y + e0, ne); });
       return;
     case Op::LAST_ROW:
       std::memmove(s.y, s.a + (s.t - 1) * s.k, static_cast<size_t>(s.k) * sizeof(float));
@@ -141,12 +140,38 @@ void CpuBackend::execute(Plan& plan, int64_t n_past) {
     return;
   }
   plan.node_ns->resize(plan.steps_.size());
+  const size_t threads = static_cast<size_t>(pool_.n_threads());
+  std::vector<uint64_t> spans(2 * threads);
+  if (plan.thread_spans != nullptr) plan.thread_spans->assign(g.nodes().size() * threads * 2, 0);
   for (const Plan::Step& s : plan.steps_) {
+    if (plan.thread_spans != nullptr) {
+      std::fill(spans.begin(), spans.end(), 0);
+      pool_.set_task_spans(spans.data());
+    }
     const auto t0 = std::chrono::steady_clock::now();
     run_step(s, n_past);
     const auto t1 = std::chrono::steady_clock::now();
     (*plan.node_ns)[static_cast<size_t>(s.node)] +=
         static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+    if (plan.thread_spans != nullptr) {
+      pool_.set_task_spans(nullptr);
+      const auto base =
+          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count());
+      uint64_t* out = plan.thread_spans->data() + static_cast<size_t>(s.node) * threads * 2;
+      bool pooled = false;
+      for (size_t th = 0; th < threads; ++th)
+        if (spans[2 * th] != 0) {
+          pooled = true;
+          out[2 * th] = (spans[2 * th] > base ? spans[2 * th] - base : 0) + 1;
+          out[2 * th + 1] = (spans[2 * th + 1] > base ? spans[2 * th + 1] - base : 0) + 1;
+        }
+      if (!pooled) {  // a step that ran inline on the calling thread (too small to split)
+        out[0] = 1;
+        out[1] = (*plan.node_ns).empty()
+                     ? 1
+                     : static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()) + 1;
+      }
+    }
   }
 }
 

@@ -69,6 +69,10 @@ class CpuSession : public backend::DeviceSession {
   }
 
   void set_profiling(bool on) override { profiling_ = on; }
+  std::vector<uint64_t> profile_thread_spans(int64_t n_tokens) const override {
+    auto it = spans_.find(n_tokens);
+    return it == spans_.end() ? std::vector<uint64_t>{} : it->second;
+  }
   std::vector<uint64_t> profile_ns(int64_t n_tokens) const override {
     auto it = profile_.find(n_tokens);
     return it == profile_.end() ? std::vector<uint64_t>{} : it->second;
@@ -107,8 +111,10 @@ class CpuSession : public backend::DeviceSession {
       std::vector<uint64_t>& v = profile_[n_tokens];
       v.resize(plan.graph().nodes().size());
       plan.node_ns = &v;
+      plan.thread_spans = &spans_[n_tokens];
     } else {
       plan.node_ns = nullptr;
+      plan.thread_spans = nullptr;
     }
     return plan;
   }
@@ -118,6 +124,7 @@ class CpuSession : public backend::DeviceSession {
   std::vector<std::unique_ptr<KvCache>> kv_;                                   // per slot
   std::map<std::tuple<int64_t, bool, int64_t>, std::unique_ptr<Plan>> plans_;  // by (tokens, all, slot)
   std::map<int64_t, std::vector<uint64_t>> profile_;                           // by chunk size
+  std::map<int64_t, std::vector<uint64_t>> spans_;                             // by chunk size: the last run's
   bool profiling_ = false;
   int64_t vocab_ = 0;
 };

@@ -48,7 +48,7 @@ struct CudaShared::Impl {
     DeviceBuffer data;  // [n_seq, n_kv, n_ctx, hd]
   };
   std::map<std::pair<graph::IoRole, int>, Cache> caches;  // by the graph tensor's role (CACHE_K / CACHE_V) and layer
-  std::unique_ptr<GemmWorkspace> gemm;  // created by the first rows executor
+  std::unique_ptr<GemmWorkspace> gemm;                    // created by the first rows executor
   uint64_t bytes = 0;
   ConversionNotices notices;  // weights converted at upload (no kernel for their format): one notice per format
 

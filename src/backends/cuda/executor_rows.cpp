@@ -450,8 +450,8 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         // TESSERA_CUDA_ATTN_TMA=0 takes cuDNN instead.
         // Both fused paths take 16-bit q and output (the rope kernel writes q16; the o-projection takes 16 bits).
         // A sliding window: attn_prefill only (neither the TMA kernel nor cuDNN's graph reads one).
-        const bool fused16 = cache.window == 0 && h.buf != nullptr && cache.dtype != DType::F32 && T >= kCudnnMinT &&
-                             width % 8 == 0;
+        const bool fused16 =
+            cache.window == 0 && h.buf != nullptr && cache.dtype != DType::F32 && T >= kCudnnMinT && width % 8 == 0;
         const bool tma = fused16 && cuda_options().attn_tma && attn_prefill_tma_supported(cache, n_head);
         if (fused16 && (tma || ((cache.hd == 64 || cache.hd == 128) && cudnn_attention_available()))) {
           if (cudnn_q16.empty()) cudnn_q16 = DeviceBuffer(need);
@@ -588,9 +588,8 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       float* y = new_act(n, out);
       const int64_t w = width(out), fixed = g.tensor(out).shape[0];
       const bool sc = scaled[size_t(out)];
-      launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
-                            geglu_rows(gp, up, ld_in, y, sc ? a.t : fixed, w, s);
-                          }});
+      launches.push_back(
+          {id, [=](cudaStream_t s, const RunArgs& a) { geglu_rows(gp, up, ld_in, y, sc ? a.t : fixed, w, s); }});
       return;
     }
     case Op::HEAD_RMSNORM:
