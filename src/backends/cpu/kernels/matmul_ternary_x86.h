@@ -1,0 +1,112 @@
+// The ternary matmul kernels for x86 on their ROWS_X8 layout (matmul_ternary.h), written once and compiled three
+// times as the K-quants' are (matmul_kquant_x86.h supplies the vector helpers; TESSERA_KQ_WIDTH and TESSERA_QDOT_VNNI
+// select): matmul_ternary_avx2.cpp (vpmaddubsw + vpmaddwd), matmul_ternary_avxvnni.cpp (256-bit vpdpbusd) and
+// matmul_ternary_avx512.cpp (512-bit vpdpbusd, two 8-row groups per zmm). Include only from those files.
+//
+// Per (row group, block of 256, token): the 2-bit codes of each sub-block of 32 are unpacked once (shift and mask,
+// 8 registers) and serve a tile of tokens; the integer dot with the broadcast activations lands in each row's own
+// lane. Since a row has one scale d per 256 elements, the sub-block sums are scaled by the activations' xd only and
+// d is applied once per block of 256, with the offset (codes are w / d + 1) folded in as d * sum(xs):
+//   acc += d * (sum_j xd_j * dot_j - sum_j xs_j).
+// The weights enter the integer dot as unsigned codes 0..2 against int8 activations (vpmaddubsw / vpdpbusd): the
+// multiplier only ever sees 0, 1 or 2, and one instruction does the selection and the widening sum of four products.
+// The alternatives the issue names (vpsignb by signed trits, then a widening sum against ones; T-MAC lookup tables)
+// are not implemented here yet.
+#pragma once
+
+#include "backends/cpu/kernels/matmul_kquant_x86.h"
+#include "backends/cpu/kernels/matmul_ternary.h"
+
+namespace tessera::cpu::detail {
+namespace {
+
+// The 8 code registers of sub-block j of groups b0 and b1 (codes 0..3 per byte).
+template <size_t... I>
+inline void tq_fields(vi a, vi* q, std::index_sequence<I...>) {
+  ((q[I] = and_(shift16<-2 * static_cast<int>(I)>(a), set8(3))), ...);
+}
+inline void tq_unpack(const BlockTQx8& b0, const BlockTQx8& b1, int j, vi* q) {
+  tq_fields(ld(b0.qs[j], b1.qs[j]), q, std::make_index_sequence<4>{});
+  tq_fields(ld(b0.qs[j] + 32, b1.qs[j] + 32), q + 4, std::make_index_sequence<4>{});
+}
+
+// Per-lane dot of the 8 code registers (32 elements per row) with 32 activations.
+inline vi tq_dot32(const vi* q, const int8_t* x) {
+#if TESSERA_QDOT_VNNI || TESSERA_KQ_WIDTH == 512
+  vi s0 = dpbusd(zero_i(), q[0], bcast4(x + 0));
+  vi s1 = dpbusd(zero_i(), q[1], bcast4(x + 4));
+  s0 = dpbusd(s0, q[2], bcast4(x + 8));
+  s1 = dpbusd(s1, q[3], bcast4(x + 12));
+  s0 = dpbusd(s0, q[4], bcast4(x + 16));
+  s1 = dpbusd(s1, q[5], bcast4(x + 20));
+  s0 = dpbusd(s0, q[6], bcast4(x + 24));
+  s1 = dpbusd(s1, q[7], bcast4(x + 28));
+  return add32(s0, s1);
+#else
+  // Codes are at most 3: eight vpmaddubsw lanes of two products each sum to at most 8 * 2 * 3 * 128 = 6144, so all
+  // eight add in int16 before the one vpmaddwd that widens them.
+  vi p = _mm256_maddubs_epi16(q[0], bcast4(x));
+  for (int c = 1; c < 8; ++c) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(q[c], bcast4(x + 4 * c)));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+#endif
+}
+
+// Groups w0 and w1 (w1 == w0 on AVX2, and on AVX-512 when the pass has one group) against NT tokens; x: [NT, kb].
+template <int NT>
+void tq_tile(const BlockTQx8* w0, const BlockTQx8* w1, int64_t kb, const BlockQ8A* x, float* y, int64_t n, int valid) {
+  vf acc[NT];
+  for (int i = 0; i < NT; ++i) acc[i] = zero_f();
+  for (int64_t sb = 0; sb < kb / 8; ++sb) {
+    const BlockTQx8& b0 = w0[sb];
+    const BlockTQx8& b1 = w1[sb];
+    vf part[NT];
+    float xs[NT];
+    for (int i = 0; i < NT; ++i) {
+      part[i] = zero_f();
+      xs[i] = 0.0f;
+    }
+    for (int j = 0; j < 8; ++j) {
+      vi q[8];
+      tq_unpack(b0, b1, j, q);
+      for (int i = 0; i < NT; ++i) {
+        const BlockQ8A& xb = x[i * kb + 8 * sb + j];
+        part[i] = fmadd(cvt(tq_dot32(q, xb.qs)), setf(xb.d), part[i]);
+        xs[i] += xb.s;
+      }
+    }
+    const vf d = ld_half(b0.d, b1.d);
+    for (int i = 0; i < NT; ++i) acc[i] = fmadd(d, fnmadd(setf(1.0f), setf(xs[i]), part[i]), acc[i]);
+  }
+  for (int i = 0; i < NT; ++i) store_rows(y + i * n, acc[i], valid);
+}
+
+// Tokens per tile: 8 code registers serve NT tokens; AVX2's 16 registers hold them and 4 accumulator pairs, AVX-512's
+// 32 hold 8.
+constexpr int kTqTile = TESSERA_KQ_WIDTH == 512 ? 8 : 4;
+
+template <int NT>
+void tq_remainder(const BlockTQx8* w0, const BlockTQx8* w1, int64_t kb, const BlockQ8A* x, float* y, int64_t n,
+                  int valid, int64_t r) {
+  if constexpr (NT > 0) {
+    if (r == NT) return tq_tile<NT>(w0, w1, kb, x, y, n, valid);
+    tq_remainder<NT - 1>(w0, w1, kb, x, y, n, valid, r);
+  }
+}
+
+void tq_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  const int64_t n = a.w->n, kb = a.w->k / kBlock, sbs = a.w->k / 256;
+  const auto* w = static_cast<const BlockTQx8*>(a.w->packed);
+  for (int64_t row = r0; row < r1; row += kLanes) {
+    const int valid = static_cast<int>(r1 - row < kLanes ? r1 - row : kLanes);
+    const BlockTQx8* w0 = w + (row / kGroup) * sbs;
+    const BlockTQx8* w1 = valid > kGroup ? w0 + sbs : w0;
+    int64_t i = 0;
+    for (; i + kTqTile <= a.t; i += kTqTile) tq_tile<kTqTile>(w0, w1, kb, a.xq + i * kb, a.y + i * n + row, n, valid);
+    if (i < a.t) tq_remainder<kTqTile - 1>(w0, w1, kb, a.xq + i * kb, a.y + i * n + row, n, valid, a.t - i);
+  }
+}
+
+inline RowKernel tq_kernel(WeightLayout layout) { return layout == WeightLayout::ROWS_X8 ? tq_rows : nullptr; }
+
+}  // namespace
+}  // namespace tessera::cpu::detail
