@@ -11,7 +11,19 @@
 // The weights enter the integer dot as unsigned codes 0..2 against int8 activations (vpmaddubsw / vpdpbusd): the
 // multiplier only ever sees 0, 1 or 2, and one instruction does the selection and the widening sum of four products.
 // The alternatives the issue names (vpsignb by signed trits, then a widening sum against ones; T-MAC lookup tables)
-// are not implemented here yet.
+// are not implemented here yet: the sign path needs one more instruction per register than the codes (vpsignb, then
+// the same widening sum) and was not measured; lookup tables need a layout of their own.
+//
+// Decode GEMV against q4_1's kernel (tessera_bench_kernels, AVX-512 VNNI, one thread, median of 5, CPU time of a
+// machine shared by six builds, load ~11 on 2 cores; "cold" cycles 128 MiB of weight copies, "warm" reuses one):
+//   shape (n x k)   q4_1 cold / warm   tq2_0 cold / warm   ratio cold / warm
+//   576 x 1536      48.5 / 10.3 us     29.1 / 7.96 us      1.67x / 1.29x
+//   2048 x 2048     213 / 56.7 us      129 / 38.1 us       1.65x / 1.49x
+//   8192 x 2048     846 / 373 us       512 / 175 us        1.65x / 2.13x
+//   2048 x 8192     667 / 278 us       382 / 163 us        1.75x / 1.71x
+// tq1_0 (the same kernel after its repack) is within noise of tq2_0. The weights are 2.4x fewer bytes than q4_1's, so
+// cold shapes gain less than that; warm ones are bound by the unpack and the 8 dot instructions per 32 weights that
+// both formats share. SmolLM2's 576 x 576 and 1536 x 576 have rows of 576, which no ternary file holds.
 #pragma once
 
 #include "backends/cpu/kernels/matmul_kquant_x86.h"
