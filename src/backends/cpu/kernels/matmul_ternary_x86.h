@@ -11,8 +11,12 @@
 // The weights enter the integer dot as unsigned codes 0..2 against int8 activations (vpmaddubsw / vpdpbusd): the
 // multiplier only ever sees 0, 1 or 2, and one instruction does the selection and the widening sum of four products.
 // The alternatives the issue names (vpsignb by signed trits, then a widening sum against ones; T-MAC lookup tables)
-// are not implemented here yet: the sign path needs one more instruction per register than the codes (vpsignb, then
-// the same widening sum) and was not measured; lookup tables need a layout of their own.
+// are not all implemented: the sign path (w = u - 1, vpsignb of the broadcast activations by w, vpmaddubsw with ones)
+// was measured on AVX2 and lost, as its two extra instructions per register suggest: `tessera bench -m
+// tiny-tq2_0.gguf -p 128 -n 32 -t 1 -r 3 --cpu-isa avx2` on a random TinyLlama-shaped 4-layer tq2_0 file, three
+// alternating rounds on a busy machine, codes vs signs: pp128 164 / 143 / 150 vs 117 / 135 / 137 tok/s, tg32 86 / 84
+// / 84 vs 64 / 73 / 78 tok/s (it also cannot read tq2_0's unused code 3). Lookup tables (T-MAC, TL2) need a layout of
+// their own and are not done.
 //
 // Decode GEMV against q4_1's kernel (tessera_bench_kernels, AVX-512 VNNI, one thread, median of 5, CPU time of a
 // machine shared by six builds, load ~11 on 2 cores; "cold" cycles 128 MiB of weight copies, "warm" reuses one):
