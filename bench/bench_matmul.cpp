@@ -31,9 +31,9 @@ const Shape kShapes[] = {
     {"llama8b", 4096, 14336},
 };
 
-const DType kDtypes[] = {DType::Q4_1,   DType::Q8_0,   DType::Q4_0, DType::Q5_0, DType::Q5_1,
-                         DType::IQ4_NL, DType::IQ4_XS, DType::Q4_K, DType::Q5_K, DType::Q6_K,
-                         DType::Q2_K,   DType::Q3_K,   DType::F16,  DType::BF16, DType::F32};
+const DType kDtypes[] = {DType::Q4_1,   DType::Q8_0,  DType::Q4_0, DType::Q5_0, DType::Q5_1, DType::IQ4_NL,
+                         DType::IQ4_XS, DType::Q4_K,  DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K,
+                         DType::TQ2_0,  DType::TQ1_0, DType::F16,  DType::BF16, DType::F32};
 
 constexpr uint64_t kColdBytes = uint64_t{128} << 20;  // 4x the 32 MiB L3 of the machine this was tuned on
 
@@ -125,7 +125,7 @@ void bm_accuracy(benchmark::State& state, DType dtype, int64_t n, int64_t k, int
 
 int register_all() {
   for (DType dt : {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS,
-                   DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K}) {
+                   DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K, DType::TQ2_0, DType::TQ1_0}) {
     for (int64_t k : {576, 4096}) {
       if (k % dtype_info(dt).block_size != 0) continue;  // 256-element super-blocks need whole rows of them
       const std::string name = fmt::format("accuracy/{}/{}x{}/t8", dtype_name(dt), 256, k);

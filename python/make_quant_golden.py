@@ -6,11 +6,11 @@
 #
 # Writes tests/data/quant/index.json plus small .bin files (raw little-endian arrays) read by tests/quant/*.cpp:
 #   dequant   random blocks of every dtype Tessera can read (f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k
-#             q6_k iq4_nl iq4_xs) with
+#             q6_k iq4_nl iq4_xs tq1_0 tq2_0) with
 #             finite fp16 scale fields and edge cases (zero, negative, subnormal, largest scale; extreme nibbles),
 #             and gguf.quants.dequantize's float32 output;
 #   quantize  float32 blocks (normal, tiny, huge, zeros, all-equal, one-signed, exact ties) and gguf.quants.quantize's
-#             bytes for q8_0, q4_0, q4_1, q5_0, q5_1, plus tricky floats (ties, subnormals, overflow, NaN, inf) for
+#             bytes for q8_0, q4_0, q4_1, q5_0, q5_1 (blocks of 32) and tq1_0, tq2_0 (blocks of 256), plus tricky floats (ties, subnormals, overflow, NaN, inf) for
 #             f16 and bf16;
 #   half      sha256 of all 65536 f16 and bf16 values converted to float32 (NaNs made canonical for f16, see below);
 #   model     for a subset of the default model's tensors: file offset, byte count, dtype, shape, the sha256 of
@@ -87,6 +87,9 @@ def random_blocks(rng, qtype, n):
     elif qtype == Q.Q3_K:
         set_half(b, type_size - 2, random_scales(rng, n))
         payload = slice(0, type_size - 2)  # high bits, 2-bit quants, 6-bit scales
+    elif qtype in (Q.TQ1_0, Q.TQ2_0):
+        set_half(b, type_size - 2, random_scales(rng, n))
+        payload = slice(0, type_size - 2)  # trits (tq1_0: 5 per byte of qs, 4 per byte of qh) or 2-bit codes
     elif qtype == Q.Q5_K:
         set_half(b, 0, random_scales(rng, n))
         set_half(b, 2, rng.permutation(random_scales(rng, n)))
@@ -223,6 +226,44 @@ def quantize_inputs(rng):
     return x
 
 
+def quantize_inputs_256(rng):
+    """Float32 blocks of 256 for the ternary quantizers (tq1_0, tq2_0: d = max|x| per block, codes round(x / d))."""
+    blocks = []
+
+    def add(x):
+        blocks.append(np.asarray(x, dtype=np.float32).reshape(256))
+
+    for _ in range(24):  # normal, scale over 6 decades
+        add(rng.normal(0, 10 ** rng.uniform(-3, 3), 256))
+    for _ in range(4):  # tiny: d underflows to an fp16 subnormal or zero (floats stay normal)
+        add(rng.normal(0, 10 ** rng.uniform(-30, -5), 256))
+    for _ in range(4):  # huge: d overflows fp16 to inf
+        add(rng.normal(0, 10 ** rng.uniform(5, 36), 256))
+    for v in [0.0, 1.0, -1.0, 0.1]:  # all equal
+        add(np.full(256, v))
+    for _ in range(4):  # one-signed
+        add(-np.abs(rng.normal(0, 1, 256)))
+        add(np.abs(rng.normal(0, 1, 256)))
+    for a in [1.0, 3.0, 0.3]:  # exact ties x / d = +-0.5 (rounded away from zero) and their float neighbours
+        x = rng.choice(np.array([-a, -a / 2, 0.0, a / 2, a], dtype=np.float32), 256)
+        x[0] = a
+        add(x)
+        h = np.float32(a / 2)
+        x = rng.choice(np.array([np.nextafter(h, np.float32(0)), np.nextafter(h, np.float32(9)), -h], np.float32), 256)
+        x[0] = -a
+        add(x)
+    for _ in range(4):  # one outlier: nearly everything rounds to 0
+        x = rng.normal(0, 0.01, 256)
+        x[rng.integers(0, 256)] = rng.choice([-1, 1]) * 10 ** rng.uniform(0, 3)
+        add(x)
+    for _ in range(8):
+        add(rng.uniform(-1, 1, 256))
+    x = np.stack(blocks)
+    assert np.all(np.isfinite(x)) and not np.any((x == 0) & np.signbit(x))
+    assert np.all((x == 0) | (np.abs(x) >= np.finfo(np.float32).tiny))
+    return x
+
+
 def halves_midpoints(h):
     """Float32 values exactly halfway between fp16 h and its successor (h non-negative, finite, below 0x7BFF)."""
     lo = h.view(np.float16).astype(np.float64)
@@ -297,6 +338,15 @@ def gen_dequant(rng):
         name = qtype.name.lower()
         cases.append({"dtype": name, "n": int(out.size), "src": write_bin(f"dequant_{name}.src.bin", b),
                       "expected": write_bin(f"dequant_{name}.f32.bin", out)})
+    # The ternary formats: their own stream again.
+    rng_tq = np.random.default_rng(SEED + 2)
+    for qtype in (Q.TQ1_0, Q.TQ2_0):
+        b = random_blocks(rng_tq, qtype, 48)
+        out = dequantize(b, qtype).reshape(-1)
+        assert out.dtype == np.float32 and np.all(np.isfinite(out)), qtype.name
+        name = qtype.name.lower()
+        cases.append({"dtype": name, "n": int(out.size), "src": write_bin(f"dequant_{name}.src.bin", b),
+                      "expected": write_bin(f"dequant_{name}.f32.bin", out)})
     # f32 is a copy of any bits; f16 and bf16 get every value in the "half" section, plus these random ones.
     bits = rng.integers(0, 2**32, 256, dtype=np.uint64).astype(np.uint32)
     out = dequantize(bits.view(np.float32).reshape(1, -1), Q.F32).reshape(-1)
@@ -330,6 +380,16 @@ def gen_quantize(rng):
         bf16 = quantize(t.reshape(1, -1), Q.BF16).view(np.uint16).reshape(-1)
     cases["float"].append({"dtype": "f16", "expected": write_bin("quantize_f16.bin", f16)})
     cases["float"].append({"dtype": "bf16", "expected": write_bin("quantize_bf16.bin", bf16)})
+    # The ternary formats quantize blocks of 256: inputs of their own, from their own stream.
+    x256 = quantize_inputs_256(np.random.default_rng(SEED + 3))
+    cases["block256_inputs"] = write_bin("quantize_blocks256.f32.bin", x256)
+    cases["block256_n"] = int(x256.size)
+    cases["block256"] = []
+    for qtype in (Q.TQ1_0, Q.TQ2_0):
+        with np.errstate(over="ignore"):
+            out = quantize(x256, qtype)
+        name = qtype.name.lower()
+        cases["block256"].append({"dtype": name, "expected": write_bin(f"quantize_{name}.bin", out)})
     return cases
 
 

@@ -33,7 +33,7 @@ OUT = os.path.join(ROOT, "tests", "data", "quantize")
 TYPES = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K_M", "q5_K_M", "q6_K", "iq4_nl"]
 # --pure type per quantize_row_ggml format (the _M mixes' base types are q4_K and q5_K).
 PURE = {"q8_0": "q8_0", "q4_0": "q4_0", "q4_1": "q4_1", "q5_0": "q5_0", "q5_1": "q5_1", "q4_K": "q4_K_M",
-        "q5_K": "q5_K_M", "q6_K": "q6_K", "iq4_nl": "iq4_nl"}
+        "q5_K": "q5_K_M", "q6_K": "q6_K", "iq4_nl": "iq4_nl", "tq1_0": "tq1_0", "tq2_0": "tq2_0"}
 ROW_TENSORS = ["blk.0.attn_q.weight", "blk.1.ffn_down.weight"]
 N_LAYER, N_EMBD, N_FF = 8, 256, 512
 
@@ -154,6 +154,8 @@ def main():
               ("tiny-f16.gguf", "bf16", False), ("tiny-f16.gguf", "f32", False), ("tiny-bf16.gguf", "f16", False),
               ("tiny-moe-f16.gguf", "q4_K_M", False), ("tiny-moe-f16.gguf", "iq4_nl", False),
               ("tiny-moe-f16.gguf", "q5_K_M", False)]
+    # The ternary types: tied (output rule on token_embd) and untied (token_embd q4_K) inputs, fallbacks to q4_0/f16.
+    cases += [("tiny-f16.gguf", "tq1_0", False), ("tiny-f16.gguf", "tq2_0", False), ("tiny-bf16.gguf", "tq2_0", False)]
     index = {"command": "python/make_quantize_golden.py", "cases": []}
     with tempfile.TemporaryDirectory() as tmp:
         for inp, t, requant in cases:

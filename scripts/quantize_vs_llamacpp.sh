@@ -17,7 +17,7 @@ in=${1:-}
 threads=${2:-2}
 shift $(( $# > 2 ? 2 : $# ))
 types=("$@")
-[ ${#types[@]} -gt 0 ] || types=(q8_0 q4_0 q4_1 q5_0 q5_1 q4_K_M q5_K_M q6_K iq4_nl)
+[ ${#types[@]} -gt 0 ] || types=(q8_0 q4_0 q4_1 q5_0 q5_1 q4_K_M q5_K_M q6_K iq4_nl tq1_0 tq2_0)
 if [ -z "$in" ]; then
   in=$tmp/smol-f16.gguf
   "$llq" --allow-requantize "$models/SmolLM2-135M-Instruct.Q4_1.gguf" "$in" F16 >/dev/null 2>&1

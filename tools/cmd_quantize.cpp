@@ -23,6 +23,7 @@ struct QuantizeFlags {
   int n_threads = 0;
   bool allow_requantize = false;
   bool quiet = false;
+  std::string ternary = "absmax";
 };
 
 std::string mib(uint64_t b) { return fmt::format("{:.2f} MiB", static_cast<double>(b) / (1 << 20)); }
@@ -49,6 +50,7 @@ int run(const QuantizeFlags& f) {
   o.type = f.type;
   o.n_threads = f.n_threads;
   o.allow_requantize = f.allow_requantize;
+  o.ternary_absmean = f.ternary == "absmean";
   o.on_warning = [](const std::string& w) { fmt::print(stderr, "tessera: warning: {}\n", w); };
   if (!f.quiet) {
     o.on_tensor = [](const QuantizeTensorInfo& t) {
@@ -84,6 +86,10 @@ const int registered = register_command(
        app.add_flag("--allow-requantize", f->allow_requantize,
                     "Also quantize tensors that are already quantized (dequantized first; warns: the result is worse "
                     "than from the f16/f32 original)");
+       app.add_option("--ternary", f->ternary,
+                      "tq1_0 / tq2_0 scales: absmax (max |w| per 256, llama-quantize's bytes) or absmean (BitNet "
+                      "b1.58: mean |w| per tensor, weights rounded to {-1, 0, 1} times it)")
+           ->check(CLI::IsMember({"absmax", "absmean"}));
        app.add_flag("-q,--quiet", f->quiet, "No per-tensor progress lines (warnings and the summary stay)");
        app.footer(types_footer());
        return [f] { return run(*f); };

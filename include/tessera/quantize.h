@@ -43,6 +43,9 @@ struct QuantizeOptions {
   std::string type;
   int n_threads = 0;              // <= 0: one per hardware thread
   bool allow_requantize = false;  // quantize tensors that are already quantized (dequantized first; loses quality)
+  // tq1_0 / tq2_0 only: BitNet b1.58's absmean ternarization (one scale, mean |W|, per tensor) in place of
+  // llama-quantize's absmax per block of 256 (the default, byte for byte llama-quantize's file).
+  bool ternary_absmean = false;
   std::function<void(const QuantizeTensorInfo&)> on_tensor;  // progress: called once per tensor, in file order
   std::function<void(const std::string&)> on_warning;        // one sentence per call (fallbacks, requantizing)
 };

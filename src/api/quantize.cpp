@@ -51,6 +51,8 @@ enum FileType : uint32_t {
   FT_Q6_K = 18,
   FT_IQ4_NL = 25,
   FT_BF16 = 32,
+  FT_TQ1_0 = 36,
+  FT_TQ2_0 = 37,
 };
 
 struct Mix {
@@ -72,6 +74,12 @@ constexpr Mix kMixes[] = {
     {"q5_K_M", FT_Q5_K_M, DType::Q5_K, "q5_K; attn_v and ffn_down of about half the layers q6_K; output q6_K"},
     {"q6_K", FT_Q6_K, DType::Q6_K, "6.56 bits per weight, super-blocks of 256"},
     {"q8_0", FT_Q8_0, DType::Q8_0, "8.5 bits per weight, scale per 32"},
+    {"tq1_0", FT_TQ1_0, DType::TQ1_0,
+     "1.69 bits per weight, ternary {-1, 0, 1} times a scale per 256 (for models trained ternary); token_embd q4_K; "
+     "output q6_K; rows not a multiple of 256 q4_0"},
+    {"tq2_0", FT_TQ2_0, DType::TQ2_0,
+     "2.06 bits per weight, ternary as tq1_0 in 2-bit fields (faster to read); token_embd q4_K; output q6_K; rows not "
+     "a multiple of 256 q4_0"},
     {"f16", FT_F16, DType::F16, "IEEE half"},
     {"bf16", FT_BF16, DType::BF16, "bfloat16"},
     {"f32", FT_F32, DType::F32, "IEEE single"},
@@ -272,7 +280,7 @@ struct TypeChooser {
         t = DType::Q6_K;
       }
     } else if (cat == Category::TOKEN_EMBD) {
-      // no rule for these mixes
+      if (ft == FT_TQ1_0 || ft == FT_TQ2_0) t = DType::Q4_K;
     } else if (is_attn_v_like(cat)) {
       if (ft == FT_IQ4_NL && hp.n_gqa() >= 4) {
         t = DType::Q5_K;
@@ -329,6 +337,8 @@ struct TypeChooser {
         break;
       case DType::Q2_K:
       case DType::Q3_K:
+      case DType::TQ1_0:
+      case DType::TQ2_0:
         r = DType::Q4_0;
         break;
       case DType::Q4_K:
@@ -572,6 +582,27 @@ void row_to_float(const Source& s, int64_t r, uint64_t row_bytes, float* out) {
     if (!std::isfinite(out[i])) fail("tensor '{}' holds a NaN or infinite value (row {}, column {})", s.name, r, i);
 }
 
+bool is_ternary(DType t) { return t == DType::TQ1_0 || t == DType::TQ2_0; }
+
+// BitNet b1.58's absmean ternarization of a whole tensor: s = mean |W| (at least 1e-5, as BitNet's weight_quant
+// clamps it), every weight rounded (to nearest even, torch.round) to W / s and clipped to {-1, 0, 1}, times s. The
+// tq quantizers then store these values exactly (d = s in every block with a nonzero weight).
+float absmean_scale(const Source& s, uint64_t row_bytes, std::vector<float>& row) {
+  const int64_t cols = row_len(s), rows = row_count(s);
+  row.resize(static_cast<size_t>(cols));
+  double sum = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    row_to_float(s, r, row_bytes, row.data());
+    for (float v : row) sum += std::fabs(v);
+  }
+  return std::max(static_cast<float>(sum / static_cast<double>(cols * rows)), 1e-5f);
+}
+
+void ternarize(float* x, int64_t n, float scale) {
+  const float id = 1.0f / scale;
+  for (int64_t i = 0; i < n; ++i) x[i] = std::clamp(std::nearbyint(x[i] * id), -1.0f, 1.0f) * scale;
+}
+
 void quantize_rows(DType to, const float* x, uint8_t* y, int64_t n) {
   if (can_quantize_ggml(to)) {
     quantize_row_ggml(to, x, y, n);
@@ -652,6 +683,15 @@ QuantizeResult quantize_model(const std::string& input, const std::string& outpu
     }
   }
   result.n_fallback = chooser.n_fallback;
+  TESSERA_CHECK(!o.ternary_absmean || is_ternary(mix.base),
+                "absmean ternarization applies to tq1_0 and tq2_0 only, not to {}", mix.name);
+  if (is_ternary(mix.base)) {
+    warnings.push_back(fmt::format(
+        "{} keeps every weight in {{-1, 0, 1}} times a scale: a model trained in full precision loses nearly all its "
+        "quality ({}); the type is meant for models trained ternary (BitNet b1.58, TriLM)",
+        mix.name,
+        o.ternary_absmean ? "absmean scale per tensor, as BitNet" : "absmax scale per 256, as llama-quantize"));
+  }
   if (o.on_warning)
     for (const std::string& w : warnings) o.on_warning(w);
 
@@ -694,6 +734,7 @@ QuantizeResult quantize_model(const std::string& input, const std::string& outpu
         std::memcpy(out.data() + static_cast<uint64_t>(r) * unit,
                     s.data + static_cast<uint64_t>(source_row(s, r)) * unit, unit);
     } else {
+      const float ternary_scale = o.ternary_absmean && is_ternary(to[i]) ? absmean_scale(s, row_in, scratch[0]) : 0.0f;
       // Tasks of at least 16k elements, as llama-quantize's chunks: a few microseconds of work each.
       const int64_t rows_per_task = std::max<int64_t>(1, (16384 + cols - 1) / cols);
       const int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
@@ -702,6 +743,7 @@ QuantizeResult quantize_model(const std::string& input, const std::string& outpu
         std::vector<float>& x = scratch[static_cast<size_t>(thread)];
         x.resize(static_cast<size_t>((r1 - r0) * cols));
         for (int64_t r = r0; r < r1; ++r) row_to_float(s, r, row_in, x.data() + (r - r0) * cols);
+        if (ternary_scale > 0.0f) ternarize(x.data(), (r1 - r0) * cols, ternary_scale);
         quantize_rows(to[i], x.data(), out.data() + static_cast<uint64_t>(r0) * *row_out, (r1 - r0) * cols);
       });
     }

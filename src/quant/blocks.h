@@ -111,4 +111,24 @@ struct BlockIQ4_XS {
 };
 static_assert(sizeof(BlockIQ4_XS) == 4 + kQKK / 64 + kQKK / 2, "wrong iq4_xs block size/padding");
 
+// tq1_0 (ternary, 1.69 bits per weight): w = d * (t - 1), t in 0..2. Five trits per byte of qs and four per byte of qh,
+// each byte holding ceil(256 * v / 243) for the base-3 number v of its trits (first trit most significant), so trit n
+// of byte q is ((uint8_t)(q * 3^n) * 3) >> 8. Elements 0..159: trit n of qs[m] (m < 32) is element 32 n + m;
+// 160..239: trit n of qs[32 + m] (m < 16) is element 160 + 16 n + m; 240..255: trit n of qh[j] is 240 + 4 n + j.
+struct BlockTQ1_0 {
+  uint8_t qs[(kQKK - 4 * kQKK / 64) / 5];
+  uint8_t qh[kQKK / 64];
+  uint16_t d;  // fp16
+};
+static_assert(sizeof(BlockTQ1_0) == 48 + 4 + 2, "wrong tq1_0 block size/padding");
+
+// tq2_0 (ternary, 2.06 bits per weight): w = d * (q - 1), q in 0..2 (the code 3, which no quantizer writes, reads
+// as w = 2 d, as GGML does); per 128 elements, byte m (0..31) holds elements m, m + 32, m + 64, m + 96 in bits 0-1,
+// 2-3, 4-5, 6-7 (q2_K's layout).
+struct BlockTQ2_0 {
+  uint8_t qs[kQKK / 4];
+  uint16_t d;  // fp16
+};
+static_assert(sizeof(BlockTQ2_0) == kQKK / 4 + 2, "wrong tq2_0 block size/padding");
+
 }  // namespace tessera

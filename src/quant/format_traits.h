@@ -123,6 +123,26 @@ TESSERA_HD int iq4_xs_scale(const BlockIQ4_XS& b, int j) {
   return (low | (high << 4)) - 32;
 }
 
+// tq1_0's trit (0..2) of element e (0..255): the trit order of BlockTQ1_0. Multiplying a byte by 3^n (mod 256) moves
+// trit n to the top, and (q * 3) >> 8 reads the top trit of a byte that holds ceil(256 * v / 243).
+TESSERA_HD int tq1_trit(const uint8_t* qs, const uint8_t* qh, int e) {
+  constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  uint8_t byte;
+  int n;
+  if (e < 160) {
+    byte = qs[e % 32];
+    n = e / 32;
+  } else if (e < 240) {
+    byte = qs[32 + (e - 160) % 16];
+    n = (e - 160) / 16;
+  } else {
+    byte = qh[(e - 240) % 4];
+    n = (e - 240) / 4;
+  }
+  const auto q = static_cast<uint8_t>(byte * kPow3[n]);
+  return (static_cast<uint16_t>(q) * 3) >> 8;
+}
+
 }  // namespace format_detail
 
 // Format<D>: kType, kName (as dtype_name prints it), Block, kBlockSize (elements), kBlockBytes, kQuantized, and
@@ -535,6 +555,57 @@ struct Format<DType::IQ4_XS> {
   }
 };
 
+// tq1_0: w = d * (t - 1), t in 0..2 (format_detail::tq1_trit). The dot product adds and subtracts activations.
+template <>
+struct Format<DType::TQ1_0> {
+  static constexpr DType kType = DType::TQ1_0;
+  static constexpr const char* kName = "tq1_0";
+  using Block = BlockTQ1_0;
+  static constexpr int kBlockSize = kQKK;
+  static constexpr int kBlockBytes = 54;
+  static constexpr bool kQuantized = true;
+  TESSERA_HD static void dequantize(const Block& b, float* y) {
+    const float d = format_detail::half_value(b.d);
+    for (int e = 0; e < kQKK; ++e) y[e] = static_cast<float>(format_detail::tq1_trit(b.qs, b.qh, e) - 1) * d;
+  }
+  TESSERA_HD static float dot_q8(const Block& b, const BlockQ8Act* x) {
+    float acc = 0.0f;
+    for (int j = 0; j < kQKK / kQK; ++j) {
+      int32_t sum = 0;
+      for (int l = 0; l < kQK; ++l) {
+        const int t = format_detail::tq1_trit(b.qs, b.qh, kQK * j + l);
+        sum += t == 2 ? x[j].qs[l] : t == 0 ? -x[j].qs[l] : 0;
+      }
+      acc += x[j].d * static_cast<float>(sum);
+    }
+    return format_detail::half_value(b.d) * acc;
+  }
+};
+
+// tq2_0: w = d * (q - 1) with 2-bit q laid out as q2_K's (format_detail::k_quant_2bit).
+template <>
+struct Format<DType::TQ2_0> {
+  static constexpr DType kType = DType::TQ2_0;
+  static constexpr const char* kName = "tq2_0";
+  using Block = BlockTQ2_0;
+  static constexpr int kBlockSize = kQKK;
+  static constexpr int kBlockBytes = 66;
+  static constexpr bool kQuantized = true;
+  TESSERA_HD static void dequantize(const Block& b, float* y) {
+    const float d = format_detail::half_value(b.d);
+    for (int e = 0; e < kQKK; ++e) y[e] = static_cast<float>(format_detail::k_quant_2bit(b.qs, e) - 1) * d;
+  }
+  TESSERA_HD static float dot_q8(const Block& b, const BlockQ8Act* x) {
+    float acc = 0.0f;
+    for (int j = 0; j < kQKK / kQK; ++j) {
+      int32_t sum = 0;
+      for (int l = 0; l < kQK; ++l) sum += (format_detail::k_quant_2bit(b.qs, kQK * j + l) - 1) * x[j].qs[l];
+      acc += x[j].d * static_cast<float>(sum);
+    }
+    return format_detail::half_value(b.d) * acc;
+  }
+};
+
 // Facts every format must satisfy: the block struct is exactly the file's bytes, and quantized blocks are whole
 // activation blocks (dot_q8's contract).
 template <DType D>
@@ -551,6 +622,7 @@ static_assert(format_is_consistent<DType::F32>() && format_is_consistent<DType::
               format_is_consistent<DType::Q2_K>() && format_is_consistent<DType::Q3_K>() &&
               format_is_consistent<DType::Q5_K>());
 static_assert(format_is_consistent<DType::Q5_0>() && format_is_consistent<DType::Q5_1>() &&
-              format_is_consistent<DType::IQ4_NL>() && format_is_consistent<DType::IQ4_XS>());
+              format_is_consistent<DType::IQ4_NL>() && format_is_consistent<DType::IQ4_XS>() &&
+              format_is_consistent<DType::TQ1_0>() && format_is_consistent<DType::TQ2_0>());
 
 }  // namespace tessera

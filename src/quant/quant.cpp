@@ -441,6 +441,49 @@ void iq4_xs_from_float(const float* src, void* dst, int64_t n) {
   }
 }
 
+// tq1_0 and tq2_0 as GGML's reference quantizers (quantize_row_tq*_ref; llama-quantize calls them for every tensor it
+// writes in these types, ignoring an importance matrix): per block of 256, d = max|x| and every element rounded (half
+// away from zero, lroundf) to x / d in {-1, 0, 1}. The clamp only matters for inputs GGML leaves undefined (inf, NaN,
+// float subnormals whose 1 / d overflows).
+inline int ternary_code(float v) { return std::clamp(trunc_to_int(std::round(v)), -1, 1) + 1; }
+
+float block_absmax(const float* x) {
+  float amax = 0.0f;
+  for (int j = 0; j < kQKK; ++j) amax = amax > std::fabs(x[j]) ? amax : std::fabs(x[j]);  // GGML's MAX (NaN wins)
+  return amax;
+}
+
+void tq1_0_from_float(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockTQ1_0*>(dst);
+  // Five trits (the first most significant) to the byte ceil(256 * v / 243) that tq1_trit reads back.
+  const auto pack = [](const float* x, int stride, int count, float id) {
+    int v = 0;
+    for (int t = 0; t < count; ++t) v = 3 * v + ternary_code(x[stride * t] * id);
+    for (int t = count; t < 5; ++t) v *= 3;
+    return static_cast<uint8_t>((v * 256 + 242) / 243);
+  };
+  for (int64_t i = 0; i < n / kQKK; ++i, ++b, src += kQKK) {
+    const float d = block_absmax(src);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    b->d = f32_to_fp16(d);
+    for (int m = 0; m < 32; ++m) b->qs[m] = pack(src + m, 32, 5, id);
+    for (int m = 0; m < 16; ++m) b->qs[32 + m] = pack(src + 160 + m, 16, 5, id);
+    for (int j = 0; j < 4; ++j) b->qh[j] = pack(src + 240 + j, 4, 4, id);
+  }
+}
+
+void tq2_0_from_float(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockTQ2_0*>(dst);
+  for (int64_t i = 0; i < n / kQKK; ++i, ++b, src += kQKK) {
+    const float d = block_absmax(src);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    b->d = f32_to_fp16(d);
+    uint8_t code[kQKK];
+    for (int e = 0; e < kQKK; ++e) code[e] = static_cast<uint8_t>(ternary_code(src[e] * id));
+    pack_2bit(code, b->qs);
+  }
+}
+
 // Row functions of a format, instantiated from its traits.
 template <DType D>
 void to_float(const void* src, float* dst, int64_t n) {
@@ -483,7 +526,8 @@ const FormatInfo kFormats[] = {
     info<DType::Q3_K>(q3_k_from_float, false),     info<DType::Q4_K>(q4_k_from_float, false),
     info<DType::Q5_K>(q5_k_from_float, false),     info<DType::Q6_K>(q6_k_from_float, false),
     info<DType::IQ4_NL>(iq4_nl_from_float, false), info<DType::IQ4_XS>(iq4_xs_from_float, false),
-    info<DType::BF16>(bf16_from_float, true),
+    info<DType::BF16>(bf16_from_float, true),      info<DType::TQ1_0>(tq1_0_from_float, true),
+    info<DType::TQ2_0>(tq2_0_from_float, true),
 };
 
 void check_row(DType t, int64_t n) {

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "quant/blocks.h"
 #include "quant/half.h"
+#include "quant/quant.h"
 
 namespace tessera {
 namespace {
@@ -508,6 +509,11 @@ void iq4_nl(const float* x, void* y, int64_t n) {
   }
 }
 
+// tq1_0 and tq2_0: GGML's quantize_tq*_0 is its reference quantizer (quantize_row_tq*_ref, imatrix ignored), which
+// quant.cpp's from_float reproduces (checked against gguf-py's in tests/quant).
+void tq1_0(const float* x, void* y, int64_t n) { quantize_row(DType::TQ1_0, x, y, n); }
+void tq2_0(const float* x, void* y, int64_t n) { quantize_row(DType::TQ2_0, x, y, n); }
+
 using RowFn = void (*)(const float*, void*, int64_t);
 
 RowFn row_fn(DType t) {
@@ -530,6 +536,10 @@ RowFn row_fn(DType t) {
       return q6_k;
     case DType::IQ4_NL:
       return iq4_nl;
+    case DType::TQ1_0:
+      return tq1_0;
+    case DType::TQ2_0:
+      return tq2_0;
     default:
       return nullptr;
   }

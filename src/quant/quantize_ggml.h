@@ -15,7 +15,7 @@
 
 namespace tessera {
 
-// The formats quantize_row_ggml produces: q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K, iq4_nl.
+// The formats quantize_row_ggml produces: q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K, iq4_nl, tq1_0, tq2_0.
 bool can_quantize_ggml(DType t);
 
 // x [n] -> n / block_size blocks of `t` at y (dtype_row_bytes(t, n) bytes), as GGML's quantize_<t> without importance

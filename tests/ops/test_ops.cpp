@@ -144,7 +144,8 @@ const std::vector<Row>& rows() {
         embed_row(DType::Q2_K, 300, 512, 5), embed_row(DType::Q3_K, 300, 512, 5), embed_row(DType::Q4_K, 300, 512, 5),
         embed_row(DType::Q5_K, 300, 512, 5), embed_row(DType::Q6_K, 300, 512, 5), embed_row(DType::Q5_0, 300, 576, 5),
         embed_row(DType::Q5_1, 300, 576, 5), embed_row(DType::IQ4_NL, 300, 576, 5),
-        embed_row(DType::IQ4_XS, 300, 512, 5), rmsnorm_row(1, 576), rmsnorm_row(7, 4096), rmsnorm_row(3, 6),
+        embed_row(DType::IQ4_XS, 300, 512, 5), embed_row(DType::TQ1_0, 300, 512, 5),
+        embed_row(DType::TQ2_0, 300, 512, 5), rmsnorm_row(1, 576), rmsnorm_row(7, 4096), rmsnorm_row(3, 6),
         rope_row(1, 9, 64, 64, false, 37), rope_row(5, 8, 128, 128, true, 1000), rope_row(3, 4, 64, 32, false, 0),
         kv_store_row(DType::F16, 1, 3, 64, 64, 17), kv_store_row(DType::F16, 9, 8, 128, 64, 40),
         kv_store_row(DType::F32, 4, 2, 64, 32, 0), attention_row(DType::F16, 1, 9, 3, 64, 128, 70),
@@ -167,14 +168,16 @@ const std::vector<Row>& rows() {
     };
     // MATMUL: every format Tessera reads (native and converted at load) at the three CUDA paths' row counts: one row
     // (GEMV), a few rows (multi-row GEMV for quantized, cuBLASLt for float weights), and a prefill chunk (cuBLASLt).
-    for (const DType w :
-         {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-          DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS})
+    for (const DType w : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                          DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL,
+                          DType::IQ4_XS, DType::TQ1_0, DType::TQ2_0})
       for (const int64_t t : {1, 7, 64}) v.push_back(matmul_row(w, t, 96, dtype_info(w).block_size == 256 ? 512 : 576));
     v.push_back(matmul_row(DType::Q4_1, 3, 1000, 1536));  // N not a multiple of the CPU's 8-row groups
     v.push_back(matmul_row(DType::Q6_K, 1, 256, 1536));
     v.push_back(matmul_row(DType::Q4_K, 9, 1001, 768));  // N odd: a partial 8-row group and 16-row AVX-512 pass
     v.push_back(matmul_row(DType::Q5_K, 67, 200, 256));
+    for (const DType w : {DType::TQ1_0, DType::TQ2_0})  // ternary: a partial 8-row group and 16-row AVX-512 pass
+      for (const int64_t t : {3, 67}) v.push_back(matmul_row(w, t, 1001, 768));
     for (const DType w : {DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS})  // partial CPU row groups
       for (const int64_t t : {3, 67}) v.push_back(matmul_row(w, t, 1000, 1536));
     // TEAL: SPARSIFY by top-k per row and by threshold; MATMUL_SPARSE per format at 50% (and 90%, 0%: whole blocks

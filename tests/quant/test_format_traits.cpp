@@ -375,6 +375,26 @@ TEST(FormatTraits, DotQ8MatchesFloat64DotOfTheSameValues) {
   EXPECT_THROW(dot_q8_ref(DType::F32, w.data(), xq.data(), 32), Error);
 }
 
+// Ternary formats: values already in {-s, 0, s} with s an exact half come back exactly (d = max|x| = s), whichever
+// element positions carry which trit, so every trit and 2-bit field position is exercised.
+TEST(TernaryRoundTrip, TernaryValuesAreExact) {
+  std::mt19937 rng(test_seed());
+  std::uniform_int_distribution<int> trit(-1, 1);
+  for (const DType t : {DType::TQ1_0, DType::TQ2_0}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    const int64_t k = 512;
+    std::vector<float> x(static_cast<size_t>(k));
+    for (auto& v : x) v = 0.75f * static_cast<float>(trit(rng));
+    x[0] = 0.75f;
+    x[256] = -0.75f;
+    std::vector<uint8_t> q(*dtype_row_bytes(t, k));
+    quantize_row(t, x.data(), q.data(), k);
+    std::vector<float> y(static_cast<size_t>(k));
+    dequantize_row(t, q.data(), y.data(), k);
+    EXPECT_EQ(x, y);
+  }
+}
+
 TEST(FormatTraits, QuantizeActQ8RoundsAsTheKernelsDo) {
   std::vector<float> x(32);
   for (int i = 0; i < 32; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i - 16) * 0.25f;
@@ -439,10 +459,10 @@ TEST(FormatSupport, TablesAndTexts) {
   EXPECT_EQ(s.runs_as(DType::Q6_K), DType::BF16);
   EXPECT_EQ(s.runs_as(DType::Q4_K), DType::BF16);
   EXPECT_EQ(s.runs_as(DType::Q8_1), std::nullopt);
-  EXPECT_EQ(
-      s.summary(),
-      "the CUDA kernels read f32, f16, bf16, q8_0, q4_0 and q4_1, and q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl "
-      "and iq4_xs are converted to bf16 at load");
+  EXPECT_EQ(s.summary(),
+            "the CUDA kernels read f32, f16, bf16, q8_0, q4_0 and q4_1, and q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, "
+            "iq4_nl, "
+            "iq4_xs, tq1_0 and tq2_0 are converted to bf16 at load");
   // bf16 is 2 bytes per weight, q6_K 210 / 256.
   EXPECT_EQ(s.conversion_notice("blk.0.ffn_down.weight", DType::Q6_K),
             "tessera: cuda: q6_k weights (first: blk.0.ffn_down.weight) have no CUDA kernel; converted to bf16 at load "

@@ -79,7 +79,8 @@ TEST_P(QuantizeGgml, MatchesLlamaQuantizeBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantizeGgml,
-                         ::testing::Values("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q5_K", "q6_K", "iq4_nl"),
+                         ::testing::Values("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q5_K", "q6_K", "iq4_nl",
+                                           "tq1_0", "tq2_0"),
                          [](const auto& info) { return info.param; });
 
 TEST(QuantizeGgmlErrors, RejectsPartialBlocksAndUnsupportedFormats) {

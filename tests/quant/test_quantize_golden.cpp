@@ -1,8 +1,8 @@
 // quantize_row bit-exact against gguf-py's numpy quantize (which its authors keep bit-exact with ggml's C reference)
-// for q8_0, q4_0, q4_1, q5_0 and q5_1 on blocks chosen to hit every branch: normal, tiny (fp16 scale underflow), huge
-// (scale overflow to inf), zeros, all-equal, one-signed, exact rounding ties, |max| ties between +a and -a, outliers.
-// gguf-py has no quantizer for the K-quants and i-quants; Tessera's own (not GGML's) are checked by their error
-// bounds (test_format_traits.cpp, test_quant_roundtrip.cpp).
+// for q8_0, q4_0, q4_1, q5_0 and q5_1 (and tq1_0, tq2_0 on blocks of 256) on blocks chosen to hit every branch: normal,
+// tiny (fp16 scale underflow), huge (scale overflow to inf), zeros, all-equal, one-signed, exact rounding ties, |max|
+// ties between +a and -a, outliers. gguf-py has no quantizer for the K-quants and i-quants; Tessera's own (not GGML's)
+// are checked by their error bounds (test_format_traits.cpp, test_quant_roundtrip.cpp).
 #include <fmt/core.h>
 #include <gtest/gtest.h>
 
@@ -26,13 +26,14 @@ std::string hex_bytes(const uint8_t* p, size_t n) {
   return s;
 }
 
-TEST(QuantizeGolden, BlocksMatchGgufPy) {
+// One section of golden blocks: blocks of 32 ("block") or of 256 for the ternary formats ("block256").
+void check_block_section(const std::string& section, std::set<std::string>& covered) {
+  SCOPED_TRACE(section);
   const auto& q = quant_index().at("quantize");
-  const std::vector<float> x = quant_floats(q.at("block_inputs"));
-  const auto n = q.at("block_n").get<int64_t>();
+  const std::vector<float> x = quant_floats(q.at(section + "_inputs"));
+  const auto n = q.at(section + "_n").get<int64_t>();
   ASSERT_EQ(x.size(), static_cast<size_t>(n));
-  std::set<std::string> covered;
-  for (const auto& c : q.at("block")) {
+  for (const auto& c : q.at(section)) {
     const DType t = test::dtype_named(c.at("dtype").get<std::string>());
     covered.insert(std::string(dtype_name(t)));
     SCOPED_TRACE(std::string(dtype_name(t)));
@@ -60,6 +61,12 @@ TEST(QuantizeGolden, BlocksMatchGgufPy) {
       quantize_row(t, x.data() + b * info.block_size, per_block.data() + b * info.type_size, info.block_size);
     EXPECT_TRUE(per_block == got) << "one block per call differs from one row";
   }
+}
+
+TEST(QuantizeGolden, BlocksMatchGgufPy) {
+  std::set<std::string> covered;
+  check_block_section("block", covered);
+  check_block_section("block256", covered);
   // Every block format Tessera produces as GGML does is covered (f16/bf16 are checked in test_half.cpp).
   for (uint32_t id = 0; id < 64; ++id) {
     const DTypeInfo* info = dtype_info(id);

@@ -4,6 +4,7 @@
 // --help, bad input (one error line, exit 1), --allow-requantize, thread count, Hugging Face input.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "formats/gguf.h"
+#include "quant/quant.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
 #include "tessera/quantize.h"
@@ -139,6 +141,40 @@ TEST(QuantizeApi, ProgressAndWarnings) {
   }
 }
 
+// The ternary types warn that a full-precision model loses its quality. --ternary absmean (BitNet's) gives every
+// ternary tensor one scale, mean |W|, so each tensor's blocks dequantize to {-s, 0, s} with one s; the other tensors
+// (q6_K output, q4_0 fallbacks) are llama-quantize's. absmean on a non-ternary type is refused.
+TEST(QuantizeApi, TernaryWarnsAndAbsmeanKeepsOneScalePerTensor) {
+  std::vector<std::string> warnings;
+  QuantizeOptions o{.type = "tq2_0", .ternary_absmean = true};
+  o.on_warning = [&](const std::string& w) { warnings.push_back(w); };
+  const std::string out = temp_path("absmean.gguf");
+  const QuantizeResult r = quantize_model(qdata("tiny-f16.gguf"), out, o);
+  EXPECT_EQ(r.file_type, 37u);  // LLAMA_FTYPE_MOSTLY_TQ2_0
+  bool warned = false;
+  for (const std::string& w : warnings) warned |= w.find("loses nearly all its quality") != std::string::npos;
+  EXPECT_TRUE(warned);
+  const gguf::File f = gguf::File::open(out);
+  int ternary = 0;
+  for (const TensorView& t : f.tensors()) {
+    if (t.dtype != DType::TQ2_0) continue;
+    ++ternary;
+    const int64_t n = t.numel();
+    std::vector<float> x(static_cast<size_t>(n));
+    dequantize_row(t.dtype, t.data, x.data(), n);
+    float s = 0.0f;
+    for (float v : x) {
+      if (v == 0.0f) continue;
+      if (s == 0.0f) s = std::fabs(v);
+      ASSERT_EQ(std::fabs(v), s) << t.name;
+    }
+    EXPECT_GT(s, 0.0f) << t.name;
+  }
+  EXPECT_GT(ternary, 10);
+  EXPECT_THROW(quantize_model(qdata("tiny-f16.gguf"), temp_path("x.gguf"), {.type = "q4_0", .ternary_absmean = true}),
+               Error);
+}
+
 TEST(QuantizeApi, RequantizingNeedsTheFlag) {
   try {
     quantize_model(qdata("tiny-q8_0.gguf"), temp_path("r.gguf"), {.type = "q4_0"});
@@ -189,7 +225,7 @@ TEST(QuantizeCli, HelpExplainsEveryFlagAndType) {
   const std::string out = cli("--help", &rc);
   EXPECT_EQ(rc, 0) << out;
   for (const char* s : {"input", "output", "type", "--threads", "--allow-requantize", "--quiet", "q4_K_M", "q5_K_M",
-                        "iq4_nl", "q6_K", "q8_0", "q5_1", "llama-quantize"})
+                        "iq4_nl", "q6_K", "q8_0", "q5_1", "llama-quantize", "tq1_0", "tq2_0", "--ternary", "absmean"})
     EXPECT_NE(out.find(s), std::string::npos) << s << " missing from\n" << out;
 }
 

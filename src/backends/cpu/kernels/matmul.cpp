@@ -18,6 +18,7 @@
 #include "backends/cpu/kernels/matmul_internal.h"
 #include "backends/cpu/kernels/matmul_kquant.h"
 #include "backends/cpu/kernels/matmul_q5iq4.h"
+#include "backends/cpu/kernels/matmul_ternary.h"
 #include "core/error.h"
 #include "core/large_alloc.h"
 #include "quant/quant.h"
@@ -53,12 +54,12 @@ BlockQ8A* act_scratch(size_t blocks) {
 
 const FormatSupport& matmul_formats() {
   // One kernel family per format below (kernels/matmul_*.cpp; the quantized ones also in repack.cpp's layouts).
-  static const FormatSupport table(
-      "cpu",
-      {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-       DType::IQ4_NL, DType::IQ4_XS,                                      // matmul_q5iq4.h
-       DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K},  // matmul_kquant.h
-      DType::F16);
+  static const FormatSupport table("cpu",
+                                   {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                                    DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS,           // matmul_q5iq4.h
+                                    DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,  // matmul_kquant.h
+                                    DType::TQ1_0, DType::TQ2_0},  // matmul_ternary.h
+                                   DType::F16);
   return table;
 }
 
@@ -108,6 +109,7 @@ void matmul(ThreadPool& pool, const PackedWeight& w, const float* x, float* y, i
       kernel = detail::avx2_quant_kernel(w.dtype, w.layout);
     }
   }
+  if (kernel == nullptr && detail::is_ternary(w.dtype)) kernel = detail::ternary_kernel(isa, w.dtype, w.layout);
   if (kernel == nullptr && detail::is_kquant(w.dtype)) kernel = detail::kquant_kernel(isa, w.dtype, w.layout);
   if (kernel == nullptr && detail::is_q5iq4(w.dtype))  // q5_0, q5_1, iq4_nl, iq4_xs (matmul_q5iq4.h)
     kernel = detail::q5iq4_kernel(w.layout == WeightLayout::ROWS_X8 ? isa : Isa::SCALAR, w.dtype);

@@ -4,6 +4,7 @@
 #include "backends/cpu/kernels/matmul_internal.h"
 #include "backends/cpu/kernels/matmul_kquant.h"
 #include "backends/cpu/kernels/matmul_q5iq4.h"
+#include "backends/cpu/kernels/matmul_ternary.h"
 #include "core/error.h"
 #include "quant/blocks.h"
 
@@ -41,6 +42,7 @@ void repack(const void* rows, int64_t n, int64_t k, void* dst) {
 
 uint64_t repack_x8_bytes(DType dtype, int64_t n, int64_t k) {
   if (is_q5iq4(dtype)) return repack_q5iq4_bytes(dtype, n, k);
+  if (is_ternary(dtype)) return ternary_repack_bytes(dtype, n, k);
   const auto blocks = static_cast<uint64_t>((n + kGroup - 1) / kGroup) * static_cast<uint64_t>(k / kBlock);
   switch (dtype) {
     case DType::Q4_0:
@@ -57,6 +59,7 @@ uint64_t repack_x8_bytes(DType dtype, int64_t n, int64_t k) {
 
 void repack_x8(DType dtype, const void* rows, int64_t n, int64_t k, void* dst) {
   if (is_q5iq4(dtype)) return repack_q5iq4(dtype, rows, n, k, dst);
+  if (is_ternary(dtype)) return ternary_repack(dtype, rows, n, k, dst);
   switch (dtype) {
     case DType::Q4_0:
       return repack<BlockQ4_0, BlockQ4_0x8>(rows, n, k, dst);
