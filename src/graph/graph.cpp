@@ -64,6 +64,9 @@ std::string_view role_name(Role r) {
     case Role::ATTN_POST_NORM: return "attn_post_norm";
     case Role::FFN_POST_NORM: return "ffn_post_norm";
     case Role::OUTPUT_SOFTCAP: return "output_softcap";
+    case Role::ACT_QUANT: return "act_quant";
+    case Role::ATTN_SUB_NORM: return "attn_sub_norm";
+    case Role::FFN_SUB_NORM: return "ffn_sub_norm";
   }
   return "?";
 }

@@ -48,6 +48,11 @@ enum class Op : uint8_t {
   SPARSIFY,       // (x[T, K]) -> [T, K]: x with its smallest-magnitude entries zeroed, per row: |x| <= sparse_threshold
                   // (calibrated), or the floor(sparsity * K) smallest when sparse_threshold < 0 (top-k per token)
   MATMUL_SPARSE,  // (x[T, K], W[N, K]) -> [T, N]: MATMUL whose x is mostly zeros: kernels skip the weights of zero x
+  // Ternary models (BitNet b1.58, the MatMul-free LM):
+  // (x[T, K]) -> [T, K]: BitLinear's activation fake-quant, per row s = 127 / max(max|x|, 1e-5),
+  // y = clamp(round_half_even(x * s), -128, 127) / s (transformers' ActQuant / BitLinear.activation_quant)
+  ACT_QUANT_I8,
+  RELU2_GLU,  // (gate[T, F], up[T, F]) -> [T, F]: relu(gate)^2 * up (BitNet b1.58's squared-ReLU gating, "relu2")
   COUNT,          // not an op: the number of ops (the op table has this many rows)
 };
 std::string_view op_name(Op op);
@@ -197,6 +202,10 @@ enum class Role : uint8_t {
   ATTN_POST_NORM,  // Gemma: norm of the attention block's output before the residual add
   FFN_POST_NORM,   // Gemma: norm of the FFN block's output before the residual add
   OUTPUT_SOFTCAP,  // Gemma: final logit softcapping
+  // Ternary models (BitNet b1.58):
+  ACT_QUANT,      // BitLinear's int8 activation fake-quant in front of ternary matmuls
+  ATTN_SUB_NORM,  // BitNet: norm of the attention output before the o projection
+  FFN_SUB_NORM,   // BitNet: norm of the gated activation before the down projection
 };
 std::string_view role_name(Role r);
 

@@ -261,6 +261,19 @@ void infer_sparsify(const Graph& g, Node& n, Tensor& out) {
   n.bytes = 2 * x.nbytes();
 }
 
+void infer_act_quant_i8(const Graph& g, Node& n, Tensor& out) {
+  const Check c{g, n};
+  const Tensor& x = c.in(0);
+  c.is_2d(x);
+  c.is_f32(x);
+  out.shape = x.shape;
+  n.flops = 4 * u(x.numel());  // |x| and max, then multiply, round and divide (the clamp is not arithmetic)
+  n.bytes = 2 * x.nbytes();
+}
+
+// max(g, 0)^2 * up: a compare, two multiplies.
+void infer_relu2_glu(const Graph& g, Node& n, Tensor& out) { infer_gated(g, n, out, 3); }
+
 // One row per op, in the enum's order (checked below, so a missing or misplaced row fails the build).
 constexpr OpInfo kOps[] = {
     // op, name, class, inputs, traits, shape check and cost
@@ -281,6 +294,8 @@ constexpr OpInfo kOps[] = {
     {Op::SCALE, "scale", "elementwise", 1, {.write_over = 0b01}, infer_scale},
     {Op::SPARSIFY, "sparsify", "elementwise", 1, {.write_over = 0b01}, infer_sparsify},
     {Op::MATMUL_SPARSE, "matmul_sparse", "matmul", 2, {.matmul_like = true}, infer_matmul},
+    {Op::ACT_QUANT_I8, "act_quant_i8", "elementwise", 1, {.write_over = 0b01}, infer_act_quant_i8},
+    {Op::RELU2_GLU, "relu2_glu", "elementwise", 2, {.write_over = 0b11}, infer_relu2_glu},
 };
 
 constexpr bool rows_follow_the_enum() {

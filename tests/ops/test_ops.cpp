@@ -162,6 +162,10 @@ const std::vector<Row>& rows() {
         simple_row(graph::Op::HEAD_RMSNORM, {{3, 64}, {16}}, {.eps = 1e-6f, .head_dim = 16}, kExact, kExact),
         simple_row(graph::Op::BIAS_ADD, {{5, 96}, {96}}, {}, kExact, kExact),
         simple_row(graph::Op::SOFTCAP, {{3, 1000}}, {.scale = 1.5f}, kExact, kExact),
+        // Ternary models (tests/ops/test_ops_ternary.cpp checks their values).
+        simple_row(graph::Op::ACT_QUANT_I8, {{5, 1000}}, {}, kExact, kExact),
+        simple_row(graph::Op::ACT_QUANT_I8, {{1, 2560}}, {}, kExact, kExact),
+        simple_row(graph::Op::RELU2_GLU, {{5, 1000}, {5, 1000}}, {}, kExact, kExact),
         // Fused nodes (graph passes: matmul + epilogue, stacked matmuls, rope + cache store + attention) add their
         // rows here when the passes emit them, each against the reference of the nodes it replaces.
     };
