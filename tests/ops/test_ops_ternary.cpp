@@ -96,5 +96,41 @@ TEST(OpTernary, Relu2Glu) {
   EXPECT_THROW(bad.add_node("act", graph::Op::RELU2_GLU, graph::Role::FFN_ACT, 0, "ffn", {a, b}), Error);
 }
 
+// The recurrence against matmulfreellm's arithmetic written out in double (f = lb + (1 - lb) sigmoid(f_raw),
+// i = silu(c_raw) (1 - f), h = f h + i), from the case's random state at P > 0 and from zeros at P = 0.
+TEST(OpTernary, MlgruRecurrence) {
+  for (const int64_t n_past : {int64_t{0}, int64_t{4}}) {
+    std::mt19937 rng(13);
+    const int64_t t = 6, d = 37;
+    const OpGraph og = mlgru(rng, t, d, n_past);
+    const auto f = floats_of(og.inputs.at("f_raw")), c = floats_of(og.inputs.at("c_raw"));
+    const auto h0 = floats_of(og.caches.at("state"));
+    const float* lb = reinterpret_cast<const float*>(og.weights.at(0)->data());
+    for (const bool reference : {true, false}) {
+      const std::vector<float> y = run_cpu(og, reference);
+      for (int64_t j = 0; j < d; ++j) {
+        double h = n_past == 0 ? 0.0 : h0[j];
+        for (int64_t s = 0; s < t; ++s) {
+          const size_t i = size_t(s * d + j);
+          const double ff = lb[j] + (1 - lb[j]) / (1 + std::exp(-double(f[i])));
+          h = ff * h + c[i] / (1 + std::exp(-double(c[i]))) * (1 - ff);
+          ASSERT_NEAR(y[i], h, 1e-5) << "step " << s << " channel " << j << " P " << n_past;
+        }
+      }
+    }
+  }
+  // The state must be the layer's f32 STATE [D + 1].
+  graph::Graph g(2, 0);
+  const int a = g.add_input("a", DType::F32, {2, 8}), b = g.add_input("b", DType::F32, {2, 8});
+  const int lb = g.add_input("lb", DType::F32, {8});
+  const int cache = g.add_kv_cache("s", DType::F32, {9});
+  EXPECT_THROW(g.add_node("r", graph::Op::MLGRU, graph::Role::MLGRU, 0, "attn", {a, b, lb, cache}), Error);
+  g.set_io_role(cache, graph::IoRole::STATE, 0);
+  EXPECT_NO_THROW(g.add_node("r", graph::Op::MLGRU, graph::Role::MLGRU, 0, "attn", {a, b, lb, cache}));
+  const int wrong = g.add_kv_cache("s8", DType::F32, {8});
+  g.set_io_role(wrong, graph::IoRole::STATE, 1);
+  EXPECT_THROW(g.add_node("r8", graph::Op::MLGRU, graph::Role::MLGRU, 0, "attn", {a, b, lb, wrong}), Error);
+}
+
 }  // namespace
 }  // namespace tessera::ops_test

@@ -160,6 +160,102 @@ TEST(FamilyHfContext, DefaultCappedOnlyWhenEveryLayerSlides) {
   EXPECT_EQ(resolve_options(longer, mistral).n_ctx, 64);
 }
 
+// BitNet b1.58 (and Falcon3's 1.58-bit Llama form) from transformers' packed checkpoints (ternary weights four per
+// uint8 with a weight_scale, python/make_bitnet_hf_golden.py), against transformers' own f32 forward of those files.
+// Every ternary linear quantizes its input to int8 per token: a value that lands within f32 rounding of a rounding
+// boundary may take the other int8 level in a different summation order (one level is 1/127 of the row's largest
+// magnitude), so the logits agree to int8 precision, not f32's: 1e-2 of the logit scale, and the same top-1.
+class BitNetHf : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(BitNetHf, MatchesTransformers) {
+  const std::string dir = test::data_path(std::string("hf/") + GetParam());
+  nlohmann::json golden;
+  std::ifstream(dir + "/golden.json") >> golden;
+  const std::vector<int32_t> ids = golden["ids"].get<std::vector<int32_t>>();
+  const auto want = golden["logits"].get<std::vector<std::vector<double>>>();
+  const ModelWeights w = ModelWeights::open(dir);
+  EXPECT_TRUE(w.config().act_quant_i8);
+  for (bool reference : {true, false}) {
+    SessionOptions so;
+    so.n_ctx = 32;
+    so.n_batch = 4;
+    so.n_threads = 2;
+    so.reference = reference;
+    Engine e(w, nullptr, resolve_options(so, w.config()));
+    const size_t V = want[0].size();
+    ASSERT_EQ(V, size_t(w.config().n_vocab));
+    std::vector<float> rows(ids.size() * V);
+    e.eval(ids, rows.data());
+    size_t top1_agree = 0;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      double scale = 0;
+      size_t best_want = 0, best_got = 0;
+      for (size_t i = 0; i < V; ++i) {
+        scale = std::max(scale, std::fabs(want[t][i]));
+        if (want[t][i] > want[t][best_want]) best_want = i;
+        if (rows[t * V + i] > rows[t * V + best_got]) best_got = i;
+      }
+      top1_agree += best_want == best_got;
+      for (size_t i = 0; i < V; ++i)
+        ASSERT_NEAR(rows[t * V + i], want[t][i], 1e-2 * scale)
+            << (reference ? "reference" : "fast") << " token " << t << " logit " << i;
+    }
+    EXPECT_EQ(top1_agree, ids.size()) << (reference ? "reference" : "fast");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyHf, BitNetHf,
+                         ::testing::Values("tiny-bitnet-autobitlinear", "tiny-bitnet-bitlinear",
+                                           "tiny-falcon3-bitlinear"));
+
+// The MatMul-free LM (hgrn_bit) from its Hugging Face layout (random f32 weights, ternarized at load), against the
+// numpy forward of python/hgrn_bit_reference.py (tests/data/hf/tiny-hgrn-bit-f32, python/make_hgrn_bit_golden.py).
+// Chunks of 5 and of 1 token: the recurrent state carries across chunk boundaries and through one-token steps. The
+// int8 activations bound the agreement as for BitNet (1e-2 of the logit scale, same top-1).
+TEST(HgrnBitHf, MatchesNumpyReference) {
+  const std::string dir = test::data_path("hf/tiny-hgrn-bit-f32");
+  nlohmann::json golden;
+  std::ifstream(dir + "/golden.json") >> golden;
+  const std::vector<int32_t> ids = golden["ids"].get<std::vector<int32_t>>();
+  const auto want = golden["logits"].get<std::vector<std::vector<double>>>();
+  const ModelWeights w = ModelWeights::open(dir);
+  EXPECT_EQ(w.config().architecture, "hgrn_bit");
+  for (const int64_t n_batch : {5, 1})
+    for (bool reference : {true, false}) {
+      SessionOptions so;
+      so.n_ctx = 32;
+      so.n_batch = n_batch;
+      so.n_threads = 2;
+      so.reference = reference;
+      Engine e(w, nullptr, resolve_options(so, w.config()));
+      const size_t V = want[0].size();
+      ASSERT_EQ(V, size_t(w.config().n_vocab));
+      // Twice: a second prompt from position 0 must start from a zero state, not the first prompt's.
+      for (int pass = 0; pass < 2; ++pass) {
+        e.truncate(0);
+        std::vector<float> rows(ids.size() * V);
+        e.eval(ids, rows.data());
+        for (size_t t = 0; t < ids.size(); ++t) {
+          double scale = 0;
+          size_t best_want = 0, best_got = 0;
+          for (size_t i = 0; i < V; ++i) {
+            scale = std::max(scale, std::fabs(want[t][i]));
+            if (want[t][i] > want[t][best_want]) best_want = i;
+            if (rows[t * V + i] > rows[t * V + best_got]) best_got = i;
+          }
+          EXPECT_EQ(best_got, best_want) << "token " << t << " n_batch " << n_batch;
+          for (size_t i = 0; i < V; ++i)
+            ASSERT_NEAR(rows[t * V + i], want[t][i], 1e-2 * scale)
+                << (reference ? "reference" : "fast") << " n_batch " << n_batch << " pass " << pass << " token " << t
+                << " logit " << i;
+        }
+      }
+      // Going back to an earlier position is refused: the state holds the later tokens.
+      e.truncate(4);
+      EXPECT_THROW(e.eval(std::span<const int32_t>(ids).subspan(4, 2)), Error);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyHf, FamilyHf,
                          ::testing::Values("tiny-gemma3-f32", "tiny-qwen2-f32", "tiny-qwen3-f32", "tiny-mistral-f32",
                                            "tiny-phi3-f32"));
