@@ -162,45 +162,70 @@ TEST(FamilyHfContext, DefaultCappedOnlyWhenEveryLayerSlides) {
 
 // BitNet b1.58 (and Falcon3's 1.58-bit Llama form) from transformers' packed checkpoints (ternary weights four per
 // uint8 with a weight_scale, python/make_bitnet_hf_golden.py), against transformers' own f32 forward of those files.
-// Every ternary linear quantizes its input to int8 per token: a value that lands within f32 rounding of a rounding
-// boundary may take the other int8 level in a different summation order (one level is 1/127 of the row's largest
-// magnitude), so the logits agree to int8 precision, not f32's: 1e-2 of the logit scale, and the same top-1.
+// Every ternary linear quantizes its input to int8 per token: a value that lands near a rounding boundary takes the
+// other int8 level under any perturbation (one level is 1/127 of the row's largest magnitude), so the logits agree
+// to int8 precision, not f32's. The f32 paths (reference, and the fast kernels with an f32 KV cache) perturb only
+// by summation order: 1e-2 of the logit scale and every top-1. The default f16 KV cache rounds keys and values to
+// 11 bits (relative 5e-4), which moves x * 127 / max|x| by up to 0.06 of a level after attention: a few percent of
+// the o projection's inputs change level, as a second int8 rounding would: 5e-2 of the scale, top-1 at 90%.
+// Measured (AVX2, this data): f32 paths 2.8e-7..4.6e-7 (no level changed), f16 cache 1.1e-2..4.3e-2, top-1 10/10.
+struct BitNetAgreement {
+  double max_rel = 0;  // max over positions of max_i |got - want| / max_i |want|
+  size_t top1 = 0;     // positions whose argmax matches
+};
+
+BitNetAgreement bitnet_agreement(const ModelWeights& w, const nlohmann::json& golden, bool reference, const char* kv) {
+  const std::vector<int32_t> ids = golden["ids"].get<std::vector<int32_t>>();
+  const auto want = golden["logits"].get<std::vector<std::vector<double>>>();
+  SessionOptions so;
+  so.n_ctx = 32;
+  so.n_batch = 4;
+  so.n_threads = 2;
+  so.reference = reference;
+  so.kv_dtype = kv;
+  Engine e(w, nullptr, resolve_options(so, w.config()));
+  const size_t V = want[0].size();
+  std::vector<float> rows(ids.size() * V);
+  e.eval(ids, rows.data());
+  BitNetAgreement a;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    double scale = 0, err = 0;
+    size_t best_want = 0, best_got = 0;
+    for (size_t i = 0; i < V; ++i) {
+      scale = std::max(scale, std::fabs(want[t][i]));
+      err = std::max(err, std::fabs(rows[t * V + i] - want[t][i]));
+      if (want[t][i] > want[t][best_want]) best_want = i;
+      if (rows[t * V + i] > rows[t * V + best_got]) best_got = i;
+    }
+    a.max_rel = std::max(a.max_rel, err / scale);
+    a.top1 += best_want == best_got;
+  }
+  return a;
+}
+
 class BitNetHf : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(BitNetHf, MatchesTransformers) {
   const std::string dir = test::data_path(std::string("hf/") + GetParam());
   nlohmann::json golden;
   std::ifstream(dir + "/golden.json") >> golden;
-  const std::vector<int32_t> ids = golden["ids"].get<std::vector<int32_t>>();
-  const auto want = golden["logits"].get<std::vector<std::vector<double>>>();
+  const size_t n = golden["ids"].size();
   const ModelWeights w = ModelWeights::open(dir);
   EXPECT_TRUE(w.config().act_quant_i8);
-  for (bool reference : {true, false}) {
-    SessionOptions so;
-    so.n_ctx = 32;
-    so.n_batch = 4;
-    so.n_threads = 2;
-    so.reference = reference;
-    Engine e(w, nullptr, resolve_options(so, w.config()));
-    const size_t V = want[0].size();
-    ASSERT_EQ(V, size_t(w.config().n_vocab));
-    std::vector<float> rows(ids.size() * V);
-    e.eval(ids, rows.data());
-    size_t top1_agree = 0;
-    for (size_t t = 0; t < ids.size(); ++t) {
-      double scale = 0;
-      size_t best_want = 0, best_got = 0;
-      for (size_t i = 0; i < V; ++i) {
-        scale = std::max(scale, std::fabs(want[t][i]));
-        if (want[t][i] > want[t][best_want]) best_want = i;
-        if (rows[t * V + i] > rows[t * V + best_got]) best_got = i;
-      }
-      top1_agree += best_want == best_got;
-      for (size_t i = 0; i < V; ++i)
-        ASSERT_NEAR(rows[t * V + i], want[t][i], 1e-2 * scale)
-            << (reference ? "reference" : "fast") << " token " << t << " logit " << i;
-    }
-    EXPECT_EQ(top1_agree, ids.size()) << (reference ? "reference" : "fast");
+  ASSERT_EQ(golden["logits"][0].size(), size_t(w.config().n_vocab));
+  struct Case {
+    const char* name;
+    bool reference;
+    const char* kv;
+    double max_rel;
+    size_t min_top1;
+  };
+  for (const Case& c : {Case{"reference", true, "f32", 1e-2, n}, Case{"fast, f32 cache", false, "f32", 1e-2, n},
+                        Case{"fast, f16 cache", false, "f16", 5e-2, n * 9 / 10}}) {
+    const BitNetAgreement a = bitnet_agreement(w, golden, c.reference, c.kv);
+    std::printf("[ bitnet   ] %s %s: max |err| / scale %.2e, top-1 %zu/%zu\n", GetParam(), c.name, a.max_rel, a.top1, n);
+    EXPECT_LE(a.max_rel, c.max_rel) << c.name;
+    EXPECT_GE(a.top1, c.min_top1) << c.name;
   }
 }
 
