@@ -5,9 +5,9 @@ python/hgrn_bit_reference.py's numpy forward, for tests/runtime/test_session_hf.
 Regenerate (numpy + safetensors): python3 python/make_hgrn_bit_golden.py [--out tests/data/hf]
 writes tests/data/hf/tiny-hgrn-bit-f32/: config.json (HGRNBitConfig's keys as save_pretrained writes them),
 model.safetensors (f32, the names HGRNBitForCausalLM's state_dict has) and golden.json (ids and logits [T, vocab]).
-Linear weights ~ N(0, 0.1) (lm_head 0.5; ternarized at load by absmean), per-linear and block norms 1 + 0.3 N(0, 1), embeddings
-0.5 N(0, 1), lower_bounds N(0, 1) (so the layers' forget-gate floors differ). 12 tokens: the test runs them in chunks
-of 5, so the recurrent state crosses chunk boundaries.
+Linear weights ~ N(0, 0.1) (lm_head 0.5; ternarized at load by absmean), per-linear and block norms
+1 + 0.3 N(0, 1), embeddings 0.5 N(0, 1), lower_bounds N(0, 1) (so the layers' forget-gate floors differ). 12 tokens:
+the test runs them in chunks of 5 and of 1, so the recurrent state crosses chunk boundaries.
 """
 from __future__ import annotations
 

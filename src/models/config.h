@@ -67,8 +67,8 @@ struct ModelConfig {
   std::string ternary = "none";
   // The MatMul-free LM (architecture "hgrn_bit"): every linear, lm_head included, is a BitLinear with its own RMSNorm
   // of its input; the token mixer is the MLGRU recurrence with per-layer forget-gate lower bounds.
-  bool ternary_output = false;      // lm_head is ternary too (its input norm: output_in_norm.weight)
-  bool hgrn_lower_bound = false;    // forget gates bounded below by softmax-cumsum of lower_bounds [L, E]
+  bool ternary_output = false;    // lm_head is ternary too (its input norm: output_in_norm.weight)
+  bool hgrn_lower_bound = false;  // forget gates bounded below by softmax-cumsum of lower_bounds [L, E]
 
   // Whether layer l attends through the sliding window (and takes the local rope base).
   bool is_local_layer(int64_t l) const {

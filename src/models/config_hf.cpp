@@ -64,8 +64,8 @@ std::optional<std::string> opt_string(const json& j, const char* key, const std:
 // "llama", "mistral", "gemma3", "qwen2" or "qwen3" from architectures[0], else model_type.
 std::string read_family(const json& j, const std::string& source) {
   static constexpr std::pair<const char*, const char*> kArchs[] = {
-      {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"}, {"Gemma3ForCausalLM", "gemma3"},
-      {"Qwen2ForCausalLM", "qwen2"}, {"Qwen3ForCausalLM", "qwen3"},     {"Phi3ForCausalLM", "phi3"},
+      {"LlamaForCausalLM", "llama"},   {"MistralForCausalLM", "mistral"}, {"Gemma3ForCausalLM", "gemma3"},
+      {"Qwen2ForCausalLM", "qwen2"},   {"Qwen3ForCausalLM", "qwen3"},     {"Phi3ForCausalLM", "phi3"},
       {"BitNetForCausalLM", "bitnet"}, {"HGRNBitForCausalLM", "hgrn_bit"}};
   if (const json* a = find_key(j, "architectures")) {
     if (!a->is_array() || a->empty() || !(*a)[0].is_string())

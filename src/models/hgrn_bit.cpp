@@ -41,7 +41,8 @@ struct HgrnPreset {
 };
 // Widths and depths of the released checkpoints; with hidden_ratio 4 and a 32000 vocabulary they give 0.37, 1.36
 // and 2.70 billion parameters (hgrn_bit_parameters), the sizes the names state.
-constexpr HgrnPreset kHgrnPresets[] = {{"mmfreelm-370m", 1024, 24}, {"mmfreelm-1.3b", 2048, 24}, {"mmfreelm-2.7b", 2560, 32}};
+constexpr HgrnPreset kHgrnPresets[] = {
+    {"mmfreelm-370m", 1024, 24}, {"mmfreelm-1.3b", 2048, 24}, {"mmfreelm-2.7b", 2560, 32}};
 
 }  // namespace
 
@@ -80,7 +81,7 @@ std::vector<std::string> hgrn_bit_preset_names() {
 int64_t hgrn_bit_parameters(const ModelConfig& c) {
   const int64_t e = c.n_embd, f = c.n_ff;
   const int64_t linears = 4 * (e * e + e) + (2 * f * e + e) + (e * f + f);  // weights and their input norms
-  const int64_t layer = linears + 3 * e;                                     // attn_norm, g_norm, ffn_norm
+  const int64_t layer = linears + 3 * e;                                    // attn_norm, g_norm, ffn_norm
   return c.n_vocab * e + c.n_layers * layer + c.n_layers * e + e + (c.n_vocab * e + e);
 }
 
@@ -120,7 +121,8 @@ graph::Graph build_hgrn_bit_graph(const ModelWeights& w, const LlamaGraphOptions
     lbs = hgrn_lower_bounds(raw.data(), L, E);
   }
 
-  int x = g.add_node("token_embd", Op::EMBED, Role::TOKEN_EMBD, -1, "embd", {weight("token_embd.weight", {V, E}), tokens});
+  int x =
+      g.add_node("token_embd", Op::EMBED, Role::TOKEN_EMBD, -1, "embd", {weight("token_embd.weight", {V, E}), tokens});
   for (int l = 0; l < L; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     const int state = g.add_kv_cache(p + "state", DType::F32, {E + 1});  // h, then its position
@@ -143,9 +145,10 @@ graph::Graph build_hgrn_bit_graph(const ModelWeights& w, const LlamaGraphOptions
     const int hn = g.add_node(p + "ffn_norm", Op::RMSNORM, Role::FFN_NORM, l, "ffn",
                               {x, weight(p + "ffn_norm.weight", {E})}, norm);
     const int q = bit_input(hn, p + "ffn_gate", E, l, "ffn");  // gate and up are one BitLinear: one norm
-    const int gate = g.add_node(p + "ffn_gate", Op::MATMUL, Role::FFN_GATE, l, "ffn",
-                                {q, weight(p + "ffn_gate.weight", {F, E})});
-    const int up = g.add_node(p + "ffn_up", Op::MATMUL, Role::FFN_UP, l, "ffn", {q, weight(p + "ffn_up.weight", {F, E})});
+    const int gate =
+        g.add_node(p + "ffn_gate", Op::MATMUL, Role::FFN_GATE, l, "ffn", {q, weight(p + "ffn_gate.weight", {F, E})});
+    const int up =
+        g.add_node(p + "ffn_up", Op::MATMUL, Role::FFN_UP, l, "ffn", {q, weight(p + "ffn_up.weight", {F, E})});
     const int act = g.add_node(p + "ffn_act", Op::SWIGLU, Role::FFN_ACT, l, "ffn", {gate, up});
     const int down = bit_linear(act, p + "ffn_down", Role::FFN_DOWN, E, F, l, "ffn");
     x = g.add_node(p + "ffn_residual", Op::ADD, Role::FFN_RESIDUAL, l, "ffn", {x, down});

@@ -19,8 +19,8 @@
 
 namespace tessera {
 
-// Graph inputs: TOKENS "tokens" i32 [T] and STATE "blk.N.state" f32 [E + 1] per layer (updated in place); output: LOGITS
-// "output" f32 [T or 1, vocab]. options.n_ctx and kv_dtype are unused (no cache grows with the context).
+// Graph inputs: TOKENS "tokens" i32 [T] and STATE "blk.N.state" f32 [E + 1] per layer (updated in place); output:
+// LOGITS "output" f32 [T or 1, vocab]. options.n_ctx and kv_dtype are unused (no cache grows with the context).
 graph::Graph build_hgrn_bit_graph(const ModelWeights& weights, const LlamaGraphOptions& options);
 
 // Each layer's forget-gate lower bound lb[l][E] from lower_bounds [L, E] as HGRNBitModel computes it: softmax over the

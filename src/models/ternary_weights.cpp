@@ -15,7 +15,7 @@ namespace {
 
 // BitNet's and Llama's linears, and the MatMul-free LM's MLGRU projections (i, f, g).
 constexpr std::array<std::string_view, 10> kLinears = {"attn_q", "attn_k",   "attn_v", "attn_output", "ffn_gate",
-                                                      "ffn_up", "ffn_down", "attn_i", "attn_f",      "attn_g"};
+                                                       "ffn_up", "ffn_down", "attn_i", "attn_f",      "attn_g"};
 
 bool is_block_linear(std::string_view name, std::string_view suffix, std::string* prefix) {
   if (!name.starts_with("blk.") || !name.ends_with(suffix)) return false;
@@ -79,7 +79,7 @@ void load_ternary_weights(const ModelConfig& c, const std::string& path, std::ve
                   "{}: tensor '{}' is {}: ternary weights must be packed (uint8) or float", path, t.name,
                   dtype_name(t.dtype));
     if (!packed && !is_float(t.dtype)) continue;  // a ternary format (TQ1_0, TQ2_0) read as stored
-    if (t.data == nullptr) {                       // display-only tables: shapes only
+    if (t.data == nullptr) {                      // display-only tables: shapes only
       t.shape = {n, k};
       continue;
     }
@@ -91,8 +91,7 @@ void load_ternary_weights(const ModelConfig& c, const std::string& path, std::ve
                     path, t.name);
       std::vector<int8_t> q(w.size());
       unpack_ternary_rows(t.data, t.shape[0], k, q.data());
-      for (size_t i = 0; i < w.size(); ++i)
-        w[i] = c.ternary == "div" ? float(q[i]) / scale : float(q[i]) * scale;
+      for (size_t i = 0; i < w.size(); ++i) w[i] = c.ternary == "div" ? float(q[i]) / scale : float(q[i]) * scale;
     } else {
       dequantize_row(t.dtype, t.data, w.data(), n * k);
       if (c.ternary == "online") {

@@ -50,8 +50,12 @@ TEST(BitNetConfig, TransformersFiles) {
 }
 
 TEST(BitNetConfig, DefaultsAndRefusals) {
-  json j = {{"architectures", {"BitNetForCausalLM"}}, {"hidden_size", 64}, {"intermediate_size", 96},
-            {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"vocab_size", 100}};
+  json j = {{"architectures", {"BitNetForCausalLM"}},
+            {"hidden_size", 64},
+            {"intermediate_size", 96},
+            {"num_hidden_layers", 2},
+            {"num_attention_heads", 4},
+            {"vocab_size", 100}};
   ModelConfig c = parse(j);  // BitNetConfig's defaults: relu2, eps 1e-5, theta 500000, float linears
   EXPECT_EQ(c.ffn_act, "relu2");
   EXPECT_EQ(c.norm_eps, 1e-5f);
@@ -60,8 +64,8 @@ TEST(BitNetConfig, DefaultsAndRefusals) {
   EXPECT_EQ(c.ternary, "none");
   j["quantization_config"] = {{"quant_method", "bitnet"}};  // transformers' default class: bitlinear, offline
   EXPECT_EQ(parse(j).ternary, "div");
-  j["quantization_config"] = {{"quant_method", "bitnet"}, {"linear_class", "autobitlinear"},
-                              {"quantization_mode", "online"}};
+  j["quantization_config"] = {
+      {"quant_method", "bitnet"}, {"linear_class", "autobitlinear"}, {"quantization_mode", "online"}};
   EXPECT_EQ(parse(j).ternary, "online");
   j["quantization_config"]["modules_to_not_convert"] = {"lm_head"};
   EXPECT_EQ(parse(j).ternary, "online");

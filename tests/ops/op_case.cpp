@@ -250,7 +250,7 @@ OpGraph mlgru(std::mt19937& rng, int64_t t, int64_t d, int64_t n_past) {
   const int c = add_f32_input(og, rng, "c_raw", {t, d}, -3.0f, 3.0f);
   const int lb = add_weight(og, rng, "lower_bound", DType::F32, {d}, 0.0f, 0.9f);
   std::vector<float> state = uniform(rng, d, -1.0f, 1.0f);  // h_{P-1}, read since P > 0
-  state.push_back(static_cast<float>(n_past));                // the tokens it has absorbed
+  state.push_back(static_cast<float>(n_past));              // the tokens it has absorbed
   og.caches["state"] = bytes_of(state);
   const int st = og.g.add_kv_cache("state", DType::F32, {d + 1});
   og.g.set_io_role(st, graph::IoRole::STATE, 0);

@@ -223,7 +223,8 @@ TEST_P(BitNetHf, MatchesTransformers) {
   for (const Case& c : {Case{"reference", true, "f32", 1e-2, n}, Case{"fast, f32 cache", false, "f32", 1e-2, n},
                         Case{"fast, f16 cache", false, "f16", 5e-2, n * 9 / 10}}) {
     const BitNetAgreement a = bitnet_agreement(w, golden, c.reference, c.kv);
-    std::printf("[ bitnet   ] %s %s: max |err| / scale %.2e, top-1 %zu/%zu\n", GetParam(), c.name, a.max_rel, a.top1, n);
+    std::printf("[ bitnet   ] %s %s: max |err| / scale %.2e, top-1 %zu/%zu\n", GetParam(), c.name, a.max_rel, a.top1,
+                n);
     EXPECT_LE(a.max_rel, c.max_rel) << c.name;
     EXPECT_GE(a.top1, c.min_top1) << c.name;
   }

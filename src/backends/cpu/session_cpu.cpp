@@ -139,7 +139,7 @@ class CpuSession : public backend::DeviceSession {
     std::deque<std::vector<uint8_t>> states;
     std::vector<StateBinding> bindings;
   };
-  std::deque<Slot> slots_;  // per slot
+  std::deque<Slot> slots_;                                                     // per slot
   std::map<std::tuple<int64_t, bool, int64_t>, std::unique_ptr<Plan>> plans_;  // by (tokens, all, slot)
   std::map<int64_t, std::vector<uint64_t>> profile_;                           // by chunk size
   bool profiling_ = false;

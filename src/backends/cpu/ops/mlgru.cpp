@@ -2,8 +2,8 @@
 // computes it (HGRNBitAttention.forward then fused_recurrent_hgrn): f = lb + (1 - lb) * sigmoid(f_raw),
 // i = silu(c_raw) * (1 - f), h_t = f * h_{t-1} + i, in f32. The layer's state (IoRole::STATE: h, then the tokens
 // it has absorbed) is read at entry (as zeros at position 0: a new sequence) and holds the last row's h at exit:
-// O(1) memory per layer, whatever the context. The registered kernel is both modes' reference and the fast path: the channels are independent, so they
-// split over the pool; the time steps of one channel are sequential by construction.
+// O(1) memory per layer, whatever the context. The registered kernel is both modes' reference and the fast path: the
+// channels are independent, so they split over the pool; the time steps of one channel are sequential by construction.
 #include <cmath>
 
 #include "backends/cpu/op_kernel.h"
