@@ -282,6 +282,37 @@ TEST(HgrnBitHf, MatchesNumpyReference) {
     }
 }
 
+// Two sequence slots decoded together keep two recurrent states: slot 1 runs the prompt shifted by three tokens, so a
+// state shared between slots (or bound to the wrong one) changes both rows' logits.
+TEST(HgrnBitHf, EachSlotKeepsItsOwnState) {
+  const std::string dir = test::data_path("hf/tiny-hgrn-bit-f32");
+  nlohmann::json golden;
+  std::ifstream(dir + "/golden.json") >> golden;
+  const std::vector<int32_t> ids = golden["ids"].get<std::vector<int32_t>>();
+  const auto want = golden["logits"].get<std::vector<std::vector<double>>>();
+  const ModelWeights w = ModelWeights::open(dir);
+  SessionOptions so;
+  so.n_ctx = 32;
+  so.n_seq = 2;
+  so.n_threads = 2;
+  Engine e(w, nullptr, resolve_options(so, w.config()));
+  e.eval_seq(1, std::span<const int32_t>(ids).subspan(0, 3));
+  const size_t V = want[0].size();
+  for (size_t t = 0; t + 3 < ids.size(); ++t) {
+    const std::vector<int32_t> toks = {ids[t], ids[t + 3]}, seqs = {0, 1};
+    const std::span<const float> rows = e.decode_batch(toks, seqs);
+    double scale0 = 0, scale1 = 0;
+    for (size_t i = 0; i < V; ++i) {
+      scale0 = std::max(scale0, std::fabs(want[t][i]));
+      scale1 = std::max(scale1, std::fabs(want[t + 3][i]));
+    }
+    for (size_t i = 0; i < V; ++i) {
+      ASSERT_NEAR(rows[i], want[t][i], 1e-2 * scale0) << "slot 0 token " << t << " logit " << i;
+      ASSERT_NEAR(rows[V + i], want[t + 3][i], 1e-2 * scale1) << "slot 1 token " << t + 3 << " logit " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyHf, FamilyHf,
                          ::testing::Values("tiny-gemma3-f32", "tiny-qwen2-f32", "tiny-qwen3-f32", "tiny-mistral-f32",
                                            "tiny-phi3-f32"));
