@@ -31,7 +31,8 @@ __global__ void __launch_bounds__(kTernaryThreads)
   // As the CPU: s rounded once to f32; x * s rounded to the nearest, ties to even (rintf), then divided by s
   // (IEEE division: the build does not use --use_fast_math).
   const float s = 127.0f / fmaxf(m, 1e-5f);
-  for (int64_t i = threadIdx.x; i < n; i += kTernaryThreads) yr[i] = fminf(fmaxf(rintf(xr[i] * s), -128.0f), 127.0f) / s;
+  for (int64_t i = threadIdx.x; i < n; i += kTernaryThreads)
+    yr[i] = fminf(fmaxf(rintf(xr[i] * s), -128.0f), 127.0f) / s;
 }
 
 __global__ void __launch_bounds__(kTernaryThreads)
