@@ -114,12 +114,15 @@ DType dtype_from_safetensors(std::string_view s, const std::string& name) {
   static constexpr std::pair<std::string_view, DType> kTable[] = {
       {"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16}, {"F64", DType::F64},
       {"I64", DType::I64}, {"I32", DType::I32}, {"I16", DType::I16},   {"I8", DType::I8},
+      // Bytes read as bits, never as numbers: BitNet's packed ternary weights (four 2-bit values per byte) are U8,
+      // and I8 is the one byte-sized dtype Tessera has (models/ternary_weights.cpp unpacks them).
+      {"U8", DType::I8},
   };
   for (const auto& [k, v] : kTable)
     if (s == k) return v;
   // Dtypes the safetensors format defines but Tessera has no row for.
-  static constexpr std::string_view kKnown[] = {"BOOL",    "U8",      "U16",     "U32",     "U64", "F8_E4M3",
-                                                "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",  "C64"};
+  static constexpr std::string_view kKnown[] = {"BOOL",    "U16",     "U32",     "U64",     "F8_E4M3", "F8_E5M2",
+                                                "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",      "C64"};
   for (std::string_view k : kKnown)
     if (s == k) fail("{} has unsupported dtype {}", name, s);
   fail("{} has unknown dtype '{}'", name, s);
@@ -333,6 +336,10 @@ std::string hf_to_gguf_name(std::string_view n) {
   if (n == "model.embed_tokens.weight") return "token_embd.weight";
   if (n == "model.norm.weight") return "output_norm.weight";
   if (n == "lm_head.weight") return "output.weight";
+  // The MatMul-free LM (hgrn_bit): its embedding, the forget gates' lower bounds [L, E], lm_head's own input norm.
+  if (n == "model.embeddings.weight") return "token_embd.weight";
+  if (n == "model.lower_bounds") return "lower_bounds";
+  if (n == "lm_head.norm.weight") return "output_in_norm.weight";
   constexpr std::string_view kLayers = "model.layers.";
   if (!n.starts_with(kLayers)) return "";
   n.remove_prefix(kLayers.size());
@@ -361,6 +368,33 @@ std::string hf_to_gguf_name(std::string_view n) {
       // Phi-3: fused q|k|v and gate|up, GGUF's attn_qkv and (fused) ffn_up; models/model_weights.cpp splits them.
       {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
       {"mlp.gate_up_proj.weight", "ffn_up.weight"},
+      // BitNet: sub-layer norms (llama.cpp's names) and the ternary linears' scales (transformers' weight_scale,
+      // llama.cpp's `.scale`), which models/ternary_weights.cpp folds into their weights.
+      {"self_attn.attn_sub_norm.weight", "attn_sub_norm.weight"},
+      {"mlp.ffn_sub_norm.weight", "ffn_sub_norm.weight"},
+      {"self_attn.q_proj.weight_scale", "attn_q.scale"},
+      {"self_attn.k_proj.weight_scale", "attn_k.scale"},
+      {"self_attn.v_proj.weight_scale", "attn_v.scale"},
+      {"self_attn.o_proj.weight_scale", "attn_output.scale"},
+      {"mlp.gate_proj.weight_scale", "ffn_gate.scale"},
+      {"mlp.up_proj.weight_scale", "ffn_up.scale"},
+      {"mlp.down_proj.weight_scale", "ffn_down.scale"},
+      // The MatMul-free LM: the MLGRU's projections and each BitLinear's own input norm. Its mlp.gate_proj is
+      // gate|up in one matrix [2F, E] (gate first), named ffn_gate above and split by models/model_weights.cpp
+      // after ternarization (its absmean spans both halves).
+      {"attn_norm.weight", "attn_norm.weight"},
+      {"mlp_norm.weight", "ffn_norm.weight"},
+      {"attn.i_proj.weight", "attn_i.weight"},
+      {"attn.f_proj.weight", "attn_f.weight"},
+      {"attn.g_proj.weight", "attn_g.weight"},
+      {"attn.o_proj.weight", "attn_output.weight"},
+      {"attn.i_proj.norm.weight", "attn_i_in_norm.weight"},
+      {"attn.f_proj.norm.weight", "attn_f_in_norm.weight"},
+      {"attn.g_proj.norm.weight", "attn_g_in_norm.weight"},
+      {"attn.o_proj.norm.weight", "attn_output_in_norm.weight"},
+      {"attn.g_norm.weight", "attn_g_norm.weight"},
+      {"mlp.gate_proj.norm.weight", "ffn_gate_in_norm.weight"},
+      {"mlp.down_proj.norm.weight", "ffn_down_in_norm.weight"},
   };
   for (const auto& [hf, gg] : kLayerNames)
     if (rest == hf) return "blk." + std::string(layer) + "." + std::string(gg);

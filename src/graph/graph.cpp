@@ -27,6 +27,7 @@ std::string_view io_role_name(IoRole r) {
     case IoRole::LOGITS: return "logits";
     case IoRole::CACHE_K: return "cache_k";
     case IoRole::CACHE_V: return "cache_v";
+    case IoRole::STATE: return "state";
   }
   return "?";
 }
@@ -64,6 +65,16 @@ std::string_view role_name(Role r) {
     case Role::ATTN_POST_NORM: return "attn_post_norm";
     case Role::FFN_POST_NORM: return "ffn_post_norm";
     case Role::OUTPUT_SOFTCAP: return "output_softcap";
+    case Role::ACT_QUANT: return "act_quant";
+    case Role::ATTN_SUB_NORM: return "attn_sub_norm";
+    case Role::FFN_SUB_NORM: return "ffn_sub_norm";
+    case Role::LINEAR_NORM: return "linear_norm";
+    case Role::MLGRU_I: return "mlgru_i";
+    case Role::MLGRU_F: return "mlgru_f";
+    case Role::MLGRU_G: return "mlgru_g";
+    case Role::MLGRU: return "mlgru";
+    case Role::MLGRU_OUT_NORM: return "mlgru_out_norm";
+    case Role::MLGRU_OUT_GATE: return "mlgru_out_gate";
   }
   return "?";
 }

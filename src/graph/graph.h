@@ -48,6 +48,18 @@ enum class Op : uint8_t {
   SPARSIFY,       // (x[T, K]) -> [T, K]: x with its smallest-magnitude entries zeroed, per row: |x| <= sparse_threshold
                   // (calibrated), or the floor(sparsity * K) smallest when sparse_threshold < 0 (top-k per token)
   MATMUL_SPARSE,  // (x[T, K], W[N, K]) -> [T, N]: MATMUL whose x is mostly zeros: kernels skip the weights of zero x
+  // Ternary models (BitNet b1.58, the MatMul-free LM):
+  // (x[T, K]) -> [T, K]: BitLinear's activation fake-quant, per row s = 127 / max(max|x|, 1e-5),
+  // y = clamp(round_half_even(x * s), -128, 127) / s (transformers' ActQuant / BitLinear.activation_quant)
+  ACT_QUANT_I8,
+  RELU2_GLU,  // (gate[T, F], up[T, F]) -> [T, F]: relu(gate)^2 * up (BitNet b1.58's squared-ReLU gating, "relu2")
+  // The MatMul-free LM's token mixer recurrence (MLGRU; ridgerchu/matmulfreellm's HGRNBitAttention), element-wise:
+  // (f_raw[T, D], c_raw[T, D], lower_bound[D], state[D]) -> h[T, D] with f_t = lb + (1 - lb) * sigmoid(f_raw_t),
+  // h_t = f_t * h_{t-1} + (1 - f_t) * silu(c_raw_t). `state` [D + 1] is the layer's recurrent state (a KV_CACHE-kind
+  // leaf with IoRole STATE): h_{P-1} and then P, the tokens it has absorbed. It is read on entry (as zeros at P = 0,
+  // a new sequence; Error when it holds another position: a recurrence cannot rewind) and holds h_{P+T-1}, P + T on
+  // exit, so the node updates it in place, as KV_STORE updates its cache.
+  MLGRU,
   COUNT,          // not an op: the number of ops (the op table has this many rows)
 };
 std::string_view op_name(Op op);
@@ -106,6 +118,7 @@ enum class IoRole : uint8_t {
   LOGITS,     // f32 [T or 1, vocab] output
   CACHE_K,    // KV_CACHE [Hkv, C, D] of one layer: keys
   CACHE_V,    // KV_CACHE [Hkv, C, D] of one layer: values
+  STATE,      // KV_CACHE [D + 1] of one layer: a recurrent state kept across steps in place of a KV cache (MLGRU)
 };
 std::string_view io_role_name(IoRole r);
 
@@ -197,6 +210,18 @@ enum class Role : uint8_t {
   ATTN_POST_NORM,  // Gemma: norm of the attention block's output before the residual add
   FFN_POST_NORM,   // Gemma: norm of the FFN block's output before the residual add
   OUTPUT_SOFTCAP,  // Gemma: final logit softcapping
+  // Ternary models (BitNet b1.58):
+  ACT_QUANT,      // BitLinear's int8 activation fake-quant in front of ternary matmuls
+  ATTN_SUB_NORM,  // BitNet: norm of the attention output before the o projection
+  FFN_SUB_NORM,   // BitNet: norm of the gated activation before the down projection
+  // The MatMul-free LM (hgrn_bit):
+  LINEAR_NORM,     // a ternary linear's own RMSNorm of its input (its BitLinear's norm)
+  MLGRU_I,         // the candidate projection (i_proj)
+  MLGRU_F,         // the forget gate projection (f_proj)
+  MLGRU_G,         // the output gate projection (g_proj)
+  MLGRU,           // the recurrence
+  MLGRU_OUT_NORM,  // RMSNorm of the gate projection (g_norm)
+  MLGRU_OUT_GATE,  // ... times silu of the recurrence output
 };
 std::string_view role_name(Role r);
 

@@ -261,6 +261,43 @@ void infer_sparsify(const Graph& g, Node& n, Tensor& out) {
   n.bytes = 2 * x.nbytes();
 }
 
+void infer_act_quant_i8(const Graph& g, Node& n, Tensor& out) {
+  const Check c{g, n};
+  const Tensor& x = c.in(0);
+  c.is_2d(x);
+  c.is_f32(x);
+  out.shape = x.shape;
+  n.flops = 4 * u(x.numel());  // |x| and max, then multiply, round and divide (the clamp is not arithmetic)
+  n.bytes = 2 * x.nbytes();
+}
+
+// max(g, 0)^2 * up: a compare, two multiplies.
+void infer_relu2_glu(const Graph& g, Node& n, Tensor& out) { infer_gated(g, n, out, 3); }
+
+void infer_mlgru(const Graph& g, Node& n, Tensor& out) {
+  const Check c{g, n};
+  const Tensor& f = c.in(0);
+  const Tensor& cand = c.in(1);
+  const Tensor& lb = c.in(2);
+  const Tensor& state = c.in(3);
+  c.is_2d(f);
+  c.is_f32(f);
+  c.is_f32(cand);
+  c.is_f32(lb);
+  TESSERA_CHECK(f.shape == cand.shape, "graph: node '{}': forget gate {} and candidate {} shapes differ", n.name,
+                shape_string(f.shape), shape_string(cand.shape));
+  const int64_t d = f.shape[1];
+  TESSERA_CHECK(lb.shape == std::vector<int64_t>{d}, "graph: node '{}': lower bound {} is not [{}]", n.name,
+                shape_string(lb.shape), d);
+  TESSERA_CHECK(state.kind == TensorKind::KV_CACHE && state.io == IoRole::STATE && state.dtype == DType::F32 &&
+                    state.shape == std::vector<int64_t>{d + 1},
+                "graph: node '{}': '{}' is not an f32 recurrent state [{}]", n.name, state.name, d + 1);
+  out.shape = f.shape;
+  // Per element: sigmoid (4) and the lower bound (3), silu (4), the recurrence (4).
+  n.flops = 15 * u(f.numel());
+  n.bytes = 3 * f.nbytes() + lb.nbytes() + 2 * state.nbytes();
+}
+
 // One row per op, in the enum's order (checked below, so a missing or misplaced row fails the build).
 constexpr OpInfo kOps[] = {
     // op, name, class, inputs, traits, shape check and cost
@@ -281,6 +318,9 @@ constexpr OpInfo kOps[] = {
     {Op::SCALE, "scale", "elementwise", 1, {.write_over = 0b01}, infer_scale},
     {Op::SPARSIFY, "sparsify", "elementwise", 1, {.write_over = 0b01}, infer_sparsify},
     {Op::MATMUL_SPARSE, "matmul_sparse", "matmul", 2, {.matmul_like = true}, infer_matmul},
+    {Op::ACT_QUANT_I8, "act_quant_i8", "elementwise", 1, {.write_over = 0b01}, infer_act_quant_i8},
+    {Op::RELU2_GLU, "relu2_glu", "elementwise", 2, {.write_over = 0b11}, infer_relu2_glu},
+    {Op::MLGRU, "mlgru", "recurrence", 4, {}, infer_mlgru},
 };
 
 constexpr bool rows_follow_the_enum() {

@@ -40,7 +40,7 @@ struct ModelConfig {
   int64_t sliding_window = 0;  // Mistral, Gemma 3 local layers; 0 = none
 
   // Families beyond Llama (architecture "gemma3", "qwen2", "qwen3"; Mistral is "llama" with a sliding window).
-  std::string ffn_act = "silu";  // "silu" (SwiGLU) or "gelu_tanh" (GEGLU: Gemma)
+  std::string ffn_act = "silu";  // "silu" (SwiGLU), "gelu_tanh" (GEGLU: Gemma) or "relu2" (BitNet: relu(g)^2 * up)
   bool qkv_bias = false;         // q/k/v projections have biases (Qwen2)
   bool qk_norm = false;          // per-head RMSNorm of q and k before rope (Qwen3, Gemma 3)
   bool post_norms = false;       // RMSNorm of each block's output before its residual add (Gemma 3)
@@ -54,6 +54,21 @@ struct ModelConfig {
   float norm_weight_offset = 0;  // added to every RMSNorm weight at load (HF Gemma stores w for (1 + w); GGUF 1 + w)
   // Per layer, whether it slides (HF's layer_types); empty: swa_pattern decides.
   std::vector<uint8_t> layer_local;
+
+  // Ternary models (architecture "bitnet": BitNet b1.58; and Llama with a BitNet quantization_config: Falcon3-1.58bit).
+  bool sub_norms = false;     // RMSNorm of the attention output before o and of the gated FFN before down (BitNet)
+  bool act_quant_i8 = false;  // BitLinear: int8 per-token activation fake-quant in front of every ternary linear
+  // How the file stores the ternary linears (q, k, v, o, gate, up, down); the loader turns each into plain float
+  // weights holding ternary times scale (models/ternary_weights.h):
+  //   "none": plain float weights, used as stored;
+  //   "mul": W = ternary * scale (transformers' AutoBitLinear offline; llama.cpp's optional `.scale` tensors);
+  //   "div": W = ternary / scale (transformers' BitLinear, the packed checkpoints' default class);
+  //   "online": float weights ternarized at load by absmean (AutoBitLinear online, BitNet's WeightQuant).
+  std::string ternary = "none";
+  // The MatMul-free LM (architecture "hgrn_bit"): every linear, lm_head included, is a BitLinear with its own RMSNorm
+  // of its input; the token mixer is the MLGRU recurrence with per-layer forget-gate lower bounds.
+  bool ternary_output = false;    // lm_head is ternary too (its input norm: output_in_norm.weight)
+  bool hgrn_lower_bound = false;  // forget gates bounded below by softmax-cumsum of lower_bounds [L, E]
 
   // Whether layer l attends through the sliding window (and takes the local rope base).
   bool is_local_layer(int64_t l) const {

@@ -34,8 +34,10 @@ void ModelConfig::validate(const std::string& source) const {
   TESSERA_CHECK(std::isfinite(norm_eps) && norm_eps > 0 && norm_eps < 1, "{}: norm epsilon {} is out of range", source,
                 norm_eps);
   TESSERA_CHECK(n_ctx_train >= 0, "{}: context length {} is negative", source, n_ctx_train);
-  TESSERA_CHECK(ffn_act == "silu" || ffn_act == "gelu_tanh", "{}: feed-forward activation '{}' is not supported",
-                source, ffn_act);
+  TESSERA_CHECK(ffn_act == "silu" || ffn_act == "gelu_tanh" || ffn_act == "relu2",
+                "{}: feed-forward activation '{}' is not supported", source, ffn_act);
+  TESSERA_CHECK(ternary == "none" || ternary == "mul" || ternary == "div" || ternary == "online",
+                "{}: ternary weight storage '{}' is not one of none, mul, div, online", source, ternary);
   TESSERA_CHECK(sliding_window >= 0, "{}: sliding window {} is negative", source, sliding_window);
   TESSERA_CHECK(swa_pattern >= 0, "{}: sliding-window layer pattern {} is negative", source, swa_pattern);
   TESSERA_CHECK(std::isfinite(embd_scale) && embd_scale >= 0, "{}: embedding scale {} is not a number >= 0", source,
@@ -85,8 +87,10 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   TESSERA_CHECK(arch.has_value(), "{}: metadata key 'general.architecture' is missing", f.path());
   c.architecture = std::string(*arch);
   TESSERA_CHECK(c.architecture == "llama" || c.architecture == "mistral" || c.architecture == "gemma3" ||
-                    c.architecture == "qwen2" || c.architecture == "qwen3" || c.architecture == "phi3",
-                "{}: architecture '{}' is not supported yet (supported: llama, mistral, gemma3, qwen2, qwen3, phi3)",
+                    c.architecture == "qwen2" || c.architecture == "qwen3" || c.architecture == "phi3" ||
+                    c.architecture == "bitnet",
+                "{}: architecture '{}' is not supported yet (supported: llama, mistral, gemma3, qwen2, qwen3, phi3, "
+                "bitnet)",
                 f.path(), c.architecture);
   if (auto name = f.get_string("general.name")) c.name = std::string(*name);
   const std::string a = c.architecture + ".";
@@ -137,6 +141,16 @@ ModelConfig config_from_gguf(const gguf::File& f) {
     // Qwen2 GGUFs may carry a sliding window that llama.cpp does not apply (HF's use_sliding_window is off in every
     // released Qwen2/2.5): full attention, as both peers run it.
     if (c.architecture != "gemma3") c.sliding_window = 0;
+  }
+  if (c.architecture == "bitnet") {
+    // llama.cpp's bitnet (src/models/bitnet.cpp, written for 1bitLLM's bitnet_b1_58 3B): the converter stores the
+    // ternarized weights in float (or TQ1_0/TQ2_0) unpermuted (NeoX rotation), sub-norms, SwiGLU, the output tied to
+    // the embedding whatever the file holds, optional per-matrix `.scale` tensors multiplying each linear's output,
+    // and no activation quantization.
+    c.rope_neox = true;
+    c.sub_norms = true;
+    c.tied_output = true;
+    c.ternary = "mul";
   }
   if (c.architecture == "gemma3") {
     // llama.cpp's gemma3: the converter stores the norms' (1 + w) so they are plain RMSNorm here; GEGLU; embeddings

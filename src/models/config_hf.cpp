@@ -64,8 +64,9 @@ std::optional<std::string> opt_string(const json& j, const char* key, const std:
 // "llama", "mistral", "gemma3", "qwen2" or "qwen3" from architectures[0], else model_type.
 std::string read_family(const json& j, const std::string& source) {
   static constexpr std::pair<const char*, const char*> kArchs[] = {
-      {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"}, {"Gemma3ForCausalLM", "gemma3"},
-      {"Qwen2ForCausalLM", "qwen2"}, {"Qwen3ForCausalLM", "qwen3"},     {"Phi3ForCausalLM", "phi3"}};
+      {"LlamaForCausalLM", "llama"},   {"MistralForCausalLM", "mistral"}, {"Gemma3ForCausalLM", "gemma3"},
+      {"Qwen2ForCausalLM", "qwen2"},   {"Qwen3ForCausalLM", "qwen3"},     {"Phi3ForCausalLM", "phi3"},
+      {"BitNetForCausalLM", "bitnet"}, {"HGRNBitForCausalLM", "hgrn_bit"}};
   if (const json* a = find_key(j, "architectures")) {
     if (!a->is_array() || a->empty() || !(*a)[0].is_string())
       fail("{}: 'architectures' must be a non-empty list of names", source);
@@ -74,15 +75,19 @@ std::string read_family(const json& j, const std::string& source) {
       if (arch == hf) return family;
     fail(
         "{}: architecture '{}' is not supported (supported: LlamaForCausalLM, MistralForCausalLM, Gemma3ForCausalLM, "
-        "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)",
+        "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, BitNetForCausalLM, HGRNBitForCausalLM)",
         source, arch);
   }
   auto mt = opt_string(j, "model_type", source);
   if (!mt) fail("{}: neither 'architectures' nor 'model_type' says what model this is", source);
-  if (*mt == "llama" || *mt == "mistral" || *mt == "qwen2" || *mt == "qwen3" || *mt == "phi3") return *mt;
+  if (*mt == "llama" || *mt == "mistral" || *mt == "qwen2" || *mt == "qwen3" || *mt == "phi3" || *mt == "bitnet" ||
+      *mt == "hgrn_bit")
+    return *mt;
   if (*mt == "gemma3_text") return "gemma3";
-  fail("{}: model_type '{}' is not supported (supported: llama, mistral, gemma3_text, qwen2, qwen3, phi3)", source,
-       *mt);
+  fail(
+      "{}: model_type '{}' is not supported (supported: llama, mistral, gemma3_text, qwen2, qwen3, phi3, bitnet, "
+      "hgrn_bit)",
+      source, *mt);
 }
 
 // Gemma 3's local (sliding) layers: layer_types when given ("sliding_attention" / "full_attention"), else every
@@ -112,6 +117,79 @@ void read_gemma3(const json& j, const std::string& source, ModelConfig& c) {
   } else {
     c.swa_pattern = opt_int(j, "sliding_window_pattern", source).value_or(6);
   }
+}
+
+// transformers' BitNet quantization (quant_method "bitnet", integrations/bitnet.py): every nn.Linear but lm_head
+// becomes a BitLinear (ternary weights packed four per uint8 along the rows, W = ternary / weight_scale) or an
+// AutoBitLinear (W = weight * weight_scale offline, packed or not; absmean-ternarized float weights online), both
+// quantizing their input activations to int8 per token. BitNet b1.58 2B4T ships AutoBitLinear offline; Falcon3's
+// 1.58-bit Llama models the default BitLinear.
+void read_bitnet_quantization(const json& q, const std::string& source, ModelConfig& c) {
+  const std::string ctx = source + ": quantization_config";
+  if (!q.is_object()) fail("{} must be an object, not {}", ctx, q.dump());
+  const auto method = opt_string(q, "quant_method", ctx);
+  if (!method || *method != "bitnet")
+    fail("{}: quant_method {} is not supported (only BitNet's ternary checkpoints are)", ctx,
+         method ? "'" + *method + "'" : std::string("(none)"));
+  const std::string cls = opt_string(q, "linear_class", ctx).value_or("bitlinear");
+  const std::string mode = opt_string(q, "quantization_mode", ctx).value_or("offline");
+  if (cls != "bitlinear" && cls != "autobitlinear")
+    fail("{}: linear_class '{}' is not bitlinear or autobitlinear", ctx, cls);
+  if (mode != "offline" && mode != "online") fail("{}: quantization_mode '{}' is not offline or online", ctx, mode);
+  if (opt_bool(q, "use_rms_norm", ctx).value_or(false))
+    fail("{}: use_rms_norm is true, and BitLinear's own input norm is not supported", ctx);
+  // transformers keeps lm_head (the output embedding) in float when the list is absent; a list naming other modules
+  // would change which linears are ternary.
+  if (const json* skip = find_key(q, "modules_to_not_convert")) {
+    if (!skip->is_array() || skip->size() != 1 || (*skip)[0] != "lm_head")
+      fail("{}: modules_to_not_convert {} is not supported (only [\"lm_head\"] or none)", ctx, skip->dump());
+  }
+  c.act_quant_i8 = true;
+  c.ternary = cls == "bitlinear" ? "div" : mode == "online" ? "online" : "mul";
+}
+
+// The MatMul-free LM (ridgerchu/matmulfreellm's HGRNBitConfig; absent keys take its defaults). Every linear is a
+// FusedBitLinear: its own RMSNorm, int8 activations, weights ternarized by absmean when loaded (online); the MLP's
+// width is intermediate_size or 256 * ceil(int(hidden * hidden_ratio * 2 / 3) / 256), as HGRNBitMLP computes it.
+ModelConfig read_hgrn_bit(const json& j, const std::string& source) {
+  ModelConfig c;
+  c.architecture = "hgrn_bit";
+  if (auto n = opt_string(j, "_name_or_path", source)) c.name = *n;
+  c.n_embd = opt_int(j, "hidden_size", source).value_or(2048);
+  c.n_layers = opt_int(j, "num_hidden_layers", source).value_or(24);
+  c.n_vocab = opt_int(j, "vocab_size", source).value_or(32000);
+  c.n_head = opt_int(j, "num_heads", source).value_or(1);
+  c.n_head_kv = c.n_head;
+  TESSERA_CHECK(c.n_embd % c.n_head == 0, "{}: hidden_size {} is not divisible by num_heads {}", source, c.n_embd,
+                c.n_head);
+  c.head_dim = c.n_embd / c.n_head;
+  c.rope_dim = c.head_dim % 2 == 0 ? c.head_dim : c.head_dim - 1;  // no rope: any valid value
+  if (opt_int(j, "expand_ratio", source).value_or(1) != 1)
+    fail("{}: expand_ratio other than 1 is not supported (the forget gates' lower bounds are hidden_size wide)",
+         source);
+  if (opt_bool(j, "use_short_conv", source).value_or(false))
+    fail("{}: use_short_conv is true, and the short convolution is not supported", source);
+  if (auto mode = opt_string(j, "attn_mode", source); mode && *mode != "fused_recurrent")
+    fail("{}: attn_mode '{}' is not supported (fused_recurrent)", source, *mode);
+  if (auto act = opt_string(j, "hidden_act", source); act && *act != "swish" && *act != "silu")
+    fail("{}: hidden_act '{}' is not supported (hgrn_bit uses swish)", source, *act);
+  if (auto f = opt_int(j, "intermediate_size", source)) {
+    c.n_ff = *f;
+  } else {
+    const int64_t ratio = opt_int(j, "hidden_ratio", source).value_or(4);
+    const int64_t f0 = c.n_embd * ratio * 2 / 3;
+    c.n_ff = 256 * ((f0 + 255) / 256);
+  }
+  c.n_ctx_train = opt_int(j, "max_position_embeddings", source).value_or(2048);
+  c.norm_eps = static_cast<float>(opt_number(j, "rms_norm_eps", source).value_or(1e-6));
+  if (opt_bool(j, "tie_word_embeddings", source).value_or(false))
+    fail("{}: tie_word_embeddings is true, and a ternary lm_head tied to the embedding is not supported", source);
+  c.hgrn_lower_bound = opt_bool(j, "use_lower_bound", source).value_or(true);
+  c.act_quant_i8 = true;
+  c.ternary = "online";
+  c.ternary_output = true;
+  c.validate(source);
+  return c;
 }
 
 // rope_scaling (transformers 4.x) or rope_parameters (5.x, which also holds rope_theta). `rope_type` "default" is
@@ -168,12 +246,13 @@ ModelConfig config_from_hf(const json& j, const std::string& source) {
   if (!j.is_object()) fail("{}: is not a JSON object", source);
   ModelConfig c;
   const std::string family = read_family(j, source);
+  if (family == "hgrn_bit") return read_hgrn_bit(j, source);
   // Mistral is a Llama with an optional sliding window; one builder serves every family (models/model_graph.h).
   c.architecture = family == "mistral" ? "llama" : family;
   if (auto n = opt_string(j, "_name_or_path", source)) c.name = *n;
 
   // Features of these families that Tessera's builder does not implement: refuse rather than run wrong.
-  if (family != "gemma3")
+  if (family != "gemma3" && family != "bitnet")
     if (auto act = opt_string(j, "hidden_act", source); act && *act != "silu")
       fail("{}: hidden_act '{}' is not supported ({} uses silu)", source, *act, family);
   // Qwen2 has q/k/v biases whatever attention_bias says (transformers' Qwen2Attention hard-codes them).
@@ -183,8 +262,11 @@ ModelConfig config_from_hf(const json& j, const std::string& source) {
     fail("{}: use_sliding_window is true, and Qwen's per-layer sliding window is not supported", source);
   if (opt_bool(j, "mlp_bias", source).value_or(false))
     fail("{}: mlp_bias is true, and biased MLP projections are not supported", source);
-  if (find_key(j, "quantization_config") != nullptr)
-    fail("{}: has a quantization_config; pre-quantized Hugging Face checkpoints are not supported", source);
+  if (const json* q = find_key(j, "quantization_config")) {
+    if (family != "bitnet" && family != "llama")
+      fail("{}: has a quantization_config; pre-quantized Hugging Face checkpoints are not supported", source);
+    read_bitnet_quantization(*q, source, c);
+  }
 
   c.n_embd = req_int(j, "hidden_size", source);
   c.n_ff = req_int(j, "intermediate_size", source);
@@ -203,7 +285,7 @@ ModelConfig config_from_hf(const json& j, const std::string& source) {
   }
   c.rope_dim = c.head_dim;
   c.n_ctx_train = opt_int(j, "max_position_embeddings", source).value_or(family == "mistral" ? 4096 * 32 : 2048);
-  c.norm_eps = static_cast<float>(opt_number(j, "rms_norm_eps", source).value_or(1e-6));
+  c.norm_eps = static_cast<float>(opt_number(j, "rms_norm_eps", source).value_or(family == "bitnet" ? 1e-5 : 1e-6));
   c.tied_output = opt_bool(j, "tie_word_embeddings", source).value_or(false);
   if (family == "mistral") {
     // MistralConfig defaults to a 4096 window; an explicit null means full attention.
@@ -222,6 +304,14 @@ ModelConfig config_from_hf(const json& j, const std::string& source) {
   if (family == "gemma3") {
     c.tied_output = opt_bool(j, "tie_word_embeddings", source).value_or(true);  // Gemma3TextConfig's default
     read_gemma3(j, source, c);
+  }
+  if (family == "bitnet") {
+    // BitNetConfig: relu2 by default (silu accepted), sub-norms, rope base 500000 unless given.
+    c.ffn_act = opt_string(j, "hidden_act", source).value_or("relu2");
+    if (c.ffn_act != "relu2" && c.ffn_act != "silu")
+      fail("{}: hidden_act '{}' is not supported (bitnet uses relu2 or silu)", source, c.ffn_act);
+    c.sub_norms = true;
+    c.rope_base = 500000.0f;
   }
   read_rope(j, source, c);
   // transformers applies rotate_half to un-permuted q/k weights: NeoX-style pairs (i, i + head_dim / 2).

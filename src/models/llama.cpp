@@ -95,7 +95,12 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
   const graph::OpParams head_norm{.eps = c.norm_eps, .head_dim = D};
   const graph::OpParams kv{.n_head_kv = Hkv, .head_dim = D};
   const float scale = c.attn_scale > 0 ? c.attn_scale : static_cast<float>(1.0 / std::sqrt(double(D)));
-  const bool geglu = c.ffn_act == "gelu_tanh";
+  const Op ffn_act = c.ffn_act == "gelu_tanh" ? Op::GEGLU : c.ffn_act == "relu2" ? Op::RELU2_GLU : Op::SWIGLU;
+  // BitLinear (BitNet, Falcon3-1.58bit): every ternary linear quantizes its input to int8 per token; q|k|v and
+  // gate|up share one input, so one node serves each group.
+  const auto act_quant = [&](int in, const std::string& name, int layer, const char* block) {
+    return c.act_quant_i8 ? g.add_node(name, Op::ACT_QUANT_I8, Role::ACT_QUANT, layer, block, {in}) : in;
+  };
 
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -111,6 +116,7 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
 
     int h = g.add_node(p + "attn_norm", Op::RMSNORM, Role::ATTN_NORM, l, "attn", {x, weight(p + "attn_norm.weight", {E})},
                        norm);
+    h = act_quant(h, p + "attn_act_quant", l, "attn");
     int q = g.add_node(p + "attn_q", Op::MATMUL, Role::ATTN_Q, l, "attn", {h, weight(p + "attn_q.weight", {H * D, E})});
     int k = g.add_node(p + "attn_k", Op::MATMUL, Role::ATTN_K, l, "attn", {h, weight(p + "attn_k.weight", {Hkv * D, E})});
     int v = g.add_node(p + "attn_v", Op::MATMUL, Role::ATTN_V, l, "attn", {h, weight(p + "attn_v.weight", {Hkv * D, E})});
@@ -142,7 +148,11 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
                                .head_dim = D,
                                .attn_scale = scale,
                                .window = local && c.sliding_window < n_ctx ? c.sliding_window : 0};
-    const int a = g.add_node(p + "attn", Op::ATTENTION, Role::ATTN, l, "attn", {q, ck, cv}, attn);
+    int a = g.add_node(p + "attn", Op::ATTENTION, Role::ATTN, l, "attn", {q, ck, cv}, attn);
+    if (c.sub_norms)
+      a = g.add_node(p + "attn_sub_norm", Op::RMSNORM, Role::ATTN_SUB_NORM, l, "attn",
+                     {a, weight(p + "attn_sub_norm.weight", {H * D})}, norm);
+    a = act_quant(a, p + "attn_output_act_quant", l, "attn");
     int ao = g.add_node(p + "attn_output", Op::MATMUL, Role::ATTN_O, l, "attn",
                         {a, weight(p + "attn_output.weight", {E, H * D})});
     if (c.post_norms)
@@ -151,10 +161,15 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
     x = g.add_node(p + "attn_residual", Op::ADD, Role::ATTN_RESIDUAL, l, "attn", {x, ao});
 
     h = g.add_node(p + "ffn_norm", Op::RMSNORM, Role::FFN_NORM, l, "ffn", {x, weight(p + "ffn_norm.weight", {E})}, norm);
+    h = act_quant(h, p + "ffn_act_quant", l, "ffn");
     const int gate = g.add_node(p + "ffn_gate", Op::MATMUL, Role::FFN_GATE, l, "ffn",
                                 {h, weight(p + "ffn_gate.weight", {F, E})});
     const int up = g.add_node(p + "ffn_up", Op::MATMUL, Role::FFN_UP, l, "ffn", {h, weight(p + "ffn_up.weight", {F, E})});
-    const int act = g.add_node(p + "ffn_act", geglu ? Op::GEGLU : Op::SWIGLU, Role::FFN_ACT, l, "ffn", {gate, up});
+    int act = g.add_node(p + "ffn_act", ffn_act, Role::FFN_ACT, l, "ffn", {gate, up});
+    if (c.sub_norms)
+      act = g.add_node(p + "ffn_sub_norm", Op::RMSNORM, Role::FFN_SUB_NORM, l, "ffn",
+                       {act, weight(p + "ffn_sub_norm.weight", {F})}, norm);
+    act = act_quant(act, p + "ffn_down_act_quant", l, "ffn");
     int down =
         g.add_node(p + "ffn_down", Op::MATMUL, Role::FFN_DOWN, l, "ffn", {act, weight(p + "ffn_down.weight", {E, F})});
     if (c.post_norms)

@@ -1,7 +1,9 @@
 // The pre-norm decoder graph builder: Llama 2, Llama 3 (rope scaling "llama3" or rope_freqs.weight), SmolLM2, Mistral
 // (sliding window), and the families that differ from Llama only in what ModelConfig says: Qwen2 (q/k/v biases),
 // Qwen3 (per-head q/k norms), Gemma 3 (GEGLU, post-norms, embeddings times sqrt(E), q/k norms, five local
-// sliding-window layers with their own rope base per global one, attention scale, final softcap); grouped-query
+// sliding-window layers with their own rope base per global one, attention scale, final softcap), BitNet b1.58 and
+// Falcon3-1.58bit (sub-layer norms, squared-ReLU gating, int8 activation fake-quant before each ternary linear:
+// models/ternary_weights.h makes the weights); grouped-query
 // attention; tied or separate output projection. Callers use models/model_graph.h's dispatch.
 #pragma once
 

@@ -9,6 +9,7 @@
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "graph/graph.h"
+#include "models/ternary_weights.h"
 #include "quant/quant.h"
 
 namespace tessera {
@@ -21,6 +22,7 @@ struct ModelWeights::State {
   std::vector<TensorView> tensors;  // GGUF names
   std::unordered_map<std::string, size_t> index;
   std::vector<std::shared_ptr<std::vector<float>>> owned;  // f32 copies of 1-D weights
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> owned_bytes;  // ternary linears as float (ternary_weights.h)
 };
 
 namespace {
@@ -120,6 +122,7 @@ ModelWeights ModelWeights::open(const std::string& path) {
     s->config = config_from_gguf(*s->gguf);
     s->tensors = s->gguf->tensors();
     if (s->config.architecture == "phi3") split_fused(*s);
+    load_ternary_weights(s->config, s->path, s->tensors, s->owned_bytes);
   } else {
     s->format = "safetensors";
     s->st = std::make_shared<safetensors::Model>(safetensors::Model::open(path));
@@ -144,6 +147,15 @@ ModelWeights ModelWeights::open(const std::string& path) {
       }
     }
     if (s->config.architecture == "phi3") split_fused(*s);
+    load_ternary_weights(s->config, s->path, s->tensors, s->owned_bytes);
+    if (s->config.architecture == "hgrn_bit") {
+      // Its gate|up stack [2F, E] came in as ffn_gate: split it, ternarized as one matrix, as Phi-3's ffn_up.
+      for (TensorView& t : s->tensors)
+        if (t.name.ends_with(".ffn_gate.weight"))
+          t.name.replace(t.name.size() - std::string_view("ffn_gate.weight").size(), std::string::npos,
+                         "ffn_up.weight");
+      split_fused(*s);
+    }
     // Checkpoints with tie_word_embeddings may still ship lm_head.weight; config_from_hf decides, the file confirms.
     if (s->config.tied_output) {
       std::erase_if(s->tensors, [](const TensorView& t) { return t.name == "output.weight"; });

@@ -243,12 +243,29 @@ Row simple_row(graph::Op op, std::vector<std::vector<int64_t>> shapes, graph::Op
   return {name, [=](std::mt19937& rng) { return simple(rng, op, shapes, params); }, max_nmse_cpu, max_nmse_cuda};
 }
 
+OpGraph mlgru(std::mt19937& rng, int64_t t, int64_t d, int64_t n_past) {
+  OpGraph og{graph::Graph(t, n_past)};
+  og.n_past = n_past;
+  const int f = add_f32_input(og, rng, "f_raw", {t, d}, -3.0f, 3.0f);
+  const int c = add_f32_input(og, rng, "c_raw", {t, d}, -3.0f, 3.0f);
+  const int lb = add_weight(og, rng, "lower_bound", DType::F32, {d}, 0.0f, 0.9f);
+  std::vector<float> state = uniform(rng, d, -1.0f, 1.0f);  // h_{P-1}, read since P > 0
+  state.push_back(static_cast<float>(n_past));              // the tokens it has absorbed
+  og.caches["state"] = bytes_of(state);
+  const int st = og.g.add_kv_cache("state", DType::F32, {d + 1});
+  og.g.set_io_role(st, graph::IoRole::STATE, 0);
+  og.g.mark_output(og.g.add_node("mlgru", Op::MLGRU, Role::MLGRU, 0, "attn", {f, c, lb, st}));
+  return og;
+}
+
 std::vector<float> run_cpu(const OpGraph& og, bool reference) {
   cpu::CpuBackend be({.n_threads = 2, .reference = reference}, nullptr);
   std::map<std::string, std::vector<uint8_t>> caches = og.caches;  // fresh storage per run
   std::vector<cpu::StateBinding> state;
-  for (auto& [name, bytes] : caches)
-    state.push_back({name == "cache_k" ? graph::IoRole::CACHE_K : graph::IoRole::CACHE_V, 0, bytes.data()});
+  for (auto& [name, bytes] : caches) {  // bound by the role and layer the case gave each cache
+    const graph::Tensor& t = og.g.tensor(og.g.find_tensor(name));
+    state.push_back({t.io, t.io_layer, bytes.data()});
+  }
   std::unique_ptr<cpu::Plan> plan = be.compile(og.g, state);
   for (const auto& [name, bytes] : og.inputs) std::memcpy(plan->input(name), bytes.data(), bytes.size());
   be.execute(*plan, og.n_past);

@@ -78,6 +78,8 @@ OpGraph attention(std::mt19937& rng, DType cache, int64_t t, int64_t n_head, int
                   int64_t n_ctx, int64_t n_past, int64_t window = 0);
 OpGraph add(std::mt19937& rng, int64_t t, int64_t d);
 OpGraph swiglu(std::mt19937& rng, int64_t t, int64_t f);
+// MLGRU over T steps of D channels at position n_past, its state (cache "state", IoRole::STATE) random.
+OpGraph mlgru(std::mt19937& rng, int64_t t, int64_t d, int64_t n_past);
 OpGraph last_row(std::mt19937& rng, int64_t t, int64_t d);
 // Any op whose inputs are f32 activations (random in [-2, 2]) of these shapes, the first one [T, ...]: a new op of
 // that kind takes a row of the table without a builder of its own.

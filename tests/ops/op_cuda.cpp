@@ -15,6 +15,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels_family.h"
 #include "backends/cuda/kernels_rows.h"
+#include "backends/cuda/kernels_ternary.h"
 #include "backends/cuda/memory.h"
 #endif
 
@@ -228,6 +229,28 @@ std::optional<std::vector<float>> run_cuda(const OpGraph& og) {
       if (cudaMemcpy(y.get(), x.as<float>() + (t - 1) * w, static_cast<size_t>(w) * 4, cudaMemcpyDeviceToDevice) !=
           cudaSuccess)
         fail("LAST_ROW: cudaMemcpy failed");
+      return floats_of(y, out.numel());
+    }
+    case Op::ACT_QUANT_I8: {
+      DeviceBuffer x = input(0), y = poisoned(out.nbytes());
+      const int64_t w = out.shape[1];
+      cuda::act_quant_i8_rows(x.as<float>(), w, y.as<float>(), t, w, s);
+      synchronize();
+      return floats_of(y, out.numel());
+    }
+    case Op::RELU2_GLU: {
+      DeviceBuffer gt = input(0), up = input(1), y = poisoned(out.nbytes());
+      const int64_t w = out.shape[1];
+      cuda::relu2_glu_rows(gt.as<float>(), up.as<float>(), w, y.as<float>(), t, w, s);
+      synchronize();
+      return floats_of(y, out.numel());
+    }
+    case Op::MLGRU: {
+      DeviceBuffer f = input(0), c = input(1), lb = to_device(in(2).data, in(2).nbytes());
+      DeviceBuffer st = to_device(og.caches.at(in(3).name)), y = poisoned(out.nbytes());
+      cuda::mlgru(f.as<float>(), c.as<float>(), lb.as<float>(), st.as<float>(), y.as<float>(), t, out.shape[1],
+                  og.n_past, s);
+      synchronize();
       return floats_of(y, out.numel());
     }
     default:  // an op with no CUDA kernel (SLICE: made by the passes only, a view; fused-node rows to come)

@@ -163,6 +163,13 @@ const std::vector<Row>& rows() {
         simple_row(graph::Op::HEAD_RMSNORM, {{3, 64}, {16}}, {.eps = 1e-6f, .head_dim = 16}, kExact, kExact),
         simple_row(graph::Op::BIAS_ADD, {{5, 96}, {96}}, {}, kExact, kExact),
         simple_row(graph::Op::SOFTCAP, {{3, 1000}}, {.scale = 1.5f}, kExact, kExact),
+        // Ternary models (tests/ops/test_ops_ternary.cpp checks their values).
+        simple_row(graph::Op::ACT_QUANT_I8, {{5, 1000}}, {}, kExact, kExact),
+        simple_row(graph::Op::ACT_QUANT_I8, {{1, 2560}}, {}, kExact, kExact),
+        simple_row(graph::Op::RELU2_GLU, {{5, 1000}, {5, 1000}}, {}, kExact, kExact),
+        // MLGRU on CUDA: expf within 2 ulp of the host's, carried through the steps.
+        Row{"MLGRU_t1_d1024_p7", [](std::mt19937& rng) { return mlgru(rng, 1, 1024, 7); }, kExact, kF32},
+        Row{"MLGRU_t9_d2048_p0", [](std::mt19937& rng) { return mlgru(rng, 9, 2048, 0); }, kExact, kF32},
         // Fused nodes (graph passes: matmul + epilogue, stacked matmuls, rope + cache store + attention) add their
         // rows here when the passes emit them, each against the reference of the nodes it replaces.
     };

@@ -160,6 +160,159 @@ TEST(FamilyHfContext, DefaultCappedOnlyWhenEveryLayerSlides) {
   EXPECT_EQ(resolve_options(longer, mistral).n_ctx, 64);
 }
 
+// BitNet b1.58 (and Falcon3's 1.58-bit Llama form) from transformers' packed checkpoints (ternary weights four per
+// uint8 with a weight_scale, python/make_bitnet_hf_golden.py), against transformers' own f32 forward of those files.
+// Every ternary linear quantizes its input to int8 per token: a value that lands near a rounding boundary takes the
+// other int8 level under any perturbation (one level is 1/127 of the row's largest magnitude), so the logits agree
+// to int8 precision, not f32's. The f32 paths (reference, and the fast kernels with an f32 KV cache) perturb only
+// by summation order: 1e-2 of the logit scale and every top-1. The default f16 KV cache rounds keys and values to
+// 11 bits (relative 5e-4), which moves x * 127 / max|x| by up to 0.06 of a level after attention: a few percent of
+// the o projection's inputs change level, as a second int8 rounding would: 5e-2 of the scale, top-1 at 90%.
+// Measured (AVX2, this data): f32 paths 2.8e-7..4.6e-7 (no level changed), f16 cache 1.1e-2..4.3e-2, top-1 10/10.
+struct BitNetAgreement {
+  double max_rel = 0;  // max over positions of max_i |got - want| / max_i |want|
+  size_t top1 = 0;     // positions whose argmax matches
+};
+
+BitNetAgreement bitnet_agreement(const ModelWeights& w, const nlohmann::json& golden, bool reference, const char* kv) {
+  const std::vector<int32_t> ids = golden["ids"].get<std::vector<int32_t>>();
+  const auto want = golden["logits"].get<std::vector<std::vector<double>>>();
+  SessionOptions so;
+  so.n_ctx = 32;
+  so.n_batch = 4;
+  so.n_threads = 2;
+  so.reference = reference;
+  so.kv_dtype = kv;
+  Engine e(w, nullptr, resolve_options(so, w.config()));
+  const size_t V = want[0].size();
+  std::vector<float> rows(ids.size() * V);
+  e.eval(ids, rows.data());
+  BitNetAgreement a;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    double scale = 0, err = 0;
+    size_t best_want = 0, best_got = 0;
+    for (size_t i = 0; i < V; ++i) {
+      scale = std::max(scale, std::fabs(want[t][i]));
+      err = std::max(err, std::fabs(rows[t * V + i] - want[t][i]));
+      if (want[t][i] > want[t][best_want]) best_want = i;
+      if (rows[t * V + i] > rows[t * V + best_got]) best_got = i;
+    }
+    a.max_rel = std::max(a.max_rel, err / scale);
+    a.top1 += best_want == best_got;
+  }
+  return a;
+}
+
+class BitNetHf : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(BitNetHf, MatchesTransformers) {
+  const std::string dir = test::data_path(std::string("hf/") + GetParam());
+  nlohmann::json golden;
+  std::ifstream(dir + "/golden.json") >> golden;
+  const size_t n = golden["ids"].size();
+  const ModelWeights w = ModelWeights::open(dir);
+  EXPECT_TRUE(w.config().act_quant_i8);
+  ASSERT_EQ(golden["logits"][0].size(), size_t(w.config().n_vocab));
+  struct Case {
+    const char* name;
+    bool reference;
+    const char* kv;
+    double max_rel;
+    size_t min_top1;
+  };
+  for (const Case& c : {Case{"reference", true, "f32", 1e-2, n}, Case{"fast, f32 cache", false, "f32", 1e-2, n},
+                        Case{"fast, f16 cache", false, "f16", 5e-2, n * 9 / 10}}) {
+    const BitNetAgreement a = bitnet_agreement(w, golden, c.reference, c.kv);
+    std::printf("[ bitnet   ] %s %s: max |err| / scale %.2e, top-1 %zu/%zu\n", GetParam(), c.name, a.max_rel, a.top1,
+                n);
+    EXPECT_LE(a.max_rel, c.max_rel) << c.name;
+    EXPECT_GE(a.top1, c.min_top1) << c.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyHf, BitNetHf,
+                         ::testing::Values("tiny-bitnet-autobitlinear", "tiny-bitnet-bitlinear",
+                                           "tiny-falcon3-bitlinear"));
+
+// The MatMul-free LM (hgrn_bit) from its Hugging Face layout (random f32 weights, ternarized at load), against the
+// numpy forward of python/hgrn_bit_reference.py (tests/data/hf/tiny-hgrn-bit-f32, python/make_hgrn_bit_golden.py).
+// Chunks of 5 and of 1 token: the recurrent state carries across chunk boundaries and through one-token steps. The
+// int8 activations bound the agreement as for BitNet (1e-2 of the logit scale, same top-1).
+TEST(HgrnBitHf, MatchesNumpyReference) {
+  const std::string dir = test::data_path("hf/tiny-hgrn-bit-f32");
+  nlohmann::json golden;
+  std::ifstream(dir + "/golden.json") >> golden;
+  const std::vector<int32_t> ids = golden["ids"].get<std::vector<int32_t>>();
+  const auto want = golden["logits"].get<std::vector<std::vector<double>>>();
+  const ModelWeights w = ModelWeights::open(dir);
+  EXPECT_EQ(w.config().architecture, "hgrn_bit");
+  for (const int64_t n_batch : {5, 1})
+    for (bool reference : {true, false}) {
+      SessionOptions so;
+      so.n_ctx = 32;
+      so.n_batch = n_batch;
+      so.n_threads = 2;
+      so.reference = reference;
+      Engine e(w, nullptr, resolve_options(so, w.config()));
+      const size_t V = want[0].size();
+      ASSERT_EQ(V, size_t(w.config().n_vocab));
+      // Twice: a second prompt from position 0 must start from a zero state, not the first prompt's.
+      for (int pass = 0; pass < 2; ++pass) {
+        e.truncate(0);
+        std::vector<float> rows(ids.size() * V);
+        e.eval(ids, rows.data());
+        for (size_t t = 0; t < ids.size(); ++t) {
+          double scale = 0;
+          size_t best_want = 0, best_got = 0;
+          for (size_t i = 0; i < V; ++i) {
+            scale = std::max(scale, std::fabs(want[t][i]));
+            if (want[t][i] > want[t][best_want]) best_want = i;
+            if (rows[t * V + i] > rows[t * V + best_got]) best_got = i;
+          }
+          EXPECT_EQ(best_got, best_want) << "token " << t << " n_batch " << n_batch;
+          for (size_t i = 0; i < V; ++i)
+            ASSERT_NEAR(rows[t * V + i], want[t][i], 1e-2 * scale)
+                << (reference ? "reference" : "fast") << " n_batch " << n_batch << " pass " << pass << " token " << t
+                << " logit " << i;
+        }
+      }
+      // Going back to an earlier position is refused: the state holds the later tokens.
+      e.truncate(4);
+      EXPECT_THROW(e.eval(std::span<const int32_t>(ids).subspan(4, 2)), Error);
+    }
+}
+
+// Two sequence slots decoded together keep two recurrent states: slot 1 runs the prompt shifted by three tokens, so a
+// state shared between slots (or bound to the wrong one) changes both rows' logits.
+TEST(HgrnBitHf, EachSlotKeepsItsOwnState) {
+  const std::string dir = test::data_path("hf/tiny-hgrn-bit-f32");
+  nlohmann::json golden;
+  std::ifstream(dir + "/golden.json") >> golden;
+  const std::vector<int32_t> ids = golden["ids"].get<std::vector<int32_t>>();
+  const auto want = golden["logits"].get<std::vector<std::vector<double>>>();
+  const ModelWeights w = ModelWeights::open(dir);
+  SessionOptions so;
+  so.n_ctx = 32;
+  so.n_seq = 2;
+  so.n_threads = 2;
+  Engine e(w, nullptr, resolve_options(so, w.config()));
+  e.eval_seq(1, std::span<const int32_t>(ids).subspan(0, 3));
+  const size_t V = want[0].size();
+  for (size_t t = 0; t + 3 < ids.size(); ++t) {
+    const std::vector<int32_t> toks = {ids[t], ids[t + 3]}, seqs = {0, 1};
+    const std::span<const float> rows = e.decode_batch(toks, seqs);
+    double scale0 = 0, scale1 = 0;
+    for (size_t i = 0; i < V; ++i) {
+      scale0 = std::max(scale0, std::fabs(want[t][i]));
+      scale1 = std::max(scale1, std::fabs(want[t + 3][i]));
+    }
+    for (size_t i = 0; i < V; ++i) {
+      ASSERT_NEAR(rows[i], want[t][i], 1e-2 * scale0) << "slot 0 token " << t << " logit " << i;
+      ASSERT_NEAR(rows[V + i], want[t + 3][i], 1e-2 * scale1) << "slot 1 token " << t + 3 << " logit " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyHf, FamilyHf,
                          ::testing::Values("tiny-gemma3-f32", "tiny-qwen2-f32", "tiny-qwen3-f32", "tiny-mistral-f32",
                                            "tiny-phi3-f32"));

@@ -185,7 +185,9 @@ std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vect
     for (const StateBinding& b : state)
       if (t.io != graph::IoRole::NONE && b.role == t.io && b.layer == t.io_layer) data = b.data;
     TESSERA_CHECK(data != nullptr, "cpu backend: kv cache '{}' is not bound to any storage", t.name);
-    caches[static_cast<int>(i)] = kv_head_major(t.dtype, data, t.shape[1], t.shape[0], t.shape[2]);
+    // A recurrent state (IoRole::STATE, MLGRU) is a flat vector its op's kernel reads and writes whole.
+    caches[static_cast<int>(i)] = t.shape.size() == 3 ? kv_head_major(t.dtype, data, t.shape[1], t.shape[0], t.shape[2])
+                                                      : KvView{.dtype = t.dtype, .data = data};
   }
   const auto act = [&](int id) -> float* {
     const int64_t off = mp.offsets[static_cast<size_t>(id)];

@@ -1,6 +1,7 @@
 #include "backends/cpu/session_cpu.h"
 
 #include <cstring>
+#include <deque>
 #include <map>
 #include <tuple>
 
@@ -39,18 +40,34 @@ class CpuSession : public backend::DeviceSession {
  public:
   CpuSession(const backend::SessionConfig& c, std::shared_ptr<WeightCache> weights)
       : c_(c), backend_(backend_options(c), std::move(weights)) {
-    // The caches' shapes are the graph's: one K and one V [n_kv, n_ctx, head_dim] per layer.
+    // The caches' shapes are the graph's: one K and one V [n_kv, n_ctx, head_dim] per layer, or (recurrent models)
+    // one state per layer, IoRole::STATE, of a fixed size whatever the context.
     const graph::Graph g = c_.build_graph(1, false);
     int64_t layers = 0, n_kv = 0, hd = 0;
-    for (const graph::Tensor& t : g.tensors())
-      if (t.kind == graph::TensorKind::KV_CACHE) {
-        ++layers;
-        n_kv = t.shape.at(0);
-        hd = t.shape.at(2);
+    std::vector<const graph::Tensor*> states;
+    for (const graph::Tensor& t : g.tensors()) {
+      if (t.kind != graph::TensorKind::KV_CACHE) continue;
+      if (t.io == graph::IoRole::STATE) {
+        states.push_back(&t);
+        continue;
       }
-    TESSERA_CHECK(layers > 0 && layers % 2 == 0, "cpu backend: the graph has no K and V caches");
-    for (int64_t s = 0; s < c_.n_seq; ++s)
-      kv_.push_back(std::make_unique<KvCache>(layers / 2, n_kv, c_.n_ctx, hd, c_.kv_dtype));
+      ++layers;
+      n_kv = t.shape.at(0);
+      hd = t.shape.at(2);
+    }
+    TESSERA_CHECK((layers > 0 && layers % 2 == 0) || (layers == 0 && !states.empty()),
+                  "cpu backend: the graph has no K and V caches and no recurrent state");
+    for (int64_t s = 0; s < c_.n_seq; ++s) {
+      Slot& slot = slots_.emplace_back();
+      if (layers > 0) {
+        slot.kv = std::make_unique<KvCache>(layers / 2, n_kv, c_.n_ctx, hd, c_.kv_dtype);
+        slot.bindings = slot.kv->bindings();
+      }
+      for (const graph::Tensor* t : states) {
+        slot.states.emplace_back(t->nbytes(), uint8_t{0});
+        slot.bindings.push_back({graph::IoRole::STATE, t->io_layer, slot.states.back().data()});
+      }
+    }
     // Compiling the decode plan prepares (repacks) every weight now, so the first prompt's timing measures the
     // forward pass alone.
     const Plan& p = plan_for(1, false, 0);
@@ -103,7 +120,7 @@ class CpuSession : public backend::DeviceSession {
         }
       it = plans_
                .emplace(key, backend_.compile(c_.build_graph(n_tokens, all_logits),
-                                              kv_[static_cast<size_t>(seq)]->bindings()))
+                                              slots_[static_cast<size_t>(seq)].bindings))
                .first;
     }
     Plan& plan = *it->second;
@@ -121,7 +138,14 @@ class CpuSession : public backend::DeviceSession {
 
   backend::SessionConfig c_;
   CpuBackend backend_;
-  std::vector<std::unique_ptr<KvCache>> kv_;                                   // per slot
+  // A sequence slot's state: its KV cache and its recurrent states (one vector per layer, stable addresses: a
+  // std::deque never moves its elements), bound to every plan of the slot.
+  struct Slot {
+    std::unique_ptr<KvCache> kv;
+    std::deque<std::vector<uint8_t>> states;
+    std::vector<StateBinding> bindings;
+  };
+  std::deque<Slot> slots_;                                                     // per slot
   std::map<std::tuple<int64_t, bool, int64_t>, std::unique_ptr<Plan>> plans_;  // by (tokens, all, slot)
   std::map<int64_t, std::vector<uint64_t>> profile_;                           // by chunk size
   std::map<int64_t, std::vector<uint64_t>> spans_;                             // by chunk size: the last run's
