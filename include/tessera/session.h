@@ -23,6 +23,14 @@
 
 namespace tessera {
 
+// A LoRA adapter (docs/LORA.md): a PEFT folder (adapter_config.json + adapter_model.safetensors), its
+// adapter_model.safetensors, or a GGUF LoRA converted by llama.cpp's convert_lora_to_gguf.py; `scale` multiplies the
+// adapter's own alpha / r.
+struct LoraSpec {
+  std::string path;
+  float scale = 1.0f;
+};
+
 struct SessionOptions {
   int64_t n_ctx = 0;      // context in tokens; 0: the model's trained context (Mistral: its sliding window)
   int64_t n_batch = 512;  // prefill chunk: tokens evaluated per forward pass
@@ -49,6 +57,14 @@ struct SessionOptions {
   std::string teal;
   // Sparsify prompt chunks too (perplexity: every scored position as decode sees it); prefill is otherwise dense.
   bool sparsify_prefill = false;
+  // LoRA adapters this session runs, all at once (their updates add up). Each session of a model has its own list;
+  // adapters are read once per model and (path, scale) and shared by the sessions that name them. Error (one
+  // sentence) for a malformed adapter or one made for another base.
+  std::vector<LoraSpec> lora;
+  // Merge the adapters into copies of the weights they adapt when the session opens (W + s·B·A, in the base weight's
+  // format: quantized bases are requantized): decode at the base model's speed, a copy of each adapted weight held.
+  // Unmerged (false), each adapted matmul runs two small extra products per adapter.
+  bool lora_merge = false;
 };
 
 inline constexpr uint64_t kRandomSeed = ~uint64_t{0};
@@ -148,8 +164,9 @@ class Session {
   // Appends `ids` and returns the logits of every one of them: [ids.size() * n_vocab], row-major.
   std::vector<float> eval_all_logits(std::span<const int32_t> ids);
   // Appends `ids` and returns log p(targets[r]) under row r's logits, for every row (each target an id in the
-  // vocabulary, or -1 for a row not scored, which gets 0): what perplexity needs. Where the backend can (CUDA) the log-softmax is reduced on the device and
-  // only the scores come back; logits() is then empty until the next logits-returning call.
+  // vocabulary, or -1 for a row not scored, which gets 0): what perplexity needs. Where the backend can (CUDA) the
+  // log-softmax is reduced on the device and only the scores come back; logits() is then empty until the next
+  // logits-returning call.
   std::vector<double> eval_target_logprobs(std::span<const int32_t> ids, std::span<const int32_t> targets);
   // Whether eval_target_logprobs reduces on the device (else it scores every row on the host, one after another).
   bool scores_on_device() const;
