@@ -23,14 +23,6 @@
 
 namespace tessera {
 
-// A LoRA adapter (docs/LORA.md): a PEFT folder (adapter_config.json + adapter_model.safetensors), its
-// adapter_model.safetensors, or a GGUF LoRA converted by llama.cpp's convert_lora_to_gguf.py; `scale` multiplies the
-// adapter's own alpha / r.
-struct LoraSpec {
-  std::string path;
-  float scale = 1.0f;
-};
-
 struct SessionOptions {
   int64_t n_ctx = 0;      // context in tokens; 0: the model's trained context (Mistral: its sliding window)
   int64_t n_batch = 512;  // prefill chunk: tokens evaluated per forward pass

@@ -22,6 +22,11 @@ std::string_view stop_reason_name(StopReason r) {
   return "?";
 }
 
+LoraSpec LoraSpec::parse(const std::string& spec) {
+  const auto [path, scale] = parse_lora_spec(spec);
+  return {path, scale};
+}
+
 struct Session::Impl {
   Model model;
   SessionOptions options;
