@@ -33,12 +33,42 @@ def rounded(logits):
     return [[float(np.format_float_positional(np.float32(x), unique=True, trim="-")) for x in row] for row in logits]
 
 
+def bench_adapter(a) -> int:
+    from safetensors.numpy import save_file
+    e, f, h, hkv, d, layers = (int(x) for x in a.shape.split(","))
+    shapes = {"self_attn.q_proj": (h * d, e), "self_attn.k_proj": (hkv * d, e), "self_attn.v_proj": (hkv * d, e),
+              "self_attn.o_proj": (e, h * d), "mlp.gate_proj": (f, e), "mlp.up_proj": (f, e),
+              "mlp.down_proj": (e, f)}
+    rng = np.random.default_rng(a.seed)
+    tensors = {}
+    for layer in range(layers):
+        for mod, (n, k) in shapes.items():
+            pre = f"base_model.model.model.layers.{layer}.{mod}"
+            tensors[pre + ".lora_A.weight"] = (rng.standard_normal((a.rank, k)) / np.sqrt(k)).astype(np.float32)
+            tensors[pre + ".lora_B.weight"] = (rng.standard_normal((n, a.rank)) * 0.01).astype(np.float32)
+    os.makedirs(a.bench_adapter, exist_ok=True)
+    save_file(tensors, os.path.join(a.bench_adapter, "adapter_model.safetensors"))
+    with open(os.path.join(a.bench_adapter, "adapter_config.json"), "w") as fh:
+        json.dump({"peft_type": "LORA", "r": a.rank, "lora_alpha": 2 * a.rank, "target_modules": ALL,
+                   "bias": "none", "use_rslora": False}, fh, indent=2)
+    print(f"{a.bench_adapter}: rank {a.rank}, {len(tensors)} tensors")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "tests", "data", "lora"))
     ap.add_argument("--llama-cpp", default="", help="llama.cpp source tree (for convert_lora_to_gguf.py)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bench-adapter", default="",
+                    help="instead: write a random PEFT adapter of --rank on all seven projections of a model of "
+                         "--shape into this folder (numpy only; for `tessera bench --lora`)")
+    ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--shape", default="576,1536,9,3,64,30",
+                    help="hidden,ffn,heads,kv_heads,head_dim,layers (default: SmolLM2-135M)")
     a = ap.parse_args()
+    if a.bench_adapter:
+        return bench_adapter(a)
     import torch
     import transformers
     from peft import LoraConfig, PeftModel, get_peft_model

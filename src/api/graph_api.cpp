@@ -113,7 +113,7 @@ GraphView build_graph(const Model& model, int64_t n_tokens, int64_t n_past, cons
     builder.device.clear();
     return rewrite_view(build_graph(model, n_tokens, n_past, builder), options.device);
   }
-  const std::shared_ptr<const LoraSet> lora = model.impl()->lora_set(options.lora, options.lora_merge);
+  const std::shared_ptr<const LoraSet> lora = model.impl()->lora_set(options.lora, options.lora_merge, DType::F16);
   DType kv = DType::F16;
   if (options.kv_dtype == "f32")
     kv = DType::F32;

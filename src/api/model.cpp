@@ -81,10 +81,10 @@ const Model::Impl& need(const std::shared_ptr<Model::Impl>& impl) {
 }
 }  // namespace
 
-std::shared_ptr<const LoraSet> Model::Impl::lora_set(const std::vector<LoraSpec>& specs, bool merge) {
+std::shared_ptr<const LoraSet> Model::Impl::lora_set(const std::vector<LoraSpec>& specs, bool merge, DType dtype) {
   if (specs.empty()) return nullptr;
   std::lock_guard<std::mutex> lock(lora_mu);
-  std::string set_key = merge ? "merged" : "unmerged";
+  std::string set_key = merge ? "merged" : fmt::format("unmerged {}", dtype_name(dtype));
   std::vector<std::shared_ptr<const LoraAdapter>> adapters;
   for (const LoraSpec& s : specs) {
     const std::string key = fmt::format("{}:{}", s.scale, s.path);
@@ -94,7 +94,7 @@ std::shared_ptr<const LoraSet> Model::Impl::lora_set(const std::vector<LoraSpec>
     adapters.push_back(a);
   }
   auto& set = lora_sets[set_key];
-  if (!set) set = make_lora_set(std::move(adapters), merge, weights);
+  if (!set) set = make_lora_set(std::move(adapters), merge, weights, dtype);
   return set;
 }
 

@@ -78,8 +78,9 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
       const LoraTarget* t = o.lora->adapters[i]->find(wname);
       if (t == nullptr) continue;
       const std::string id = ".lora" + std::to_string(i);
-      const int a = g.add_weight(wname + id + "_a", DType::F32, {t->rank, t->n_in}, t->a.data());
-      const int b = g.add_weight(wname + id + "_b", DType::F32, {t->n_out, t->rank}, t->b.data());
+      const DType dt = o.lora->dtype;
+      const int a = g.add_weight(wname + id + "_a", dt, {t->rank, t->n_in}, t->a_data(dt));
+      const int b = g.add_weight(wname + id + "_b", dt, {t->n_out, t->rank}, t->b_data(dt));
       const int xa = g.add_node(name + id + "_a", Op::MATMUL, Role::NONE, layer, block, {x, a});
       const int xab = g.add_node(name + id + "_b", Op::MATMUL, Role::NONE, layer, block, {xa, b});
       y = g.add_node(name + id, Op::ADD, Role::NONE, layer, block, {y, xab});

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
+#include "quant/half.h"
 #include "quant/quant.h"
 
 namespace tessera {
@@ -110,6 +111,8 @@ LoraTarget make_target(const std::string& file, const std::string& weight, const
   const bool is_q = weight.ends_with(".attn_q.weight"), is_k = weight.ends_with(".attn_k.weight");
   if ((is_q || is_k) && adapter_gguf_rows != base_gguf_rows)
     move_rows(t.b, t.rank, is_q ? c.n_head : c.n_head_kv, c.head_dim, base_gguf_rows);
+  for (float v : t.a) t.a16.push_back(f32_to_fp16(v));
+  for (float v : t.b) t.b16.push_back(f32_to_fp16(v));
   return t;
 }
 
@@ -289,8 +292,11 @@ std::pair<std::string, float> parse_lora_spec(const std::string& spec) {
 }
 
 std::shared_ptr<const LoraSet> make_lora_set(std::vector<std::shared_ptr<const LoraAdapter>> adapters, bool merge,
-                                             const ModelWeights& base) {
+                                             const ModelWeights& base, DType dtype) {
+  TESSERA_CHECK(dtype == DType::F32 || dtype == DType::F16, "LoRA weights run in f32 or f16, not {}",
+                dtype_name(dtype));
   auto set = std::make_shared<LoraSet>();
+  set->dtype = dtype;
   set->adapters = std::move(adapters);
   set->merged = merge;
   if (!merge) return set;
