@@ -78,7 +78,10 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
       const LoraTarget* t = o.lora->adapters[i]->find(wname);
       if (t == nullptr) continue;
       const std::string id = ".lora" + std::to_string(i);
-      const DType dt = o.lora->dtype;
+      // Prefill chunks run A and B in f32, which the CPU multiplies with OpenBLAS's GEMM: its f16 kernel reduces every
+      // (row, token) of B [N, r] with a horizontal sum over only r = 16 products, and measured 0.56x the base's
+      // prefill against 0.75x in f32 (docs/LORA.md). Decode reads them in the set's type (f16: half the bytes).
+      const DType dt = o.n_tokens > 1 ? DType::F32 : o.lora->dtype;
       const int a = g.add_weight(wname + id + "_a", dt, {t->rank, t->n_in}, t->a_data(dt));
       const int b = g.add_weight(wname + id + "_b", dt, {t->n_out, t->rank}, t->b_data(dt));
       const int xa = g.add_node(name + id + "_a", Op::MATMUL, Role::NONE, layer, block, {x, a});

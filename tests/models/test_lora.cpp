@@ -57,7 +57,7 @@ std::vector<float> run(const std::vector<LoraSpec>& lora, bool merge, bool refer
 // its kernels' (the same limits as FamilyHf's). The fast path runs with an f32 KV cache here: these adapters are strong
 // (they move logits by up to 2.5), and with an f16 cache "ab" measured 4.0e-3 of the row's scale, past the limit, in
 // merged and unmerged runs alike (so the cache, not the adapter nodes). Unmerged fast sessions run A and B in f16
-// (LoraSet::dtype): each of the two products rounds both factors to f16 (2^-11 relative), and "ab" then measured
+// (LoraSet::dtype) at decode: each of the two products rounds both factors to f16 (2^-11 relative), and "ab" then measured
 // 3.06e-3 of the row's scale; the limit for that path is 6e-3 (twice the f32 path's, for the two f16 products).
 void expect_logits(const std::vector<float>& got, const std::vector<std::vector<double>>& want, double tol,
                    const std::string& what) {
