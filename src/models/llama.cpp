@@ -78,12 +78,13 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
       const LoraTarget* t = o.lora->adapters[i]->find(wname);
       if (t == nullptr) continue;
       const std::string id = ".lora" + std::to_string(i);
-      // Prefill chunks run A and B in f32, which the CPU multiplies with OpenBLAS's GEMM: its f16 kernel reduces every
-      // (row, token) of B [N, r] with a horizontal sum over only r = 16 products, and measured 0.56x the base's
-      // prefill against 0.75x in f32 (docs/LORA.md). Decode reads them in the set's type (f16: half the bytes).
-      const DType dt = o.n_tokens > 1 ? DType::F32 : o.lora->dtype;
-      const int a = g.add_weight(wname + id + "_a", dt, {t->rank, t->n_in}, t->a_data(dt));
-      const int b = g.add_weight(wname + id + "_b", dt, {t->n_out, t->rank}, t->b_data(dt));
+      // A and B in the set's type (fast sessions: f16, half the bytes), except B in prefill chunks: f32, which the CPU
+      // multiplies with OpenBLAS's GEMM, where its f16 kernel reduces every (row, token) of B [N, r] with a horizontal
+      // sum over only r = 16 products (0.56x the base's prefill, against 0.7-0.9x; docs/LORA.md). A [r, K] stays in
+      // the set's type: OpenBLAS gets one slice of 16 rows (one thread), the f16 kernel a task per 8 rows.
+      const DType da = o.lora->dtype, db = o.n_tokens > 1 ? DType::F32 : o.lora->dtype;
+      const int a = g.add_weight(wname + id + "_a", da, {t->rank, t->n_in}, t->a_data(da));
+      const int b = g.add_weight(wname + id + "_b", db, {t->n_out, t->rank}, t->b_data(db));
       const int xa = g.add_node(name + id + "_a", Op::MATMUL, Role::NONE, layer, block, {x, a});
       const int xab = g.add_node(name + id + "_b", Op::MATMUL, Role::NONE, layer, block, {xa, b});
       y = g.add_node(name + id, Op::ADD, Role::NONE, layer, block, {y, xab});
