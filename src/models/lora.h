@@ -31,8 +31,9 @@ struct LoraTarget {
   float scale = 0;       // s: the adapter's scale for this target times the user's
   std::vector<float> a;  // A [r, K]
   std::vector<float> b;  // B [N, r], already multiplied by `scale`
-  // The same in f16: what fast (non-reference) sessions run. Half the bytes of f32: rank 16 on SmolLM2-135M's seven
-  // projections is 4.9M parameters, 19.6 MB per decoded token in f32 beside the Q4_1 base's 85 MB.
+  // The same in f16: what fast (non-reference) sessions run (B only at decode; models/llama.cpp says why). Half the
+  // bytes of f32: rank 16 on SmolLM2-135M's seven projections is 4.9M parameters, 19.6 MB per decoded token in f32
+  // beside the Q4_1 base's 85 MB.
   std::vector<uint16_t> a16, b16;
   const void* a_data(DType t) const { return t == DType::F16 ? static_cast<const void*>(a16.data()) : a.data(); }
   const void* b_data(DType t) const { return t == DType::F16 ? static_cast<const void*>(b16.data()) : b.data(); }
