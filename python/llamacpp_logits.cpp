@@ -2,9 +2,10 @@
 // sequence and dumps the raw logits of every prompt position, then a greedy (argmax) continuation with the logits
 // of every generation step. Compiled by make_llamacpp_golden.py against the cached llama.cpp build; never by CI.
 //
-// Usage: llamacpp_logits MODEL IDS_FILE N_GEN OUT_FILE [N_THREADS [KV_TYPE [FLASH_ATTN]]]
+// Usage: llamacpp_logits MODEL IDS_FILE N_GEN OUT_FILE [N_THREADS [KV_TYPE [FLASH_ATTN [LORA]]]]
 //   KV_TYPE: f16 (llama.cpp's default) or f32; FLASH_ATTN: auto (default), on or off. The non-defaults exist to
 //   measure how much llama.cpp's own settings move its logits (docs/CORRECTNESS.md).
+//   LORA: a GGUF LoRA adapter applied at scale 1 (docs/LORA.md's check against llama.cpp).
 //   IDS_FILE: whitespace-separated token ids (already tokenized by llama-tokenize).
 //   OUT_FILE (little-endian): int32 n_prompt, int32 n_vocab, float32 logits[n_prompt][n_vocab],
 //             int32 n_gen, then per step: int32 chosen_id, float32 logits[n_vocab] (the logits it was chosen from;
@@ -89,6 +90,12 @@ int main(int argc, char** argv) {
                                              : LLAMA_FLASH_ATTN_TYPE_AUTO;
   llama_context* ctx = llama_init_from_model(model, cp);
   if (!ctx) die("cannot create a context");
+  if (argc > 8) {
+    llama_adapter_lora* ad = llama_adapter_lora_init(model, argv[8]);
+    if (ad == nullptr) die("cannot load the adapter");
+    float scale = 1.0f;
+    if (llama_set_adapters_lora(ctx, &ad, 1, &scale) != 0) die("cannot set the adapter");
+  }
 
   std::ofstream out(argv[4], std::ios::binary);
   if (!out) die(std::string("cannot write ") + argv[4]);

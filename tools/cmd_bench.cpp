@@ -38,13 +38,14 @@ namespace {
 struct BenchFlags {
   ModelSource src;
   TealFlags teal;
+  LoraFlags lora;  // --lora, --lora-merge
   int64_t n_prompt = 512;
   int64_t n_gen = 128;
   int repeats = 5;
   int threads = 0;
   std::string device = "cpu";
   NglFlag ngl;               // -ngl: llama.cpp's spelling of the device
-  BackendFlags backend;  // --cuda KEY=VALUE, --cpu-isa
+  BackendFlags backend;      // --cuda KEY=VALUE, --cpu-isa
   int64_t n_batch = 2048;    // -b: logical batch (llama-bench's default 2048), capped by -ub
   int64_t ubatch = 512;      // -ub: physical batch; Tessera evaluates min(-b, -ub) tokens per pass
   int64_t batch = 1;         // --parallel/-np: sequences decoded together by tg
@@ -186,6 +187,7 @@ int run(BenchFlags& f) {
   so.device = f.device;
   so.backend_options = backend_options(f.backend, f.device);
   apply_teal_flags(f.teal, so);
+  apply_lora_flags(f.lora, so);
   Session session(model, so);
   double tg_sparsity = 0;  // measured over the tg runs (prefill stays dense)
   const int64_t n_vocab = session.n_vocab();
@@ -395,6 +397,7 @@ const int registered = register_command(
                       "128-token prompt");
        app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default) or f32");
        add_teal_flags(app, f->teal);
+       add_lora_flags(app, f->lora);
        app.add_flag("--host-logits", f->host_logits,
                     "CUDA tg: copy every step's logits to the host (decode / decode_batch, random token ids) "
                     "instead of taking the greedy argmax on the device (the default there, as a generation loop "

@@ -42,6 +42,8 @@ struct GraphFlags {
   int64_t n_gen = 16;
   int64_t prompt_tokens = 64;
   int threads = 0;
+  bool chains = false;  // --chains: the matmul chains and their orders (graph/passes/chain.h) instead of the graph
+  LoraFlags lora;       // --lora, --lora-merge: the adapters' nodes in the graph
 };
 
 int64_t layer_count(const GraphView& g) {
@@ -82,6 +84,7 @@ GraphRender measure(const GraphFlags& f, const Model& model, const GraphView& sh
   so.n_batch = n_prompt;
   so.n_threads = cap_threads(f.threads);
   so.device = device;
+  apply_lora_flags(f.lora, so);
   Session session(model, so);
   const auto argmax = [](std::span<const float> x) {
     return static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());
@@ -160,8 +163,16 @@ GraphRender measure(const GraphFlags& f, const Model& model, const GraphView& sh
   return r;
 }
 
-int run(const GraphFlags& f) {
-  if (f.format != "text" && f.format != "json" && f.format != "dot" && f.format != "svg" && f.format != "html")
+int run(GraphFlags f) {
+  if (f.chains) {
+    if (f.format != "text") throw Error("--chains prints text: leave out --format");
+    if (f.profile) throw Error("--chains prints the chain orders' modelled cost: leave out --profile");
+    f.format = "chains";
+  }
+  if (!f.lora.specs.empty() && f.random_weights)
+    throw Error("--lora adapts a model file: give -m MODEL instead of --random-weights");
+  if (f.format != "chains" && f.format != "text" && f.format != "json" && f.format != "dot" && f.format != "svg" &&
+      f.format != "html")
     throw Error(fmt::format("unknown format '{}' (expected text, json, dot, svg or html)", f.format));
   if (f.tokens <= 0) throw Error(fmt::format("--tokens {} must be positive", f.tokens));
   if (f.past < 0) throw Error(fmt::format("--past {} must not be negative", f.past));
@@ -182,7 +193,9 @@ int run(const GraphFlags& f) {
   if (f.random_weights && !f.model.empty())
     throw Error("give either -m MODEL or --arch NAME --random-weights, not both");
 
-  const GraphOptions go{f.ctx, f.kv_type, f.all_logits, f.device};
+  SessionOptions lora;
+  apply_lora_flags(f.lora, lora);
+  const GraphOptions go{f.ctx, f.kv_type, f.all_logits, f.device, lora.lora, lora.lora_merge};
   Model model;
   GraphView g;
   if (f.random_weights && !f.profile) {
@@ -257,6 +270,10 @@ const int registered = register_command(
        app.add_flag("--all-logits", f->all_logits, "Output logits for every token, not only the last");
        app.add_option("--kv-type", f->kv_type, "KV cache type: f16 (default) or f32");
        app.add_option("-o,--output", f->output, "Write to this file instead of stdout");
+       app.add_flag("--chains", f->chains,
+                    "Print the matmul chains (a LoRA adapter's x·Aᵀ·Bᵀ), every order considered with its FLOPs, "
+                    "bytes and modelled cost, and the order chosen");
+       add_lora_flags(app, f->lora);
        app.add_option("--layers", f->layers,
                       "svg/html: draw layers A-B (or A) in full, the others as one box each (svg default: 0)");
        app.add_option("--device", f->device,

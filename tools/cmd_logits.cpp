@@ -36,9 +36,10 @@ struct LogitsFlags {
   std::string text;
   std::string out;
   std::string device = "cpu";
-  NglFlag ngl;  // -ngl: llama.cpp's spelling of the device
+  NglFlag ngl;           // -ngl: llama.cpp's spelling of the device
   BackendFlags backend;  // --cuda KEY=VALUE, --cpu-isa
   TealFlags teal;        // --sparsity, --teal: every prompt row sparsified, as perplexity does
+  LoraFlags lora;        // --lora, --lora-merge
   std::string kv_type;
   int64_t n_ctx = 0;
   int64_t n_ubatch = 512;
@@ -159,6 +160,7 @@ int run(LogitsFlags& f) {
   so.n_ctx = f.n_ctx > 0 ? f.n_ctx : longest;
   if (f.batched) so.n_seq = static_cast<int64_t>(prompts.size());
   apply_teal_flags(f.teal, so);
+  apply_lora_flags(f.lora, so);
   so.sparsify_prefill = true;
   Session session(model, so);
   const int64_t vocab = session.n_vocab();
@@ -234,6 +236,7 @@ const int registered = register_command(
        add_ngl_option(app, f->ngl, app.add_option("--device", f->device, "cpu (default) or cuda"));
        add_backend_flags(app, f->backend);
        add_teal_flags(app, f->teal);
+       add_lora_flags(app, f->lora);
        app.add_option("-c,--ctx-size", f->n_ctx, "Context size (default: the longest prompt)");
        app.add_option("-b,--batch-size,--ub,--ubatch,--ubatch-size", f->n_ubatch,
                       "Logical batch: prompt tokens per forward pass (default 512)");

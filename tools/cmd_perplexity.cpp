@@ -48,6 +48,7 @@ struct PplFlags {
   bool reference = false;
   bool json = false;
   TealFlags teal;
+  LoraFlags lora;  // --lora, --lora-merge
   std::string save_logits;
   std::string kl_base;
   int64_t top_k = 1024;
@@ -158,6 +159,7 @@ int run(PplFlags& f) {
   so.n_ctx = f.n_ctx;
   so.n_batch = f.n_batch > 0 ? std::min(f.n_batch, f.n_ctx) : f.n_ctx;
   apply_teal_flags(f.teal, so);
+  apply_lora_flags(f.lora, so);
   so.sparsify_prefill = true;  // every scored position sparsified as decode would see it (docs/TEAL.md)
   Session session(model, so);
 
@@ -286,6 +288,7 @@ const int registered = register_command(
                       "Tokens per position the base keeps (default 1024: KL within 1% of whole rows, docs/QUALITY.md)");
        app.add_flag("--json", f->json, "Print the result as JSON on stdout");
        add_teal_flags(app, f->teal);
+       add_lora_flags(app, f->lora);
        return [f] { return run(*f); };
      }});
 

@@ -32,6 +32,7 @@ void add_gen_flags(CLI::App& app, GenFlags& f) {
   add_ngl_option(app, f.ngl, device);
   add_backend_flags(app, f.backend);
   add_teal_flags(app, f.teal);
+  add_lora_flags(app, f.lora);
   app.add_option("-n,--n-predict", f.gen.max_tokens, "Tokens to generate, -1 for no limit (default 256)");
   app.add_option("--temp", f.gen.sampling.temperature, "Temperature; 0 is greedy (default 0.8)");
   app.add_option("--top-k", f.gen.sampling.top_k, "Top-k, 0 = off (default 40)");
@@ -71,6 +72,7 @@ uint64_t parse_seed(const std::string& s) {
 
 void finish_gen_flags(GenFlags& f) {
   apply_teal_flags(f.teal, f.session);
+  apply_lora_flags(f.lora, f.session);
   f.gen.sampling.seed = parse_seed(f.seed);
   const SamplingOptions& s = f.gen.sampling;
   if (s.temperature < 0) throw Error(fmt::format("temperature {} must not be negative (0 is greedy)", s.temperature));
@@ -102,24 +104,41 @@ void apply_teal_flags(const TealFlags& f, SessionOptions& so) {
   so.teal = f.teal;
 }
 
+void add_lora_flags(CLI::App& app, LoraFlags& f) {
+  app.add_option("--lora", f.specs,
+                 "LoRA adapter FILE[:SCALE] (repeatable; a PEFT folder, its adapter_model.safetensors, or a GGUF "
+                 "LoRA; SCALE multiplies the adapter's alpha/r, default 1)");
+  app.add_flag("--lora-merge", f.merge,
+               "Merge the --lora adapters into the weights at load (base speed, a copy of each adapted weight) "
+               "instead of running them beside the base matmuls");
+}
+
+void apply_lora_flags(const LoraFlags& f, SessionOptions& so) {
+  if (f.merge && f.specs.empty()) throw Error("--lora-merge needs at least one --lora adapter");
+  for (const std::string& s : f.specs) so.lora.push_back(LoraSpec::parse(s));
+  so.lora_merge = f.merge;
+}
+
 std::string teal_line(const TealFlags& f, double achieved) {
   if (f.sparsity <= 0 && f.teal.empty()) return "";
-  return fmt::format("achieved activation sparsity {:.1f}% ({})", 100.0 * achieved,
-                     f.teal.empty() ? fmt::format("asked {:g}%, top-k per token", 100.0 * f.sparsity)
-                                    : "thresholds of " + f.teal);
+  return fmt::format(
+      "achieved activation sparsity {:.1f}% ({})", 100.0 * achieved,
+      f.teal.empty() ? fmt::format("asked {:g}%, top-k per token", 100.0 * f.sparsity) : "thresholds of " + f.teal);
 }
 
 void add_backend_flags(CLI::App& app, BackendFlags& f) {
   app.add_option("--cuda", f.cuda,
                  "KEY=VALUE: a CUDA backend option (repeatable; e.g. graph=0, sample=0, attn_tma=0; every key with its "
                  "default in docs/ENVIRONMENT.md)");
-  app.add_option("--cpu-isa", f.cpu_isa, "CPU kernels' instruction set: scalar, avx2, avx2_vnni or avx512_vnni "
-                                         "(default: the best this CPU runs)");
+  app.add_option("--cpu-isa", f.cpu_isa,
+                 "CPU kernels' instruction set: scalar, avx2, avx2_vnni or avx512_vnni "
+                 "(default: the best this CPU runs)");
 }
 
 std::vector<std::string> backend_options(const BackendFlags& f, const std::string& device) {
   if (!f.cuda.empty() && device != "cuda")
-    throw Error(fmt::format("--cuda {} sets a CUDA option, but the device is {} (add --device cuda)", f.cuda[0], device));
+    throw Error(
+        fmt::format("--cuda {} sets a CUDA option, but the device is {} (add --device cuda)", f.cuda[0], device));
   if (!f.cpu_isa.empty() && device != "cpu")
     throw Error(fmt::format("--cpu-isa {} sets the CPU's kernels, but the device is {}", f.cpu_isa, device));
   std::vector<std::string> out = f.cuda;

@@ -17,9 +17,9 @@ struct NglFlag {
   int layers = -1;  // -1: not given
   CLI::Option* device_opt = nullptr;
 };
-// The device backend's own switches: --cuda KEY=VALUE (repeatable; the fields of cuda::CudaOptions, docs/ENVIRONMENT.md)
-// and --cpu-isa NAME. backend_options() turns them into SessionOptions::backend_options for `device`, refusing a
-// switch of the other device by name.
+// The device backend's own switches: --cuda KEY=VALUE (repeatable; the fields of cuda::CudaOptions,
+// docs/ENVIRONMENT.md) and --cpu-isa NAME. backend_options() turns them into SessionOptions::backend_options for
+// `device`, refusing a switch of the other device by name.
 struct BackendFlags {
   std::vector<std::string> cuda;
   std::string cpu_isa;
@@ -38,6 +38,15 @@ void apply_teal_flags(const TealFlags& f, SessionOptions& so);
 // "achieved activation sparsity 49.9% (asked 50%)"; "" when TEAL is off.
 std::string teal_line(const TealFlags& f, double achieved);
 
+// LoRA adapters (docs/LORA.md): --lora FILE[:SCALE] (repeatable: a PEFT folder, its adapter_model.safetensors, or a
+// GGUF LoRA) and --lora-merge (merge into the weights at load instead of running the adapters beside them).
+struct LoraFlags {
+  std::vector<std::string> specs;
+  bool merge = false;
+};
+void add_lora_flags(CLI::App& app, LoraFlags& f);
+void apply_lora_flags(const LoraFlags& f, SessionOptions& so);
+
 struct GenFlags {
   std::string model;
   SessionOptions session;
@@ -49,6 +58,7 @@ struct GenFlags {
   NglFlag ngl;                // -ngl: llama.cpp's; maps onto --device
   BackendFlags backend;       // --cuda KEY=VALUE, --cpu-isa
   TealFlags teal;             // --sparsity, --teal
+  LoraFlags lora;             // --lora, --lora-merge
 };
 
 // Adds -m, -c/--ctx-size, -b/--batch-size, -t, --reference, --kv-type, --device, -ngl, -n, --temp, --top-k, --top-p,

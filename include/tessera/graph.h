@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/model.h"
+
 namespace tessera {
 
 class Model;
@@ -55,6 +57,9 @@ struct GraphOptions {
   // "" or "cpu": the builder's graph (the CPU runs it unfused). "cuda": as the CUDA backend's graph passes rewrite it
   // (fused nodes; needs a build with CUDA, not a GPU).
   std::string device;
+  // LoRA adapters shown in the graph (their x·Aᵀ·Bᵀ chains beside the base matmuls), or merged into the weights.
+  std::vector<LoraSpec> lora;
+  bool lora_merge = false;
 };
 
 // What the model views (svg, html) show beyond the graph: measured time per node and the layers drawn in full.
@@ -79,7 +84,8 @@ class GraphView {
   int64_t n_past() const;
   const std::vector<GraphNode>& nodes() const;
   const GraphTotals& totals() const;
-  // "text", "json", "dot", "svg" or "html"; Error otherwise (svg: also when Graphviz is missing).
+  // "text", "json", "dot", "svg", "html" or "chains" (the matmul chains and their orders, graph/passes/chain.h);
+  // Error otherwise (svg: also when Graphviz is missing).
   std::string format(std::string_view format) const;
   std::string format(std::string_view format, const GraphRender& render) const;
 

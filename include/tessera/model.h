@@ -16,12 +16,22 @@ struct ModelOptions {
   bool load_tokenizer = true;
 };
 
+// A LoRA adapter (docs/LORA.md): a PEFT folder (adapter_config.json + adapter_model.safetensors), its
+// adapter_model.safetensors, or a GGUF LoRA converted by llama.cpp's convert_lora_to_gguf.py; `scale` multiplies the
+// adapter's own alpha / r.
+struct LoraSpec {
+  std::string path;
+  float scale = 1.0f;
+  // "FILE[:SCALE]": a trailing ":number" is the scale (so "dir:name" stays a path); Error for a scale not finite.
+  static LoraSpec parse(const std::string& spec);
+};
+
 // Hyperparameters as the engine understands them.
 struct ModelSpec {
   std::string architecture;  // "llama"
   std::string name;
   int64_t n_layers = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_vocab = 0;
-  int64_t n_ctx_train = 0;   // 0 when the file does not say
+  int64_t n_ctx_train = 0;  // 0 when the file does not say
   int64_t sliding_window = 0;
   bool tied_output = false;
   std::string rope_scaling;  // "none", "linear", "llama3", "freqs"

@@ -49,6 +49,14 @@ struct SessionOptions {
   std::string teal;
   // Sparsify prompt chunks too (perplexity: every scored position as decode sees it); prefill is otherwise dense.
   bool sparsify_prefill = false;
+  // LoRA adapters this session runs, all at once (their updates add up). Each session of a model has its own list;
+  // adapters are read once per model and (path, scale) and shared by the sessions that name them. Error (one
+  // sentence) for a malformed adapter or one made for another base.
+  std::vector<LoraSpec> lora;
+  // Merge the adapters into copies of the weights they adapt when the session opens (W + s·B·A, in the base weight's
+  // format: quantized bases are requantized): decode at the base model's speed, a copy of each adapted weight held.
+  // Unmerged (false), each adapted matmul runs two small extra products per adapter.
+  bool lora_merge = false;
 };
 
 inline constexpr uint64_t kRandomSeed = ~uint64_t{0};

@@ -1,10 +1,11 @@
 #include "api/model_impl.h"
 #include "backends/backend.h"
 #include "core/error.h"
+#include "graph/passes/chain.h"
 #include "graph/printer.h"
 #include "models/llama.h"
-#include "tessera/random_model.h"
 #include "models/model_graph.h"
+#include "tessera/random_model.h"
 
 namespace tessera {
 
@@ -65,6 +66,7 @@ std::string GraphView::format(std::string_view format) const { return this->form
 
 std::string GraphView::format(std::string_view format, const GraphRender& r) const {
   const graph::Graph& g = impl_->graph;
+  if (format == "chains") return graph::format_chains(g);
   if (format != "svg" && format != "html") return graph::format_graph(g, format);
   const size_t n = g.nodes().size();
   TESSERA_CHECK(r.node_ms.empty() || r.node_ms.size() == n, "the profile has {} node times for a graph of {} nodes",
@@ -111,14 +113,18 @@ GraphView build_graph(const Model& model, int64_t n_tokens, int64_t n_past, cons
     builder.device.clear();
     return rewrite_view(build_graph(model, n_tokens, n_past, builder), options.device);
   }
+  const std::shared_ptr<const LoraSet> lora = model.impl()->lora_set(options.lora, options.lora_merge, DType::F16);
   DType kv = DType::F16;
-  if (options.kv_dtype == "f32") kv = DType::F32;
-  else TESSERA_CHECK(options.kv_dtype == "f16", "kv cache type '{}' is not supported (f16 or f32)", options.kv_dtype);
+  if (options.kv_dtype == "f32")
+    kv = DType::F32;
+  else
+    TESSERA_CHECK(options.kv_dtype == "f16", "kv cache type '{}' is not supported (f16 or f32)", options.kv_dtype);
   return make_graph_view(build_model_graph(model.impl()->weights, ModelGraphOptions{.n_tokens = n_tokens,
                                                                                     .n_past = n_past,
                                                                                     .n_ctx = options.n_ctx,
                                                                                     .kv_dtype = kv,
-                                                                                    .all_logits = options.all_logits}));
+                                                                                    .all_logits = options.all_logits,
+                                                                                    .lora = lora.get()}));
 }
 
 GraphView build_preset_graph(const std::string& arch, const std::string& dtype, int64_t n_tokens, int64_t n_past,

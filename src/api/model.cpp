@@ -81,6 +81,23 @@ const Model::Impl& need(const std::shared_ptr<Model::Impl>& impl) {
 }
 }  // namespace
 
+std::shared_ptr<const LoraSet> Model::Impl::lora_set(const std::vector<LoraSpec>& specs, bool merge, DType dtype) {
+  if (specs.empty()) return nullptr;
+  std::lock_guard<std::mutex> lock(lora_mu);
+  std::string set_key = merge ? "merged" : fmt::format("unmerged {}", dtype_name(dtype));
+  std::vector<std::shared_ptr<const LoraAdapter>> adapters;
+  for (const LoraSpec& s : specs) {
+    const std::string key = fmt::format("{}:{}", s.scale, s.path);
+    set_key += "\n" + key;
+    auto& a = lora_adapters[key];
+    if (!a) a = std::make_shared<const LoraAdapter>(load_lora_adapter(s.path, s.scale, weights));
+    adapters.push_back(a);
+  }
+  auto& set = lora_sets[set_key];
+  if (!set) set = make_lora_set(std::move(adapters), merge, weights, dtype);
+  return set;
+}
+
 const std::string& Model::path() const { return need(impl_).path; }
 const std::string& Model::format() const { return need(impl_).weights.format(); }
 const ModelSpec& Model::spec() const { return need(impl_).spec; }

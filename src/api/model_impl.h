@@ -9,9 +9,11 @@
 
 #include "backends/backend.h"
 #include "graph/graph.h"
+#include "models/lora.h"
 #include "models/model_weights.h"
 #include "tessera/graph.h"
 #include "tessera/model.h"
+#include "tessera/session.h"
 
 namespace tessera {
 
@@ -30,6 +32,14 @@ struct Model::Impl {
   }
   std::mutex stores_mu;
   std::map<std::string, std::shared_ptr<backend::WeightStore>> stores;
+  // The LoRA set a session asked for (SessionOptions::lora), its adapters read once per (path, scale). Sets live as
+  // long as the model: the backends' weight stores key repacked weights by their address, so an adapter's memory
+  // must never be freed and reused by another while a store may still hold it.
+  // `dtype`: what unmerged A and B run in (f32 for reference sessions, f16 otherwise).
+  std::shared_ptr<const LoraSet> lora_set(const std::vector<LoraSpec>& specs, bool merge, DType dtype);
+  std::mutex lora_mu;
+  std::map<std::string, std::shared_ptr<const LoraAdapter>> lora_adapters;  // key: "scale:path"
+  std::map<std::string, std::shared_ptr<const LoraSet>> lora_sets;          // key: the specs and merge
 };
 
 struct GraphView::Impl {

@@ -22,6 +22,11 @@ std::string_view stop_reason_name(StopReason r) {
   return "?";
 }
 
+LoraSpec LoraSpec::parse(const std::string& spec) {
+  const auto [path, scale] = parse_lora_spec(spec);
+  return {path, scale};
+}
+
 struct Session::Impl {
   Model model;
   SessionOptions options;
@@ -35,6 +40,8 @@ Session::Session(const Model& model, const SessionOptions& options) : impl_(std:
   Model::Impl& m = *model.impl();
   runtime::EngineOptions eo = runtime::resolve_options(options, m.weights.config());
   if (!options.teal.empty()) eo.sparsify.thresholds = load_teal_thresholds(model, options.teal);
+  // Reference sessions run the adapters in f32 (the golden checks' precision), fast ones in f16 (half the bytes).
+  eo.lora = m.lora_set(options.lora, options.lora_merge, eo.reference ? DType::F32 : DType::F16);
   impl_->engine = std::make_unique<runtime::Engine>(m.weights, m.weight_store(eo.device), eo);
 }
 

@@ -62,7 +62,34 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
   g.model_name = c.name.empty() ? c.architecture : c.name;
   const auto weight = [&](const std::string& name, std::vector<int64_t> shape) {
     const TensorView& t = w.require(name, shape);
+    if (o.lora != nullptr && o.lora->merged) {
+      const auto it = o.lora->merged_weights.find(name);
+      if (it != o.lora->merged_weights.end())
+        return g.add_weight(name, it->second.dtype, it->second.shape, it->second.data.data());
+    }
     return g.add_weight(name, t.dtype, t.shape, t.data);
+  };
+  // A projection y[T, N] = x[T, K]·Wᵀ and its unmerged adapters, y += (x·Aᵀ)·Bᵀ each (B carries the scale).
+  const auto matmul = [&](const std::string& name, Role role, int layer, const std::string& block, int x,
+                          const std::string& wname, std::vector<int64_t> shape) {
+    int y = g.add_node(name, Op::MATMUL, role, layer, block, {x, weight(wname, std::move(shape))});
+    if (o.lora == nullptr || o.lora->merged) return y;
+    for (size_t i = 0; i < o.lora->adapters.size(); ++i) {
+      const LoraTarget* t = o.lora->adapters[i]->find(wname);
+      if (t == nullptr) continue;
+      const std::string id = ".lora" + std::to_string(i);
+      // A and B in the set's type (fast sessions: f16, half the bytes), except B in prefill chunks: f32, which the CPU
+      // multiplies with OpenBLAS's GEMM, where its f16 kernel reduces every (row, token) of B [N, r] with a horizontal
+      // sum over only r = 16 products (0.56x the base's prefill, against 0.7-0.9x; docs/LORA.md). A [r, K] stays in
+      // the set's type: OpenBLAS gets one slice of 16 rows (one thread), the f16 kernel a task per 8 rows.
+      const DType da = o.lora->dtype, db = o.n_tokens > 1 ? DType::F32 : o.lora->dtype;
+      const int a = g.add_weight(wname + id + "_a", da, {t->rank, t->n_in}, t->a_data(da));
+      const int b = g.add_weight(wname + id + "_b", db, {t->n_out, t->rank}, t->b_data(db));
+      const int xa = g.add_node(name + id + "_a", Op::MATMUL, Role::NONE, layer, block, {x, a});
+      const int xab = g.add_node(name + id + "_b", Op::MATMUL, Role::NONE, layer, block, {xa, b});
+      y = g.add_node(name + id, Op::ADD, Role::NONE, layer, block, {y, xab});
+    }
+    return y;
   };
 
   const int tokens = g.add_input("tokens", DType::I32, {T});
@@ -71,8 +98,8 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
   g.set_io_role(positions, graph::IoRole::POSITIONS);
   const TensorView* freqs = w.find("rope_freqs.weight");
   if (freqs != nullptr) w.require("rope_freqs.weight", {c.rope_dim / 2});
-  const int inv_freq = g.add_constant(
-      "rope_inv_freq", rope_inv_freq(c, freqs ? reinterpret_cast<const float*>(freqs->data) : nullptr));
+  const int inv_freq =
+      g.add_constant("rope_inv_freq", rope_inv_freq(c, freqs ? reinterpret_cast<const float*>(freqs->data) : nullptr));
 
   // Local (sliding-window) layers of Gemma 3 rotate with their own base and without the global layers' scaling.
   int inv_freq_local = inv_freq;
@@ -114,12 +141,12 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
     g.set_io_role(cache_k, graph::IoRole::CACHE_K, l);
     g.set_io_role(cache_v, graph::IoRole::CACHE_V, l);
 
-    int h = g.add_node(p + "attn_norm", Op::RMSNORM, Role::ATTN_NORM, l, "attn", {x, weight(p + "attn_norm.weight", {E})},
-                       norm);
+    int h = g.add_node(p + "attn_norm", Op::RMSNORM, Role::ATTN_NORM, l, "attn",
+                       {x, weight(p + "attn_norm.weight", {E})}, norm);
     h = act_quant(h, p + "attn_act_quant", l, "attn");
-    int q = g.add_node(p + "attn_q", Op::MATMUL, Role::ATTN_Q, l, "attn", {h, weight(p + "attn_q.weight", {H * D, E})});
-    int k = g.add_node(p + "attn_k", Op::MATMUL, Role::ATTN_K, l, "attn", {h, weight(p + "attn_k.weight", {Hkv * D, E})});
-    int v = g.add_node(p + "attn_v", Op::MATMUL, Role::ATTN_V, l, "attn", {h, weight(p + "attn_v.weight", {Hkv * D, E})});
+    int q = matmul(p + "attn_q", Role::ATTN_Q, l, "attn", h, p + "attn_q.weight", {H * D, E});
+    int k = matmul(p + "attn_k", Role::ATTN_K, l, "attn", h, p + "attn_k.weight", {Hkv * D, E});
+    int v = matmul(p + "attn_v", Role::ATTN_V, l, "attn", h, p + "attn_v.weight", {Hkv * D, E});
     if (c.qkv_bias) {
       q = g.add_node(p + "attn_q_bias", Op::BIAS_ADD, Role::ATTN_Q_BIAS, l, "attn",
                      {q, weight(p + "attn_q.bias", {H * D})});
@@ -153,25 +180,23 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
       a = g.add_node(p + "attn_sub_norm", Op::RMSNORM, Role::ATTN_SUB_NORM, l, "attn",
                      {a, weight(p + "attn_sub_norm.weight", {H * D})}, norm);
     a = act_quant(a, p + "attn_output_act_quant", l, "attn");
-    int ao = g.add_node(p + "attn_output", Op::MATMUL, Role::ATTN_O, l, "attn",
-                        {a, weight(p + "attn_output.weight", {E, H * D})});
+    int ao = matmul(p + "attn_output", Role::ATTN_O, l, "attn", a, p + "attn_output.weight", {E, H * D});
     if (c.post_norms)
       ao = g.add_node(p + "attn_post_norm", Op::RMSNORM, Role::ATTN_POST_NORM, l, "attn",
                       {ao, weight(p + "post_attention_norm.weight", {E})}, norm);
     x = g.add_node(p + "attn_residual", Op::ADD, Role::ATTN_RESIDUAL, l, "attn", {x, ao});
 
-    h = g.add_node(p + "ffn_norm", Op::RMSNORM, Role::FFN_NORM, l, "ffn", {x, weight(p + "ffn_norm.weight", {E})}, norm);
+    h = g.add_node(p + "ffn_norm", Op::RMSNORM, Role::FFN_NORM, l, "ffn", {x, weight(p + "ffn_norm.weight", {E})},
+                   norm);
     h = act_quant(h, p + "ffn_act_quant", l, "ffn");
-    const int gate = g.add_node(p + "ffn_gate", Op::MATMUL, Role::FFN_GATE, l, "ffn",
-                                {h, weight(p + "ffn_gate.weight", {F, E})});
-    const int up = g.add_node(p + "ffn_up", Op::MATMUL, Role::FFN_UP, l, "ffn", {h, weight(p + "ffn_up.weight", {F, E})});
+    const int gate = matmul(p + "ffn_gate", Role::FFN_GATE, l, "ffn", h, p + "ffn_gate.weight", {F, E});
+    const int up = matmul(p + "ffn_up", Role::FFN_UP, l, "ffn", h, p + "ffn_up.weight", {F, E});
     int act = g.add_node(p + "ffn_act", ffn_act, Role::FFN_ACT, l, "ffn", {gate, up});
     if (c.sub_norms)
       act = g.add_node(p + "ffn_sub_norm", Op::RMSNORM, Role::FFN_SUB_NORM, l, "ffn",
                        {act, weight(p + "ffn_sub_norm.weight", {F})}, norm);
     act = act_quant(act, p + "ffn_down_act_quant", l, "ffn");
-    int down =
-        g.add_node(p + "ffn_down", Op::MATMUL, Role::FFN_DOWN, l, "ffn", {act, weight(p + "ffn_down.weight", {E, F})});
+    int down = matmul(p + "ffn_down", Role::FFN_DOWN, l, "ffn", act, p + "ffn_down.weight", {E, F});
     if (c.post_norms)
       down = g.add_node(p + "ffn_post_norm", Op::RMSNORM, Role::FFN_POST_NORM, l, "ffn",
                         {down, weight(p + "post_ffw_norm.weight", {E})}, norm);
@@ -182,8 +207,8 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
   if (!o.all_logits && T > 1) x = g.add_node("last_token", Op::LAST_ROW, Role::LAST_TOKEN, -1, "output", {x});
   x = g.add_node("output_norm", Op::RMSNORM, Role::OUTPUT_NORM, -1, "output", {x, weight("output_norm.weight", {E})},
                  norm);
-  const int out_w = c.tied_output ? embd : weight("output.weight", {V, E});
-  int logits = g.add_node("output", Op::MATMUL, Role::OUTPUT, -1, "output", {x, out_w});
+  int logits = c.tied_output ? g.add_node("output", Op::MATMUL, Role::OUTPUT, -1, "output", {x, embd})
+                             : matmul("output", Role::OUTPUT, -1, "output", x, "output.weight", {V, E});
   if (c.final_softcap > 0)
     logits = g.add_node("output_softcap", Op::SOFTCAP, Role::OUTPUT_SOFTCAP, -1, "output", {logits},
                         {.scale = c.final_softcap});

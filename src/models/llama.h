@@ -12,16 +12,21 @@
 
 #include "core/dtype.h"
 #include "graph/graph.h"
+#include "models/lora.h"
 #include "models/model_weights.h"
 
 namespace tessera {
 
 struct LlamaGraphOptions {
-  int64_t n_tokens = 1;     // T: tokens this graph processes
-  int64_t n_past = 0;       // P: tokens already in the cache (only the attention cost depends on it)
-  int64_t n_ctx = 0;        // cache length in positions; 0 means n_past + n_tokens
+  int64_t n_tokens = 1;  // T: tokens this graph processes
+  int64_t n_past = 0;    // P: tokens already in the cache (only the attention cost depends on it)
+  int64_t n_ctx = 0;     // cache length in positions; 0 means n_past + n_tokens
   DType kv_dtype = DType::F16;
   bool all_logits = false;  // logits for all T tokens ([T, vocab]) instead of the last one ([1, vocab])
+  // LoRA adapters (models/lora.h), null for none. Unmerged: each target matmul y = x·Wᵀ is followed by, per adapter,
+  // "<node>.loraI_a" = x·Aᵀ [T, r], "<node>.loraI_b" = that·Bᵀ [T, N] and "<node>.loraI" = y + that (the order the
+  // chain pass, graph/passes/chain.h, finds cheapest). Merged: the target weights are the set's merged copies.
+  const LoraSet* lora = nullptr;
 };
 
 // Graph inputs, by role (graph::IoRole; names are for display): TOKENS "tokens" i32 [T], POSITIONS "positions" i32 [T],

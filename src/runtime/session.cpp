@@ -110,7 +110,8 @@ graph::Graph Engine::build_graph(int64_t n_tokens, int64_t n_past, bool all_logi
                                                                  .n_past = n_past,
                                                                  .n_ctx = std::max(o_.n_ctx, n_past + n_tokens),
                                                                  .kv_dtype = o_.kv_dtype,
-                                                                 .all_logits = all_logits}),
+                                                                 .all_logits = all_logits,
+                                                                 .lora = o_.lora.get()}),
                          o_.sparsify);
 }
 

@@ -14,6 +14,7 @@
 
 #include "backends/backend.h"
 #include "graph/passes/sparsify.h"
+#include "models/lora.h"
 #include "models/model_weights.h"
 #include "runtime/sampler.h"
 #include "tessera/session.h"
@@ -31,6 +32,7 @@ struct EngineOptions {
   int64_t n_seq = 1;                         // sequence slots, each with its own cache and tokens
   std::vector<std::string> backend_options;  // "key=value" for the backend (SessionOptions::backend_options)
   graph::SparsifyOptions sparsify;           // TEAL (SessionOptions::sparsity; teal's thresholds are set by the API)
+  std::shared_ptr<const LoraSet> lora;       // LoRA adapters (SessionOptions::lora, loaded by the API); null: none
 };
 
 // Resolves SessionOptions against the model (defaults, limits); Error naming the bad option.
