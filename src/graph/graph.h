@@ -60,7 +60,7 @@ enum class Op : uint8_t {
   // a new sequence; Error when it holds another position: a recurrence cannot rewind) and holds h_{P+T-1}, P + T on
   // exit, so the node updates it in place, as KV_STORE updates its cache.
   MLGRU,
-  COUNT,          // not an op: the number of ops (the op table has this many rows)
+  COUNT,  // not an op: the number of ops (the op table has this many rows)
 };
 std::string_view op_name(Op op);
 // Op class for totals: "matmul", "attention", "norm", "rope", "elementwise", "embedding", "kv_cache", "copy".
@@ -168,6 +168,9 @@ struct Fusion {
   bool swiglu = false;   // epilogue: silu(gate) * up of the [gate; up] stack, output [T, N/2]
   bool gate_up = false;  // a stack of (gate, up) whose outputs are one SWIGLU's gate and up (or its epilogue)
   int norm_out = -1;     // epilogue: the output of the RMSNORM (in_producer) whose quantized input it also writes
+  // epilogue: y += (x·A_iᵀ)·B_iᵀ for i < lora (unmerged LoRA adapters, B scaled); A_i [r_i, K] and B_i [N, r_i]
+  // follow the other inputs as A0, B0, A1, B1, ...
+  int lora = 0;
   // RMSNORM: its output is written by its input's producer (that node's norm_out); it launches nothing itself.
   bool in_producer = false;
   // ATTENTION: rope + cache store + attention in one node. inputs = {q, cache_k, cache_v, k, v, positions, inv_freq}:

@@ -78,10 +78,10 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
       const LoraTarget* t = o.lora->adapters[i]->find(wname);
       if (t == nullptr) continue;
       const std::string id = ".lora" + std::to_string(i);
-      // A and B in the set's type (fast sessions: f16, half the bytes), except B in prefill chunks: f32, which the CPU
-      // multiplies with OpenBLAS's GEMM, where its f16 kernel reduces every (row, token) of B [N, r] with a horizontal
-      // sum over only r = 16 products (0.56x the base's prefill, against 0.7-0.9x; docs/LORA.md). A [r, K] stays in
-      // the set's type: OpenBLAS gets one slice of 16 rows (one thread), the f16 kernel a task per 8 rows.
+      // A and B in the set's type (fast sessions: f16, half the bytes), except B in prefill chunks: f32. The CPU's fast
+      // mode runs these nodes as one fused matmul (graph/passes/fuse.h, rewrite 7) reading Bᵀ [r, N] in B's type
+      // (kernels/lora.h): f16 halves a decode step's bytes, f32 spares a chunk's every multiply-add a conversion. The
+      // unfused nodes (reference mode, CUDA) multiply B [N, r] as any matmul.
       const DType da = o.lora->dtype, db = o.n_tokens > 1 ? DType::F32 : o.lora->dtype;
       const int a = g.add_weight(wname + id + "_a", da, {t->rank, t->n_in}, t->a_data(da));
       const int b = g.add_weight(wname + id + "_b", db, {t->n_out, t->rank}, t->b_data(db));

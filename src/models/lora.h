@@ -6,8 +6,9 @@
 // times the user's (--lora FILE:SCALE).
 //
 // Unmerged, the graph builder (models/llama.cpp) adds y += (x·Aᵀ)·Bᵀ after each target matmul, with B pre-multiplied
-// by s at load so the adapter costs two matmuls and one add per target. Merged (--lora-merge), LoraSet computes
-// W + s·B·A once per target at load, in the base weight's format (requantized where the base is quantized).
+// by s at load so the adapter costs two matmuls and one add per target (the CPU's fast mode runs a target and its
+// adapters as one fused step: graph/passes/fuse.h, backends/cpu/kernels/lora.h). Merged (--lora-merge), LoraSet
+// computes W + s·B·A once per target at load, in the base weight's format (requantized where the base is quantized).
 #pragma once
 
 #include <cstdint>

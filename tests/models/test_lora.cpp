@@ -11,6 +11,7 @@
 
 #include "api/model_impl.h"
 #include "formats/gguf.h"
+#include "graph/passes/fuse.h"
 #include "models/llama.h"
 #include "models/lora.h"
 #include "tessera/error.h"
@@ -57,8 +58,9 @@ std::vector<float> run(const std::vector<LoraSpec>& lora, bool merge, bool refer
 // its kernels' (the same limits as FamilyHf's). The fast path runs with an f32 KV cache here: these adapters are strong
 // (they move logits by up to 2.5), and with an f16 cache "ab" measured 4.0e-3 of the row's scale, past the limit, in
 // merged and unmerged runs alike (so the cache, not the adapter nodes). Unmerged fast sessions run A and B in f16
-// (LoraSet::dtype) at decode: each of the two products rounds both factors to f16 (2^-11 relative), and "ab" then measured
-// 3.06e-3 of the row's scale; the limit for that path is 6e-3 (twice the f32 path's, for the two f16 products).
+// (LoraSet::dtype) at decode: each of the two products rounds both factors to f16 (2^-11 relative), and "ab" then
+// measured 3.06e-3 of the row's scale; the limit for that path is 6e-3 (twice the f32 path's, for the two f16
+// products).
 void expect_logits(const std::vector<float>& got, const std::vector<std::vector<double>>& want, double tol,
                    const std::string& what) {
   const size_t V = want[0].size();
@@ -132,6 +134,29 @@ TEST(Lora, GraphHasTwoProductsAndAnAddPerTarget) {
   const int add = g.find_node("blk.1.ffn_down.lora0");
   ASSERT_GE(add, 0);
   EXPECT_EQ(g.node(add).op, graph::Op::ADD);
+}
+
+// The CPU's fast mode runs each target with its adapters as one matmul (graph/passes/fuse.h, rewrite 7): the rewritten
+// graph has the base model's node count, and a target both adapters adapt carries both.
+TEST(Lora, CpuPassesFuseEachTargetWithItsAdapters) {
+  const Model m = base();
+  const ModelWeights& w = m.impl()->weights;
+  auto a = std::make_shared<const LoraAdapter>(load_lora_adapter(dir("adapter_a"), 1.0f, w));
+  auto b = std::make_shared<const LoraAdapter>(load_lora_adapter(dir("adapter_b"), 1.0f, w));
+  const auto set = make_lora_set({a, b}, false, w);
+  for (const int64_t t : {1, 3}) {
+    const graph::Graph g = build_llama_graph(w, {.n_tokens = t, .lora = set.get()});
+    const graph::Graph plain = build_llama_graph(w, {.n_tokens = t});
+    const graph::Graph rg = graph::run_passes(g, graph::FusionSupport{.lora_epilogue = true});
+    EXPECT_EQ(rg.nodes().size(), plain.nodes().size());
+    int one = 0, two = 0;
+    for (const graph::Node& n : rg.nodes()) {
+      one += n.fusion.lora == 1;
+      two += n.fusion.lora == 2;
+    }
+    EXPECT_EQ(one + two, 14);                             // every target of adapter_a (b's are a subset)
+    EXPECT_EQ(two, static_cast<int>(b->targets.size()));  // q, v and down of both layers
+  }
 }
 
 TEST(Lora, SpecParsesAnOptionalScale) {

@@ -174,6 +174,39 @@ FusedRow residual_norm_out(DType wt, int64_t n, int64_t k, int64_t m) {
   return r;
 }
 
+// x -> MATMUL and its unmerged LoRA adapters y += (x·A_iᵀ)·B_iᵀ (models/llama.cpp's graph): the CPU's fast mode runs
+// them as one matmul with a LoRA epilogue (kernels/lora.h), the reference mode as these nodes. `ranks`: one adapter
+// each. The adapters' weights are as large as the base's so a lost or doubled term shows far above the limit.
+FusedRow lora(DType wt, DType lt, int64_t t, int64_t n, int64_t k, std::vector<int64_t> ranks) {
+  FusedRow r;
+  r.name = "LORA_" + dn(wt) + "_" + dn(lt) + "_t" + std::to_string(t) + "_n" + std::to_string(n) + "_k" +
+           std::to_string(k) + "_r";
+  for (const int64_t rk : ranks) r.name += std::to_string(rk) + (&rk == &ranks.back() ? "" : "_");
+  r.build = [=](std::mt19937& rng) {
+    OpGraph og{graph::Graph(t, 0)};
+    const int x = add_f32_input(og, rng, "x", {t, k}, -2, 2);
+    int y = og.g.add_node("q", Op::MATMUL, Role::ATTN_Q, 0, "attn", {x, add_weight(og, rng, "w", wt, {n, k}, -1, 1)});
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      const std::string id = "q.lora" + std::to_string(i);
+      const int a = add_weight(og, rng, id + ".a", lt, {ranks[i], k}, -1, 1);
+      const int b = add_weight(og, rng, id + ".b", lt, {n, ranks[i]}, -1, 1);
+      const int xa = og.g.add_node(id + "_a", Op::MATMUL, Role::NONE, 0, "attn", {x, a});
+      const int xab = og.g.add_node(id + "_b", Op::MATMUL, Role::NONE, 0, "attn", {xa, b});
+      y = og.g.add_node(id, Op::ADD, Role::NONE, 0, "attn", {y, xab});
+    }
+    og.g.mark_output(y);
+    return og;
+  };
+  const int n_adapters = static_cast<int>(ranks.size());
+  r.expect.push_back({"a matmul with its adapters as a LoRA epilogue (the CPU's passes)",
+                      [=](const graph::Node& nd) { return nd.op == Op::MATMUL && nd.fusion.lora == n_adapters; }});
+  // Quantized bases take x in 8 bits per block; so does the f16 A's GEMV at decode.
+  r.max_nmse_cpu = r.max_nmse_cuda = quantized(wt) || lt != DType::F32 ? kQ8 : kF32;
+  return r;
+}
+
+bool is_lora_row(const FusedRow& r) { return r.name.starts_with("LORA_"); }
+
 const std::vector<FusedRow>& fused_rows() {
   static const std::vector<FusedRow> kRows = [] {
     std::vector<FusedRow> v;
@@ -184,6 +217,13 @@ const std::vector<FusedRow>& fused_rows() {
       v.push_back(residual(w, 576, 1536));
     v.push_back(residual_norm_out(DType::Q4_1, 576, 1536, 1536));
     v.push_back(residual_norm_out(DType::Q4_1, 4096, 4096, 1024));
+    // Decode (one token, the default model's q and down shapes), several adapters, and prefill chunks split over
+    // threads with a width that leaves the AVX2 kernel a tail.
+    v.push_back(lora(DType::Q4_1, DType::F16, 1, 576, 576, {16}));
+    v.push_back(lora(DType::Q4_1, DType::F16, 1, 576, 1536, {16, 8}));
+    v.push_back(lora(DType::F32, DType::F32, 1, 100, 64, {5}));
+    v.push_back(lora(DType::F32, DType::F32, 37, 100, 64, {5, 3}));
+    v.push_back(lora(DType::Q4_1, DType::F16, 64, 1536, 576, {16}));
     return v;
   }();
   return kRows;
@@ -255,6 +295,7 @@ TEST(FusedTable, TheDecoderPassesFuseEachRowAsNamed) {
   std::mt19937 rng(7);
   std::set<std::string> kinds;
   for (const FusedRow& r : fused_rows()) {
+    if (is_lora_row(r)) continue;  // the CUDA decoder keeps the adapters' nodes (CpuFusesEachLoraRow)
     const OpGraph og = r.build(rng);
     const graph::Graph rg = decoder_rewrite(og.g);
     for (const Expect& e : r.expect) {
@@ -273,6 +314,41 @@ TEST(FusedTable, TheDecoderPassesFuseEachRowAsNamed) {
   for (const char* k : {"norm prologue", "stack", "swiglu epilogue", "residual epilogue", "norm epilogue"})
     EXPECT_TRUE(kinds.count(k)) << "no fused row exercises the " << k;
 #endif
+}
+
+// The CPU's passes (fast mode) fuse each LoRA row into one matmul with its adapters, and nothing else: the rows above
+// then compare that fused step with the reference mode's unfused nodes.
+TEST(FusedTable, CpuFusesEachLoraRow) {
+  std::mt19937 rng(7);
+  int rows = 0;
+  for (const FusedRow& r : fused_rows()) {
+    if (!is_lora_row(r)) continue;
+    ++rows;
+    const OpGraph og = r.build(rng);
+    const graph::Graph rg = graph::run_passes(og.g, graph::FusionSupport{.lora_epilogue = true});
+    ASSERT_EQ(rg.nodes().size(), 1u) << r.name;
+    for (const Expect& e : r.expect) EXPECT_TRUE(e.check(rg.nodes()[0])) << r.name << ": expected " << e.what;
+    EXPECT_EQ(rg.tensor(rg.nodes()[0].output).shape, og.g.tensor(og.g.nodes().back().output).shape) << r.name;
+  }
+  EXPECT_GT(rows, 0);
+}
+
+// An adapter whose intermediate is read by another node too is left as it is (the fused step would not write it).
+TEST(FusedTable, CpuKeepsALoraWhoseProductIsReadElsewhere) {
+  std::mt19937 rng(7);
+  OpGraph og{graph::Graph(1, 0)};
+  const int x = add_f32_input(og, rng, "x", {1, 64}, -2, 2);
+  const int y = og.g.add_node("q", Op::MATMUL, Role::ATTN_Q, 0, "attn",
+                              {x, add_weight(og, rng, "w", DType::F32, {32, 64}, -1, 1)});
+  const int xa = og.g.add_node("q.lora0_a", Op::MATMUL, Role::NONE, 0, "attn",
+                               {x, add_weight(og, rng, "a", DType::F32, {4, 64}, -1, 1)});
+  const int xab = og.g.add_node("q.lora0_b", Op::MATMUL, Role::NONE, 0, "attn",
+                                {xa, add_weight(og, rng, "b", DType::F32, {32, 4}, -1, 1)});
+  const int sum = og.g.add_node("q.lora0", Op::ADD, Role::NONE, 0, "attn", {y, xab});
+  og.g.mark_output(og.g.add_node("other", Op::ADD, Role::NONE, 0, "attn", {sum, xab}));
+  const graph::Graph rg = graph::run_passes(og.g, graph::FusionSupport{.lora_epilogue = true});
+  ASSERT_EQ(rg.nodes().size(), og.g.nodes().size());
+  for (const graph::Node& n : rg.nodes()) EXPECT_EQ(n.fusion.lora, 0) << n.name;
 }
 
 }  // namespace

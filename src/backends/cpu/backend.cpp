@@ -63,6 +63,34 @@ const SparseWeight* WeightCache::get_sparse(const Tensor& w) {
   return sparse_.emplace(w.data, std::move(sw)).first->second.get();
 }
 
+const void* WeightCache::get_transposed(const Tensor& w, bool* f16) {
+  TESSERA_CHECK(w.kind == TensorKind::WEIGHT && w.shape.size() == 2 && w.data != nullptr && can_dequantize(w.dtype) &&
+                    w.shape[1] % dtype_info(w.dtype).block_size == 0,
+                "cpu backend: '{}' is not a bound 2-D weight in a format the CPU reads", w.name);
+  *f16 = w.dtype == DType::F16;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = transposed_.find(w.data);
+  if (it != transposed_.end()) return it->second.data();
+  const int64_t n = w.shape[0], k = w.shape[1];
+  std::vector<uint8_t> t(static_cast<size_t>(n * k) * (*f16 ? sizeof(uint16_t) : sizeof(float)));
+  if (*f16) {
+    const uint16_t* src = static_cast<const uint16_t*>(w.data);
+    uint16_t* dst = reinterpret_cast<uint16_t*>(t.data());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < k; ++j) dst[j * n + i] = src[i * k + j];
+  } else {
+    std::vector<float> row(static_cast<size_t>(k));
+    float* dst = reinterpret_cast<float*>(t.data());
+    const size_t row_bytes = static_cast<size_t>(*dtype_row_bytes(w.dtype, static_cast<uint64_t>(k)));
+    for (int64_t i = 0; i < n; ++i) {
+      dequantize_row(w.dtype, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(i) * row_bytes, row.data(), k);
+      for (int64_t j = 0; j < k; ++j) dst[j * n + i] = row[static_cast<size_t>(j)];
+    }
+  }
+  bytes_ += t.size();
+  return transposed_.emplace(w.data, std::move(t)).first->second.data();
+}
+
 uint64_t WeightCache::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_;
@@ -74,7 +102,7 @@ uint64_t WeightCache::bytes() const {
 Plan::Plan() = default;
 
 Plan::~Plan() {
-  if (arena_ != nullptr) ::operator delete(arena_, std::align_val_t{64});
+  if (arena_ != nullptr) ::operator delete (arena_, std::align_val_t{64});
 }
 
 void* Plan::input(std::string_view name) {
@@ -117,8 +145,19 @@ const char* CpuBackend::reject_reason(const graph::Node& n, const graph::Graph& 
 const char* CpuBackend::reject_reason(const graph::Node& n, const graph::Graph& g, bool reference) {
   const auto in = [&](size_t i) -> const Tensor& { return g.tensor(n.inputs.at(i)); };
   const auto inputs_ok = [](bool ok) -> const char* { return ok ? nullptr : "is not supported with these inputs"; };
-  // The CPU declares no fusion (graph::FusionSupport{}): it runs builder nodes.
-  if (!n.fusion.empty()) return "is a fused node, and the CPU backend declares no fusion";
+  // The CPU declares one fusion, fast mode only (cpu_fusion_support): a matmul with its LoRA adapters.
+  if (!n.fusion.empty()) {
+    const graph::Fusion& f = n.fusion;
+    const bool lora_only = !reference && n.op == Op::MATMUL && f.lora > 0 && f.n_weights == 1 && f.norm_weight < 0 &&
+                           f.residual < 0 && !f.swiglu && f.norm_out < 0 &&
+                           n.inputs.size() == 2 + 2 * static_cast<size_t>(f.lora);
+    if (!lora_only) return "is a fused node the CPU backend does not declare";
+    for (size_t i = 2; i < n.inputs.size(); ++i)
+      if (!can_dequantize(in(i).dtype) || in(i).shape[1] % dtype_info(in(i).dtype).block_size != 0)
+        return "is not supported with these inputs";
+    if (!matmul_supports(in(1).dtype) && !can_dequantize(in(1).dtype)) return "is not supported with these inputs";
+    return nullptr;
+  }
   switch (n.op) {
     case Op::EMBED:
       return inputs_ok(can_dequantize(in(0).dtype) && in(0).shape[1] % dtype_info(in(0).dtype).block_size == 0);
@@ -156,9 +195,9 @@ constexpr uint64_t kAlign = 64;
 
 std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vector<StateBinding>& state) {
   auto plan = std::make_unique<Plan>();
-  // The CPU declares no fusion: the passes return the builder's nodes (and verify them), so every backend runs a graph
-  // that went through the same pipeline.
-  plan->graph_ = graph::run_passes(g, graph::FusionSupport{});
+  // The CPU fuses only a matmul with its unmerged LoRA adapters, in fast mode (the reference mode runs the builder's
+  // nodes: the fused step's oracle); the passes verify the rewrite either way.
+  plan->graph_ = graph::run_passes(g, graph::FusionSupport{.lora_epilogue = !options_.reference});
   const graph::Graph& pg = plan->graph_;
   for (const graph::Node& n : pg.nodes()) {
     const char* why = reject_reason(n, pg);
@@ -167,7 +206,7 @@ std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vect
   const graph::MemoryPlan mp = graph::plan_memory(pg, graph::MemoryPlanOptions{.alignment = kAlign});
   plan->offsets_ = mp.offsets;
   plan->arena_bytes_ = std::max<uint64_t>(mp.total, kAlign);
-  plan->arena_ = ::operator new(plan->arena_bytes_, std::align_val_t{64});
+  plan->arena_ = ::operator new (plan->arena_bytes_, std::align_val_t{64});
   uint8_t* arena = static_cast<uint8_t*>(plan->arena_);
   for (size_t i = 0; i < pg.tensors().size(); ++i) {
     if (pg.tensors()[i].kind != TensorKind::INPUT) continue;
@@ -239,6 +278,22 @@ std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vect
         s.t = in(0).shape[0];
         s.n = in(1).shape[0];
         s.k = in(1).shape[1];
+        if (n.fusion.lora > 0) {
+          auto lora = std::make_unique<Plan::Lora>();
+          int64_t max_r = 0;
+          for (int i = 0; i < n.fusion.lora; ++i) {
+            const Tensor& a = in(2 + 2 * static_cast<size_t>(i));
+            const Tensor& b = in(3 + 2 * static_cast<size_t>(i));
+            Plan::Lora::Term term{.a = &weights_->get(a), .r = a.shape[0]};
+            term.bt = weights_->get_transposed(b, &term.bt_f16);
+            lora->terms.push_back(term);
+            max_r = std::max(max_r, a.shape[0]);
+          }
+          lora->scratch.assign(static_cast<size_t>(s.t * max_r), 0.0f);
+          lora->u = lora->scratch.data();
+          s.lora = lora.get();
+          plan->loras_.push_back(std::move(lora));
+        }
         break;
       case Op::ROPE:
         s.a = act(n.inputs[0]);

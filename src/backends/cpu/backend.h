@@ -38,15 +38,20 @@ struct BackendOptions {
 class WeightCache {
  public:
   const PackedWeight& get(const graph::Tensor& w);  // w: a 2-D WEIGHT tensor [N, K] with data
-  uint64_t bytes() const;                            // bytes of repacked or converted copies held
+  uint64_t bytes() const;                           // bytes of repacked or converted copies held
   // The channel-major copy MATMUL_SPARSE reads (kernels/matmul_sparse.h), made on first use; nullptr where the active
   // ISA has no sparse kernel for the weight's (possibly converted) format.
   const SparseWeight* get_sparse(const graph::Tensor& w);
+  // w [N, K] transposed, [K, N], made on first use: a LoRA B [N, r] for the epilogue of a fused matmul
+  // (kernels/lora.h). f16 stays f16 (what fast sessions decode with: half the bytes), any other format quant/quant.h
+  // reads becomes f32; *f16 says which.
+  const void* get_transposed(const graph::Tensor& w, bool* f16);
 
  private:
   mutable std::mutex mu_;
   std::unordered_map<const void*, std::unique_ptr<PackedWeight>> map_;
   std::unordered_map<const void*, std::unique_ptr<SparseWeight>> sparse_;
+  std::unordered_map<const void*, std::vector<uint8_t>> transposed_;
   std::vector<std::shared_ptr<std::vector<uint8_t>>> converted_;
   ConversionNotices notices_;
   uint64_t bytes_ = 0;
@@ -85,6 +90,7 @@ class Plan {
   std::vector<uint64_t>* thread_spans = nullptr;
 
   struct Step;
+  struct Lora;
 
  private:
   friend class CpuBackend;
@@ -95,6 +101,7 @@ class Plan {
   uint64_t arena_bytes_ = 0;
   std::vector<std::pair<std::string, int>> input_ids_;  // INPUT tensors by name
   std::vector<std::unique_ptr<OpCall>> calls_;          // bindings of the steps that run a registered op kernel
+  std::vector<std::unique_ptr<Lora>> loras_;            // the LoRA epilogues of fused matmuls
 };
 
 class CpuBackend {

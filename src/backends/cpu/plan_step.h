@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "backends/cpu/backend.h"
 
@@ -11,10 +12,10 @@ namespace tessera::cpu {
 struct Plan::Step {
   graph::Op op = graph::Op::ADD;
   int node = -1;
-  float* y = nullptr;        // output activation (nullptr for KV_STORE, whose output is the cache)
-  const float* a = nullptr;  // first activation input
-  const float* b = nullptr;  // second activation input (ADD, SWIGLU)
-  bool copy_a = false;       // y is not a's storage: copy a into y before an in-place kernel (ROPE, ADD)
+  float* y = nullptr;                // output activation (nullptr for KV_STORE, whose output is the cache)
+  const float* a = nullptr;          // first activation input
+  const float* b = nullptr;          // second activation input (ADD, SWIGLU)
+  bool copy_a = false;               // y is not a's storage: copy a into y before an in-place kernel (ROPE, ADD)
   const PackedWeight* w = nullptr;   // MATMUL, fast mode
   const SparseWeight* sw = nullptr;  // MATMUL_SPARSE, fast mode, where the ISA has a sparse kernel
   DType w_dtype = DType::F32;        // MATMUL (reference mode), EMBED: the raw weight
@@ -29,6 +30,20 @@ struct Plan::Step {
   // An op with no dedicated step (the switch's default): its registered kernel and binding (op_kernel.h).
   void (*kernel)(const OpCall& call, int64_t n_past, ThreadPool& pool) = nullptr;
   const OpCall* call = nullptr;
+  const Lora* lora = nullptr;  // MATMUL with a LoRA epilogue (graph::Fusion::lora): its adapters
+};
+
+// A matmul's unmerged LoRA adapters: y += (x·Aᵀ)·Bᵀ each, u = x·Aᵀ in the scratch u, then kernels/lora.h.
+struct Plan::Lora {
+  struct Term {
+    const PackedWeight* a = nullptr;  // A [r, K] as matmul runs it
+    const void* bt = nullptr;         // Bᵀ [r, N] (WeightCache::get_transposed)
+    bool bt_f16 = false;              // bt in f16, else f32
+    int64_t r = 0;
+  };
+  std::vector<Term> terms;
+  float* u = nullptr;  // [T, max r], in `scratch`
+  std::vector<float> scratch;
 };
 
 }  // namespace tessera::cpu

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -595,12 +596,87 @@ std::vector<std::string> verify_rewrite(const Graph& source, const Graph& rewrit
   return problems;
 }
 
+// 7. LoRA epilogue.
+Graph fold_lora_epilogues(const Graph& g, const FusionSupport& fs) {
+  if (!fs.lora_epilogue) return g;
+  const auto co = consumers_of(g);
+  const auto only_reader = [&](int t) {
+    const auto& c = co[static_cast<size_t>(t)];
+    return c.size() == 1 ? c[0] : -1;
+  };
+  const auto plain_matmul = [&](int id) {
+    const Node& n = g.node(id);
+    return n.op == Op::MATMUL && plain(n) && n.inputs.size() == 2 && is_2d_weight(g.tensor(n.inputs[1]));
+  };
+  // For the sum y read by `add_id`: the adapter (A, B, its A node, its B node) when add_id is ADD(y, (x·Aᵀ)·Bᵀ) with
+  // the products read by nothing else; nullopt otherwise.
+  struct Term {
+    int a, b, node_a, node_b;
+  };
+  const auto term = [&](int add_id, int y, int x, int base) -> std::optional<Term> {
+    if (add_id < 0) return std::nullopt;
+    const Node& add = g.node(add_id);
+    if (add.op != Op::ADD || !plain(add) || add.inputs.size() != 2 || add.inputs[0] != y || add.inputs[1] == y)
+      return std::nullopt;
+    const int xab = add.inputs[1];
+    const int nb = g.tensor(xab).producer;
+    if (nb < 0 || !plain_matmul(nb) || only_reader(xab) != add_id) return std::nullopt;
+    const int xa = g.node(nb).inputs[0];
+    const int na = g.tensor(xa).producer;
+    // The fused node runs where the base matmul is: A's product must come after it (the builder's order).
+    if (na <= base || !plain_matmul(na) || only_reader(xa) != nb || g.node(na).inputs[0] != x) return std::nullopt;
+    const Tensor& a = g.tensor(g.node(na).inputs[1]);
+    const Tensor& b = g.tensor(g.node(nb).inputs[1]);
+    if (a.shape[0] != b.shape[1] || g.tensor(xab).numel() != g.tensor(y).numel()) return std::nullopt;
+    return Term{g.node(na).inputs[1], g.node(nb).inputs[1], na, nb};
+  };
+  Rewriter rw(g);
+  for (int id = 0; id < static_cast<int>(g.nodes().size()); ++id) {
+    if (rw.skipped(id)) continue;
+    if (!plain_matmul(id)) {
+      rw.keep(id);
+      continue;
+    }
+    const Node& n = g.node(id);
+    const int x = n.inputs[0];
+    Node f = n;
+    int y = n.output;
+    std::vector<int> skipped;
+    while (true) {
+      const int add_id = only_reader(y);
+      const auto t = term(add_id, y, x, id);
+      if (!t) break;
+      append_names(&f.fusion.fused_from, g.node(t->node_a));
+      append_names(&f.fusion.fused_from, g.node(t->node_b));
+      append_names(&f.fusion.fused_from, g.node(add_id));
+      f.inputs.push_back(t->a);
+      f.inputs.push_back(t->b);
+      f.flops += g.node(t->node_a).flops + g.node(t->node_b).flops + g.node(add_id).flops;
+      ++f.fusion.lora;
+      skipped.insert(skipped.end(), {t->node_a, t->node_b, add_id});
+      y = g.node(add_id).output;
+    }
+    if (f.fusion.lora == 0) {
+      rw.keep(id);
+      continue;
+    }
+    f.fusion.fused_from.insert(f.fusion.fused_from.begin(), n.name);
+    f.name = joined_name(f.fusion.fused_from);
+    Tensor out = g.tensor(y);
+    if (!out.is_output) out.name = f.name;  // a graph output keeps its name: runtimes and tests read it by name
+    rw.replace(y, rw.add(std::move(f), std::move(out)));
+    for (int s : skipped) rw.skip(s);
+  }
+  return rw.finish();
+}
+
 Graph run_passes(const Graph& g, const FusionSupport& fs) {
   Graph r = fold_norm_prologues(g, fs);
   r = stack_matmuls(r, fs);
   r = fold_residual_adds(r, fs);
   r = fold_residual_norms(r, fs);
   r = fuse_rope_store_attention(r, fs);
+  r = fold_lora_epilogues(r, fs);
   const std::vector<std::string> problems = verify_rewrite(g, r);
   TESSERA_CHECK(problems.empty(), "graph passes: {} (and {} more)", problems.empty() ? "" : problems[0],
                 problems.empty() ? 0 : problems.size() - 1);

@@ -16,6 +16,10 @@
 //  6. rope + cache store + attention: ATTENTION(rope(q), store(rope(k)), store(v)) becomes one ATTENTION node reading
 //     the unrotated q and k, v, the caches, positions and frequencies (fusion.rope_store); a sliding-window
 //     attention (params.window, which the fused node keeps) only where the backend declares windowed_attention.
+//  7. LoRA epilogue: a plain matmul y = x·Wᵀ whose output is read only by ADD(y, (x·Aᵀ)·Bᵀ) (the graph builder's
+//     unmerged adapter, models/llama.cpp), A's product read only by B's and B's only by the add, becomes one matmul
+//     with fusion.lora adapters (several adapters chain: each add's output is the next one's y). Runs last, so the
+//     rewrites above see the adapters' nodes as the builder wrote them.
 // The ops of the families beyond Llama (GEGLU, HEAD_RMSNORM, BIAS_ADD, SOFTCAP, SCALE) are never fused: a pattern
 // above that meets one of them between its nodes (a q norm or bias between a matmul and its rope, a post-norm between
 // a matmul and its residual add) does not match.
@@ -50,6 +54,8 @@ struct FusionSupport {
   // (the fused executor's kernels read params.window).
   bool rope_store_attention = false;
   bool windowed_attention = false;
+  // 7. A matmul with its unmerged LoRA adapters in one node.
+  bool lora_epilogue = false;
 };
 
 // Runs the rewrites the backend supports and verifies the result against g (Error naming what went missing).
@@ -61,6 +67,7 @@ Graph stack_matmuls(const Graph& g, const FusionSupport& support);
 Graph fold_residual_adds(const Graph& g, const FusionSupport& support);
 Graph fold_residual_norms(const Graph& g, const FusionSupport& support);
 Graph fuse_rope_store_attention(const Graph& g, const FusionSupport& support);
+Graph fold_lora_epilogues(const Graph& g, const FusionSupport& support);
 
 // Checks that `rewritten` computes everything `source` does: every source node is either kept (same name and op, no
 // fusion) or named in exactly one fused node's fused_from; every fused_from name is a source node; every role of the
