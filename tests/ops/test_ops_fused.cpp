@@ -181,7 +181,10 @@ FusedRow lora(DType wt, DType lt, int64_t t, int64_t n, int64_t k, std::vector<i
   FusedRow r;
   r.name = "LORA_" + dn(wt) + "_" + dn(lt) + "_t" + std::to_string(t) + "_n" + std::to_string(n) + "_k" +
            std::to_string(k) + "_r";
-  for (const int64_t rk : ranks) r.name += std::to_string(rk) + (&rk == &ranks.back() ? "" : "_");
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) r.name += "_";
+    r.name += std::to_string(ranks[i]);
+  }
   r.build = [=](std::mt19937& rng) {
     OpGraph og{graph::Graph(t, 0)};
     const int x = add_f32_input(og, rng, "x", {t, k}, -2, 2);

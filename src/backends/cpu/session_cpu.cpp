@@ -90,9 +90,20 @@ class CpuSession : public backend::DeviceSession {
     auto it = spans_.find(n_tokens);
     return it == spans_.end() ? std::vector<uint64_t>{} : it->second;
   }
+  // Per node of the builder's graph (what Session::graph shows): a fused plan node (a matmul with its LoRA adapters)
+  // reports its time under the first node it computes, the others 0.
   std::vector<uint64_t> profile_ns(int64_t n_tokens) const override {
     auto it = profile_.find(n_tokens);
-    return it == profile_.end() ? std::vector<uint64_t>{} : it->second;
+    if (it == profile_.end()) return {};
+    const auto names = profile_names_.find(n_tokens);
+    if (names == profile_names_.end()) return it->second;
+    const graph::Graph g = c_.build_graph(n_tokens, false);
+    std::vector<uint64_t> out(g.nodes().size(), 0);
+    for (size_t i = 0; i < it->second.size() && i < names->second.size(); ++i) {
+      const int src = g.find_node(names->second[i]);
+      if (src >= 0) out[static_cast<size_t>(src)] += it->second[i];
+    }
+    return out;
   }
   int64_t n_vocab() const override { return vocab_; }
   int n_threads() const override { return backend_.n_threads(); }
@@ -127,6 +138,13 @@ class CpuSession : public backend::DeviceSession {
     if (profiling_) {
       std::vector<uint64_t>& v = profile_[n_tokens];
       v.resize(plan.graph().nodes().size());
+      bool fused = false;
+      std::vector<std::string> names;
+      for (const graph::Node& n : plan.graph().nodes()) {
+        fused |= !n.fusion.fused_from.empty();
+        names.push_back(n.fusion.fused_from.empty() ? n.name : n.fusion.fused_from[0]);
+      }
+      if (fused) profile_names_[n_tokens] = std::move(names);
       plan.node_ns = &v;
       plan.thread_spans = &spans_[n_tokens];
     } else {
@@ -147,8 +165,10 @@ class CpuSession : public backend::DeviceSession {
   };
   std::deque<Slot> slots_;                                                     // per slot
   std::map<std::tuple<int64_t, bool, int64_t>, std::unique_ptr<Plan>> plans_;  // by (tokens, all, slot)
-  std::map<int64_t, std::vector<uint64_t>> profile_;                           // by chunk size
-  std::map<int64_t, std::vector<uint64_t>> spans_;                             // by chunk size: the last run's
+  std::map<int64_t, std::vector<std::string>> profile_names_;  // by chunk size, where the plan has fused nodes: the
+                                                               // builder node each plan node's time is reported under
+  std::map<int64_t, std::vector<uint64_t>> profile_;           // by chunk size
+  std::map<int64_t, std::vector<uint64_t>> spans_;             // by chunk size: the last run's
   bool profiling_ = false;
   int64_t vocab_ = 0;
 };
