@@ -1,9 +1,9 @@
 // The op table's fused-node rows (tests/ops/test_ops_fused.cpp): a case is a small graph of builder nodes that a
 // backend's passes rewrite into fused nodes (graph/passes/fuse.h: a norm folded into a matmul, stacked matmuls, a
 // SwiGLU or residual epilogue, the residual matmul writing the next norm's quantized input). The reference is the CPU
-// backend in reference mode on the builder's graph; the CPU backend declares no fusion and runs the same graph fast;
-// the CUDA runner runs the graph as the CUDA decoder's passes rewrite it, each fused node through the kernel entry
-// point the decoder calls for it.
+// backend in reference mode on the builder's graph; the CPU backend runs it fast (fusing only a matmul with LoRA
+// adapters); the CUDA runner runs the graph as the CUDA decoder's passes rewrite it, each fused node through the kernel
+// entry point the decoder calls for it.
 #pragma once
 
 #include <optional>

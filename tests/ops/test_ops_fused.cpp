@@ -1,8 +1,8 @@
 // The op table's fused-node rows (ops/op_fused.h): small graphs of builder nodes that the CUDA decoder's passes rewrite
-// into fused nodes, each run on the CPU (reference and fast: the CPU declares no fusion) and on CUDA as rewritten, and
-// compared with the reference by normalized MSE as the one-node rows are (test_ops.cpp: the limits' reasons). Each
-// row also names the fusion the decoder's passes must make of it, so a pass that stops fusing fails here, on the
-// graph, before any GPU runs: on a machine without a GPU only the CUDA runs skip.
+// into fused nodes, each run on the CPU (reference and fast: the CPU fuses only the LORA_ rows) and on CUDA as
+// rewritten, and compared with the reference by normalized MSE as the one-node rows are (test_ops.cpp: the limits'
+// reasons). Each row also names the fusion the decoder's passes must make of it, so a pass that stops fusing fails
+// here, on the graph, before any GPU runs: on a machine without a GPU only the CUDA runs skip.
 #include <gtest/gtest.h>
 
 #include <algorithm>
