@@ -1,0 +1,256 @@
+// TEAL's sparse GEMV against our dense GEMV (issue 23), at Llama-3-8B's shapes, batch 1: per shape and sparsity, the
+// median µs over --reps calls with L2 flushed before each (a memset of 2x the L2 between calls, each call timed by
+// its own pair of events: the method of the issue's TEAL table, triton's do_bench), the dense GEMV's time on the same
+// x, the GB/s on the bytes each reads (sparse: the surviving channels' lines, the list and y), the share of the
+// measured copy bandwidth, and sparse / dense. Also the SPARSIFY kernel's time (top-k form), and a correctness line
+// per case: the sparse GEMV against the dense GEMV on the zeroed x (max |diff| / max |y|). Ends with the issue's bars.
+//
+// Usage: tessera_bench_sparse [--reps N] [--splits-sweep]
+#include <cuda_runtime_api.h>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device_info.h"
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/gemv_sparse.h"
+#include "backends/cuda/memory.h"
+#include "bench_util.h"
+#include "core/error.h"
+
+namespace tessera::cuda::bench {
+namespace {
+
+struct Options {
+  int reps = 200;
+  bool splits_sweep = false;
+};
+
+class SparseBench {
+ public:
+  explicit SparseBench(const Options& opt) : opt_(opt) {
+    set_device(0);
+    TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    cudaDeviceProp p{};
+    TESSERA_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+    l2_bytes_ = static_cast<size_t>(p.l2CacheSize);
+    flush_ = DeviceBuffer(2 * l2_bytes_);
+    ev0_.resize(static_cast<size_t>(opt_.reps));
+    ev1_.resize(static_cast<size_t>(opt_.reps));
+    for (int i = 0; i < opt_.reps; ++i) {
+      TESSERA_CUDA_CHECK(cudaEventCreate(&ev0_[static_cast<size_t>(i)]));
+      TESSERA_CUDA_CHECK(cudaEventCreate(&ev1_[static_cast<size_t>(i)]));
+    }
+    fmt::print("device: {} ({} SMs, L2 {} MB), {} calls per case, L2 flushed before each\n", p.name,
+               p.multiProcessorCount, l2_bytes_ >> 20, opt_.reps);
+  }
+  ~SparseBench() {
+    for (auto e : ev0_) cudaEventDestroy(e);
+    for (auto e : ev1_) cudaEventDestroy(e);
+    cudaStreamDestroy(stream_);
+  }
+
+  void ceilings();
+  void run();
+
+ private:
+  // Median µs of op over reps calls, L2 flushed (memset 2x L2) before each.
+  double time_flushed(const std::function<void()>& op) {
+    op();
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (int i = 0; i < opt_.reps; ++i) {
+      TESSERA_CUDA_CHECK(cudaMemsetAsync(flush_.get(), i & 0xff, flush_.bytes(), stream_));
+      TESSERA_CUDA_CHECK(cudaEventRecord(ev0_[static_cast<size_t>(i)], stream_));
+      op();
+      TESSERA_CUDA_CHECK(cudaEventRecord(ev1_[static_cast<size_t>(i)], stream_));
+    }
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::vector<double> us;
+    for (int i = 0; i < opt_.reps; ++i) {
+      float ms = 0;
+      TESSERA_CUDA_CHECK(cudaEventElapsedTime(&ms, ev0_[static_cast<size_t>(i)], ev1_[static_cast<size_t>(i)]));
+      us.push_back(ms * 1e3);
+    }
+    std::sort(us.begin(), us.end());
+    return us[us.size() / 2];
+  }
+
+  Options opt_;
+  cudaStream_t stream_ = nullptr;
+  std::vector<cudaEvent_t> ev0_, ev1_;
+  size_t l2_bytes_ = 0;
+  DeviceBuffer flush_;
+  double copy_gbps_ = 0;
+  uint64_t seed_ = 1;
+  // (dtype, shape, sparsity) -> sparse µs, dense µs: the bars at the end.
+  std::map<std::string, std::pair<double, double>> results_;
+};
+
+void SparseBench::ceilings() {
+  const size_t bytes = size_t{1} << 30;
+  DeviceBuffer a(bytes), b(bytes);
+  fill_random(FillKind::BYTES, a.get(), bytes, 0, 0, seed_++, stream_);
+  std::vector<float> ms;
+  cudaEvent_t e0 = ev0_[0], e1 = ev1_[0];
+  for (int r = 0; r < 11; ++r) {
+    TESSERA_CUDA_CHECK(cudaEventRecord(e0, stream_));
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream_));
+    TESSERA_CUDA_CHECK(cudaEventRecord(e1, stream_));
+    TESSERA_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    TESSERA_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  copy_gbps_ = 2.0 * bytes / (ms[ms.size() / 2] * 1e-3) / 1e9;
+  fmt::print("copy bandwidth (device-to-device, read + write): {:.0f} GB/s\n", copy_gbps_);
+}
+
+void SparseBench::run() {
+  struct Shape {
+    int64_t n, k;
+    const char* what;
+  };
+  // y[N] = W[N, K] x[K]: K -> N.
+  const Shape shapes[] = {{4096, 4096, "4096x4096 (q, o)"},
+                          {1024, 4096, "4096->1024 (k, v)"},
+                          {14336, 4096, "4096->14336 (gate, up)"},
+                          {4096, 14336, "14336->4096 (down)"}};
+  const float sparsities[] = {0.0f, 0.25f, 0.40f, 0.50f, 0.65f, 0.80f};
+  const DType formats[] = {DType::BF16, DType::F16};
+  fmt::print("\n{:<5} {:<23} {:>5} {:>7} {:>9} {:>9} {:>7} {:>6} {:>9} {:>7} {:>6} {:>8} {:>9}\n", "fmt", "shape",
+             "sp%", "achvd%", "sparse us", "dense us", "ratio", "splits", "sparse GB/s", "%copy", "dense GB/s",
+             "spfy us", "max rel");
+  for (DType dtype : formats) {
+    for (const Shape& s : shapes) {
+      DeviceWeight w;
+      w.dtype = dtype;
+      w.n = s.n;
+      w.k = s.k;
+      w.layout = GemvLayout::ROWS;
+      w.quants = DeviceBuffer(static_cast<size_t>(s.n * s.k) * 2);
+      fill_random(dtype == DType::BF16 ? FillKind::BF16 : FillKind::F16, w.quants.get(), static_cast<size_t>(s.n * s.k),
+                  -0.05f, 0.05f, seed_++, stream_);
+      const SparseWeight sw = make_sparse_weight(w, stream_);
+      SparseGemvWorkspace ws(s.n);
+      DeviceBuffer x(sizeof(float) * s.k), xz(sizeof(float) * s.k), list(sizeof(SparseEntry) * s.k),
+          count(sizeof(int32_t)), zeros(2 * sizeof(unsigned long long));
+      DeviceBuffer yd(sizeof(float) * s.n), ys(sizeof(float) * s.n);
+      fill_random(FillKind::F32, x.get(), static_cast<size_t>(s.k), -1.0f, 1.0f, seed_++, stream_);
+      for (float sp : sparsities) {
+        if (dtype != DType::BF16 && sp != 0.0f && sp != 0.5f) continue;  // f16: the 0% and 50% points only
+        TESSERA_CUDA_CHECK(cudaMemsetAsync(zeros.get(), 0, zeros.bytes(), stream_));
+        sparsify(x.as<float>(), xz.as<float>(), 1, s.k, sp, -1.0f, list.as<SparseEntry>(), count.as<int32_t>(),
+                 zeros.as<unsigned long long>(), stream_);
+        int32_t cnt = 0;
+        unsigned long long z[2] = {};
+        TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        count.download(&cnt, sizeof(cnt));
+        zeros.download(z, sizeof(z));
+        GemvInput in;
+        in.f32 = xz.as<float>();
+        gemv(w, in, yd.as<float>(), stream_);
+        gemv_sparse(sw, list.as<SparseEntry>(), count.as<int32_t>(), ys.as<float>(), false, ws, stream_);
+        std::vector<float> hd(static_cast<size_t>(s.n)), hs(static_cast<size_t>(s.n));
+        TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        yd.download(hd.data(), sizeof(float) * s.n);
+        ys.download(hs.data(), sizeof(float) * s.n);
+        double maxd = 0, maxy = 0;
+        for (int64_t i = 0; i < s.n; ++i) {
+          maxd =
+              std::max(maxd, std::fabs(static_cast<double>(hd[static_cast<size_t>(i)]) - hs[static_cast<size_t>(i)]));
+          maxy = std::max(maxy, std::fabs(static_cast<double>(hd[static_cast<size_t>(i)])));
+        }
+        const double rel = maxy > 0 ? maxd / maxy : maxd;
+        const int splits = gemv_sparse_default_splits(sw);
+        const double sparse_us = time_flushed(
+            [&] { gemv_sparse(sw, list.as<SparseEntry>(), count.as<int32_t>(), ys.as<float>(), false, ws, stream_); });
+        const double dense_us = time_flushed([&] { gemv(w, in, yd.as<float>(), stream_); });
+        const double spfy_us = time_flushed([&] {
+          sparsify(x.as<float>(), xz.as<float>(), 1, s.k, sp, -1.0f, list.as<SparseEntry>(), count.as<int32_t>(),
+                   nullptr, stream_);
+        });
+        const double sparse_bytes =
+            static_cast<double>(cnt) * static_cast<double>(sw.bytes_per_channel() + sizeof(SparseEntry)) +
+            4.0 * static_cast<double>(s.n);
+        const double dense_bytes = static_cast<double>(s.n * s.k) * 2 + 4.0 * static_cast<double>(s.k + s.n);
+        const double sgbps = sparse_bytes / (sparse_us * 1e3), dgbps = dense_bytes / (dense_us * 1e3);
+        fmt::print(
+            "{:<5} {:<23} {:>5.0f} {:>7.1f} {:>9.2f} {:>9.2f} {:>7.3f} {:>6} {:>9.0f} {:>6.1f}% {:>9.0f} {:>8.2f} "
+            "{:>9.1e}{}\n",
+            dtype_name(dtype), s.what, 100.0 * sp, 100.0 * static_cast<double>(z[0]) / static_cast<double>(z[1]),
+            sparse_us, dense_us, sparse_us / dense_us, splits, sgbps, 100.0 * sgbps / copy_gbps_, dgbps, spfy_us, rel,
+            rel > 1e-4 ? "  MISMATCH" : "");
+        results_[fmt::format("{} {} {}", dtype_name(dtype), s.what, static_cast<int>(std::lround(100 * sp)))] = {
+            sparse_us, dense_us};
+        if (opt_.splits_sweep) {
+          std::string line;
+          for (int sp2 : {1, 2, 4, 8, 12, 16, 24, 32, 48, 64}) {
+            const double us = time_flushed([&] {
+              gemv_sparse(sw, list.as<SparseEntry>(), count.as<int32_t>(), ys.as<float>(), false, ws, stream_, sp2);
+            });
+            line += fmt::format(" {}:{:.2f}", sp2, us);
+          }
+          fmt::print("      splits sweep (splits:us):{}\n", line);
+        }
+      }
+    }
+  }
+  // The issue's bars (TEAL's kernel at 50%: 30.7 us at 4096->14336, 30.9 us at 14336->4096).
+  fmt::print("\nbars (issue 23):\n");
+  const std::pair<const char*, double> teal50[] = {{"4096->14336 (gate, up)", 30.7}, {"14336->4096 (down)", 30.9}};
+  for (const auto& [what, teal] : teal50) {
+    const auto [sp, de] = results_[fmt::format("bf16 {} 50", what)];
+    fmt::print("  bf16 {} 50%: {:.2f} us (<= 22: {}), TEAL {:.1f} / ours = {:.2f}x (>= 1.35: {})\n", what, sp,
+               sp <= 22 ? "PASS" : "FAIL", teal, teal / sp, teal / sp >= 1.35 ? "PASS" : "FAIL");
+  }
+  for (const char* what : {"4096x4096 (q, o)", "4096->1024 (k, v)", "4096->14336 (gate, up)", "14336->4096 (down)"}) {
+    const auto [sp, de] = results_[fmt::format("bf16 {} 40", what)];
+    fmt::print("  bf16 {} 40%: sparse / dense = {:.3f} (<= 0.62: {})\n", what, sp / de,
+               sp / de <= 0.62 ? "PASS" : "FAIL");
+  }
+}
+
+int run_main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--reps" && i + 1 < argc) {
+      opt.reps = std::max(3, std::atoi(argv[++i]));
+    } else if (a == "--splits-sweep") {
+      opt.splits_sweep = true;
+    } else {
+      fmt::print(stderr, "usage: tessera_bench_sparse [--reps N] [--splits-sweep]\n");
+      return 2;
+    }
+  }
+  std::string why;
+  if (list_devices(&why).empty()) {
+    fmt::print(stderr, "tessera_bench_sparse: no CUDA GPU ({})\n", why);
+    return 1;
+  }
+  SparseBench b(opt);
+  b.ceilings();
+  b.run();
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera::cuda::bench
+
+int main(int argc, char** argv) {
+  try {
+    return tessera::cuda::bench::run_main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tessera_bench_sparse: %s\n", e.what());
+    return 1;
+  }
+}

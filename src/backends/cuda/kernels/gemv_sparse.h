@@ -1,0 +1,80 @@
+// TEAL's sparse decode on CUDA (issue 23, docs/TEAL.md): SPARSIFY's thresholding builds, on the device, the list of
+// an activation row's surviving channels, and the sparse GEMV reads only the weights those channels multiply.
+//
+// Skipping inside the GEMV's row-major layout would leave each skipped channel's 2 bytes inside the 32-byte sectors
+// DRAM delivers, so nothing would be saved: the sparse GEMV reads a second, channel-blocked copy of the weight
+// (SparseWeight), in which one channel's weights for a tile of 64 output rows are 128 contiguous bytes (one cache
+// line). A block owns one tile and a slice of the surviving-channel list; no atomics on values (split slices are
+// summed by the tile's last block in a fixed order, so results do not depend on scheduling).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/memory.h"
+#include "core/dtype.h"
+
+namespace tessera::cuda {
+
+// Output rows whose weights for one input channel are contiguous in a SparseWeight (64 16-bit values: 128 bytes).
+constexpr int kSparseTile = 64;
+
+// W [n, k] channel-blocked: data[tile][c][r] = W[tile * 64 + r, c] (rows past n are zero), 16-bit (bf16 or f16).
+struct SparseWeight {
+  DType dtype = DType::BF16;
+  int64_t n = 0;
+  int64_t k = 0;
+  DeviceBuffer data;  // [ceil(n / 64), k, 64]
+  int64_t tiles() const { return (n + kSparseTile - 1) / kSparseTile; }
+  // Bytes one surviving channel costs the sparse GEMV (all tiles' lines of that channel).
+  uint64_t bytes_per_channel() const { return static_cast<uint64_t>(tiles()) * kSparseTile * 2; }
+};
+
+// Weight formats with a sparse GEMV: bf16 and f16 (quantized formats: not yet).
+bool gemv_sparse_supports(DType dtype);
+
+// The channel-blocked copy of w (GemvLayout::ROWS, bf16 or f16), made on the device by a transpose kernel on `stream`
+// (no host round trip). Error for another format.
+SparseWeight make_sparse_weight(const DeviceWeight& w, cudaStream_t stream);
+
+// One surviving channel of a sparsified row: its index and its value's float bits (one 8-byte load per channel).
+using SparseEntry = int2;
+
+// SPARSIFY (graph.h) on the device, one block per row: y[i, :] = x[i, :] with |x| <= threshold zeroed when
+// threshold >= 0 (calibrated thresholds), else with the floor(sparsity * k) smallest magnitudes zeroed, ties the
+// first ones in index order: the CPU kernel's rule (backends/cpu/ops/sparsify.cpp), found by a three-pass radix
+// select on |x|'s bits. y may equal x, or be null. With `list` and `count`, row i's surviving nonzero entries go to
+// list[i * k ...] in ascending channel order and their number to count[i]. With `zeros` (two counters, never reset
+// here): zeros[0] += entries zeroed or zero, zeros[1] += t * k (achieved sparsity, as the CPU counts it).
+void sparsify(const float* x /*[t, k]*/, float* y /*[t, k] or null*/, int64_t t, int64_t k, float sparsity,
+              float threshold, SparseEntry* list /*[t, k] or null*/, int32_t* count /*[t] or null*/,
+              unsigned long long* zeros /*[2] or null*/, cudaStream_t stream);
+
+// Partial sums and tickets of the split form (the default where one block per tile would leave SMs idle), sized for
+// weights of at most max_n rows.
+class SparseGemvWorkspace {
+ public:
+  explicit SparseGemvWorkspace(int64_t max_n);
+  int64_t max_tiles() const { return max_tiles_; }
+  float* partials() const { return partials_.as<float>(); }
+  unsigned int* tickets() const { return tickets_.as<unsigned int>(); }
+  static constexpr int kMaxSplits = 64;
+
+ private:
+  int64_t max_tiles_ = 0;
+  DeviceBuffer partials_;  // [kMaxSplits, max_tiles * 64]
+  DeviceBuffer tickets_;   // [max_tiles] blocks finished per tile; zero between launches (the last block resets it)
+};
+
+// The number of list slices (blocks per tile) gemv_sparse uses for w by default: enough blocks for every SM.
+int gemv_sparse_default_splits(const SparseWeight& w);
+
+// y[N] = W · x over the surviving channels list[0 .. *count) of x (sparsify's output for one row): y[r] = sum over
+// entries e of W[r, e.x] * float(e.y), in a fixed order (the same list gives the same y). accumulate: y += instead.
+// splits 0: gemv_sparse_default_splits; else 1..kMaxSplits.
+void gemv_sparse(const SparseWeight& w, const SparseEntry* list /*[k]*/, const int32_t* count /*[1]*/, float* y /*[N]*/,
+                 bool accumulate, SparseGemvWorkspace& ws, cudaStream_t stream, int splits = 0);
+
+}  // namespace tessera::cuda
