@@ -1,0 +1,187 @@
+// TEAL on CUDA (kernels/gemv_sparse.h): the device SPARSIFY against a host reference of the CPU's rule (the
+// floor(sparsity * k) smallest magnitudes zeroed, ties the first in index order; or |x| <= threshold), bit for bit,
+// with its surviving-channel list and counters; and the sparse GEMV against the double-precision reference on the
+// zeroed x, for bf16 and f16, row counts that are not a multiple of the 64-row tile, every split form and accumulate.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "backends/cuda/kernels/gemv_sparse.h"
+#include "core/error.h"
+#include "cuda_test_util.h"
+
+namespace tessera::cuda::test {
+namespace {
+
+// The CPU's SPARSIFY rule, written independently: sort the indices by (|x|, index) and zero the first drop.
+std::vector<float> sparsify_ref(const std::vector<float>& x, float sparsity, float threshold) {
+  std::vector<float> y = x;
+  if (threshold >= 0) {
+    for (float& v : y)
+      if (std::fabs(v) <= threshold) v = 0.0f;
+    return y;
+  }
+  const auto k = static_cast<int64_t>(x.size());
+  const auto drop = static_cast<int64_t>(std::floor(static_cast<double>(sparsity) * static_cast<double>(k)));
+  std::vector<int64_t> idx(x.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return std::fabs(x[a]) < std::fabs(x[b]); });
+  for (int64_t i = 0; i < drop; ++i) y[idx[i]] = 0.0f;
+  return y;
+}
+
+// Rows with many exact ties and zeros: values from a few levels, so the cut falls inside a run of equal magnitudes.
+std::vector<float> tied_floats(std::mt19937& rng, size_t n) {
+  std::uniform_int_distribution<int> level(-4, 4);
+  std::vector<float> v(n);
+  for (float& f : v) f = static_cast<float>(level(rng)) * 0.25f;
+  return v;
+}
+
+void check_sparsify(const std::vector<float>& x, int64_t t, int64_t k, float sparsity, float threshold) {
+  SCOPED_TRACE(::testing::Message() << "t=" << t << " k=" << k << " sparsity=" << sparsity
+                                    << " threshold=" << threshold);
+  DeviceBuffer xd = to_device(x);
+  DeviceBuffer yd = poisoned(sizeof(float) * t * k);
+  DeviceBuffer list = poisoned(sizeof(SparseEntry) * t * k), count = poisoned(sizeof(int32_t) * t);
+  DeviceBuffer zeros(2 * sizeof(unsigned long long));
+  zeros.fill_bytes(0);
+  sparsify(xd.as<float>(), yd.as<float>(), t, k, sparsity, threshold, list.as<SparseEntry>(), count.as<int32_t>(),
+           zeros.as<unsigned long long>(), nullptr);
+  synchronize();
+  const auto y = to_host<float>(yd, static_cast<size_t>(t * k));
+  const auto l = to_host<SparseEntry>(list, static_cast<size_t>(t * k));
+  const auto c = to_host<int32_t>(count, static_cast<size_t>(t));
+  const auto z = to_host<unsigned long long>(zeros, 2);
+  uint64_t want_zeros = 0;
+  for (int64_t r = 0; r < t; ++r) {
+    const std::vector<float> row(x.begin() + r * k, x.begin() + (r + 1) * k);
+    const std::vector<float> ref = sparsify_ref(row, sparsity, threshold);
+    std::vector<SparseEntry> want;
+    for (int64_t i = 0; i < k; ++i) {
+      ASSERT_EQ(std::memcmp(&y[r * k + i], &ref[i], 4), 0)
+          << "row " << r << " entry " << i << ": " << y[r * k + i] << " vs " << ref[i];
+      if (ref[i] == 0.0f) continue;
+      SparseEntry e{static_cast<int>(i), 0};
+      std::memcpy(&e.y, &ref[i], 4);
+      want.push_back(e);
+    }
+    want_zeros += static_cast<uint64_t>(k) - want.size();
+    ASSERT_EQ(c[r], static_cast<int32_t>(want.size())) << "row " << r;
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(l[r * k + i].x, want[i].x) << "row " << r << " list entry " << i;
+      ASSERT_EQ(l[r * k + i].y, want[i].y) << "row " << r << " list entry " << i;
+    }
+  }
+  EXPECT_EQ(z[0], want_zeros);
+  EXPECT_EQ(z[1], static_cast<unsigned long long>(t * k));
+}
+
+TEST(GemvSparse, SparsifyMatchesTheCpuRule) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const int64_t k : {3, 576, 1000, 1536, 4096, 14336}) {
+    for (const float sp : {0.0f, 0.25f, 0.4f, 0.5f, 0.97f, 1.0f}) {
+      const int64_t t = 3;
+      check_sparsify(random_floats(rng, static_cast<size_t>(t * k)), t, k, sp, -1.0f);
+      check_sparsify(tied_floats(rng, static_cast<size_t>(t * k)), t, k, sp, -1.0f);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    check_sparsify(random_floats(rng, static_cast<size_t>(2 * k)), 2, k, 0.0f, 0.3f);
+    check_sparsify(tied_floats(rng, static_cast<size_t>(2 * k)), 2, k, 0.0f, 0.5f);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TEST(GemvSparse, SparsifyInPlace) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const int64_t k = 4096;
+  const auto x = random_floats(rng, static_cast<size_t>(k));
+  DeviceBuffer xd = to_device(x);
+  sparsify(xd.as<float>(), xd.as<float>(), 1, k, 0.5f, -1.0f, nullptr, nullptr, nullptr, nullptr);
+  synchronize();
+  const auto y = to_host<float>(xd, static_cast<size_t>(k));
+  const auto ref = sparsify_ref(x, 0.5f, -1.0f);
+  for (int64_t i = 0; i < k; ++i) ASSERT_EQ(y[i], ref[i]) << i;
+}
+
+// Tolerance as test_gemv.cpp's: only f32 rounding differs from the double reference on the same (zeroed) x. A thread
+// sums at most k / 32 products in sequence (128 here), then a tree of at most 8 levels and the splits' partials, so
+// (128 + 8 + 64) * 2^-24 * mag < 2e-5 * mag (mag = sum |w x|).
+void check_gemv_sparse(DType dtype, int64_t n, int64_t k, float sparsity, int splits, bool accumulate,
+                       std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " sparsity=" << sparsity
+                                    << " splits=" << splits << " accumulate=" << accumulate);
+  const auto w_host = random_weight(rng, dtype, n, k);
+  const auto x = random_floats(rng, static_cast<size_t>(k));
+  const DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
+  const SparseWeight sw = make_sparse_weight(w, nullptr);
+  SparseGemvWorkspace ws(n);
+  DeviceBuffer xd = to_device(x), xz = poisoned(sizeof(float) * k);
+  DeviceBuffer list = poisoned(sizeof(SparseEntry) * k), count = poisoned(sizeof(int32_t));
+  sparsify(xd.as<float>(), xz.as<float>(), 1, k, sparsity, -1.0f, list.as<SparseEntry>(), count.as<int32_t>(), nullptr,
+           nullptr);
+  const auto y0 = random_floats(rng, static_cast<size_t>(n));
+  DeviceBuffer yd = accumulate ? to_device(y0) : poisoned(sizeof(float) * n);
+  gemv_sparse(sw, list.as<SparseEntry>(), count.as<int32_t>(), yd.as<float>(), accumulate, ws, nullptr, splits);
+  synchronize();
+  const auto y = to_host<float>(yd, static_cast<size_t>(n));
+  const auto xzh = to_host<float>(xz, static_cast<size_t>(k));
+  std::vector<double> ref, mag;
+  gemv_ref(dtype, w_host, n, k, xzh.data(), ref, mag);
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = ref[i] + (accumulate ? y0[i] : 0.0);
+    const double tol = 2e-5 * mag[i] + (accumulate ? 1e-6 * std::fabs(y0[i]) : 0.0) + 1e-30;
+    ASSERT_TRUE(std::fabs(y[i] - want) <= tol)
+        << "row " << i << ": " << y[i] << " vs " << want << " (tol " << tol << ")";
+  }
+  // The same list gives the same bits (no value atomics; splits are summed in slice order).
+  if (!accumulate) {
+    DeviceBuffer y2 = poisoned(sizeof(float) * n);
+    gemv_sparse(sw, list.as<SparseEntry>(), count.as<int32_t>(), y2.as<float>(), false, ws, nullptr, splits);
+    synchronize();
+    const auto again = to_host<float>(y2, static_cast<size_t>(n));
+    ASSERT_EQ(std::memcmp(again.data(), y.data(), sizeof(float) * n), 0);
+  }
+}
+
+TEST(GemvSparse, MatchesTheReferenceOnTheZeroedInput) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const DType dtype : {DType::BF16, DType::F16}) {
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{64, 256}, {100, 576}, {1536, 576}, {1024, 4096}}) {
+      for (const float sp : {0.0f, 0.5f, 0.97f, 1.0f}) {
+        for (const int splits : {0, 1, 3, 64}) {
+          check_gemv_sparse(dtype, n, k, sp, splits, false, rng);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      }
+      check_gemv_sparse(dtype, n, k, 0.5f, 0, true, rng);
+      check_gemv_sparse(dtype, n, k, 0.5f, 1, true, rng);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(GemvSparse, RefusesWhatItCannotRun) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const auto w_host = random_weight(rng, DType::Q8_0, 64, 256);
+  const DeviceWeight w = upload_weight(DType::Q8_0, w_host.data(), 64, 256);
+  EXPECT_THROW(make_sparse_weight(w, nullptr), Error);
+  const auto wb = random_weight(rng, DType::BF16, 128, 256);
+  const DeviceWeight wd = upload_weight(DType::BF16, wb.data(), 128, 256);
+  const SparseWeight sw = make_sparse_weight(wd, nullptr);
+  SparseGemvWorkspace small(64);  // one tile; the weight has two
+  DeviceBuffer list(sizeof(SparseEntry) * 256), count(sizeof(int32_t)), y(sizeof(float) * 128);
+  EXPECT_THROW(gemv_sparse(sw, list.as<SparseEntry>(), count.as<int32_t>(), y.as<float>(), false, small, nullptr),
+               Error);
+  EXPECT_THROW(sparsify(nullptr, nullptr, 1, 256, 1.5f, -1.0f, nullptr, nullptr, nullptr, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace tessera::cuda::test
