@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# TEAL on CUDA (issue 23), one command for the GPU machine: builds only what it needs (Release, sm_90a, in build-gpu
+# as scripts/gpu_check.sh does, so a warm machine rebuilds little), runs the sparse kernels' GPU tests and the op
+# table's SPARSIFY / MATMUL_SPARSE rows, the sparse GEMV benchmark (tessera_bench_sparse: Llama-3-8B's shapes at
+# 0-80%, L2 flushed before each call) and, where the CUDA executors run sparse decode, end-to-end decode of the 8B
+# random models dense vs --sparsity 0.4 / 0.5. Prints a compact summary (also $OUT/sparse_summary.md); the full logs
+# go to $OUT/sparse_build.log, $OUT/sparse_tests.log, $OUT/sparse_bench.log. Under 5 minutes on 16 cores + H100.
+#
+# Prepare here first: scripts/make_gpu_bundle.sh (fills the git-ignored .gpu-deps/). Then, through the device tool,
+# with carry [".gpu-deps"]:   scripts/gpu_sparse.sh 2>&1 | tee $OUT/log
+# Options: --no-e2e (skip the end-to-end decode), --splits-sweep (the benchmark also times every split count).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+OUT=${OUT:-$root/build-gpu/out}
+mkdir -p "$OUT"
+e2e=1
+sweep=()
+for a in "$@"; do
+  case "$a" in
+    --no-e2e) e2e=0 ;;
+    --splits-sweep) sweep=(--splits-sweep) ;;
+    *) echo "gpu_sparse: unknown option $a" >&2; exit 2 ;;
+  esac
+done
+summary="$OUT/sparse_summary.md"
+: > "$summary"
+say() { echo "$*" | tee -a "$summary"; }
+t0=$(date +%s)
+say "# gpu_sparse $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git rev-parse --short HEAD 2>/dev/null)"
+say "$(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | head -1)"
+
+deps="$root/.gpu-deps"
+arch_lib="$deps/lib/x86_64-linux-gnu"
+logb="$OUT/sparse_build.log"
+targets="test_backends_cuda test_ops tessera_bench_sparse"
+[ "$e2e" = 1 ] && targets="$targets tessera_cli"
+if cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA_ARCHS=90a-real \
+    -DCMAKE_PREFIX_PATH="$deps" -Dfmt_DIR="$arch_lib/cmake/fmt" -DGTest_DIR="$arch_lib/cmake/GTest" \
+    -Dnlohmann_json_DIR="$deps/share/cmake/nlohmann_json" -DCLI11_DIR="$deps/share/cmake/CLI11" \
+    -DPKG_CONFIG_EXECUTABLE="$deps/bin/pkg-config" -DTESSERA_FUZZ=OFF -DTESSERA_CUDNN_ROOT="$deps/cudnn" > "$logb" 2>&1 &&
+   cmake --build build-gpu --target $targets -j "$(nproc)" >> "$logb" 2>&1; then
+  say "- build: ok ($(( $(date +%s) - t0 ))s)"
+else
+  say "- build: FAILED"
+  grep -E "error|FAILED" "$logb" | head -30 | tee -a "$summary"
+  exit 1
+fi
+export LD_LIBRARY_PATH="$arch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export TESSERA_SOURCE_DIR="$root"
+bin=build-gpu/bin
+status=0
+
+# ---- tests: the kernels (tests/backends/cuda/test_gemv_sparse.cpp, and any CUDA test named *Sparse*/*Teal*), then
+# the op table's rows (tests/ops: SPARSIFY, MATMUL_SPARSE on CUDA) ----
+logt="$OUT/sparse_tests.log"
+: > "$logt"
+run_tests() {
+  local what=$1 bin_=$2 filter=$3
+  local log
+  log=$(mktemp)
+  timeout 150 "$bin_" --gtest_color=no --gtest_filter="$filter" > "$log" 2>&1
+  local rc=$?
+  { echo "== $what ($filter)"; cat "$log"; } >> "$logt"
+  say "- $what: exit $rc, $(grep -c '^\[       OK \]' "$log") passed, $(grep -c '^\[  FAILED  \] .*([0-9]* ms)$' "$log") failed, $(grep -c '^\[  SKIPPED \] .*([0-9]* ms)$' "$log") skipped"
+  if [ "$rc" -ne 0 ]; then
+    status=1
+    # The first failure's lines (assertion text), so the summary says what broke.
+    grep -E '^\[  FAILED  \]|Failure|error|Expected|Which is|row |vs ' "$log" | head -25 | tee -a "$summary"
+  fi
+  rm -f "$log"
+}
+run_tests "cuda sparse tests" build-gpu/tests/test_backends_cuda '*Sparse*:*Teal*:*SPARS*'
+run_tests "op table sparse rows" build-gpu/tests/test_ops '*SPARS*:*Sparse*'
+# compute-sanitizer memcheck of the kernel tests (out-of-bounds list or weight reads would show here first).
+if command -v compute-sanitizer > /dev/null; then
+  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_backends_cuda --gtest_color=no \
+    --gtest_filter='GemvSparse.*' > "$OUT/sparse_memcheck.tmp" 2>&1
+  rc=$?
+  say "- memcheck (GemvSparse.*): exit $rc, $(grep -c '^\[       OK \]' "$OUT/sparse_memcheck.tmp") passed"
+  [ "$rc" -ne 0 ] && status=1 && grep -E 'ERROR SUMMARY|Invalid|at 0x' "$OUT/sparse_memcheck.tmp" | head -12 | tee -a "$summary"
+  { echo "== memcheck"; cat "$OUT/sparse_memcheck.tmp"; } >> "$logt"
+  rm -f "$OUT/sparse_memcheck.tmp"
+fi
+
+# ---- the kernel benchmark ----
+logk="$OUT/sparse_bench.log"
+say "- kernel bench ($(( $(date +%s) - t0 ))s):"
+timeout 150 "$bin/tessera_bench_sparse" "${sweep[@]}" > "$logk" 2>&1
+rc=$?
+[ "$rc" -ne 0 ] && status=1
+say '```'
+cat "$logk" | tee -a "$summary"
+say '```'
+say "  (exit $rc)"
+
+# ---- end to end: tessera bench --device cuda dense vs --sparsity (random 8B weights) ----
+if [ "$e2e" = 1 ]; then
+  say "- end to end ($(( $(date +%s) - t0 ))s): tessera bench --device cuda --arch llama3-8b --random-weights -p 0 -n 128 -r 3"
+  for dt in bf16 q8_0 q4_1; do
+    for sp in 0 0.4 0.5; do
+      [ "$dt" != bf16 ] && [ "$sp" = 0.4 ] && continue
+      args=(--device cuda --arch llama3-8b --random-weights --dtype "$dt" -p 0 -n 128 -r 3 --no-ceilings)
+      [ "$sp" != 0 ] && args+=(--sparsity "$sp")
+      line=$(timeout 100 "$bin/tessera" bench "${args[@]}" 2>&1)
+      rc=$?
+      echo "## bench ${args[*]}" >> "$logk"
+      echo "$line" >> "$logk"
+      tg=$(echo "$line" | grep -E 'tg|tok/s' | tail -3 | tr '\n' ' ' | cut -c1-300)
+      say "  - $dt sparsity $sp: exit $rc: $tg"
+      # The first failure's reason (e.g. the CUDA executors refusing sparse nodes) is enough.
+      [ "$rc" -ne 0 ] && echo "$line" | grep -iE 'error|refus|support' | head -2 | tee -a "$summary"
+    done
+  done
+fi
+say "- done in $(( $(date +%s) - t0 ))s, status $status"
+exit $status
