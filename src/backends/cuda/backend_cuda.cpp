@@ -24,6 +24,7 @@
 #include "backends/cuda/device_sampler.h"
 #include "backends/cuda/executor_common.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/gemv_sparse.h"
 #include "backends/cuda/kernels_family.h"
 #include "core/error.h"
 #include "graph/passes/fuse.h"
@@ -153,6 +154,20 @@ struct CudaDecoder::Impl {
     return q8.emplace(tid, std::move(b)).first->second;
   }
 
+  // TEAL (kernels/gemv_sparse.h): each SPARSIFY output's surviving-channel list and count (written by its sparsify
+  // launch), the channel-blocked copy of each float weight a MATMUL_SPARSE reads (made at compile), and one workspace
+  // for the split GEMVs (launches run in stream order, so they share it).
+  struct SparseList {
+    SparseEntry* list;
+    int32_t* count;
+  };
+  std::unordered_map<int, SparseList> sparse_lists;
+  std::unordered_map<const DeviceWeight*, std::unique_ptr<SparseWeight>> sparse_weights;
+  std::unique_ptr<SparseGemvWorkspace> sparse_ws;
+  // A MATMUL_SPARSE as the sparse GEMV; false where it has none (quantized weights, an input that is not a SPARSIFY
+  // output): the caller compiles it as the dense MATMUL on the zeroed input, the same values.
+  bool compile_sparse_matmul(int id_in_g);
+
   void compile();
   void compile_node(int id_in_g);
   // CudaOptions::drop_ops (graph op names: rmsnorm, swiglu, attention, matmul, add, embed): the decode
@@ -276,6 +291,90 @@ void CudaDecoder::Impl::compile() {
   argmax_out = DeviceBuffer(2 * sizeof(int32_t));
 }
 
+bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
+  const graph::Node& n = g.node(id_in_g);
+  const auto li = sparse_lists.find(n.inputs.at(0));
+  if (li == sparse_lists.end()) return false;
+  const int n_weights = n.fusion.n_weights;
+  const DeviceWeight* wp = nullptr;
+  if (n_weights == 1) {
+    wp = &weight(n, n.inputs.at(1));
+  } else {
+    std::vector<const graph::Tensor*> members;
+    for (int i = 0; i < n_weights; ++i) members.push_back(&g.tensor(n.inputs.at(static_cast<size_t>(1 + i))));
+    wp = &sh->stack(n, members);
+  }
+  if (!gemv_sparse_supports(wp->dtype) || wp->layout != GemvLayout::ROWS) return false;
+  if (n.fusion.norm_weight >= 0 || n.fusion.norm_out >= 0)
+    unsupported(n, "the sparse GEMV has no RMSNorm prologue or epilogue");
+  std::unique_ptr<SparseWeight>& sw = sparse_weights[wp];
+  if (!sw) {
+    sw = std::make_unique<SparseWeight>(make_sparse_weight(*wp, stream));
+    bytes += sw->data.bytes();
+  }
+  if (!sparse_ws) {
+    // One workspace for every sparse GEMV of the graph: sized for the tallest weight (stacks: the members' rows).
+    int64_t max_n = 0;
+    for (const graph::Node& m : g.nodes()) {
+      if (m.op != Op::MATMUL_SPARSE) continue;
+      int64_t rows = 0;
+      for (int i = 0; i < m.fusion.n_weights; ++i) rows += g.tensor(m.inputs.at(static_cast<size_t>(1 + i))).shape[0];
+      max_n = std::max(max_n, rows);
+    }
+    sparse_ws = std::make_unique<SparseGemvWorkspace>(std::max(max_n, wp->n));
+  }
+  const int out = n.output;
+  const graph::Tensor& ot = g.tensor(out);
+  if (ot.dtype != DType::F32) unsupported(n, "its output is not f32");
+  float* y = nullptr;
+  float* gate_up = nullptr;  // the SwiGLU epilogue: the [gate; up] outputs, then one swiglu launch
+  bool accumulate = false;
+  const float* copy_first = nullptr;
+  const int64_t f = ot.numel();
+  if (n.fusion.swiglu) {
+    ptr[static_cast<size_t>(out)] = planned(n, out);
+    y = act(out);
+    if (wp->n != 2 * f) unsupported(n, "its stacked weight is not [gate; up] for its output");
+    gate_up = static_cast<float*>(alloc(static_cast<size_t>(2 * f) * sizeof(float)));
+  } else if (n_weights > 1) {
+    if (f != wp->n) unsupported(n, "its output is not the stack's width");
+    ptr[static_cast<size_t>(out)] = planned(n, out);
+    y = act(out);
+  } else if (n.fusion.residual >= 0) {
+    // As the dense MATMUL: y = a + W·x as a += W·x, over the residual's storage where the plan allows.
+    if (act(n.inputs.at(0)) == act(n.fusion.residual))
+      unsupported(n, "its input lives in the residual it accumulates into");
+    if (plan.in_place_input[static_cast<size_t>(id_in_g)] == n.fusion.residual) {
+      y = act(n.fusion.residual);
+      ptr[static_cast<size_t>(out)] = y;
+    } else {
+      copy_first = act(n.fusion.residual);
+      ptr[static_cast<size_t>(out)] = planned(n, out);
+      y = act(out);
+    }
+    accumulate = true;
+  } else {
+    ptr[static_cast<size_t>(out)] = planned(n, out);
+    y = act(out);
+  }
+  const SparseWeight* swp = sw.get();
+  SparseGemvWorkspace* ws = sparse_ws.get();
+  const SparseEntry* list = li->second.list;
+  const int32_t* count = li->second.count;
+  const size_t y_bytes = static_cast<size_t>(ot.nbytes());
+  launches.push_back({n.source, [=](cudaStream_t s, const RunArgs&) {
+                        if (copy_first != nullptr)
+                          TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, copy_first, y_bytes, cudaMemcpyDeviceToDevice, s));
+                        if (gate_up != nullptr) {
+                          gemv_sparse(*swp, list, count, gate_up, false, *ws, s);
+                          swiglu(gate_up, gate_up + f, y, f, s);
+                        } else {
+                          gemv_sparse(*swp, list, count, y, accumulate, *ws, s);
+                        }
+                      }});
+  return true;
+}
+
 void CudaDecoder::Impl::compile_node(int id_in_g) {
   const graph::Node& n = g.node(id_in_g);
   const int id = n.source;  // launches report their time under the source graph's node
@@ -322,6 +421,23 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { rmsnorm(x, w, y, 1, d, eps, s, q, ds); }});
       return;
     }
+    case Op::SPARSIFY: {
+      // The zeroed row for dense readers and the list of its surviving channels for the sparse GEMVs.
+      const float* x = act(in(0));
+      float* y = new_act();
+      const int64_t k = ot.numel();
+      auto* list = static_cast<SparseEntry*>(alloc(static_cast<size_t>(k) * sizeof(SparseEntry)));
+      auto* count = static_cast<int32_t*>(alloc(sizeof(int32_t)));
+      sparse_lists[out] = SparseList{list, count};
+      const float sp = n.params.sparsity, th = n.params.sparse_threshold;
+      unsigned long long* zeros = sparsity_counters();
+      launches.push_back(
+          {id, [=](cudaStream_t s, const RunArgs&) { sparsify(x, y, 1, k, sp, th, list, count, zeros, s); }});
+      return;
+    }
+    case Op::MATMUL_SPARSE:
+      if (compile_sparse_matmul(id_in_g)) return;
+      [[fallthrough]];
     case Op::MATMUL: {
       // A stack of weights (q|k|v, gate|up: Fusion::n_weights) runs as one GEMV over the stacked matrix: fewer
       // launches, and the small matrices stream at the big one's efficiency.

@@ -305,6 +305,30 @@ void sparsify(const float* x, float* y, int64_t t, int64_t k, float sparsity, fl
                  0, stream, x, y, static_cast<int>(k), drop, threshold, list, count, zeros);
 }
 
+unsigned long long* sparsity_counters() {
+  // Never freed: process-wide like the CPU's counters, and a static DeviceBuffer would be freed after the runtime's
+  // own teardown at exit.
+  static unsigned long long* counters = [] {
+    auto* b = new DeviceBuffer(2 * sizeof(unsigned long long));
+    TESSERA_CUDA_CHECK(cudaMemset(b->get(), 0, b->bytes()));
+    return b->as<unsigned long long>();
+  }();
+  return counters;
+}
+
+std::pair<uint64_t, uint64_t> read_sparsity_counters() {
+  unsigned long long c[2] = {};
+  TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
+  TESSERA_CUDA_CHECK(cudaMemcpy(c, sparsity_counters(), sizeof(c), cudaMemcpyDeviceToHost));
+  return {c[0], c[1]};
+}
+
+void reset_sparsity_counters() {
+  TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
+  TESSERA_CUDA_CHECK(cudaMemset(sparsity_counters(), 0, 2 * sizeof(unsigned long long)));
+  TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 SparseGemvWorkspace::SparseGemvWorkspace(int64_t max_n)
     : max_tiles_((max_n + kSparseTile - 1) / kSparseTile),
       partials_(sizeof(float) * static_cast<size_t>(kMaxSplits) * static_cast<size_t>(max_tiles_) * kSparseTile),

@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/memory.h"
@@ -51,6 +52,13 @@ using SparseEntry = int2;
 void sparsify(const float* x /*[t, k]*/, float* y /*[t, k] or null*/, int64_t t, int64_t k, float sparsity,
               float threshold, SparseEntry* list /*[t, k] or null*/, int32_t* count /*[t] or null*/,
               unsigned long long* zeros /*[2] or null*/, cudaStream_t stream);
+
+// The process's achieved-sparsity counters on the device ([2]: zeros, elements), the `zeros` argument the executors
+// pass to sparsify (process-wide, as the CPU's: backends/cpu/ops/sparsify.cpp). Allocated on first use.
+unsigned long long* sparsity_counters();
+// Their values (waits for the device) and a reset to zero (waits too).
+std::pair<uint64_t, uint64_t> read_sparsity_counters();
+void reset_sparsity_counters();
 
 // Partial sums and tickets of the split form (the default where one block per tile would leave SMs idle), sized for
 // weights of at most max_n rows.
