@@ -3,7 +3,8 @@
 // its own pair of events: the method of the TEAL table, triton's do_bench), the dense GEMV's time on the same
 // x, the GB/s on the bytes each reads (sparse: the surviving channels' lines, the list and y), the share of the
 // measured copy bandwidth, and sparse / dense. Also the SPARSIFY kernel's time (top-k form), and a correctness line
-// per case: the sparse GEMV against the dense GEMV on the zeroed x (max |diff| / max |y|). Ends with the bars.
+// per case: the sparse GEMV against the dense GEMV on the zeroed x (max |diff| / max |y|). bf16 also times the 128-
+// and 256-row tiles (gemv_sparse.h) on the next line. Ends with the bars.
 //
 // Usage: tessera_bench_sparse [--reps N] [--splits-sweep]
 #include <cuda_runtime_api.h>
@@ -140,6 +141,10 @@ void SparseBench::run() {
       fill_random(dtype == DType::BF16 ? FillKind::BF16 : FillKind::F16, w.quants.get(), static_cast<size_t>(s.n * s.k),
                   -0.05f, 0.05f, seed_++, stream_);
       const SparseWeight sw = make_sparse_weight(w, stream_);
+      // The taller tiles (longer contiguous runs per channel, fewer tiles, more splits): bf16 only, timed beside.
+      std::vector<SparseWeight> tall;
+      if (dtype == DType::BF16)
+        for (const int tile : {128, 256}) tall.push_back(make_sparse_weight(w, stream_, tile));
       SparseGemvWorkspace ws(s.n);
       DeviceBuffer x(sizeof(float) * s.k), xz(sizeof(float) * s.k), list(sizeof(SparseEntry) * s.k),
           count(sizeof(int32_t)), zeros(2 * sizeof(unsigned long long));
@@ -169,7 +174,21 @@ void SparseBench::run() {
               std::max(maxd, std::fabs(static_cast<double>(hd[static_cast<size_t>(i)]) - hs[static_cast<size_t>(i)]));
           maxy = std::max(maxy, std::fabs(static_cast<double>(hd[static_cast<size_t>(i)])));
         }
-        const double rel = maxy > 0 ? maxd / maxy : maxd;
+        double rel = maxy > 0 ? maxd / maxy : maxd;
+        std::string tall_us;
+        for (const SparseWeight& tw : tall) {
+          gemv_sparse(tw, list.as<SparseEntry>(), count.as<int32_t>(), ys.as<float>(), false, ws, stream_);
+          TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+          ys.download(hs.data(), sizeof(float) * s.n);
+          double md = 0;
+          for (int64_t i = 0; i < s.n; ++i)
+            md = std::max(md, std::fabs(static_cast<double>(hd[static_cast<size_t>(i)]) - hs[static_cast<size_t>(i)]));
+          rel = std::max(rel, maxy > 0 ? md / maxy : md);
+          const double us = time_flushed([&] {
+            gemv_sparse(tw, list.as<SparseEntry>(), count.as<int32_t>(), ys.as<float>(), false, ws, stream_);
+          });
+          tall_us += fmt::format(" t{}:{:.2f}/{}", tw.tile, us, gemv_sparse_default_splits(tw));
+        }
         const int splits = gemv_sparse_default_splits(sw);
         const double sparse_us = time_flushed(
             [&] { gemv_sparse(sw, list.as<SparseEntry>(), count.as<int32_t>(), ys.as<float>(), false, ws, stream_); });

@@ -113,13 +113,13 @@ TEST(GemvSparse, SparsifyInPlace) {
 // sums at most k / 32 products in sequence (128 here), then a tree of at most 8 levels and the splits' partials, so
 // (128 + 8 + 64) * 2^-24 * mag < 2e-5 * mag (mag = sum |w x|).
 void check_gemv_sparse(DType dtype, int64_t n, int64_t k, float sparsity, int splits, bool accumulate,
-                       std::mt19937& rng) {
+                       std::mt19937& rng, int tile = kSparseTile) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " sparsity=" << sparsity
-                                    << " splits=" << splits << " accumulate=" << accumulate);
+                                    << " splits=" << splits << " accumulate=" << accumulate << " tile=" << tile);
   const auto w_host = random_weight(rng, dtype, n, k);
   const auto x = random_floats(rng, static_cast<size_t>(k));
   const DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
-  const SparseWeight sw = make_sparse_weight(w, nullptr);
+  const SparseWeight sw = make_sparse_weight(w, nullptr, tile);
   SparseGemvWorkspace ws(n);
   DeviceBuffer xd = to_device(x), xz = poisoned(sizeof(float) * k);
   DeviceBuffer list = poisoned(sizeof(SparseEntry) * k), count = poisoned(sizeof(int32_t));
@@ -162,6 +162,8 @@ TEST(GemvSparse, MatchesTheReferenceOnTheZeroedInput) {
       }
       check_gemv_sparse(dtype, n, k, 0.5f, 0, true, rng);
       check_gemv_sparse(dtype, n, k, 0.5f, 1, true, rng);
+      for (const int tile : {128, 256})  // the benchmark's taller tiles
+        for (const int splits : {0, 1, 5}) check_gemv_sparse(dtype, n, k, 0.5f, splits, splits == 5, rng, tile);
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
@@ -173,11 +175,12 @@ TEST(GemvSparse, RefusesWhatItCannotRun) {
   const auto w_host = random_weight(rng, DType::Q8_0, 64, 256);
   const DeviceWeight w = upload_weight(DType::Q8_0, w_host.data(), 64, 256);
   EXPECT_THROW(make_sparse_weight(w, nullptr), Error);
-  const auto wb = random_weight(rng, DType::BF16, 128, 256);
-  const DeviceWeight wd = upload_weight(DType::BF16, wb.data(), 128, 256);
+  const auto wb = random_weight(rng, DType::BF16, 300, 256);
+  const DeviceWeight wd = upload_weight(DType::BF16, wb.data(), 300, 256);
+  EXPECT_THROW(make_sparse_weight(wd, nullptr, 96), Error);
   const SparseWeight sw = make_sparse_weight(wd, nullptr);
-  SparseGemvWorkspace small(64);  // one tile; the weight has two
-  DeviceBuffer list(sizeof(SparseEntry) * 256), count(sizeof(int32_t)), y(sizeof(float) * 128);
+  SparseGemvWorkspace small(64);  // 256 rows; the weight has 300
+  DeviceBuffer list(sizeof(SparseEntry) * 256), count(sizeof(int32_t)), y(sizeof(float) * 300);
   EXPECT_THROW(gemv_sparse(sw, list.as<SparseEntry>(), count.as<int32_t>(), y.as<float>(), false, small, nullptr),
                Error);
   EXPECT_THROW(sparsify(nullptr, nullptr, 1, 256, 1.5f, -1.0f, nullptr, nullptr, nullptr, nullptr), Error);

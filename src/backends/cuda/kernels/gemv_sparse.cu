@@ -141,45 +141,51 @@ __global__ void __launch_bounds__(kSpThreads)
 
 // ---- The channel-blocked copy ----
 
-// dst[tile][c][r] = src[tile * 64 + r][c], 0 past n: a 64 x 64 tile through shared memory (padded against bank
-// conflicts), 64 x 16 threads.
+// dst[row / tile][c][row % tile] = src[row][c], 0 past n: a block moves 64 rows x 64 channels through shared memory
+// (padded against bank conflicts), 64 x 16 threads; both the reads (along k) and the writes (along the tile's rows)
+// are 128-byte runs.
 __global__ void sparse_repack_kernel(const uint16_t* __restrict__ src /*[n, k]*/,
-                                     uint16_t* __restrict__ dst /*[tiles, k, 64]*/, int n, int k) {
-  __shared__ uint16_t t[kSparseTile][kSparseTile + 2];
-  const int tile = blockIdx.y, c0 = blockIdx.x * kSparseTile;
+                                     uint16_t* __restrict__ dst /*[tiles, k, tile]*/, int n, int k, int tile) {
+  constexpr int B = 64;
+  __shared__ uint16_t t[B][B + 2];
+  const int r0 = blockIdx.y * B, c0 = blockIdx.x * B;
   const int tx = threadIdx.x, ty = threadIdx.y;
   pdl_wait();
-  for (int r = ty; r < kSparseTile; r += 16) {
-    const int row = tile * kSparseTile + r, c = c0 + tx;
+  for (int r = ty; r < B; r += 16) {
+    const int row = r0 + r, c = c0 + tx;
     t[r][tx] = row < n && c < k ? src[static_cast<size_t>(row) * k + c] : uint16_t{0};
   }
   __syncthreads();
-  for (int cc = ty; cc < kSparseTile; cc += 16) {
+  const int row = r0 + tx;
+  for (int cc = ty; cc < B; cc += 16) {
     const int c = c0 + cc;
-    if (c < k) dst[(static_cast<size_t>(tile) * k + c) * kSparseTile + tx] = t[tx][cc];
+    if (c < k) dst[(static_cast<size_t>(row / tile) * k + c) * tile + row % tile] = t[tx][cc];
   }
 }
 
 // ---- The sparse GEMV ----
 
-// Block (tile, s): the tile's 64 rows over slice s of the list, [cnt * s / splits, cnt * (s + 1) / splits). Eight
-// threads cover one channel's 128 bytes (16 bytes, 8 rows each), so a block of THREADS walks THREADS / 8 channels at
-// once and each thread has UNROLL 16-byte weight loads in flight, the list entries of the next step loaded before
-// this step's arithmetic (an entry's load must finish before its weights' address is known). The threads' sums meet
-// in shared memory in a fixed order; with splits > 1 each block stores its 64 partial sums and the tile's last block
-// (a ticket per tile) adds the splits' partials in slice order.
-template <DType D, int THREADS, int UNROLL>
+// Block (tile, s): the tile's TILE rows over slice s of the list, [cnt * s / splits, cnt * (s + 1) / splits). TILE / 8
+// threads cover one channel's 2 * TILE bytes (16 bytes, 8 rows each), so a block of THREADS walks THREADS / (TILE / 8)
+// channels at once and each thread has UNROLL 16-byte weight loads in flight, the list entries of the next step loaded
+// before this step's arithmetic (an entry's load must finish before its weights' address is known). The threads' sums
+// meet in shared memory in a fixed order; with splits > 1 each block stores its 64 partial sums and the tile's last
+// block (a ticket per tile) adds the splits' partials in slice order.
+template <DType D, int TILE, int THREADS, int UNROLL>
 __global__ void __launch_bounds__(THREADS)
-    gemv_sparse_kernel(const uint8_t* __restrict__ w /*[tiles, k, 64]*/, const SparseEntry* __restrict__ list,
+    gemv_sparse_kernel(const uint8_t* __restrict__ w /*[tiles, k, TILE]*/, const SparseEntry* __restrict__ list,
                        const int32_t* __restrict__ count /*[1]*/, float* __restrict__ y /*[n]*/,
-                       float* __restrict__ partial /*[splits, tiles * 64]*/, unsigned int* __restrict__ tickets, int n,
-                       int k, int splits, bool accumulate) {
+                       float* __restrict__ partial /*[splits, tiles * TILE]*/, unsigned int* __restrict__ tickets,
+                       int n, int k, int splits, bool accumulate) {
   using F = FloatFmt<D>;
-  constexpr int kSlots = THREADS / 8;
+  constexpr int G = TILE / 8;  // threads per channel
+  static_assert(G <= kWarp && TILE <= THREADS, "a channel's run fits one warp, and a thread sums each row at the end");
+  constexpr int kSlots = THREADS / G;
   constexpr int kStep = kSlots * UNROLL;
+  constexpr int kRunBytes = TILE * 2;
   const int tile = blockIdx.x, s = blockIdx.y;
-  const int g = threadIdx.x & 7, slot = threadIdx.x >> 3;
-  const uint8_t* wt = w + static_cast<size_t>(tile) * k * (kSparseTile * 2) + g * 16;
+  const int g = threadIdx.x % G, slot = threadIdx.x / G;
+  const uint8_t* wt = w + static_cast<size_t>(tile) * k * kRunBytes + g * 16;
   pdl_wait();  // the list is the previous kernel's output
   const int cnt = *count;
   const int lo = static_cast<int>(static_cast<long long>(cnt) * s / splits);
@@ -199,7 +205,7 @@ __global__ void __launch_bounds__(THREADS)
     uint4 v[UNROLL];
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
-      v[u] = e[u].x >= 0 ? ld_stream16(wt + static_cast<size_t>(e[u].x) * (kSparseTile * 2)) : make_uint4(0, 0, 0, 0);
+      v[u] = e[u].x >= 0 ? ld_stream16(wt + static_cast<size_t>(e[u].x) * kRunBytes) : make_uint4(0, 0, 0, 0);
     int2 en[UNROLL];
     load_entries(j + kStep, en);
 #pragma unroll
@@ -214,24 +220,23 @@ __global__ void __launch_bounds__(THREADS)
     for (int u = 0; u < UNROLL; ++u) e[u] = en[u];
     j += kStep;
   }
-  // Lanes l, l ^ 8, l ^ 16, l ^ 24 hold the same rows.
+  // Lanes l, l ^ G, l ^ 2G, ... of a warp hold the same rows.
 #pragma unroll
-  for (int r = 0; r < 8; ++r) {
-    acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], 8);
-    acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], 16);
-  }
+  for (int off = G; off < kWarp; off <<= 1)
+#pragma unroll
+    for (int r = 0; r < 8; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
   constexpr int kWarps = THREADS / kWarp;
-  __shared__ float part[kWarps][kSparseTile + 1];
+  __shared__ float part[kWarps][TILE + 1];
   const int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp;
-  if (lane < 8) {
+  if (lane < G) {
 #pragma unroll
     for (int r = 0; r < 8; ++r) part[warp][lane * 8 + r] = acc[r];
   }
   __syncthreads();
   const int t = threadIdx.x;
-  const int row = tile * kSparseTile + t;
-  const size_t stride = static_cast<size_t>(gridDim.x) * kSparseTile;
-  if (t < kSparseTile) {
+  const int row = tile * TILE + t;
+  const size_t stride = static_cast<size_t>(gridDim.x) * TILE;
+  if (t < TILE) {
     float sum = 0.0f;
 #pragma unroll
     for (int wi = 0; wi < kWarps; ++wi) sum += part[wi][t];
@@ -251,7 +256,7 @@ __global__ void __launch_bounds__(THREADS)
     if (last) tickets[tile] = 0;
   }
   __syncthreads();
-  if (last && t < kSparseTile) {
+  if (last && t < TILE) {
     __threadfence();
     float sum = 0.0f;
     for (int i = 0; i < splits; ++i) sum += __ldcg(partial + i * stride + row);
@@ -262,13 +267,31 @@ __global__ void __launch_bounds__(THREADS)
 constexpr int kGemvThreads = 256;
 constexpr int kGemvUnroll = 4;
 
-template <DType D>
+template <DType D, int TILE>
 void launch_sparse(const SparseWeight& w, const SparseEntry* list, const int32_t* count, float* y, bool accumulate,
                    SparseGemvWorkspace& ws, cudaStream_t stream, int splits) {
   const dim3 grid(static_cast<unsigned>(w.tiles()), static_cast<unsigned>(splits));
-  launch("gemv_sparse_kernel", gemv_sparse_kernel<D, kGemvThreads, kGemvUnroll>, grid, dim3(kGemvThreads), 0, stream,
-         w.data.as<uint8_t>(), list, count, y, ws.partials(), ws.tickets(), static_cast<int>(w.n),
+  launch("gemv_sparse_kernel", gemv_sparse_kernel<D, TILE, kGemvThreads, kGemvUnroll>, grid, dim3(kGemvThreads), 0,
+         stream, w.data.as<uint8_t>(), list, count, y, ws.partials(), ws.tickets(), static_cast<int>(w.n),
          static_cast<int>(w.k), splits, accumulate);
+}
+
+template <DType D>
+void launch_sparse_tile(const SparseWeight& w, const SparseEntry* list, const int32_t* count, float* y, bool accumulate,
+                        SparseGemvWorkspace& ws, cudaStream_t stream, int splits) {
+  switch (w.tile) {
+    case 64:
+      launch_sparse<D, 64>(w, list, count, y, accumulate, ws, stream, splits);
+      break;
+    case 128:
+      launch_sparse<D, 128>(w, list, count, y, accumulate, ws, stream, splits);
+      break;
+    case 256:
+      launch_sparse<D, 256>(w, list, count, y, accumulate, ws, stream, splits);
+      break;
+    default:
+      fail("gemv_sparse: no kernel for {}-row tiles", w.tile);
+  }
 }
 
 }  // namespace
@@ -276,7 +299,10 @@ void launch_sparse(const SparseWeight& w, const SparseEntry* list, const int32_t
 
 bool gemv_sparse_supports(DType dtype) { return dtype == DType::BF16 || dtype == DType::F16; }
 
-SparseWeight make_sparse_weight(const DeviceWeight& w, cudaStream_t stream) {
+bool sparse_tile_supported(int tile) { return tile == 64 || tile == 128 || tile == 256; }
+
+SparseWeight make_sparse_weight(const DeviceWeight& w, cudaStream_t stream, int tile) {
+  if (!sparse_tile_supported(tile)) fail("gemv_sparse: tiles of {} rows are not supported (64, 128, 256)", tile);
   if (!gemv_sparse_supports(w.dtype) || w.layout != GemvLayout::ROWS)
     fail("gemv_sparse: no sparse GEMV for {} weights", dtype_name(w.dtype));
   if (w.n <= 0 || w.k <= 0 || w.n > INT32_MAX || w.k > INT32_MAX)
@@ -285,10 +311,12 @@ SparseWeight make_sparse_weight(const DeviceWeight& w, cudaStream_t stream) {
   s.dtype = w.dtype;
   s.n = w.n;
   s.k = w.k;
-  s.data = DeviceBuffer(static_cast<size_t>(s.tiles()) * kSparseTile * static_cast<size_t>(w.k) * 2);
-  const dim3 grid(static_cast<unsigned>(detail::ceil_div(w.k, kSparseTile)), static_cast<unsigned>(s.tiles()));
-  detail::launch("sparse_repack_kernel", detail::sparse_repack_kernel, grid, dim3(kSparseTile, 16), 0, stream,
-                 w.quants.as<uint16_t>(), s.data.as<uint16_t>(), static_cast<int>(w.n), static_cast<int>(w.k));
+  s.tile = tile;
+  s.data = DeviceBuffer(static_cast<size_t>(s.tiles()) * static_cast<size_t>(tile) * static_cast<size_t>(w.k) * 2);
+  // 64-row blocks over the padded rows (tile is a multiple of 64), so the padding is written too.
+  const dim3 grid(static_cast<unsigned>(detail::ceil_div(w.k, 64)), static_cast<unsigned>(s.tiles() * tile / 64));
+  detail::launch("sparse_repack_kernel", detail::sparse_repack_kernel, grid, dim3(64, 16), 0, stream,
+                 w.quants.as<uint16_t>(), s.data.as<uint16_t>(), static_cast<int>(w.n), static_cast<int>(w.k), tile);
   return s;
 }
 
@@ -330,7 +358,7 @@ void reset_sparsity_counters() {
 }
 
 SparseGemvWorkspace::SparseGemvWorkspace(int64_t max_n)
-    : max_tiles_((max_n + kSparseTile - 1) / kSparseTile),
+    : max_tiles_((max_n + 255) / 256 * (256 / kSparseTile)),
       partials_(sizeof(float) * static_cast<size_t>(kMaxSplits) * static_cast<size_t>(max_tiles_) * kSparseTile),
       tickets_(sizeof(unsigned int) * static_cast<size_t>(max_tiles_)) {
   TESSERA_CUDA_CHECK(cudaMemset(tickets_.get(), 0, tickets_.bytes()));
@@ -338,7 +366,7 @@ SparseGemvWorkspace::SparseGemvWorkspace(int64_t max_n)
 
 int gemv_sparse_default_splits(const SparseWeight& w) {
   // About eight resident 256-thread blocks per SM; each slice keeps >= 128 channels of the dense row so the split's
-  // partial sums stay a small share of the bytes.
+  // partial sums stay a small share of the bytes. (A first guess: the benchmark's --splits-sweep measures the others.)
   const int64_t want = int64_t{8} * detail::sm_count();
   const int64_t by_blocks = (want + w.tiles() - 1) / w.tiles();
   const int64_t cap = std::max<int64_t>(1, w.k / 128);
@@ -347,17 +375,17 @@ int gemv_sparse_default_splits(const SparseWeight& w) {
 
 void gemv_sparse(const SparseWeight& w, const SparseEntry* list, const int32_t* count, float* y, bool accumulate,
                  SparseGemvWorkspace& ws, cudaStream_t stream, int splits) {
-  if (w.tiles() > ws.max_tiles())
-    fail("gemv_sparse: workspace sized for {} tiles, weight has {}", ws.max_tiles(), w.tiles());
+  if (w.tiles() * w.tile > ws.max_rows())
+    fail("gemv_sparse: workspace sized for {} rows, the weight has {}", ws.max_rows(), w.tiles() * w.tile);
   if (splits == 0) splits = gemv_sparse_default_splits(w);
   if (splits < 1 || splits > SparseGemvWorkspace::kMaxSplits)
     fail("gemv_sparse: splits {} outside [1, {}]", splits, SparseGemvWorkspace::kMaxSplits);
   switch (w.dtype) {
     case DType::BF16:
-      detail::launch_sparse<DType::BF16>(w, list, count, y, accumulate, ws, stream, splits);
+      detail::launch_sparse_tile<DType::BF16>(w, list, count, y, accumulate, ws, stream, splits);
       break;
     case DType::F16:
-      detail::launch_sparse<DType::F16>(w, list, count, y, accumulate, ws, stream, splits);
+      detail::launch_sparse_tile<DType::F16>(w, list, count, y, accumulate, ws, stream, splits);
       break;
     default:
       fail("gemv_sparse: no sparse GEMV for {} weights", dtype_name(w.dtype));

@@ -19,18 +19,21 @@
 
 namespace tessera::cuda {
 
-// Output rows whose weights for one input channel are contiguous in a SparseWeight (64 16-bit values: 128 bytes).
+// Output rows whose weights for one input channel are contiguous in a SparseWeight: 64 16-bit values (128 bytes, one
+// cache line) by default; 128 and 256 (longer contiguous runs, fewer tiles) for the benchmark's comparison.
 constexpr int kSparseTile = 64;
+bool sparse_tile_supported(int tile);  // 64, 128, 256
 
-// W [n, k] channel-blocked: data[tile][c][r] = W[tile * 64 + r, c] (rows past n are zero), 16-bit (bf16 or f16).
+// W [n, k] channel-blocked: data[t][c][r] = W[t * tile + r, c] (rows past n are zero), 16-bit (bf16 or f16).
 struct SparseWeight {
   DType dtype = DType::BF16;
   int64_t n = 0;
   int64_t k = 0;
-  DeviceBuffer data;  // [ceil(n / 64), k, 64]
-  int64_t tiles() const { return (n + kSparseTile - 1) / kSparseTile; }
-  // Bytes one surviving channel costs the sparse GEMV (all tiles' lines of that channel).
-  uint64_t bytes_per_channel() const { return static_cast<uint64_t>(tiles()) * kSparseTile * 2; }
+  int tile = kSparseTile;
+  DeviceBuffer data;  // [ceil(n / tile), k, tile]
+  int64_t tiles() const { return (n + tile - 1) / tile; }
+  // Bytes one surviving channel costs the sparse GEMV (all tiles' runs of that channel).
+  uint64_t bytes_per_channel() const { return static_cast<uint64_t>(tiles()) * static_cast<uint64_t>(tile) * 2; }
 };
 
 // Weight formats with a sparse GEMV: bf16 and f16 (quantized formats: not yet).
@@ -38,7 +41,7 @@ bool gemv_sparse_supports(DType dtype);
 
 // The channel-blocked copy of w (GemvLayout::ROWS, bf16 or f16), made on the device by a transpose kernel on `stream`
 // (no host round trip). Error for another format.
-SparseWeight make_sparse_weight(const DeviceWeight& w, cudaStream_t stream);
+SparseWeight make_sparse_weight(const DeviceWeight& w, cudaStream_t stream, int tile = kSparseTile);
 
 // One surviving channel of a sparsified row: its index and its value's float bits (one 8-byte load per channel).
 using SparseEntry = int2;
@@ -65,6 +68,8 @@ void reset_sparsity_counters();
 class SparseGemvWorkspace {
  public:
   explicit SparseGemvWorkspace(int64_t max_n);
+  // Rows its partials cover (max_n rounded up to the largest tile) and 64-row tiles its tickets cover.
+  int64_t max_rows() const { return max_tiles_ * kSparseTile; }
   int64_t max_tiles() const { return max_tiles_; }
   float* partials() const { return partials_.as<float>(); }
   unsigned int* tickets() const { return tickets_.as<unsigned int>(); }
@@ -72,7 +77,7 @@ class SparseGemvWorkspace {
 
  private:
   int64_t max_tiles_ = 0;
-  DeviceBuffer partials_;  // [kMaxSplits, max_tiles * 64]
+  DeviceBuffer partials_;  // [kMaxSplits, max_tiles * 64], max_tiles rounded up to a multiple of 4 (256-row tiles)
   DeviceBuffer tickets_;   // [max_tiles] blocks finished per tile; zero between launches (the last block resets it)
 };
 
