@@ -125,7 +125,8 @@ std::optional<std::vector<float>> run_cuda(const OpGraph& og) {
       return floats_of(y, out.numel());
     }
     case Op::MATMUL_SPARSE: {
-      // As the executors: one row of bf16 or f16 weights takes the sparse GEMV over the list of x's nonzero entries
+      // As the executors: one row of bf16, f16, q8_0, q4_0 or q4_1 weights takes the sparse GEMV over the list of x's
+      // nonzero entries
       // (sparsify with threshold 0 keeps exactly those: x is already zeroed); other formats and several rows the
       // dense matmul on the zeroed x.
       const DeviceWeight w = upload(in(1));

@@ -155,7 +155,7 @@ struct CudaDecoder::Impl {
   }
 
   // TEAL (kernels/gemv_sparse.h): each SPARSIFY output's surviving-channel list and count (written by its sparsify
-  // launch), the channel-blocked copy of each float weight a MATMUL_SPARSE reads (made at compile), and one workspace
+  // launch), the channel-blocked copy of each weight a MATMUL_SPARSE reads (made at compile), and one workspace
   // for the split GEMVs (launches run in stream order, so they share it).
   struct SparseList {
     SparseEntry* list;
@@ -164,7 +164,7 @@ struct CudaDecoder::Impl {
   std::unordered_map<int, SparseList> sparse_lists;
   std::unordered_map<const DeviceWeight*, std::unique_ptr<SparseWeight>> sparse_weights;
   std::unique_ptr<SparseGemvWorkspace> sparse_ws;
-  // A MATMUL_SPARSE as the sparse GEMV; false where it has none (quantized weights, an input that is not a SPARSIFY
+  // A MATMUL_SPARSE as the sparse GEMV; false where it has none (the K-quants, an input that is not a SPARSIFY
   // output): the caller compiles it as the dense MATMUL on the zeroed input, the same values.
   bool compile_sparse_matmul(int id_in_g);
 
@@ -304,7 +304,7 @@ bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
     for (int i = 0; i < n_weights; ++i) members.push_back(&g.tensor(n.inputs.at(static_cast<size_t>(1 + i))));
     wp = &sh->stack(n, members);
   }
-  if (!gemv_sparse_supports(wp->dtype) || wp->layout != GemvLayout::ROWS) return false;
+  if (!gemv_sparse_supports(wp->dtype)) return false;
   if (n.fusion.norm_weight >= 0 || n.fusion.norm_out >= 0)
     unsupported(n, "the sparse GEMV has no RMSNorm prologue or epilogue");
   std::unique_ptr<SparseWeight>& sw = sparse_weights[wp];

@@ -186,7 +186,7 @@ class CudaBackendEntry : public backend::Backend {
       case Op::SWIGLU:
       case Op::LAST_ROW:
       case Op::SPARSIFY:       // TEAL: kernels/gemv_sparse.h
-      case Op::MATMUL_SPARSE:  // the sparse GEMV for bf16/f16 in the decoder; else the dense GEMV on the zeroed x
+      case Op::MATMUL_SPARSE:  // the decoder's sparse GEMV (K-quants: the dense GEMV on the zeroed x)
         return true;
       default:
         return false;

@@ -1,7 +1,8 @@
 // TEAL on CUDA (kernels/gemv_sparse.h): the device SPARSIFY against a host reference of the CPU's rule (the
 // floor(sparsity * k) smallest magnitudes zeroed, ties the first in index order; or |x| <= threshold), bit for bit,
 // with its surviving-channel list and counters; and the sparse GEMV against the double-precision reference on the
-// zeroed x, for bf16 and f16, row counts that are not a multiple of the 64-row tile, every split form and accumulate.
+// zeroed x, for bf16, f16, q8_0, q4_0 and q4_1, row counts that are not a multiple of the 64-row tile, every split form
+// and accumulate.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -152,7 +153,7 @@ void check_gemv_sparse(DType dtype, int64_t n, int64_t k, float sparsity, int sp
 TEST(GemvSparse, MatchesTheReferenceOnTheZeroedInput) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
-  for (const DType dtype : {DType::BF16, DType::F16}) {
+  for (const DType dtype : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
     for (const auto& [n, k] : {std::pair<int64_t, int64_t>{64, 256}, {100, 576}, {1536, 576}, {1024, 4096}}) {
       for (const float sp : {0.0f, 0.5f, 0.97f, 1.0f}) {
         for (const int splits : {0, 1, 3, 64}) {
@@ -162,8 +163,9 @@ TEST(GemvSparse, MatchesTheReferenceOnTheZeroedInput) {
       }
       check_gemv_sparse(dtype, n, k, 0.5f, 0, true, rng);
       check_gemv_sparse(dtype, n, k, 0.5f, 1, true, rng);
-      for (const int tile : {128, 256})  // the benchmark's taller tiles
-        for (const int splits : {0, 1, 5}) check_gemv_sparse(dtype, n, k, 0.5f, splits, splits == 5, rng, tile);
+      if (!gemv_quantized(dtype))
+        for (const int tile : {128, 256})  // the benchmark's taller tiles
+          for (const int splits : {0, 1, 5}) check_gemv_sparse(dtype, n, k, 0.5f, splits, splits == 5, rng, tile);
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
@@ -172,9 +174,12 @@ TEST(GemvSparse, MatchesTheReferenceOnTheZeroedInput) {
 TEST(GemvSparse, RefusesWhatItCannotRun) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
-  const auto w_host = random_weight(rng, DType::Q8_0, 64, 256);
-  const DeviceWeight w = upload_weight(DType::Q8_0, w_host.data(), 64, 256);
+  const auto w_host = random_weight(rng, DType::Q6_K, 64, 256);
+  const DeviceWeight w = upload_weight(DType::Q6_K, w_host.data(), 64, 256);
   EXPECT_THROW(make_sparse_weight(w, nullptr), Error);
+  const auto wq_host = random_weight(rng, DType::Q8_0, 64, 256);
+  const DeviceWeight wq = upload_weight(DType::Q8_0, wq_host.data(), 64, 256);
+  EXPECT_THROW(make_sparse_weight(wq, nullptr, 128), Error);  // quantized weights: 64-row tiles only
   const auto wb = random_weight(rng, DType::BF16, 300, 256);
   const DeviceWeight wd = upload_weight(DType::BF16, wb.data(), 300, 256);
   EXPECT_THROW(make_sparse_weight(wd, nullptr, 96), Error);

@@ -3,8 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backends/cuda/kernels/gemv_common.cuh"
-#include "backends/cuda/kernels/gemv_sparse.h"
+#include "backends/cuda/kernels/gemv_sparse_kernel.cuh"
 #include "core/error.h"
 
 namespace tessera::cuda {
@@ -220,52 +219,8 @@ __global__ void __launch_bounds__(THREADS)
     for (int u = 0; u < UNROLL; ++u) e[u] = en[u];
     j += kStep;
   }
-  // Lanes l, l ^ G, l ^ 2G, ... of a warp hold the same rows.
-#pragma unroll
-  for (int off = G; off < kWarp; off <<= 1)
-#pragma unroll
-    for (int r = 0; r < 8; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
-  constexpr int kWarps = THREADS / kWarp;
-  __shared__ float part[kWarps][TILE + 1];
-  const int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp;
-  if (lane < G) {
-#pragma unroll
-    for (int r = 0; r < 8; ++r) part[warp][lane * 8 + r] = acc[r];
-  }
-  __syncthreads();
-  const int t = threadIdx.x;
-  const int row = tile * TILE + t;
-  const size_t stride = static_cast<size_t>(gridDim.x) * TILE;
-  if (t < TILE) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int wi = 0; wi < kWarps; ++wi) sum += part[wi][t];
-    if (splits == 1) {
-      if (row < n) y[row] = accumulate ? y[row] + sum : sum;
-    } else {
-      partial[s * stride + row] = sum;
-      __threadfence();
-    }
-  }
-  if (splits == 1) return;
-  __shared__ bool last;
-  __syncthreads();
-  if (t == 0) {
-    const unsigned int done = atomicAdd(&tickets[tile], 1u);
-    last = done == static_cast<unsigned int>(splits - 1);
-    if (last) tickets[tile] = 0;
-  }
-  __syncthreads();
-  if (last && t < TILE) {
-    __threadfence();
-    float sum = 0.0f;
-    for (int i = 0; i < splits; ++i) sum += __ldcg(partial + i * stride + row);
-    if (row < n) y[row] = accumulate ? y[row] + sum : sum;
-  }
+  sparse_epilogue<TILE, 8, THREADS>(acc, y, partial, tickets, n, splits, accumulate);
 }
-
-constexpr int kGemvThreads = 256;
-constexpr int kGemvUnroll = 4;
 
 template <DType D, int TILE>
 void launch_sparse(const SparseWeight& w, const SparseEntry* list, const int32_t* count, float* y, bool accumulate,
@@ -297,12 +252,28 @@ void launch_sparse_tile(const SparseWeight& w, const SparseEntry* list, const in
 }  // namespace
 }  // namespace detail
 
-bool gemv_sparse_supports(DType dtype) { return dtype == DType::BF16 || dtype == DType::F16; }
+bool gemv_sparse_supports(DType dtype) {
+  return dtype == DType::BF16 || dtype == DType::F16 || dtype == DType::Q8_0 || dtype == DType::Q4_0 ||
+         dtype == DType::Q4_1;
+}
+
+int sparse_quant_run(DType dtype) { return dtype == DType::Q8_0 ? 64 : 32; }
+int sparse_quant_header(DType dtype) { return dtype == DType::Q4_1 ? 256 : 128; }
+
+uint64_t SparseWeight::bytes_per_channel() const {
+  const uint64_t per_tile =
+      gemv_quantized(dtype) ? static_cast<uint64_t>(sparse_quant_run(dtype)) : static_cast<uint64_t>(tile) * 2;
+  return static_cast<uint64_t>(tiles()) * per_tile;
+}
 
 bool sparse_tile_supported(int tile) { return tile == 64 || tile == 128 || tile == 256; }
 
 SparseWeight make_sparse_weight(const DeviceWeight& w, cudaStream_t stream, int tile) {
   if (!sparse_tile_supported(tile)) fail("gemv_sparse: tiles of {} rows are not supported (64, 128, 256)", tile);
+  if (gemv_sparse_supports(w.dtype) && gemv_quantized(w.dtype)) {
+    if (tile != kSparseTile) fail("gemv_sparse: quantized weights take {}-row tiles only", kSparseTile);
+    return detail::make_sparse_quant(w, stream);
+  }
   if (!gemv_sparse_supports(w.dtype) || w.layout != GemvLayout::ROWS)
     fail("gemv_sparse: no sparse GEMV for {} weights", dtype_name(w.dtype));
   if (w.n <= 0 || w.k <= 0 || w.n > INT32_MAX || w.k > INT32_MAX)
@@ -386,6 +357,11 @@ void gemv_sparse(const SparseWeight& w, const SparseEntry* list, const int32_t* 
       break;
     case DType::F16:
       detail::launch_sparse_tile<DType::F16>(w, list, count, y, accumulate, ws, stream, splits);
+      break;
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_1:
+      detail::launch_sparse_quant(w, list, count, y, accumulate, ws, stream, splits);
       break;
     default:
       fail("gemv_sparse: no sparse GEMV for {} weights", dtype_name(w.dtype));

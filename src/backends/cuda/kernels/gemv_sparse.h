@@ -24,23 +24,30 @@ namespace tessera::cuda {
 constexpr int kSparseTile = 64;
 bool sparse_tile_supported(int tile);  // 64, 128, 256
 
-// W [n, k] channel-blocked: data[t][c][r] = W[t * tile + r, c] (rows past n are zero), 16-bit (bf16 or f16).
+// W [n, k] channel-blocked. Float formats (bf16, f16): data[t][c][r] = W[t * tile + r, c] (rows past n are zero).
+// Quantized formats (q8_0, q4_0, q4_1; tile 64): per (tile t, block b of 32 channels) a chunk of
+// sparse_quant_header(dtype) bytes of the 64 rows' scales (fp16 d per row; q4_1 (d, m) pairs), then the block's 32
+// channels, each sparse_quant_run(dtype) bytes: the 64 rows' quants (q8_0 int8; q4 a byte per two rows, the even row
+// in the low nibble), the file's values unchanged. A surviving channel costs its run in every tile, and a block with
+// any survivor its header once per tile (read through L1 by the block's channels).
 struct SparseWeight {
   DType dtype = DType::BF16;
   int64_t n = 0;
   int64_t k = 0;
   int tile = kSparseTile;
-  DeviceBuffer data;  // [ceil(n / tile), k, tile]
+  DeviceBuffer data;  // float: [ceil(n / tile), k, tile]; quantized: [ceil(n / 64), k / 32, chunk]
   int64_t tiles() const { return (n + tile - 1) / tile; }
-  // Bytes one surviving channel costs the sparse GEMV (all tiles' runs of that channel).
-  uint64_t bytes_per_channel() const { return static_cast<uint64_t>(tiles()) * static_cast<uint64_t>(tile) * 2; }
+  // Bytes one surviving channel costs the sparse GEMV (all tiles' runs of that channel; quantized: without headers).
+  uint64_t bytes_per_channel() const;
 };
+int sparse_quant_run(DType dtype);     // q8_0 64, q4_0 / q4_1 32
+int sparse_quant_header(DType dtype);  // q8_0 / q4_0 128, q4_1 256
 
-// Weight formats with a sparse GEMV: bf16 and f16 (quantized formats: not yet).
+// Weight formats with a sparse GEMV: bf16, f16, q8_0, q4_0, q4_1 (the K-quants: not yet).
 bool gemv_sparse_supports(DType dtype);
 
-// The channel-blocked copy of w (GemvLayout::ROWS, bf16 or f16), made on the device by a transpose kernel on `stream`
-// (no host round trip). Error for another format.
+// The channel-blocked copy of w (bf16/f16 GemvLayout::ROWS, or q8_0/q4_0/q4_1 SPLIT_Q), made on the device on
+// `stream` (no host round trip). Quantized formats take tile 64 only. Error for another format.
 SparseWeight make_sparse_weight(const DeviceWeight& w, cudaStream_t stream, int tile = kSparseTile);
 
 // One surviving channel of a sparsified row: its index and its value's float bits (one 8-byte load per channel).
