@@ -74,9 +74,14 @@ __global__ void __launch_bounds__(kSpThreads)
       const int nb = pass == 2 ? 512 : 2048;
       for (int i = tid; i < 2048; i += kSpThreads) hist[i] = 0;
       __syncthreads();
+      // Warp-aggregated: activations crowd a few buckets (one exponent holds half the row), so lanes with the same
+      // bucket add once, by their first lane.
       for (int c = tid; c < k; c += kSpThreads) {
         const uint32_t u = mag_key(x[c]);
-        if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & (nb - 1)], 1);
+        const bool in = (u & mask) == prefix;
+        const unsigned bucket = in ? (u >> shift) & static_cast<unsigned>(nb - 1) : 0xffffffffu;
+        const unsigned peers = __match_any_sync(__activemask(), bucket);
+        if (in && (threadIdx.x & (kWarp - 1)) == __ffs(peers) - 1) atomicAdd(&hist[bucket], __popc(peers));
       }
       __syncthreads();
       const int a = 2 * tid < nb ? hist[2 * tid] : 0;
