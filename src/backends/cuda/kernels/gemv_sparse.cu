@@ -75,7 +75,8 @@ __global__ void __launch_bounds__(kSpThreads)
       for (int i = tid; i < 2048; i += kSpThreads) hist[i] = 0;
       __syncthreads();
       // Warp-aggregated: activations crowd a few buckets (one exponent holds half the row), so lanes with the same
-      // bucket add once, by their first lane.
+      // bucket add once, by their first lane. Unrolled so that several loads are in flight per thread.
+#pragma unroll 4
       for (int c = tid; c < k; c += kSpThreads) {
         const uint32_t u = mag_key(x[c]);
         const bool in = (u & mask) == prefix;
