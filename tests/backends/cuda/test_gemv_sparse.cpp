@@ -111,8 +111,9 @@ TEST(GemvSparse, SparsifyInPlace) {
 }
 
 // Tolerance as test_gemv.cpp's: only f32 rounding differs from the double reference on the same (zeroed) x. A thread
-// sums at most k / 32 products in sequence (128 here), then a tree of at most 8 levels and the splits' partials, so
-// (128 + 8 + 64) * 2^-24 * mag < 2e-5 * mag (mag = sum |w x|).
+// sums at most k / slots products in sequence (slots: channels a 256-thread block walks at once, 256 / (tile / 8) for
+// float formats, 64 for quantized ones), then a tree of at most 8 levels and up to 64 splits' partials, so
+// (k / slots + 72) * 2^-24 * mag bounds it (mag = sum |w x|); at least 2e-5 * mag.
 void check_gemv_sparse(DType dtype, int64_t n, int64_t k, float sparsity, int splits, bool accumulate,
                        std::mt19937& rng, int tile = kSparseTile) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " sparsity=" << sparsity
@@ -134,9 +135,11 @@ void check_gemv_sparse(DType dtype, int64_t n, int64_t k, float sparsity, int sp
   const auto xzh = to_host<float>(xz, static_cast<size_t>(k));
   std::vector<double> ref, mag;
   gemv_ref(dtype, w_host, n, k, xzh.data(), ref, mag);
+  const int slots = gemv_quantized(dtype) ? 64 : 256 / (tile / 8);
+  const double rel = std::max(2e-5, (static_cast<double>(k) / slots + 72) * std::ldexp(1.0, -24));
   for (int64_t i = 0; i < n; ++i) {
     const double want = ref[i] + (accumulate ? y0[i] : 0.0);
-    const double tol = 2e-5 * mag[i] + (accumulate ? 1e-6 * std::fabs(y0[i]) : 0.0) + 1e-30;
+    const double tol = rel * mag[i] + (accumulate ? 1e-6 * std::fabs(y0[i]) : 0.0) + 1e-30;
     ASSERT_TRUE(std::fabs(y[i] - want) <= tol)
         << "row " << i << ": " << y[i] << " vs " << want << " (tol " << tol << ")";
   }
