@@ -154,18 +154,25 @@ struct CudaDecoder::Impl {
     return q8.emplace(tid, std::move(b)).first->second;
   }
 
-  // TEAL (kernels/gemv_sparse.h): each SPARSIFY output's surviving-channel list and count (written by its sparsify
-  // launch), the channel-blocked copy of each weight a MATMUL_SPARSE reads (made at compile), and one workspace
-  // for the split GEMVs (launches run in stream order, so they share it).
+  // TEAL (kernels/gemv_sparse.h): per SPARSIFY output, what its readers need. bf16/f16 sparse GEMVs read the row
+  // itself (gemv_sparse_x: the channel-major copy, the threshold applied in the GEMV), so with calibrated thresholds
+  // the SPARSIFY launch is skipped when every reader is such a GEMV and the plan put its output over its input (the
+  // GEMVs then read the untouched x there). Top-k, another reader, or the quantized GEMVs (which walk the list)
+  // keep the launch. The flags are final when compile ends, before the first launch reads them.
   struct SparseList {
-    SparseEntry* list;
-    int32_t* count;
+    float threshold = -1.0f;  // >= 0: calibrated thresholds
+    bool in_place = false;    // the output's storage is the input's
+    bool launch = false;      // the sparsify launch runs (writes the zeroed row, counts the achieved sparsity)
+    bool list_used = false;   // and writes the surviving-channel list for a quantized sparse GEMV
+    int counter = -1;         // where the launch is skipped: the reader (node id) whose GEMV counts instead
+    SparseEntry* list = nullptr;
+    int32_t* count = nullptr;
   };
-  std::unordered_map<int, SparseList> sparse_lists;
+  std::unordered_map<int, std::unique_ptr<SparseList>> sparse_lists;
   std::unordered_map<const DeviceWeight*, std::unique_ptr<SparseWeight>> sparse_weights;
   std::unique_ptr<SparseGemvWorkspace> sparse_ws;
-  // A MATMUL_SPARSE as the sparse GEMV; false where it has none (the K-quants, an input that is not a SPARSIFY
-  // output): the caller compiles it as the dense MATMUL on the zeroed input, the same values.
+  // A MATMUL_SPARSE as a sparse GEMV; false where it has none (the K-quants, an input that is not a SPARSIFY
+  // output, a fused RMSNorm epilogue): the caller compiles it as the dense MATMUL on the zeroed input, the same values.
   bool compile_sparse_matmul(int id_in_g);
 
   void compile();
@@ -295,6 +302,10 @@ bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
   const graph::Node& n = g.node(id_in_g);
   const auto li = sparse_lists.find(n.inputs.at(0));
   if (li == sparse_lists.end()) return false;
+  SparseList* sl = li->second.get();
+  // The residual GEMV that also writes the next RMSNorm's q8 input (Fusion::norm_out, q4_1's last down projection
+  // before the output norm) has no sparse form: the dense GEMV on the zeroed x does both.
+  if (n.fusion.norm_weight >= 0 || n.fusion.norm_out >= 0) return false;
   const int n_weights = n.fusion.n_weights;
   const DeviceWeight* wp = nullptr;
   if (n_weights == 1) {
@@ -305,11 +316,17 @@ bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
     wp = &sh->stack(n, members);
   }
   if (!gemv_sparse_supports(wp->dtype)) return false;
-  if (n.fusion.norm_weight >= 0 || n.fusion.norm_out >= 0)
-    unsupported(n, "the sparse GEMV has no RMSNorm prologue or epilogue");
+  const bool columns = !gemv_quantized(wp->dtype);  // bf16/f16: gemv_sparse_x; quantized: the list walk
+  if (columns) {
+    if (sl->threshold < 0 || !sl->in_place) sl->launch = true;
+    if (sl->counter < 0) sl->counter = id_in_g;
+  } else {
+    sl->launch = true;
+    sl->list_used = true;
+  }
   std::unique_ptr<SparseWeight>& sw = sparse_weights[wp];
   if (!sw) {
-    sw = std::make_unique<SparseWeight>(make_sparse_weight(*wp, stream));
+    sw = std::make_unique<SparseWeight>(columns ? make_sparse_columns(*wp, stream) : make_sparse_weight(*wp, stream));
     bytes += sw->data.bytes();
   }
   if (!sparse_ws) {
@@ -359,18 +376,25 @@ bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
   }
   const SparseWeight* swp = sw.get();
   SparseGemvWorkspace* ws = sparse_ws.get();
-  const SparseEntry* list = li->second.list;
-  const int32_t* count = li->second.count;
+  const SparseEntry* list = sl->list;
+  const int32_t* count = sl->count;
+  const float* xs = act(n.inputs.at(0));  // SPARSIFY's output: the zeroed x, or (launch skipped) x itself
+  unsigned long long* counters = sparsity_counters();
   const size_t y_bytes = static_cast<size_t>(ot.nbytes());
   launches.push_back({n.source, [=](cudaStream_t s, const RunArgs&) {
                         if (copy_first != nullptr)
                           TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, copy_first, y_bytes, cudaMemcpyDeviceToDevice, s));
-                        if (gate_up != nullptr) {
-                          gemv_sparse(*swp, list, count, gate_up, false, *ws, s);
-                          swiglu(gate_up, gate_up + f, y, f, s);
+                        float* dst = gate_up != nullptr ? gate_up : y;
+                        const bool acc = gate_up == nullptr && accumulate;
+                        if (columns) {
+                          // Skipped launch: x is raw, the threshold applies here, and one reader counts.
+                          const float th = sl->launch ? 0.0f : sl->threshold;
+                          unsigned long long* z = !sl->launch && sl->counter == id_in_g ? counters : nullptr;
+                          gemv_sparse_x(*swp, xs, th, dst, acc, *ws, s, z);
                         } else {
-                          gemv_sparse(*swp, list, count, y, accumulate, *ws, s);
+                          gemv_sparse(*swp, list, count, dst, acc, *ws, s);
                         }
+                        if (gate_up != nullptr) swiglu(gate_up, gate_up + f, y, f, s);
                       }});
   return true;
 }
@@ -386,6 +410,10 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
     ptr[static_cast<size_t>(out)] = planned(n, out);
     return act(out);
   };
+  // Any reader of a SPARSIFY output but a sparse GEMV reads the zeroed row: that launch must run.
+  if (n.op != Op::MATMUL_SPARSE)
+    for (int t : n.inputs)
+      if (const auto it = sparse_lists.find(t); it != sparse_lists.end()) it->second->launch = true;
   switch (n.op) {
     case Op::EMBED: {
       const DeviceWeight& w = weight(n, in(0));
@@ -426,17 +454,26 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       const float* x = act(in(0));
       float* y = new_act();
       const int64_t k = ot.numel();
-      auto* list = static_cast<SparseEntry*>(alloc(static_cast<size_t>(k) * sizeof(SparseEntry)));
-      auto* count = static_cast<int32_t*>(alloc(sizeof(int32_t)));
-      sparse_lists[out] = SparseList{list, count};
+      auto& slp = sparse_lists[out];
+      slp = std::make_unique<SparseList>();
+      SparseList* sl = slp.get();
+      sl->list = static_cast<SparseEntry*>(alloc(static_cast<size_t>(k) * sizeof(SparseEntry)));
+      sl->count = static_cast<int32_t*>(alloc(sizeof(int32_t)));
+      sl->threshold = n.params.sparse_threshold;
+      sl->in_place = y == x;
+      sl->launch = sl->threshold < 0;  // top-k needs the select; the readers may add reasons (compile_sparse_matmul)
       const float sp = n.params.sparsity, th = n.params.sparse_threshold;
       unsigned long long* zeros = sparsity_counters();
-      launches.push_back(
-          {id, [=](cudaStream_t s, const RunArgs&) { sparsify(x, y, 1, k, sp, th, list, count, zeros, s); }});
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
+                            if (!sl->launch) return;
+                            sparsify(x, y, 1, k, sp, th, sl->list_used ? sl->list : nullptr,
+                                     sl->list_used ? sl->count : nullptr, zeros, s);
+                          }});
       return;
     }
     case Op::MATMUL_SPARSE:
       if (compile_sparse_matmul(id_in_g)) return;
+      if (const auto it = sparse_lists.find(in(0)); it != sparse_lists.end()) it->second->launch = true;
       [[fallthrough]];
     case Op::MATMUL: {
       // A stack of weights (q|k|v, gate|up: Fusion::n_weights) runs as one GEMV over the stacked matrix: fewer

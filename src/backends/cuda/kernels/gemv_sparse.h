@@ -35,6 +35,7 @@ struct SparseWeight {
   int64_t n = 0;
   int64_t k = 0;
   int tile = kSparseTile;
+  bool columns = false;  // make_sparse_columns' channel-major copy: one tile of all n rows padded to 64 (gemv_sparse_x)
   DeviceBuffer data;  // float: [ceil(n / tile), k, tile]; quantized: [ceil(n / 64), k / 32, chunk]
   int64_t tiles() const { return (n + tile - 1) / tile; }
   // Bytes one surviving channel costs the sparse GEMV (all tiles' runs of that channel; quantized: without headers).
@@ -96,5 +97,24 @@ int gemv_sparse_default_splits(const SparseWeight& w);
 // splits 0: gemv_sparse_default_splits; else 1..kMaxSplits.
 void gemv_sparse(const SparseWeight& w, const SparseEntry* list /*[k]*/, const int32_t* count /*[1]*/, float* y /*[N]*/,
                  bool accumulate, SparseGemvWorkspace& ws, cudaStream_t stream, int splits = 0);
+
+// ---- The channel-major form (gemv_sparse_cols.cu): no list and no SPARSIFY launch ----
+// Phase-1 measurements (H100, L2 flushed, 8B shapes at 50%): the list walk over 64-row tiles streamed 1.6 TB/s (the
+// dependent list load in front of every weight load, 128-byte runs), and the SPARSIFY launch in front of each GEMV
+// (7-15 us, 128 per token) made sparse decode slower than dense. This form reads x itself: each block thresholds its
+// slice of x (the calibrated-threshold rule, or threshold 0 on an x SPARSIFY's top-k already zeroed) and walks the
+// kept channels, each a 2 KB run of a column stored contiguously.
+
+// W [n, k] as data[c][r] = W[r, c], rows padded to a multiple of 64 (tile = the padded n, columns = true). bf16/f16.
+SparseWeight make_sparse_columns(const DeviceWeight& w, cudaStream_t stream);
+
+// Slices of k (blocks per 1024-row stripe) gemv_sparse_x uses by default.
+int gemv_sparse_x_default_splits(const SparseWeight& w);
+
+// y[N] (+)= W · x' where x'[c] = x[c] if !(|x[c]| <= threshold) and x[c] != 0, else 0: SPARSIFY's calibrated-threshold
+// rule folded in (threshold >= 0; 0 keeps x's nonzero entries). Fixed summation order (the same x gives the same bits).
+// zeros: as sparsify's (the achieved-sparsity counters), or null. splits 0: the default; else at least k / 2048.
+void gemv_sparse_x(const SparseWeight& w, const float* x /*[k]*/, float threshold, float* y /*[N]*/, bool accumulate,
+                   SparseGemvWorkspace& ws, cudaStream_t stream, unsigned long long* zeros = nullptr, int splits = 0);
 
 }  // namespace tessera::cuda
