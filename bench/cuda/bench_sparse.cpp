@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -156,6 +157,10 @@ void SparseBench::run() {
       DeviceBuffer q8(static_cast<size_t>(s.k)), ds(sizeof(float2) * static_cast<size_t>(s.k / 32));
       const SparseWeight sw = make_sparse_weight(w, stream_);
       // The taller tiles (longer contiguous runs per channel, fewer tiles, more splits): bf16 only, timed beside.
+      // The channel-major form (gemv_sparse_x: no list, x thresholded in the GEMV), bf16 and f16.
+      std::optional<SparseWeight> cols;
+      if (!quant) cols.emplace(make_sparse_columns(w, stream_));
+      std::vector<float> xh(static_cast<size_t>(s.k));
       std::vector<SparseWeight> tall;
       if (dtype == DType::BF16)
         for (const int tile : {128, 256}) tall.push_back(make_sparse_weight(w, stream_, tile));
@@ -165,6 +170,11 @@ void SparseBench::run() {
       DeviceBuffer yd(sizeof(float) * s.n), ys(sizeof(float) * s.n);
       DeviceBuffer list_thr(sizeof(SparseEntry) * s.k), count_thr(sizeof(int32_t));
       fill_random(FillKind::F32, x.get(), static_cast<size_t>(s.k), -1.0f, 1.0f, seed_++, stream_);
+      TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      x.download(xh.data(), sizeof(float) * s.k);
+      std::vector<float> mags(xh.size());
+      for (size_t i = 0; i < xh.size(); ++i) mags[i] = std::fabs(xh[i]);
+      std::sort(mags.begin(), mags.end());
       for (float sp : sparsities) {
         // f16: the 0% and 50% points only; quantized formats also 40%.
         if (dtype != DType::BF16 && sp != 0.0f && sp != 0.5f && !(quant && sp == 0.4f)) continue;
@@ -249,6 +259,44 @@ void SparseBench::run() {
             thr_us, rel, rel > (quant ? 5e-2 : 1e-4) ? "  MISMATCH" : "");
         results_[fmt::format("{} {} {}", dtype_name(dtype), s.what, static_cast<int>(std::lround(100 * sp)))] = {
             sparse_us, dense_us};
+        if (cols) {
+          // The calibrated-threshold form on the raw x (the threshold: the drop-th smallest magnitude, so the same
+          // entries go as top-k's on these tie-free values), and threshold 0 on top-k's zeroed x (--sparsity).
+          const auto drop = static_cast<size_t>(std::floor(static_cast<double>(sp) * static_cast<double>(s.k)));
+          const float th = drop > 0 ? mags[drop - 1] : 0.0f;
+          gemv_sparse_x(*cols, x.as<float>(), th, ys.as<float>(), false, ws, stream_);
+          TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+          ys.download(hs.data(), sizeof(float) * s.n);
+          double md = 0;
+          for (int64_t i = 0; i < s.n; ++i)
+            md = std::max(md, std::fabs(static_cast<double>(hd[static_cast<size_t>(i)]) - hs[static_cast<size_t>(i)]));
+          const double crel = maxy > 0 ? md / maxy : md;
+          const double cus =
+              time_flushed([&] { gemv_sparse_x(*cols, x.as<float>(), th, ys.as<float>(), false, ws, stream_); });
+          const double zus =
+              time_flushed([&] { gemv_sparse_x(*cols, xz.as<float>(), 0.0f, ys.as<float>(), false, ws, stream_); });
+          const int csplits = gemv_sparse_x_default_splits(*cols);
+          const double cbytes = static_cast<double>(cnt) * static_cast<double>(cols->tile) * 2.0 +
+                                4.0 * static_cast<double>(s.k) + (csplits > 1 ? 8.0 * csplits * cols->tile : 0.0) +
+                                4.0 * static_cast<double>(s.n);
+          const double cg = cbytes / (cus * 1e3);
+          fmt::print("      cols (channel-major, x thresholded in the GEMV): {:.2f} us ({:.2f} on the zeroed x), "
+                     "splits {}, {:.0f} GB/s = {:.1f}% copy, / dense = {:.3f}, max rel {:.1e}{}\n",
+                     cus, zus, csplits, cg, 100.0 * cg / copy_gbps_, cus / dense_us, crel,
+                     crel > 1e-4 ? "  MISMATCH" : "");
+          results_[fmt::format("cols {} {} {}", dtype_name(dtype), s.what, static_cast<int>(std::lround(100 * sp)))] =
+              {cus, dense_us};
+          if (opt_.splits_sweep || sp == 0.5f) {
+            std::string line;
+            for (int sp2 : {1, 2, 4, 8, 12, 16, 24, 32, 48, 64}) {
+              if (sp2 < (s.k + 2047) / 2048) continue;
+              const double us = time_flushed(
+                  [&] { gemv_sparse_x(*cols, x.as<float>(), th, ys.as<float>(), false, ws, stream_, nullptr, sp2); });
+              line += fmt::format(" {}:{:.2f}", sp2, us);
+            }
+            fmt::print("      cols splits sweep (splits:us):{}\n", line);
+          }
+        }
         if (opt_.splits_sweep || sp == 0.5f) {  // every split count at 50% (the default's evidence), all with the flag
           std::string line;
           for (int sp2 : {1, 2, 4, 8, 12, 16, 24, 32, 48, 64}) {
@@ -266,15 +314,18 @@ void SparseBench::run() {
   fmt::print("\nbars (issue 23):\n");
   const std::pair<const char*, double> teal50[] = {{"4096->14336 (gate, up)", 30.7}, {"14336->4096 (down)", 30.9}};
   for (const auto& [what, teal] : teal50) {
-    const auto [sp, de] = results_[fmt::format("bf16 {} 50", what)];
-    fmt::print("  bf16 {} 50%: {:.2f} us (<= 22: {}), TEAL {:.1f} / ours = {:.2f}x (>= 1.35: {})\n", what, sp,
-               sp <= 22 ? "PASS" : "FAIL", teal, teal / sp, teal / sp >= 1.35 ? "PASS" : "FAIL");
+    for (const char* form : {"bf16", "cols bf16"}) {
+      const auto [sp, de] = results_[fmt::format("{} {} 50", form, what)];
+      fmt::print("  {} {} 50%: {:.2f} us (<= 22: {}), TEAL {:.1f} / ours = {:.2f}x (>= 1.35: {})\n", form, what, sp,
+                 sp <= 22 ? "PASS" : "FAIL", teal, teal / sp, teal / sp >= 1.35 ? "PASS" : "FAIL");
+    }
   }
-  for (const char* what : {"4096x4096 (q, o)", "4096->1024 (k, v)", "4096->14336 (gate, up)", "14336->4096 (down)"}) {
-    const auto [sp, de] = results_[fmt::format("bf16 {} 40", what)];
-    fmt::print("  bf16 {} 40%: sparse / dense = {:.3f} (<= 0.62: {})\n", what, sp / de,
-               sp / de <= 0.62 ? "PASS" : "FAIL");
-  }
+  for (const char* what : {"4096x4096 (q, o)", "4096->1024 (k, v)", "4096->14336 (gate, up)", "14336->4096 (down)"})
+    for (const char* form : {"bf16", "cols bf16"}) {
+      const auto [sp, de] = results_[fmt::format("{} {} 40", form, what)];
+      fmt::print("  {} {} 40%: sparse / dense = {:.3f} (<= 0.62: {})\n", form, what, sp / de,
+                 sp / de <= 0.62 ? "PASS" : "FAIL");
+    }
   // Quantized (end-to-end goal: q8_0 and q4_1 >= 1.3x dense tok/s at 50%): the kernel's share of the dense time.
   for (const char* f : {"q8_0", "q4_1", "q4_0"})
     for (const char* what : {"4096->14336 (gate, up)", "14336->4096 (down)"}) {

@@ -174,6 +174,91 @@ TEST(GemvSparse, MatchesTheReferenceOnTheZeroedInput) {
   }
 }
 
+// The channel-major form (gemv_sparse_x): x raw with a threshold (the calibrated rule folded into the GEMV), against
+// the reference on the thresholded x; its counters as sparsify's. Threshold 0 on an x with zeros is the top-k path (the
+// GEMV reads SPARSIFY's zeroed row). A thread sums at most a slice's k / splits products in sequence, then the splits'
+// partials: (k + 64) * 2^-24 * mag bounds it.
+void check_gemv_sparse_x(DType dtype, int64_t n, int64_t k, float threshold, int splits, bool accumulate,
+                         std::mt19937& rng, bool zeroed = false) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " threshold=" << threshold
+                                    << " splits=" << splits << " accumulate=" << accumulate << " zeroed=" << zeroed);
+  const auto w_host = random_weight(rng, dtype, n, k);
+  auto x = random_floats(rng, static_cast<size_t>(k));
+  if (zeroed) x = sparsify_ref(x, 0.5f, -1.0f);
+  const DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
+  const SparseWeight sw = make_sparse_columns(w, nullptr);
+  SparseGemvWorkspace ws(n);
+  DeviceBuffer xd = to_device(x);
+  DeviceBuffer zeros(2 * sizeof(unsigned long long));
+  zeros.fill_bytes(0);
+  const auto y0 = random_floats(rng, static_cast<size_t>(n));
+  DeviceBuffer yd = accumulate ? to_device(y0) : poisoned(sizeof(float) * n);
+  gemv_sparse_x(sw, xd.as<float>(), threshold, yd.as<float>(), accumulate, ws, nullptr, zeros.as<unsigned long long>(),
+                splits);
+  synchronize();
+  const auto y = to_host<float>(yd, static_cast<size_t>(n));
+  const auto z = to_host<unsigned long long>(zeros, 2);
+  std::vector<float> xz = x;
+  uint64_t want_zeros = 0;
+  for (float& v : xz) {
+    if (std::fabs(v) <= threshold) v = 0.0f;
+    want_zeros += v == 0.0f;
+  }
+  EXPECT_EQ(z[0], want_zeros);
+  EXPECT_EQ(z[1], static_cast<unsigned long long>(k));
+  std::vector<double> ref, mag;
+  gemv_ref(dtype, w_host, n, k, xz.data(), ref, mag);
+  const double rel = std::max(2e-5, (static_cast<double>(k) + 64) * std::ldexp(1.0, -24));
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = ref[i] + (accumulate ? y0[i] : 0.0);
+    const double tol = rel * mag[i] + (accumulate ? 1e-6 * std::fabs(y0[i]) : 0.0) + 1e-30;
+    ASSERT_TRUE(std::fabs(y[i] - want) <= tol)
+        << "row " << i << ": " << y[i] << " vs " << want << " (tol " << tol << ")";
+  }
+  if (!accumulate) {  // the same x gives the same bits
+    DeviceBuffer y2 = poisoned(sizeof(float) * n);
+    gemv_sparse_x(sw, xd.as<float>(), threshold, y2.as<float>(), false, ws, nullptr, nullptr, splits);
+    synchronize();
+    const auto again = to_host<float>(y2, static_cast<size_t>(n));
+    ASSERT_EQ(std::memcmp(again.data(), y.data(), sizeof(float) * n), 0);
+  }
+}
+
+TEST(GemvSparse, ColumnsMatchTheReferenceOnTheThresholdedInput) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const DType dtype : {DType::BF16, DType::F16}) {
+    // Rows past a 1024-row stripe and not a multiple of 64; k past one 2048-channel slice; the decoder's shapes.
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{64, 256}, {100, 576}, {960, 576}, {1536, 576}, {576, 1536},
+                               {3000, 4096}, {1024, 4100}}) {
+      for (const float th : {0.0f, 0.3f, 0.7f, 2.0f}) {
+        for (const int splits : {0, 3, 64}) {
+          if (splits != 0 && splits < (k + 2047) / 2048) continue;
+          check_gemv_sparse_x(dtype, n, k, th, splits, false, rng);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      }
+      check_gemv_sparse_x(dtype, n, k, 0.5f, 0, true, rng);
+      check_gemv_sparse_x(dtype, n, k, 0.0f, 0, false, rng, true);
+      if ((k + 2047) / 2048 <= 1) check_gemv_sparse_x(dtype, n, k, 0.5f, 1, true, rng);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+// The decoder's quantized shapes (smollm2: q|k|v 960 x 576, gate|up 3072 x 576, down 576 x 1536) through the list
+// walk, accumulating as the residual GEMVs do.
+TEST(GemvSparse, QuantizedDecoderShapes) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const DType dtype : {DType::Q8_0, DType::Q4_1})
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{960, 576}, {3072, 576}, {576, 1536}, {576, 576}})
+      for (const bool acc : {false, true}) {
+        check_gemv_sparse(dtype, n, k, 0.5f, 0, acc, rng);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+}
+
 TEST(GemvSparse, RefusesWhatItCannotRun) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
@@ -192,6 +277,12 @@ TEST(GemvSparse, RefusesWhatItCannotRun) {
   EXPECT_THROW(gemv_sparse(sw, list.as<SparseEntry>(), count.as<int32_t>(), y.as<float>(), false, small, nullptr),
                Error);
   EXPECT_THROW(sparsify(nullptr, nullptr, 1, 256, 1.5f, -1.0f, nullptr, nullptr, nullptr, nullptr), Error);
+  EXPECT_THROW(make_sparse_columns(wq, nullptr), Error);  // channel-major: bf16/f16 only
+  EXPECT_THROW(gemv_sparse_x(sw, nullptr, 0.0f, y.as<float>(), false, small, nullptr), Error);  // not channel-major
+  const SparseWeight cw = make_sparse_columns(wd, nullptr);
+  SparseGemvWorkspace ws(300);
+  EXPECT_THROW(gemv_sparse_x(cw, nullptr, -1.0f, y.as<float>(), false, ws, nullptr), Error);  // negative threshold
+  EXPECT_THROW(gemv_sparse_x(cw, nullptr, 0.0f, y.as<float>(), false, small, nullptr), Error);  // workspace too small
 }
 
 }  // namespace
