@@ -10,7 +10,8 @@
 # with carry [".gpu-deps"]:   scripts/gpu_sparse.sh 2>&1 | tee $OUT/log
 # Options: --no-e2e (skip the end-to-end decode), --only-e2e (only the end-to-end decode: a second call on the warm
 # machine), --e2e-quant (end to end also for q8_0 and q4_1 at 0 and 50%), --splits-sweep (the benchmark also times
-# every split count). The end-to-end phase starts only while under 4 minutes have passed (else it says how to run it).
+# every split count), --fast (the benchmark without taller tiles and most sweeps), --no-teal (no calibrated-threshold
+# runs), --e2e-quant-only (end to end q8_0 and q4_1 only), --tests-only (no benchmark). The end-to-end phase starts only while under 4 minutes have passed (else it says how to run it).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -18,15 +19,21 @@ OUT=${OUT:-$root/build-gpu/out}
 mkdir -p "$OUT"
 e2e=1
 only_e2e=0
+bench=1
 e2e_formats="bf16"
 e2e_sparsities="0 0.4 0.5"
+teal_sparsities="0.4 0.5"
 sweep=()
 for a in "$@"; do
   case "$a" in
     --no-e2e) e2e=0 ;;
     --only-e2e) only_e2e=1 ;;
     --e2e-quant) e2e_formats="bf16 q8_0 q4_1" ;;
+    --e2e-quant-only) e2e_formats="q8_0 q4_1" ;;
+    --no-teal) teal_sparsities="" ;;
+    --tests-only) bench=0 ;;
     --splits-sweep) sweep=(--splits-sweep) ;;
+    --fast) sweep=(--fast) ;;
     *) echo "gpu_sparse: unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -85,7 +92,7 @@ run_tests "op table sparse rows" build-gpu/tests/test_ops '*SPARS*:*Sparse*'
 # compute-sanitizer memcheck of the kernel tests (out-of-bounds list or weight reads would show here first).
 if command -v compute-sanitizer > /dev/null; then
   timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_backends_cuda --gtest_color=no \
-    --gtest_filter='GemvSparse.*' > "$OUT/sparse_memcheck.tmp" 2>&1
+    --gtest_filter='GemvSparse.*:-GemvSparse.QuantizedDecoderShapes' > "$OUT/sparse_memcheck.tmp" 2>&1
   rc=$?
   say "- memcheck (GemvSparse.*): exit $rc, $(grep -c '^\[       OK \]' "$OUT/sparse_memcheck.tmp") passed"
   [ "$rc" -ne 0 ] && status=1 && grep -E 'ERROR SUMMARY|Invalid|at 0x' "$OUT/sparse_memcheck.tmp" | head -12 | tee -a "$summary"
@@ -94,6 +101,7 @@ if command -v compute-sanitizer > /dev/null; then
 fi
 
 # ---- the kernel benchmark ----
+if [ "$bench" = 1 ]; then
 say "- kernel bench ($(( $(date +%s) - t0 ))s):"
 timeout 150 "$bin/tessera_bench_sparse" "${sweep[@]}" > "$logk" 2>&1
 rc=$?
@@ -102,6 +110,7 @@ say '```'
 cat "$logk" | tee -a "$summary"
 say '```'
 say "  (exit $rc)"
+fi
 fi  # only_e2e
 
 # ---- end to end: tessera bench --device cuda dense vs --sparsity. The random 8B model is written once per format
@@ -119,7 +128,11 @@ if [ "$e2e" = 1 ]; then
       continue
     fi
     sps=$e2e_sparsities
-    [ "$dt" != bf16 ] && sps="0 0.5"
+    teal_sparsities_dt=$teal_sparsities
+    if [ "$dt" != bf16 ]; then
+      sps="0 0.5"
+      teal_sparsities_dt=${teal_sparsities:+0.5}
+    fi
     for sp in $sps; do
       args=(--device cuda -m "$f" -p 0 -n 64 -r 2)
       [ "$sp" != 0 ] && args+=(--sparsity "$sp")
@@ -129,6 +142,23 @@ if [ "$e2e" = 1 ]; then
       tg=$(echo "$line" | grep -E 'tg|tok/s' | tail -3 | tr '\n' ' ' | cut -c1-300)
       say "  - $dt sparsity $sp: exit $rc: $tg"
       # The first failure's reason (e.g. a node the CUDA decoder refuses) is enough.
+      [ "$rc" -ne 0 ] && echo "$line" | grep -iE 'error|refus|support|unsupported' | head -2 | tee -a "$summary"
+    done
+    # Calibrated thresholds (--teal; TEAL's decode form: the bf16/f16 sparse GEMVs threshold x themselves and the
+    # SPARSIFY launches are skipped): calibrated on the CPU over a short text, then decoded on the GPU.
+    for sp in $teal_sparsities_dt; do
+      thr=/tmp/gpu_sparse_8b_${dt}_$sp.json
+      if ! timeout 100 "$bin/tessera" calibrate -m "$f" -f README.md --sparsity "$sp" -c 32 --tokens 32 \
+          -t "$(nproc)" -o "$thr" >> "$logk" 2>&1; then
+        say "  - $dt teal $sp: calibration failed (see sparse_bench.log)"
+        continue
+      fi
+      args=(--device cuda -m "$f" -p 0 -n 64 -r 2 --teal "$thr")
+      line=$(timeout 120 "$bin/tessera" bench "${args[@]}" 2>&1)
+      rc=$?
+      { echo "## bench ${args[*]}"; echo "$line"; } >> "$logk"
+      tg=$(echo "$line" | grep -E 'tg|tok/s' | tail -3 | tr '\n' ' ' | cut -c1-300)
+      say "  - $dt teal (calibrated at $sp): exit $rc: $tg"
       [ "$rc" -ne 0 ] && echo "$line" | grep -iE 'error|refus|support|unsupported' | head -2 | tee -a "$summary"
     done
     rm -f "$f"

@@ -466,8 +466,9 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       unsigned long long* zeros = sparsity_counters();
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
                             if (!sl->launch) return;
+                            // The list feeds the quantized sparse GEMVs only: 8-bit values, as the CPU's.
                             sparsify(x, y, 1, k, sp, th, sl->list_used ? sl->list : nullptr,
-                                     sl->list_used ? sl->count : nullptr, zeros, s);
+                                     sl->list_used ? sl->count : nullptr, zeros, s, sl->list_used);
                           }});
       return;
     }

@@ -110,6 +110,46 @@ TEST(GemvSparse, SparsifyInPlace) {
   for (int64_t i = 0; i < k; ++i) ASSERT_EQ(y[i], ref[i]) << i;
 }
 
+// q8_list: the list's values are the zeroed row's 8-bit activations, as the CPU's quantize_act computes them
+// (id = 127 / amax per block of 32, round half to even, d = amax / 127), bit for bit.
+TEST(GemvSparse, SparsifyQ8ListMatchesTheCpuQuantization) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const int64_t k : {int64_t{576}, int64_t{1536}, int64_t{14336}}) {
+    for (const float sp : {0.0f, 0.5f, 0.9f}) {
+      SCOPED_TRACE(::testing::Message() << "k=" << k << " sparsity=" << sp);
+      const auto x = random_floats(rng, static_cast<size_t>(k));
+      DeviceBuffer xd = to_device(x), yd = poisoned(sizeof(float) * k);
+      DeviceBuffer list = poisoned(sizeof(SparseEntry) * k), count = poisoned(sizeof(int32_t));
+      sparsify(xd.as<float>(), yd.as<float>(), 1, k, sp, -1.0f, list.as<SparseEntry>(), count.as<int32_t>(), nullptr,
+               nullptr, true);
+      synchronize();
+      const auto l = to_host<SparseEntry>(list, static_cast<size_t>(k));
+      const auto c = to_host<int32_t>(count, 1);
+      const std::vector<float> z = sparsify_ref(x, sp, -1.0f);
+      std::vector<SparseEntry> want;
+      for (int64_t b = 0; b < k / 32; ++b) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(z[b * 32 + i]));
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        for (int i = 0; i < 32; ++i) {
+          const float v = z[b * 32 + i];
+          if (v == 0.0f) continue;
+          const float q = amax / 127.0f * std::nearbyint(v * id);
+          SparseEntry e{static_cast<int>(b * 32 + i), 0};
+          std::memcpy(&e.y, &q, 4);
+          want.push_back(e);
+        }
+      }
+      ASSERT_EQ(c[0], static_cast<int32_t>(want.size()));
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(l[i].x, want[i].x) << i;
+        ASSERT_EQ(l[i].y, want[i].y) << i;
+      }
+    }
+  }
+}
+
 // Tolerance as test_gemv.cpp's: only f32 rounding differs from the double reference on the same (zeroed) x. A thread
 // sums at most k / slots products in sequence (slots: channels a 256-thread block walks at once, 256 / (tile / 8) for
 // float formats, 64 for quantized ones), then a tree of at most 8 levels and up to 64 splits' partials, so

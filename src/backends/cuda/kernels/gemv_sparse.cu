@@ -13,6 +13,7 @@ namespace {
 // ---- SPARSIFY ----
 
 constexpr int kSpThreads = 1024;  // one block per row: 32 warps, so the warp totals fit one warp's scan
+constexpr int kSpMaxQ8Blocks = 1024;  // q8 list values: rows of at most 32768 entries
 
 // Block-wide exclusive prefix sum of v (every thread of the 1024 calls it); *total gets the sum of all v.
 __device__ __forceinline__ int block_scan_excl(int v, int* total, int* smem /*[32]*/) {
@@ -51,8 +52,9 @@ __device__ __forceinline__ uint32_t mag_key(float v) { return __float_as_uint(v)
 __global__ void __launch_bounds__(kSpThreads)
     sparsify_kernel(const float* x /*[t, k]*/, float* y /*[t, k] or null*/, int k, int drop, float threshold,
                     SparseEntry* list /*[t, k] or null*/, int32_t* count /*[t] or null*/,
-                    unsigned long long* zeros /*[2] or null*/) {
+                    unsigned long long* zeros /*[2] or null*/, bool q8_list) {
   __shared__ int hist[2048];
+  __shared__ float s_d[kSpMaxQ8Blocks];
   __shared__ int scan[kWarp];
   __shared__ uint32_t s_prefix;
   __shared__ int s_rank;
@@ -133,7 +135,29 @@ __global__ void __launch_bounds__(kSpThreads)
     const float v = x[c];
     const bool kv = keep(v, tie);
     if (y) y[c] = kv ? v : 0.0f;
-    if (list && kv && v != 0.0f) list[pos++] = make_int2(c, __float_as_int(v));
+    if (list && !q8_list && kv && v != 0.0f) list[pos++] = make_int2(c, __float_as_int(v));
+  }
+  if (list && q8_list) {
+    // The list's values as the 8-bit activations the quantized kernels read (the CPU's sparse and dense kernels
+    // quantize the zeroed x per block of 32: d = amax / 127, q = round(v * 127 / amax)), so the quantized sparse GEMV sums the
+    // CPU's products: d * q per surviving entry. y (written above, visible to the block after the barrier) is the
+    // zeroed row; a kept entry is exactly a nonzero y.
+    __syncthreads();
+    const int lane = tid & (kWarp - 1);
+    for (int b = tid / kWarp; b * kWarp < k; b += kSpThreads / kWarp) {
+      const int c = b * kWarp + lane;
+      const float amax = warp_max(fabsf(c < k ? y[c] : 0.0f));
+      if (lane == 0) s_d[b] = amax;
+    }
+    __syncthreads();
+    for (int c = lo; c < hi; ++c) {
+      const float v = y[c];
+      if (v == 0.0f) continue;
+      // The CPU's quantize_act (backends/cpu/kernels/matmul_scalar.cpp): id = 127 / amax, round half to even.
+      const float amax = s_d[c / kWarp];
+      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+      list[pos++] = make_int2(c, __float_as_int(amax / 127.0f * rintf(v * id)));
+    }
   }
   if (tid == 0) {
     if (count) count[row] = kept_total;
@@ -298,16 +322,18 @@ SparseWeight make_sparse_weight(const DeviceWeight& w, cudaStream_t stream, int 
 }
 
 void sparsify(const float* x, float* y, int64_t t, int64_t k, float sparsity, float threshold, SparseEntry* list,
-              int32_t* count, unsigned long long* zeros, cudaStream_t stream) {
+              int32_t* count, unsigned long long* zeros, cudaStream_t stream, bool q8_list) {
   if (t <= 0 || k <= 0 || k > INT32_MAX || t > INT32_MAX) fail("sparsify: shape {}x{} out of range", t, k);
   if (threshold < 0 && !(sparsity >= 0.0f && sparsity <= 1.0f))
     fail("sparsify: sparsity {} is outside [0, 1]", sparsity);
   if ((list == nullptr) != (count == nullptr)) fail("sparsify: list and count go together");
+  if (q8_list && (list == nullptr || y == nullptr || k % 32 != 0 || k > 32 * detail::kSpMaxQ8Blocks))
+    fail("sparsify: 8-bit list values need the list, the zeroed row and whole 32-blocks (at most 32768 entries)");
   // The same rounding as the CPU (floor of the product in double).
   const auto drop =
       threshold < 0 ? static_cast<int>(std::floor(static_cast<double>(sparsity) * static_cast<double>(k))) : 0;
   detail::launch("sparsify_kernel", detail::sparsify_kernel, dim3(static_cast<unsigned>(t)), dim3(detail::kSpThreads),
-                 0, stream, x, y, static_cast<int>(k), drop, threshold, list, count, zeros);
+                 0, stream, x, y, static_cast<int>(k), drop, threshold, list, count, zeros, q8_list);
 }
 
 unsigned long long* sparsity_counters() {

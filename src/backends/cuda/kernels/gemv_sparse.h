@@ -60,9 +60,11 @@ using SparseEntry = int2;
 // select on |x|'s bits. y may equal x, or be null. With `list` and `count`, row i's surviving nonzero entries go to
 // list[i * k ...] in ascending channel order and their number to count[i]. With `zeros` (two counters, never reset
 // here): zeros[0] += entries zeroed or zero, zeros[1] += t * k (achieved sparsity, as the CPU counts it).
+// q8_list (needs y, the list and k a multiple of 32): the list's values are the zeroed row's 8-bit activations d * q
+// (per block of 32, as the CPU's quantized kernels quantize x), for the quantized sparse GEMV.
 void sparsify(const float* x /*[t, k]*/, float* y /*[t, k] or null*/, int64_t t, int64_t k, float sparsity,
               float threshold, SparseEntry* list /*[t, k] or null*/, int32_t* count /*[t] or null*/,
-              unsigned long long* zeros /*[2] or null*/, cudaStream_t stream);
+              unsigned long long* zeros /*[2] or null*/, cudaStream_t stream, bool q8_list = false);
 
 // The process's achieved-sparsity counters on the device ([2]: zeros, elements), the `zeros` argument the executors
 // pass to sparsify (process-wide, as the CPU's: backends/cpu/ops/sparsify.cpp). Allocated on first use.
