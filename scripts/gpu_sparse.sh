@@ -11,7 +11,7 @@
 # Options: --no-e2e (skip the end-to-end decode), --only-e2e (only the end-to-end decode: a second call on the warm
 # machine), --e2e-quant (end to end also for q8_0 and q4_1 at 0 and 50%), --splits-sweep (the benchmark also times
 # every split count), --fast (the benchmark without taller tiles and most sweeps), --no-teal (no calibrated-threshold
-# runs), --e2e-quant-only (end to end q8_0 and q4_1 only), --tests-only (no benchmark). The end-to-end phase starts only while under 4 minutes have passed (else it says how to run it).
+# runs), --bench-bf16 (the benchmark for bf16 only), --e2e-sparsities="0 0.5" (top-k runs), --e2e-quant-only (end to end q8_0 and q4_1 only), --tests-only (no benchmark). The end-to-end phase starts only while under 4 minutes have passed (else it says how to run it).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -33,7 +33,9 @@ for a in "$@"; do
     --no-teal) teal_sparsities="" ;;
     --tests-only) bench=0 ;;
     --splits-sweep) sweep=(--splits-sweep) ;;
-    --fast) sweep=(--fast) ;;
+    --fast) sweep+=(--fast) ;;
+    --bench-bf16) sweep+=(--bf16-only) ;;
+    --e2e-sparsities=*) e2e_sparsities=${a#*=} ;;
     *) echo "gpu_sparse: unknown option $a" >&2; exit 2 ;;
   esac
 done

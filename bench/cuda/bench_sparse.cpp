@@ -36,7 +36,8 @@ namespace {
 struct Options {
   int reps = 200;
   bool splits_sweep = false;
-  bool fast = false;  // no taller tiles, splits sweeps for the channel-major bf16 form only (one device call's budget)
+  bool fast = false;
+  bool bf16_only = false;  // no taller tiles, splits sweeps for the channel-major bf16 form only (one device call's budget)
 };
 
 class SparseBench {
@@ -135,6 +136,7 @@ void SparseBench::run() {
              "sp%", "achvd%", "sparse us", "dense us", "ratio", "splits", "sparse GB/s", "%copy", "dense GB/s",
              "topk/thr us", "max rel");
   for (DType dtype : formats) {
+    if (opt_.bf16_only && dtype != DType::BF16) continue;
     for (const Shape& s : shapes) {
       const bool quant = gemv_quantized(dtype);
       DeviceWeight w;
@@ -345,8 +347,10 @@ int run_main(int argc, char** argv) {
       opt.splits_sweep = true;
     } else if (a == "--fast") {
       opt.fast = true;
+    } else if (a == "--bf16-only") {
+      opt.bf16_only = true;
     } else {
-      fmt::print(stderr, "usage: tessera_bench_sparse [--reps N] [--splits-sweep] [--fast]\n");
+      fmt::print(stderr, "usage: tessera_bench_sparse [--reps N] [--splits-sweep] [--fast] [--bf16-only]\n");
       return 2;
     }
   }

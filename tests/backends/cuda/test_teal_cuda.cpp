@@ -100,7 +100,8 @@ TEST(CudaTeal, CalibratedThresholdsMatchCpu) {
     for (int i = 0; i < 40; ++i) f << "And the evening and the morning were the first day, and the light was good. ";
   }
   for (const std::string dtype : {"bf16", "q8_0"}) {
-    const Model m = make_random_model({.arch = "smollm2-135m", .dtype = dtype, .seed = 7, .n_layers = 2});
+    const Model m = make_random_model({.arch = "smollm2-135m", .dtype = dtype, .seed = 7, .n_layers = 2},
+                                      {.load_tokenizer = true});  // calibrate tokenizes its text
     const std::string thr = (dir / ("tessera_teal_cuda_" + dtype + ".json")).string();
     save_teal_thresholds(calibrate(m, {.text_path = text, .sparsity = 0.5f, .n_threads = 2, .n_ctx = 64,
                                        .max_tokens = 128}),
@@ -113,7 +114,9 @@ TEST(CudaTeal, CalibratedThresholdsMatchCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaTeal,
                          ::testing::Values(TealCase{"bf16", 0.5f}, TealCase{"bf16", 0.25f}, TealCase{"f16", 0.5f},
-                                           TealCase{"q8_0", 0.5f}, TealCase{"q4_1", 0.5f}),
+                                           TealCase{"q8_0", 0.5f}, TealCase{"q4_1", 0.5f},
+                                           // dense baselines: how far the quantized decoders differ without TEAL
+                                           TealCase{"q8_0", 0.0f}, TealCase{"q4_1", 0.0f}),
                          [](const auto& info) {
                            return info.param.dtype + "_s" + std::to_string(static_cast<int>(info.param.sparsity * 100));
                          });

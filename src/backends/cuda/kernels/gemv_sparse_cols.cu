@@ -81,28 +81,30 @@ __global__ void __launch_bounds__(kColThreads)
   const bool active = r0 < n_pad;
   float acc[kColRows] = {};
   if (active) {
+    // Software-pipelined as the dense GEMV (gemv_float_kernel.cuh): the next group's loads are issued before this
+    // group's arithmetic, so every thread always has a group in flight. Slots past m load nothing and add 0 * 0.
     const uint8_t* wc = w + static_cast<size_t>(r0) * 2;
     const size_t col = static_cast<size_t>(n_pad) * 2;
-    int j = 0;
-    for (; j + kColUnroll <= m; j += kColUnroll) {
-      uint4 v[kColUnroll];
+    auto load = [&](int j0, uint4(&v)[kColUnroll]) {
 #pragma unroll
-      for (int u = 0; u < kColUnroll; ++u) v[u] = ld_stream16(wc + static_cast<size_t>(s_idx[j + u]) * col);
+      for (int u = 0; u < kColUnroll; ++u)
+        v[u] = j0 + u < m ? ld_stream16(wc + static_cast<size_t>(s_idx[j0 + u]) * col) : make_uint4(0, 0, 0, 0);
+    };
+    uint4 cur[kColUnroll];
+    load(0, cur);
+    for (int j = 0; j < m; j += kColUnroll) {
+      uint4 nxt[kColUnroll];
+      load(j + kColUnroll, nxt);
 #pragma unroll
       for (int u = 0; u < kColUnroll; ++u) {
         float f[8];
-        F::to_float(v[u], f);
-        const float xv = s_val[j + u];
+        F::to_float(cur[u], f);
+        const float xv = j + u < m ? s_val[j + u] : 0.0f;
 #pragma unroll
         for (int r = 0; r < kColRows; ++r) acc[r] = fmaf(f[r], xv, acc[r]);
       }
-    }
-    for (; j < m; ++j) {
-      float f[8];
-      F::to_float(ld_stream16(wc + static_cast<size_t>(s_idx[j]) * col), f);
-      const float xv = s_val[j];
 #pragma unroll
-      for (int r = 0; r < kColRows; ++r) acc[r] = fmaf(f[r], xv, acc[r]);
+      for (int u = 0; u < kColUnroll; ++u) cur[u] = nxt[u];
     }
   }
   if (splits == 1) {
