@@ -11,7 +11,7 @@
 # Options: --no-e2e (skip the end-to-end decode), --only-e2e (only the end-to-end decode: a second call on the warm
 # machine), --e2e-quant (end to end also for q8_0 and q4_1 at 0 and 50%), --splits-sweep (the benchmark also times
 # every split count), --fast (the benchmark without taller tiles and most sweeps), --no-teal (no calibrated-threshold
-# runs), --bench-bf16 (the benchmark for bf16 only), --e2e-sparsities="0 0.5" (top-k runs), --e2e-quant-only (end to end q8_0 and q4_1 only), --tests-only (no benchmark). The end-to-end phase starts only while under 4 minutes have passed (else it says how to run it).
+# runs), --teal-sparsities="0.5", --e2e-formats="bf16 q8_0", --quick-tests (the kernel tests only), --bench-bf16 (the benchmark for bf16 only), --e2e-sparsities="0 0.5" (top-k runs), --e2e-quant-only (end to end q8_0 and q4_1 only), --tests-only (no benchmark). The end-to-end phase starts only while under 4 minutes have passed (else it says how to run it).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -20,6 +20,7 @@ mkdir -p "$OUT"
 e2e=1
 only_e2e=0
 bench=1
+quick_tests=0
 e2e_formats="bf16"
 e2e_sparsities="0 0.4 0.5"
 teal_sparsities="0.4 0.5"
@@ -36,6 +37,9 @@ for a in "$@"; do
     --fast) sweep+=(--fast) ;;
     --bench-bf16) sweep+=(--bf16-only) ;;
     --e2e-sparsities=*) e2e_sparsities=${a#*=} ;;
+    --teal-sparsities=*) teal_sparsities=${a#*=} ;;
+    --e2e-formats=*) e2e_formats=${a#*=} ;;
+    --quick-tests) quick_tests=1 ;;
     *) echo "gpu_sparse: unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -50,6 +54,7 @@ deps="$root/.gpu-deps"
 arch_lib="$deps/lib/x86_64-linux-gnu"
 logb="$OUT/sparse_build.log"
 targets="test_backends_cuda test_ops tessera_bench_sparse"
+[ "$quick_tests" = 1 ] && targets="test_backends_cuda tessera_bench_sparse"
 [ "$e2e" = 1 ] && targets="$targets tessera_cli"
 [ "$only_e2e" = 1 ] && targets="tessera_cli"
 if cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA_ARCHS=90a-real \
@@ -90,9 +95,9 @@ run_tests() {
   rm -f "$log"
 }
 run_tests "cuda sparse tests" build-gpu/tests/test_backends_cuda '*Sparse*:*Teal*:*SPARS*'
-run_tests "op table sparse rows" build-gpu/tests/test_ops '*SPARS*:*Sparse*'
+[ "$quick_tests" = 0 ] && run_tests "op table sparse rows" build-gpu/tests/test_ops '*SPARS*:*Sparse*'
 # compute-sanitizer memcheck of the kernel tests (out-of-bounds list or weight reads would show here first).
-if command -v compute-sanitizer > /dev/null; then
+if [ "$quick_tests" = 0 ] && command -v compute-sanitizer > /dev/null; then
   timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_backends_cuda --gtest_color=no \
     --gtest_filter='GemvSparse.*:-GemvSparse.QuantizedDecoderShapes' > "$OUT/sparse_memcheck.tmp" 2>&1
   rc=$?
@@ -117,7 +122,7 @@ fi  # only_e2e
 
 # ---- end to end: tessera bench --device cuda dense vs --sparsity. The random 8B model is written once per format
 # (--write-model; ~16 GB for bf16, read back from the page cache by each run) instead of generated per run. ----
-if [ "$e2e" = 1 ] && [ "$only_e2e" = 0 ] && [ $(( $(date +%s) - t0 )) -gt 240 ]; then
+if [ "$e2e" = 1 ] && [ "$only_e2e" = 0 ] && [ $(( $(date +%s) - t0 )) -gt 250 ]; then
   say "- end to end: skipped ($(( $(date +%s) - t0 ))s passed); run scripts/gpu_sparse.sh --only-e2e next (warm machine)"
   e2e=0
 fi
@@ -133,7 +138,7 @@ if [ "$e2e" = 1 ]; then
     teal_sparsities_dt=$teal_sparsities
     if [ "$dt" != bf16 ]; then
       sps="0 0.5"
-      teal_sparsities_dt=${teal_sparsities:+0.5}
+      teal_sparsities_dt=$(echo "$teal_sparsities" | grep -o '0.5')
     fi
     for sp in $sps; do
       args=(--device cuda -m "$f" -p 0 -n 64 -r 2)

@@ -52,8 +52,12 @@ void expect_gpu_matches_cpu(const Model& m, const SessionOptions& cpu_o, const s
   Session gpu(m, gpu_o);
   cpu.reset_achieved_sparsity();
   gpu.reset_achieved_sparsity();
-  // Float 3e-2: bf16 at 25% measured 0.024 on the H100 (one near-cut entry kept on one side only, phase 1).
-  const double tol = quant ? 6e-2 : 3e-2;
+  // An entry within rounding of the cut (top-k's or a calibrated threshold) kept on one side only moves this random
+  // two-layer model's logits far more than rounding does. Measured on the H100 (2026-11-26), worst relative L2: bf16
+  // 50% 7e-6, 25% 0.024, calibrated 0.035 (10 of 157k entries decided differently); q8_0 dense 0.002, 50% 0.038,
+  // calibrated 3e-7; q4_1 dense 0.011, 50% 0.096; top-1 equal in every step. The kernels themselves are checked
+  // against references in test_gemv_sparse.cpp (the list's 8-bit values bit for bit against the CPU's).
+  const double tol = quant ? 1.2e-1 : 5e-2;
   double worst = 0;
   int agree = 0;
   for (int32_t id : ids) {

@@ -65,8 +65,16 @@ __device__ __forceinline__ void sparse_epilogue(float (&acc)[RPT], float* __rest
   __syncthreads();
   if (last && t < TILE) {
     __threadfence();
+    // In slice order, 8 loads in flight at a time (one by one, the L2 latencies added up to microseconds of tail).
     float sum = 0.0f;
-    for (int i = 0; i < splits; ++i) sum += __ldcg(partial + i * stride + row);
+    for (int i0 = 0; i0 < splits; i0 += 8) {
+      float v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = i0 + u < splits ? __ldcg(partial + (i0 + u) * stride + row) : 0.0f;
+#pragma unroll
+      for (int u = 0; u < 8; ++u)
+        if (i0 + u < splits) sum += v[u];
+    }
     if (row < n) y[row] = accumulate ? y[row] + sum : sum;
   }
 }
