@@ -219,9 +219,10 @@ TEST(GemvSparse, MatchesTheReferenceOnTheZeroedInput) {
 // GEMV reads SPARSIFY's zeroed row). A thread sums at most a slice's k / splits products in sequence, then the splits'
 // partials: (k + 64) * 2^-24 * mag bounds it.
 void check_gemv_sparse_x(DType dtype, int64_t n, int64_t k, float threshold, int splits, bool accumulate,
-                         std::mt19937& rng, bool zeroed = false) {
+                         std::mt19937& rng, bool zeroed = false, int variant = 0) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " threshold=" << threshold
-                                    << " splits=" << splits << " accumulate=" << accumulate << " zeroed=" << zeroed);
+                                    << " splits=" << splits << " accumulate=" << accumulate << " zeroed=" << zeroed
+                                    << " variant=" << variant);
   const auto w_host = random_weight(rng, dtype, n, k);
   auto x = random_floats(rng, static_cast<size_t>(k));
   if (zeroed) x = sparsify_ref(x, 0.5f, -1.0f);
@@ -234,7 +235,7 @@ void check_gemv_sparse_x(DType dtype, int64_t n, int64_t k, float threshold, int
   const auto y0 = random_floats(rng, static_cast<size_t>(n));
   DeviceBuffer yd = accumulate ? to_device(y0) : poisoned(sizeof(float) * n);
   gemv_sparse_x(sw, xd.as<float>(), threshold, yd.as<float>(), accumulate, ws, nullptr, zeros.as<unsigned long long>(),
-                splits);
+                splits, variant);
   synchronize();
   const auto y = to_host<float>(yd, static_cast<size_t>(n));
   const auto z = to_host<unsigned long long>(zeros, 2);
@@ -257,7 +258,7 @@ void check_gemv_sparse_x(DType dtype, int64_t n, int64_t k, float threshold, int
   }
   if (!accumulate) {  // the same x gives the same bits
     DeviceBuffer y2 = poisoned(sizeof(float) * n);
-    gemv_sparse_x(sw, xd.as<float>(), threshold, y2.as<float>(), false, ws, nullptr, nullptr, splits);
+    gemv_sparse_x(sw, xd.as<float>(), threshold, y2.as<float>(), false, ws, nullptr, nullptr, splits, variant);
     synchronize();
     const auto again = to_host<float>(y2, static_cast<size_t>(n));
     ASSERT_EQ(std::memcmp(again.data(), y.data(), sizeof(float) * n), 0);
@@ -269,8 +270,13 @@ TEST(GemvSparse, ColumnsMatchTheReferenceOnTheThresholdedInput) {
   std::mt19937 rng(test_seed());
   for (const DType dtype : {DType::BF16, DType::F16}) {
     // Rows past a 1024-row stripe and not a multiple of 64; k past one 2048-channel slice; the decoder's shapes.
-    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{64, 256}, {100, 576}, {960, 576}, {1536, 576}, {576, 1536},
-                               {3000, 4096}, {1024, 4104}}) {
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{64, 256},
+                               {100, 576},
+                               {960, 576},
+                               {1536, 576},
+                               {576, 1536},
+                               {3000, 4096},
+                               {1024, 4104}}) {
       for (const float th : {0.0f, 0.3f, 0.7f, 2.0f}) {
         for (const int splits : {0, 3, 64}) {
           if (splits != 0 && splits < (k + 2047) / 2048) continue;
@@ -280,6 +286,8 @@ TEST(GemvSparse, ColumnsMatchTheReferenceOnTheThresholdedInput) {
       }
       check_gemv_sparse_x(dtype, n, k, 0.5f, 0, true, rng);
       check_gemv_sparse_x(dtype, n, k, 0.0f, 0, false, rng, true);
+      for (int v = 1; v < gemv_sparse_x_variants(); ++v)  // the benchmark's other launch shapes
+        for (const int splits : {0, 3}) check_gemv_sparse_x(dtype, n, k, 0.5f, splits, splits == 3, rng, false, v);
       if ((k + 2047) / 2048 <= 1) check_gemv_sparse_x(dtype, n, k, 0.5f, 1, true, rng);
       if (::testing::Test::HasFatalFailure()) return;
     }
@@ -321,7 +329,7 @@ TEST(GemvSparse, RefusesWhatItCannotRun) {
   EXPECT_THROW(gemv_sparse_x(sw, nullptr, 0.0f, y.as<float>(), false, small, nullptr), Error);  // not channel-major
   const SparseWeight cw = make_sparse_columns(wd, nullptr);
   SparseGemvWorkspace ws(300);
-  EXPECT_THROW(gemv_sparse_x(cw, nullptr, -1.0f, y.as<float>(), false, ws, nullptr), Error);  // negative threshold
+  EXPECT_THROW(gemv_sparse_x(cw, nullptr, -1.0f, y.as<float>(), false, ws, nullptr), Error);    // negative threshold
   EXPECT_THROW(gemv_sparse_x(cw, nullptr, 0.0f, y.as<float>(), false, small, nullptr), Error);  // workspace too small
 }
 

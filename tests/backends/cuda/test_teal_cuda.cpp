@@ -9,9 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <cmath>
 #include <iostream>
 #include <random>
 #include <string>
@@ -107,9 +107,8 @@ TEST(CudaTeal, CalibratedThresholdsMatchCpu) {
     const Model m = make_random_model({.arch = "smollm2-135m", .dtype = dtype, .seed = 7, .n_layers = 2},
                                       {.load_tokenizer = true});  // calibrate tokenizes its text
     const std::string thr = (dir / ("tessera_teal_cuda_" + dtype + ".json")).string();
-    save_teal_thresholds(calibrate(m, {.text_path = text, .sparsity = 0.5f, .n_threads = 2, .n_ctx = 64,
-                                       .max_tokens = 128}),
-                         thr);
+    save_teal_thresholds(
+        calibrate(m, {.text_path = text, .sparsity = 0.5f, .n_threads = 2, .n_ctx = 64, .max_tokens = 128}), thr);
     SessionOptions o{.n_ctx = 64, .n_threads = 2};
     o.teal = thr;
     expect_gpu_matches_cpu(m, o, dtype + " calibrated at 0.5", dtype != "bf16", 0.2f);

@@ -12,7 +12,7 @@ namespace {
 
 // ---- SPARSIFY ----
 
-constexpr int kSpThreads = 1024;  // one block per row: 32 warps, so the warp totals fit one warp's scan
+constexpr int kSpThreads = 1024;      // one block per row: 32 warps, so the warp totals fit one warp's scan
 constexpr int kSpMaxQ8Blocks = 1024;  // q8 list values: rows of at most 32768 entries
 
 // Block-wide exclusive prefix sum of v (every thread of the 1024 calls it); *total gets the sum of all v.
@@ -139,9 +139,9 @@ __global__ void __launch_bounds__(kSpThreads)
   }
   if (list && q8_list) {
     // The list's values as the 8-bit activations the quantized kernels read (the CPU's sparse and dense kernels
-    // quantize the zeroed x per block of 32: d = amax / 127, q = round(v * 127 / amax)), so the quantized sparse GEMV sums the
-    // CPU's products: d * q per surviving entry. y (written above, visible to the block after the barrier) is the
-    // zeroed row; a kept entry is exactly a nonzero y.
+    // quantize the zeroed x per block of 32: d = amax / 127, q = round(v * 127 / amax)), so the quantized sparse GEMV
+    // sums the CPU's products: d * q per surviving entry. y (written above, visible to the block after the barrier) is
+    // the zeroed row; a kept entry is exactly a nonzero y.
     __syncthreads();
     const int lane = tid & (kWarp - 1);
     for (int b = tid / kWarp; b * kWarp < k; b += kSpThreads / kWarp) {

@@ -12,23 +12,31 @@ namespace tessera::cuda {
 namespace detail {
 namespace {
 
-constexpr int kColThreads = 128;               // threads per block: 4 warps
-constexpr int kColRows = 8;                    // rows per thread: one 16-byte load per channel
-constexpr int kColStripe = kColThreads * kColRows;  // rows per block (2 KB of a bf16 column)
-constexpr int kColUnroll = 8;                  // 16-byte loads in flight per thread
-constexpr int kColMaxSlice = 2048;             // channels per block at most (shared memory: 16 KB)
+constexpr int kColMaxSlice = 2048;  // channels per block at most (shared memory: 16 KB)
 
-// Block (stripe, s): rows [stripe * 1024, +1024) over channels [k * s / splits, k * (s + 1) / splits). An entry is
-// kept when !(|v| <= threshold) and v != 0 (threshold 0: x's nonzero entries, for an x SPARSIFY already zeroed).
-// zeros (stripe 0's blocks only): += the slice's dropped entries and its length (the achieved-sparsity counters).
-template <DType D>
-__global__ void __launch_bounds__(kColThreads)
+// Launch shapes (gemv_sparse_x's `variant`; the benchmark times them all): THREADS threads, RPT rows per thread
+// (RPT / 8 adjacent 16-byte loads per channel), UNROLL channels per pipeline group.
+struct ColShape {
+  int threads, rpt, unroll;
+  int stripe() const { return threads * rpt; }
+};
+constexpr ColShape kColShapes[] = {{128, 8, 8}, {256, 8, 8}, {128, 16, 8}, {128, 8, 16}};
+constexpr int kColVariants = 4;
+
+// Block (stripe, s): rows [stripe * THREADS * RPT, +THREADS * RPT) over channels [k * s / splits, k * (s + 1) /
+// splits). An entry is kept when !(|v| <= threshold) and v != 0 (threshold 0: x's nonzero entries, for an x SPARSIFY
+// already zeroed). zeros (stripe 0's blocks only): += the slice's dropped entries and its length (the achieved-sparsity
+// counters).
+template <DType D, int THREADS, int RPT, int UNROLL>
+__global__ void __launch_bounds__(THREADS)
     gemv_sparse_cols_kernel(const uint8_t* __restrict__ w /*[k, n_pad]*/, const float* __restrict__ x /*[k]*/,
                             float threshold, float* __restrict__ y /*[n]*/,
                             float* __restrict__ partial /*[splits, n_pad]*/, unsigned int* __restrict__ tickets,
                             unsigned long long* __restrict__ zeros, int n, int n_pad, int k, int splits,
                             bool accumulate) {
   using F = FloatFmt<D>;
+  constexpr int kVec = RPT / 8;  // 16-byte loads per channel
+  constexpr int kWarps = THREADS / kWarp;
   __shared__ int s_idx[kColMaxSlice];
   __shared__ float s_val[kColMaxSlice];
   __shared__ bool s_last;
@@ -37,14 +45,14 @@ __global__ void __launch_bounds__(kColThreads)
   const int c0 = static_cast<int>(static_cast<long long>(k) * s / splits);
   const int c1 = static_cast<int>(static_cast<long long>(k) * (s + 1) / splits);
   pdl_wait();  // x is the previous kernel's output
-  // Compaction: every x load of the slice first (up to 16 per thread in flight), then one ballot per 128-channel
-  // round; the rounds' per-warp counts meet in shared memory once, so positions follow channel order.
-  constexpr int kRounds = kColMaxSlice / kColThreads;
-  __shared__ int s_cnt[kRounds][kColThreads / kWarp];
+  // Compaction: every x load of the slice first (all in flight), then one ballot per THREADS-channel round; the
+  // rounds' per-warp counts meet in shared memory once, so positions follow channel order.
+  constexpr int kRounds = kColMaxSlice / THREADS;
+  __shared__ int s_cnt[kRounds][kWarps];
   float xv[kRounds];
 #pragma unroll
   for (int i = 0; i < kRounds; ++i) {
-    const int c = c0 + i * kColThreads + tid;
+    const int c = c0 + i * THREADS + tid;
     xv[i] = c < c1 ? x[c] : 0.0f;
   }
   unsigned bal[kRounds];
@@ -61,13 +69,13 @@ __global__ void __launch_bounds__(kColThreads)
   for (int i = 0; i < kRounds; ++i) {
     int before = 0, all = 0;
 #pragma unroll
-    for (int wi = 0; wi < kColThreads / kWarp; ++wi) {
+    for (int wi = 0; wi < kWarps; ++wi) {
       before += wi < warp ? s_cnt[i][wi] : 0;
       all += s_cnt[i][wi];
     }
     if ((bal[i] >> lane) & 1u) {
       const int p = m + before + __popc(bal[i] & below);
-      s_idx[p] = c0 + i * kColThreads + tid;
+      s_idx[p] = c0 + i * THREADS + tid;
       s_val[p] = xv[i];
     }
     m += all;
@@ -77,47 +85,56 @@ __global__ void __launch_bounds__(kColThreads)
     atomicAdd(&zeros[0], static_cast<unsigned long long>(c1 - c0 - m));
     atomicAdd(&zeros[1], static_cast<unsigned long long>(c1 - c0));
   }
-  const int r0 = stripe * kColStripe + tid * kColRows;
+  const int r0 = stripe * THREADS * RPT + tid * RPT;
   const bool active = r0 < n_pad;
-  float acc[kColRows] = {};
+  float acc[RPT] = {};
   if (active) {
     // Software-pipelined as the dense GEMV (gemv_float_kernel.cuh): the next group's loads are issued before this
     // group's arithmetic, so every thread always has a group in flight. Slots past m load nothing and add 0 * 0.
     const uint8_t* wc = w + static_cast<size_t>(r0) * 2;
     const size_t col = static_cast<size_t>(n_pad) * 2;
-    auto load = [&](int j0, uint4(&v)[kColUnroll]) {
+    auto load = [&](int j0, uint4(&v)[UNROLL][kVec]) {
 #pragma unroll
-      for (int u = 0; u < kColUnroll; ++u)
-        v[u] = j0 + u < m ? ld_stream16(wc + static_cast<size_t>(s_idx[j0 + u]) * col) : make_uint4(0, 0, 0, 0);
+      for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+        for (int q = 0; q < kVec; ++q)
+          v[u][q] =
+              j0 + u < m ? ld_stream16(wc + static_cast<size_t>(s_idx[j0 + u]) * col + 16 * q) : make_uint4(0, 0, 0, 0);
     };
-    uint4 cur[kColUnroll];
+    uint4 cur[UNROLL][kVec];
     load(0, cur);
-    for (int j = 0; j < m; j += kColUnroll) {
-      uint4 nxt[kColUnroll];
-      load(j + kColUnroll, nxt);
+    for (int j = 0; j < m; j += UNROLL) {
+      uint4 nxt[UNROLL][kVec];
+      load(j + UNROLL, nxt);
 #pragma unroll
-      for (int u = 0; u < kColUnroll; ++u) {
-        float f[8];
-        F::to_float(cur[u], f);
-        const float xv = j + u < m ? s_val[j + u] : 0.0f;
+      for (int u = 0; u < UNROLL; ++u) {
+        const float xs = j + u < m ? s_val[j + u] : 0.0f;
 #pragma unroll
-        for (int r = 0; r < kColRows; ++r) acc[r] = fmaf(f[r], xv, acc[r]);
+        for (int q = 0; q < kVec; ++q) {
+          float f[8];
+          F::to_float(cur[u][q], f);
+#pragma unroll
+          for (int r = 0; r < 8; ++r) acc[8 * q + r] = fmaf(f[r], xs, acc[8 * q + r]);
+        }
       }
 #pragma unroll
-      for (int u = 0; u < kColUnroll; ++u) cur[u] = nxt[u];
+      for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+        for (int q = 0; q < kVec; ++q) cur[u][q] = nxt[u][q];
     }
   }
   if (splits == 1) {
     if (active)
 #pragma unroll
-      for (int r = 0; r < kColRows; ++r)
+      for (int r = 0; r < RPT; ++r)
         if (r0 + r < n) y[r0 + r] = accumulate ? y[r0 + r] + acc[r] : acc[r];
     return;
   }
   if (active) {
     float4* p = reinterpret_cast<float4*>(partial + static_cast<size_t>(s) * n_pad + r0);
-    __stcg(p, make_float4(acc[0], acc[1], acc[2], acc[3]));
-    __stcg(p + 1, make_float4(acc[4], acc[5], acc[6], acc[7]));
+#pragma unroll
+    for (int q = 0; q < RPT / 4; ++q)
+      __stcg(p + q, make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]));
   }
   __threadfence();
   __syncthreads();
@@ -131,25 +148,27 @@ __global__ void __launch_bounds__(kColThreads)
   __threadfence();
   // The splits' partials in slice order, loaded 8 slices at a time: one by one, each load's L2 latency (~0.5 us)
   // was paid in sequence, microseconds of tail for the stripe's last block at 16-64 splits.
-  float sum[kColRows] = {};
+  float sum[RPT] = {};
   constexpr int kBatch = 8;
   for (int i0 = 0; i0 < splits; i0 += kBatch) {
-    float4 a[kBatch], b[kBatch];
+    float4 a[kBatch][RPT / 4];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const float4* p = reinterpret_cast<const float4*>(partial + static_cast<size_t>(i0 + u) * n_pad + r0);
-      a[u] = i0 + u < splits ? __ldcg(p) : make_float4(0, 0, 0, 0);
-      b[u] = i0 + u < splits ? __ldcg(p + 1) : make_float4(0, 0, 0, 0);
+#pragma unroll
+      for (int q = 0; q < RPT / 4; ++q) a[u][q] = i0 + u < splits ? __ldcg(p + q) : make_float4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       if (i0 + u >= splits) break;
-      sum[0] += a[u].x, sum[1] += a[u].y, sum[2] += a[u].z, sum[3] += a[u].w;
-      sum[4] += b[u].x, sum[5] += b[u].y, sum[6] += b[u].z, sum[7] += b[u].w;
+#pragma unroll
+      for (int q = 0; q < RPT / 4; ++q) {
+        sum[4 * q] += a[u][q].x, sum[4 * q + 1] += a[u][q].y, sum[4 * q + 2] += a[u][q].z, sum[4 * q + 3] += a[u][q].w;
+      }
     }
   }
 #pragma unroll
-  for (int r = 0; r < kColRows; ++r)
+  for (int r = 0; r < RPT; ++r)
     if (r0 + r < n) y[r0 + r] = accumulate ? y[r0 + r] + sum[r] : sum[r];
 }
 
@@ -173,7 +192,32 @@ __global__ void sparse_cols_repack_kernel(const uint16_t* __restrict__ src /*[n,
   }
 }
 
-int stripes_of(const SparseWeight& w) { return ceil_div(w.tile, kColStripe); }
+int stripes_of(const SparseWeight& w, int variant) { return ceil_div(w.tile, kColShapes[variant].stripe()); }
+
+template <DType D, int V>
+void launch_cols(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
+                 SparseGemvWorkspace& ws, cudaStream_t stream, unsigned long long* zeros, int splits) {
+  constexpr ColShape S = kColShapes[V];
+  const dim3 grid(static_cast<unsigned>(stripes_of(w, V)), static_cast<unsigned>(splits));
+  launch("gemv_sparse_cols_kernel", gemv_sparse_cols_kernel<D, S.threads, S.rpt, S.unroll>, grid, dim3(S.threads), 0,
+         stream, w.data.as<uint8_t>(), x, threshold, y, ws.partials(), ws.tickets(), zeros, static_cast<int>(w.n),
+         w.tile, static_cast<int>(w.k), splits, accumulate);
+}
+
+template <DType D>
+void launch_cols_variant(int variant, const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
+                         SparseGemvWorkspace& ws, cudaStream_t stream, unsigned long long* zeros, int splits) {
+  switch (variant) {
+    case 0:
+      return launch_cols<D, 0>(w, x, threshold, y, accumulate, ws, stream, zeros, splits);
+    case 1:
+      return launch_cols<D, 1>(w, x, threshold, y, accumulate, ws, stream, zeros, splits);
+    case 2:
+      return launch_cols<D, 2>(w, x, threshold, y, accumulate, ws, stream, zeros, splits);
+    default:
+      return launch_cols<D, 3>(w, x, threshold, y, accumulate, ws, stream, zeros, splits);
+  }
+}
 
 }  // namespace
 }  // namespace detail
@@ -196,11 +240,14 @@ SparseWeight make_sparse_columns(const DeviceWeight& w, cudaStream_t stream) {
   return s;
 }
 
-int gemv_sparse_x_default_splits(const SparseWeight& w) {
-  // About two blocks of 128 threads per SM, slices of at least 64 channels (the partial sums' traffic, 8 bytes per
-  // row and slice, stays a few percent of the weights read), at most kColMaxSlice channels (shared memory).
-  const int64_t stripes = detail::stripes_of(w);
-  const int64_t want = int64_t{2} * detail::sm_count();
+int gemv_sparse_x_variants() { return detail::kColVariants; }
+
+int gemv_sparse_x_default_splits(const SparseWeight& w, int variant) {
+  // About two blocks of 128 threads per SM (one of 256), slices of at least 64 channels (the partial sums' traffic,
+  // 8 bytes per row and slice, stays a few percent of the weights read), at most kColMaxSlice channels (shared memory).
+  if (variant < 0 || variant >= detail::kColVariants) fail("gemv_sparse_x: no launch shape {}", variant);
+  const int64_t stripes = detail::stripes_of(w, variant);
+  const int64_t want = int64_t{256} * detail::sm_count() / detail::kColShapes[variant].threads;
   const int64_t by_blocks = (want + stripes - 1) / stripes;
   const int64_t hi = std::max<int64_t>(1, std::min<int64_t>(w.k / 64, SparseGemvWorkspace::kMaxSplits));
   const int64_t lo = (w.k + detail::kColMaxSlice - 1) / detail::kColMaxSlice;
@@ -208,24 +255,20 @@ int gemv_sparse_x_default_splits(const SparseWeight& w) {
 }
 
 void gemv_sparse_x(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
-                   SparseGemvWorkspace& ws, cudaStream_t stream, unsigned long long* zeros, int splits) {
+                   SparseGemvWorkspace& ws, cudaStream_t stream, unsigned long long* zeros, int splits, int variant) {
   if (!w.columns) fail("gemv_sparse_x: the weight is not the channel-major copy (make_sparse_columns)");
-  if (w.tile > ws.max_rows()) fail("gemv_sparse: workspace sized for {} rows, the weight has {}", ws.max_rows(), w.tile);
+  if (w.tile > ws.max_rows())
+    fail("gemv_sparse: workspace sized for {} rows, the weight has {}", ws.max_rows(), w.tile);
   if (!(threshold >= 0.0f)) fail("gemv_sparse_x: threshold {} is negative", threshold);
-  if (splits == 0) splits = gemv_sparse_x_default_splits(w);
+  if (variant < 0 || variant >= detail::kColVariants) fail("gemv_sparse_x: no launch shape {}", variant);
+  if (splits == 0) splits = gemv_sparse_x_default_splits(w, variant);
   const int64_t min_splits = (w.k + detail::kColMaxSlice - 1) / detail::kColMaxSlice;
   if (splits < min_splits || splits > SparseGemvWorkspace::kMaxSplits)
     fail("gemv_sparse_x: splits {} outside [{}, {}]", splits, min_splits, SparseGemvWorkspace::kMaxSplits);
-  const dim3 grid(static_cast<unsigned>(detail::stripes_of(w)), static_cast<unsigned>(splits));
-  const dim3 block(detail::kColThreads);
-  const auto* wd = w.data.as<uint8_t>();
-  const int n = static_cast<int>(w.n), k = static_cast<int>(w.k);
   if (w.dtype == DType::BF16)
-    detail::launch("gemv_sparse_cols_kernel", detail::gemv_sparse_cols_kernel<DType::BF16>, grid, block, 0, stream,
-                   wd, x, threshold, y, ws.partials(), ws.tickets(), zeros, n, w.tile, k, splits, accumulate);
+    detail::launch_cols_variant<DType::BF16>(variant, w, x, threshold, y, accumulate, ws, stream, zeros, splits);
   else
-    detail::launch("gemv_sparse_cols_kernel", detail::gemv_sparse_cols_kernel<DType::F16>, grid, block, 0, stream,
-                   wd, x, threshold, y, ws.partials(), ws.tickets(), zeros, n, w.tile, k, splits, accumulate);
+    detail::launch_cols_variant<DType::F16>(variant, w, x, threshold, y, accumulate, ws, stream, zeros, splits);
 }
 
 }  // namespace tessera::cuda
