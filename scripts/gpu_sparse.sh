@@ -11,7 +11,7 @@
 # Options: --no-e2e (skip the end-to-end decode), --only-e2e (only the end-to-end decode: a second call on the warm
 # machine), --e2e-quant (end to end also for q8_0 and q4_1 at 0 and 50%), --splits-sweep (the benchmark also times
 # every split count), --fast (the benchmark without taller tiles and most sweeps), --no-teal (no calibrated-threshold
-# runs), --teal-sparsities="0.5", --e2e-formats="bf16 q8_0", --quick-tests (the kernel tests only), --bench-bf16 (the benchmark for bf16 only), --e2e-sparsities="0 0.5" (top-k runs), --e2e-quant-only (end to end q8_0 and q4_1 only), --tests-only (no benchmark). The end-to-end phase starts only while under 4 minutes have passed (else it says how to run it).
+# runs), --teal-sparsities="0.5", --quant-sparsities="0.5", --e2e-formats="bf16 q8_0", --quick-tests (the kernel tests only), --bench-bf16 (the benchmark for bf16 only), --e2e-sparsities="0 0.5" (top-k runs), --e2e-quant-only (end to end q8_0 and q4_1 only), --tests-only (no benchmark). The end-to-end phase starts only while under 4 minutes have passed (else it says how to run it).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -24,6 +24,7 @@ quick_tests=0
 e2e_formats="bf16"
 e2e_sparsities="0 0.4 0.5"
 teal_sparsities="0.4 0.5"
+quant_sparsities="0 0.5"
 sweep=()
 for a in "$@"; do
   case "$a" in
@@ -38,6 +39,7 @@ for a in "$@"; do
     --bench-bf16) sweep+=(--bf16-only) ;;
     --e2e-sparsities=*) e2e_sparsities=${a#*=} ;;
     --teal-sparsities=*) teal_sparsities=${a#*=} ;;
+    --quant-sparsities=*) quant_sparsities=${a#*=} ;;
     --e2e-formats=*) e2e_formats=${a#*=} ;;
     --quick-tests) quick_tests=1 ;;
     *) echo "gpu_sparse: unknown option $a" >&2; exit 2 ;;
@@ -137,7 +139,7 @@ if [ "$e2e" = 1 ]; then
     sps=$e2e_sparsities
     teal_sparsities_dt=$teal_sparsities
     if [ "$dt" != bf16 ]; then
-      sps="0 0.5"
+      sps=$quant_sparsities
       teal_sparsities_dt=$(echo "$teal_sparsities" | grep -o '0.5')
     fi
     for sp in $sps; do
