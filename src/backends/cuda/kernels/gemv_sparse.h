@@ -106,6 +106,12 @@ void gemv_sparse(const SparseWeight& w, const SparseEntry* list /*[k]*/, const i
 // (7-15 us, 128 per token) made sparse decode slower than dense. This form reads x itself: each block thresholds its
 // slice of x (the calibrated-threshold rule, or threshold 0 on an x SPARSIFY's top-k already zeroed) and walks the
 // kept channels, each a 2 KB run of a column stored contiguously.
+// Measured (H100, L2 flushed, 2026-11-26, tessera_bench_sparse): at 50%, 4096->14336 33.1 us (tiled list walk 36.1,
+// dense 46.7), 14336->4096 36.8 us (36.4, 48.2), 4096x4096 19.9 us (17.4, 17.9): ~1.8 TB/s on the bytes read, short
+// of the 22 us. The other launch shapes (256 x 8, 128 x 16, 16 channels per group) were no faster, nor was
+// the software pipelining or the batched reduction of the partials: the limit is elsewhere (not yet profiled).
+// End to end (8B bf16, tg64): calibrated thresholds at 50% (53.6% achieved) 210.0 tok/s against dense 198.3; top-k
+// 50% (a SPARSIFY launch per input) 159.9.
 
 // W [n, k] as data[c][r] = W[r, c], rows padded to a multiple of 64 (tile = the padded n, columns = true). bf16/f16.
 SparseWeight make_sparse_columns(const DeviceWeight& w, cudaStream_t stream);
