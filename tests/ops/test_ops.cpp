@@ -67,14 +67,14 @@ Row matmul_row(DType w, int64_t t, int64_t n, int64_t k) {
 }
 
 // TEAL's sparse GEMV: against the dense reference on the same zeroed x, with MATMUL's limits (quantized formats
-// quantize x to 8 bits per block as the dense kernels do; zeros stay zero).
+// quantize x to 8 bits per block as the dense kernels do; zeros stay zero). CUDA: the sparse GEMV for one row of bf16,
+// f16, q8_0, q4_0 or q4_1 weights (f32 x; converted formats: bf16), else the dense matmul on the zeroed x, as the
+// executors run it.
 Row matmul_sparse_row(DType w, int64_t t, int64_t n, int64_t k, float sparsity) {
   Row r = matmul_row(w, t, n, k);
   r.name = "MATMUL_SPARSE_" + dn(w) + "_t" + std::to_string(t) + "_n" + std::to_string(n) + "_k" + std::to_string(k) +
            "_s" + std::to_string(static_cast<int>(sparsity * 100));
   r.build = [=](std::mt19937& rng) { return matmul_sparse(rng, w, t, n, k, sparsity); };
-  r.cuda = false;
-  r.why = "MATMUL_SPARSE has no CUDA kernel yet (issue 23's CUDA half)";
   return r;
 }
 
@@ -198,6 +198,9 @@ const std::vector<Row>& rows() {
     v.push_back(matmul_sparse_row(DType::F16, 3, 1000, 576, 0.65f));
     v.push_back(matmul_sparse_row(DType::Q4_0, 2, 40, 64, 0.5f));
     v.push_back(matmul_sparse_row(DType::Q6_K, 1, 64, 512, 0.5f));  // converted to f16 at load: the f16 sparse kernel
+    // CUDA's sparse GEMV at a Llama-3-8B width: 64-row tiles, the split form over a long list.
+    v.push_back(matmul_sparse_row(DType::BF16, 1, 1000, 4096, 0.5f));
+    v.push_back(matmul_sparse_row(DType::F16, 1, 4096, 1024, 0.97f));
     return v;
   }();
   return kRows;

@@ -24,6 +24,7 @@
 #include "backends/cuda/device_sampler.h"
 #include "backends/cuda/executor_common.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/gemv_sparse.h"
 #include "backends/cuda/kernels_family.h"
 #include "core/error.h"
 #include "graph/passes/fuse.h"
@@ -153,6 +154,27 @@ struct CudaDecoder::Impl {
     return q8.emplace(tid, std::move(b)).first->second;
   }
 
+  // TEAL (kernels/gemv_sparse.h): per SPARSIFY output, what its readers need. bf16/f16 sparse GEMVs read the row
+  // itself (gemv_sparse_x: the channel-major copy, the threshold applied in the GEMV), so with calibrated thresholds
+  // the SPARSIFY launch is skipped when every reader is such a GEMV and the plan put its output over its input (the
+  // GEMVs then read the untouched x there). Top-k, another reader, or the quantized GEMVs (which walk the list)
+  // keep the launch. The flags are final when compile ends, before the first launch reads them.
+  struct SparseList {
+    float threshold = -1.0f;  // >= 0: calibrated thresholds
+    bool in_place = false;    // the output's storage is the input's
+    bool launch = false;      // the sparsify launch runs (writes the zeroed row, counts the achieved sparsity)
+    bool list_used = false;   // and writes the surviving-channel list for a quantized sparse GEMV
+    int counter = -1;         // where the launch is skipped: the reader (node id) whose GEMV counts instead
+    SparseEntry* list = nullptr;
+    int32_t* count = nullptr;
+  };
+  std::unordered_map<int, std::unique_ptr<SparseList>> sparse_lists;
+  std::unordered_map<const DeviceWeight*, std::unique_ptr<SparseWeight>> sparse_weights;
+  std::unique_ptr<SparseGemvWorkspace> sparse_ws;
+  // A MATMUL_SPARSE as a sparse GEMV; false where it has none (the K-quants, an input that is not a SPARSIFY
+  // output, a fused RMSNorm epilogue): the caller compiles it as the dense MATMUL on the zeroed input, the same values.
+  bool compile_sparse_matmul(int id_in_g);
+
   void compile();
   void compile_node(int id_in_g);
   // CudaOptions::drop_ops (graph op names: rmsnorm, swiglu, attention, matmul, add, embed): the decode
@@ -276,6 +298,107 @@ void CudaDecoder::Impl::compile() {
   argmax_out = DeviceBuffer(2 * sizeof(int32_t));
 }
 
+bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
+  const graph::Node& n = g.node(id_in_g);
+  const auto li = sparse_lists.find(n.inputs.at(0));
+  if (li == sparse_lists.end()) return false;
+  SparseList* sl = li->second.get();
+  // The residual GEMV that also writes the next RMSNorm's q8 input (Fusion::norm_out, q4_1's last down projection
+  // before the output norm) has no sparse form: the dense GEMV on the zeroed x does both.
+  if (n.fusion.norm_weight >= 0 || n.fusion.norm_out >= 0) return false;
+  const int n_weights = n.fusion.n_weights;
+  const DeviceWeight* wp = nullptr;
+  if (n_weights == 1) {
+    wp = &weight(n, n.inputs.at(1));
+  } else {
+    std::vector<const graph::Tensor*> members;
+    for (int i = 0; i < n_weights; ++i) members.push_back(&g.tensor(n.inputs.at(static_cast<size_t>(1 + i))));
+    wp = &sh->stack(n, members);
+  }
+  if (!gemv_sparse_supports(wp->dtype)) return false;
+  const bool columns = !gemv_quantized(wp->dtype);  // bf16/f16: gemv_sparse_x; quantized: the list walk
+  if (columns) {
+    if (sl->threshold < 0 || !sl->in_place) sl->launch = true;
+    if (sl->counter < 0) sl->counter = id_in_g;
+  } else {
+    sl->launch = true;
+    sl->list_used = true;
+  }
+  std::unique_ptr<SparseWeight>& sw = sparse_weights[wp];
+  if (!sw) {
+    sw = std::make_unique<SparseWeight>(columns ? make_sparse_columns(*wp, stream) : make_sparse_weight(*wp, stream));
+    bytes += sw->data.bytes();
+  }
+  if (!sparse_ws) {
+    // One workspace for every sparse GEMV of the graph: sized for the tallest weight (stacks: the members' rows).
+    int64_t max_n = 0;
+    for (const graph::Node& m : g.nodes()) {
+      if (m.op != Op::MATMUL_SPARSE) continue;
+      int64_t rows = 0;
+      for (int i = 0; i < m.fusion.n_weights; ++i) rows += g.tensor(m.inputs.at(static_cast<size_t>(1 + i))).shape[0];
+      max_n = std::max(max_n, rows);
+    }
+    sparse_ws = std::make_unique<SparseGemvWorkspace>(std::max(max_n, wp->n));
+  }
+  const int out = n.output;
+  const graph::Tensor& ot = g.tensor(out);
+  if (ot.dtype != DType::F32) unsupported(n, "its output is not f32");
+  float* y = nullptr;
+  float* gate_up = nullptr;  // the SwiGLU epilogue: the [gate; up] outputs, then one swiglu launch
+  bool accumulate = false;
+  const float* copy_first = nullptr;
+  const int64_t f = ot.numel();
+  if (n.fusion.swiglu) {
+    ptr[static_cast<size_t>(out)] = planned(n, out);
+    y = act(out);
+    if (wp->n != 2 * f) unsupported(n, "its stacked weight is not [gate; up] for its output");
+    gate_up = static_cast<float*>(alloc(static_cast<size_t>(2 * f) * sizeof(float)));
+  } else if (n_weights > 1) {
+    if (f != wp->n) unsupported(n, "its output is not the stack's width");
+    ptr[static_cast<size_t>(out)] = planned(n, out);
+    y = act(out);
+  } else if (n.fusion.residual >= 0) {
+    // As the dense MATMUL: y = a + W·x as a += W·x, over the residual's storage where the plan allows.
+    if (act(n.inputs.at(0)) == act(n.fusion.residual))
+      unsupported(n, "its input lives in the residual it accumulates into");
+    if (plan.in_place_input[static_cast<size_t>(id_in_g)] == n.fusion.residual) {
+      y = act(n.fusion.residual);
+      ptr[static_cast<size_t>(out)] = y;
+    } else {
+      copy_first = act(n.fusion.residual);
+      ptr[static_cast<size_t>(out)] = planned(n, out);
+      y = act(out);
+    }
+    accumulate = true;
+  } else {
+    ptr[static_cast<size_t>(out)] = planned(n, out);
+    y = act(out);
+  }
+  const SparseWeight* swp = sw.get();
+  SparseGemvWorkspace* ws = sparse_ws.get();
+  const SparseEntry* list = sl->list;
+  const int32_t* count = sl->count;
+  const float* xs = act(n.inputs.at(0));  // SPARSIFY's output: the zeroed x, or (launch skipped) x itself
+  unsigned long long* counters = sparsity_counters();
+  const size_t y_bytes = static_cast<size_t>(ot.nbytes());
+  launches.push_back({n.source, [=](cudaStream_t s, const RunArgs&) {
+                        if (copy_first != nullptr)
+                          TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, copy_first, y_bytes, cudaMemcpyDeviceToDevice, s));
+                        float* dst = gate_up != nullptr ? gate_up : y;
+                        const bool acc = gate_up == nullptr && accumulate;
+                        if (columns) {
+                          // Skipped launch: x is raw, the threshold applies here, and one reader counts.
+                          const float th = sl->launch ? 0.0f : sl->threshold;
+                          unsigned long long* z = !sl->launch && sl->counter == id_in_g ? counters : nullptr;
+                          gemv_sparse_x(*swp, xs, th, dst, acc, *ws, s, z);
+                        } else {
+                          gemv_sparse(*swp, list, count, dst, acc, *ws, s);
+                        }
+                        if (gate_up != nullptr) swiglu(gate_up, gate_up + f, y, f, s);
+                      }});
+  return true;
+}
+
 void CudaDecoder::Impl::compile_node(int id_in_g) {
   const graph::Node& n = g.node(id_in_g);
   const int id = n.source;  // launches report their time under the source graph's node
@@ -287,6 +410,10 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
     ptr[static_cast<size_t>(out)] = planned(n, out);
     return act(out);
   };
+  // Any reader of a SPARSIFY output but a sparse GEMV reads the zeroed row: that launch must run.
+  if (n.op != Op::MATMUL_SPARSE)
+    for (int t : n.inputs)
+      if (const auto it = sparse_lists.find(t); it != sparse_lists.end()) it->second->launch = true;
   switch (n.op) {
     case Op::EMBED: {
       const DeviceWeight& w = weight(n, in(0));
@@ -322,6 +449,33 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { rmsnorm(x, w, y, 1, d, eps, s, q, ds); }});
       return;
     }
+    case Op::SPARSIFY: {
+      // The zeroed row for dense readers and the list of its surviving channels for the sparse GEMVs.
+      const float* x = act(in(0));
+      float* y = new_act();
+      const int64_t k = ot.numel();
+      auto& slp = sparse_lists[out];
+      slp = std::make_unique<SparseList>();
+      SparseList* sl = slp.get();
+      sl->list = static_cast<SparseEntry*>(alloc(static_cast<size_t>(k) * sizeof(SparseEntry)));
+      sl->count = static_cast<int32_t*>(alloc(sizeof(int32_t)));
+      sl->threshold = n.params.sparse_threshold;
+      sl->in_place = y == x;
+      sl->launch = sl->threshold < 0;  // top-k needs the select; the readers may add reasons (compile_sparse_matmul)
+      const float sp = n.params.sparsity, th = n.params.sparse_threshold;
+      unsigned long long* zeros = sparsity_counters();
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
+                            if (!sl->launch) return;
+                            // The list feeds the quantized sparse GEMVs only: 8-bit values, as the CPU's.
+                            sparsify(x, y, 1, k, sp, th, sl->list_used ? sl->list : nullptr,
+                                     sl->list_used ? sl->count : nullptr, zeros, s, sl->list_used);
+                          }});
+      return;
+    }
+    case Op::MATMUL_SPARSE:
+      if (compile_sparse_matmul(id_in_g)) return;
+      if (const auto it = sparse_lists.find(in(0)); it != sparse_lists.end()) it->second->launch = true;
+      [[fallthrough]];
     case Op::MATMUL: {
       // A stack of weights (q|k|v, gate|up: Fusion::n_weights) runs as one GEMV over the stacked matrix: fewer
       // launches, and the small matrices stream at the big one's efficiency.
