@@ -65,9 +65,8 @@ const std::vector<GemvConfig>& gemv_configs() {
   return configs;
 }
 
-bool gemv_norm_out_supported(const GemvConfig& c, bool clusters) {
-  const detail::Shape s{c.threads, c.rows, c.unroll, c.prefetch};
-  return clusters ? detail::has_norm_out(s) : detail::has_norm_out_groups(s);
+bool gemv_norm_out_supported(const GemvConfig& c) {
+  return detail::has_norm_out_groups(detail::Shape{c.threads, c.rows, c.unroll, c.prefetch});
 }
 
 bool gemv_config_supported(DType dtype, const GemvConfig& c) {
@@ -75,10 +74,10 @@ bool gemv_config_supported(DType dtype, const GemvConfig& c) {
   return detail::shape_index(c) >= 0 && (!gemv_quantized(dtype) || detail::shape_compiled(dtype, s));
 }
 
-bool gemv_norm_out_supported(const GemvConfig& c, bool clusters, DType dtype) {
+bool gemv_norm_out_supported(const GemvConfig& c, DType dtype) {
   const detail::Shape s{c.threads, c.rows, c.unroll, c.prefetch};
-  return gemv_norm_out_supported(c, clusters) && gemv_config_supported(dtype, c) &&
-         (clusters || detail::norm_out_group_threads(s) <= detail::max_group_threads(dtype));
+  return gemv_norm_out_supported(c) && gemv_config_supported(dtype, c) &&
+         detail::norm_out_group_threads(s) <= detail::max_group_threads(dtype);
 }
 
 namespace {
@@ -143,18 +142,7 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
   return {128, 4, 2, 0};  // short rows: latency-bound; four rows per block keep the block count low
 }
 
-bool gemv_swiglu_groups_supported(const GemvConfig& c) {
-  return detail::has_swiglu_groups(detail::Shape{c.threads, c.rows, c.unroll, c.prefetch});
-}
-
-bool gemv_swiglu_groups_supported(const GemvConfig& c, DType dtype) {
-  const detail::Shape s{c.threads, c.rows, c.unroll, c.prefetch};
-  return gemv_swiglu_groups_supported(c) && gemv_config_supported(dtype, c) &&
-         detail::swiglu_group_threads(s) <= detail::max_group_threads(dtype);
-}
-
-GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k, bool clusters) {
-  if (clusters) return gemv_default_config(dtype, n, k);
+GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k) {
   if (const GemvConfig* o = shape_override(n, k)) return *o;
   // K-quants: 256-thread groups (four rows per warp, one unit in flight per row); the 512-thread form below spills.
   if (dtype == DType::Q4_K || dtype == DType::Q5_K || dtype == DType::Q6_K) return {64, 4, 1, 0};
@@ -202,20 +190,16 @@ void gemv(const DeviceWeight& w, const GemvInput& x, float* y, cudaStream_t stre
                            "gemv: launch config (threads " + num(c.threads) + ", rows " + num(c.rows) + ", unroll " +
                                num(c.unroll) + ") has no kernel for " + std::string(dtype_name(w.dtype)) +
                                " weights (gemv_config_supported)");
-      TESSERA_CUDA_REQUIRE(
-          !x.swiglu || (w.n % 64 == 0 && !accumulate && c.rows % 2 == 0 && 32 % (c.rows / 2) == 0 && c.prefetch == 0 &&
-                        x.swiglu_q8 && x.swiglu_ds &&
-                        (x.swiglu_groups ? gemv_swiglu_groups_supported(c, w.dtype) : x.swiglu_tickets != nullptr)),
-          "gemv: the quantized SwiGLU epilogue needs [gate; up] with F % 32 == 0, no accumulate, a launch shape "
-          "pairing rows without prefetch (warp groups: gemv_swiglu_groups_supported), and the q8, ds and ticket "
-          "outputs (warp groups: no tickets)");
+      TESSERA_CUDA_REQUIRE(!x.swiglu,
+                           "gemv: the SwiGLU epilogue needs float weights (quantized weights: a swiglu launch after "
+                           "the gate|up GEMV)");
       TESSERA_CUDA_REQUIRE(
           x.q8 != nullptr && x.q8_ds != nullptr && detail::aligned16(x.q8) && detail::aligned16(x.q8_ds),
           "gemv: quantized weights need the q8 activation (16-byte aligned; see quantize_q8)");
       TESSERA_CUDA_REQUIRE(
           x.norm_out_w == nullptr ||
-              (gemv_norm_out_supported(c, x.norm_out_clusters, w.dtype) && w.n % 32 == 0 && !x.swiglu &&
-               x.norm_out_q8 != nullptr && x.norm_out_ds != nullptr && x.norm_out_sumsq != nullptr),
+              (gemv_norm_out_supported(c, w.dtype) && w.n % 32 == 0 && !x.swiglu && x.norm_out_q8 != nullptr &&
+               x.norm_out_ds != nullptr && x.norm_out_sumsq != nullptr),
           "gemv: the norm_out epilogue needs N % 32 == 0, no SwiGLU, its q8, ds and sumsq outputs, and a launch shape "
           "of gemv_norm_out_supported (threads " +
               num(c.threads) + ", rows " + num(c.rows) + ", unroll " + num(c.unroll) + ", prefetch " + num(c.prefetch) +

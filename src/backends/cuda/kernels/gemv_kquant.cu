@@ -1,5 +1,5 @@
 // GEMV kernels for the K-quants (q4_K, q5_K, q6_K) in the SPLIT_Q layout: gemv_quant_kernel.cuh's kernel with the
-// formats' 64-element units (quant_units.h), so every epilogue of the quantized GEMV (accumulate, SwiGLU, the RMSNorm
+// formats' 64-element units (quant_units.h), so every epilogue of the quantized GEMV (accumulate, the RMSNorm
 // folds) serves them as it serves q4_1.
 #include "backends/cuda/kernels/gemv_quant_kernel.cuh"
 
