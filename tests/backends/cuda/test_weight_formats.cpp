@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/gemm_paths.h"
 #include "backends/cuda/split_layout.h"
 #include "cuda_test_util.h"
 #include "formats/gguf.h"
@@ -139,6 +140,39 @@ TEST(CudaWeightFormats, NativeFormatsNeedNoConversion) {
   for (DType t : {DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
     EXPECT_THROW(cuda::convert_for_device(t, w.data(), 1, 256), Error) << dtype_name(t);
   EXPECT_THROW(cuda::upload_weight(DType::IQ2_XXS, w.data(), 1, 256), Error);  // not readable at all
+}
+
+// ---- GPU ----
+
+// The prefill expansion in front of cuBLASLt (gemm_convert.cu's launch_dequant_bf16) writes the bf16 of the host's
+// dequantized values bit for bit for every quantized format CUDA reads natively (its kernels round every product and
+// sum on their own, as quant.cpp's -ffp-contract=off host code does): rows of 1, 3 and 5 super-blocks (the K-quants'
+// warp per super-block: lanes that split sub-blocks, halves and the q6_K tail d after every row's scales), and row
+// counts that leave a partial block of threads.
+TEST(CudaWeightFormats, PrefillExpansionIsTheBf16OfTheHostValues) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(cuda::test::test_seed());
+  int checked = 0;
+  for (const FormatInfo& fi : formats()) {
+    const DType dt = fi.type;
+    if (!fi.quantized || !cuda::weight_formats().is_native(dt)) continue;
+    for (const int64_t n : {1, 7, 37})
+      for (const int64_t k : {256, 768, 1280}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " n=" << n << " k=" << k);
+        const std::vector<uint8_t> w = cuda::test::random_weight(rng, dt, n, k);
+        const cuda::DeviceWeight dw = cuda::upload_weight(dt, w.data(), n, k);
+        cuda::DeviceBuffer out = cuda::test::poisoned(static_cast<size_t>(n * k) * 2);
+        cuda::detail::launch_dequant_bf16(dw, out.as<uint16_t>(), nullptr);
+        cuda::synchronize();
+        const std::vector<uint16_t> got = cuda::test::to_host<uint16_t>(out, static_cast<size_t>(n * k));
+        std::vector<float> v(static_cast<size_t>(n * k));
+        dequantize_row(dt, w.data(), v.data(), n * k);
+        for (int64_t i = 0; i < n * k; ++i)
+          ASSERT_EQ(got[static_cast<size_t>(i)], f32_to_bf16(v[static_cast<size_t>(i)])) << "element " << i;
+        ++checked;
+      }
+  }
+  EXPECT_GE(checked, 6 * 9);
 }
 
 // ---- Whole models (GPU) ----
