@@ -99,13 +99,14 @@ TEST_P(CudaBackendDtype, MatchesCpuOnSyntheticModel) {
   TESSERA_REQUIRE_GPU();
   const std::string dtype = GetParam();
   const Model m = make_random_model({.arch = "smollm2-135m", .dtype = dtype, .seed = 7, .n_layers = 2});
-  const bool quant = dtype.rfind("q", 0) == 0;
+  const bool quant = dtype.rfind("q", 0) == 0 || dtype.rfind("iq", 0) == 0;
   const double tol = quant ? 3e-2 : 1e-2;
   const Compare c = compare_sessions(m, random_ids(40, 49152, 11), tol);
   expect_close(c, tol, "smollm2-135m x2 layers, " + dtype);
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, CudaBackendDtype, ::testing::Values("bf16", "f16", "q8_0", "q4_0", "q4_1"),
+INSTANTIATE_TEST_SUITE_P(Formats, CudaBackendDtype,
+                         ::testing::Values("bf16", "f16", "q8_0", "q4_0", "q4_1", "iq4_nl"),
                          [](const auto& info) { return info.param; });
 
 // The default model (Q4_1, 30 layers) on a real prompt followed by random ids: both the CPU fast path and the CUDA

@@ -21,7 +21,7 @@ namespace {
 
 using detail::GemmPath;
 
-const DType kFormats[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1};
+const DType kFormats[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::IQ4_NL};
 
 bool is_quant(DType t) { return gemv_quantized(t); }
 

@@ -38,7 +38,10 @@ __device__ __forceinline__ float table_value(const uint8_t* __restrict__ quants,
     } else {
       const uint8_t byte = quants[b * (kQ / 2) + (j % (kQ / 2))];
       const int q = j < kQ / 2 ? (byte & 0x0F) : (byte >> 4);
-      if constexpr (D == DType::Q4_0) {
+      if constexpr (D == DType::IQ4_NL) {  // value * d, as Format<IQ4_NL>::dequantize
+        const float d = __half2float(reinterpret_cast<const __half*>(scales)[b]);
+        return static_cast<float>(format_detail::iq4nl_value(q)) * d;
+      } else if constexpr (D == DType::Q4_0) {
         const float d = __half2float(reinterpret_cast<const __half*>(scales)[b]);
         return d * static_cast<float>(q - 8);
       } else {
@@ -192,6 +195,8 @@ auto by_table_dtype(DType d, Pick pick) {
       return pick(std::integral_constant<DType, DType::Q4_0>{});
     case DType::Q4_1:
       return pick(std::integral_constant<DType, DType::Q4_1>{});
+    case DType::IQ4_NL:
+      return pick(std::integral_constant<DType, DType::IQ4_NL>{});
     case DType::Q4_K:
       return pick(std::integral_constant<DType, DType::Q4_K>{});
     case DType::Q5_K:

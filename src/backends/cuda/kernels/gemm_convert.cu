@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kThreads)
     const uint4 q = __ldcs(reinterpret_cast<const uint4*>(quants) + i);
     const uint32_t w[4] = {q.x, q.y, q.z, q.w};
     float d, m = 0.0f;
-    if constexpr (D == DType::Q4_0) {
+    if constexpr (D == DType::Q4_0 || D == DType::IQ4_NL) {
       d = __half2float(__ushort_as_half(reinterpret_cast<const unsigned short*>(scales)[i]));
     } else {
       const float2 dm = half2_to_float2(reinterpret_cast<const uint32_t*>(scales)[i]);
@@ -59,7 +59,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < 16; ++j) {
       const uint32_t byte = (w[j / 4] >> (8 * (j % 4))) & 0xFFu;
       const int lo = static_cast<int>(byte & 15u), hi = static_cast<int>(byte >> 4);
-      if constexpr (D == DType::Q4_0) {
+      if constexpr (D == DType::IQ4_NL) {  // value * d, as Format<IQ4_NL>::dequantize
+        v[j] = __fmul_rn(static_cast<float>(format_detail::iq4nl_value(lo)), d);
+        v[j + 16] = __fmul_rn(static_cast<float>(format_detail::iq4nl_value(hi)), d);
+      } else if constexpr (D == DType::Q4_0) {
         v[j] = __fmul_rn(d, static_cast<float>(lo - 8));
         v[j + 16] = __fmul_rn(d, static_cast<float>(hi - 8));
       } else {
@@ -202,6 +205,9 @@ void launch_dequant_bf16(const DeviceWeight& w, void* out, cudaStream_t stream) 
       break;
     case DType::Q4_1:
       dequant_bf16_kernel<DType::Q4_1><<<blocks_for(blocks), kThreads, 0, stream>>>(q, s, o, blocks);
+      break;
+    case DType::IQ4_NL:
+      dequant_bf16_kernel<DType::IQ4_NL><<<blocks_for(blocks), kThreads, 0, stream>>>(q, s, o, blocks);
       break;
     case DType::Q4_K:
       launch_dequant_ksb<DType::Q4_K>(w, o, stream);

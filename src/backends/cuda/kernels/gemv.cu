@@ -107,7 +107,8 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
     if (units >= 128) return {128, 4, 1, 0};
     return {64, n >= 4096 ? 4 : 2, 1, 0};
   }
-  const bool quant = dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q4_1;
+  // iq4_nl: q4_0's bytes per block and step, picked as q4_0 (not yet swept).
+  const bool quant = dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q4_1 || dtype == DType::IQ4_NL;
   if (quant) {
     // From the H100 sweep of the pipelined quant kernel (bench/cuda/experiments/gemv_quant_sweep.cu, 2026-11-22;
     // docs/CUDA_NOTES.md):
@@ -118,7 +119,7 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
       // q8_0: 128/4/1 inside the decode graph beat the isolated sweep's 256/2/2 (8B q8_0 decode 306.7 -> 311.4 tok/s,
       // H100, TESSERA_CUDA_GEMV_SHAPES sweep of 2026-11-22; 256/4/1 305.9, 128/2/2 302.6).
       if (q8) return {128, 4, 1, 0};
-      return dtype == DType::Q4_0 ? GemvConfig{128, 4, 1, 0} : GemvConfig{256, 4, 1, 0};
+      return dtype == DType::Q4_0 || dtype == DType::IQ4_NL ? GemvConfig{128, 4, 1, 0} : GemvConfig{256, 4, 1, 0};
     }
     if (n >= 8192) return {128, 4, 1, 0};               // many rows (gate|up, lm_head): several waves
     if (n >= 4096) return {64, 4, 1, 0};                // q|k|v, o: one wave of 64-thread blocks

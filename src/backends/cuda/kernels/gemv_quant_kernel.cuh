@@ -21,6 +21,17 @@ __device__ __forceinline__ float block_dot(const uint4 (&wq)[QuantFmt<D>::kQuant
 #pragma unroll
     for (int i = 0; i < 8; ++i) sumi = __dp4a(w[i], xq[i], sumi);
     return __half2float(__ushort_as_half(static_cast<unsigned short>(scale))) * xds.x * static_cast<float>(sumi);
+  } else if constexpr (D == DType::IQ4_NL) {
+    // q4_0's nibbles, each a code into the int8 table (quant_units.h): sum d_w v_w d_x q_x = d_w d_x sum(v_w q_x).
+    const uint32_t w[4] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      int lo, hi;
+      iq4nl_words(w[i], lo, hi);
+      sumi = __dp4a(lo, xq[i], sumi);
+      sumi = __dp4a(hi, xq[i + 4], sumi);
+    }
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(scale))) * xds.x * static_cast<float>(sumi);
   } else {
     // Byte j of the 16 holds element j (low nibble) and j + 16 (high nibble); word i covers elements 4i..4i+3.
     const uint32_t w[4] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w};

@@ -104,6 +104,18 @@ TESSERA_UNIT int dp4a(int a, int b, int c) {
   return c;
 #endif
 }
+// Bytes of {y, x} picked by the four 3-bit selectors in s's low 16 bits (prmt, __byte_perm; selector bit 3 is kept
+// clear by the callers).
+TESSERA_UNIT uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, y, s);
+#else
+  const uint64_t v = (static_cast<uint64_t>(y) << 32) | x;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFFu) << (8 * i);
+  return r;
+#endif
+}
 // An fp16 pair (low half first) as two floats.
 TESSERA_UNIT float2 half2(uint32_t w) {
   float2 f;
@@ -133,6 +145,32 @@ struct QuantFmt<DType::Q4_1> {
   static constexpr int kUnit = 32, kQuantBytes = 16, kScaleBytes = 4, kVecs = 1;
   using Scale = uint32_t;
 };
+
+// iq4_nl: q4_0's block and unit (the kernels' 32-block code reads it) with each nibble a code into GGML's 16 int8
+// values (format_detail::iq4nl_value): iq4nl_words maps a word of four quant bytes to the values of its low nibbles
+// (elements 4i .. 4i + 3 of the block) and of its high nibbles (16 + 4i ..) in four byte permutes per half word, with
+// the table in registers (no memory lookup).
+template <>
+struct QuantFmt<DType::IQ4_NL> {
+  static constexpr int kUnit = 32, kQuantBytes = 16, kScaleBytes = 2, kVecs = 1;
+  using Scale = uint32_t;
+};
+// The four table values of the four codes in n's low 16 bits, in their order.
+TESSERA_UNIT uint32_t iq4nl_lookup4(uint32_t n) {
+  // format_detail::iq4nl_value's table as four words: codes 0-3, 4-7, 8-11, 12-15.
+  constexpr uint32_t k0 = 0xbfad9881u, k1 = 0xf6eaddcfu, k2 = 0x26190d01u, k3 = 0x71594535u;
+  const uint32_t sel = n & 0x7777u;                    // the code's low 3 bits: byte within each half of the table
+  const uint32_t lo = unit::byte_perm(k0, k1, sel);    // as if every code were < 8
+  const uint32_t hi = unit::byte_perm(k2, k3, sel);    // as if every code were >= 8
+  return unit::byte_perm(lo, hi, 0x3210u | ((n & 0x8888u) >> 1));  // bit 3 picks hi's byte
+}
+// A word of four quant bytes -> (values of the low nibbles, values of the high nibbles), each as four int8.
+TESSERA_UNIT void iq4nl_words(uint32_t w, int& lo, int& hi) {
+  // Nibbles of w from bit 0: low 0, high 0, low 1, high 1, ...: a holds bytes 0-1's, b bytes 2-3's, in that order.
+  const uint32_t a = iq4nl_lookup4(w & 0xFFFFu), b = iq4nl_lookup4(w >> 16);
+  lo = static_cast<int>(unit::byte_perm(a, b, 0x6420u));
+  hi = static_cast<int>(unit::byte_perm(a, b, 0x7531u));
+}
 
 // The q8 activation of a 64-element unit that covers activation blocks 2b and 2b + 1 whole (q4_K).
 struct ActPair {
