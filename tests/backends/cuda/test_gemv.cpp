@@ -12,9 +12,9 @@ namespace tessera::cuda::test {
 namespace {
 
 const DType kFormats[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                          DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL};
+                          DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
 const DType kQuantFormats[] = {DType::Q8_0,  DType::Q4_0, DType::Q4_1, DType::Q4_K,
-                                DType::Q5_K, DType::Q6_K, DType::IQ4_NL};
+                                DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
 
 bool is_quant(DType t) { return gemv_quantized(t); }
 

@@ -91,6 +91,7 @@ TEST(CudaQuantUnits, KQuantUnitsEqualTheTraitsDot) {
     check_units<DType::Q4_K>(5, k, rng);
     check_units<DType::Q5_K>(5, k, rng);
     check_units<DType::Q6_K>(5, k, rng);
+    check_units<DType::IQ4_XS>(5, k, rng);
     if (HasFatalFailure()) return;
   }
 }
@@ -126,6 +127,7 @@ TEST(CudaQuantUnits, EmbeddingValuesEqualTheTraitsDequantize) {
   check_values<DType::Q4_K>(3, 768, rng);
   check_values<DType::Q5_K>(3, 768, rng);
   check_values<DType::Q6_K>(3, 768, rng);
+  check_values<DType::IQ4_XS>(3, 768, rng);
 }
 
 // iq4_nl's table lookup in byte permutes (what the GEMVs run per quant word) against format_detail::iq4nl_value: every

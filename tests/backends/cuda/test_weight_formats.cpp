@@ -43,10 +43,10 @@ namespace {
 
 TEST(CudaWeightFormats, TableNamesTheNativeFormatsAndTheFallback) {
   const FormatSupport& f = cuda::weight_formats();
-  EXPECT_EQ(f.native_names(), "f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k and iq4_nl");
+  EXPECT_EQ(f.native_names(), "f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, iq4_nl and iq4_xs");
   EXPECT_EQ(f.fallback(), DType::BF16);
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K,
-                  DType::Q6_K, DType::IQ4_NL}) {
+                  DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS}) {
     EXPECT_TRUE(cuda::gemv_supports(t)) << dtype_name(t);
     EXPECT_EQ(cuda::device_weight_dtype(t), t) << dtype_name(t);
   }
@@ -55,6 +55,7 @@ TEST(CudaWeightFormats, TableNamesTheNativeFormatsAndTheFallback) {
   EXPECT_TRUE(cuda::gemv_quantized(DType::Q5_K));
   EXPECT_TRUE(cuda::gemv_quantized(DType::Q6_K));
   EXPECT_TRUE(cuda::gemv_quantized(DType::IQ4_NL));
+  EXPECT_TRUE(cuda::gemv_quantized(DType::IQ4_XS));
   EXPECT_FALSE(cuda::gemv_quantized(DType::BF16));
   // Every other format Tessera reads runs as bf16 (q2_K, q3_K today).
   for (const FormatInfo& fi : formats()) {
@@ -67,7 +68,7 @@ TEST(CudaWeightFormats, TableNamesTheNativeFormatsAndTheFallback) {
     ADD_FAILURE() << "no error for a format Tessera cannot read";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("iq2_xxs"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("q4_k, q5_k, q6_k and iq4_nl"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("q6_k, iq4_nl and iq4_xs"), std::string::npos) << e.what();
   }
 }
 
@@ -104,6 +105,7 @@ TEST(CudaWeightFormats, SplitLayoutRoundTrips) {
   check_split_round_trip<DType::Q5_K>(rng);
   check_split_round_trip<DType::Q6_K>(rng);
   check_split_round_trip<DType::IQ4_NL>(rng);
+  check_split_round_trip<DType::IQ4_XS>(rng);
   // Where the K-quant kernels read a block's parts (quant_units.h): q4_K's head is d, dmin and the packed scales;
   // q6_K's quants are ql then qh, its d follows every block's scales.
   static_assert(cuda::SplitLayout<DType::Q4_K>::kQuantOff == offsetof(BlockQ4_K, qs));
@@ -139,7 +141,7 @@ TEST(CudaWeightFormats, ConvertForDeviceIsTheBf16OfTheValues) {
 
 TEST(CudaWeightFormats, NativeFormatsNeedNoConversion) {
   std::vector<uint8_t> w(1024);
-  for (DType t : {DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL})
+  for (DType t : {DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS})
     EXPECT_THROW(cuda::convert_for_device(t, w.data(), 1, 256), Error) << dtype_name(t);
   EXPECT_THROW(cuda::upload_weight(DType::IQ2_XXS, w.data(), 1, 256), Error);  // not readable at all
 }

@@ -136,8 +136,22 @@ __device__ __forceinline__ void ksb_lane(const uint8_t* __restrict__ quants, con
       if constexpr (D == DType::Q5_K) code |= static_cast<int>((byte_of(qh, i) >> j) & 1u) << 4;
       v[i] = __fsub_rn(__fmul_rn(d1, static_cast<float>(code)), m1);
     }
+  } else if constexpr (D == DType::IQ4_XS) {
+    // Sub-block j = t / 4 takes qs [16j, 16j + 16): elements 0-15 in the low nibbles, 16-31 in the high ones.
+    const int j = t >> 2, l0 = 8 * (t & 3);
+    const uint2 qs = __ldcs(reinterpret_cast<const uint2*>(quants + sb * 128 + 16 * j + (l0 & 15)));
+    const uint2 h = __ldg(reinterpret_cast<const uint2*>(scales) + sb);  // d | scales_h << 16, scales_l[0..3]
+    const int sc = static_cast<int>(((h.y >> (4 * j)) & 0xFu) | (((h.x >> (16 + 2 * j)) & 3u) << 4)) - 32;
+    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x & 0xFFFFu)));
+    const float dl = __fmul_rn(d, static_cast<float>(sc));
+    const int shift = l0 >= 16 ? 4 : 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int code = static_cast<int>((byte_of(qs, i) >> shift) & 0xFu);
+      v[i] = __fmul_rn(dl, static_cast<float>(format_detail::iq4nl_value(code)));
+    }
   } else {
-    static_assert(D == DType::Q6_K, "ksb_lane: q4_K, q5_K or q6_K");
+    static_assert(D == DType::Q6_K, "ksb_lane: q4_K, q5_K, q6_K or iq4_xs");
     const int half = t >> 4, group = (t >> 2) & 3, l0 = 8 * (t & 3);  // elements 128 half + 32 group + l0 ..
     const uint8_t* q = quants + sb * 192;
     const uint2 ql = __ldcs(reinterpret_cast<const uint2*>(q + 64 * half + 32 * (group & 1) + l0));
@@ -217,6 +231,9 @@ void launch_dequant_bf16(const DeviceWeight& w, void* out, cudaStream_t stream) 
       break;
     case DType::Q6_K:
       launch_dequant_ksb<DType::Q6_K>(w, o, stream);
+      break;
+    case DType::IQ4_XS:
+      launch_dequant_ksb<DType::IQ4_XS>(w, o, stream);
       break;
     default:
       fail_message("matmul: cannot dequantize this dtype to bf16");

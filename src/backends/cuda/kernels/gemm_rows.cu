@@ -337,6 +337,9 @@ void launch_gemm_rows_quant(const DeviceWeight& w, const int8_t* q8, const float
             case DType::Q6_K:
               launch_quant<DType::Q6_K, TT>(w, qc, dc, yc, stream, accumulate);
               break;
+            case DType::IQ4_XS:
+              launch_quant<DType::IQ4_XS, TT>(w, qc, dc, yc, stream, accumulate);
+              break;
             default:
               fail_message("matmul: no multi-row quant kernel for this dtype");
           }

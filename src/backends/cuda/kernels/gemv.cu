@@ -97,7 +97,8 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
   if (const GemvConfig* o = shape_override(n, k)) return *o;
   // Picked from the H100 sweeps of every shape in the table (docs/CUDA_NOTES.md, runs 1-3): at the issue's large
   // shapes each choice is within ~3% of the sweep's best (q8_0/q4 at 4096x14336 within ~5%).
-  if (dtype == DType::Q4_K || dtype == DType::Q5_K || dtype == DType::Q6_K) {
+  if (dtype == DType::Q4_K || dtype == DType::Q5_K || dtype == DType::Q6_K || dtype == DType::IQ4_XS) {
+    // iq4_xs: q4_K's unit and bytes with a table, picked as q4_K (not yet swept).
     // K-quants: a thread's step is one 64-element unit per row (quant_units.h), so a 4096-wide row is 64 units:
     // 64 threads cover it in one step, and rows of >= 128 units (ffn_down, K = 14336: 224) take 128 threads for two
     // pipelined steps; four rows per block where there are rows for a wave of blocks. Picked by analogy with q8_0
@@ -146,7 +147,8 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
 GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k) {
   if (const GemvConfig* o = shape_override(n, k)) return *o;
   // K-quants: 256-thread groups (four rows per warp, one unit in flight per row); the 512-thread form below spills.
-  if (dtype == DType::Q4_K || dtype == DType::Q5_K || dtype == DType::Q6_K) return {64, 4, 1, 0};
+  if (dtype == DType::Q4_K || dtype == DType::Q5_K || dtype == DType::Q6_K || dtype == DType::IQ4_XS)
+    return {64, 4, 1, 0};
   // Warp groups of two rows, two loads in flight per row (16 warps per 32 rows): inside the 8B q4_1 decode graph
   // (H100, TESSERA_CUDA_GEMV_SHAPES sweep of 2026-11-22, o and down alike) 498.6 tok/s against 497.6 at one load,
   // 490.0 at four rows and two loads, 463.2 at the plain default's four rows and one load.

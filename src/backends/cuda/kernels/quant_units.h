@@ -272,6 +272,48 @@ struct QuantFmt<DType::Q5_K> {
   }
 };
 
+// iq4_xs: a unit is 64 elements, sub-blocks 2 sub and 2 sub + 1 of a super-block (32 bytes of qs: 16 per sub-block,
+// element l < 16 in byte l's low nibble, l >= 16 in byte l - 16's high nibble), each nibble a code into iq4_nl's
+// table (iq4nl_words); the super-block's 8-byte head (fp16 d, scales_h, scales_l[4]) is one broadcast load, and
+// sub-block j's scale is (4 bits of scales_l[j / 2] | 2 bits of scales_h << 4) - 32.
+template <>
+struct QuantFmt<DType::IQ4_XS> {
+  static constexpr int kUnit = 64, kQuantBytes = 32, kScaleBytes = 2, kVecs = 2;
+  using Scale = uint2;  // the head: x = d | scales_h << 16, y = scales_l[0..3]
+  using Act = ActPair;
+  // Row pointers: quants [units, 32], heads [units / 4, 8].
+  TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* /*trow*/, int b,
+                                uint4 (&wv)[2], Scale& sc) {
+    wv[0] = unit::ld16(qrow + static_cast<size_t>(b) * 32);
+    wv[1] = unit::ld16(qrow + static_cast<size_t>(b) * 32 + 16);
+    sc = unit::ld8(srow + static_cast<size_t>(b >> 2) * 8);
+  }
+  // Sub-block j's scale minus 32 from the head.
+  TESSERA_UNIT static int scale(const Scale& h, int j) {
+    const int low = static_cast<int>((h.y >> (4 * j)) & 0xFu);  // scales_l[j / 2] >> 4 (j % 2)
+    const int high = static_cast<int>((h.x >> (16 + 2 * j)) & 3u);
+    return (low | (high << 4)) - 32;
+  }
+  TESSERA_UNIT static float dot(const uint4 (&wq)[2], const Scale& h, const ActPair& x) {
+    const uint32_t a[4] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w};
+    const uint32_t b[4] = {wq[1].x, wq[1].y, wq[1].z, wq[1].w};
+    int slo = 0, shi = 0;
+    TESSERA_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      int lo, hi;
+      iq4nl_words(a[i], lo, hi);
+      slo = unit::dp4a(lo, x.lo[i], slo);
+      slo = unit::dp4a(hi, x.lo[i + 4], slo);
+      iq4nl_words(b[i], lo, hi);
+      shi = unit::dp4a(lo, x.hi[i], shi);
+      shi = unit::dp4a(hi, x.hi[i + 4], shi);
+    }
+    const float d = format_detail::half_value(static_cast<uint16_t>(h.x & 0xFFFFu));
+    return d * static_cast<float>(scale(h, 2 * x.sub)) * x.ds_lo.x * static_cast<float>(slo) +
+           d * static_cast<float>(scale(h, 2 * x.sub + 1)) * x.ds_hi.x * static_cast<float>(shi);
+  }
+};
+
 // The q8 activation of a q6_K unit: 16 int8 of each of the four activation blocks 8 sb + 4h + g (g = 0..3), and
 // their scales d.
 struct ActQuarter {
@@ -372,7 +414,17 @@ template <DType D>
 TESSERA_UNIT float split_value(const uint8_t* quants, const uint8_t* scales, int n_rows, size_t row, int k, int i) {
   const size_t sb = row * static_cast<size_t>(k / kQKK) + static_cast<size_t>(i / kQKK);
   const int e = i % kQKK;
-  if constexpr (D == DType::Q5_K) {  // q4_K's value with the fifth bit: qh [32] then qs [128] (split_layout.h)
+  if constexpr (D == DType::IQ4_XS) {  // head [8] (d, scales_h, scales_l), qs [128] (split_layout.h)
+    const int j = e / kQK, l = e % kQK;
+    const uint8_t* head = scales + sb * 8;
+    const uint8_t byte = quants[sb * 128 + 16 * j + l % 16];
+    const int code = l < 16 ? (byte & 0xF) : (byte >> 4);
+    const int low = (head[4 + j / 2] >> (4 * (j % 2))) & 0xF;
+    const int high = ((head[2] | (head[3] << 8)) >> (2 * j)) & 3;
+    const float d = format_detail::half_value(static_cast<uint16_t>(head[0] | (head[1] << 8)));
+    const float dl = d * static_cast<float>((low | (high << 4)) - 32);
+    return dl * static_cast<float>(format_detail::iq4nl_value(code));
+  } else if constexpr (D == DType::Q5_K) {  // q4_K's value with the fifth bit: qh [32] then qs [128] (split_layout.h)
     const int j = e / kQK, l = e % kQK;
     const uint8_t* head = scales + sb * 16;
     const uint8_t* q = quants + sb * 160;
