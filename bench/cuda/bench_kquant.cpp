@@ -8,7 +8,8 @@
 //
 // Usage: tessera_bench_kquant [--all-configs] [--reps N] [--formats q4_k,q6_k,...]
 //   --all-configs  also time every launch shape the format has a kernel for (gemv_config_supported) and print the best
-//   --formats      only these formats (dtype names, comma-separated; default: q8_0, q4_1, q4_k, q5_k, q6_k, iq4_nl)
+//   --formats      only these formats (dtype names, comma-separated; default: q8_0, q4_1, q4_k, q5_k, q6_k, iq4_nl,
+//                  iq4_xs)
 // Every (format, shape) also prints one line for scripts: "pick FMT NxK default T/R/U P% best T/R/U P% expand G GB/s"
 // (P: % of the byte floor; G: the bf16 expansion's bytes read plus written per second).
 #include <cuda_runtime_api.h>
@@ -38,7 +39,8 @@ namespace {
 struct Options {
   bool all_configs = false;
   int reps = 20;
-  std::vector<DType> formats = {DType::Q8_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL};
+  std::vector<DType> formats = {DType::Q8_0, DType::Q4_1,   DType::Q4_K,  DType::Q5_K,
+                                DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
 };
 
 class KquantBench {
