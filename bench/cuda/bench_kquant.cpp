@@ -232,7 +232,7 @@ int run_main(int argc, char** argv) {
         const size_t q = std::min(list.find(',', p), list.size());
         const std::string name = list.substr(p, q - p);
         const std::optional<DType> d = dtype_from_name(name);
-        if (!d || !gemv_supports(*d)) fail("tessera_bench_kquant: '{}' is not a format with a CUDA GEMV", name);
+        if (!d || !gemv_supports(*d)) fail("--formats: '{}' is not a format with a CUDA GEMV", name);
         opt.formats.push_back(*d);
         p = q + 1;
       }
