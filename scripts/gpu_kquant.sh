@@ -14,7 +14,8 @@
 # Prepare here first: scripts/make_gpu_bundle.sh   (fills the git-ignored .gpu-deps/)
 # Then, through the device tool, with carry [".gpu-deps"]:
 #   set -o pipefail; scripts/gpu_kquant.sh 2>&1 | tee $OUT/kquant.log
-# Options: --skip-tests, --skip-e2e, --dtypes "q4_k iq4_nl q4_1" (the end-to-end dtypes), --reps N (kernel bench).
+# Options: --skip-tests, --skip-bench, --skip-e2e, --dtypes "q4_k iq4_nl q4_1" (the end-to-end dtypes), --reps N and
+# --formats q4_k,iq4_nl (the kernel bench; default: every format it times).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -22,12 +23,16 @@ OUT=${OUT:-$root/build-gpu/out}
 mkdir -p "$OUT"
 run_tests=1
 run_e2e=1
+run_bench=1
+formats=""
 dtypes="q4_k iq4_nl"
 reps=10
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-tests) run_tests=0 ;;
     --skip-e2e) run_e2e=0 ;;
+    --skip-bench) run_bench=0 ;;
+    --formats) formats="$2"; shift ;;
     --dtypes) dtypes="$2"; shift ;;
     --reps) reps="$2"; shift ;;
     -h | --help) sed -n '2,/^set -uo pipefail/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -93,18 +98,21 @@ if [ "$run_tests" = 1 ]; then
   rm -f "$log1" "$log2"
 fi
 
-stamp "tessera_bench_kquant --all-configs"
-bench="$OUT/kquant_bench.txt"
-timeout 200 build-gpu/bin/tessera_bench_kquant --all-configs --reps "$reps" > "$bench" 2>&1
-rc=$?
-say "- tessera_bench_kquant: exit $rc ($(grep -m1 '^ceilings' "$bench"))"
-[ "$rc" -ne 0 ] && status=1 && tail -5 "$bench" | tee -a "$summary"
-say ""
-say "| format | shape | default | %floor | best | %floor | bf16 expansion GB/s |"
-say "|---|---|---|---|---|---|---|"
-# pick FMT NxK default T/R/U P% best T/R/U P% expand G GB/s
-grep '^pick ' "$bench" | awk '{printf "| %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $5, $6, $8, $9, $11}' |
-  tee -a "$summary"
+if [ "$run_bench" = 1 ]; then
+  stamp "tessera_bench_kquant --all-configs"
+  bench="$OUT/kquant_bench.txt"
+  timeout 200 build-gpu/bin/tessera_bench_kquant --all-configs --reps "$reps" ${formats:+--formats "$formats"} \
+    > "$bench" 2>&1
+  rc=$?
+  say "- tessera_bench_kquant: exit $rc ($(grep -m1 '^ceilings' "$bench"))"
+  [ "$rc" -ne 0 ] && status=1 && tail -5 "$bench" | tee -a "$summary"
+  say ""
+  say "| format | shape | default | %floor | best | %floor | bf16 expansion GB/s |"
+  say "|---|---|---|---|---|---|---|"
+  # pick FMT NxK default T/R/U P% best T/R/U P% expand G GB/s
+  grep '^pick ' "$bench" | awk '{printf "| %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $5, $6, $8, $9, $11}' |
+    tee -a "$summary"
+fi
 
 if [ "$run_e2e" = 1 ]; then
   e2e="$OUT/kquant_e2e.log"
