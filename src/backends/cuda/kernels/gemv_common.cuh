@@ -187,15 +187,17 @@ int blocks_per_sm(Kernel kernel, int threads) {
 struct Shape {
   int threads, rows, unroll, prefetch;
 };
-// The last four are K-quant candidates (tessera_bench_kquant --all-configs): a 64-element unit per thread and step
+// The last nine are K-quant candidates (tessera_bench_kquant --all-configs): a 64-element unit per thread and step
 // leaves a 4096-wide row (64 units) one step for 64 threads, with nothing for the pipeline to overlap, and a 2048-wide
-// row (32 units) half the threads idle: one warp per block (two steps, or one full one), or eight rows per block.
+// row (32 units) half the threads idle: one warp per block (two steps, or one full one), or eight rows per block; the
+// last three are one-warp blocks with a 4096-wide row's 64 units in flight in one step (2 or 4 slots per lane).
 constexpr Shape kShapes[] = {
     {64, 1, 4, 0},  {128, 1, 4, 0}, {256, 1, 4, 0}, {128, 1, 8, 0}, {256, 1, 8, 0}, {64, 2, 2, 0},  {128, 2, 2, 0},
     {256, 2, 2, 0}, {128, 2, 4, 0}, {256, 2, 4, 0}, {64, 4, 2, 0},  {128, 4, 1, 0}, {256, 4, 1, 0}, {128, 4, 2, 0},
     {256, 4, 2, 0}, {64, 2, 2, 1},  {128, 2, 2, 1}, {256, 2, 2, 1}, {128, 4, 2, 1}, {64, 1, 4, 1},
     // quantized defaults at 4096-6144 x 4096 (experiments/gemv_quant_sweep.cu), then the K-quant candidates
-    {64, 4, 1, 0},  {64, 2, 1, 0},  {32, 4, 1, 0},  {32, 2, 2, 0},  {32, 8, 1, 0},  {64, 8, 1, 0},
+    {64, 4, 1, 0},  {64, 2, 1, 0},  {32, 4, 1, 0},  {32, 2, 2, 0},  {32, 8, 1, 0},  {64, 8, 1, 0},  {32, 4, 2, 0},
+    {32, 2, 4, 0},  {32, 1, 4, 0},
 };
 constexpr int kNumShapes = static_cast<int>(sizeof(kShapes) / sizeof(kShapes[0]));
 

@@ -51,6 +51,21 @@ TESSERA_UNIT uint4 ld16(const void* p) {
 #endif
   return v;
 }
+// A unit's second 16 bytes follow its first (q4_K, iq4_xs, q5_K's qs): with a unit per lane, each of the two
+// 16-byte loads of a warp spans the same 32-byte sectors (lane i reads half of sector i), so with no_allocate the
+// second load fetches every sector from L2 again (twice the L2 traffic of the DRAM bytes). Allocating in L1 (marked
+// evict-first, so x keeps its place) lets the second load hit the first's sectors.
+TESSERA_UNIT uint4 ld16_pair(const void* p) {
+  uint4 v;
+#if defined(__CUDA_ARCH__)
+  asm("ld.global.nc.L1::evict_first.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+#else
+  std::memcpy(&v, p, 16);
+#endif
+  return v;
+}
 TESSERA_UNIT uint2 ld8(const void* p) {
   uint2 v;
 #if defined(__CUDA_ARCH__)
@@ -200,8 +215,8 @@ struct QuantFmt<DType::Q4_K> {
   // Row pointers: quants [units, 32], heads [units / 4, 16].
   TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* /*trow*/, int b,
                                 uint4 (&wv)[2], Scale& sc) {
-    wv[0] = unit::ld16(qrow + static_cast<size_t>(b) * 32);
-    wv[1] = unit::ld16(qrow + static_cast<size_t>(b) * 32 + 16);
+    wv[0] = unit::ld16_pair(qrow + static_cast<size_t>(b) * 32);
+    wv[1] = unit::ld16_pair(qrow + static_cast<size_t>(b) * 32 + 16);
     sc = unit::ld16(srow + static_cast<size_t>(b >> 2) * 16);
   }
   TESSERA_UNIT static float dot(const uint4 (&wq)[2], const Scale& h, const ActPair& x) {
@@ -250,8 +265,8 @@ struct QuantFmt<DType::Q5_K> {
   TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* /*trow*/, int b,
                                 uint4 (&wv)[4], Scale& sc) {
     const uint8_t* q = qrow + static_cast<size_t>(b >> 2) * 160;
-    wv[0] = unit::ld16(q + 32 + 32 * (b & 3));
-    wv[1] = unit::ld16(q + 48 + 32 * (b & 3));
+    wv[0] = unit::ld16_pair(q + 32 + 32 * (b & 3));
+    wv[1] = unit::ld16_pair(q + 48 + 32 * (b & 3));
     wv[2] = unit::ld16(q);
     wv[3] = unit::ld16(q + 16);
     sc = unit::ld16(srow + static_cast<size_t>(b >> 2) * 16);
@@ -284,8 +299,8 @@ struct QuantFmt<DType::IQ4_XS> {
   // Row pointers: quants [units, 32], heads [units / 4, 8].
   TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* /*trow*/, int b,
                                 uint4 (&wv)[2], Scale& sc) {
-    wv[0] = unit::ld16(qrow + static_cast<size_t>(b) * 32);
-    wv[1] = unit::ld16(qrow + static_cast<size_t>(b) * 32 + 16);
+    wv[0] = unit::ld16_pair(qrow + static_cast<size_t>(b) * 32);
+    wv[1] = unit::ld16_pair(qrow + static_cast<size_t>(b) * 32 + 16);
     sc = unit::ld8(srow + static_cast<size_t>(b >> 2) * 8);
   }
   // Sub-block j's scale minus 32 from the head.
