@@ -151,7 +151,7 @@ TEST(CudaOptions, QuantGemvLaunchShapesAreTheSweptOnes) {
   };
   EXPECT_TRUE(is(gemv_default_config(DType::Q4_K, 28672, 4096), 32, 2, 2));
   EXPECT_TRUE(is(gemv_default_config(DType::Q4_K, 6144, 4096), 32, 4, 1));
-  EXPECT_TRUE(is(gemv_default_config(DType::Q4_K, 4096, 14336), 64, 8, 1));
+  EXPECT_TRUE(is(gemv_default_config(DType::Q4_K, 4096, 14336), 32, 4, 2));
   EXPECT_TRUE(is(gemv_default_config(DType::Q6_K, 4096, 4096), 64, 2, 1));
   EXPECT_TRUE(is(gemv_default_config(DType::IQ4_XS, 16384, 2048), 32, 8, 1));
   EXPECT_TRUE(is(gemv_default_config(DType::IQ4_NL, 4096, 14336), 64, 8, 1));
