@@ -115,7 +115,8 @@ constexpr int64_t kAny = INT64_MAX;
 // (57.8). A second run (same day, with the unit's halves loaded through L1 and three more one-warp shapes) moved
 // q4_K 4096x4096 and 4096x14336 to 32/4/2 (62.8% against 32/8/1's 60.2%; 77.2% against 64/8/1's 74.6%), q6_K and
 // iq4_nl 2048x2048 to 32/2/2 and 32/4/2 (+2-3 points). Shapes between the measured ones take the nearest measured
-// class.
+// class. End to end (tessera bench --arch llama3-8b --random-weights -n 128, H100): q4_K tg128 447.8 -> 486.6 tok/s,
+// iq4_nl 436.4 -> 471.2.
 constexpr ShapeRule kQ4KRules[] = {
     {2048, kAny, {32, 4, 1, 0}}, {4096, 4096, {32, 4, 2, 0}}, {4096, 8192, {32, 4, 1, 0}},
     {4096, kAny, {32, 2, 2, 0}}, {8192, kAny, {64, 2, 1, 0}}, {kAny, kAny, {32, 4, 2, 0}},
