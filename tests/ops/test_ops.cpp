@@ -43,11 +43,15 @@ namespace {
 constexpr double kExact = 1e-12, kF32 = 1e-10, kF16W = 1e-6, kX16 = 1e-5, kQ8 = 1e-4, kAttn16 = 1e-5;
 
 // Quantized formats with kernels of their own (8-bit activations): on both backends q8_0, q4_0 and q4_1; on the CPU
-// its table's quantized formats; on CUDA also the K-quants below (others are converted to bf16 there).
+// its table's quantized formats; on CUDA also the K-quants and iq4_nl below (others are converted to bf16 there).
 bool native_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
 bool cpu_native_quantized(DType t) { return cpu::matmul_formats().is_native_quantized(t); }
-// The CUDA kernels read the K-quants natively too (8-bit activations, dequantized to bf16 for cuBLASLt).
-bool cuda_quantized(DType t) { return native_quantized(t) || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+// The CUDA kernels read the K-quants, iq4_nl and iq4_xs natively too (8-bit activations, dequantized to bf16 for
+// cuBLASLt).
+bool cuda_quantized(DType t) {
+  return native_quantized(t) || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::IQ4_NL ||
+         t == DType::IQ4_XS;
+}
 bool float_format(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 std::string dn(DType t) { return std::string(dtype_name(t)); }
 

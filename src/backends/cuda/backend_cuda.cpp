@@ -217,43 +217,25 @@ graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold
   // scale by themselves, one launch less per norm (TESSERA_CUDA_FOLD_NORM=0: off).
   if (fold_norm)
     f.norm_prologue = [](const graph::Tensor& w) { return !is_quantized_dtype(w.dtype) && gemv_supports(w.dtype); };
-  // SwiGLU in the gate|up GEMV's epilogue: float weights (TESSERA_CUDA_FOLD_SWIGLU=0: off). Quantized: the epilogue
-  // also writes the down projection's q8 input, so only when that is what reads the SwiGLU's output. Opt-in
-  // (TESSERA_CUDA_QUANT_SWIGLU=1), measured slower on the H100 in both forms: tickets (8B q8_0 303.2 -> 295.0 tok/s,
-  // q4_1 461.1 -> 425.4; every block of the multi-wave gate|up grid holds its slot through a fence and a ticket atomic)
-  // and warp groups (q8_0 311.9 -> 290.7, q4_1 499.0 -> 460.8; the 448 blocks of 16 warps stream slower than the 7,168
-  // small blocks; not profiled) (docs/CUDA_NOTES.md).
+  // SwiGLU in the gate|up GEMV's epilogue: float weights only (TESSERA_CUDA_FOLD_SWIGLU=0: off). The quantized form,
+  // which also wrote the down projection's q8 input, measured slower on the H100 in both its forms (tickets, warp
+  // groups) and left src/ (docs/CUDA_NOTES.md).
   if (fold_swiglu)
-    f.swiglu_epilogue = [](const graph::Graph& gr, const std::vector<int>& weights, int swiglu) {
-      const graph::Tensor& w0 = gr.tensor(weights[0]);
-      if (!is_quantized_dtype(w0.dtype)) return true;
-      const int so = gr.node(swiglu).output;
-      bool feeds_quantized = false;
-      for (const graph::Node& m : gr.nodes())
-        feeds_quantized |= graph::is_matmul_like(m.op) && m.inputs[0] == so &&
-                           is_quantized_dtype(gr.tensor(m.inputs[1]).dtype);
-      int64_t rows = 0;
-      for (int w : weights) rows += gr.tensor(w).shape[0];
-      // quant_swiglu_tickets: the first form (tickets across blocks); else warp groups, one block per
-      // 32 gate rows and their up rows, at the default shape if it has that form.
-      const bool tickets = cuda_options().quant_swiglu_tickets;
-      const bool groups_ok = gemv_swiglu_groups_supported(gemv_default_config(w0.dtype, rows, w0.shape[1]), w0.dtype);
-      return cuda_options().quant_swiglu && gr.tensor(so).numel() % 32 == 0 && feeds_quantized &&
-             (tickets || groups_ok);
+    f.swiglu_epilogue = [](const graph::Graph& gr, const std::vector<int>& weights, int) {
+      return !is_quantized_dtype(gr.tensor(weights[0]).dtype);
     };
   // The residual GEMV writing the next RMSNorm's q8 input (GemvInput::norm_out_*) for quantized readers. On by default
   // for q4_1 (8B decode on the H100, warp groups, 2026-11-22: 476.2 -> 498.6 tok/s); q8_0 measured even (311.8 vs
   // 312.3-313.1), q4_0 not measured: off. CudaOptions::quant_norm all / none turns it on / off for every format;
-  // with quant_norm_clusters as thread-block clusters, measured slower on the H100 (8B q8_0 307.7 -> 240.7
-  // tok/s, q4_1 476.4 -> 448.8: the clusters cost more than the rmsnorm launch they replace; docs/CUDA_NOTES.md).
+  // its first form, thread-block clusters, measured slower on the H100 (8B q8_0 307.7 -> 240.7 tok/s, q4_1 476.4 ->
+  // 448.8: the clusters cost more than the rmsnorm launch they replace; docs/CUDA_NOTES.md) and left src/.
   f.residual_norm_out = [](const graph::Tensor& w, const std::vector<const graph::Tensor*>& readers) {
     const QuantNorm qn = cuda_options().quant_norm;
     if (!is_quantized_dtype(w.dtype) || qn == QuantNorm::NONE) return false;
     if (w.dtype != DType::Q4_1 && qn != QuantNorm::ALL) return false;
     for (const graph::Tensor* r : readers)
       if (!is_quantized_dtype(r->dtype)) return false;
-    const bool clusters = cuda_options().quant_norm_clusters;
-    return gemv_norm_out_supported(gemv_norm_out_config(w.dtype, w.shape[0], w.shape[1], clusters), clusters, w.dtype);
+    return gemv_norm_out_supported(gemv_norm_out_config(w.dtype, w.shape[0], w.shape[1]), w.dtype);
   };
   return f;
 }
@@ -515,21 +497,6 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       float* y = nullptr;
       bool accumulate = false;
       const float* copy_first = nullptr;  // a residual the plan kept apart: copied into y, then accumulated into
-      if (n.fusion.swiglu && is_quantized_dtype(wp->dtype)) {
-        // Quantized (opt-in, decoder_fusion_support): the epilogue also writes the down projection's q8 input.
-        const int64_t f = ot.numel();
-        // quant_swiglu_tickets: the first form (tickets across blocks); else warp groups.
-        const bool tickets = cuda_options().quant_swiglu_tickets;
-        Q8& b = q8_of(out);
-        b.written = true;
-        x.swiglu_q8 = b.q8.as<int8_t>();
-        x.swiglu_ds = b.ds.as<float2>();
-        x.swiglu_groups = !tickets;
-        if (tickets) {
-          x.swiglu_tickets = static_cast<unsigned int*>(alloc(static_cast<size_t>(f / 32) * sizeof(unsigned int)));
-          TESSERA_CUDA_CHECK(cudaMemset(x.swiglu_tickets, 0, static_cast<size_t>(f / 32) * sizeof(unsigned int)));
-        }
-      }
       if (n.fusion.swiglu) {
         // silu(gate) * up in the GEMV's epilogue: the merged [gate; up] weight, one output of F elements.
         y = new_act();
@@ -560,13 +527,12 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
           x.norm_out_q8 = b.q8.as<int8_t>();
           x.norm_out_ds = b.ds.as<float2>();
           x.norm_out_sumsq = sumsq;
-          x.norm_out_clusters = cuda_options().quant_norm_clusters;
           quant_norm[norm.output] = QuantNorm{sumsq, norm.params.eps};
         }
       } else {
         y = new_act();
       }
-      const GemvConfig c = x.norm_out_w != nullptr ? gemv_norm_out_config(wp->dtype, wp->n, wp->k, x.norm_out_clusters)
+      const GemvConfig c = x.norm_out_w != nullptr ? gemv_norm_out_config(wp->dtype, wp->n, wp->k)
                                                    : gemv_default_config(wp->dtype, wp->n, wp->k);
       const size_t y_bytes = static_cast<size_t>(ot.nbytes());
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
@@ -578,8 +544,9 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
     }
     case Op::ROPE:
     case Op::KV_STORE:
-      unsupported(n, "rope and cache stores run inside the attention launch, and the graph passes could not fuse this "
-                     "one (see graph/passes/fuse.h)");
+      unsupported(n,
+                  "rope and cache stores run inside the attention launch, and the graph passes could not fuse this "
+                  "one (see graph/passes/fuse.h)");
     case Op::ATTENTION: {
       // Rope + cache store + attention (Fusion::rope_store): inputs q, caches, k, v, positions, frequencies. The query
       // is rotated in place: the passes fused it only where nothing else reads the unrotated q.
@@ -613,14 +580,15 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
           dso = b.ds.as<float2>();
         }
         launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
-          attn_decode_rope(qp, kp, vp, cache, pos, rope_dim, inv_freq, neox, y, n_head, scale, *ws, s, q8o, dso);
-        }});
+                              attn_decode_rope(qp, kp, vp, cache, pos, rope_dim, inv_freq, neox, y, n_head, scale, *ws,
+                                               s, q8o, dso);
+                            }});
         return;
       }
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
-        rope_store_kv(qp, kp, vp, cache, pos, n_head, rope_dim, inv_freq, neox, s);
-        attn_decode(qp, cache, pos, y, n_head, scale, *ws, s);
-      }});
+                            rope_store_kv(qp, kp, vp, cache, pos, n_head, rope_dim, inv_freq, neox, s);
+                            attn_decode(qp, cache, pos, y, n_head, scale, *ws, s);
+                          }});
       return;
     }
     case Op::ADD: {
@@ -638,10 +606,10 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
         const float* ap = act(a);
         float* y = new_act();
         launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
-          TESSERA_CUDA_CHECK(
-              cudaMemcpyAsync(y, ap, static_cast<size_t>(count) * sizeof(float), cudaMemcpyDeviceToDevice, s));
-          add(y, bp, count, s);
-        }});
+                              TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, ap, static_cast<size_t>(count) * sizeof(float),
+                                                                 cudaMemcpyDeviceToDevice, s));
+                              add(y, bp, count, s);
+                            }});
       }
       return;
     }
