@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -79,6 +80,8 @@ class Plan {
   uint64_t arena_bytes() const { return arena_bytes_; }
   // When set (size = nodes), execute() adds each node's wall time in nanoseconds (for `tessera profile`).
   std::vector<uint64_t>* node_ns = nullptr;
+  // When set, execute() calls it after each node: (node, rows, n_past, first input, output) (backend::NodeTap).
+  const std::function<void(int, int64_t, int64_t, const float*, const float*)>* tap = nullptr;
 
   struct Step;
 

@@ -136,6 +136,13 @@ void CpuBackend::execute(Plan& plan, int64_t n_past) {
       TESSERA_CHECK(n_past + s.t <= s.kv_k.n_ctx, "the context is full: {} tokens at position {} exceed {}", s.t,
                     n_past, s.kv_k.n_ctx);
   }
+  if (plan.tap != nullptr) {
+    for (const Plan::Step& s : plan.steps_) {
+      run_step(s, n_past);
+      (*plan.tap)(s.node, s.t, n_past, s.a, s.y);
+    }
+    return;
+  }
   if (plan.node_ns == nullptr) {
     for (const Plan::Step& s : plan.steps_) run_step(s, n_past);
     return;
