@@ -81,7 +81,7 @@ class Plan {
   // When set (size = nodes), execute() adds each node's wall time in nanoseconds (for `tessera profile`).
   std::vector<uint64_t>* node_ns = nullptr;
   // When set, execute() calls it after each node: (node, rows, n_past, first input, output) (backend::NodeTap).
-  const std::function<void(int, int64_t, int64_t, const float*, const float*)>* tap = nullptr;
+  const std::function<void(int, int64_t, int64_t, const float*, float*)>* tap = nullptr;
 
   struct Step;
 

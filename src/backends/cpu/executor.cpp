@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backends/cpu/backend.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/plan_step.h"
 #include "core/error.h"
 
@@ -104,9 +105,8 @@ void CpuBackend::run_step(const Plan::Step& s, int64_t n_past) {
       return;
     }
     case Op::SWIGLU:
-      by_elems(s.t * s.n, [&](int64_t e0, int64_t ne) {
-        (ref ? swiglu_ref : swiglu)(s.a + e0, s.b + e0, s.y + e0, ne);
-      });
+      by_elems(s.t * s.n,
+               [&](int64_t e0, int64_t ne) { (ref ? swiglu_ref : swiglu)(s.a + e0, s.b + e0, s.y + e0, ne); });
       return;
     case Op::LAST_ROW:
       std::memmove(s.y, s.a + (s.t - 1) * s.k, static_cast<size_t>(s.k) * sizeof(float));
@@ -139,7 +139,12 @@ void CpuBackend::execute(Plan& plan, int64_t n_past) {
   if (plan.tap != nullptr) {
     for (const Plan::Step& s : plan.steps_) {
       run_step(s, n_past);
-      (*plan.tap)(s.node, s.t, n_past, s.a, s.y);
+      if (s.call != nullptr)  // a registered kernel's step: its pointers are in its binding
+        (*plan.tap)(s.node, s.call->out_tensor->shape.empty() ? 0 : s.call->out_tensor->shape[0], n_past,
+                    s.call->in.empty() ? nullptr : static_cast<const float*>(s.call->in[0]),
+                    static_cast<float*>(s.call->out));
+      else
+        (*plan.tap)(s.node, s.t, n_past, s.a, s.y);
     }
     return;
   }
