@@ -266,6 +266,20 @@ std::vector<std::array<double, 4>> greedy_allocation(const Model& model, const C
                       it + 1, steps, 100 * weighted(cur[0]), mean_err, 100 * cur[0][0], 100 * cur[0][1],
                       100 * cur[0][2], 100 * cur[0][3]));
   }
+  // TEAL's baseline: every input at the target (uniform), judged the same way, for the progress line.
+  for (int64_t l = 0; l < layers; ++l)
+    for (size_t q = 0; q < 4; ++q) {
+      float achieved;
+      thr[static_cast<size_t>(l)][q] =
+          threshold_at(hist.at(static_cast<int>(l * 4 + static_cast<int64_t>(q))), o.sparsity, &achieved);
+    }
+  s.reset();
+  s.eval(chunk);
+  double uniform_err = 0;
+  for (double e : err) uniform_err += e / static_cast<double>(layers);
+  if (o.progress)
+    o.progress(fmt::format("calibrate: uniform at {:g}% on the same tokens: mean block-output error {:.4g}",
+                           100 * o.sparsity, uniform_err));
   s.set_node_tap({});
   return cur;
 }

@@ -118,6 +118,19 @@ class NpyWriter {
   std::ofstream f_;
 };
 
+// "812 bytes", "9.7 MiB"
+std::string human_bytes(uint64_t b) {
+  if (b < 1024) return fmt::format("{} bytes", b);
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b) / 1024;
+  int u = 0;
+  while (v >= 1024 && u < 3) {
+    v /= 1024;
+    ++u;
+  }
+  return fmt::format("{:.1f} {}", v, units[u]);
+}
+
 void check_options(const DumpOptions& o) {
   TESSERA_CHECK(!o.out_dir.empty(), "give the dump's directory with -o DIR");
   TESSERA_CHECK(!o.prompt.empty(), "give the prompt with -p PROMPT");
@@ -146,9 +159,9 @@ DumpResult dump_workload(const Model& model, const DumpOptions& o) {
   TESSERA_CHECK(model.loaded(), "no model is loaded");
   const uint64_t estimate = estimate_dump_bytes(model, o);  // checks the options too
   TESSERA_CHECK(estimate <= o.max_bytes,
-                "the dump would write {:.1f} MiB, more than --max-bytes {:.1f} MiB (choose fewer --layers, --ops or "
-                "--tokens, or raise --max-bytes)",
-                static_cast<double>(estimate) / (1 << 20), static_cast<double>(o.max_bytes) / (1 << 20));
+                "the dump would write {}, more than --max-bytes {} (choose fewer --layers, --ops or --tokens, or raise "
+                "--max-bytes)",
+                human_bytes(estimate), human_bytes(o.max_bytes));
   const ModelWeights& w = model.impl()->weights;
   const std::vector<int32_t> ids = model.tokenizer().encode(o.prompt, /*add_special=*/true, /*parse_special=*/true);
   TESSERA_CHECK(!ids.empty(), "the prompt has no tokens");
