@@ -8,8 +8,9 @@ A dump (docs/TEAL.md) holds manifest.json and, per matmul, x [tokens, K] (its in
 and v share one file, as do gate and up), y [tokens, N] (its output) and either the dequantized weight W [N, K]
 (`--weights`) or a reference to the tensor in the model file (name, dtype, shape, offset), which this script reads with
 gguf-py (GGUFReader + gguf.quants.dequantize, bit-exact with ggml's dequantization; no Tessera code). It checks
-y = x @ W.T for every entry: the relative error ||y - x W^T|| / ||y||, in float64. The default tolerance, 3e-2, allows
-the fast CPU path's 8-bit activation quantization inside quantized matmuls (about 1e-2); a dump made with --reference
+y = x @ W.T for every entry: the relative error ||y - x W^T|| / ||x W^T||, in float64. The default tolerance, 5e-2,
+allows the fast CPU path's 8-bit activation quantization inside quantized matmuls (2e-3 to 2e-2 measured on SmolLM2
+q4_1, the most where the output's entries cancel, e.g. v at 18% sparsity: 1.8e-2); a dump made with --reference
 (f32 kernels on dequantized weights) reproduces to ~1e-6, and --tol 1e-4 checks that. Exit status 1 when an entry is
 off, 0 otherwise. As a library: `load(dir)` returns the manifest with each entry's arrays under "x", "y", "W".
 """
@@ -66,7 +67,7 @@ def load(dump_dir: str, weights: bool = True) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dump_dir")
-    ap.add_argument("--tol", type=float, default=3e-2, help="largest relative error ||y - x W^T|| / ||y|| allowed")
+    ap.add_argument("--tol", type=float, default=5e-2, help="largest relative error ||y - x W^T|| / ||y|| allowed")
     a = ap.parse_args(argv)
     m = load(a.dump_dir)
     worst = 0.0
