@@ -60,8 +60,9 @@ void Session::set_node_tap(std::function<void(const NodeTapEvent&)> tap) {
     impl_->engine->set_node_tap({});
     return;
   }
-  impl_->engine->set_node_tap([tap = std::move(tap)](int node, int64_t rows, int64_t pos, const float* in,
-                                                     float* out) { tap({node, rows, pos, in, out}); });
+  impl_->engine->set_node_tap([tap = std::move(tap)](int node, int64_t rows, int64_t pos, const float* in, float* out) {
+    tap({node, rows, pos, in, out});
+  });
 }
 bool Session::reference() const { return impl_->engine->options().reference; }
 std::string Session::kv_dtype() const { return std::string(dtype_name(impl_->engine->options().kv_dtype)); }
