@@ -69,6 +69,14 @@ uint64_t parse_bytes(const std::string& s) {
   return static_cast<uint64_t>(parse_int(digits, "--max-bytes")) * mul;
 }
 
+// "812 bytes", "17.3 KiB", "9.7 MiB"
+std::string size_text(uint64_t b) {
+  if (b < 1024) return fmt::format("{} bytes", b);
+  if (b < (uint64_t{1} << 20)) return fmt::format("{:.1f} KiB", static_cast<double>(b) / 1024);
+  if (b < (uint64_t{1} << 30)) return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20));
+  return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1 << 30));
+}
+
 int run_dump(DumpFlags& f) {
   parse_layers(f.layers, f.o);
   if (!f.ops.empty()) {
@@ -87,13 +95,11 @@ int run_dump(DumpFlags& f) {
   if (f.o.prompt.empty()) throw Error("give the prompt with -p PROMPT");
   const Model model = Model::load(f.model);
   const uint64_t estimate = estimate_dump_bytes(model, f.o);
-  fmt::print(stderr, "dump: about {:.1f} MiB to write (--max-bytes {:.1f} MiB)\n",
-             static_cast<double>(estimate) / (1 << 20), static_cast<double>(f.o.max_bytes) / (1 << 20));
+  fmt::print(stderr, "dump: about {} to write (--max-bytes {})\n", size_text(estimate), size_text(f.o.max_bytes));
   f.o.progress = [](std::string_view line) { fmt::print(stderr, "{}\n", line); };
   const DumpResult r = dump_workload(model, f.o);
-  fmt::print(stderr, "dump: {} matmuls x {} tokens, {} files, {:.1f} MiB, achieved activation sparsity {:.1f}%: {}\n",
-             r.matmuls, f.o.tokens, r.files, static_cast<double>(r.bytes) / (1 << 20), 100.0 * r.achieved_sparsity,
-             f.o.out_dir);
+  fmt::print(stderr, "dump: {} matmuls x {} tokens, {} files, {}, achieved activation sparsity {:.1f}%: {}\n",
+             r.matmuls, f.o.tokens, r.files, size_text(r.bytes), 100.0 * r.achieved_sparsity, f.o.out_dir);
   return 0;
 }
 
