@@ -17,6 +17,7 @@
 #include "quant/half.h"
 #include "quant/quant.h"
 #include "tessera/error.h"
+#include "tessera/random_model.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -230,6 +231,26 @@ TEST(TernaryWeights, WholeBlocksOf256BecomeTq2_0) {
   for (const char* name : {"blk.0.attn_q.weight", "blk.1.ffn_down.weight"})
     EXPECT_EQ(m.find(name)->dtype, DType::TQ2_0) << name;
   EXPECT_EQ(m.find("output.weight")->dtype, DType::F32);  // lm_head stays float, as transformers keeps it
+}
+
+// The Llama-shaped bench presets of the ternary families' matrices: mmfreelm-370m-llama has the MatMul-free LM 370M's
+// parameter count (the same-size comparison), bitnet-2b4t-llama BitNet b1.58 2B4T's 2.41B (tied embeddings).
+TEST(TernaryBenchPresets, LlamaShapesOfTheTernaryFamilies) {
+  const auto params = [](const ModelSpec& s) {
+    const int64_t kv = s.n_head_kv * s.head_dim, q = s.n_head * s.head_dim;
+    const int64_t layer = s.n_embd * (2 * q + 2 * kv) + 3 * s.n_embd * s.n_ff + 2 * s.n_embd;
+    return double(s.n_vocab * s.n_embd * (s.tied_output ? 1 : 2) + s.n_layers * layer + s.n_embd);
+  };
+  const ModelSpec* mmf = nullptr;
+  const ModelSpec* b2 = nullptr;
+  for (const RandomModelPreset& p : random_model_presets()) {
+    if (p.name == "mmfreelm-370m-llama") mmf = &p.spec;
+    if (p.name == "bitnet-2b4t-llama") b2 = &p.spec;
+  }
+  ASSERT_NE(mmf, nullptr);
+  ASSERT_NE(b2, nullptr);
+  EXPECT_NEAR(params(*mmf), double(hgrn_bit_parameters(hgrn_bit_preset("mmfreelm-370m"))), 0.005e9);
+  EXPECT_NEAR(params(*b2), 2.41e9, 0.01e9);
 }
 
 // The decoder's BitNet nodes, from the packed file.
