@@ -20,7 +20,8 @@ void add_model_source_flags(CLI::App& app, ModelSource& s) {
                  "Synthetic model of this architecture's real size (with --random-weights): " + archs);
   app.add_flag("--random-weights", s.random_weights,
                "Use seeded random weights of the --arch preset instead of a file (nothing is downloaded)");
-  app.add_option("--dtype", s.dtype, "Weight dtype of the synthetic model: f32, f16, bf16, q8_0, q4_0 (default), q4_1, or another type "
+  app.add_option("--dtype", s.dtype,
+                 "Weight dtype of the synthetic model: f32, f16, bf16, q8_0, q4_0 (default), q4_1, or another type "
                  "Tessera quantizes to (tq2_0 for the ternary kernels)");
   app.add_option("--seed", s.seed, "Seed of the synthetic weights (default 1)");
   app.add_option("--layers", s.layers, "Synthetic model with only this many layers (default: the preset's)");
