@@ -12,6 +12,8 @@ writes tests/data/hf/tiny-*/ (config.json, model.safetensors, golden.json):
                              and f32 scales
   tiny-falcon3-bitlinear     Falcon3-1.58bit's form: LlamaForCausalLM (SwiGLU, no sub-norms) with a BitNet
                              quantization_config (bitlinear)
+  tiny-bitnet-256            tiny-bitnet-bitlinear at width 256 (intermediate 512): rows of whole 256-blocks, which
+                             Tessera loads as TQ2_0 and runs on its native ternary kernels (--only NAME makes one)
 The weights: every ternary matrix uniform in {-1, 0, 1} with a random scale, norms and embeddings random, lm_head in
 float (transformers never converts it). golden.json holds the ids and the logits [T, vocab] of transformers' forward
 of the saved files, loaded back with from_pretrained (so transformers' own deserializer unpacks them) in f32: the
@@ -39,6 +41,8 @@ SPECS = {
                                       rope_theta=500000.0),
     "tiny-bitnet-bitlinear": dict(arch="bitnet", linear_class="bitlinear", scale_dtype="f32", rope_theta=10000.0),
     "tiny-falcon3-bitlinear": dict(arch="llama", linear_class="bitlinear", scale_dtype="f32", rope_theta=1000.0),
+    "tiny-bitnet-256": dict(arch="bitnet", linear_class="bitlinear", scale_dtype="f32", rope_theta=10000.0,
+                            shape=dict(hidden_size=256, intermediate_size=512)),
 }
 IDS = [(i * 37 + 5) % 128 for i in range(10)]  # the ids test_session_hf.cpp feeds (vocab 128)
 LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
@@ -53,7 +57,8 @@ def make(name: str, spec: dict, out: str, seed: int) -> None:
 
     torch.manual_seed(seed)
     qc = {"quant_method": "bitnet", "linear_class": spec["linear_class"], "quantization_mode": "offline"}
-    kw = dict(COMMON, rope_parameters={"rope_type": "default", "rope_theta": spec["rope_theta"]})
+    common = dict(COMMON, **spec.get("shape", {}))
+    kw = dict(common, rope_parameters={"rope_type": "default", "rope_theta": spec["rope_theta"]})
     if spec["arch"] == "bitnet":
         cfg = transformers.BitNetConfig(**kw)
         model = transformers.BitNetForCausalLM(cfg)
@@ -69,7 +74,7 @@ def make(name: str, spec: dict, out: str, seed: int) -> None:
             sd[k] = 1.0 + 0.3 * torch.randn(t.shape, generator=g)
         elif k in ("model.embed_tokens.weight", "lm_head.weight"):
             sd[k] = 0.5 * torch.randn(t.shape, generator=g)
-        elif any(k == f"{p}.weight" for p in (f"model.layers.{i}.{lin}" for i in range(COMMON["num_hidden_layers"])
+        elif any(k == f"{p}.weight" for p in (f"model.layers.{i}.{lin}" for i in range(common["num_hidden_layers"])
                                              for lin in LINEARS)):
             tern = torch.randint(-1, 2, t.shape, generator=g).to(torch.float32)
             # Effective weight ~ 0.05..0.2 times ternary: the scale multiplies (autobitlinear) or divides (bitlinear).
@@ -109,9 +114,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "tests", "data", "hf"))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", choices=sorted(SPECS), help="make only this model")
     a = ap.parse_args()
     for name, spec in SPECS.items():
-        make(name, spec, a.out, a.seed)
+        if a.only in (None, name):
+            make(name, spec, a.out, a.seed)
     return 0
 
 

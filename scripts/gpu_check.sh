@@ -318,12 +318,11 @@ if has decode; then
 fi
 # The quantized decoder's folds, Llama-3-8B q8_0 and q4_1 in one call: the default (attention writes the o input,
 # --cuda attn_q8), that switched off, and each opt-in one on: the residual GEMV writing the next norm's readers'
-# input (--cuda quant_norm=all), the gate|up GEMV's SwiGLU epilogue (--cuda quant_swiglu=1).
+# input (--cuda quant_norm=all).
 if has quantfolds; then
   stamp "quantized folds"
   for dt in q8_0 q4_1; do
-    for sw in "" "attn_q8=0" "quant_norm=none" "quant_norm=all" "quant_norm=all quant_norm_clusters=1" \
-      "quant_swiglu=1"; do
+    for sw in "" "attn_q8=0" "quant_norm=none" "quant_norm=all"; do
       cargs=(); for kv in $sw; do cargs+=(--cuda "$kv"); done
       say "- quantfolds cuda options: ${sw:-none}"
       echo "## cuda options: ${sw:-none}" >> "$bench_log"

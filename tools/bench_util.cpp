@@ -20,7 +20,9 @@ void add_model_source_flags(CLI::App& app, ModelSource& s) {
                  "Synthetic model of this architecture's real size (with --random-weights): " + archs);
   app.add_flag("--random-weights", s.random_weights,
                "Use seeded random weights of the --arch preset instead of a file (nothing is downloaded)");
-  app.add_option("--dtype", s.dtype, "Weight dtype of the synthetic model: f32, f16, bf16, q8_0, q4_0 (default), q4_1");
+  app.add_option("--dtype", s.dtype,
+                 "Weight dtype of the synthetic model (every format with a quantizer): f32, f16, bf16, q8_0, q4_0 "
+                 "(default), q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, tq1_0, tq2_0");
   app.add_option("--seed", s.seed, "Seed of the synthetic weights (default 1)");
   app.add_option("--layers", s.layers, "Synthetic model with only this many layers (default: the preset's)");
 }

@@ -6,8 +6,12 @@
 // Method as bench_kernels.cpp: random data (quants random bytes, scales small random fp16 bits), a CUDA graph of
 // back-to-back launches over rotating copies of the weights (>= 4x the L2), event-timed replays, median of --reps.
 //
-// Usage: tessera_bench_kquant [--all-configs] [--reps N]
+// Usage: tessera_bench_kquant [--all-configs] [--reps N] [--formats q4_k,q6_k,...]
 //   --all-configs  also time every launch shape the format has a kernel for (gemv_config_supported) and print the best
+//   --formats      only these formats (dtype names, comma-separated; default: q8_0, q4_1, q4_k, q5_k, q6_k, iq4_nl,
+//                  iq4_xs)
+// Every (format, shape) also prints one line for scripts: "pick FMT NxK default T/R/U P% best T/R/U P% expand G GB/s"
+// (P: % of the byte floor; G: the bf16 expansion's bytes read plus written per second).
 #include <cuda_runtime_api.h>
 #include <fmt/core.h>
 
@@ -17,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +39,8 @@ namespace {
 struct Options {
   bool all_configs = false;
   int reps = 20;
+  std::vector<DType> formats = {DType::Q8_0, DType::Q4_1,   DType::Q4_K,  DType::Q5_K,
+                                DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
 };
 
 class KquantBench {
@@ -137,8 +144,13 @@ void KquantBench::run() {
                           {14336, 4096, "4096->14336 (gate, up)"},
                           {4096, 14336, "14336->4096 (down)"},
                           {6144, 4096, "4096->6144 (q|k|v)"},
-                          {28672, 4096, "4096->28672 (gate|up)"}};
-  const DType formats[] = {DType::Q8_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+                          {28672, 4096, "4096->28672 (gate|up)"},
+                          // Llama-3.2-1B's short rows (K = 2048: 8 super-blocks, 32 K-quant units per row)
+                          {3072, 2048, "2048->3072 (1B q|k|v)"},
+                          {2048, 2048, "2048->2048 (1B o)"},
+                          {16384, 2048, "2048->16384 (1B gate|up)"},
+                          {2048, 8192, "8192->2048 (1B down)"}};
+  const std::vector<DType>& formats = opt_.formats;
   fmt::print("\n{:<5} {:<24} {:>11} {:>9} {:>11} {:>7} {:>9} {:>7} {:>9} {:>10} {:>9}\n", "fmt", "shape", "config",
              "us", "(min-max)", "GB/s", "floor us", "%floor", "rows8 us", "bf16 us", "bf16 GB/s");
   for (DType dtype : formats) {
@@ -198,6 +210,9 @@ void KquantBench::run() {
         fmt::print("{:<5} {:<24} {:>11} {:>9.2f} {:>5.1f}-{:<5.1f} {:>7.0f} {:>9} {:>6.1f}%  (best of {})\n", "", "",
                    best_cfg, best.us, best.min_us, best.max_us, bytes / (best.us * 1e3), "", 100.0 * floor_us / best.us,
                    configs.size());
+      fmt::print("pick {} {}x{} default {}/{}/{} {:.1f}% best {} {:.1f}% expand {:.0f} GB/s\n", dtype_name(dtype), s.n,
+                 s.k, def.threads, def.rows, def.unroll, 100.0 * floor_us / first.us, best_cfg.empty() ? "-" : best_cfg,
+                 100.0 * floor_us / best.us, bf16_gbps);
     }
   }
 }
@@ -210,8 +225,19 @@ int run_main(int argc, char** argv) {
       opt.all_configs = true;
     } else if (a == "--reps" && i + 1 < argc) {
       opt.reps = std::max(3, std::atoi(argv[++i]));
+    } else if (a == "--formats" && i + 1 < argc) {
+      opt.formats.clear();
+      std::string list = argv[++i];
+      for (size_t p = 0; p <= list.size();) {
+        const size_t q = std::min(list.find(',', p), list.size());
+        const std::string name = list.substr(p, q - p);
+        const std::optional<DType> d = dtype_from_name(name);
+        if (!d || !gemv_supports(*d)) fail("--formats: '{}' is not a format with a CUDA GEMV", name);
+        opt.formats.push_back(*d);
+        p = q + 1;
+      }
     } else {
-      fmt::print(stderr, "usage: tessera_bench_kquant [--all-configs] [--reps N]\n");
+      fmt::print(stderr, "usage: tessera_bench_kquant [--all-configs] [--reps N] [--formats q4_k,q6_k,...]\n");
       return 2;
     }
   }

@@ -42,8 +42,13 @@ struct CalibrateOptions {
   float sparsity = 0.5f;  // target share of zeros of every input (uniform), or of the block's weights (greedy)
   bool greedy = false;
   int n_threads = 0;
-  int64_t n_ctx = 512;                             // tokens per chunk
-  int64_t max_tokens = 16384;                      // calibration tokens (the text's first ones)
+  int64_t n_ctx = 512;         // tokens per chunk
+  int64_t max_tokens = 16384;  // calibration tokens (the text's first ones)
+  // Greedy (TEAL's block-wise allocation, docs/TEAL.md): the tokens whose block outputs measure each step's error
+  // (the text's first ones, one chunk), and the model-wide sparsity (by each input's share of the block's weights)
+  // one step adds: a step raises one input's sparsity by greedy_step / its share.
+  int64_t greedy_tokens = 128;
+  float greedy_step = 0.0125f;
   std::function<void(std::string_view)> progress;  // one line per step (stderr in the CLI); may be empty
 };
 TealThresholds calibrate(const Model& model, const CalibrateOptions& o);

@@ -31,7 +31,8 @@ struct RandomModelPreset {
 };
 
 // Every preset: llama3-8b, llama3.1-8b, llama3.2-1b, llama3.2-3b, llama2-7b, llama2-13b, mistral-7b, tinyllama-1.1b,
-// smollm2-135m, smollm2-360m, smollm2-1.7b.
+// smollm2-135m, smollm2-360m, smollm2-1.7b, and the ternary families' shapes as Llamas: bitnet-2b4t-llama,
+// mmfreelm-370m-llama.
 const std::vector<RandomModelPreset>& random_model_presets();
 std::vector<std::string> random_model_archs();
 

@@ -127,6 +127,19 @@ class Session {
   // 16 bits of |x|'s float bits) and clears them. CPU only; process-wide.
   void record_activation_histograms(bool on);
   std::map<int, std::vector<uint64_t>> take_activation_histograms();
+  // The activations as they are computed (tessera dump, greedy calibration): after each node of every forward pass,
+  // tap(e) with the node's index in graph(e.rows, ...) (the graph the session runs, TEAL's rewrite included), its
+  // first input and its output, valid during the call only. The tap may rewrite the output, and the nodes after it
+  // read what it wrote (greedy calibration applies trial thresholds and restores the dense residual stream this way).
+  // An empty function turns it off. CPU only: Error on a device whose activations are not on the host.
+  struct NodeTapEvent {
+    int node = -1;
+    int64_t rows = 0;               // tokens of the pass
+    int64_t n_past = 0;             // position of its first row
+    const float* input = nullptr;   // the node's first input, [rows, its width]
+    float* output = nullptr;        // [rows, its width]; nullptr for a node writing the KV cache
+  };
+  void set_node_tap(std::function<void(const NodeTapEvent&)> tap);
   bool reference() const;
   std::string kv_dtype() const;
   int64_t n_vocab() const;

@@ -47,6 +47,12 @@ constexpr Preset kPresets[] = {
     {"smollm2-135m", "SmolLM2 135M", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, 1e-5f, true, 0},
     {"smollm2-360m", "SmolLM2 360M", 32, 960, 15, 5, 64, 2560, 49152, 8192, 100000.0f, 1e-5f, true, 0},
     {"smollm2-1.7b", "SmolLM2 1.7B", 24, 2048, 32, 32, 64, 8192, 49152, 8192, 130000.0f, 1e-5f, true, 0},
+    // The ternary families' shapes as Llamas (SwiGLU, no sub-norms, no activation quantizer), so `--dtype tq2_0`
+    // measures a Llama-shaped ternary model beside the BitNet and MatMul-free LM files of the same matrices.
+    {"bitnet-2b4t-llama", "BitNet b1.58 2B4T shape as a Llama", 30, 2560, 20, 5, 128, 6912, 128256, 4096, 500000.0f,
+     1e-5f, true, 0},
+    {"mmfreelm-370m-llama", "MatMul-free LM 370M shape as a Llama", 24, 1024, 16, 16, 64, 2816, 32000, 2048, 10000.0f,
+     1e-6f, false, 0},
 };
 
 const Preset& find_preset(const std::string& name) {

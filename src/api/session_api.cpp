@@ -62,6 +62,15 @@ void Session::record_activation_histograms(bool on) { impl_->engine->record_acti
 std::map<int, std::vector<uint64_t>> Session::take_activation_histograms() {
   return impl_->engine->take_activation_histograms();
 }
+void Session::set_node_tap(std::function<void(const NodeTapEvent&)> tap) {
+  if (!tap) {
+    impl_->engine->set_node_tap({});
+    return;
+  }
+  impl_->engine->set_node_tap([tap = std::move(tap)](int node, int64_t rows, int64_t pos, const float* in, float* out) {
+    tap({node, rows, pos, in, out});
+  });
+}
 bool Session::reference() const { return impl_->engine->options().reference; }
 std::string Session::kv_dtype() const { return std::string(dtype_name(impl_->engine->options().kv_dtype)); }
 int64_t Session::n_vocab() const { return impl_->engine->n_vocab(); }

@@ -164,6 +164,12 @@ class DeviceSession {
     fail("this device cannot record activation histograms (calibrate on the cpu)");
   }
   virtual std::map<int, std::vector<uint64_t>> take_activation_histograms() { return {}; }
+  // The workload dump (tessera dump) and greedy calibration: after each node of every step, tap(node, rows, pos, in,
+  // out) with the node's index in the step's graph, its first input and its output (host f32, valid during the call;
+  // the tap may rewrite the output, which later nodes then read). An empty function turns it off. A backend whose
+  // activations are not on the host refuses.
+  using NodeTap = std::function<void(int node, int64_t rows, int64_t pos, const float* in, float* out)>;
+  virtual void set_node_tap(NodeTap /*tap*/) { fail("this device cannot show its activations (dump on the cpu)"); }
 
  private:
   std::vector<RowScore> host_scores_;  // the default eval_scores' answer

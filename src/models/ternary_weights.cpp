@@ -1,5 +1,7 @@
 #include "models/ternary_weights.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -30,6 +32,21 @@ bool is_block_linear(std::string_view name, std::string_view suffix, std::string
 
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
+// Whether w (n elements) is whole blocks of 256, each holding only 0 and ±m for one m in fp16's normal range: what
+// TQ2_0's absmax quantizer stores exactly, up to m's rounding to fp16.
+bool ternary_blocks(const float* w, int64_t n) {
+  if (n % 256 != 0) return false;
+  for (int64_t b = 0; b < n; b += 256) {
+    float m = 0;
+    for (int64_t i = b; i < b + 256; ++i) m = std::max(m, std::fabs(w[i]));
+    if (m == 0) continue;
+    if (m < 6.2e-5f || m > 65000.0f) return false;
+    for (int64_t i = b; i < b + 256; ++i)
+      if (w[i] != 0 && std::fabs(w[i]) != m) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void unpack_ternary_rows(const uint8_t* packed, int64_t rows, int64_t k, int8_t* out) {
@@ -53,6 +70,7 @@ void load_ternary_weights(const ModelConfig& c, const std::string& path, std::ve
                   scales.empty() ? "" : scales.begin()->first);
     return;
   }
+  bool warned = false;  // one line for all the weights that stay float
   for (TensorView& t : tensors) {
     const bool output = c.ternary_output && t.name == "output.weight";
     if (output) prefix = "output";
@@ -105,13 +123,25 @@ void load_ternary_weights(const ModelConfig& c, const std::string& path, std::ve
         for (float& v : w) v *= scale;
       }
     }
-    // Store in the narrowest float format that holds the values exactly as the reference computes them: ±scale
-    // of a 16-bit scale is exact in that format; online weights take their file's format (WeightQuant casts back).
+    // TQ2_0 (the CPU's native ternary kernels; CUDA converts it to bf16 at load) where every row is whole blocks of
+    // 256 and each block is ternary with its scale in fp16's normal range, so the only change is that scale rounded
+    // to fp16 (exact for a bf16 scale; 2^-11 relative for an f32 one, far below the int8 activations' 1/254).
+    // Otherwise the narrowest float format that holds the values exactly as the reference computes them: ±scale of a
+    // 16-bit scale is exact in that format; online weights take their file's format (WeightQuant casts back).
     DType out = DType::F32;
     if (packed && c.ternary == "mul" && scale_t != nullptr &&
         (scale_t->dtype == DType::BF16 || scale_t->dtype == DType::F16))
       out = scale_t->dtype;
     if (!packed && c.ternary == "online") out = t.dtype;
+    if (k % 256 == 0 && ternary_blocks(w.data(), n * k)) {
+      out = DType::TQ2_0;
+    } else if (!warned) {
+      warned = true;
+      fmt::print(stderr, "tessera: {}: ternary weight '{}' [{}, {}] stays {} (and so may others): {}\n", path, t.name,
+                 n, k, dtype_name(out),
+                 k % 256 != 0 ? "its rows are not whole blocks of 256, as TQ2_0 needs"
+                              : "a block of 256 is not 0 and ±one scale within fp16's range");
+    }
     const uint64_t row = *dtype_row_bytes(out, static_cast<uint64_t>(k));
     auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(row * static_cast<uint64_t>(n)));
     quantize_row(out, w.data(), buf->data(), n * k);

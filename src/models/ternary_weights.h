@@ -1,7 +1,8 @@
-// The ternary linears of BitNet-style checkpoints as plain float weights: ternary values times their scale, which a
-// float format holds exactly (f32, or the scale's own 16-bit format when the product is ±scale). One function turns
+// The ternary linears of BitNet-style checkpoints as TQ2_0 (ternary values times one fp16 scale per block of 256,
+// which the CPU's native ternary kernels run) where rows are whole blocks of 256, else as plain float weights holding
+// ternary times scale exactly (f32, or the scale's own 16-bit format when the product is ±scale). One function turns
 // every stored form (ModelConfig::ternary: packed four per uint8 with a weight_scale, float with a multiplying scale,
-// float to ternarize at load) into that, so a ternary weight format (TQ2_0) later replaces only what it returns.
+// float to ternarize at load) into that.
 #pragma once
 
 #include <cstdint>
@@ -16,9 +17,11 @@ namespace tessera {
 
 // Rewrites the q, k, v, o, gate, up and down weights (and the MLGRU's i, f, g; output.weight when
 // ModelConfig::ternary_output) of every block in `tensors` (GGUF names, blk.N.*.weight) as
-// ModelConfig::ternary says, and drops their scale tensors (blk.N.*.scale). New bytes are appended to `owned`, which
-// must outlive the views. Error naming `path` and the tensor when a weight or scale is missing, mis-shaped or not
-// ternary where it must be. A no-op for ternary == "none" (a scale tensor is then an error: its meaning is unknown).
+// ModelConfig::ternary says, as TQ2_0 where each block of 256 is 0 and ±one scale in fp16's range (one line on stderr
+// names the first weight that stays float), and drops their scale tensors (blk.N.*.scale). New bytes are appended to
+// `owned`, which must outlive the views. Error naming `path` and the tensor when a weight or scale is missing,
+// mis-shaped or not ternary where it must be. A no-op for ternary == "none" (a scale tensor is then an error: its
+// meaning is unknown).
 void load_ternary_weights(const ModelConfig& c, const std::string& path, std::vector<TensorView>& tensors,
                           std::vector<std::shared_ptr<std::vector<uint8_t>>>& owned);
 

@@ -56,6 +56,7 @@ class Engine {
   void reset_sparsity_counts() { dev_->reset_sparsity_counts(); }
   void record_activation_histograms(bool on) { dev_->record_activation_histograms(on); }
   std::map<int, std::vector<uint64_t>> take_activation_histograms() { return dev_->take_activation_histograms(); }
+  void set_node_tap(backend::DeviceSession::NodeTap tap) { dev_->set_node_tap(std::move(tap)); }
 
   // Appends ids to slot 0 (eval) or `seq` at its n_past in chunks of n_batch. Returns the last token's logits
   // [n_vocab]. With `all` set, also writes the logits of every token into all [ids.size() * n_vocab].

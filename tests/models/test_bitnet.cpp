@@ -14,7 +14,10 @@
 #include "models/model_graph.h"
 #include "models/model_weights.h"
 #include "models/ternary_weights.h"
+#include "quant/half.h"
+#include "quant/quant.h"
 #include "tessera/error.h"
+#include "tessera/random_model.h"
 #include "test_util.h"
 
 namespace tessera {
@@ -167,6 +170,87 @@ TEST(TernaryWeights, ScalesMultiplyDivideOrTernarizeOnline) {
   c.ternary = "none";
   v = views(DType::I8, packed, {1, 2});
   EXPECT_ERROR_HAS(load_ternary_weights(c, "m", v, owned), "names no ternary weights");
+}
+
+// Rows of whole 256-blocks become TQ2_0 (the CPU's ternary kernels) holding the same ternary values times the scale
+// rounded to fp16: packed with a dividing f32 scale, and float ternarized online. A float weight that is not ternary
+// per block stays float, as rows of 255 do.
+TEST(TernaryWeights, WholeBlocksOf256BecomeTq2_0) {
+  ModelConfig c;
+  const int64_t k = 512, rows = 2;  // packed [2, 512] -> [8, 512]
+  std::vector<uint8_t> packed(rows * k);
+  for (size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<uint8_t>((i * 37 + i / 7) % 243);  // codes 0..2
+  for (uint8_t& b : packed)  // no code 3 in any 2-bit field
+    for (int f = 0; f < 4; ++f)
+      if (((b >> (2 * f)) & 3) == 3) b = static_cast<uint8_t>(b & ~(1 << (2 * f)));
+  std::vector<int8_t> tern(4 * rows * k);
+  unpack_ternary_rows(packed.data(), rows, k, tern.data());
+  const float scale = 3.0f;  // BitLinear divides: weights are ±1/3, which fp16 rounds
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> owned;
+  c.ternary = "div";
+  std::vector<TensorView> v(2);
+  v[0].name = "blk.0.ffn_down.weight";
+  v[0].dtype = DType::I8;
+  v[0].shape = {rows, k};
+  v[0].data = packed.data();
+  v[1].name = "blk.0.ffn_down.scale";
+  v[1].dtype = DType::F32;
+  v[1].shape = {1};
+  v[1].data = reinterpret_cast<const uint8_t*>(&scale);
+  load_ternary_weights(c, "m", v, owned);
+  ASSERT_EQ(v.size(), 1u);
+  ASSERT_EQ(v[0].dtype, DType::TQ2_0);
+  ASSERT_EQ(v[0].shape, (std::vector<int64_t>{4 * rows, k}));
+  std::vector<float> got(tern.size());
+  dequantize_row(DType::TQ2_0, v[0].data, got.data(), static_cast<int64_t>(got.size()));
+  const float d = fp16_to_f32(f32_to_fp16(1.0f / scale));
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], float(tern[i]) * d) << i;
+
+  // Online: a float weight ternarized at load; then one that is not ternary ("mul" without a scale) stays f32.
+  c.ternary = "online";
+  std::vector<float> fw(4 * 256);
+  for (size_t i = 0; i < fw.size(); ++i) fw[i] = float(int(i % 7) - 3) * 0.1f;
+  v.resize(1);
+  v[0].dtype = DType::F32;
+  v[0].shape = {4, 256};
+  v[0].data = reinterpret_cast<const uint8_t*>(fw.data());
+  load_ternary_weights(c, "m", v, owned);
+  EXPECT_EQ(v[0].dtype, DType::TQ2_0);
+  c.ternary = "mul";
+  v[0].dtype = DType::F32;
+  v[0].data = reinterpret_cast<const uint8_t*>(fw.data());
+  load_ternary_weights(c, "m", v, owned);
+  EXPECT_EQ(v[0].dtype, DType::F32);
+  c.ternary = "online";
+  v[0].shape = {4, 255};
+  v[0].data = reinterpret_cast<const uint8_t*>(fw.data());
+  load_ternary_weights(c, "m", v, owned);
+  EXPECT_EQ(v[0].dtype, DType::F32);
+  // A whole checkpoint of width 256 (tests/runtime BitNetHf runs it against transformers).
+  const ModelWeights m = ModelWeights::open(test::data_path("hf/tiny-bitnet-256"));
+  for (const char* name : {"blk.0.attn_q.weight", "blk.1.ffn_down.weight"})
+    EXPECT_EQ(m.find(name)->dtype, DType::TQ2_0) << name;
+  EXPECT_EQ(m.find("output.weight")->dtype, DType::F32);  // lm_head stays float, as transformers keeps it
+}
+
+// The Llama-shaped bench presets of the ternary families' matrices: mmfreelm-370m-llama has the MatMul-free LM 370M's
+// parameter count (the same-size comparison), bitnet-2b4t-llama BitNet b1.58 2B4T's 2.41B (tied embeddings).
+TEST(TernaryBenchPresets, LlamaShapesOfTheTernaryFamilies) {
+  const auto params = [](const ModelSpec& s) {
+    const int64_t kv = s.n_head_kv * s.head_dim, q = s.n_head * s.head_dim;
+    const int64_t layer = s.n_embd * (2 * q + 2 * kv) + 3 * s.n_embd * s.n_ff + 2 * s.n_embd;
+    return double(s.n_vocab * s.n_embd * (s.tied_output ? 1 : 2) + s.n_layers * layer + s.n_embd);
+  };
+  const ModelSpec* mmf = nullptr;
+  const ModelSpec* b2 = nullptr;
+  for (const RandomModelPreset& p : random_model_presets()) {
+    if (p.name == "mmfreelm-370m-llama") mmf = &p.spec;
+    if (p.name == "bitnet-2b4t-llama") b2 = &p.spec;
+  }
+  ASSERT_NE(mmf, nullptr);
+  ASSERT_NE(b2, nullptr);
+  EXPECT_NEAR(params(*mmf), double(hgrn_bit_parameters(hgrn_bit_preset("mmfreelm-370m"))), 0.005e9);
+  EXPECT_NEAR(params(*b2), 2.41e9, 0.01e9);
 }
 
 // The decoder's BitNet nodes, from the packed file.

@@ -13,6 +13,7 @@
 #include "backends/cuda/cuda_test_util.h"
 #include "backends/cuda/device_info.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/gemv_sparse.h"
 #include "backends/cuda/kernels_family.h"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/kernels_ternary.h"
@@ -110,6 +111,44 @@ std::optional<std::vector<float>> run_cuda(const OpGraph& og) {
       // The executors' workspace: a dequantization scratch for the quantized formats' cuBLASLt path.
       GemmWorkspace ws(t, w.k, gemv_quantized(w.dtype) ? w.n * w.k : 0);
       cuda::matmul(w, x.as<float>(), y.as<float>(), t, ws, s);
+      synchronize();
+      return floats_of(y, out.numel());
+    }
+    case Op::SPARSIFY: {
+      // The executors' launch: the zeroed rows, and the list the decoder's sparse GEMVs read (built, not compared here:
+      // tests/backends/cuda/test_gemv_sparse.cpp checks it).
+      const int64_t k = in(0).shape[1];
+      DeviceBuffer x = input(0), y = poisoned(out.nbytes());
+      DeviceBuffer list(static_cast<size_t>(t * k) * sizeof(SparseEntry)), count(static_cast<size_t>(t) * 4);
+      cuda::sparsify(x.as<float>(), y.as<float>(), t, k, n.params.sparsity, n.params.sparse_threshold,
+                     list.as<SparseEntry>(), count.as<int32_t>(), nullptr, s);
+      synchronize();
+      return floats_of(y, out.numel());
+    }
+    case Op::MATMUL_SPARSE: {
+      // As the executors: one row of bf16, f16, q8_0, q4_0 or q4_1 weights takes a sparse GEMV over x's nonzero
+      // entries (threshold 0 keeps exactly those: x is already zeroed); other formats and several rows the dense
+      // matmul on the zeroed x.
+      const DeviceWeight w = upload(in(1));
+      DeviceBuffer x = input(0), y = poisoned(out.nbytes());
+      if (t == 1 && gemv_sparse_supports(w.dtype) && !gemv_quantized(w.dtype)) {
+        // bf16/f16: the channel-major GEMV reads x itself (threshold 0: its nonzero entries).
+        const SparseWeight sw = make_sparse_columns(w, s);
+        SparseGemvWorkspace ws(w.n);
+        gemv_sparse_x(sw, x.as<float>(), 0.0f, y.as<float>(), false, ws, s);
+      } else if (t == 1 && gemv_sparse_supports(w.dtype)) {
+        // Quantized: the list of x's nonzero entries with 8-bit values (the CPU's activation quantization).
+        const SparseWeight sw = make_sparse_weight(w, s);
+        SparseGemvWorkspace ws(w.n);
+        DeviceBuffer list(static_cast<size_t>(w.k) * sizeof(SparseEntry)), count(4);
+        DeviceBuffer xz(static_cast<size_t>(w.k) * sizeof(float));
+        cuda::sparsify(x.as<float>(), xz.as<float>(), 1, w.k, 0.0f, 0.0f, list.as<SparseEntry>(), count.as<int32_t>(),
+                       nullptr, s, true);
+        gemv_sparse(sw, list.as<SparseEntry>(), count.as<int32_t>(), y.as<float>(), false, ws, s);
+      } else {
+        GemmWorkspace ws(t, w.k, gemv_quantized(w.dtype) ? w.n * w.k : 0);
+        cuda::matmul(w, x.as<float>(), y.as<float>(), t, ws, s);
+      }
       synchronize();
       return floats_of(y, out.numel());
     }

@@ -151,7 +151,7 @@ std::optional<std::vector<float>> run_cuda_fused(const OpGraph& og, const graph:
             x.norm_out_ds = next.ds.as<float2>();
             x.norm_out_sumsq = next.sumsq.as<float>();
             next_id = f.norm_out;
-            c = gemv_norm_out_config(w.dtype, w.n, w.k, false);
+            c = gemv_norm_out_config(w.dtype, w.n, w.k);
           }
         } else {
           y = poisoned(out.nbytes());

@@ -43,11 +43,15 @@ namespace {
 constexpr double kExact = 1e-12, kF32 = 1e-10, kF16W = 1e-6, kX16 = 1e-5, kQ8 = 1e-4, kAttn16 = 1e-5;
 
 // Quantized formats with kernels of their own (8-bit activations): on both backends q8_0, q4_0 and q4_1; on the CPU
-// its table's quantized formats; on CUDA also the K-quants below (others are converted to bf16 there).
+// its table's quantized formats; on CUDA also the K-quants and iq4_nl below (others are converted to bf16 there).
 bool native_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
 bool cpu_native_quantized(DType t) { return cpu::matmul_formats().is_native_quantized(t); }
-// The CUDA kernels read the K-quants natively too (8-bit activations, dequantized to bf16 for cuBLASLt).
-bool cuda_quantized(DType t) { return native_quantized(t) || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+// The CUDA kernels read the K-quants, iq4_nl and iq4_xs natively too (8-bit activations, dequantized to bf16 for
+// cuBLASLt).
+bool cuda_quantized(DType t) {
+  return native_quantized(t) || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::IQ4_NL ||
+         t == DType::IQ4_XS;
+}
 bool float_format(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 std::string dn(DType t) { return std::string(dtype_name(t)); }
 
@@ -67,14 +71,14 @@ Row matmul_row(DType w, int64_t t, int64_t n, int64_t k) {
 }
 
 // TEAL's sparse GEMV: against the dense reference on the same zeroed x, with MATMUL's limits (quantized formats
-// quantize x to 8 bits per block as the dense kernels do; zeros stay zero).
+// quantize x to 8 bits per block as the dense kernels do; zeros stay zero). CUDA: the sparse GEMV for one row of bf16,
+// f16, q8_0, q4_0 or q4_1 weights (f32 x; converted formats: bf16), else the dense matmul on the zeroed x, as the
+// executors run it.
 Row matmul_sparse_row(DType w, int64_t t, int64_t n, int64_t k, float sparsity) {
   Row r = matmul_row(w, t, n, k);
   r.name = "MATMUL_SPARSE_" + dn(w) + "_t" + std::to_string(t) + "_n" + std::to_string(n) + "_k" + std::to_string(k) +
            "_s" + std::to_string(static_cast<int>(sparsity * 100));
   r.build = [=](std::mt19937& rng) { return matmul_sparse(rng, w, t, n, k, sparsity); };
-  r.cuda = false;
-  r.why = "MATMUL_SPARSE has no CUDA kernel yet (issue 23's CUDA half)";
   return r;
 }
 
@@ -198,6 +202,9 @@ const std::vector<Row>& rows() {
     v.push_back(matmul_sparse_row(DType::F16, 3, 1000, 576, 0.65f));
     v.push_back(matmul_sparse_row(DType::Q4_0, 2, 40, 64, 0.5f));
     v.push_back(matmul_sparse_row(DType::Q6_K, 1, 64, 512, 0.5f));  // converted to f16 at load: the f16 sparse kernel
+    // CUDA's sparse GEMV at a Llama-3-8B width: 64-row tiles, the split form over a long list.
+    v.push_back(matmul_sparse_row(DType::BF16, 1, 1000, 4096, 0.5f));
+    v.push_back(matmul_sparse_row(DType::F16, 1, 4096, 1024, 0.97f));
     return v;
   }();
   return kRows;

@@ -23,10 +23,10 @@ namespace {
 // Hugging Face's name for a GGUF-style one (written out here, independently of hf_to_gguf_name).
 std::string hf_name(const std::string& g) {
   static const std::map<std::string, std::string> kBlock = {
-      {"attn_norm.weight", "input_layernorm.weight"},    {"ffn_norm.weight", "post_attention_layernorm.weight"},
-      {"attn_q.weight", "self_attn.q_proj.weight"},      {"attn_k.weight", "self_attn.k_proj.weight"},
-      {"attn_v.weight", "self_attn.v_proj.weight"},      {"attn_output.weight", "self_attn.o_proj.weight"},
-      {"ffn_gate.weight", "mlp.gate_proj.weight"},       {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"attn_norm.weight", "input_layernorm.weight"}, {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},   {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},   {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},    {"ffn_up.weight", "mlp.up_proj.weight"},
       {"ffn_down.weight", "mlp.down_proj.weight"}};
   if (g == "token_embd.weight") return "model.embed_tokens.weight";
   if (g == "output_norm.weight") return "model.norm.weight";
@@ -53,7 +53,8 @@ TEST_P(HfModel, MatchesNaiveForward) {
   s.neox = true;
   s.tied = cfg.value("tie_word_embeddings", false);
   const double base = cfg["rope_theta"];
-  for (int64_t i = 0; i < s.head_dim / 2; ++i) s.inv_freq.push_back(std::pow(base, -2.0 * double(i) / double(s.head_dim)));
+  for (int64_t i = 0; i < s.head_dim / 2; ++i)
+    s.inv_freq.push_back(std::pow(base, -2.0 * double(i) / double(s.head_dim)));
   if (cfg.contains("rope_scaling") && cfg["rope_scaling"].is_object()) {
     // transformers' _compute_llama3_parameters
     const auto& r = cfg["rope_scaling"];
@@ -102,8 +103,8 @@ TEST_P(HfModel, MatchesNaiveForward) {
       double scale = 0;
       for (double x : want[t]) scale = std::max(scale, std::fabs(x));
       for (size_t i = 0; i < V; ++i)
-        ASSERT_NEAR(rows[t * V + i], want[t][i], tol * scale) << (reference ? "reference" : "fast") << " token " << t
-                                                              << " logit " << i;
+        ASSERT_NEAR(rows[t * V + i], want[t][i], tol * scale)
+            << (reference ? "reference" : "fast") << " token " << t << " logit " << i;
     }
   }
 }
@@ -169,6 +170,11 @@ TEST(FamilyHfContext, DefaultCappedOnlyWhenEveryLayerSlides) {
 // 11 bits (relative 5e-4), which moves x * 127 / max|x| by up to 0.06 of a level after attention: a few percent of
 // the o projection's inputs change level, as a second int8 rounding would: 5e-2 of the scale, top-1 at 90%.
 // Measured (AVX2, this data): f32 paths 2.8e-7..4.6e-7 (no level changed), f16 cache 1.1e-2..4.3e-2, top-1 10/10.
+// tiny-bitnet-256's linears load as TQ2_0 (rows of whole 256-blocks): its one fp16 scale per block rounds BitLinear's
+// f32 1/weight_scale (relative 2^-11, which moves levels as the f16 cache does, even in the reference path), and the
+// native kernel rounds the already-int8 activations again to its own 8-bit blocks of 32 (a block's step is at most the
+// row's, so up to half a BitLinear level more per input, in every linear): the f16 cache's bound, doubled, 1e-1 of the
+// scale and top-1 at 90%. Measured (AVX-512, this data): reference 2.6e-2, fast 5.2e-2..5.5e-2, top-1 10/10.
 struct BitNetAgreement {
   double max_rel = 0;  // max over positions of max_i |got - want| / max_i |want|
   size_t top1 = 0;     // positions whose argmax matches
@@ -220,8 +226,13 @@ TEST_P(BitNetHf, MatchesTransformers) {
     double max_rel;
     size_t min_top1;
   };
-  for (const Case& c : {Case{"reference", true, "f32", 1e-2, n}, Case{"fast, f32 cache", false, "f32", 1e-2, n},
-                        Case{"fast, f16 cache", false, "f16", 5e-2, n * 9 / 10}}) {
+  const bool tq2_0 = w.find("blk.0.attn_q.weight")->dtype == DType::TQ2_0;
+  for (Case c : {Case{"reference", true, "f32", 1e-2, n}, Case{"fast, f32 cache", false, "f32", 1e-2, n},
+                 Case{"fast, f16 cache", false, "f16", 5e-2, n * 9 / 10}}) {
+    if (tq2_0) {
+      c.max_rel = 1e-1;
+      c.min_top1 = n * 9 / 10;
+    }
     const BitNetAgreement a = bitnet_agreement(w, golden, c.reference, c.kv);
     std::printf("[ bitnet   ] %s %s: max |err| / scale %.2e, top-1 %zu/%zu\n", GetParam(), c.name, a.max_rel, a.top1,
                 n);
@@ -232,12 +243,17 @@ TEST_P(BitNetHf, MatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(TinyHf, BitNetHf,
                          ::testing::Values("tiny-bitnet-autobitlinear", "tiny-bitnet-bitlinear",
-                                           "tiny-falcon3-bitlinear"));
+                                           "tiny-falcon3-bitlinear", "tiny-bitnet-256"));
 
 // The MatMul-free LM (hgrn_bit) from its Hugging Face layout (random f32 weights, ternarized at load), against the
 // numpy forward of python/hgrn_bit_reference.py (tests/data/hf/tiny-hgrn-bit-f32, python/make_hgrn_bit_golden.py).
 // Chunks of 5 and of 1 token: the recurrent state carries across chunk boundaries and through one-token steps. The
-// int8 activations bound the agreement as for BitNet (1e-2 of the logit scale, same top-1).
+// int8 activations bound the agreement as for BitNet. Each layer's ffn_down (rows of 256) loads as TQ2_0, whose
+// kernel rounds its int8 inputs again to its own 8-bit blocks of 32, up to half a BitLinear level more (see
+// BitNetAgreement): the TQ2_0 bound there, 1e-1 of the logit scale and top-1 at 90% (measured on AVX-512: 4.8e-2,
+// one of the 10 tokens' top-1 flipped; with float weights it was under 1e-2 and every top-1).
+constexpr double kHgrnTol = 1e-1;
+
 TEST(HgrnBitHf, MatchesNumpyReference) {
   const std::string dir = test::data_path("hf/tiny-hgrn-bit-f32");
   nlohmann::json golden;
@@ -246,6 +262,7 @@ TEST(HgrnBitHf, MatchesNumpyReference) {
   const auto want = golden["logits"].get<std::vector<std::vector<double>>>();
   const ModelWeights w = ModelWeights::open(dir);
   EXPECT_EQ(w.config().architecture, "hgrn_bit");
+  double worst = 0;  // max |got - want| / logit scale
   for (const int64_t n_batch : {5, 1})
     for (bool reference : {true, false}) {
       SessionOptions so;
@@ -261,6 +278,7 @@ TEST(HgrnBitHf, MatchesNumpyReference) {
         e.truncate(0);
         std::vector<float> rows(ids.size() * V);
         e.eval(ids, rows.data());
+        size_t top1 = 0;
         for (size_t t = 0; t < ids.size(); ++t) {
           double scale = 0;
           size_t best_want = 0, best_got = 0;
@@ -269,17 +287,20 @@ TEST(HgrnBitHf, MatchesNumpyReference) {
             if (want[t][i] > want[t][best_want]) best_want = i;
             if (rows[t * V + i] > rows[t * V + best_got]) best_got = i;
           }
-          EXPECT_EQ(best_got, best_want) << "token " << t << " n_batch " << n_batch;
+          top1 += best_got == best_want;
+          for (size_t i = 0; i < V; ++i) worst = std::max(worst, std::fabs(rows[t * V + i] - want[t][i]) / scale);
           for (size_t i = 0; i < V; ++i)
-            ASSERT_NEAR(rows[t * V + i], want[t][i], 1e-2 * scale)
+            ASSERT_NEAR(rows[t * V + i], want[t][i], kHgrnTol * scale)
                 << (reference ? "reference" : "fast") << " n_batch " << n_batch << " pass " << pass << " token " << t
                 << " logit " << i;
         }
+        EXPECT_GE(top1, ids.size() * 9 / 10) << (reference ? "reference" : "fast") << " n_batch " << n_batch;
       }
       // Going back to an earlier position is refused: the state holds the later tokens.
       e.truncate(4);
       EXPECT_THROW(e.eval(std::span<const int32_t>(ids).subspan(4, 2)), Error);
     }
+  std::printf("[ hgrn_bit ] chunks of 5 and 1: max |err| / scale %.2e\n", worst);
 }
 
 // Two sequence slots decoded together keep two recurrent states: slot 1 runs the prompt shifted by three tokens, so a
@@ -298,6 +319,7 @@ TEST(HgrnBitHf, EachSlotKeepsItsOwnState) {
   Engine e(w, nullptr, resolve_options(so, w.config()));
   e.eval_seq(1, std::span<const int32_t>(ids).subspan(0, 3));
   const size_t V = want[0].size();
+  double worst = 0;
   for (size_t t = 0; t + 3 < ids.size(); ++t) {
     const std::vector<int32_t> toks = {ids[t], ids[t + 3]}, seqs = {0, 1};
     const std::span<const float> rows = e.decode_batch(toks, seqs);
@@ -307,10 +329,15 @@ TEST(HgrnBitHf, EachSlotKeepsItsOwnState) {
       scale1 = std::max(scale1, std::fabs(want[t + 3][i]));
     }
     for (size_t i = 0; i < V; ++i) {
-      ASSERT_NEAR(rows[i], want[t][i], 1e-2 * scale0) << "slot 0 token " << t << " logit " << i;
-      ASSERT_NEAR(rows[V + i], want[t + 3][i], 1e-2 * scale1) << "slot 1 token " << t + 3 << " logit " << i;
+      worst =
+          std::max({worst, std::fabs(rows[i] - want[t][i]) / scale0, std::fabs(rows[V + i] - want[t + 3][i]) / scale1});
+    }
+    for (size_t i = 0; i < V; ++i) {
+      ASSERT_NEAR(rows[i], want[t][i], kHgrnTol * scale0) << "slot 0 token " << t << " logit " << i;
+      ASSERT_NEAR(rows[V + i], want[t + 3][i], kHgrnTol * scale1) << "slot 1 token " << t + 3 << " logit " << i;
     }
   }
+  std::printf("[ hgrn_bit ] two slots: max |err| / scale %.2e\n", worst);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyHf, FamilyHf,

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -88,6 +89,8 @@ class Plan {
   // [2 * (node * threads + thread)] the first task's start and [+ 1] the last task's end, in ns after the node's
   // start plus 1 (0 and 0: the thread ran none of that node's tasks). Overwritten by every run.
   std::vector<uint64_t>* thread_spans = nullptr;
+  // When set, execute() calls it after each node: (node, rows, n_past, first input, output) (backend::NodeTap).
+  const std::function<void(int, int64_t, int64_t, const float*, float*)>* tap = nullptr;
 
   struct Step;
   struct Lora;

@@ -6,6 +6,7 @@
 
 #include "backends/cpu/backend.h"
 #include "backends/cpu/kernels/lora.h"
+#include "backends/cpu/op_kernel.h"
 #include "backends/cpu/plan_step.h"
 #include "core/error.h"
 
@@ -140,6 +141,18 @@ void CpuBackend::execute(Plan& plan, int64_t n_past) {
     if (s.op == Op::KV_STORE)
       TESSERA_CHECK(n_past + s.t <= s.kv_k.n_ctx, "the context is full: {} tokens at position {} exceed {}", s.t,
                     n_past, s.kv_k.n_ctx);
+  }
+  if (plan.tap != nullptr) {
+    for (const Plan::Step& s : plan.steps_) {
+      run_step(s, n_past);
+      if (s.call != nullptr)  // a registered kernel's step: its pointers are in its binding
+        (*plan.tap)(s.node, s.call->out_tensor->shape.empty() ? 0 : s.call->out_tensor->shape[0], n_past,
+                    s.call->in.empty() ? nullptr : static_cast<const float*>(s.call->in[0]),
+                    static_cast<float*>(s.call->out));
+      else
+        (*plan.tap)(s.node, s.t, n_past, s.a, s.y);
+    }
+    return;
   }
   if (plan.node_ns == nullptr) {
     for (const Plan::Step& s : plan.steps_) run_step(s, n_past);

@@ -117,6 +117,7 @@ class CpuSession : public backend::DeviceSession {
   std::map<int, std::vector<uint64_t>> take_activation_histograms() override {
     return cpu::take_activation_histograms();
   }
+  void set_node_tap(NodeTap tap) override { tap_ = std::move(tap); }
 
  private:
   Plan& plan_for(int64_t n_tokens, bool all_logits, int64_t seq) {
@@ -135,6 +136,7 @@ class CpuSession : public backend::DeviceSession {
                .first;
     }
     Plan& plan = *it->second;
+    plan.tap = tap_ ? &tap_ : nullptr;
     if (profiling_) {
       std::vector<uint64_t>& v = profile_[n_tokens];
       v.resize(plan.graph().nodes().size());
@@ -170,6 +172,7 @@ class CpuSession : public backend::DeviceSession {
   std::map<int64_t, std::vector<uint64_t>> profile_;           // by chunk size
   std::map<int64_t, std::vector<uint64_t>> spans_;             // by chunk size: the last run's
   bool profiling_ = false;
+  NodeTap tap_;
   int64_t vocab_ = 0;
 };
 

@@ -24,6 +24,7 @@
 #include "backends/cuda/device_sampler.h"
 #include "backends/cuda/executor_common.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/gemv_sparse.h"
 #include "backends/cuda/kernels_family.h"
 #include "core/error.h"
 #include "graph/passes/fuse.h"
@@ -153,6 +154,27 @@ struct CudaDecoder::Impl {
     return q8.emplace(tid, std::move(b)).first->second;
   }
 
+  // TEAL (kernels/gemv_sparse.h): per SPARSIFY output, what its readers need. bf16/f16 sparse GEMVs read the row
+  // itself (gemv_sparse_x: the channel-major copy, the threshold applied in the GEMV), so with calibrated thresholds
+  // the SPARSIFY launch is skipped when every reader is such a GEMV and the plan put its output over its input (the
+  // GEMVs then read the untouched x there). Top-k, another reader, or the quantized GEMVs (which walk the list)
+  // keep the launch. The flags are final when compile ends, before the first launch reads them.
+  struct SparseList {
+    float threshold = -1.0f;  // >= 0: calibrated thresholds
+    bool in_place = false;    // the output's storage is the input's
+    bool launch = false;      // the sparsify launch runs (writes the zeroed row, counts the achieved sparsity)
+    bool list_used = false;   // and writes the surviving-channel list for a quantized sparse GEMV
+    int counter = -1;         // where the launch is skipped: the reader (node id) whose GEMV counts instead
+    SparseEntry* list = nullptr;
+    int32_t* count = nullptr;
+  };
+  std::unordered_map<int, std::unique_ptr<SparseList>> sparse_lists;
+  std::unordered_map<const DeviceWeight*, std::unique_ptr<SparseWeight>> sparse_weights;
+  std::unique_ptr<SparseGemvWorkspace> sparse_ws;
+  // A MATMUL_SPARSE as a sparse GEMV; false where it has none (the K-quants, an input that is not a SPARSIFY
+  // output, a fused RMSNorm epilogue): the caller compiles it as the dense MATMUL on the zeroed input, the same values.
+  bool compile_sparse_matmul(int id_in_g);
+
   void compile();
   void compile_node(int id_in_g);
   // CudaOptions::drop_ops (graph op names: rmsnorm, swiglu, attention, matmul, add, embed): the decode
@@ -195,43 +217,25 @@ graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold
   // scale by themselves, one launch less per norm (TESSERA_CUDA_FOLD_NORM=0: off).
   if (fold_norm)
     f.norm_prologue = [](const graph::Tensor& w) { return !is_quantized_dtype(w.dtype) && gemv_supports(w.dtype); };
-  // SwiGLU in the gate|up GEMV's epilogue: float weights (TESSERA_CUDA_FOLD_SWIGLU=0: off). Quantized: the epilogue
-  // also writes the down projection's q8 input, so only when that is what reads the SwiGLU's output. Opt-in
-  // (TESSERA_CUDA_QUANT_SWIGLU=1), measured slower on the H100 in both forms: tickets (8B q8_0 303.2 -> 295.0 tok/s,
-  // q4_1 461.1 -> 425.4; every block of the multi-wave gate|up grid holds its slot through a fence and a ticket atomic)
-  // and warp groups (q8_0 311.9 -> 290.7, q4_1 499.0 -> 460.8; the 448 blocks of 16 warps stream slower than the 7,168
-  // small blocks; not profiled) (docs/CUDA_NOTES.md).
+  // SwiGLU in the gate|up GEMV's epilogue: float weights only (TESSERA_CUDA_FOLD_SWIGLU=0: off). The quantized form,
+  // which also wrote the down projection's q8 input, measured slower on the H100 in both its forms (tickets, warp
+  // groups) and left src/ (docs/CUDA_NOTES.md).
   if (fold_swiglu)
-    f.swiglu_epilogue = [](const graph::Graph& gr, const std::vector<int>& weights, int swiglu) {
-      const graph::Tensor& w0 = gr.tensor(weights[0]);
-      if (!is_quantized_dtype(w0.dtype)) return true;
-      const int so = gr.node(swiglu).output;
-      bool feeds_quantized = false;
-      for (const graph::Node& m : gr.nodes())
-        feeds_quantized |= graph::is_matmul_like(m.op) && m.inputs[0] == so &&
-                           is_quantized_dtype(gr.tensor(m.inputs[1]).dtype);
-      int64_t rows = 0;
-      for (int w : weights) rows += gr.tensor(w).shape[0];
-      // quant_swiglu_tickets: the first form (tickets across blocks); else warp groups, one block per
-      // 32 gate rows and their up rows, at the default shape if it has that form.
-      const bool tickets = cuda_options().quant_swiglu_tickets;
-      const bool groups_ok = gemv_swiglu_groups_supported(gemv_default_config(w0.dtype, rows, w0.shape[1]), w0.dtype);
-      return cuda_options().quant_swiglu && gr.tensor(so).numel() % 32 == 0 && feeds_quantized &&
-             (tickets || groups_ok);
+    f.swiglu_epilogue = [](const graph::Graph& gr, const std::vector<int>& weights, int) {
+      return !is_quantized_dtype(gr.tensor(weights[0]).dtype);
     };
   // The residual GEMV writing the next RMSNorm's q8 input (GemvInput::norm_out_*) for quantized readers. On by default
   // for q4_1 (8B decode on the H100, warp groups, 2026-11-22: 476.2 -> 498.6 tok/s); q8_0 measured even (311.8 vs
   // 312.3-313.1), q4_0 not measured: off. CudaOptions::quant_norm all / none turns it on / off for every format;
-  // with quant_norm_clusters as thread-block clusters, measured slower on the H100 (8B q8_0 307.7 -> 240.7
-  // tok/s, q4_1 476.4 -> 448.8: the clusters cost more than the rmsnorm launch they replace; docs/CUDA_NOTES.md).
+  // its first form, thread-block clusters, measured slower on the H100 (8B q8_0 307.7 -> 240.7 tok/s, q4_1 476.4 ->
+  // 448.8: the clusters cost more than the rmsnorm launch they replace; docs/CUDA_NOTES.md) and left src/.
   f.residual_norm_out = [](const graph::Tensor& w, const std::vector<const graph::Tensor*>& readers) {
     const QuantNorm qn = cuda_options().quant_norm;
     if (!is_quantized_dtype(w.dtype) || qn == QuantNorm::NONE) return false;
     if (w.dtype != DType::Q4_1 && qn != QuantNorm::ALL) return false;
     for (const graph::Tensor* r : readers)
       if (!is_quantized_dtype(r->dtype)) return false;
-    const bool clusters = cuda_options().quant_norm_clusters;
-    return gemv_norm_out_supported(gemv_norm_out_config(w.dtype, w.shape[0], w.shape[1], clusters), clusters, w.dtype);
+    return gemv_norm_out_supported(gemv_norm_out_config(w.dtype, w.shape[0], w.shape[1]), w.dtype);
   };
   return f;
 }
@@ -276,6 +280,107 @@ void CudaDecoder::Impl::compile() {
   argmax_out = DeviceBuffer(2 * sizeof(int32_t));
 }
 
+bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
+  const graph::Node& n = g.node(id_in_g);
+  const auto li = sparse_lists.find(n.inputs.at(0));
+  if (li == sparse_lists.end()) return false;
+  SparseList* sl = li->second.get();
+  // The residual GEMV that also writes the next RMSNorm's q8 input (Fusion::norm_out, q4_1's last down projection
+  // before the output norm) has no sparse form: the dense GEMV on the zeroed x does both.
+  if (n.fusion.norm_weight >= 0 || n.fusion.norm_out >= 0) return false;
+  const int n_weights = n.fusion.n_weights;
+  const DeviceWeight* wp = nullptr;
+  if (n_weights == 1) {
+    wp = &weight(n, n.inputs.at(1));
+  } else {
+    std::vector<const graph::Tensor*> members;
+    for (int i = 0; i < n_weights; ++i) members.push_back(&g.tensor(n.inputs.at(static_cast<size_t>(1 + i))));
+    wp = &sh->stack(n, members);
+  }
+  if (!gemv_sparse_supports(wp->dtype)) return false;
+  const bool columns = !gemv_quantized(wp->dtype);  // bf16/f16: gemv_sparse_x; quantized: the list walk
+  if (columns) {
+    if (sl->threshold < 0 || !sl->in_place) sl->launch = true;
+    if (sl->counter < 0) sl->counter = id_in_g;
+  } else {
+    sl->launch = true;
+    sl->list_used = true;
+  }
+  std::unique_ptr<SparseWeight>& sw = sparse_weights[wp];
+  if (!sw) {
+    sw = std::make_unique<SparseWeight>(columns ? make_sparse_columns(*wp, stream) : make_sparse_weight(*wp, stream));
+    bytes += sw->data.bytes();
+  }
+  if (!sparse_ws) {
+    // One workspace for every sparse GEMV of the graph: sized for the tallest weight (stacks: the members' rows).
+    int64_t max_n = 0;
+    for (const graph::Node& m : g.nodes()) {
+      if (m.op != Op::MATMUL_SPARSE) continue;
+      int64_t rows = 0;
+      for (int i = 0; i < m.fusion.n_weights; ++i) rows += g.tensor(m.inputs.at(static_cast<size_t>(1 + i))).shape[0];
+      max_n = std::max(max_n, rows);
+    }
+    sparse_ws = std::make_unique<SparseGemvWorkspace>(std::max(max_n, wp->n));
+  }
+  const int out = n.output;
+  const graph::Tensor& ot = g.tensor(out);
+  if (ot.dtype != DType::F32) unsupported(n, "its output is not f32");
+  float* y = nullptr;
+  float* gate_up = nullptr;  // the SwiGLU epilogue: the [gate; up] outputs, then one swiglu launch
+  bool accumulate = false;
+  const float* copy_first = nullptr;
+  const int64_t f = ot.numel();
+  if (n.fusion.swiglu) {
+    ptr[static_cast<size_t>(out)] = planned(n, out);
+    y = act(out);
+    if (wp->n != 2 * f) unsupported(n, "its stacked weight is not [gate; up] for its output");
+    gate_up = static_cast<float*>(alloc(static_cast<size_t>(2 * f) * sizeof(float)));
+  } else if (n_weights > 1) {
+    if (f != wp->n) unsupported(n, "its output is not the stack's width");
+    ptr[static_cast<size_t>(out)] = planned(n, out);
+    y = act(out);
+  } else if (n.fusion.residual >= 0) {
+    // As the dense MATMUL: y = a + W·x as a += W·x, over the residual's storage where the plan allows.
+    if (act(n.inputs.at(0)) == act(n.fusion.residual))
+      unsupported(n, "its input lives in the residual it accumulates into");
+    if (plan.in_place_input[static_cast<size_t>(id_in_g)] == n.fusion.residual) {
+      y = act(n.fusion.residual);
+      ptr[static_cast<size_t>(out)] = y;
+    } else {
+      copy_first = act(n.fusion.residual);
+      ptr[static_cast<size_t>(out)] = planned(n, out);
+      y = act(out);
+    }
+    accumulate = true;
+  } else {
+    ptr[static_cast<size_t>(out)] = planned(n, out);
+    y = act(out);
+  }
+  const SparseWeight* swp = sw.get();
+  SparseGemvWorkspace* ws = sparse_ws.get();
+  const SparseEntry* list = sl->list;
+  const int32_t* count = sl->count;
+  const float* xs = act(n.inputs.at(0));  // SPARSIFY's output: the zeroed x, or (launch skipped) x itself
+  unsigned long long* counters = sparsity_counters();
+  const size_t y_bytes = static_cast<size_t>(ot.nbytes());
+  launches.push_back({n.source, [=](cudaStream_t s, const RunArgs&) {
+                        if (copy_first != nullptr)
+                          TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, copy_first, y_bytes, cudaMemcpyDeviceToDevice, s));
+                        float* dst = gate_up != nullptr ? gate_up : y;
+                        const bool acc = gate_up == nullptr && accumulate;
+                        if (columns) {
+                          // Skipped launch: x is raw, the threshold applies here, and one reader counts.
+                          const float th = sl->launch ? 0.0f : sl->threshold;
+                          unsigned long long* z = !sl->launch && sl->counter == id_in_g ? counters : nullptr;
+                          gemv_sparse_x(*swp, xs, th, dst, acc, *ws, s, z);
+                        } else {
+                          gemv_sparse(*swp, list, count, dst, acc, *ws, s);
+                        }
+                        if (gate_up != nullptr) swiglu(gate_up, gate_up + f, y, f, s);
+                      }});
+  return true;
+}
+
 void CudaDecoder::Impl::compile_node(int id_in_g) {
   const graph::Node& n = g.node(id_in_g);
   const int id = n.source;  // launches report their time under the source graph's node
@@ -287,6 +392,10 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
     ptr[static_cast<size_t>(out)] = planned(n, out);
     return act(out);
   };
+  // Any reader of a SPARSIFY output but a sparse GEMV reads the zeroed row: that launch must run.
+  if (n.op != Op::MATMUL_SPARSE)
+    for (int t : n.inputs)
+      if (const auto it = sparse_lists.find(t); it != sparse_lists.end()) it->second->launch = true;
   switch (n.op) {
     case Op::EMBED: {
       const DeviceWeight& w = weight(n, in(0));
@@ -322,6 +431,33 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { rmsnorm(x, w, y, 1, d, eps, s, q, ds); }});
       return;
     }
+    case Op::SPARSIFY: {
+      // The zeroed row for dense readers and the list of its surviving channels for the sparse GEMVs.
+      const float* x = act(in(0));
+      float* y = new_act();
+      const int64_t k = ot.numel();
+      auto& slp = sparse_lists[out];
+      slp = std::make_unique<SparseList>();
+      SparseList* sl = slp.get();
+      sl->list = static_cast<SparseEntry*>(alloc(static_cast<size_t>(k) * sizeof(SparseEntry)));
+      sl->count = static_cast<int32_t*>(alloc(sizeof(int32_t)));
+      sl->threshold = n.params.sparse_threshold;
+      sl->in_place = y == x;
+      sl->launch = sl->threshold < 0;  // top-k needs the select; the readers may add reasons (compile_sparse_matmul)
+      const float sp = n.params.sparsity, th = n.params.sparse_threshold;
+      unsigned long long* zeros = sparsity_counters();
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
+                            if (!sl->launch) return;
+                            // The list feeds the quantized sparse GEMVs only: 8-bit values, as the CPU's.
+                            sparsify(x, y, 1, k, sp, th, sl->list_used ? sl->list : nullptr,
+                                     sl->list_used ? sl->count : nullptr, zeros, s, sl->list_used);
+                          }});
+      return;
+    }
+    case Op::MATMUL_SPARSE:
+      if (compile_sparse_matmul(id_in_g)) return;
+      if (const auto it = sparse_lists.find(in(0)); it != sparse_lists.end()) it->second->launch = true;
+      [[fallthrough]];
     case Op::MATMUL: {
       // A stack of weights (q|k|v, gate|up: Fusion::n_weights) runs as one GEMV over the stacked matrix: fewer
       // launches, and the small matrices stream at the big one's efficiency.
@@ -361,21 +497,6 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       float* y = nullptr;
       bool accumulate = false;
       const float* copy_first = nullptr;  // a residual the plan kept apart: copied into y, then accumulated into
-      if (n.fusion.swiglu && is_quantized_dtype(wp->dtype)) {
-        // Quantized (opt-in, decoder_fusion_support): the epilogue also writes the down projection's q8 input.
-        const int64_t f = ot.numel();
-        // quant_swiglu_tickets: the first form (tickets across blocks); else warp groups.
-        const bool tickets = cuda_options().quant_swiglu_tickets;
-        Q8& b = q8_of(out);
-        b.written = true;
-        x.swiglu_q8 = b.q8.as<int8_t>();
-        x.swiglu_ds = b.ds.as<float2>();
-        x.swiglu_groups = !tickets;
-        if (tickets) {
-          x.swiglu_tickets = static_cast<unsigned int*>(alloc(static_cast<size_t>(f / 32) * sizeof(unsigned int)));
-          TESSERA_CUDA_CHECK(cudaMemset(x.swiglu_tickets, 0, static_cast<size_t>(f / 32) * sizeof(unsigned int)));
-        }
-      }
       if (n.fusion.swiglu) {
         // silu(gate) * up in the GEMV's epilogue: the merged [gate; up] weight, one output of F elements.
         y = new_act();
@@ -406,13 +527,12 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
           x.norm_out_q8 = b.q8.as<int8_t>();
           x.norm_out_ds = b.ds.as<float2>();
           x.norm_out_sumsq = sumsq;
-          x.norm_out_clusters = cuda_options().quant_norm_clusters;
           quant_norm[norm.output] = QuantNorm{sumsq, norm.params.eps};
         }
       } else {
         y = new_act();
       }
-      const GemvConfig c = x.norm_out_w != nullptr ? gemv_norm_out_config(wp->dtype, wp->n, wp->k, x.norm_out_clusters)
+      const GemvConfig c = x.norm_out_w != nullptr ? gemv_norm_out_config(wp->dtype, wp->n, wp->k)
                                                    : gemv_default_config(wp->dtype, wp->n, wp->k);
       const size_t y_bytes = static_cast<size_t>(ot.nbytes());
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
@@ -424,8 +544,9 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
     }
     case Op::ROPE:
     case Op::KV_STORE:
-      unsupported(n, "rope and cache stores run inside the attention launch, and the graph passes could not fuse this "
-                     "one (see graph/passes/fuse.h)");
+      unsupported(n,
+                  "rope and cache stores run inside the attention launch, and the graph passes could not fuse this "
+                  "one (see graph/passes/fuse.h)");
     case Op::ATTENTION: {
       // Rope + cache store + attention (Fusion::rope_store): inputs q, caches, k, v, positions, frequencies. The query
       // is rotated in place: the passes fused it only where nothing else reads the unrotated q.
@@ -459,14 +580,15 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
           dso = b.ds.as<float2>();
         }
         launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
-          attn_decode_rope(qp, kp, vp, cache, pos, rope_dim, inv_freq, neox, y, n_head, scale, *ws, s, q8o, dso);
-        }});
+                              attn_decode_rope(qp, kp, vp, cache, pos, rope_dim, inv_freq, neox, y, n_head, scale, *ws,
+                                               s, q8o, dso);
+                            }});
         return;
       }
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
-        rope_store_kv(qp, kp, vp, cache, pos, n_head, rope_dim, inv_freq, neox, s);
-        attn_decode(qp, cache, pos, y, n_head, scale, *ws, s);
-      }});
+                            rope_store_kv(qp, kp, vp, cache, pos, n_head, rope_dim, inv_freq, neox, s);
+                            attn_decode(qp, cache, pos, y, n_head, scale, *ws, s);
+                          }});
       return;
     }
     case Op::ADD: {
@@ -484,10 +606,10 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
         const float* ap = act(a);
         float* y = new_act();
         launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
-          TESSERA_CUDA_CHECK(
-              cudaMemcpyAsync(y, ap, static_cast<size_t>(count) * sizeof(float), cudaMemcpyDeviceToDevice, s));
-          add(y, bp, count, s);
-        }});
+                              TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, ap, static_cast<size_t>(count) * sizeof(float),
+                                                                 cudaMemcpyDeviceToDevice, s));
+                              add(y, bp, count, s);
+                            }});
       }
       return;
     }

@@ -125,8 +125,6 @@ const std::vector<Key>& keys() {
       flag("fold_norm", &CudaOptions::fold_norm),
       flag("fold_swiglu", &CudaOptions::fold_swiglu),
       flag("attn_q8", &CudaOptions::attn_q8),
-      flag("quant_swiglu", &CudaOptions::quant_swiglu),
-      flag("quant_swiglu_tickets", &CudaOptions::quant_swiglu_tickets),
       {"quant_norm",
        [](CudaOptions& o, std::string_view, std::string_view v) {
          if (v == "q4_1")
@@ -143,7 +141,6 @@ const std::vector<Key>& keys() {
                             : o.quant_norm == QuantNorm::ALL     ? "all"
                                                                  : "none");
        }},
-      flag("quant_norm_clusters", &CudaOptions::quant_norm_clusters),
       flag("chain", &CudaOptions::chain),
       integer("chain_steps", &CudaOptions::chain_steps),
       flag("chain_embed", &CudaOptions::chain_embed),

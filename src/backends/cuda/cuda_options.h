@@ -82,16 +82,11 @@ struct CudaOptions {
   bool fold_norm = true;    // RMSNorm folded into the float-weight GEMVs after it
   bool fold_swiglu = true;  // SwiGLU folded into the float gate|up GEMV
   bool attn_q8 = true;      // attention writes the quantized o-projection's 8-bit input itself
-  // The quantized gate|up GEMV computes SwiGLU and its 8-bit output (measured slower: 8B q8_0 -6.8%, q4_1 -7.7%);
-  // quant_swiglu_tickets: its first form, blocks counting into a ticket per 32 outputs (bit for bit; slower).
-  bool quant_swiglu = false;
-  bool quant_swiglu_tickets = false;
   QuantNorm quant_norm = QuantNorm::Q4_1_ONLY;
-  bool quant_norm_clusters = false;  // that GEMV as thread-block clusters (its first form, measured slower)
-  bool chain = true;                 // greedy decoding chains steps on the device
-  int chain_steps = 8;               // steps per chained graph launch (1-16)
-  bool chain_embed = true;           // the next token's embedding folded into the argmax
-  bool sample = true;                // sampled generation draws on the device
+  bool chain = true;        // greedy decoding chains steps on the device
+  int chain_steps = 8;      // steps per chained graph launch (1-16)
+  bool chain_embed = true;  // the next token's embedding folded into the argmax
+  bool sample = true;       // sampled generation draws on the device
   // [study] graph op names (rmsnorm, swiglu, attention, matmul, ...) left out of the decode step: the outputs are
   // wrong; a timing study of what each op class costs inside the replayed graph.
   std::vector<std::string> drop_ops;

@@ -32,6 +32,7 @@
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/executor_common.h"
+#include "backends/cuda/kernels/gemv_sparse.h"
 #include "backends/cuda/kernels_family.h"
 #include "core/error.h"
 #include "graph/passes/fuse.h"
@@ -334,6 +335,22 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
                           }});
       return;
     }
+    case Op::SPARSIFY: {
+      // TEAL (kernels/gemv_sparse.h), every row: the zeroed rows only; the matmuls after it read them densely.
+      need_contiguous(n, in(0));
+      const float* x = act(in(0));
+      float* y = new_act(n, out);
+      const int64_t w = width(out), fixed = g.tensor(out).shape[0];
+      const bool sc = scaled[size_t(out)];
+      const float sp = n.params.sparsity, th = n.params.sparse_threshold;
+      unsigned long long* zeros = sparsity_counters();
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                            const int64_t rows = sc ? a.t : fixed;
+                            if (rows > 0) sparsify(x, y, rows, w, sp, th, nullptr, nullptr, zeros, s);
+                          }});
+      return;
+    }
+    case Op::MATMUL_SPARSE:  // several rows share the weights: the dense matmul on the zeroed rows (the same values)
     case Op::MATMUL: {
       need_contiguous(n, in(0));
       // A stack (Fusion::n_weights: q|k|v or gate|up) runs as one matmul over the stacked weights: one pass over x, one

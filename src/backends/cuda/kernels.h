@@ -97,18 +97,11 @@ struct GemvInput {
   // launch before the q|k|v and gate|up GEMVs disappears).
   const float* norm_w = nullptr;  // [K]
   float norm_eps = 0.0f;
-  // The weight is a merged [gate; up] matrix (2F rows) and y [F] = silu(gate · x) * (up · x), the SwiGLU after the
-  // gate|up GEMV folded into its epilogue (no accumulate; the launch shape must pair rows). Quantized weights need the
-  // outputs below too (F % 32 == 0): the SwiGLU result also quantized as quantize_q8 writes it, for the down
-  // projection, each block of 32 by the last GEMV block finishing it (a ticket per block of 32, zero between launches).
-  // swiglu_groups: instead, one block of warps per 32 gate rows and their up rows computes and quantizes its 32
-  // values in shared memory (no tickets; its warps sum in a 32-thread order, so y differs from the plain GEMV's in
-  // the last bits; launch shapes: gemv_swiglu_groups_supported).
+  // Float weights only: the weight is a merged [gate; up] matrix (2F rows) and y [F] = silu(gate · x) * (up · x), the
+  // SwiGLU after the gate|up GEMV folded into its epilogue (no accumulate; the launch shape must pair rows). (The
+  // quantized form, which also wrote the down projection's q8 input, measured slower and left src/:
+  // docs/CUDA_NOTES.md.)
   bool swiglu = false;
-  int8_t* swiglu_q8 = nullptr;             // [F]
-  float2* swiglu_ds = nullptr;             // [F/32]
-  unsigned int* swiglu_tickets = nullptr;  // [F/32], zeroed once
-  bool swiglu_groups = false;
   // Quantized weights, the RMSNorm before them folded away (the decoder, q4_1 by default): q8 /
   // q8_ds hold x ⊙ norm_w quantized WITHOUT the 1/rms factor (the codes of a block of 32 do not depend on it; only the
   // block scale would carry it, and every dot product is linear in the scale), and rms_sumsq [K/32] the per-block sums
@@ -120,15 +113,12 @@ struct GemvInput {
   // that an RMSNorm with weight norm_out_w reads next; per block of 32 outputs it also writes the rms-free q8 codes
   // and scales of y ⊙ norm_out_w and the block's sum of y^2 (the next GEMV's q8 / q8_ds / rms_sumsq). The blocks of a
   // group of 32 rows run as one block of warps, each warp streaming the launch shape's rows of the group, and warp 0
-  // quantizes the 32 values from shared memory: no fence, no atomic, no cluster. norm_out_clusters: the group's rows
-  // spread over the launch shape's blocks, run as one thread-block cluster that hands its rows to the cluster's first
-  // block through distributed shared memory (the first form, measured slower). N % 32 == 0; launch shapes:
-  // gemv_norm_out_supported.
+  // quantizes the 32 values from shared memory: no fence, no atomic, no cluster (a thread-block cluster form measured
+  // slower and left src/). N % 32 == 0; launch shapes: gemv_norm_out_supported.
   const float* norm_out_w = nullptr;  // [N]
   int8_t* norm_out_q8 = nullptr;      // [N]
   float2* norm_out_ds = nullptr;      // [N/32]
   float* norm_out_sumsq = nullptr;    // [N/32]
-  bool norm_out_clusters = false;
 };
 
 // A launch shape: threads per block, weight rows per block, loads in flight per row (unroll), and whether each step
@@ -143,22 +133,16 @@ struct GemvConfig {
 const std::vector<GemvConfig>& gemv_configs();
 GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k);
 // Whether launch shape c (one of gemv_configs()) has a GEMV kernel for weights of dtype: every shape for the float
-// formats, q8_0, q4_0, q4_1 and q4_K; rows * unroll <= 4 for q5_K and q6_K (their larger shapes spill registers). gemv
-// fails for the others.
+// formats, q8_0, q4_0, q4_1, iq4_nl and q4_K; rows * unroll <= 4 for q5_K and q6_K (their larger shapes spill
+// registers). gemv fails for the others.
 bool gemv_config_supported(DType dtype, const GemvConfig& c);
-// Whether quantized GEMVs of launch shape c have the norm_out epilogue (GemvInput::norm_out_*): as warp groups, two or
-// four rows per warp with at most two loads in flight; as clusters (norm_out_clusters), two or four rows per block (a
-// cluster of 16 or 8 blocks covers 32 rows) and only the shapes gemv_default_config picks for the residual
-// projections (each is one more kernel per weight format to compile). No prefetch either way.
-bool gemv_norm_out_supported(const GemvConfig& c, bool clusters);
+// Whether quantized GEMVs of launch shape c have the norm_out epilogue (GemvInput::norm_out_*): warp groups of two or
+// four rows per warp with at most two loads in flight, no prefetch.
+bool gemv_norm_out_supported(const GemvConfig& c);
 // The same for weights of dtype: the K-quants' warp groups exist only as blocks of <= 256 threads (four rows per warp).
-bool gemv_norm_out_supported(const GemvConfig& c, bool clusters, DType dtype);
-// Whether launch shape c has the warp-group form of the quantized SwiGLU epilogue (GemvInput::swiglu_groups).
-bool gemv_swiglu_groups_supported(const GemvConfig& c);
-// The same for weights of dtype (the K-quants have no warp-group SwiGLU: its blocks of 512 or 1,024 threads spill).
-bool gemv_swiglu_groups_supported(const GemvConfig& c, DType dtype);
+bool gemv_norm_out_supported(const GemvConfig& c, DType dtype);
 // The launch shape of a GEMV with the norm_out epilogue (its CudaOptions::gemv_shapes override where one is given).
-GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k, bool clusters);
+GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k);
 
 // accumulate: y += W·x instead of y = W·x, which fuses the residual add after the attention-output and FFN-down
 // projections into their GEMVs (one launch and one pass over the residual less, per projection).

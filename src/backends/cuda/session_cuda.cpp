@@ -9,6 +9,7 @@
 #include "backends/cuda/cuda_options.h"
 #include "backends/cuda/executor_common.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/gemv_sparse.h"
 #include "core/error.h"
 
 namespace tessera::cuda {
@@ -112,6 +113,10 @@ class CudaSession : public backend::DeviceSession {
 
   std::span<const float> last_logits() override { return decoder_->logits(); }
 
+  // The device's counters are process-wide, as the CPU's (sparsify writes them in every executor).
+  std::pair<uint64_t, uint64_t> sparsity_counts() const override { return read_sparsity_counters(); }
+  void reset_sparsity_counts() override { reset_sparsity_counters(); }
+
   void set_profiling(bool on) override { profiling_ = on; }
   std::vector<uint64_t> profile_ns(int64_t n_tokens) const override {
     auto it = profile_.find(n_tokens);
@@ -180,6 +185,8 @@ class CudaBackendEntry : public backend::Backend {
       case Op::ADD:
       case Op::SWIGLU:
       case Op::LAST_ROW:
+      case Op::SPARSIFY:       // TEAL: kernels/gemv_sparse.h
+      case Op::MATMUL_SPARSE:  // the decoder's sparse GEMV (K-quants: the dense GEMV on the zeroed x)
         return true;
       default:
         return false;

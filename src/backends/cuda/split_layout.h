@@ -41,6 +41,16 @@ template <>
 struct SplitLayout<DType::Q4_1> {
   static constexpr int kQuantOff = 4, kQuantBytes = 16, kScaleOff = 0, kScaleBytes = 4, kTailOff = 0, kTailBytes = 0;
 };
+// iq4_nl: q4_0's block with a non-linear 4-bit code (fp16 d, 16 bytes of nibbles): q4_0's split.
+template <>
+struct SplitLayout<DType::IQ4_NL> {
+  static constexpr int kQuantOff = 2, kQuantBytes = 16, kScaleOff = 0, kScaleBytes = 2, kTailOff = 0, kTailBytes = 0;
+};
+// iq4_xs: the 8-byte head (fp16 d, scales_h, scales_l[4]) per super-block, and the 128 bytes of nibbles.
+template <>
+struct SplitLayout<DType::IQ4_XS> {
+  static constexpr int kQuantOff = 8, kQuantBytes = 128, kScaleOff = 0, kScaleBytes = 8, kTailOff = 0, kTailBytes = 0;
+};
 // q4_K: the 16-byte head (fp16 d, fp16 dmin, 12 bytes of packed 6-bit scales and mins) as one aligned vector per
 // super-block, and the 128 bytes of nibbles.
 template <>
@@ -79,7 +89,8 @@ constexpr bool split_layout_is_consistent() {
 }
 static_assert(split_layout_is_consistent<DType::Q8_0>() && split_layout_is_consistent<DType::Q4_0>() &&
               split_layout_is_consistent<DType::Q4_1>() && split_layout_is_consistent<DType::Q4_K>() &&
-              split_layout_is_consistent<DType::Q5_K>() && split_layout_is_consistent<DType::Q6_K>());
+              split_layout_is_consistent<DType::Q5_K>() && split_layout_is_consistent<DType::Q6_K>() &&
+              split_layout_is_consistent<DType::IQ4_NL>() && split_layout_is_consistent<DType::IQ4_XS>());
 
 namespace split_detail {
 // Byte copy that nvcc unrolls (N is a constant); memcpy of a runtime-aligned device pointer may not be.

@@ -44,7 +44,7 @@ const FormatSupport& weight_formats() {
   // away, with f32's range (f16 could overflow on a large super-scale), and bf16 takes cuBLASLt's fastest path.
   static const FormatSupport table("cuda",
                                    {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                                    DType::Q4_K, DType::Q5_K, DType::Q6_K},
+                                    DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS},
                                    DType::BF16);
   return table;
 }
@@ -128,6 +128,12 @@ DeviceWeight upload_weight(DType dtype, const void* host, int64_t n, int64_t k) 
       break;
     case DType::Q4_1:
       split_blocks<DType::Q4_1>(host, n, k, quants, scales);
+      break;
+    case DType::IQ4_NL:
+      split_blocks<DType::IQ4_NL>(host, n, k, quants, scales);
+      break;
+    case DType::IQ4_XS:
+      split_blocks<DType::IQ4_XS>(host, n, k, quants, scales);
       break;
     case DType::Q4_K:
       split_blocks<DType::Q4_K>(host, n, k, quants, scales);

@@ -100,13 +100,14 @@ TEST_P(CudaBackendDtype, MatchesCpuOnSyntheticModel) {
   TESSERA_REQUIRE_GPU();
   const std::string dtype = GetParam();
   const Model m = make_random_model({.arch = "smollm2-135m", .dtype = dtype, .seed = 7, .n_layers = 2});
-  const bool quant = dtype.rfind("q", 0) == 0;
+  const bool quant = dtype.rfind("q", 0) == 0 || dtype.rfind("iq", 0) == 0;
   const double tol = quant ? 3e-2 : 1e-2;
   const Compare c = compare_sessions(m, random_ids(40, 49152, 11), tol);
   expect_close(c, tol, "smollm2-135m x2 layers, " + dtype);
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, CudaBackendDtype, ::testing::Values("bf16", "f16", "q8_0", "q4_0", "q4_1"),
+INSTANTIATE_TEST_SUITE_P(Formats, CudaBackendDtype,
+                         ::testing::Values("bf16", "f16", "q8_0", "q4_0", "q4_1", "iq4_nl"),
                          [](const auto& info) { return info.param; });
 
 // The default model (Q4_1, 30 layers) on a real prompt followed by random ids: both the CPU fast path and the CUDA
@@ -798,30 +799,24 @@ TEST(CudaBackend, GreedyChainEqualsStepByStep) {
   }
 }
 
-// Quantized weights with the folds on and off: TESSERA_CUDA_ATTN_Q8 (on by default; attention writes the
-// o-projection's 8-bit input itself, no quantize_q8 launch) and TESSERA_CUDA_QUANT_SWIGLU=1 (opt-in; the gate|up
-// GEMV's epilogue computes the SwiGLU and the down projection's 8-bit input, no swiglu launch). Each reproduces the
-// launch it replaces exactly (the same quantization of the same values; each row's sum in the same order), so the
-// logits are bit for bit the default decoder's, step by step and chained, over a cache the compact attention kernel
-// serves (64) and one the split kernel serves (2048).
+// Quantized weights with the fold on and off: attn_q8 (on by default; attention writes the o-projection's 8-bit input
+// itself, no quantize_q8 launch). It reproduces the launch it replaces exactly (the same quantization of the same
+// values), so the logits are bit for bit the default decoder's, step by step and chained, over a cache the compact
+// attention kernel serves (64) and one the split kernel serves (2048).
 TEST(CudaBackend, QuantizedFoldsMatchTheLaunchesTheyReplace) {
   TESSERA_REQUIRE_GPU();
-  const std::pair<const char*, const char*> switches[] = {{"0", "0"}, {"1", "0"}, {"0", "1"}, {"1", "1"}};
   for (const char* dtype : {"q8_0", "q4_1"})
     for (const int64_t n_ctx : {int64_t{64}, int64_t{2048}}) {
       const Model m = make_random_model({.arch = "smollm2-135m", .dtype = dtype, .seed = 29, .n_layers = 2});
       const std::vector<int32_t> prompt = random_ids(12, 49152, 5);
-      std::vector<std::vector<float>> logits[4];
-      std::vector<int32_t> chained[4];
-      for (int i = 0; i < 4; ++i) {
-        SCOPED_TRACE(::testing::Message() << dtype << " n_ctx " << n_ctx << " TESSERA_CUDA_ATTN_Q8=" << switches[i].first
-                                          << " TESSERA_CUDA_QUANT_SWIGLU=" << switches[i].second);
-        // quant_swiglu_tickets: the bitwise form (warp groups: QuantSwigluGroups...)
+      std::vector<std::vector<float>> logits[2];
+      std::vector<int32_t> chained[2];
+      for (int i = 0; i < 2; ++i) {
+        SCOPED_TRACE(::testing::Message() << dtype << " n_ctx " << n_ctx << " attn_q8=" << i);
         Session s(m, {.n_ctx = n_ctx,
                       .n_batch = 16,
                       .device = "cuda",
-                      .backend_options = {std::string("attn_q8=") + switches[i].first,
-                                          std::string("quant_swiglu=") + switches[i].second, "quant_swiglu_tickets=1"}});
+                      .backend_options = {std::string("attn_q8=") + (i == 0 ? "1" : "0")}});
         s.eval(prompt);
         for (int32_t id : {11, 12, 13, 14}) {
           const std::span<const float> l = s.decode(id);
@@ -837,7 +832,8 @@ TEST(CudaBackend, QuantizedFoldsMatchTheLaunchesTheyReplace) {
 }
 
 // A profiled decode of `ids`, one token at a time, in a fresh session with the CUDA options `env` (named as the
-// former environment switches): every step's logits, and per decode-graph node its GPU time (0: it launches nothing) and "op name".
+// former environment switches): every step's logits, and per decode-graph node its GPU time (0: it launches nothing)
+// and "op name".
 struct ProfiledDecode {
   std::vector<float> logits;
   std::vector<uint64_t> ns;
@@ -913,71 +909,49 @@ TEST(CudaBackend, FoldedNormAndSwigluMatchUnfolded) {
 
 // The RMSNorm before quantized GEMVs folded into the residual GEMV before it (q4_1 by default; TESSERA_CUDA_QUANT_NORM
 // = 1 / 0 for every format): every layer norm but the first (its input comes from the embedding, not a GEMV) launches
-// nothing, and the logits of the cluster form agree with the unfolded decoder's to 2e-3 relative L2: the two sides
-// quantize differently rounded products of x w, so a code flips only where one lands within a rounding error of a half
-// step (a missing or wrong 1/rms would be off by tens of percent; measured on the H100: 1.4-1.9e-7). The warp-group form (the default) also sums the residual
-// GEMV's rows in another order than the unfolded launch, so its residual stream differs in the last bit and more codes
-// flip: 5e-3 (measured 1.6e-7 q4_0, 2.2e-4 q8_0, 2.0e-3 q4_1). With the quantized SwiGLU epilogue off and on (its
-// gate|up GEMV applies the 1/rms too), and both forms of the residual GEMV.
+// nothing, and the logits agree with the unfolded decoder's to 5e-3 relative L2: the two sides quantize differently
+// rounded products of x w, and the warp groups sum the residual GEMV's rows in another order than the unfolded launch,
+// so its residual stream differs in the last bit and a code flips where one lands within a rounding error of a half
+// step (measured on the H100: 1.6e-7 q4_0, 2.2e-4 q8_0, 2.0e-3 q4_1; a missing or wrong 1/rms would be off by tens of
+// percent).
 TEST(CudaBackend, QuantNormFoldMatchesUnfolded) {
-  TESSERA_REQUIRE_GPU();
-  for (const char* dtype : {"q8_0", "q4_0", "q4_1"})
-    for (const char* swiglu : {"0", "1"})
-      for (const char* clusters : {"0", "1"}) {
-        SCOPED_TRACE(::testing::Message() << dtype << " TESSERA_CUDA_QUANT_SWIGLU=" << swiglu
-                                          << " TESSERA_CUDA_QUANT_NORM_CLUSTERS=" << clusters);
-        const Model m = make_random_model({.arch = "smollm2-135m", .dtype = dtype, .seed = 31, .n_layers = 2});
-        const std::vector<int32_t> ids = random_ids(12, 49152, 6);
-        const ProfiledDecode a = decode_profiled(m, ids,
-                                                 {{"TESSERA_CUDA_QUANT_NORM", "1"},
-                                                  {"TESSERA_CUDA_QUANT_SWIGLU", swiglu},
-                                                  {"TESSERA_CUDA_QUANT_NORM_CLUSTERS", clusters}});
-        const ProfiledDecode b =
-            decode_profiled(m, ids, {{"TESSERA_CUDA_QUANT_NORM", "0"}, {"TESSERA_CUDA_QUANT_SWIGLU", swiglu}});
-        ASSERT_EQ(a.names, b.names);
-        int folded = 0, launched = 0;
-        for (size_t i = 0; i < a.names.size(); ++i) {
-          if (a.names[i].rfind("rmsnorm blk.", 0) != 0) continue;
-          EXPECT_GT(b.ns[i], 0u) << a.names[i] << " launches nothing with the fold off";
-          EXPECT_EQ(a.ns[i] == 0, a.names[i] != "rmsnorm blk.0.attn_norm") << a.names[i];
-          folded += a.ns[i] == 0;
-          launched += a.ns[i] > 0;
-        }
-        EXPECT_EQ(folded, 3);
-        EXPECT_EQ(launched, 1);
-        const double rel = relative_l2(a.logits, b.logits);
-        std::cout << "quantized norm fold vs unfolded, " << dtype << " swiglu " << swiglu << " clusters " << clusters
-                  << ": relative L2 " << rel << "\n";
-        EXPECT_LT(rel, clusters[0] == '1' ? 2e-3 : 5e-3);
-      }
-}
-
-// The quantized SwiGLU epilogue as warp groups (TESSERA_CUDA_QUANT_SWIGLU=1; one block per 32 gate rows and their up
-// rows quantizes its own 32 outputs): every swiglu node launches nothing, and the logits agree with the decoder's
-// swiglu launch to 5e-3 relative L2 (its warps sum each row in a 32-thread order, which can differ from the launch
-// shape's in the last bits and flip a q8 code; at this model's K = 576 each lane holds at most one block of 32, the
-// orders agree and the H100 measured 0; a wrong or missing output would be off by tens of percent).
-TEST(CudaBackend, QuantSwigluGroupsMatchTheLaunch) {
   TESSERA_REQUIRE_GPU();
   for (const char* dtype : {"q8_0", "q4_0", "q4_1"}) {
     SCOPED_TRACE(dtype);
-    const Model m = make_random_model({.arch = "smollm2-135m", .dtype = dtype, .seed = 37, .n_layers = 2});
-    const std::vector<int32_t> ids = random_ids(12, 49152, 8);
-    const ProfiledDecode a = decode_profiled(m, ids, {{"TESSERA_CUDA_QUANT_SWIGLU", "1"}});
-    const ProfiledDecode b = decode_profiled(m, ids, {{"TESSERA_CUDA_QUANT_SWIGLU", "0"}});
+    const Model m = make_random_model({.arch = "smollm2-135m", .dtype = dtype, .seed = 31, .n_layers = 2});
+    const std::vector<int32_t> ids = random_ids(12, 49152, 6);
+    const ProfiledDecode a = decode_profiled(m, ids, {{"TESSERA_CUDA_QUANT_NORM", "1"}});
+    const ProfiledDecode b = decode_profiled(m, ids, {{"TESSERA_CUDA_QUANT_NORM", "0"}});
     ASSERT_EQ(a.names, b.names);
-    int folded = 0;
+    int folded = 0, launched = 0;
     for (size_t i = 0; i < a.names.size(); ++i) {
-      if (a.names[i].rfind("swiglu ", 0) != 0) continue;
-      EXPECT_EQ(a.ns[i], 0u) << a.names[i] << " still launches";
+      if (a.names[i].rfind("rmsnorm blk.", 0) != 0) continue;
       EXPECT_GT(b.ns[i], 0u) << a.names[i] << " launches nothing with the fold off";
-      ++folded;
+      EXPECT_EQ(a.ns[i] == 0, a.names[i] != "rmsnorm blk.0.attn_norm") << a.names[i];
+      folded += a.ns[i] == 0;
+      launched += a.ns[i] > 0;
     }
-    EXPECT_EQ(folded, 2);
+    EXPECT_EQ(folded, 3);
+    EXPECT_EQ(launched, 1);
     const double rel = relative_l2(a.logits, b.logits);
-    std::cout << "quantized SwiGLU warp groups vs the launch, " << dtype << ": relative L2 " << rel << "\n";
+    std::cout << "quantized norm fold vs unfolded, " << dtype << ": relative L2 " << rel << "\n";
     EXPECT_LT(rel, 5e-3);
   }
+}
+
+// Quantized weights keep their swiglu launch (the quantized SwiGLU epilogue left src/): with fold_swiglu on (the
+// default) every swiglu node of a q4_1 decoder still launches.
+TEST(CudaBackend, QuantizedSwigluStaysALaunch) {
+  TESSERA_REQUIRE_GPU();
+  const Model m = make_random_model({.arch = "smollm2-135m", .dtype = "q4_1", .seed = 37, .n_layers = 2});
+  const ProfiledDecode a = decode_profiled(m, random_ids(4, 49152, 8), {});
+  int swiglus = 0;
+  for (size_t i = 0; i < a.names.size(); ++i) {
+    if (a.names[i].rfind("swiglu ", 0) != 0) continue;
+    EXPECT_GT(a.ns[i], 0u) << a.names[i] << " launches nothing";
+    ++swiglus;
+  }
+  EXPECT_EQ(swiglus, 2);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "backends/cuda/cuda_options.h"
 #include "backends/cuda/kernels.h"
@@ -66,10 +67,7 @@ TEST(CudaOptions, EveryKeyRoundTrips) {
                          "fold_norm=0",
                          "fold_swiglu=0",
                          "attn_q8=0",
-                         "quant_swiglu=1",
-                         "quant_swiglu_tickets=1",
                          "quant_norm=all",
-                         "quant_norm_clusters=1",
                          "chain=0",
                          "chain_steps=3",
                          "chain_embed=0",
@@ -142,6 +140,32 @@ TEST(CudaOptions, GemvShapesOverrideTheDefaultLaunchShape) {
   EXPECT_EQ(after.threads, plain.threads);
   EXPECT_EQ(after.rows, plain.rows);
   EXPECT_EQ(after.unroll, plain.unroll);
+}
+
+// The quantized GEMV's launch shapes are tessera_bench_kquant --all-configs' best per format and shape class (H100,
+// 2026-11-26): one-warp blocks at the 8B and 1B shapes for q4_K, iq4_xs and iq4_nl's short rows, and every default a
+// shape the format's kernels are compiled for.
+TEST(CudaOptions, QuantGemvLaunchShapesAreTheSweptOnes) {
+  const auto is = [](const GemvConfig& c, int threads, int rows, int unroll) {
+    return c.threads == threads && c.rows == rows && c.unroll == unroll && c.prefetch == 0;
+  };
+  EXPECT_TRUE(is(gemv_default_config(DType::Q4_K, 28672, 4096), 32, 2, 2));
+  EXPECT_TRUE(is(gemv_default_config(DType::Q4_K, 6144, 4096), 32, 4, 1));
+  EXPECT_TRUE(is(gemv_default_config(DType::Q4_K, 4096, 14336), 32, 4, 2));
+  EXPECT_TRUE(is(gemv_default_config(DType::Q6_K, 4096, 4096), 64, 2, 1));
+  EXPECT_TRUE(is(gemv_default_config(DType::IQ4_XS, 16384, 2048), 32, 8, 1));
+  EXPECT_TRUE(is(gemv_default_config(DType::IQ4_NL, 4096, 14336), 64, 8, 1));
+  EXPECT_TRUE(is(gemv_default_config(DType::IQ4_NL, 6144, 4096), 32, 4, 1));
+  EXPECT_TRUE(is(gemv_default_config(DType::IQ4_NL, 576, 576), 128, 4, 1)) << "SmolLM2's rows keep q4_0's pick";
+  EXPECT_TRUE(is(gemv_default_config(DType::Q8_0, 2048, 2048), 64, 4, 1));
+  EXPECT_TRUE(is(gemv_default_config(DType::Q8_0, 576, 576), 64, 2, 1));
+  const std::pair<int64_t, int64_t> shapes[] = {{576, 576},    {1536, 576},   {576, 1536},   {49152, 576}, {2048, 2048},
+                                                {3072, 2048},  {16384, 2048}, {2048, 8192},  {4096, 4096}, {6144, 4096},
+                                                {28672, 4096}, {4096, 14336}, {128256, 4096}};
+  for (const DType d :
+       {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS})
+    for (const auto& [n, k] : shapes)
+      EXPECT_TRUE(gemv_config_supported(d, gemv_default_config(d, n, k))) << dtype_name(d) << " " << n << "x" << k;
 }
 
 // The float GEMV's launch shapes are the swept ones (the pre-sweep shapes, TESSERA_CUDA_GEMV_PREV_SHAPES, left src/ for

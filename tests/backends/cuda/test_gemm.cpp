@@ -21,7 +21,7 @@ namespace {
 
 using detail::GemmPath;
 
-const DType kFormats[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1};
+const DType kFormats[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::IQ4_NL};
 
 bool is_quant(DType t) { return gemv_quantized(t); }
 
@@ -169,7 +169,7 @@ TEST(CudaGemm, KQuantsEveryPathAndTMatchReference) {
   const int64_t shapes[][2] = {{67, 256}, {130, 768}, {33, 1280}};
   const int64_t ts[] = {1, 2, 5, 8, 32, 100};
   GemmWorkspace ws(100, 1280, 130 * 1280);
-  for (DType dtype : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType dtype : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
     for (const auto& s : shapes) {
       const Weight w = make_weight(rng, dtype, s[0], s[1]);
       for (int64_t t : ts) {

@@ -12,8 +12,9 @@ namespace tessera::cuda::test {
 namespace {
 
 const DType kFormats[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                          DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
-const DType kQuantFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+                          DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
+const DType kQuantFormats[] = {DType::Q8_0,  DType::Q4_0, DType::Q4_1, DType::Q4_K,
+                                DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
 
 bool is_quant(DType t) { return gemv_quantized(t); }
 
@@ -346,151 +347,11 @@ TEST(CudaGemv, SwigluEpilogueEqualsGemvThenSwiglu) {
   EXPECT_THROW(gemv(q, in, y.as<float>(), nullptr), Error);
 }
 
-// The quantized SwiGLU epilogue (GemvInput::swiglu with its q8, ds and ticket outputs; the decoder's
-// TESSERA_CUDA_QUANT_SWIGLU=1): y bit for bit what the plain quantized GEMV of the same launch shape followed by the
-// swiglu kernel computes, and the q8 / ds bit for bit the swiglu kernel's quantized output; a second launch on the
-// same tickets gives the same (the last block of each 32 resets its ticket). Launch shapes it does not accept, and a
-// call without the ticket buffer, fail with an error.
-TEST(CudaGemv, QuantSwigluEpilogueEqualsGemvThenSwiglu) {
-  TESSERA_REQUIRE_GPU();
-  std::mt19937 rng(test_seed());
-  const int64_t shapes[][2] = {{32, 256}, {1536, 576}, {256, 4096}};  // {F, k}: the weight is [2F, k]
-  int accepted = 0;
-  for (DType dtype : kQuantFormats)
-    for (const auto& sh : shapes) {
-      const int64_t f = sh[0], k = k_for(dtype, sh[1]);
-      const auto w_host = random_weight(rng, dtype, 2 * f, k);
-      DeviceWeight w = upload_weight(dtype, w_host.data(), 2 * f, k);
-      const QuantX xin = random_quant_x(rng, k);
-      for (const GemvConfig& c : gemv_configs()) {
-        if (!gemv_config_supported(dtype, c)) continue;  // refused for any use (UnsupportedShapesAreRefused)
-        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " F=" << f << " k=" << k << " config=" << c.threads
-                                          << "/" << c.rows << "/" << c.unroll << "/" << c.prefetch);
-        GemvInput in;
-        in.q8 = xin.q8.as<int8_t>();
-        in.q8_ds = xin.ds.as<float2>();
-        DeviceBuffer both = poisoned(sizeof(float) * 2 * f), want = poisoned(sizeof(float) * f);
-        DeviceBuffer want_q8 = poisoned(static_cast<size_t>(f)), want_ds = poisoned(sizeof(float2) * (f / 32));
-        DeviceBuffer got = poisoned(sizeof(float) * f), got_q8 = poisoned(static_cast<size_t>(f)),
-                     got_ds = poisoned(sizeof(float2) * (f / 32)), tickets(sizeof(unsigned int) * (f / 32));
-        tickets.fill_bytes(0);
-        GemvInput fused = in;
-        fused.swiglu = true;
-        fused.swiglu_q8 = got_q8.as<int8_t>();
-        fused.swiglu_ds = got_ds.as<float2>();
-        fused.swiglu_tickets = tickets.as<unsigned int>();
-        if (c.rows % 2 != 0 || c.prefetch != 0 || 32 % (c.rows / 2) != 0) {
-          EXPECT_THROW(gemv(w, fused, got.as<float>(), nullptr, &c), Error);
-          continue;
-        }
-        gemv(w, in, both.as<float>(), nullptr, &c);
-        swiglu(both.as<float>(), both.as<float>() + f, want.as<float>(), f, nullptr, want_q8.as<int8_t>(),
-               want_ds.as<float2>());
-        const auto ref_y = to_host<float>(want, static_cast<size_t>(f));
-        const auto ref_q8 = to_host<int8_t>(want_q8, static_cast<size_t>(f));
-        const auto ref_ds = to_host<float>(want_ds, static_cast<size_t>(f / 16));
-        for (int run = 0; run < 2; ++run) {
-          SCOPED_TRACE(::testing::Message() << "run " << run);
-          gemv(w, fused, got.as<float>(), nullptr, &c);
-          synchronize();
-          const auto y = to_host<float>(got, static_cast<size_t>(f));
-          for (int64_t i = 0; i < f; ++i) {
-            ASSERT_FALSE(std::isnan(ref_y[i])) << "row " << i;
-            ASSERT_EQ(y[i], ref_y[i]) << "row " << i;
-          }
-          EXPECT_EQ(to_host<int8_t>(got_q8, static_cast<size_t>(f)), ref_q8);
-          EXPECT_EQ(to_host<float>(got_ds, static_cast<size_t>(f / 16)), ref_ds);
-          EXPECT_EQ(to_host<unsigned int>(tickets, static_cast<size_t>(f / 32)),
-                    std::vector<unsigned int>(static_cast<size_t>(f / 32), 0u));
-          if (HasFailure()) return;
-        }
-        ++accepted;
-      }
-      GemvInput no_tickets;
-      no_tickets.q8 = xin.q8.as<int8_t>();
-      no_tickets.q8_ds = xin.ds.as<float2>();
-      no_tickets.swiglu = true;
-      DeviceBuffer y = poisoned(sizeof(float) * f), q = poisoned(static_cast<size_t>(f));
-      no_tickets.swiglu_q8 = q.as<int8_t>();
-      DeviceBuffer d = poisoned(sizeof(float2) * (f / 32));
-      no_tickets.swiglu_ds = d.as<float2>();
-      EXPECT_THROW(gemv(w, no_tickets, y.as<float>(), nullptr), Error);
-    }
-  EXPECT_GT(accepted, 0);
-}
-
-// The quantized SwiGLU epilogue as warp groups (GemvInput::swiglu_groups; TESSERA_CUDA_QUANT_SWIGLU=1): y within
-// 1e-4 relative of the plain quantized GEMV of the same launch shape followed by the swiglu kernel (the warps sum in
-// a 32-thread order), and q8 / ds bit for bit the host quantization of its own y; shapes without the form, and calls
-// with the ticket form's missing outputs, fail with an error.
-TEST(CudaGemv, QuantSwigluGroupsEqualGemvThenSwiglu) {
-  TESSERA_REQUIRE_GPU();
-  std::mt19937 rng(test_seed());
-  const int64_t shapes[][2] = {{32, 256}, {1536, 576}, {256, 4096}};  // {F, k}: the weight is [2F, k]
-  int accepted = 0;
-  for (DType dtype : kQuantFormats)
-    for (const auto& sh : shapes) {
-      const int64_t f = sh[0], k = k_for(dtype, sh[1]);
-      const auto w_host = random_weight(rng, dtype, 2 * f, k);
-      DeviceWeight w = upload_weight(dtype, w_host.data(), 2 * f, k);
-      const QuantX xin = random_quant_x(rng, k);
-      for (const GemvConfig& c : gemv_configs()) {
-        if (!gemv_config_supported(dtype, c)) continue;  // refused for any use (UnsupportedShapesAreRefused)
-        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " F=" << f << " k=" << k << " config=" << c.threads
-                                          << "/" << c.rows << "/" << c.unroll << "/" << c.prefetch);
-        GemvInput in;
-        in.q8 = xin.q8.as<int8_t>();
-        in.q8_ds = xin.ds.as<float2>();
-        DeviceBuffer got = poisoned(sizeof(float) * f), got_q8 = poisoned(static_cast<size_t>(f)),
-                     got_ds = poisoned(sizeof(float2) * (f / 32));
-        GemvInput fused = in;
-        fused.swiglu = true;
-        fused.swiglu_q8 = got_q8.as<int8_t>();
-        fused.swiglu_ds = got_ds.as<float2>();
-        fused.swiglu_groups = true;
-        if (!gemv_swiglu_groups_supported(c, dtype)) {
-          EXPECT_THROW(gemv(w, fused, got.as<float>(), nullptr, &c), Error);
-          continue;
-        }
-        DeviceBuffer both = poisoned(sizeof(float) * 2 * f), want = poisoned(sizeof(float) * f);
-        gemv(w, in, both.as<float>(), nullptr, &c);
-        swiglu(both.as<float>(), both.as<float>() + f, want.as<float>(), f, nullptr);
-        gemv(w, fused, got.as<float>(), nullptr, &c);
-        synchronize();
-        const auto ref_y = to_host<float>(want, static_cast<size_t>(f));
-        const auto y = to_host<float>(got, static_cast<size_t>(f));
-        const auto gu = to_host<float>(both, static_cast<size_t>(2 * f));
-        for (int64_t i = 0; i < f; ++i) {
-          ASSERT_FALSE(std::isnan(ref_y[i])) << "row " << i;
-          // silu(g) * u moves by about (|g| + |u|) relative ulps of the sums: bound by the operands' size
-          const double scale = (std::fabs(gu[i]) + 1.0) * (std::fabs(gu[f + i]) + 1.0);
-          ASSERT_NEAR(y[i], ref_y[i], 1e-4 * scale) << "row " << i;
-        }
-        std::vector<int8_t> ref_q8(static_cast<size_t>(f));
-        std::vector<float2> ref_ds(static_cast<size_t>(f / 32));
-        quantize_q8_ref(y.data(), ref_q8.data(), ref_ds.data(), f);
-        EXPECT_EQ(to_host<int8_t>(got_q8, static_cast<size_t>(f)), ref_q8);
-        const auto ds = to_host<float>(got_ds, static_cast<size_t>(f / 16));
-        for (int64_t b = 0; b < f / 32; ++b) {
-          EXPECT_EQ(ds[2 * b], ref_ds[b].x) << "block " << b;
-          EXPECT_EQ(ds[2 * b + 1], ref_ds[b].y) << "block " << b;
-        }
-        if (HasFailure()) return;
-        ++accepted;
-        GemvInput tickets_form = fused;
-        tickets_form.swiglu_groups = false;  // the ticket form without its tickets
-        EXPECT_THROW(gemv(w, tickets_form, got.as<float>(), nullptr, &c), Error);
-      }
-    }
-  EXPECT_GT(accepted, 0);
-}
-
-// The norm_out epilogue (GemvInput::norm_out_*; the decoder's norm fold), as warp groups and
-// as clusters: y (warp groups: to rounding, their warps sum in a 32-thread order; clusters: bit for bit)
-// what the plain accumulating quantized GEMV of the same launch shape stores; q8 / ds bit for bit the host
-// quantization of y ⊙ w per block of 32 (quantize_q8's arithmetic, without the 1/rms factor); sumsq each block's sum
-// of y^2 (a warp tree's order: relative 1e-5). Launch shapes without the epilogue, and a call missing an output, fail
-// with an error.
+// The norm_out epilogue (GemvInput::norm_out_*; the decoder's norm fold), as warp groups: y to rounding (their warps
+// sum in a 32-thread order) what the plain accumulating quantized GEMV of the same launch shape stores; q8 / ds bit for
+// bit the host quantization of y ⊙ w per block of 32 (quantize_q8's arithmetic, without the 1/rms factor); sumsq each
+// block's sum of y^2 (a warp tree's order: relative 1e-5). Launch shapes without the epilogue, and a call missing an
+// output, fail with an error.
 TEST(CudaGemv, QuantNormOutEpilogueWritesTheNextInput) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
@@ -505,60 +366,55 @@ TEST(CudaGemv, QuantNormOutEpilogueWritesTheNextInput) {
       const std::vector<float> y0 = random_floats(rng, static_cast<size_t>(n), -2.0f, 2.0f);
       const std::vector<float> norm_w = random_floats(rng, static_cast<size_t>(n), 0.5f, 1.5f);
       DeviceBuffer nw = to_device(norm_w);
-      for (const GemvConfig& c : gemv_configs())
-        for (bool clusters : {false, true}) {
-          if (!gemv_config_supported(dtype, c)) continue;
-          SCOPED_TRACE(::testing::Message()
-                       << dtype_name(dtype) << " n=" << n << " k=" << k << " config=" << c.threads << "/" << c.rows
-                       << "/" << c.unroll << "/" << c.prefetch << (clusters ? " clusters" : " warp groups"));
-          GemvInput in;
-          in.q8 = xin.q8.as<int8_t>();
-          in.q8_ds = xin.ds.as<float2>();
-          DeviceBuffer q8 = poisoned(static_cast<size_t>(n)), ds = poisoned(sizeof(float2) * (n / 32)),
-                       ss = poisoned(sizeof(float) * (n / 32));
-          GemvInput fused = in;
-          fused.norm_out_w = nw.as<float>();
-          fused.norm_out_q8 = q8.as<int8_t>();
-          fused.norm_out_ds = ds.as<float2>();
-          fused.norm_out_sumsq = ss.as<float>();
-          fused.norm_out_clusters = clusters;
-          DeviceBuffer want = to_device(y0), got = to_device(y0);
-          if (!gemv_norm_out_supported(c, clusters, dtype)) {
-            EXPECT_THROW(gemv(w, fused, got.as<float>(), nullptr, &c, true), Error);
-            continue;
-          }
-          gemv(w, in, want.as<float>(), nullptr, &c, true);
-          gemv(w, fused, got.as<float>(), nullptr, &c, true);
-          synchronize();
-          const auto y = to_host<float>(got, static_cast<size_t>(n));
-          if (clusters) {
-            ASSERT_EQ(y, to_host<float>(want, static_cast<size_t>(n)));
-          } else {  // each warp sums its rows as a 32-thread block would: another order than the shape's own
-            const auto w0 = to_host<float>(want, static_cast<size_t>(n));
-            for (int64_t i = 0; i < n; ++i)
-              ASSERT_NEAR(y[i], w0[i], 1e-4f * (std::fabs(w0[i]) + std::fabs(y0[i]) + 1.0f)) << "row " << i;
-          }
-          std::vector<float> yw(static_cast<size_t>(n));
-          for (int64_t i = 0; i < n; ++i) yw[i] = y[i] * norm_w[i];
-          std::vector<int8_t> ref_q8(static_cast<size_t>(n));
-          std::vector<float2> ref_ds(static_cast<size_t>(n / 32));
-          quantize_q8_ref(yw.data(), ref_q8.data(), ref_ds.data(), n);
-          EXPECT_EQ(to_host<int8_t>(q8, static_cast<size_t>(n)), ref_q8);
-          const auto got_ds = to_host<float>(ds, static_cast<size_t>(n / 16));
-          const auto got_ss = to_host<float>(ss, static_cast<size_t>(n / 32));
-          for (int64_t b = 0; b < n / 32; ++b) {
-            EXPECT_EQ(got_ds[2 * b], ref_ds[b].x) << "block " << b;
-            EXPECT_EQ(got_ds[2 * b + 1], ref_ds[b].y) << "block " << b;
-            double s = 0;
-            for (int64_t j = 0; j < 32; ++j) s += double(y[b * 32 + j]) * y[b * 32 + j];
-            EXPECT_NEAR(got_ss[b], s, 1e-5 * s) << "block " << b;
-          }
-          if (HasFailure()) return;
-          ++accepted;
-          GemvInput missing = fused;
-          missing.norm_out_sumsq = nullptr;
-          EXPECT_THROW(gemv(w, missing, got.as<float>(), nullptr, &c, true), Error);
+      for (const GemvConfig& c : gemv_configs()) {
+        if (!gemv_config_supported(dtype, c)) continue;
+        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " config=" << c.threads
+                                          << "/" << c.rows << "/" << c.unroll << "/" << c.prefetch);
+        GemvInput in;
+        in.q8 = xin.q8.as<int8_t>();
+        in.q8_ds = xin.ds.as<float2>();
+        DeviceBuffer q8 = poisoned(static_cast<size_t>(n)), ds = poisoned(sizeof(float2) * (n / 32)),
+                     ss = poisoned(sizeof(float) * (n / 32));
+        GemvInput fused = in;
+        fused.norm_out_w = nw.as<float>();
+        fused.norm_out_q8 = q8.as<int8_t>();
+        fused.norm_out_ds = ds.as<float2>();
+        fused.norm_out_sumsq = ss.as<float>();
+        DeviceBuffer want = to_device(y0), got = to_device(y0);
+        if (!gemv_norm_out_supported(c, dtype)) {
+          EXPECT_THROW(gemv(w, fused, got.as<float>(), nullptr, &c, true), Error);
+          continue;
         }
+        gemv(w, in, want.as<float>(), nullptr, &c, true);
+        gemv(w, fused, got.as<float>(), nullptr, &c, true);
+        synchronize();
+        const auto y = to_host<float>(got, static_cast<size_t>(n));
+        {  // each warp sums its rows as a 32-thread block would: another order than the shape's own
+          const auto w0 = to_host<float>(want, static_cast<size_t>(n));
+          for (int64_t i = 0; i < n; ++i)
+            ASSERT_NEAR(y[i], w0[i], 1e-4f * (std::fabs(w0[i]) + std::fabs(y0[i]) + 1.0f)) << "row " << i;
+        }
+        std::vector<float> yw(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) yw[i] = y[i] * norm_w[i];
+        std::vector<int8_t> ref_q8(static_cast<size_t>(n));
+        std::vector<float2> ref_ds(static_cast<size_t>(n / 32));
+        quantize_q8_ref(yw.data(), ref_q8.data(), ref_ds.data(), n);
+        EXPECT_EQ(to_host<int8_t>(q8, static_cast<size_t>(n)), ref_q8);
+        const auto got_ds = to_host<float>(ds, static_cast<size_t>(n / 16));
+        const auto got_ss = to_host<float>(ss, static_cast<size_t>(n / 32));
+        for (int64_t b = 0; b < n / 32; ++b) {
+          EXPECT_EQ(got_ds[2 * b], ref_ds[b].x) << "block " << b;
+          EXPECT_EQ(got_ds[2 * b + 1], ref_ds[b].y) << "block " << b;
+          double s = 0;
+          for (int64_t j = 0; j < 32; ++j) s += double(y[b * 32 + j]) * y[b * 32 + j];
+          EXPECT_NEAR(got_ss[b], s, 1e-5 * s) << "block " << b;
+        }
+        if (HasFailure()) return;
+        ++accepted;
+        GemvInput missing = fused;
+        missing.norm_out_sumsq = nullptr;
+        EXPECT_THROW(gemv(w, missing, got.as<float>(), nullptr, &c, true), Error);
+      }
     }
   EXPECT_GT(accepted, 0);
 }

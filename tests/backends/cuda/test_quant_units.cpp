@@ -91,6 +91,7 @@ TEST(CudaQuantUnits, KQuantUnitsEqualTheTraitsDot) {
     check_units<DType::Q4_K>(5, k, rng);
     check_units<DType::Q5_K>(5, k, rng);
     check_units<DType::Q6_K>(5, k, rng);
+    check_units<DType::IQ4_XS>(5, k, rng);
     if (HasFatalFailure()) return;
   }
 }
@@ -126,6 +127,27 @@ TEST(CudaQuantUnits, EmbeddingValuesEqualTheTraitsDequantize) {
   check_values<DType::Q4_K>(3, 768, rng);
   check_values<DType::Q5_K>(3, 768, rng);
   check_values<DType::Q6_K>(3, 768, rng);
+  check_values<DType::IQ4_XS>(3, 768, rng);
+}
+
+// iq4_nl's table lookup in byte permutes (what the GEMVs run per quant word) against format_detail::iq4nl_value: every
+// code in every nibble position, and random words (a code's neighbours must not leak into its byte).
+TEST(CudaQuantUnits, Iq4nlWordsEqualTheTable) {
+  std::mt19937 rng(test_seed());
+  auto check = [](uint32_t w) {
+    int lo = 0, hi = 0;
+    detail::iq4nl_words(w, lo, hi);
+    for (int b = 0; b < 4; ++b) {
+      const int byte = static_cast<int>((w >> (8 * b)) & 0xFFu);
+      ASSERT_EQ(static_cast<int8_t>(static_cast<uint32_t>(lo) >> (8 * b)), format_detail::iq4nl_value(byte & 0xF))
+          << std::hex << w << " byte " << b;
+      ASSERT_EQ(static_cast<int8_t>(static_cast<uint32_t>(hi) >> (8 * b)), format_detail::iq4nl_value(byte >> 4))
+          << std::hex << w << " byte " << b;
+    }
+  };
+  for (uint32_t code = 0; code < 16; ++code)
+    for (int nib = 0; nib < 8; ++nib) check((code << (4 * nib)) | (nib % 2 ? 0x5u : 0xA0u));
+  for (int i = 0; i < 4096; ++i) check(static_cast<uint32_t>(rng()));
 }
 
 // The units' own twins of the device intrinsics: dp4a multiplies signed bytes.

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/gemm_paths.h"
 #include "backends/cuda/split_layout.h"
 #include "cuda_test_util.h"
 #include "formats/gguf.h"
@@ -42,10 +43,10 @@ namespace {
 
 TEST(CudaWeightFormats, TableNamesTheNativeFormatsAndTheFallback) {
   const FormatSupport& f = cuda::weight_formats();
-  EXPECT_EQ(f.native_names(), "f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k and q6_k");
+  EXPECT_EQ(f.native_names(), "f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, iq4_nl and iq4_xs");
   EXPECT_EQ(f.fallback(), DType::BF16);
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K,
-                  DType::Q6_K}) {
+                  DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS}) {
     EXPECT_TRUE(cuda::gemv_supports(t)) << dtype_name(t);
     EXPECT_EQ(cuda::device_weight_dtype(t), t) << dtype_name(t);
   }
@@ -53,6 +54,8 @@ TEST(CudaWeightFormats, TableNamesTheNativeFormatsAndTheFallback) {
   EXPECT_TRUE(cuda::gemv_quantized(DType::Q4_K)) << "a native K-quant is read with 8-bit activations";
   EXPECT_TRUE(cuda::gemv_quantized(DType::Q5_K));
   EXPECT_TRUE(cuda::gemv_quantized(DType::Q6_K));
+  EXPECT_TRUE(cuda::gemv_quantized(DType::IQ4_NL));
+  EXPECT_TRUE(cuda::gemv_quantized(DType::IQ4_XS));
   EXPECT_FALSE(cuda::gemv_quantized(DType::BF16));
   // Every other format Tessera reads runs as bf16 (q2_K, q3_K today).
   for (const FormatInfo& fi : formats()) {
@@ -65,7 +68,7 @@ TEST(CudaWeightFormats, TableNamesTheNativeFormatsAndTheFallback) {
     ADD_FAILURE() << "no error for a format Tessera cannot read";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("iq2_xxs"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("q4_1, q4_k, q5_k and q6_k"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("q6_k, iq4_nl and iq4_xs"), std::string::npos) << e.what();
   }
 }
 
@@ -101,6 +104,8 @@ TEST(CudaWeightFormats, SplitLayoutRoundTrips) {
   check_split_round_trip<DType::Q4_K>(rng);
   check_split_round_trip<DType::Q5_K>(rng);
   check_split_round_trip<DType::Q6_K>(rng);
+  check_split_round_trip<DType::IQ4_NL>(rng);
+  check_split_round_trip<DType::IQ4_XS>(rng);
   // Where the K-quant kernels read a block's parts (quant_units.h): q4_K's head is d, dmin and the packed scales;
   // q6_K's quants are ql then qh, its d follows every block's scales.
   static_assert(cuda::SplitLayout<DType::Q4_K>::kQuantOff == offsetof(BlockQ4_K, qs));
@@ -136,9 +141,42 @@ TEST(CudaWeightFormats, ConvertForDeviceIsTheBf16OfTheValues) {
 
 TEST(CudaWeightFormats, NativeFormatsNeedNoConversion) {
   std::vector<uint8_t> w(1024);
-  for (DType t : {DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+  for (DType t : {DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS})
     EXPECT_THROW(cuda::convert_for_device(t, w.data(), 1, 256), Error) << dtype_name(t);
   EXPECT_THROW(cuda::upload_weight(DType::IQ2_XXS, w.data(), 1, 256), Error);  // not readable at all
+}
+
+// ---- GPU ----
+
+// The prefill expansion in front of cuBLASLt (gemm_convert.cu's launch_dequant_bf16) writes the bf16 of the host's
+// dequantized values bit for bit for every quantized format CUDA reads natively (its kernels round every product and
+// sum on their own, as quant.cpp's -ffp-contract=off host code does): rows of 1, 3 and 5 super-blocks (the K-quants'
+// warp per super-block: lanes that split sub-blocks, halves and the q6_K tail d after every row's scales), and row
+// counts that leave a partial block of threads.
+TEST(CudaWeightFormats, PrefillExpansionIsTheBf16OfTheHostValues) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(cuda::test::test_seed());
+  int checked = 0;
+  for (const FormatInfo& fi : formats()) {
+    const DType dt = fi.type;
+    if (!fi.quantized || !cuda::weight_formats().is_native(dt)) continue;
+    for (const int64_t n : {1, 7, 37})
+      for (const int64_t k : {256, 768, 1280}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " n=" << n << " k=" << k);
+        const std::vector<uint8_t> w = cuda::test::random_weight(rng, dt, n, k);
+        const cuda::DeviceWeight dw = cuda::upload_weight(dt, w.data(), n, k);
+        cuda::DeviceBuffer out = cuda::test::poisoned(static_cast<size_t>(n * k) * 2);
+        cuda::detail::launch_dequant_bf16(dw, out.as<uint16_t>(), nullptr);
+        cuda::synchronize();
+        const std::vector<uint16_t> got = cuda::test::to_host<uint16_t>(out, static_cast<size_t>(n * k));
+        std::vector<float> v(static_cast<size_t>(n * k));
+        dequantize_row(dt, w.data(), v.data(), n * k);
+        for (int64_t i = 0; i < n * k; ++i)
+          ASSERT_EQ(got[static_cast<size_t>(i)], f32_to_bf16(v[static_cast<size_t>(i)])) << "element " << i;
+        ++checked;
+      }
+  }
+  EXPECT_GE(checked, 6 * 9);
 }
 
 // ---- Whole models (GPU) ----

@@ -27,7 +27,7 @@ __device__ __forceinline__ float table_value(const uint8_t* __restrict__ quants,
     return __half2float(reinterpret_cast<const __half*>(quants)[row * k + i]);
   } else if constexpr (D == DType::BF16) {
     return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(quants)[row * k + i]);
-  } else if constexpr (D == DType::Q4_K || D == DType::Q5_K || D == DType::Q6_K) {
+  } else if constexpr (D == DType::Q4_K || D == DType::Q5_K || D == DType::Q6_K || D == DType::IQ4_XS) {
     return split_value<D>(quants, scales, n_rows, row, k, i);  // quant_units.h, checked on the host
   } else {
     const size_t b = row * (k / kQ) + i / kQ;  // block index over the whole table
@@ -38,7 +38,10 @@ __device__ __forceinline__ float table_value(const uint8_t* __restrict__ quants,
     } else {
       const uint8_t byte = quants[b * (kQ / 2) + (j % (kQ / 2))];
       const int q = j < kQ / 2 ? (byte & 0x0F) : (byte >> 4);
-      if constexpr (D == DType::Q4_0) {
+      if constexpr (D == DType::IQ4_NL) {  // value * d, as Format<IQ4_NL>::dequantize
+        const float d = __half2float(reinterpret_cast<const __half*>(scales)[b]);
+        return static_cast<float>(format_detail::iq4nl_value(q)) * d;
+      } else if constexpr (D == DType::Q4_0) {
         const float d = __half2float(reinterpret_cast<const __half*>(scales)[b]);
         return d * static_cast<float>(q - 8);
       } else {
@@ -192,12 +195,16 @@ auto by_table_dtype(DType d, Pick pick) {
       return pick(std::integral_constant<DType, DType::Q4_0>{});
     case DType::Q4_1:
       return pick(std::integral_constant<DType, DType::Q4_1>{});
+    case DType::IQ4_NL:
+      return pick(std::integral_constant<DType, DType::IQ4_NL>{});
     case DType::Q4_K:
       return pick(std::integral_constant<DType, DType::Q4_K>{});
     case DType::Q5_K:
       return pick(std::integral_constant<DType, DType::Q5_K>{});
     case DType::Q6_K:
       return pick(std::integral_constant<DType, DType::Q6_K>{});
+    case DType::IQ4_XS:
+      return pick(std::integral_constant<DType, DType::IQ4_XS>{});
     default:
       return pick(std::integral_constant<DType, DType::F32>{});
   }

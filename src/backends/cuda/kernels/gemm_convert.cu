@@ -10,7 +10,6 @@ namespace tessera::cuda::detail {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kTraitsThreads = 64;  // dequant_bf16_traits_kernel: 1 KB of local floats per thread
 
 // Eight values per thread: two 16-byte loads, one 16-byte store.
 __global__ void __launch_bounds__(kThreads)
@@ -50,7 +49,7 @@ __global__ void __launch_bounds__(kThreads)
     const uint4 q = __ldcs(reinterpret_cast<const uint4*>(quants) + i);
     const uint32_t w[4] = {q.x, q.y, q.z, q.w};
     float d, m = 0.0f;
-    if constexpr (D == DType::Q4_0) {
+    if constexpr (D == DType::Q4_0 || D == DType::IQ4_NL) {
       d = __half2float(__ushort_as_half(reinterpret_cast<const unsigned short*>(scales)[i]));
     } else {
       const float2 dm = half2_to_float2(reinterpret_cast<const uint32_t*>(scales)[i]);
@@ -60,7 +59,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < 16; ++j) {
       const uint32_t byte = (w[j / 4] >> (8 * (j % 4))) & 0xFFu;
       const int lo = static_cast<int>(byte & 15u), hi = static_cast<int>(byte >> 4);
-      if constexpr (D == DType::Q4_0) {
+      if constexpr (D == DType::IQ4_NL) {  // value * d, as Format<IQ4_NL>::dequantize
+        v[j] = __fmul_rn(static_cast<float>(format_detail::iq4nl_value(lo)), d);
+        v[j + 16] = __fmul_rn(static_cast<float>(format_detail::iq4nl_value(hi)), d);
+      } else if constexpr (D == DType::Q4_0) {
         v[j] = __fmul_rn(d, static_cast<float>(lo - 8));
         v[j + 16] = __fmul_rn(d, static_cast<float>(hi - 8));
       } else {
@@ -75,36 +77,119 @@ __global__ void __launch_bounds__(kThreads)
                                 pack16x2(v[8 * o + 4], v[8 * o + 5], true), pack16x2(v[8 * o + 6], v[8 * o + 7], true));
 }
 
-// Any format with traits and a split layout: one GGML block per thread, rebuilt from the SPLIT_Q arrays (join_block)
-// and expanded by the format's own Format<D>::dequantize (quant/format_traits.h: the CPU's values up to nvcc's FMA
-// contraction), then rounded once to bf16 and stored as 16-byte vectors. The block's floats live in local memory (a
-// super-block is 256 of them): L1-resident per thread, and the kernel stays bound by its bf16 stores.
+// The K-quants: one warp per 256-element super-block, lane t forming elements 8t .. 8t + 7 from one or two 8-byte
+// loads of its quants plus the super-block's scales (broadcast loads, the same address across the warp), and storing
+// them as one 16-byte bf16 vector: the warp writes the super-block's 512 bytes in one coalesced run and nothing lives
+// in local memory. (The first form, one GGML block per thread through Format<D>::dequantize, kept the super-block's 256
+// floats in per-thread local memory and measured ~480 GB/s on the H100 against q4_1's 1,657: docs/PERFORMANCE.md.)
+// Each value is formed as Format<D>::dequantize forms it on the host (quant/format_traits.h), with every product and
+// difference rounded on its own (__fmul_rn, __fsub_rn: no FMA contraction), so the f32 value is the host's bit for bit
+// before its one rounding to bf16.
+constexpr int kLanes = 32;  // lanes per super-block: 8 elements each
+
+// Byte i (0..11) of a K-quant head's 12 packed scale bytes, held in the head's words y, z, w.
+__device__ __forceinline__ int head_byte(const uint4& h, int i) {
+  const uint32_t w = i < 4 ? h.y : i < 8 ? h.z : h.w;
+  return static_cast<int>((w >> (8 * (i & 3))) & 0xFFu);
+}
+
+// format_detail::q4_k_scale_min on the head's registers.
+__device__ __forceinline__ void head_scale_min(const uint4& h, int j, int& sc, int& m) {
+  if (j < 4) {
+    sc = head_byte(h, j) & 63;
+    m = head_byte(h, j + 4) & 63;
+  } else {
+    sc = (head_byte(h, j + 4) & 0xF) | ((head_byte(h, j - 4) >> 6) << 4);
+    m = (head_byte(h, j + 4) >> 4) | ((head_byte(h, j) >> 6) << 4);
+  }
+}
+
+// Byte i (0..7) of an 8-byte load.
+__device__ __forceinline__ uint32_t byte_of(const uint2& b, int i) {
+  return ((i < 4 ? b.x : b.y) >> (8 * (i & 3))) & 0xFFu;
+}
+
+// Lane t's 8 values of super-block sb (of n_sb in the matrix) in the SPLIT_Q layout (split_layout.h):
+//  - q4_K: quants [sb, 128] (sub-blocks 2i and 2i + 1 share 32 bytes: low and high nibbles), heads [sb, 16];
+//  - q5_K: quants [sb, 160] (qh [32] then qs [128]), heads [sb, 16];
+//  - q6_K: quants [sb, 192] (ql [128] then qh [64], GGML's order), int8 scales [sb, 16], then fp16 d [sb].
 template <DType D>
-__global__ void __launch_bounds__(kTraitsThreads)
-    dequant_bf16_traits_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
-                               uint4* __restrict__ out /*[n, k] bf16*/, int64_t blocks) {
-  using F = Format<D>;
-  const int64_t i = blockIdx.x * static_cast<int64_t>(kTraitsThreads) + threadIdx.x;
-  if (i >= blocks) return;
-  typename F::Block blk;
-  join_block<D>(SplitPtrs<D>{quants, scales, static_cast<size_t>(blocks)}, static_cast<size_t>(i), blk);
-  float v[F::kBlockSize];
-  F::dequantize(blk, v);
-  uint4* o = out + i * (F::kBlockSize / 8);
-#pragma unroll 4
-  for (int j = 0; j < F::kBlockSize / 8; ++j)
-    o[j] = make_uint4(pack16x2(v[8 * j], v[8 * j + 1], true), pack16x2(v[8 * j + 2], v[8 * j + 3], true),
-                      pack16x2(v[8 * j + 4], v[8 * j + 5], true), pack16x2(v[8 * j + 6], v[8 * j + 7], true));
+__device__ __forceinline__ void ksb_lane(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
+                                         int64_t n_sb, int64_t sb, int t, float (&v)[8]) {
+  if constexpr (D == DType::Q4_K || D == DType::Q5_K) {
+    constexpr int kBytes = D == DType::Q4_K ? 128 : 160;
+    constexpr int kQs = D == DType::Q4_K ? 0 : 32;  // where qs starts in the super-block's quants
+    const int j = t >> 2, l0 = 8 * (t & 3);         // sub-block j, elements l0 .. l0 + 7 of its 32
+    const uint8_t* q = quants + sb * kBytes;
+    const uint4 h = __ldg(reinterpret_cast<const uint4*>(scales) + sb);
+    const uint2 qs = __ldcs(reinterpret_cast<const uint2*>(q + kQs + 32 * (j >> 1) + l0));
+    uint2 qh = make_uint2(0, 0);
+    if constexpr (D == DType::Q5_K) qh = __ldcs(reinterpret_cast<const uint2*>(q + l0));
+    int sc, m;
+    head_scale_min(h, j, sc, m);
+    const float2 dm = half2_to_float2(h.x);  // (d, dmin)
+    const float d1 = __fmul_rn(dm.x, static_cast<float>(sc)), m1 = __fmul_rn(dm.y, static_cast<float>(m));
+    const int shift = 4 * (j & 1);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      int code = static_cast<int>((byte_of(qs, i) >> shift) & 0xFu);
+      if constexpr (D == DType::Q5_K) code |= static_cast<int>((byte_of(qh, i) >> j) & 1u) << 4;
+      v[i] = __fsub_rn(__fmul_rn(d1, static_cast<float>(code)), m1);
+    }
+  } else if constexpr (D == DType::IQ4_XS) {
+    // Sub-block j = t / 4 takes qs [16j, 16j + 16): elements 0-15 in the low nibbles, 16-31 in the high ones.
+    const int j = t >> 2, l0 = 8 * (t & 3);
+    const uint2 qs = __ldcs(reinterpret_cast<const uint2*>(quants + sb * 128 + 16 * j + (l0 & 15)));
+    const uint2 h = __ldg(reinterpret_cast<const uint2*>(scales) + sb);  // d | scales_h << 16, scales_l[0..3]
+    const int sc = static_cast<int>(((h.y >> (4 * j)) & 0xFu) | (((h.x >> (16 + 2 * j)) & 3u) << 4)) - 32;
+    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(h.x & 0xFFFFu)));
+    const float dl = __fmul_rn(d, static_cast<float>(sc));
+    const int shift = l0 >= 16 ? 4 : 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int code = static_cast<int>((byte_of(qs, i) >> shift) & 0xFu);
+      v[i] = __fmul_rn(dl, static_cast<float>(format_detail::iq4nl_value(code)));
+    }
+  } else {
+    static_assert(D == DType::Q6_K, "ksb_lane: q4_K, q5_K, q6_K or iq4_xs");
+    const int half = t >> 4, group = (t >> 2) & 3, l0 = 8 * (t & 3);  // elements 128 half + 32 group + l0 ..
+    const uint8_t* q = quants + sb * 192;
+    const uint2 ql = __ldcs(reinterpret_cast<const uint2*>(q + 64 * half + 32 * (group & 1) + l0));
+    const uint2 qh = __ldcs(reinterpret_cast<const uint2*>(q + 128 + 32 * half + l0));
+    const int sc = static_cast<int8_t>(__ldg(scales + sb * 16 + (t >> 1)));  // sub-block (8t) / 16
+    const float d =
+        __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(scales + n_sb * 16) + sb)));
+    const float ds = __fmul_rn(d, static_cast<float>(sc));
+    const int lo_shift = group < 2 ? 0 : 4, hi_shift = 2 * group;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int code =
+          static_cast<int>(((byte_of(ql, i) >> lo_shift) & 0xFu) | (((byte_of(qh, i) >> hi_shift) & 3u) << 4));
+      v[i] = __fmul_rn(ds, static_cast<float>(code - 32));
+    }
+  }
+}
+
+template <DType D>
+__global__ void __launch_bounds__(kThreads)
+    dequant_bf16_ksb_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
+                            uint4* __restrict__ out /*[n, k] bf16*/, int64_t n_sb) {
+  const int64_t sb = (blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x) / kLanes;
+  if (sb >= n_sb) return;
+  const int t = static_cast<int>(threadIdx.x) % kLanes;
+  float v[8];
+  ksb_lane<D>(quants, scales, n_sb, sb, t, v);
+  out[sb * kLanes + t] = make_uint4(pack16x2(v[0], v[1], true), pack16x2(v[2], v[3], true), pack16x2(v[4], v[5], true),
+                                    pack16x2(v[6], v[7], true));
 }
 
 int blocks_for(int64_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
 
 template <DType D>
-void launch_dequant_traits(const DeviceWeight& w, uint4* out, cudaStream_t stream) {
-  const int64_t blocks = w.n * (w.k / Format<D>::kBlockSize);
-  dequant_bf16_traits_kernel<D>
-      <<<static_cast<unsigned>((blocks + kTraitsThreads - 1) / kTraitsThreads), kTraitsThreads, 0, stream>>>(
-          w.quants.as<uint8_t>(), w.scales.as<uint8_t>(), out, blocks);
+void launch_dequant_ksb(const DeviceWeight& w, uint4* out, cudaStream_t stream) {
+  const int64_t n_sb = w.n * (w.k / kQKK);
+  dequant_bf16_ksb_kernel<D>
+      <<<blocks_for(n_sb * kLanes), kThreads, 0, stream>>>(w.quants.as<uint8_t>(), w.scales.as<uint8_t>(), out, n_sb);
 }
 
 }  // namespace
@@ -135,14 +220,20 @@ void launch_dequant_bf16(const DeviceWeight& w, void* out, cudaStream_t stream) 
     case DType::Q4_1:
       dequant_bf16_kernel<DType::Q4_1><<<blocks_for(blocks), kThreads, 0, stream>>>(q, s, o, blocks);
       break;
+    case DType::IQ4_NL:
+      dequant_bf16_kernel<DType::IQ4_NL><<<blocks_for(blocks), kThreads, 0, stream>>>(q, s, o, blocks);
+      break;
     case DType::Q4_K:
-      launch_dequant_traits<DType::Q4_K>(w, o, stream);
+      launch_dequant_ksb<DType::Q4_K>(w, o, stream);
       break;
     case DType::Q5_K:
-      launch_dequant_traits<DType::Q5_K>(w, o, stream);
+      launch_dequant_ksb<DType::Q5_K>(w, o, stream);
       break;
     case DType::Q6_K:
-      launch_dequant_traits<DType::Q6_K>(w, o, stream);
+      launch_dequant_ksb<DType::Q6_K>(w, o, stream);
+      break;
+    case DType::IQ4_XS:
+      launch_dequant_ksb<DType::IQ4_XS>(w, o, stream);
       break;
     default:
       fail_message("matmul: cannot dequantize this dtype to bf16");

@@ -116,6 +116,10 @@ template <>
 struct QuantBlock<DType::Q4_1> {
   static constexpr int kQuantBytes = 16, kScaleBytes = 4;
 };
+template <>
+struct QuantBlock<DType::IQ4_NL> {
+  static constexpr int kQuantBytes = 16, kScaleBytes = 2;
+};
 
 // One 32-block of a weight row against one 32-block of a q8 row: q8 words xq, (d, d * sum q) xds.
 template <DType D>
@@ -125,6 +129,17 @@ __device__ __forceinline__ float quant_dot(const uint4 (&wq)[2], uint32_t scale,
     const uint32_t w[8] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w, wq[1].x, wq[1].y, wq[1].z, wq[1].w};
 #pragma unroll
     for (int i = 0; i < 8; ++i) s = __dp4a(static_cast<int>(w[i]), xq[i], s);
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(scale))) * xds.x * static_cast<float>(s);
+  } else if constexpr (D == DType::IQ4_NL) {
+    // q4_0's nibbles as codes into the int8 table (quant_units.h's iq4nl_words).
+    const uint32_t w[4] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      int lo, hi;
+      iq4nl_words(w[i], lo, hi);
+      s = __dp4a(lo, xq[i], s);
+      s = __dp4a(hi, xq[i + 4], s);
+    }
     return __half2float(__ushort_as_half(static_cast<unsigned short>(scale))) * xds.x * static_cast<float>(s);
   } else {
     // Byte j holds element j (low nibble) and j + 16 (high nibble).
@@ -310,6 +325,9 @@ void launch_gemm_rows_quant(const DeviceWeight& w, const int8_t* q8, const float
             case DType::Q4_1:
               launch_quant<DType::Q4_1, TT>(w, qc, dc, yc, stream, accumulate);
               break;
+            case DType::IQ4_NL:
+              launch_quant<DType::IQ4_NL, TT>(w, qc, dc, yc, stream, accumulate);
+              break;
             case DType::Q4_K:
               launch_quant<DType::Q4_K, TT>(w, qc, dc, yc, stream, accumulate);
               break;
@@ -318,6 +336,9 @@ void launch_gemm_rows_quant(const DeviceWeight& w, const int8_t* q8, const float
               break;
             case DType::Q6_K:
               launch_quant<DType::Q6_K, TT>(w, qc, dc, yc, stream, accumulate);
+              break;
+            case DType::IQ4_XS:
+              launch_quant<DType::IQ4_XS, TT>(w, qc, dc, yc, stream, accumulate);
               break;
             default:
               fail_message("matmul: no multi-row quant kernel for this dtype");

@@ -11,6 +11,8 @@
 // Quantized weights multiply 8-bit quants by the q8-quantized activation with dp4a (4 int8 products per
 // instruction), so dequantization costs a few integer instructions per 32 weights instead of 32 float conversions.
 // This file: launch-shape choice and host dispatch; the kernels are in gemv_float.cu and gemv_quant.cu.
+#include <cstdint>
+
 #include "backends/cuda/cuda_options.h"
 #include "backends/cuda/kernels/gemv_common.cuh"
 
@@ -65,9 +67,8 @@ const std::vector<GemvConfig>& gemv_configs() {
   return configs;
 }
 
-bool gemv_norm_out_supported(const GemvConfig& c, bool clusters) {
-  const detail::Shape s{c.threads, c.rows, c.unroll, c.prefetch};
-  return clusters ? detail::has_norm_out(s) : detail::has_norm_out_groups(s);
+bool gemv_norm_out_supported(const GemvConfig& c) {
+  return detail::has_norm_out_groups(detail::Shape{c.threads, c.rows, c.unroll, c.prefetch});
 }
 
 bool gemv_config_supported(DType dtype, const GemvConfig& c) {
@@ -75,10 +76,10 @@ bool gemv_config_supported(DType dtype, const GemvConfig& c) {
   return detail::shape_index(c) >= 0 && (!gemv_quantized(dtype) || detail::shape_compiled(dtype, s));
 }
 
-bool gemv_norm_out_supported(const GemvConfig& c, bool clusters, DType dtype) {
+bool gemv_norm_out_supported(const GemvConfig& c, DType dtype) {
   const detail::Shape s{c.threads, c.rows, c.unroll, c.prefetch};
-  return gemv_norm_out_supported(c, clusters) && gemv_config_supported(dtype, c) &&
-         (clusters || detail::norm_out_group_threads(s) <= detail::max_group_threads(dtype));
+  return gemv_norm_out_supported(c) && gemv_config_supported(dtype, c) &&
+         detail::norm_out_group_threads(s) <= detail::max_group_threads(dtype);
 }
 
 namespace {
@@ -94,36 +95,105 @@ const GemvConfig* shape_override(int64_t n, int64_t k) {
 
 }  // namespace
 
+namespace detail {
+namespace {
+
+// One row of a format's launch-shape table: the shape for matrices of at most k_max columns and n_max rows (the first
+// row that holds the matrix wins; the last row of a table holds every matrix).
+struct ShapeRule {
+  int64_t k_max, n_max;
+  GemvConfig config;
+};
+constexpr int64_t kAny = INT64_MAX;
+
+// The best launch shape of tessera_bench_kquant --all-configs per format and Llama-3-8B / 3.2-1B shape (H100,
+// 2026-11-26, 26 shapes; 16 for q5_K and q6_K, whose units spill at more than four rows x slots). A 64-element unit
+// per thread and step leaves short rows (K = 2048-4096: 32-64 units) few steps per thread, so one-warp blocks of 2-8
+// rows won there (% of the byte floor, the previous default's in parentheses): q4_K 4096x4096 60.9 (57.6),
+// 6144x4096 72.3 (65.2), 28672x4096 94.9 (89.3), 4096x14336 80.8 (72.0), 3072x2048 46.5 (30.3), 16384x2048 71.6
+// (52.0); iq4_xs 28672x4096 77.3 (61.1), 16384x2048 57.6 (32.0); iq4_nl 4096x14336 85.0 (70.8), 6144x4096 73.5
+// (57.8). A second run (same day, with the unit's halves loaded through L1 and three more one-warp shapes) moved
+// q4_K 4096x4096 and 4096x14336 to 32/4/2 (62.8% against 32/8/1's 60.2%; 77.2% against 64/8/1's 74.6%), q6_K and
+// iq4_nl 2048x2048 to 32/2/2 and 32/4/2 (+2-3 points). Shapes between the measured ones take the nearest measured
+// class. End to end (tessera bench --arch llama3-8b --random-weights -n 128, H100): q4_K tg128 447.8 -> 486.6 tok/s,
+// iq4_nl 436.4 -> 471.2.
+constexpr ShapeRule kQ4KRules[] = {
+    {2048, kAny, {32, 4, 1, 0}}, {4096, 4096, {32, 4, 2, 0}}, {4096, 8192, {32, 4, 1, 0}},
+    {4096, kAny, {32, 2, 2, 0}}, {8192, kAny, {64, 2, 1, 0}}, {kAny, kAny, {32, 4, 2, 0}},
+};
+constexpr ShapeRule kQ5KRules[] = {
+    {2048, kAny, {32, 4, 1, 0}},
+    {4096, 4096, {32, 4, 1, 0}},
+    {8192, kAny, {64, 2, 1, 0}},
+    {kAny, kAny, {32, 4, 1, 0}},
+};
+constexpr ShapeRule kQ6KRules[] = {
+    {2048, 2048, {32, 2, 2, 0}}, {2048, kAny, {32, 4, 1, 0}}, {4096, 14336, {64, 2, 1, 0}},
+    {4096, kAny, {32, 2, 2, 0}}, {kAny, kAny, {64, 2, 1, 0}},
+};
+constexpr ShapeRule kIQ4XSRules[] = {
+    {2048, 8192, {32, 4, 1, 0}}, {2048, kAny, {32, 8, 1, 0}}, {4096, kAny, {32, 4, 1, 0}},
+    {8192, kAny, {64, 4, 1, 0}}, {kAny, kAny, {32, 4, 1, 0}},
+};
+// iq4_nl: q4_0's bytes per 32-block; rows of at most 1,024 columns (SmolLM2) keep q4_0's pick (not swept).
+constexpr ShapeRule kIQ4NLRules[] = {
+    {1024, kAny, {0, 0, 0, 0}},  {2048, 2048, {32, 4, 2, 0}}, {2048, 4096, {32, 4, 1, 0}},  {2048, kAny, {32, 8, 1, 0}},
+    {4096, 4096, {64, 8, 1, 0}}, {4096, 8192, {32, 4, 1, 0}}, {8192, kAny, {128, 4, 1, 0}}, {kAny, kAny, {64, 8, 1, 0}},
+};
+
+template <size_t N>
+const GemvConfig* pick(const ShapeRule (&rules)[N], int64_t n, int64_t k) {
+  for (const ShapeRule& r : rules)
+    if (k <= r.k_max && n <= r.n_max) return r.config.threads != 0 ? &r.config : nullptr;
+  return nullptr;
+}
+
+// The swept launch shape of a format with a table above, or null (the format's rule in gemv_default_config).
+const GemvConfig* swept_unit_config(DType dtype, int64_t n, int64_t k) {
+  switch (dtype) {
+    case DType::Q4_K:
+      return pick(kQ4KRules, n, k);
+    case DType::Q5_K:
+      return pick(kQ5KRules, n, k);
+    case DType::Q6_K:
+      return pick(kQ6KRules, n, k);
+    case DType::IQ4_XS:
+      return pick(kIQ4XSRules, n, k);
+    case DType::IQ4_NL:
+      return pick(kIQ4NLRules, n, k);
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
 GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
   if (const GemvConfig* o = shape_override(n, k)) return *o;
   // Picked from the H100 sweeps of every shape in the table (docs/CUDA_NOTES.md, runs 1-3): at the issue's large
   // shapes each choice is within ~3% of the sweep's best (q8_0/q4 at 4096x14336 within ~5%).
-  if (dtype == DType::Q4_K || dtype == DType::Q5_K || dtype == DType::Q6_K) {
-    // K-quants: a thread's step is one 64-element unit per row (quant_units.h), so a 4096-wide row is 64 units:
-    // 64 threads cover it in one step, and rows of >= 128 units (ffn_down, K = 14336: 224) take 128 threads for two
-    // pipelined steps; four rows per block where there are rows for a wave of blocks. Picked by analogy with q8_0
-    // (same 16-byte vectors per unit), not yet swept on the H100: bench/cuda/bench_kquant --all-configs sweeps them.
-    // (128 threads come only with four rows: kShapes has no 128/2/1.)
-    const int64_t units = k / 64;
-    if (units >= 128) return {128, 4, 1, 0};
-    return {64, n >= 4096 ? 4 : 2, 1, 0};
-  }
-  const bool quant = dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q4_1;
+  if (const GemvConfig* c = detail::swept_unit_config(dtype, n, k)) return *c;
+  const bool quant = dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q4_1 || dtype == DType::IQ4_NL;
   if (quant) {
     // From the H100 sweep of the pipelined quant kernel (bench/cuda/experiments/gemv_quant_sweep.cu, 2026-11-22;
     // docs/CUDA_NOTES.md):
     // each pick is within ~2% of the best of 16 shapes x 5 kernel variants at Llama-3-8B's shapes.
     const bool q8 = dtype == DType::Q8_0;
     const int64_t blocks = k / detail::kQ;  // 32-blocks per row
-    if (blocks >= 256) {  // ffn_down (K = 14336): 4-bit formats take the capped kernel, one wave
+    if (blocks >= 256) {                    // ffn_down (K = 14336): 4-bit formats take the capped kernel, one wave
       // q8_0: 128/4/1 inside the decode graph beat the isolated sweep's 256/2/2 (8B q8_0 decode 306.7 -> 311.4 tok/s,
       // H100, TESSERA_CUDA_GEMV_SHAPES sweep of 2026-11-22; 256/4/1 305.9, 128/2/2 302.6).
       if (q8) return {128, 4, 1, 0};
-      return dtype == DType::Q4_0 ? GemvConfig{128, 4, 1, 0} : GemvConfig{256, 4, 1, 0};
+      return dtype == DType::Q4_0 || dtype == DType::IQ4_NL ? GemvConfig{128, 4, 1, 0} : GemvConfig{256, 4, 1, 0};
     }
-    if (n >= 8192) return {128, 4, 1, 0};               // many rows (gate|up, lm_head): several waves
-    if (n >= 4096) return {64, 4, 1, 0};                // q|k|v, o: one wave of 64-thread blocks
-    return q8 ? GemvConfig{64, 2, 1, 0} : GemvConfig{128, 4, 1, 0};
+    if (n >= 8192) return {128, 4, 1, 0};  // many rows (gate|up, lm_head): several waves
+    if (n >= 4096) return {64, 4, 1, 0};   // q|k|v, o: one wave of 64-thread blocks
+    // Llama-3.2-1B's q|k|v and o (2048 wide, 64 blocks per row): q8_0 at 64/4/1 reached 79.7% / 65.9% of the byte
+    // floor against 64/2/1's 60.2% / 46.5% (tessera_bench_kquant --all-configs, H100, 2026-11-26); narrower rows
+    // (SmolLM2) keep the in-graph pick.
+    if (q8) return blocks >= 64 ? GemvConfig{64, 4, 1, 0} : GemvConfig{64, 2, 1, 0};
+    return GemvConfig{128, 4, 1, 0};
   }
   const int64_t vectors = k * (dtype == DType::F32 ? 4 : 2) / 16;  // 16-byte loads per row
   if (dtype != DType::F32) {
@@ -143,21 +213,11 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
   return {128, 4, 2, 0};  // short rows: latency-bound; four rows per block keep the block count low
 }
 
-bool gemv_swiglu_groups_supported(const GemvConfig& c) {
-  return detail::has_swiglu_groups(detail::Shape{c.threads, c.rows, c.unroll, c.prefetch});
-}
-
-bool gemv_swiglu_groups_supported(const GemvConfig& c, DType dtype) {
-  const detail::Shape s{c.threads, c.rows, c.unroll, c.prefetch};
-  return gemv_swiglu_groups_supported(c) && gemv_config_supported(dtype, c) &&
-         detail::swiglu_group_threads(s) <= detail::max_group_threads(dtype);
-}
-
-GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k, bool clusters) {
-  if (clusters) return gemv_default_config(dtype, n, k);
+GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k) {
   if (const GemvConfig* o = shape_override(n, k)) return *o;
   // K-quants: 256-thread groups (four rows per warp, one unit in flight per row); the 512-thread form below spills.
-  if (dtype == DType::Q4_K || dtype == DType::Q5_K || dtype == DType::Q6_K) return {64, 4, 1, 0};
+  if (dtype == DType::Q4_K || dtype == DType::Q5_K || dtype == DType::Q6_K || dtype == DType::IQ4_XS)
+    return {64, 4, 1, 0};
   // Warp groups of two rows, two loads in flight per row (16 warps per 32 rows): inside the 8B q4_1 decode graph
   // (H100, TESSERA_CUDA_GEMV_SHAPES sweep of 2026-11-22, o and down alike) 498.6 tok/s against 497.6 at one load,
   // 490.0 at four rows and two loads, 463.2 at the plain default's four rows and one load.
@@ -202,20 +262,16 @@ void gemv(const DeviceWeight& w, const GemvInput& x, float* y, cudaStream_t stre
                            "gemv: launch config (threads " + num(c.threads) + ", rows " + num(c.rows) + ", unroll " +
                                num(c.unroll) + ") has no kernel for " + std::string(dtype_name(w.dtype)) +
                                " weights (gemv_config_supported)");
-      TESSERA_CUDA_REQUIRE(
-          !x.swiglu || (w.n % 64 == 0 && !accumulate && c.rows % 2 == 0 && 32 % (c.rows / 2) == 0 && c.prefetch == 0 &&
-                        x.swiglu_q8 && x.swiglu_ds &&
-                        (x.swiglu_groups ? gemv_swiglu_groups_supported(c, w.dtype) : x.swiglu_tickets != nullptr)),
-          "gemv: the quantized SwiGLU epilogue needs [gate; up] with F % 32 == 0, no accumulate, a launch shape "
-          "pairing rows without prefetch (warp groups: gemv_swiglu_groups_supported), and the q8, ds and ticket "
-          "outputs (warp groups: no tickets)");
+      TESSERA_CUDA_REQUIRE(!x.swiglu,
+                           "gemv: the SwiGLU epilogue needs float weights (quantized weights: a swiglu launch after "
+                           "the gate|up GEMV)");
       TESSERA_CUDA_REQUIRE(
           x.q8 != nullptr && x.q8_ds != nullptr && detail::aligned16(x.q8) && detail::aligned16(x.q8_ds),
           "gemv: quantized weights need the q8 activation (16-byte aligned; see quantize_q8)");
       TESSERA_CUDA_REQUIRE(
           x.norm_out_w == nullptr ||
-              (gemv_norm_out_supported(c, x.norm_out_clusters, w.dtype) && w.n % 32 == 0 && !x.swiglu &&
-               x.norm_out_q8 != nullptr && x.norm_out_ds != nullptr && x.norm_out_sumsq != nullptr),
+              (gemv_norm_out_supported(c, w.dtype) && w.n % 32 == 0 && !x.swiglu && x.norm_out_q8 != nullptr &&
+               x.norm_out_ds != nullptr && x.norm_out_sumsq != nullptr),
           "gemv: the norm_out epilogue needs N % 32 == 0, no SwiGLU, its q8, ds and sumsq outputs, and a launch shape "
           "of gemv_norm_out_supported (threads " +
               num(c.threads) + ", rows " + num(c.rows) + ", unroll " + num(c.unroll) + ", prefetch " + num(c.prefetch) +

@@ -187,38 +187,26 @@ int blocks_per_sm(Kernel kernel, int threads) {
 struct Shape {
   int threads, rows, unroll, prefetch;
 };
+// The last nine are K-quant candidates (tessera_bench_kquant --all-configs): a 64-element unit per thread and step
+// leaves a 4096-wide row (64 units) one step for 64 threads, with nothing for the pipeline to overlap, and a 2048-wide
+// row (32 units) half the threads idle: one warp per block (two steps, or one full one), or eight rows per block; the
+// last three are one-warp blocks with a 4096-wide row's 64 units in flight in one step (2 or 4 slots per lane).
 constexpr Shape kShapes[] = {
     {64, 1, 4, 0},  {128, 1, 4, 0}, {256, 1, 4, 0}, {128, 1, 8, 0}, {256, 1, 8, 0}, {64, 2, 2, 0},  {128, 2, 2, 0},
     {256, 2, 2, 0}, {128, 2, 4, 0}, {256, 2, 4, 0}, {64, 4, 2, 0},  {128, 4, 1, 0}, {256, 4, 1, 0}, {128, 4, 2, 0},
     {256, 4, 2, 0}, {64, 2, 2, 1},  {128, 2, 2, 1}, {256, 2, 2, 1}, {128, 4, 2, 1}, {64, 1, 4, 1},
-    // quantized defaults at 4096-6144 x 4096 (bench/cuda/experiments/gemv_quant_sweep.cu)
-    {64, 4, 1, 0},  {64, 2, 1, 0},
+    // quantized defaults at 4096-6144 x 4096 (experiments/gemv_quant_sweep.cu), then the K-quant candidates
+    {64, 4, 1, 0},  {64, 2, 1, 0},  {32, 4, 1, 0},  {32, 2, 2, 0},  {32, 8, 1, 0},  {64, 8, 1, 0},  {32, 4, 2, 0},
+    {32, 2, 4, 0},  {32, 1, 4, 0},
 };
 constexpr int kNumShapes = static_cast<int>(sizeof(kShapes) / sizeof(kShapes[0]));
 
-// The launch shapes with the quantized norm_out epilogue (GemvInput::norm_out_*): those gemv_default_config picks for
-// the residual projections (o: 64/4/1, down: 128/4/1 for q8_0 and q4_0, 256/4/1 for q4_1; below 4096 rows 64/2/1 for
-// q8_0 and 128/4/1).
-constexpr bool has_norm_out(const Shape& s) {
-  return s.prefetch == 0 && ((s.threads == 64 && s.rows == 4 && s.unroll == 1) ||
-                             (s.threads == 64 && s.rows == 2 && s.unroll == 1) ||
-                             (s.threads == 256 && s.rows == 4 && s.unroll == 1) ||
-                             (s.threads == 128 && s.rows == 4 && s.unroll == 1));
-}
-
-// The launch shapes with the warp-group norm_out epilogue (the default form): a block of kQ / rows warps owns 32 rows
-// and each warp streams its rows as a 32-thread block of the shape's rows and unroll would (the shape's thread count
-// is not used). Rows 2 or 4 (512 or 256 threads: 1,024-thread blocks would cap registers at 64), at most 2 loads in
-// flight per row.
+// The launch shapes with the quantized norm_out epilogue (GemvInput::norm_out_*), as warp groups: a block of kQ / rows
+// warps owns 32 rows and each warp streams its rows as a 32-thread block of the shape's rows and unroll would (the
+// shape's thread count is not used). Rows 2 or 4 (512 or 256 threads: 1,024-thread blocks would cap registers at 64),
+// at most 2 loads in flight per row.
 constexpr bool has_norm_out_groups(const Shape& s) {
   return s.prefetch == 0 && (s.rows == 2 || s.rows == 4) && s.unroll <= 2;
-}
-
-// The launch shapes with the warp-group quantized SwiGLU epilogue (GemvInput::swiglu_groups): each warp takes rows / 2
-// gate rows and their up rows, so a block is 32 / (rows / 2) warps: rows 4 (512 threads, at most 128 registers each)
-// or rows 2 (1,024 threads, 64 registers), at one load in flight per row (two spilled at q8_0).
-constexpr bool has_swiglu_groups(const Shape& s) {
-  return s.prefetch == 0 && s.unroll == 1 && (s.rows == 4 || s.rows == 2);
 }
 
 // The launch shapes a quantized format's kernels are compiled for. ptxas spills (an error in this build) where a q6_K
@@ -227,12 +215,11 @@ constexpr bool has_swiglu_groups(const Shape& s) {
 // K-quant meets the register cap of a 512- or 1,024-thread warp-group block (128 or 64 registers per thread).
 constexpr int max_rows_unroll(DType d) { return d == DType::Q6_K || d == DType::Q5_K ? 4 : 8; }
 constexpr int max_group_threads(DType d) {
-  return d == DType::Q4_K || d == DType::Q5_K || d == DType::Q6_K ? 256 : 1024;
+  return d == DType::Q4_K || d == DType::Q5_K || d == DType::Q6_K || d == DType::IQ4_XS ? 256 : 1024;
 }
 constexpr bool shape_compiled(DType d, const Shape& s) { return s.rows * s.unroll <= max_rows_unroll(d); }
-// Block sizes of the warp-group epilogues (GemvInput::norm_out_*, swiglu_groups) at launch shape s.
+// Block size of the warp-group norm_out epilogue (GemvInput::norm_out_*) at launch shape s.
 constexpr int norm_out_group_threads(const Shape& s) { return kWarp * (kQ / s.rows); }
-constexpr int swiglu_group_threads(const Shape& s) { return kWarp * (kQ / (s.rows / 2 > 0 ? s.rows / 2 : 1)); }
 
 struct LaunchArgs {
   const DeviceWeight* w;  // with GemvInput::swiglu: [gate; up], 2 * n_out rows

@@ -1,5 +1,5 @@
-// GEMV kernels for the K-quants (q4_K, q5_K, q6_K) in the SPLIT_Q layout: gemv_quant_kernel.cuh's kernel with the
-// formats' 64-element units (quant_units.h), so every epilogue of the quantized GEMV (accumulate, SwiGLU, the RMSNorm
+// GEMV kernels for the K-quants (q4_K, q5_K, q6_K) and iq4_xs in the SPLIT_Q layout: gemv_quant_kernel.cuh's kernel
+// with the formats' 64-element units (quant_units.h), so every epilogue of the quantized GEMV (accumulate, the RMSNorm
 // folds) serves them as it serves q4_1.
 #include "backends/cuda/kernels/gemv_quant_kernel.cuh"
 
@@ -15,6 +15,9 @@ void launch_gemv_kquant(int index, const LaunchArgs& a) {
       break;
     case DType::Q6_K:
       launch_indexed<DType::Q6_K>(index, a, std::make_index_sequence<kNumShapes>{});
+      break;
+    case DType::IQ4_XS:
+      launch_indexed<DType::IQ4_XS>(index, a, std::make_index_sequence<kNumShapes>{});
       break;
     default:
       fail_message("gemv: no quant kernel for this dtype");

@@ -21,6 +21,17 @@ __device__ __forceinline__ float block_dot(const uint4 (&wq)[QuantFmt<D>::kQuant
 #pragma unroll
     for (int i = 0; i < 8; ++i) sumi = __dp4a(w[i], xq[i], sumi);
     return __half2float(__ushort_as_half(static_cast<unsigned short>(scale))) * xds.x * static_cast<float>(sumi);
+  } else if constexpr (D == DType::IQ4_NL) {
+    // q4_0's nibbles, each a code into the int8 table (quant_units.h): sum d_w v_w d_x q_x = d_w d_x sum(v_w q_x).
+    const uint32_t w[4] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      int lo, hi;
+      iq4nl_words(w[i], lo, hi);
+      sumi = __dp4a(lo, xq[i], sumi);
+      sumi = __dp4a(hi, xq[i + 4], sumi);
+    }
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(scale))) * xds.x * static_cast<float>(sumi);
   } else {
     // Byte j of the 16 holds element j (low nibble) and j + 16 (high nibble); word i covers elements 4i..4i+3.
     const uint32_t w[4] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w};
@@ -82,26 +93,17 @@ __device__ __forceinline__ void quant_step(const uint4 (&wv)[ROWS][QuantFmt<D>::
 // one-wave grid at K = 14336 (4096x14336 q4_0, 128/4/1: 1024 blocks, 7 per SM uncapped = 924 resident: 13.0 us;
 // capped, 8 per SM: 11.1 us). launch_shape picks it only when the grid does not fit in one uncapped wave, and only
 // for shapes whose pipeline fits 64 registers without spilling.
-// SWIGLU (GemvInput::swiglu): the weight is [gate; up] (n = 2F rows), a block takes gate rows g0 .. g0 + ROWS/2 - 1
-// and the same up rows, stores y[g0 + j] = silu(gate) * up (y [F]) and counts its rows into the ticket of their block
-// of 32; the block completing a ticket quantizes those 32 values into sq8/sds (quantize_lane_q8, as quantize_q8) and
-// resets the ticket (the next launch finds it zero).
-struct SwigluOut {
-  int8_t* q8;
-  float2* ds;
-  unsigned int* tickets;
-};
 // RMS (GemvInput::rms_sumsq): x was quantized without its 1/rms factor; the GEMV scales its outputs by it.
 struct RmsIn {
   const float* sumsq;  // [k/32] or nullptr
   float eps;
 };
 // NORM_OUT (GemvInput::norm_out_*): the outputs also quantized for the next RMSNorm's readers, rms-free, with the
-// per-32 sums of squares. The grid runs as clusters of kQ / ROWS blocks (one cluster per 32 rows): every block pushes
-// its ROWS stored values into the cluster's first block's shared memory and arrives on the cluster barrier (release);
-// the first block waits (acquire) and quantizes the 32 values times the norm weight with one warp (quantize_lane_q8,
-// as quantize_q8). Phase 1 of the barrier (arrive at the start, wait before the push) makes sure the first block runs
-// before anyone writes into it; it never waits, as the blocks of a cluster start together.
+// per-32 sums of squares, as warp groups: the block owns one group of 32 output rows and is one warp per ROWS rows of
+// it (kQ / ROWS warps); each warp streams its rows as a block of 32 threads would (same slots, same order: the sums
+// are those of a 32-thread launch), and warp 0 quantizes the group's 32 values times the norm weight from shared
+// memory (quantize_lane_q8, as quantize_q8): no cluster, no ticket. THREADS is the block's size. (The cluster form of
+// this epilogue and the quantized SwiGLU epilogue measured slower on the H100 and left src/: docs/CUDA_NOTES.md.)
 struct NormOut {
   const float* w;  // [n]
   int8_t* q8;      // [n]
@@ -109,57 +111,38 @@ struct NormOut {
   float* sumsq;    // [n/32]
 };
 
-// WG (warp groups, with NORM_OUT or SWIGLU): the block owns one group of 32 output rows and is one warp per ROWS rows
-// of it (NORM_OUT: kQ / ROWS warps; SWIGLU: a warp takes ROWS / 2 gate rows and their up rows, kQ / (ROWS / 2)
-// warps); each warp streams its rows as a block of 32 threads would (same slots, same order: the sums are those of a
-// 32-thread launch), and the epilogue meets in shared memory: no cluster, no ticket. THREADS is the block's size.
-template <DType D, int THREADS, int ROWS, int UNROLL, int PF, bool CAP, bool SWIGLU = false, bool NORM_OUT = false,
-          bool WG = false>
+template <DType D, int THREADS, int ROWS, int UNROLL, int PF, bool CAP, bool NORM_OUT = false>
 __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
     gemv_quant_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
                       const int8_t* __restrict__ xq /*[k]*/, const float2* __restrict__ xds /*[k/32]*/,
-                      float* __restrict__ y /*[n], SWIGLU: [n/2]*/, int n, int k, bool accumulate, SwigluOut so,
-                      RmsIn rin, NormOut no, EarlyL2 early) {
+                      float* __restrict__ y /*[n]*/, int n, int k, bool accumulate, RmsIn rin, NormOut no,
+                      EarlyL2 early) {
   using Q = QuantFmt<D>;
   constexpr int QB = Q::kQuantBytes;
   constexpr int SB = Q::kScaleBytes;
-  constexpr int V = Q::kVecs;  // 16-byte vectors per unit (QB / 16, or more for q5_K)
-  constexpr int kGroupWarps = !WG ? 1 : SWIGLU ? kQ / (ROWS / 2) : kQ / ROWS;  // WG: warps per block
-  static_assert(!WG || (NORM_OUT != SWIGLU && THREADS == kWarp * kGroupWarps),
-                "warp groups: norm_out or swiglu blocks of one group of 32 outputs");
+  constexpr int V = Q::kVecs;    // 16-byte vectors per unit (QB / 16, or more for q5_K)
+  constexpr bool WG = NORM_OUT;  // warp groups
+  static_assert(!WG || (kQ % ROWS == 0 && THREADS == kWarp * (kQ / ROWS)), "warp groups: blocks of 32 outputs");
   constexpr int LT = WG ? kWarp : THREADS;  // threads sharing a row (a warp with WG, else the block)
   constexpr int kStep = LT * UNROLL;        // 32-blocks per row per step
-  constexpr int H = ROWS / 2;               // SWIGLU: gate rows per block
   const int tid = WG ? static_cast<int>(threadIdx.x) % kWarp : static_cast<int>(threadIdx.x);
   const int nb = k / Q::kUnit;  // units per row (32-blocks for q8_0, q4_0, q4_1)
-  const int row0 = WG ? static_cast<int>(blockIdx.x) * kQ + static_cast<int>(threadIdx.x) / kWarp * (SWIGLU ? H : ROWS)
-                      : blockIdx.x * (SWIGLU ? H : ROWS);  // SWIGLU: the first gate row (g0)
-  const int n_out = SWIGLU ? n / 2 : n;
+  const int row0 =
+      WG ? static_cast<int>(blockIdx.x) * kQ + static_cast<int>(threadIdx.x) / kWarp * ROWS : blockIdx.x * ROWS;
   const uint8_t* qr[ROWS];
   const uint8_t* sr[ROWS];
   const uint8_t* tr[ROWS];  // the tail rows of a format with one (q6_K's d), else null
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
-    const int rr = SWIGLU ? (r < H ? row0 + r : n_out + row0 + r - H) : row0 + r;
-    const size_t row = static_cast<size_t>(min(rr, n - 1));
+    const size_t row = static_cast<size_t>(min(row0 + r, n - 1));
     qr[r] = quants + row * nb * QB;
     sr[r] = scales + row * nb * SB;
     tr[r] = tail_row<D>(scales, n, nb, row);
   }
-  if constexpr (WG) {  // the whole block's 32 rows (n_out % 32 == 0), and with SWIGLU their 32 up rows
+  if constexpr (WG) {  // the whole block's 32 rows (n % 32 == 0)
     const size_t g = static_cast<size_t>(blockIdx.x) * kQ;
     prefetch_block_l2<THREADS>(quants + g * nb * QB, static_cast<size_t>(kQ) * nb * QB, early);
     prefetch_block_l2<THREADS>(scales + g * nb * SB, static_cast<size_t>(kQ) * nb * SB, early);
-    if constexpr (SWIGLU) {
-      prefetch_block_l2<THREADS>(quants + (n_out + g) * nb * QB, static_cast<size_t>(kQ) * nb * QB, early);
-      prefetch_block_l2<THREADS>(scales + (n_out + g) * nb * SB, static_cast<size_t>(kQ) * nb * SB, early);
-    }
-  } else if constexpr (SWIGLU) {  // two runs of rows: the gate rows' and the up rows'
-    const int half_here = min(H, n_out - row0);
-    prefetch_block_l2<THREADS>(qr[0], static_cast<size_t>(half_here) * nb * QB, early);
-    prefetch_block_l2<THREADS>(qr[H], static_cast<size_t>(half_here) * nb * QB, early);
-    prefetch_block_l2<THREADS>(sr[0], static_cast<size_t>(half_here) * nb * SB, early);
-    prefetch_block_l2<THREADS>(sr[H], static_cast<size_t>(half_here) * nb * SB, early);
   } else {
     const int rows_here = min(ROWS, n - row0);
     prefetch_block_l2<THREADS>(qr[0], static_cast<size_t>(rows_here) * nb * QB, early);
@@ -180,15 +163,9 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
         }
       }
   };
-  float norm_w = 0.0f;  // NORM_OUT, warp 0 of the group's block (clusters: of the cluster's first): lane i's weight
+  float norm_w = 0.0f;  // NORM_OUT, warp 0 of the group's block: lane i's weight
   if constexpr (NORM_OUT) {
-    static_assert(kQ % ROWS == 0, "a cluster covers one block of 32 rows");
-    if constexpr (WG) {
-      if (threadIdx.x < kWarp) norm_w = __ldg(no.w + blockIdx.x * kQ + threadIdx.x);
-    } else {
-      cluster_arrive_relaxed();
-      if (cluster_rank() == 0 && threadIdx.x < kWarp) norm_w = __ldg(no.w + row0 + threadIdx.x);
-    }
+    if (threadIdx.x < kWarp) norm_w = __ldg(no.w + blockIdx.x * kQ + threadIdx.x);
   }
   float acc[ROWS] = {};
   int b = tid;
@@ -197,7 +174,7 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
   load_step(b, wv, sc);
   pdl_wait();
   // RMS: warp 0 sums the k/32 partial sums (lane-strided, then the warp tree: a fixed order) while the weights stream;
-  // only warp 0 stores (block_sum_store and its SwiGLU twin), so only it needs the scale (with WG every warp stores).
+  // only warp 0 stores (block_sum_store), so only it needs the scale (with WG every warp stores).
   float out_scale = 1.0f;
   if (rin.sumsq != nullptr && tid < kWarp) {
     float ss = 0.0f;
@@ -229,40 +206,7 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
         for (int v = 0; v < V; ++v) wv[u][r][v] = wn[u][r][v];
       }
   }
-  if constexpr (SWIGLU && WG) {
-    // Each warp's lane 0 stores its H values (block_sum_store_swiglu's arithmetic) and puts them in shared memory;
-    // warp 0 quantizes the group of 32 (quantize_lane_q8, as quantize_q8).
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) acc[r] = warp_sum(acc[r]);
-    __shared__ float group[kQ];
-    if (tid == 0) {
-#pragma unroll
-      for (int j = 0; j < H; ++j) {
-        const float v = silu_mul(acc[j] * out_scale, acc[H + j] * out_scale);
-        y[row0 + j] = v;
-        group[threadIdx.x / kWarp * H + j] = v;
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x < kWarp) {
-      const int g = static_cast<int>(blockIdx.x);
-      so.q8[g * kQ + threadIdx.x] = quantize_lane_q8(group[threadIdx.x], so.ds + g);
-    }
-  } else if constexpr (SWIGLU) {
-    block_sum_store_swiglu<THREADS, ROWS>(acc, y, row0, n_out, out_scale);  // thread 0 stores the block's H values
-    __shared__ bool last;
-    if (threadIdx.x == 0) {
-      __threadfence();  // this block's values are visible before its ticket counts them
-      last = atomicAdd(so.tickets + row0 / kQ, static_cast<unsigned int>(H)) == static_cast<unsigned int>(kQ - H);
-    }
-    __syncthreads();
-    if (last && threadIdx.x < kWarp) {  // warp 0 quantizes the block of 32 (n_out % 32 == 0: it is whole)
-      __threadfence();
-      const int i = row0 / kQ * kQ + static_cast<int>(threadIdx.x);
-      so.q8[i] = quantize_lane_q8(__ldcg(y + i), so.ds + i / kQ);  // L2: never a stale L1 line
-      if (threadIdx.x == 0) so.tickets[row0 / kQ] = 0;
-    }
-  } else if constexpr (WG) {
+  if constexpr (WG) {
     block_sum_store<LT, ROWS>(acc, y, row0, n, accumulate, out_scale);  // each warp's lane 0 keeps its stored values
     __shared__ float group[kQ];
     if (tid == 0) {
@@ -278,26 +222,7 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
       if (threadIdx.x == 0) no.sumsq[g] = ss;
     }
   } else {
-    block_sum_store<THREADS, ROWS>(acc, y, row0, n, accumulate, out_scale);  // thread 0 keeps the stored values
-    if constexpr (NORM_OUT) {
-      __shared__ float group[kQ];  // used in the cluster's first block
-      const unsigned rank = cluster_rank();
-      cluster_wait_acquire();  // phase 1: every block of the cluster runs
-      if (threadIdx.x == 0) {
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) store_cluster_f32(group + rank * ROWS + r, 0, acc[r]);
-      }
-      cluster_arrive_release();  // phase 2: this block's rows are in place
-      if (rank != 0) return;
-      cluster_wait_acquire();
-      if (threadIdx.x < kWarp) {
-        const float v = group[threadIdx.x];
-        const int g = row0 / kQ;
-        no.q8[row0 + threadIdx.x] = quantize_lane_q8(v * norm_w, no.ds + g);
-        const float ss = warp_sum(v * v);
-        if (threadIdx.x == 0) no.sumsq[g] = ss;
-      }
-    }
+    block_sum_store<THREADS, ROWS>(acc, y, row0, n, accumulate, out_scale);
   }
 }
 
@@ -308,97 +233,35 @@ constexpr bool quant_cappable(const Shape& s) {
   return QuantFmt<D>::kQuantBytes == 16 && s.rows * s.unroll == 4;
 }
 
-// Lets `kernel` run in clusters of more than 8 blocks (16: a non-portable size, which sm_90 allows when asked).
-template <typename Kernel>
-bool allow_large_clusters(Kernel kernel) {
-  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  return true;
-}
-
-// One output per row (no SwiGLU pairing): the plain kernel, or its register-capped copy where the grid does not fit one
-// uncapped wave. NORM_OUT: the same kernels with the norm_out epilogue, run as clusters of kQ / rows blocks.
-template <DType D, int I, bool NORM_OUT>
-void launch_rows(const LaunchArgs& a, int n, int k, const SwigluOut& so, const RmsIn& rin, const NormOut& no) {
-  constexpr Shape s = kShapes[I];
-  if constexpr (NORM_OUT) {
-    if (!a.x->norm_out_clusters) {  // warp groups: one block of kQ / rows warps per 32 rows, uncapped
-      if constexpr (has_norm_out_groups(s) && shape_compiled(D, s) &&
-                    norm_out_group_threads(s) <= max_group_threads(D)) {
-        constexpr int kThreads = kWarp * (kQ / s.rows);
-        launch("gemv_quant_kernel<norm_out, warps>",
-               gemv_quant_kernel<D, kThreads, s.rows, s.unroll, s.prefetch, false, false, true, true>,
-               dim3(ceil_div(n, kQ)), dim3(kThreads), 0, a.stream, a.w->quants.as<uint8_t>(), a.w->scales.as<uint8_t>(),
-               a.x->q8, a.x->q8_ds, a.y, n, k, a.accumulate, so, rin, no, early_l2());
-      } else {
-        fail_message("gemv: this launch shape has no warp-group norm_out epilogue");
-      }
-      return;
-    }
-  }
-  if constexpr (NORM_OUT && !has_norm_out(s)) {
-    fail_message("gemv: this launch shape has no cluster norm_out epilogue");
-  } else {
-    constexpr unsigned kCluster = NORM_OUT ? kQ / s.rows : 1;
-    const auto plain = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, false, false, NORM_OUT>;
-    auto kernel = plain;
-    const dim3 grid(ceil_div(n, s.rows));
-    if constexpr (quant_cappable<D>(s)) {
-      const auto capped = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, true, false, NORM_OUT>;
-      static const int plain_per_sm = blocks_per_sm(plain, s.threads);
-      if (static_cast<int64_t>(grid.x) > static_cast<int64_t>(plain_per_sm) * sm_count()) kernel = capped;
-      if constexpr (kCluster > 8) {
-        static const bool allowed = allow_large_clusters(capped);
-        (void)allowed;
-      }
-    }
-    if constexpr (kCluster > 8) {
-      static const bool allowed = allow_large_clusters(plain);
-      (void)allowed;
-    }
-    launch_cluster(NORM_OUT ? "gemv_quant_kernel<norm_out>" : "gemv_quant_kernel", kernel, grid, dim3(s.threads), 0,
-                   a.stream, kCluster, a.w->quants.as<uint8_t>(), a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y,
-                   n, k, a.accumulate, so, rin, no, early_l2());
-  }
-}
-
+// The plain kernel, or its register-capped copy where the grid does not fit one uncapped wave; with the norm_out
+// epilogue, warp groups (one block of kQ / rows warps per 32 rows, uncapped).
 template <DType D, int I>
 void launch_shape_compiled(const LaunchArgs& a) {
   constexpr Shape s = kShapes[I];
   const int n = static_cast<int>(a.w->n), k = static_cast<int>(a.w->k);
-  const SwigluOut so{a.x->swiglu_q8, a.x->swiglu_ds, a.x->swiglu_tickets};
   const RmsIn rin{a.x->rms_sumsq, a.x->rms_eps};
   const NormOut no{a.x->norm_out_w, a.x->norm_out_q8, a.x->norm_out_ds, a.x->norm_out_sumsq};
   if (a.x->norm_out_w != nullptr) {
-    if constexpr (has_norm_out(s) || has_norm_out_groups(s))
-      launch_rows<D, I, true>(a, n, k, so, rin, no);
-    else
+    if constexpr (has_norm_out_groups(s) && norm_out_group_threads(s) <= max_group_threads(D)) {
+      constexpr int kThreads = kWarp * (kQ / s.rows);
+      launch("gemv_quant_kernel<norm_out>", gemv_quant_kernel<D, kThreads, s.rows, s.unroll, s.prefetch, false, true>,
+             dim3(ceil_div(n, kQ)), dim3(kThreads), 0, a.stream, a.w->quants.as<uint8_t>(), a.w->scales.as<uint8_t>(),
+             a.x->q8, a.x->q8_ds, a.y, n, k, a.accumulate, rin, no, early_l2());
+    } else {
       fail_message("gemv: this launch shape has no norm_out epilogue");
+    }
     return;
   }
-  if (a.x->swiglu && a.x->swiglu_groups) {
-    if constexpr (has_swiglu_groups(s) && shape_compiled(D, s) && swiglu_group_threads(s) <= max_group_threads(D)) {
-      constexpr int kThreads = kWarp * (kQ / (s.rows / 2));
-      launch("gemv_quant_kernel<swiglu, warps>",
-             gemv_quant_kernel<D, kThreads, s.rows, s.unroll, s.prefetch, false, true, false, true>,
-             dim3(ceil_div(n / 2, kQ)), dim3(kThreads), 0, a.stream, a.w->quants.as<uint8_t>(),
-             a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, false, so, rin, no, early_l2());
-      return;
-    }
-    fail_message("gemv: this launch shape has no warp-group quantized SwiGLU epilogue");
+  const auto plain = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, false>;
+  auto kernel = plain;
+  const dim3 grid(ceil_div(n, s.rows));
+  if constexpr (quant_cappable<D>(s)) {
+    static const int plain_per_sm = blocks_per_sm(plain, s.threads);
+    if (static_cast<int64_t>(grid.x) > static_cast<int64_t>(plain_per_sm) * sm_count())
+      kernel = gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, true>;
   }
-  if (a.x->swiglu) {
-    // Instantiated only for the shapes the gemv() check admits (paired rows, no prefetch), uncapped; the default
-    // shapes of a merged gate|up (64 or 128 threads, 2 or 4 rows) are among them, so the rows sum as without it.
-    constexpr bool kPairs = s.rows % 2 == 0 && s.prefetch == 0;
-    if constexpr (kPairs && kQ % (s.rows >= 2 ? s.rows / 2 : 1) == 0) {
-      launch("gemv_quant_kernel<swiglu>", gemv_quant_kernel<D, s.threads, s.rows, s.unroll, s.prefetch, false, true>,
-             dim3(ceil_div(n / 2, s.rows / 2)), dim3(s.threads), 0, a.stream, a.w->quants.as<uint8_t>(),
-             a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, false, so, rin, no, early_l2());
-      return;
-    }
-    fail_message("gemv: this launch shape has no quantized SwiGLU epilogue");
-  }
-  launch_rows<D, I, false>(a, n, k, so, rin, no);
+  launch("gemv_quant_kernel", kernel, grid, dim3(s.threads), 0, a.stream, a.w->quants.as<uint8_t>(),
+         a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, a.accumulate, rin, no, early_l2());
 }
 
 template <DType D, int I>

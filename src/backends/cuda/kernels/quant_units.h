@@ -51,6 +51,24 @@ TESSERA_UNIT uint4 ld16(const void* p) {
 #endif
   return v;
 }
+// A unit's second 16 bytes follow its first (q4_K, iq4_xs, q5_K's qs): with a unit per lane, each of the two
+// 16-byte loads of a warp spans the same 32-byte sectors (lane i reads half of sector i), so with no_allocate the
+// second load fetches every sector from L2 again (twice the L2 traffic of the DRAM bytes). Allocating in L1 (marked
+// evict-first, so x keeps its place) lets the second load hit the first's sectors. H100, tessera_bench_kquant at
+// unchanged launch shapes (2026-11-26, two machines): q4_K, q5_K and iq4_xs 2-11% faster at most 8B / 1B shapes
+// (iq4_xs 4096x4096 5.25 -> 4.68 us), while the unchanged iq4_nl and q6_K moved 0-4% the other way (the machines);
+// one shape lost (q4_K 4096x14336 at 64/8/1, 13.8 -> 14.8 us; its default moved to 32/4/2).
+TESSERA_UNIT uint4 ld16_pair(const void* p) {
+  uint4 v;
+#if defined(__CUDA_ARCH__)
+  asm("ld.global.nc.L1::evict_first.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+#else
+  std::memcpy(&v, p, 16);
+#endif
+  return v;
+}
 TESSERA_UNIT uint2 ld8(const void* p) {
   uint2 v;
 #if defined(__CUDA_ARCH__)
@@ -104,6 +122,18 @@ TESSERA_UNIT int dp4a(int a, int b, int c) {
   return c;
 #endif
 }
+// Bytes of {y, x} picked by the four 3-bit selectors in s's low 16 bits (prmt, __byte_perm; selector bit 3 is kept
+// clear by the callers).
+TESSERA_UNIT uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, y, s);
+#else
+  const uint64_t v = (static_cast<uint64_t>(y) << 32) | x;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFFu) << (8 * i);
+  return r;
+#endif
+}
 // An fp16 pair (low half first) as two floats.
 TESSERA_UNIT float2 half2(uint32_t w) {
   float2 f;
@@ -134,6 +164,32 @@ struct QuantFmt<DType::Q4_1> {
   using Scale = uint32_t;
 };
 
+// iq4_nl: q4_0's block and unit (the kernels' 32-block code reads it) with each nibble a code into GGML's 16 int8
+// values (format_detail::iq4nl_value): iq4nl_words maps a word of four quant bytes to the values of its low nibbles
+// (elements 4i .. 4i + 3 of the block) and of its high nibbles (16 + 4i ..) in four byte permutes per half word, with
+// the table in registers (no memory lookup).
+template <>
+struct QuantFmt<DType::IQ4_NL> {
+  static constexpr int kUnit = 32, kQuantBytes = 16, kScaleBytes = 2, kVecs = 1;
+  using Scale = uint32_t;
+};
+// The four table values of the four codes in n's low 16 bits, in their order.
+TESSERA_UNIT uint32_t iq4nl_lookup4(uint32_t n) {
+  // format_detail::iq4nl_value's table as four words: codes 0-3, 4-7, 8-11, 12-15.
+  constexpr uint32_t k0 = 0xbfad9881u, k1 = 0xf6eaddcfu, k2 = 0x26190d01u, k3 = 0x71594535u;
+  const uint32_t sel = n & 0x7777u;                    // the code's low 3 bits: byte within each half of the table
+  const uint32_t lo = unit::byte_perm(k0, k1, sel);    // as if every code were < 8
+  const uint32_t hi = unit::byte_perm(k2, k3, sel);    // as if every code were >= 8
+  return unit::byte_perm(lo, hi, 0x3210u | ((n & 0x8888u) >> 1));  // bit 3 picks hi's byte
+}
+// A word of four quant bytes -> (values of the low nibbles, values of the high nibbles), each as four int8.
+TESSERA_UNIT void iq4nl_words(uint32_t w, int& lo, int& hi) {
+  // Nibbles of w from bit 0: low 0, high 0, low 1, high 1, ...: a holds bytes 0-1's, b bytes 2-3's, in that order.
+  const uint32_t a = iq4nl_lookup4(w & 0xFFFFu), b = iq4nl_lookup4(w >> 16);
+  lo = static_cast<int>(unit::byte_perm(a, b, 0x6420u));
+  hi = static_cast<int>(unit::byte_perm(a, b, 0x7531u));
+}
+
 // The q8 activation of a 64-element unit that covers activation blocks 2b and 2b + 1 whole (q4_K).
 struct ActPair {
   int lo[8], hi[8];  // the two blocks' 32 int8 each, as words
@@ -162,8 +218,8 @@ struct QuantFmt<DType::Q4_K> {
   // Row pointers: quants [units, 32], heads [units / 4, 16].
   TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* /*trow*/, int b,
                                 uint4 (&wv)[2], Scale& sc) {
-    wv[0] = unit::ld16(qrow + static_cast<size_t>(b) * 32);
-    wv[1] = unit::ld16(qrow + static_cast<size_t>(b) * 32 + 16);
+    wv[0] = unit::ld16_pair(qrow + static_cast<size_t>(b) * 32);
+    wv[1] = unit::ld16_pair(qrow + static_cast<size_t>(b) * 32 + 16);
     sc = unit::ld16(srow + static_cast<size_t>(b >> 2) * 16);
   }
   TESSERA_UNIT static float dot(const uint4 (&wq)[2], const Scale& h, const ActPair& x) {
@@ -212,8 +268,8 @@ struct QuantFmt<DType::Q5_K> {
   TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* /*trow*/, int b,
                                 uint4 (&wv)[4], Scale& sc) {
     const uint8_t* q = qrow + static_cast<size_t>(b >> 2) * 160;
-    wv[0] = unit::ld16(q + 32 + 32 * (b & 3));
-    wv[1] = unit::ld16(q + 48 + 32 * (b & 3));
+    wv[0] = unit::ld16_pair(q + 32 + 32 * (b & 3));
+    wv[1] = unit::ld16_pair(q + 48 + 32 * (b & 3));
     wv[2] = unit::ld16(q);
     wv[3] = unit::ld16(q + 16);
     sc = unit::ld16(srow + static_cast<size_t>(b >> 2) * 16);
@@ -231,6 +287,48 @@ struct QuantFmt<DType::Q5_K> {
       shi = unit::dp4a(static_cast<int>(hi), x.hi[i], shi);
     }
     return QuantFmt<DType::Q4_K>::finish(h, x, slo, shi);
+  }
+};
+
+// iq4_xs: a unit is 64 elements, sub-blocks 2 sub and 2 sub + 1 of a super-block (32 bytes of qs: 16 per sub-block,
+// element l < 16 in byte l's low nibble, l >= 16 in byte l - 16's high nibble), each nibble a code into iq4_nl's
+// table (iq4nl_words); the super-block's 8-byte head (fp16 d, scales_h, scales_l[4]) is one broadcast load, and
+// sub-block j's scale is (4 bits of scales_l[j / 2] | 2 bits of scales_h << 4) - 32.
+template <>
+struct QuantFmt<DType::IQ4_XS> {
+  static constexpr int kUnit = 64, kQuantBytes = 32, kScaleBytes = 2, kVecs = 2;
+  using Scale = uint2;  // the head: x = d | scales_h << 16, y = scales_l[0..3]
+  using Act = ActPair;
+  // Row pointers: quants [units, 32], heads [units / 4, 8].
+  TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* /*trow*/, int b,
+                                uint4 (&wv)[2], Scale& sc) {
+    wv[0] = unit::ld16_pair(qrow + static_cast<size_t>(b) * 32);
+    wv[1] = unit::ld16_pair(qrow + static_cast<size_t>(b) * 32 + 16);
+    sc = unit::ld8(srow + static_cast<size_t>(b >> 2) * 8);
+  }
+  // Sub-block j's scale minus 32 from the head.
+  TESSERA_UNIT static int scale(const Scale& h, int j) {
+    const int low = static_cast<int>((h.y >> (4 * j)) & 0xFu);  // scales_l[j / 2] >> 4 (j % 2)
+    const int high = static_cast<int>((h.x >> (16 + 2 * j)) & 3u);
+    return (low | (high << 4)) - 32;
+  }
+  TESSERA_UNIT static float dot(const uint4 (&wq)[2], const Scale& h, const ActPair& x) {
+    const uint32_t a[4] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w};
+    const uint32_t b[4] = {wq[1].x, wq[1].y, wq[1].z, wq[1].w};
+    int slo = 0, shi = 0;
+    TESSERA_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      int lo, hi;
+      iq4nl_words(a[i], lo, hi);
+      slo = unit::dp4a(lo, x.lo[i], slo);
+      slo = unit::dp4a(hi, x.lo[i + 4], slo);
+      iq4nl_words(b[i], lo, hi);
+      shi = unit::dp4a(lo, x.hi[i], shi);
+      shi = unit::dp4a(hi, x.hi[i + 4], shi);
+    }
+    const float d = format_detail::half_value(static_cast<uint16_t>(h.x & 0xFFFFu));
+    return d * static_cast<float>(scale(h, 2 * x.sub)) * x.ds_lo.x * static_cast<float>(slo) +
+           d * static_cast<float>(scale(h, 2 * x.sub + 1)) * x.ds_hi.x * static_cast<float>(shi);
   }
 };
 
@@ -334,7 +432,17 @@ template <DType D>
 TESSERA_UNIT float split_value(const uint8_t* quants, const uint8_t* scales, int n_rows, size_t row, int k, int i) {
   const size_t sb = row * static_cast<size_t>(k / kQKK) + static_cast<size_t>(i / kQKK);
   const int e = i % kQKK;
-  if constexpr (D == DType::Q5_K) {  // q4_K's value with the fifth bit: qh [32] then qs [128] (split_layout.h)
+  if constexpr (D == DType::IQ4_XS) {  // head [8] (d, scales_h, scales_l), qs [128] (split_layout.h)
+    const int j = e / kQK, l = e % kQK;
+    const uint8_t* head = scales + sb * 8;
+    const uint8_t byte = quants[sb * 128 + 16 * j + l % 16];
+    const int code = l < 16 ? (byte & 0xF) : (byte >> 4);
+    const int low = (head[4 + j / 2] >> (4 * (j % 2))) & 0xF;
+    const int high = ((head[2] | (head[3] << 8)) >> (2 * j)) & 3;
+    const float d = format_detail::half_value(static_cast<uint16_t>(head[0] | (head[1] << 8)));
+    const float dl = d * static_cast<float>((low | (high << 4)) - 32);
+    return dl * static_cast<float>(format_detail::iq4nl_value(code));
+  } else if constexpr (D == DType::Q5_K) {  // q4_K's value with the fifth bit: qh [32] then qs [128] (split_layout.h)
     const int j = e / kQK, l = e % kQK;
     const uint8_t* head = scales + sb * 16;
     const uint8_t* q = quants + sb * 160;

@@ -1,0 +1,132 @@
+// TEAL's sparse decode on CUDA (issue 23, docs/TEAL.md): SPARSIFY's thresholding builds, on the device, the list of
+// an activation row's surviving channels, and the sparse GEMV reads only the weights those channels multiply.
+//
+// Skipping inside the GEMV's row-major layout would leave each skipped channel's 2 bytes inside the 32-byte sectors
+// DRAM delivers, so nothing would be saved: the sparse GEMV reads a second, channel-blocked copy of the weight
+// (SparseWeight), in which one channel's weights for a tile of 64 output rows are 128 contiguous bytes (one cache
+// line). A block owns one tile and a slice of the surviving-channel list; no atomics on values (split slices are
+// summed by the tile's last block in a fixed order, so results do not depend on scheduling).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/memory.h"
+#include "core/dtype.h"
+
+namespace tessera::cuda {
+
+// Output rows whose weights for one input channel are contiguous in a SparseWeight: 64 16-bit values (128 bytes, one
+// cache line) by default; 128 and 256 (longer contiguous runs, fewer tiles) for the benchmark's comparison.
+constexpr int kSparseTile = 64;
+bool sparse_tile_supported(int tile);  // 64, 128, 256
+
+// W [n, k] channel-blocked. Float formats (bf16, f16): data[t][c][r] = W[t * tile + r, c] (rows past n are zero).
+// Quantized formats (q8_0, q4_0, q4_1; tile 64): per (tile t, block b of 32 channels) a chunk of
+// sparse_quant_header(dtype) bytes of the 64 rows' scales (fp16 d per row; q4_1 (d, m) pairs), then the block's 32
+// channels, each sparse_quant_run(dtype) bytes: the 64 rows' quants (q8_0 int8; q4 a byte per two rows, the even row
+// in the low nibble), the file's values unchanged. A surviving channel costs its run in every tile, and a block with
+// any survivor its header once per tile (read through L1 by the block's channels).
+struct SparseWeight {
+  DType dtype = DType::BF16;
+  int64_t n = 0;
+  int64_t k = 0;
+  int tile = kSparseTile;
+  bool columns = false;  // make_sparse_columns' channel-major copy: one tile of all n rows padded to 64 (gemv_sparse_x)
+  DeviceBuffer data;     // float: [ceil(n / tile), k, tile]; quantized: [ceil(n / 64), k / 32, chunk]
+  int64_t tiles() const { return (n + tile - 1) / tile; }
+  // Bytes one surviving channel costs the sparse GEMV (all tiles' runs of that channel; quantized: without headers).
+  uint64_t bytes_per_channel() const;
+};
+int sparse_quant_run(DType dtype);     // q8_0 64, q4_0 / q4_1 32
+int sparse_quant_header(DType dtype);  // q8_0 / q4_0 128, q4_1 256
+
+// Weight formats with a sparse GEMV: bf16, f16, q8_0, q4_0, q4_1 (the K-quants: not yet).
+bool gemv_sparse_supports(DType dtype);
+
+// The channel-blocked copy of w (bf16/f16 GemvLayout::ROWS, or q8_0/q4_0/q4_1 SPLIT_Q), made on the device on
+// `stream` (no host round trip). Quantized formats take tile 64 only. Error for another format.
+SparseWeight make_sparse_weight(const DeviceWeight& w, cudaStream_t stream, int tile = kSparseTile);
+
+// One surviving channel of a sparsified row: its index and its value's float bits (one 8-byte load per channel).
+using SparseEntry = int2;
+
+// SPARSIFY (graph.h) on the device, one block per row: y[i, :] = x[i, :] with |x| <= threshold zeroed when
+// threshold >= 0 (calibrated thresholds), else with the floor(sparsity * k) smallest magnitudes zeroed, ties the
+// first ones in index order: the CPU kernel's rule (backends/cpu/ops/sparsify.cpp), found by a three-pass radix
+// select on |x|'s bits. y may equal x, or be null. With `list` and `count`, row i's surviving nonzero entries go to
+// list[i * k ...] in ascending channel order and their number to count[i]. With `zeros` (two counters, never reset
+// here): zeros[0] += entries zeroed or zero, zeros[1] += t * k (achieved sparsity, as the CPU counts it).
+// q8_list (needs y, the list and k a multiple of 32): the list's values are the zeroed row's 8-bit activations d * q
+// (per block of 32, as the CPU's quantized kernels quantize x), for the quantized sparse GEMV.
+void sparsify(const float* x /*[t, k]*/, float* y /*[t, k] or null*/, int64_t t, int64_t k, float sparsity,
+              float threshold, SparseEntry* list /*[t, k] or null*/, int32_t* count /*[t] or null*/,
+              unsigned long long* zeros /*[2] or null*/, cudaStream_t stream, bool q8_list = false);
+
+// The process's achieved-sparsity counters on the device ([2]: zeros, elements), the `zeros` argument the executors
+// pass to sparsify (process-wide, as the CPU's: backends/cpu/ops/sparsify.cpp). Allocated on first use.
+unsigned long long* sparsity_counters();
+// Their values (waits for the device) and a reset to zero (waits too).
+std::pair<uint64_t, uint64_t> read_sparsity_counters();
+void reset_sparsity_counters();
+
+// Partial sums and tickets of the split form (the default where one block per tile would leave SMs idle), sized for
+// weights of at most max_n rows.
+class SparseGemvWorkspace {
+ public:
+  explicit SparseGemvWorkspace(int64_t max_n);
+  // Rows its partials cover (max_n rounded up to the largest tile) and 64-row tiles its tickets cover.
+  int64_t max_rows() const { return max_tiles_ * kSparseTile; }
+  int64_t max_tiles() const { return max_tiles_; }
+  float* partials() const { return partials_.as<float>(); }
+  unsigned int* tickets() const { return tickets_.as<unsigned int>(); }
+  static constexpr int kMaxSplits = 64;
+
+ private:
+  int64_t max_tiles_ = 0;
+  DeviceBuffer partials_;  // [kMaxSplits, max_tiles * 64], max_tiles rounded up to a multiple of 4 (256-row tiles)
+  DeviceBuffer tickets_;   // [max_tiles] blocks finished per tile; zero between launches (the last block resets it)
+};
+
+// The number of list slices (blocks per tile) gemv_sparse uses for w by default: enough blocks for every SM.
+int gemv_sparse_default_splits(const SparseWeight& w);
+
+// y[N] = W · x over the surviving channels list[0 .. *count) of x (sparsify's output for one row): y[r] = sum over
+// entries e of W[r, e.x] * float(e.y), in a fixed order (the same list gives the same y). accumulate: y += instead.
+// splits 0: gemv_sparse_default_splits; else 1..kMaxSplits.
+void gemv_sparse(const SparseWeight& w, const SparseEntry* list /*[k]*/, const int32_t* count /*[1]*/, float* y /*[N]*/,
+                 bool accumulate, SparseGemvWorkspace& ws, cudaStream_t stream, int splits = 0);
+
+// ---- The channel-major form (gemv_sparse_cols.cu): no list and no SPARSIFY launch ----
+// Phase-1 measurements (H100, L2 flushed, 8B shapes at 50%): the list walk over 64-row tiles streamed 1.6 TB/s (the
+// dependent list load in front of every weight load, 128-byte runs), and the SPARSIFY launch in front of each GEMV
+// (7-15 us, 128 per token) made sparse decode slower than dense. This form reads x itself: each block thresholds its
+// slice of x (the calibrated-threshold rule, or threshold 0 on an x SPARSIFY's top-k already zeroed) and walks the
+// kept channels, each a 2 KB run of a column stored contiguously.
+// Measured (H100, L2 flushed, 2026-11-26, tessera_bench_sparse): at 50%, 4096->14336 33.1 us (tiled list walk 36.1,
+// dense 46.7), 14336->4096 36.8 us (36.4, 48.2), 4096x4096 19.9 us (17.4, 17.9): ~1.8 TB/s on the bytes read, short
+// of the issue's 22 us. The other launch shapes (256 x 8, 128 x 16, 16 channels per group) were no faster, nor was
+// the software pipelining or the batched reduction of the partials: the limit is elsewhere (not yet profiled).
+// End to end (8B bf16, tg64): calibrated thresholds at 50% (53.6% achieved) 210.0 tok/s against dense 198.3; top-k
+// 50% (a SPARSIFY launch per input) 159.9.
+
+// W [n, k] as data[c][r] = W[r, c], rows padded to a multiple of 64 (tile = the padded n, columns = true). bf16/f16.
+SparseWeight make_sparse_columns(const DeviceWeight& w, cudaStream_t stream);
+
+// Launch shapes (the benchmark times each): 0 (the default) 128 threads x 8 rows, 1 256 x 8, 2 128 x 16 (two
+// adjacent 16-byte loads per channel), 3 128 x 8 with 16 channels per pipeline group.
+int gemv_sparse_x_variants();
+// Slices of k (blocks per stripe of rows) gemv_sparse_x uses by default.
+int gemv_sparse_x_default_splits(const SparseWeight& w, int variant = 0);
+
+// y[N] (+)= W · x' where x'[c] = x[c] if !(|x[c]| <= threshold) and x[c] != 0, else 0: SPARSIFY's calibrated-threshold
+// rule folded in (threshold >= 0; 0 keeps x's nonzero entries). Fixed summation order (the same x gives the same bits).
+// zeros: as sparsify's (the achieved-sparsity counters), or null. splits 0: the default; else at least k / 2048.
+void gemv_sparse_x(const SparseWeight& w, const float* x /*[k]*/, float threshold, float* y /*[N]*/, bool accumulate,
+                   SparseGemvWorkspace& ws, cudaStream_t stream, unsigned long long* zeros = nullptr, int splits = 0,
+                   int variant = 0);
+
+}  // namespace tessera::cuda

@@ -1,0 +1,337 @@
+// TEAL on CUDA (kernels/gemv_sparse.h): the device SPARSIFY against a host reference of the CPU's rule (the
+// floor(sparsity * k) smallest magnitudes zeroed, ties the first in index order; or |x| <= threshold), bit for bit,
+// with its surviving-channel list and counters; and the sparse GEMV against the double-precision reference on the
+// zeroed x, for bf16, f16, q8_0, q4_0 and q4_1, row counts that are not a multiple of the 64-row tile, every split form
+// and accumulate.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "backends/cuda/kernels/gemv_sparse.h"
+#include "core/error.h"
+#include "cuda_test_util.h"
+
+namespace tessera::cuda::test {
+namespace {
+
+// The CPU's SPARSIFY rule, written independently: sort the indices by (|x|, index) and zero the first drop.
+std::vector<float> sparsify_ref(const std::vector<float>& x, float sparsity, float threshold) {
+  std::vector<float> y = x;
+  if (threshold >= 0) {
+    for (float& v : y)
+      if (std::fabs(v) <= threshold) v = 0.0f;
+    return y;
+  }
+  const auto k = static_cast<int64_t>(x.size());
+  const auto drop = static_cast<int64_t>(std::floor(static_cast<double>(sparsity) * static_cast<double>(k)));
+  std::vector<int64_t> idx(x.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return std::fabs(x[a]) < std::fabs(x[b]); });
+  for (int64_t i = 0; i < drop; ++i) y[idx[i]] = 0.0f;
+  return y;
+}
+
+// Rows with many exact ties and zeros: values from a few levels, so the cut falls inside a run of equal magnitudes.
+std::vector<float> tied_floats(std::mt19937& rng, size_t n) {
+  std::uniform_int_distribution<int> level(-4, 4);
+  std::vector<float> v(n);
+  for (float& f : v) f = static_cast<float>(level(rng)) * 0.25f;
+  return v;
+}
+
+void check_sparsify(const std::vector<float>& x, int64_t t, int64_t k, float sparsity, float threshold) {
+  SCOPED_TRACE(::testing::Message() << "t=" << t << " k=" << k << " sparsity=" << sparsity
+                                    << " threshold=" << threshold);
+  DeviceBuffer xd = to_device(x);
+  DeviceBuffer yd = poisoned(sizeof(float) * t * k);
+  DeviceBuffer list = poisoned(sizeof(SparseEntry) * t * k), count = poisoned(sizeof(int32_t) * t);
+  DeviceBuffer zeros(2 * sizeof(unsigned long long));
+  zeros.fill_bytes(0);
+  sparsify(xd.as<float>(), yd.as<float>(), t, k, sparsity, threshold, list.as<SparseEntry>(), count.as<int32_t>(),
+           zeros.as<unsigned long long>(), nullptr);
+  synchronize();
+  const auto y = to_host<float>(yd, static_cast<size_t>(t * k));
+  const auto l = to_host<SparseEntry>(list, static_cast<size_t>(t * k));
+  const auto c = to_host<int32_t>(count, static_cast<size_t>(t));
+  const auto z = to_host<unsigned long long>(zeros, 2);
+  uint64_t want_zeros = 0;
+  for (int64_t r = 0; r < t; ++r) {
+    const std::vector<float> row(x.begin() + r * k, x.begin() + (r + 1) * k);
+    const std::vector<float> ref = sparsify_ref(row, sparsity, threshold);
+    std::vector<SparseEntry> want;
+    for (int64_t i = 0; i < k; ++i) {
+      ASSERT_EQ(std::memcmp(&y[r * k + i], &ref[i], 4), 0)
+          << "row " << r << " entry " << i << ": " << y[r * k + i] << " vs " << ref[i];
+      if (ref[i] == 0.0f) continue;
+      SparseEntry e{static_cast<int>(i), 0};
+      std::memcpy(&e.y, &ref[i], 4);
+      want.push_back(e);
+    }
+    want_zeros += static_cast<uint64_t>(k) - want.size();
+    ASSERT_EQ(c[r], static_cast<int32_t>(want.size())) << "row " << r;
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(l[r * k + i].x, want[i].x) << "row " << r << " list entry " << i;
+      ASSERT_EQ(l[r * k + i].y, want[i].y) << "row " << r << " list entry " << i;
+    }
+  }
+  EXPECT_EQ(z[0], want_zeros);
+  EXPECT_EQ(z[1], static_cast<unsigned long long>(t * k));
+}
+
+TEST(GemvSparse, SparsifyMatchesTheCpuRule) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const int64_t k : {3, 576, 1000, 1536, 4096, 14336}) {
+    for (const float sp : {0.0f, 0.25f, 0.4f, 0.5f, 0.97f, 1.0f}) {
+      const int64_t t = 3;
+      check_sparsify(random_floats(rng, static_cast<size_t>(t * k)), t, k, sp, -1.0f);
+      check_sparsify(tied_floats(rng, static_cast<size_t>(t * k)), t, k, sp, -1.0f);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    check_sparsify(random_floats(rng, static_cast<size_t>(2 * k)), 2, k, 0.0f, 0.3f);
+    check_sparsify(tied_floats(rng, static_cast<size_t>(2 * k)), 2, k, 0.0f, 0.5f);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TEST(GemvSparse, SparsifyInPlace) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const int64_t k = 4096;
+  const auto x = random_floats(rng, static_cast<size_t>(k));
+  DeviceBuffer xd = to_device(x);
+  sparsify(xd.as<float>(), xd.as<float>(), 1, k, 0.5f, -1.0f, nullptr, nullptr, nullptr, nullptr);
+  synchronize();
+  const auto y = to_host<float>(xd, static_cast<size_t>(k));
+  const auto ref = sparsify_ref(x, 0.5f, -1.0f);
+  for (int64_t i = 0; i < k; ++i) ASSERT_EQ(y[i], ref[i]) << i;
+}
+
+// q8_list: the list's values are the zeroed row's 8-bit activations, as the CPU's quantize_act computes them
+// (id = 127 / amax per block of 32, round half to even, d = amax / 127), bit for bit.
+TEST(GemvSparse, SparsifyQ8ListMatchesTheCpuQuantization) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const int64_t k : {int64_t{576}, int64_t{1536}, int64_t{14336}}) {
+    for (const float sp : {0.0f, 0.5f, 0.9f}) {
+      SCOPED_TRACE(::testing::Message() << "k=" << k << " sparsity=" << sp);
+      const auto x = random_floats(rng, static_cast<size_t>(k));
+      DeviceBuffer xd = to_device(x), yd = poisoned(sizeof(float) * k);
+      DeviceBuffer list = poisoned(sizeof(SparseEntry) * k), count = poisoned(sizeof(int32_t));
+      sparsify(xd.as<float>(), yd.as<float>(), 1, k, sp, -1.0f, list.as<SparseEntry>(), count.as<int32_t>(), nullptr,
+               nullptr, true);
+      synchronize();
+      const auto l = to_host<SparseEntry>(list, static_cast<size_t>(k));
+      const auto c = to_host<int32_t>(count, 1);
+      const std::vector<float> z = sparsify_ref(x, sp, -1.0f);
+      std::vector<SparseEntry> want;
+      for (int64_t b = 0; b < k / 32; ++b) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(z[b * 32 + i]));
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        for (int i = 0; i < 32; ++i) {
+          const float v = z[b * 32 + i];
+          if (v == 0.0f) continue;
+          const float q = amax / 127.0f * std::nearbyint(v * id);
+          SparseEntry e{static_cast<int>(b * 32 + i), 0};
+          std::memcpy(&e.y, &q, 4);
+          want.push_back(e);
+        }
+      }
+      ASSERT_EQ(c[0], static_cast<int32_t>(want.size()));
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(l[i].x, want[i].x) << i;
+        ASSERT_EQ(l[i].y, want[i].y) << i;
+      }
+    }
+  }
+}
+
+// Tolerance as test_gemv.cpp's: only f32 rounding differs from the double reference on the same (zeroed) x. A thread
+// sums at most k / slots products in sequence (slots: channels a 256-thread block walks at once, 256 / (tile / 8) for
+// float formats, 64 for quantized ones), then a tree of at most 8 levels and up to 64 splits' partials, so
+// (k / slots + 72) * 2^-24 * mag bounds it (mag = sum |w x|); at least 2e-5 * mag.
+void check_gemv_sparse(DType dtype, int64_t n, int64_t k, float sparsity, int splits, bool accumulate,
+                       std::mt19937& rng, int tile = kSparseTile) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " sparsity=" << sparsity
+                                    << " splits=" << splits << " accumulate=" << accumulate << " tile=" << tile);
+  const auto w_host = random_weight(rng, dtype, n, k);
+  const auto x = random_floats(rng, static_cast<size_t>(k));
+  const DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
+  const SparseWeight sw = make_sparse_weight(w, nullptr, tile);
+  SparseGemvWorkspace ws(n);
+  DeviceBuffer xd = to_device(x), xz = poisoned(sizeof(float) * k);
+  DeviceBuffer list = poisoned(sizeof(SparseEntry) * k), count = poisoned(sizeof(int32_t));
+  sparsify(xd.as<float>(), xz.as<float>(), 1, k, sparsity, -1.0f, list.as<SparseEntry>(), count.as<int32_t>(), nullptr,
+           nullptr);
+  const auto y0 = random_floats(rng, static_cast<size_t>(n));
+  DeviceBuffer yd = accumulate ? to_device(y0) : poisoned(sizeof(float) * n);
+  gemv_sparse(sw, list.as<SparseEntry>(), count.as<int32_t>(), yd.as<float>(), accumulate, ws, nullptr, splits);
+  synchronize();
+  const auto y = to_host<float>(yd, static_cast<size_t>(n));
+  const auto xzh = to_host<float>(xz, static_cast<size_t>(k));
+  std::vector<double> ref, mag;
+  gemv_ref(dtype, w_host, n, k, xzh.data(), ref, mag);
+  const int slots = gemv_quantized(dtype) ? 64 : 256 / (tile / 8);
+  const double rel = std::max(2e-5, (static_cast<double>(k) / slots + 72) * std::ldexp(1.0, -24));
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = ref[i] + (accumulate ? y0[i] : 0.0);
+    const double tol = rel * mag[i] + (accumulate ? 1e-6 * std::fabs(y0[i]) : 0.0) + 1e-30;
+    ASSERT_TRUE(std::fabs(y[i] - want) <= tol)
+        << "row " << i << ": " << y[i] << " vs " << want << " (tol " << tol << ")";
+  }
+  // The same list gives the same bits (no value atomics; splits are summed in slice order).
+  if (!accumulate) {
+    DeviceBuffer y2 = poisoned(sizeof(float) * n);
+    gemv_sparse(sw, list.as<SparseEntry>(), count.as<int32_t>(), y2.as<float>(), false, ws, nullptr, splits);
+    synchronize();
+    const auto again = to_host<float>(y2, static_cast<size_t>(n));
+    ASSERT_EQ(std::memcmp(again.data(), y.data(), sizeof(float) * n), 0);
+  }
+}
+
+TEST(GemvSparse, MatchesTheReferenceOnTheZeroedInput) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const DType dtype : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{64, 256}, {100, 576}, {1536, 576}, {1024, 4096}}) {
+      for (const float sp : {0.0f, 0.5f, 0.97f, 1.0f}) {
+        for (const int splits : {0, 1, 3, 64}) {
+          check_gemv_sparse(dtype, n, k, sp, splits, false, rng);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      }
+      check_gemv_sparse(dtype, n, k, 0.5f, 0, true, rng);
+      check_gemv_sparse(dtype, n, k, 0.5f, 1, true, rng);
+      if (!gemv_quantized(dtype))
+        for (const int tile : {128, 256})  // the benchmark's taller tiles
+          for (const int splits : {0, 1, 5}) check_gemv_sparse(dtype, n, k, 0.5f, splits, splits == 5, rng, tile);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+// The channel-major form (gemv_sparse_x): x raw with a threshold (the calibrated rule folded into the GEMV), against
+// the reference on the thresholded x; its counters as sparsify's. Threshold 0 on an x with zeros is the top-k path (the
+// GEMV reads SPARSIFY's zeroed row). A thread sums at most a slice's k / splits products in sequence, then the splits'
+// partials: (k + 64) * 2^-24 * mag bounds it.
+void check_gemv_sparse_x(DType dtype, int64_t n, int64_t k, float threshold, int splits, bool accumulate,
+                         std::mt19937& rng, bool zeroed = false, int variant = 0) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " threshold=" << threshold
+                                    << " splits=" << splits << " accumulate=" << accumulate << " zeroed=" << zeroed
+                                    << " variant=" << variant);
+  const auto w_host = random_weight(rng, dtype, n, k);
+  auto x = random_floats(rng, static_cast<size_t>(k));
+  if (zeroed) x = sparsify_ref(x, 0.5f, -1.0f);
+  const DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
+  const SparseWeight sw = make_sparse_columns(w, nullptr);
+  SparseGemvWorkspace ws(n);
+  DeviceBuffer xd = to_device(x);
+  DeviceBuffer zeros(2 * sizeof(unsigned long long));
+  zeros.fill_bytes(0);
+  const auto y0 = random_floats(rng, static_cast<size_t>(n));
+  DeviceBuffer yd = accumulate ? to_device(y0) : poisoned(sizeof(float) * n);
+  gemv_sparse_x(sw, xd.as<float>(), threshold, yd.as<float>(), accumulate, ws, nullptr, zeros.as<unsigned long long>(),
+                splits, variant);
+  synchronize();
+  const auto y = to_host<float>(yd, static_cast<size_t>(n));
+  const auto z = to_host<unsigned long long>(zeros, 2);
+  std::vector<float> xz = x;
+  uint64_t want_zeros = 0;
+  for (float& v : xz) {
+    if (std::fabs(v) <= threshold) v = 0.0f;
+    want_zeros += v == 0.0f;
+  }
+  EXPECT_EQ(z[0], want_zeros);
+  EXPECT_EQ(z[1], static_cast<unsigned long long>(k));
+  std::vector<double> ref, mag;
+  gemv_ref(dtype, w_host, n, k, xz.data(), ref, mag);
+  const double rel = std::max(2e-5, (static_cast<double>(k) + 64) * std::ldexp(1.0, -24));
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = ref[i] + (accumulate ? y0[i] : 0.0);
+    const double tol = rel * mag[i] + (accumulate ? 1e-6 * std::fabs(y0[i]) : 0.0) + 1e-30;
+    ASSERT_TRUE(std::fabs(y[i] - want) <= tol)
+        << "row " << i << ": " << y[i] << " vs " << want << " (tol " << tol << ")";
+  }
+  if (!accumulate) {  // the same x gives the same bits
+    DeviceBuffer y2 = poisoned(sizeof(float) * n);
+    gemv_sparse_x(sw, xd.as<float>(), threshold, y2.as<float>(), false, ws, nullptr, nullptr, splits, variant);
+    synchronize();
+    const auto again = to_host<float>(y2, static_cast<size_t>(n));
+    ASSERT_EQ(std::memcmp(again.data(), y.data(), sizeof(float) * n), 0);
+  }
+}
+
+TEST(GemvSparse, ColumnsMatchTheReferenceOnTheThresholdedInput) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const DType dtype : {DType::BF16, DType::F16}) {
+    // Rows past a 1024-row stripe and not a multiple of 64; k past one 2048-channel slice; the decoder's shapes.
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{64, 256},
+                               {100, 576},
+                               {960, 576},
+                               {1536, 576},
+                               {576, 1536},
+                               {3000, 4096},
+                               {1024, 4104}}) {
+      for (const float th : {0.0f, 0.3f, 0.7f, 2.0f}) {
+        for (const int splits : {0, 3, 64}) {
+          if (splits != 0 && splits < (k + 2047) / 2048) continue;
+          check_gemv_sparse_x(dtype, n, k, th, splits, false, rng);
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      }
+      check_gemv_sparse_x(dtype, n, k, 0.5f, 0, true, rng);
+      check_gemv_sparse_x(dtype, n, k, 0.0f, 0, false, rng, true);
+      for (int v = 1; v < gemv_sparse_x_variants(); ++v)  // the benchmark's other launch shapes
+        for (const int splits : {0, 3}) check_gemv_sparse_x(dtype, n, k, 0.5f, splits, splits == 3, rng, false, v);
+      if ((k + 2047) / 2048 <= 1) check_gemv_sparse_x(dtype, n, k, 0.5f, 1, true, rng);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+// The decoder's quantized shapes (smollm2: q|k|v 960 x 576, gate|up 3072 x 576, down 576 x 1536) through the list
+// walk, accumulating as the residual GEMVs do.
+TEST(GemvSparse, QuantizedDecoderShapes) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const DType dtype : {DType::Q8_0, DType::Q4_1})
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{960, 576}, {3072, 576}, {576, 1536}, {576, 576}})
+      for (const bool acc : {false, true}) {
+        check_gemv_sparse(dtype, n, k, 0.5f, 0, acc, rng);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+}
+
+TEST(GemvSparse, RefusesWhatItCannotRun) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const auto w_host = random_weight(rng, DType::Q6_K, 64, 256);
+  const DeviceWeight w = upload_weight(DType::Q6_K, w_host.data(), 64, 256);
+  EXPECT_THROW(make_sparse_weight(w, nullptr), Error);
+  const auto wq_host = random_weight(rng, DType::Q8_0, 64, 256);
+  const DeviceWeight wq = upload_weight(DType::Q8_0, wq_host.data(), 64, 256);
+  EXPECT_THROW(make_sparse_weight(wq, nullptr, 128), Error);  // quantized weights: 64-row tiles only
+  const auto wb = random_weight(rng, DType::BF16, 300, 256);
+  const DeviceWeight wd = upload_weight(DType::BF16, wb.data(), 300, 256);
+  EXPECT_THROW(make_sparse_weight(wd, nullptr, 96), Error);
+  const SparseWeight sw = make_sparse_weight(wd, nullptr);
+  SparseGemvWorkspace small(64);  // 256 rows; the weight has 300
+  DeviceBuffer list(sizeof(SparseEntry) * 256), count(sizeof(int32_t)), y(sizeof(float) * 300);
+  EXPECT_THROW(gemv_sparse(sw, list.as<SparseEntry>(), count.as<int32_t>(), y.as<float>(), false, small, nullptr),
+               Error);
+  EXPECT_THROW(sparsify(nullptr, nullptr, 1, 256, 1.5f, -1.0f, nullptr, nullptr, nullptr, nullptr), Error);
+  EXPECT_THROW(make_sparse_columns(wq, nullptr), Error);  // channel-major: bf16/f16 only
+  EXPECT_THROW(gemv_sparse_x(sw, nullptr, 0.0f, y.as<float>(), false, small, nullptr), Error);  // not channel-major
+  const SparseWeight cw = make_sparse_columns(wd, nullptr);
+  SparseGemvWorkspace ws(300);
+  EXPECT_THROW(gemv_sparse_x(cw, nullptr, -1.0f, y.as<float>(), false, ws, nullptr), Error);    // negative threshold
+  EXPECT_THROW(gemv_sparse_x(cw, nullptr, 0.0f, y.as<float>(), false, small, nullptr), Error);  // workspace too small
+}
+
+}  // namespace
+}  // namespace tessera::cuda::test
