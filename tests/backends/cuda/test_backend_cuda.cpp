@@ -378,7 +378,11 @@ TEST(CudaBackend, DeviceScoresSkipTheUnscoredPrefix) {
           continue;
         }
         const std::span<const float> row(all.data() + r * 49152, 49152);
-        EXPECT_NEAR(lp[static_cast<size_t>(r)], -token_nll(row, t), 2e-3) << "row " << r;
+        // bf16: the same products in another GEMM blocking (~1e-6 relative). q4_1: a logits matmul of fewer rows may
+        // take another kernel (8-bit activations vs 16-bit expansion), so the two log-probabilities differ by the
+        // activation rounding (measured up to 5e-3 at logits of ~10).
+        EXPECT_NEAR(lp[static_cast<size_t>(r)], -token_nll(row, t), std::string(dtype) == "bf16" ? 2e-3 : 2e-2)
+            << "row " << r;
       }
       s.reset();  // nothing scored: the logits matmul runs no row, every answer is 0
       const std::vector<double> none = s.eval_target_logprobs(ids, std::vector<int32_t>(ids.size(), -1));
