@@ -10,8 +10,8 @@
 
 namespace tessera {
 
-// Zero-initialised? No: the contents are unspecified. Aligned to at least 64 bytes. Throws tessera::Error when the
-// memory cannot be had. The returned pointer owns the buffer.
+// A buffer of at least `bytes` with unspecified contents, aligned to at least 64 bytes, owned by the returned pointer.
+// Throws tessera::Error when the memory cannot be had.
 std::shared_ptr<void> allocate_large(size_t bytes);
 
 }  // namespace tessera

@@ -170,12 +170,13 @@ void CpuBackend::execute(Plan& plan, int64_t n_past) {
     const auto t0 = std::chrono::steady_clock::now();
     run_step(s, n_past);
     const auto t1 = std::chrono::steady_clock::now();
-    (*plan.node_ns)[static_cast<size_t>(s.node)] +=
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+    const auto ns = [](std::chrono::steady_clock::duration d) {
+      return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+    };
+    (*plan.node_ns)[static_cast<size_t>(s.node)] += ns(t1 - t0);
     if (plan.thread_spans != nullptr) {
       pool_.set_task_spans(nullptr);
-      const auto base =
-          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count());
+      const uint64_t base = ns(t0.time_since_epoch());  // the pool's spans are steady-clock ns too
       uint64_t* out = plan.thread_spans->data() + static_cast<size_t>(s.node) * threads * 2;
       bool pooled = false;
       for (size_t th = 0; th < threads; ++th)
@@ -186,9 +187,7 @@ void CpuBackend::execute(Plan& plan, int64_t n_past) {
         }
       if (!pooled) {  // a step that ran inline on the calling thread (too small to split)
         out[0] = 1;
-        out[1] = (*plan.node_ns).empty()
-                     ? 1
-                     : static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()) + 1;
+        out[1] = ns(t1 - t0) + 1;
       }
     }
   }

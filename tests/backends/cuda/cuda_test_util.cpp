@@ -39,6 +39,14 @@ std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo, float hi
   return v;
 }
 
+std::vector<int32_t> random_ids(int n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int32_t& x : ids) x = u(rng);
+  return ids;
+}
+
 float cache_to_float(DType dtype, uint16_t bits) { return dtype == DType::F16 ? fp16_to_f32(bits) : bf16_to_f32(bits); }
 uint16_t float_to_cache(DType dtype, float v) { return dtype == DType::F16 ? f32_to_fp16(v) : f32_to_bf16(v); }
 

@@ -37,6 +37,8 @@ uint32_t test_seed();
 namespace tessera::cuda::test {
 
 std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f);
+// n token ids uniform in [0, vocab), seeded (the session tests' prompts).
+std::vector<int32_t> random_ids(int n, int64_t vocab, uint32_t seed);
 
 // A device buffer filled with `host`, or of `count` elements poisoned with NaN bytes (0xFF in every byte is a NaN
 // float), so an element the kernel fails to write shows up as NaN and fails every tolerance check.

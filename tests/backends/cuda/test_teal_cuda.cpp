@@ -27,13 +27,7 @@
 namespace tessera {
 namespace {
 
-std::vector<int32_t> random_ids(int n, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> u(0, static_cast<int32_t>(vocab - 1));
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  for (int32_t& x : ids) x = u(rng);
-  return ids;
-}
+using cuda::test::random_ids;
 
 struct TealCase {
   std::string dtype;

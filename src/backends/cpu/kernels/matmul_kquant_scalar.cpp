@@ -1,43 +1,9 @@
 // Portable K-quant matmul (the fallback without AVX2) on the file's rows: each super-block's dot product is the traits'
 // Format<D>::dot_q8 (integer sums per sub-block, scaled in float), the same numbers the SIMD kernels compute.
-#include <cstring>
-#include <vector>
-
 #include "backends/cpu/kernels/matmul_kquant.h"
-#include "quant/format_traits.h"
+#include "backends/cpu/kernels/matmul_superblock_scalar.h"
 
 namespace tessera::cpu::detail {
-namespace {
-
-static_assert(sizeof(BlockQ8A) == sizeof(BlockQ8Act), "BlockQ8A and BlockQ8Act must hold the same numbers");
-
-template <DType D>
-void kquant_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
-  using F = Format<D>;
-  const int64_t n = a.w->n, k = a.w->k, kb = k / kQK, sb = k / kQKK;
-  // The activations as the traits' type (same fields; copied rather than aliased).
-  thread_local std::vector<BlockQ8Act> x;
-  x.resize(static_cast<size_t>(a.t * kb));
-  for (int64_t i = 0; i < a.t * kb; ++i) {
-    x[static_cast<size_t>(i)].d = a.xq[i].d;
-    x[static_cast<size_t>(i)].s = a.xq[i].s;
-    std::memcpy(x[static_cast<size_t>(i)].qs, a.xq[i].qs, kQK);
-  }
-  const auto* w = static_cast<const uint8_t*>(a.w->rows);
-  typename F::Block blk;
-  for (int64_t j = r0; j < r1; ++j) {
-    for (int64_t i = 0; i < a.t; ++i) {
-      float acc = 0.0f;
-      for (int64_t b = 0; b < sb; ++b) {
-        std::memcpy(&blk, w + (j * sb + b) * F::kBlockBytes, sizeof(blk));
-        acc += F::dot_q8(blk, x.data() + i * kb + b * (kQKK / kQK));
-      }
-      a.y[i * n + j] = acc;
-    }
-  }
-}
-
-}  // namespace
 
 bool kquant_needs_half_sums(DType dtype) {
   return dtype == DType::Q2_K || dtype == DType::Q3_K || dtype == DType::Q6_K;
@@ -70,15 +36,15 @@ RowKernel kquant_kernel(Isa isa, DType dtype, WeightLayout layout) {
 RowKernel kquant_scalar_kernel(DType dtype) {
   switch (dtype) {
     case DType::Q2_K:
-      return kquant_rows<DType::Q2_K>;
+      return superblock_rows<DType::Q2_K>;
     case DType::Q3_K:
-      return kquant_rows<DType::Q3_K>;
+      return superblock_rows<DType::Q3_K>;
     case DType::Q4_K:
-      return kquant_rows<DType::Q4_K>;
+      return superblock_rows<DType::Q4_K>;
     case DType::Q5_K:
-      return kquant_rows<DType::Q5_K>;
+      return superblock_rows<DType::Q5_K>;
     case DType::Q6_K:
-      return kquant_rows<DType::Q6_K>;
+      return superblock_rows<DType::Q6_K>;
     default:
       return nullptr;
   }
