@@ -391,8 +391,10 @@ TEST(PerplexityCli, InterruptPrintsTheEstimateSoFar) {
   write_file(t, sample_text(3000));  // ~90k tokens: minutes of chunks, interrupted after the first
   std::string out;
   // SIGINT after 5 s (loading and tokenizing take well under 1 s); the run stops after the chunk in flight.
+  // --foreground: without it timeout sends the signal twice (to the child, then to its process group), and the
+  // second, arriving after the handler ran, is the "second Ctrl-C" that ends the run at once.
   const int rc = run_command(
-      "timeout --preserve-status -s INT 5 " + cli() + "-m " + model + " -f " + t.string() + " -c 256 -t 2", &out);
+      "timeout --foreground --preserve-status -s INT 5 " + cli() + "-m " + model + " -f " + t.string() + " -c 256 -t 2", &out);
   EXPECT_EQ(rc, 130) << out;
   EXPECT_NE(out.find("Interrupted after "), std::string::npos) << out;
   EXPECT_NE(out.find("Final estimate: PPL = "), std::string::npos) << out;
