@@ -5,7 +5,7 @@ tests/runtime/test_session_hf.cpp (FamilyHf).
 Regenerate (needs torch + transformers, e.g. a scratch venv: python3 -m venv /tmp/hfvenv && /tmp/hfvenv/bin/pip
 install torch transformers numpy safetensors):
   /tmp/hfvenv/bin/python python/make_family_hf_golden.py [--out tests/data/hf]
-writes tests/data/hf/tiny-{gemma3,qwen2,qwen3,mistral,phi3}-f32/ (config.json and model.safetensors from
+writes tests/data/hf/tiny-{gemma3,qwen2,qwen3,mistral,phi3,phi3-longrope}-f32/ (config.json and model.safetensors from
 save_pretrained, and golden.json: the token ids, and transformers' eager float64 forward of the saved f32 weights as logits [T, vocab]).
 The weights are made as python/hf_oracle.py makes its (transformers' init, q/k scaled, norm weights and biases at
 random), at a smaller shape; the sliding windows (Gemma 3: 4 on its local layers, Mistral: 5, Phi-3: 6) are shorter
@@ -39,17 +39,37 @@ SPECS = {
                              sliding_window=5, tie_word_embeddings=False),
     "tiny-phi3-f32": dict(COMMON, family="phi3", num_hidden_layers=2, rope_theta=10000.0, partial_rotary_factor=0.5,
                           rms_norm_eps=1e-5, sliding_window=6, tie_word_embeddings=False, pad_token_id=0),
+    # Phi-3's longrope (the 128k variants): the 10 test tokens pass the original context of 8, so transformers rotates
+    # with long_factor; golden_short.json holds the first 6 tokens, rotated with short_factor. The attention factor is
+    # transformers' default from 64 / 8: sqrt(1 + ln 8 / ln 8).
+    "tiny-phi3-longrope-f32": dict(COMMON, family="phi3", num_hidden_layers=2, rms_norm_eps=1e-5,
+                                   tie_word_embeddings=False, pad_token_id=0, max_position_embeddings=64,
+                                   original_max_position_embeddings=8,
+                                   rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                                    "short_factor": [1.0, 1.25, 2.5, 4.0],
+                                                    "long_factor": [1.5, 3.0, 7.5, 16.0]}),
 }
+SHORT = {"tiny-phi3-longrope-f32": 6}  # models with a golden_short.json of their first N ids
 IDS = [(i * 37 + 5) % 128 for i in range(10)]  # the ids test_session_hf.cpp feeds (vocab 128)
+
+
+def write_golden(path: str, seed: int, ids: list, logits) -> None:
+    with open(path, "w") as f:
+        json.dump({"generator": "python/make_family_hf_golden.py", "seed": seed, "ids": ids,
+                   "logits": [[float(np.format_float_positional(np.float32(x), unique=True, trim="-"))
+                               for x in row] for row in logits]}, f)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "tests", "data", "hf"))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", help="write only this model (a name from SPECS)")
     a = ap.parse_args()
     import torch
     for name, spec in SPECS.items():
+        if a.only and name != a.only:
+            continue
         torch.manual_seed(a.seed)
         cfg = hf_oracle.make_config(spec)
         model = hf_oracle.make_model(spec, cfg).eval()
@@ -64,10 +84,12 @@ def main() -> int:
         with torch.no_grad():
             logits = model(input_ids=torch.tensor([IDS]), use_cache=False).logits[0].numpy()
         top1 = logits.argmax(axis=1)
-        with open(os.path.join(d, "golden.json"), "w") as f:
-            json.dump({"generator": "python/make_family_hf_golden.py", "seed": a.seed, "ids": IDS,
-                       "logits": [[float(np.format_float_positional(np.float32(x), unique=True, trim="-"))
-                                   for x in row] for row in logits]}, f)
+        write_golden(os.path.join(d, "golden.json"), a.seed, IDS, logits)
+        if name in SHORT:
+            ids = IDS[:SHORT[name]]
+            with torch.no_grad():
+                short = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].numpy()
+            write_golden(os.path.join(d, "golden_short.json"), a.seed, ids, short)
         print(f"{name}: {len(IDS)} tokens, logit scale {np.abs(logits).max():.3f}, distinct top-1 "
               f"{len(set(top1.tolist()))}/{len(IDS)}")
     return 0

@@ -381,6 +381,7 @@ struct Input {
   Hparams hp;
   std::shared_ptr<void> keep;     // the mapped file(s) the metadata and tensors point into
   std::vector<float> rope_freqs;  // Hugging Face llama3 rope scaling, written as rope_freqs.weight
+  std::vector<float> rope_short, rope_long;  // Phi-3's longrope, written as rope_factors_{short,long}.weight
 };
 
 std::vector<int64_t> ggml_dims(std::vector<int64_t> shape) {
@@ -508,6 +509,11 @@ Input open_hf(const std::string& path, const std::function<void(const std::strin
     set(a + "rope.scaling.factor", V::from_f32(c.rope_scaling.factor));
   } else if (c.rope_scaling.type == "llama3") {
     in.rope_freqs = llama3_rope_freqs(c);
+  } else if (c.rope_scaling.type == "longrope") {  // as convert_hf_to_gguf.py writes Phi-3's
+    in.rope_short = c.rope_scaling.short_factor;
+    in.rope_long = c.rope_scaling.long_factor;
+    set(a + "rope.scaling.attn_factor", V::from_f32(c.rope_scaling.attn_factor));
+    set(a + "rope.scaling.original_context_length", V::from_u32(uint32_t(c.rope_scaling.original_context)));
   } else if (c.rope_scaling.type != "none") {
     fail("{}: rope scaling '{}' is not written to GGUF by tessera quantize yet", model->config_path(),
          c.rope_scaling.type);
@@ -530,16 +536,14 @@ Input open_hf(const std::string& path, const std::function<void(const std::strin
     }
     in.tensors.push_back(std::move(s));
   }
-  if (!in.rope_freqs.empty()) {
-    in.tensors.push_back({"rope_freqs.weight",
-                          DType::F32,
-                          {static_cast<int64_t>(in.rope_freqs.size())},
-                          reinterpret_cast<const uint8_t*>(in.rope_freqs.data()),
-                          in.rope_freqs.size() * 4,
-                          0,
-                          -1,
-                          false});
-  }
+  const auto add_f32 = [&](const char* name, const std::vector<float>& v) {
+    if (v.empty()) return;
+    in.tensors.push_back({name, DType::F32, {static_cast<int64_t>(v.size())},
+                          reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4, 0, -1, false});
+  };
+  add_f32("rope_freqs.weight", in.rope_freqs);
+  add_f32("rope_factors_long.weight", in.rope_long);
+  add_f32("rope_factors_short.weight", in.rope_short);
   return in;
 }
 

@@ -12,12 +12,18 @@ class File;
 }
 
 struct RopeScaling {
-  // "none", "linear", "llama3" (computed smoothing), "freqs" (GGUF rope_freqs.weight divisors), "yarn" (read only)
+  // "none", "linear", "llama3" (computed smoothing), "freqs" (GGUF rope_freqs.weight divisors), "longrope" (Phi-3's
+  // per-dimension divisors, a short and a long set, and an attention factor), "yarn" (read only)
   std::string type = "none";
   float factor = 1.0f;
   float low_freq_factor = 1.0f;    // llama3
   float high_freq_factor = 4.0f;   // llama3
-  int64_t original_context = 0;    // llama3 / yarn: original_max_position_embeddings
+  int64_t original_context = 0;    // llama3 / yarn / longrope: original_max_position_embeddings
+  // longrope: a context longer than original_context rotates with long_factor, else short_factor (llama.cpp's choice,
+  // made once per session; transformers switches per forward pass by its sequence length). GGUF files hold the two
+  // sets as the tensors rope_factors_{short,long}.weight instead (these stay empty then).
+  std::vector<float> short_factor, long_factor;
+  float attn_factor = 1.0f;  // longrope: cos and sin are multiplied by it (transformers' attention_scaling)
 };
 
 struct ModelConfig {

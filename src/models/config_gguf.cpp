@@ -54,6 +54,8 @@ void ModelConfig::validate(const std::string& source) const {
                 norm_weight_offset);
   TESSERA_CHECK(std::isfinite(rope_scaling.factor) && rope_scaling.factor > 0,
                 "{}: rope scaling factor {} is not a positive number", source, rope_scaling.factor);
+  TESSERA_CHECK(std::isfinite(rope_scaling.attn_factor) && rope_scaling.attn_factor > 0,
+                "{}: rope attention factor {} is not a positive number", source, rope_scaling.attn_factor);
 }
 
 namespace {
@@ -128,10 +130,17 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   c.rope_neox = false;  // GGUF's converter permutes q/k for the "normal" (adjacent pairs) rotation
   if (c.architecture == "phi3") {
     c.rope_neox = true;
-    // Phi-3's 128k variants scale rope per dimension ("longrope", rope_factors_long/short.weight): not supported.
-    TESSERA_CHECK(
-        f.find_tensor("rope_factors_long.weight") == nullptr && f.find_tensor("rope_factors_short.weight") == nullptr,
-        "{}: tensor 'rope_factors_long.weight' found: Phi-3's longrope scaling is not supported", f.path());
+    // Phi-3's 128k variants scale rope per dimension: rope_factors_{short,long}.weight, chosen by the context
+    // (models/llama.cpp), and cos and sin multiplied by rope.scaling.attn_factor (1 when absent, as llama.cpp reads it).
+    const bool has_long = f.find_tensor("rope_factors_long.weight") != nullptr;
+    if (has_long || f.find_tensor("rope_factors_short.weight") != nullptr) {
+      TESSERA_CHECK(has_long && f.find_tensor("rope_factors_short.weight") != nullptr,
+                    "{}: Phi-3's longrope needs both rope_factors_short.weight and rope_factors_long.weight", f.path());
+      c.rope_scaling.type = "longrope";
+      c.rope_scaling.attn_factor = opt_float(f, a + "rope.scaling.attn_factor", 1.0f);
+      if (c.rope_scaling.original_context == 0)
+        c.rope_scaling.original_context = opt_int(f, a + "rope.scaling.original_context_length", c.n_ctx_train);
+    }
   }
   if (c.architecture == "qwen2" || c.architecture == "qwen3" || c.architecture == "gemma3") {
     // llama.cpp's converter permutes q/k rows for llama only: these keep HF's NeoX pairs (i, i + D/2).

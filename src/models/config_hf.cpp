@@ -192,6 +192,40 @@ ModelConfig read_hgrn_bit(const json& j, const std::string& source) {
   return c;
 }
 
+// Phi-3's longrope: two sets of per-dimension divisors and the factor cos and sin are multiplied by, which
+// transformers derives from the context extension when the config does not give it.
+void read_longrope(const json& j, const json& rs, const std::string& ctx, std::optional<double> factor,
+                   RopeScaling& s) {
+  s.type = "longrope";
+  if (s.original_context == 0)  // transformers 4.x keeps it beside max_position_embeddings, not in rope_scaling
+    s.original_context = opt_int(j, "original_max_position_embeddings", ctx).value_or(0);
+  if (s.original_context <= 1) fail("{} of type 'longrope' needs original_max_position_embeddings > 1", ctx);
+  const auto factors = [&](const char* key) {
+    const json* v = find_key(rs, key);
+    if (v == nullptr || !v->is_array() || v->empty()) fail("{} of type 'longrope' needs '{}', a list of numbers", ctx, key);
+    std::vector<float> out;
+    for (const json& x : *v) {
+      if (!x.is_number() || !std::isfinite(x.get<double>()) || x.get<double>() <= 0)
+        fail("{}: '{}' holds {}, not a positive number", ctx, key, x.dump());
+      out.push_back(x.get<float>());
+    }
+    return out;
+  };
+  s.short_factor = factors("short_factor");
+  s.long_factor = factors("long_factor");
+  if (s.short_factor.size() != s.long_factor.size())
+    fail("{}: short_factor has {} values and long_factor {}", ctx, s.short_factor.size(), s.long_factor.size());
+  if (auto a = opt_number(rs, "attention_factor", ctx)) {
+    s.attn_factor = static_cast<float>(*a);
+    return;
+  }
+  // transformers: the ratio of the trained to the original context stands for the factor when none is given.
+  const double f = factor ? *factor
+                          : double(opt_int(j, "max_position_embeddings", ctx).value_or(s.original_context)) /
+                                double(s.original_context);
+  s.attn_factor = f <= 1.0 ? 1.0f : static_cast<float>(std::sqrt(1 + std::log(f) / std::log(double(s.original_context))));
+}
+
 // rope_scaling (transformers 4.x) or rope_parameters (5.x, which also holds rope_theta). `rope_type` "default" is
 // plain RoPE; "llama3" needs all four of its parameters (transformers refuses the config otherwise).
 void read_rope(const json& j, const std::string& source, ModelConfig& c) {
@@ -229,6 +263,10 @@ void read_rope(const json& j, const std::string& source, ModelConfig& c) {
   }
   if (factor) s.factor = static_cast<float>(*factor);
   if (auto orig = opt_int(*rs, "original_max_position_embeddings", ctx)) s.original_context = *orig;
+  if (*type == "longrope" || *type == "su") {  // "su": the name Phi-3's first 128k configs used
+    read_longrope(j, *rs, ctx, factor, s);
+    return;
+  }
   if (*type != "llama3") return;
   auto low = opt_number(*rs, "low_freq_factor", ctx);
   auto high = opt_number(*rs, "high_freq_factor", ctx);

@@ -21,7 +21,7 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, const float* freq_factors
   if (freq_factors != nullptr) {
     for (int64_t i = 0; i < half; ++i) {
       TESSERA_CHECK(std::isfinite(freq_factors[i]) && freq_factors[i] > 0,
-                    "rope_freqs.weight: factor {} = {} is not a positive number", i, freq_factors[i]);
+                    "rope frequency factor {} = {} is not a positive number", i, freq_factors[i]);
       inv[static_cast<size_t>(i)] /= freq_factors[i];
     }
   } else if (s.type == "llama3") {
@@ -41,7 +41,7 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, const float* freq_factors
       }
     }
   } else if (s.type != "none" && s.type != "freqs" && s.type != "linear") {
-    fail("rope scaling '{}' is not supported yet (supported: none, linear, llama3)", s.type);
+    fail("rope scaling '{}' is not supported yet (supported: none, linear, llama3, longrope)", s.type);
   }
   if (s.type == "linear")
     for (float& f : inv) f /= s.factor;
@@ -96,10 +96,35 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
   const int positions = g.add_input("positions", DType::I32, {T});
   g.set_io_role(tokens, graph::IoRole::TOKENS);
   g.set_io_role(positions, graph::IoRole::POSITIONS);
-  const TensorView* freqs = w.find("rope_freqs.weight");
-  if (freqs != nullptr) w.require("rope_freqs.weight", {c.rope_dim / 2});
-  const int inv_freq =
-      g.add_constant("rope_inv_freq", rope_inv_freq(c, freqs ? reinterpret_cast<const float*>(freqs->data) : nullptr));
+  // Per-dimension divisors of the inverse frequencies: Llama 3's rope_freqs.weight, or Phi-3's longrope set for this
+  // context (the long one past the original context, as llama.cpp chooses: once per session, so every graph of a
+  // session rotates alike; transformers switches by the sequence length of each forward pass instead).
+  const auto f32_factors = [&](const char* name) {
+    const TensorView& t = w.require(name, {c.rope_dim / 2});
+    TESSERA_CHECK(t.dtype == DType::F32, "tensor '{}' is {}, expected f32", name, dtype_name(t.dtype));
+    return reinterpret_cast<const float*>(t.data);
+  };
+  const float* factors = w.find("rope_freqs.weight") != nullptr ? f32_factors("rope_freqs.weight") : nullptr;
+  float rope_attn_factor = 1.0f;
+  if (c.rope_scaling.type == "longrope") {
+    const bool use_long = n_ctx > c.rope_scaling.original_context;
+    const char* name = use_long ? "rope_factors_long.weight" : "rope_factors_short.weight";
+    const std::vector<float>& set = use_long ? c.rope_scaling.long_factor : c.rope_scaling.short_factor;
+    if (w.find(name) != nullptr) {
+      factors = f32_factors(name);
+    } else {
+      TESSERA_CHECK(static_cast<int64_t>(set.size()) == c.rope_dim / 2,
+                    "longrope: {} factors given for {} rotary frequencies", set.size(), c.rope_dim / 2);
+      factors = set.data();
+    }
+    // cos and sin times a factor scale the rotated q and k alike, so q.k scales by its square: folded into the
+    // attention scale, exact where every dimension rotates (the unrotated ones of a partial rotation are not scaled).
+    rope_attn_factor = c.rope_scaling.attn_factor;
+    TESSERA_CHECK(rope_attn_factor == 1.0f || c.rope_dim == c.head_dim,
+                  "longrope with an attention factor ({}) on a partial rotation ({} of {} dimensions) is not supported",
+                  rope_attn_factor, c.rope_dim, c.head_dim);
+  }
+  const int inv_freq = g.add_constant("rope_inv_freq", rope_inv_freq(c, factors));
 
   // Local (sliding-window) layers of Gemma 3 rotate with their own base and without the global layers' scaling.
   int inv_freq_local = inv_freq;
@@ -121,7 +146,8 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
   const graph::OpParams norm{.eps = c.norm_eps};
   const graph::OpParams head_norm{.eps = c.norm_eps, .head_dim = D};
   const graph::OpParams kv{.n_head_kv = Hkv, .head_dim = D};
-  const float scale = c.attn_scale > 0 ? c.attn_scale : static_cast<float>(1.0 / std::sqrt(double(D)));
+  const float scale = (c.attn_scale > 0 ? c.attn_scale : static_cast<float>(1.0 / std::sqrt(double(D)))) *
+                      rope_attn_factor * rope_attn_factor;
   const Op ffn_act = c.ffn_act == "gelu_tanh" ? Op::GEGLU : c.ffn_act == "relu2" ? Op::RELU2_GLU : Op::SWIGLU;
   // BitLinear (BitNet, Falcon3-1.58bit): every ternary linear quantizes its input to int8 per token; q|k|v and
   // gate|up share one input, so one node serves each group.

@@ -96,7 +96,16 @@ TEST(ConfigGgufFamilies, QwenAndPhi3) {
   EXPECT_TRUE(c.is_local_layer(0));
   const std::vector<float> f(8, 1.0f);
   p.add_tensor("rope_factors_long.weight", DType::F32, {8}, f.data(), f.size() * sizeof(float));
-  EXPECT_NE(error_of(p).find("longrope scaling is not supported"), std::string::npos) << error_of(p);
+  EXPECT_NE(error_of(p).find("needs both rope_factors_short.weight and rope_factors_long.weight"), std::string::npos)
+      << error_of(p);
+  // Phi-3's longrope: the two factor sets as tensors, the attention factor and the original context as keys.
+  p.add_tensor("rope_factors_short.weight", DType::F32, {8}, f.data(), f.size() * sizeof(float));
+  p.set("phi3.rope.scaling.attn_factor", gguf::Value::from_f32(1.19f));
+  p.set("phi3.rope.scaling.original_context_length", gguf::Value::from_u32(4096));
+  c = parse(p);
+  EXPECT_EQ(c.rope_scaling.type, "longrope");
+  EXPECT_FLOAT_EQ(c.rope_scaling.attn_factor, 1.19f);
+  EXPECT_EQ(c.rope_scaling.original_context, 4096);
   EXPECT_NE(error_of(base("gpt2")).find("architecture 'gpt2' is not supported yet"), std::string::npos);
 }
 

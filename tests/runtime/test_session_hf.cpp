@@ -149,6 +149,39 @@ TEST_P(FamilyHf, MatchesTransformers) {
   }
 }
 
+// Phi-3's longrope: a session whose context stays within the original one (8) rotates with short_factor, a longer one
+// with long_factor (FamilyHf runs the long case at n_ctx 32: transformers switches to it past 8 tokens). The two
+// sets give different logits from the second token on, so reading the wrong one, or no attention factor, fails.
+TEST(FamilyHfLongrope, ShortContextRotatesWithTheShortFactors) {
+  const std::string dir = test::data_path("hf/tiny-phi3-longrope-f32");
+  nlohmann::json golden;
+  std::ifstream(dir + "/golden_short.json") >> golden;
+  const std::vector<int32_t> ids = golden["ids"].get<std::vector<int32_t>>();
+  const auto want = golden["logits"].get<std::vector<std::vector<double>>>();
+  const ModelWeights w = ModelWeights::open(dir);
+  EXPECT_EQ(w.config().rope_scaling.type, "longrope");
+  EXPECT_NEAR(w.config().rope_scaling.attn_factor, std::sqrt(2.0), 1e-6);  // transformers' default from 64 / 8
+  for (bool reference : {true, false}) {
+    SessionOptions so;
+    so.n_ctx = 8;
+    so.n_batch = 4;
+    so.n_threads = 2;
+    so.reference = reference;
+    Engine e(w, nullptr, resolve_options(so, w.config()));
+    const size_t V = want[0].size();
+    std::vector<float> rows(ids.size() * V);
+    e.eval(ids, rows.data());
+    const double tol = reference ? 1e-5 : 3e-3;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      double scale = 0;
+      for (double x : want[t]) scale = std::max(scale, std::fabs(x));
+      for (size_t i = 0; i < V; ++i)
+        ASSERT_NEAR(rows[t * V + i], want[t][i], tol * scale)
+            << (reference ? "reference" : "fast") << " token " << t << " logit " << i;
+    }
+  }
+}
+
 // The default context stays within the window only where every layer slides (Mistral: the window then drops nothing
 // and the CUDA executors, which read no window, run the model); Gemma 3's global layers keep the trained context.
 TEST(FamilyHfContext, DefaultCappedOnlyWhenEveryLayerSlides) {
@@ -342,7 +375,7 @@ TEST(HgrnBitHf, EachSlotKeepsItsOwnState) {
 
 INSTANTIATE_TEST_SUITE_P(TinyHf, FamilyHf,
                          ::testing::Values("tiny-gemma3-f32", "tiny-qwen2-f32", "tiny-qwen3-f32", "tiny-mistral-f32",
-                                           "tiny-phi3-f32"));
+                                           "tiny-phi3-f32", "tiny-phi3-longrope-f32"));
 
 }  // namespace
 }  // namespace tessera::runtime

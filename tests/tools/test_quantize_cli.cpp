@@ -212,6 +212,31 @@ TEST(QuantizeApi, HuggingFaceInputEqualsItsGgufAndKeepsTheLogits) {
   EXPECT_LT(max_diff, 1e-4 * std::max(1.0, max_ref)) << "max |logit difference| " << max_diff;
 }
 
+// Phi-3's longrope written as convert_hf_to_gguf.py writes it (rope_factors_{short,long}.weight, the attention factor
+// and the original context as keys): the GGUF gives the Hugging Face files' logits with either factor set, a context
+// of 8 (short) and of 32 (long) alike.
+TEST(QuantizeApi, LongropeSurvivesTheConversion) {
+  const std::string hf = test::data_path("hf/tiny-phi3-longrope-f32");
+  const std::string f32 = temp_path("hf-longrope-f32.gguf");
+  quantize_model(hf, f32, {.type = "f32"});
+  const ModelOptions mo{.load_tokenizer = false};
+  Model a = Model::load(hf, mo), b = Model::load(f32, mo);
+  for (int64_t n_ctx : {8, 32}) {
+    SessionOptions so;
+    so.n_ctx = n_ctx;
+    Session sa(a, so), sb(b, so);
+    const std::vector<int32_t> ids = {1, 5, 9, 2, 7, 3};
+    const std::vector<float> la = sa.eval_all_logits(ids), lb = sb.eval_all_logits(ids);
+    ASSERT_EQ(la.size(), lb.size());
+    double max_diff = 0, max_ref = 0;
+    for (size_t i = 0; i < la.size(); ++i) {
+      max_diff = std::max(max_diff, std::fabs(double(la[i]) - lb[i]));
+      max_ref = std::max(max_ref, std::fabs(double(la[i])));
+    }
+    EXPECT_LT(max_diff, 1e-4 * std::max(1.0, max_ref)) << "n_ctx " << n_ctx << ": max |logit difference| " << max_diff;
+  }
+}
+
 // ---- the command
 
 std::string cli(const std::string& args, int* rc) {
