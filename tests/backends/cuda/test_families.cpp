@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <utility>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -259,6 +260,91 @@ TEST(CudaFamilyWindow, Gemma3LongContextMatchesCpu) {
   const double decode = worst_rel(da, db, kVocab);
   EXPECT_LE(decode, kTol) << "decode at positions 700-707";
   std::printf("gemma3 window 4, 700 positions: worst relative L2 error prefill %.3g, decode %.3g\n", prefill, decode);
+}
+
+// ---- LoRA on the CUDA backend (docs/LORA.md): the CPU runs adapters in its fused step, CUDA as the graph's unfused
+// products (x·Aᵀ, then ·Bᵀ, added to the base matmul's output), or merged into the weights at load.
+
+// A random rank-4 PEFT adapter on all seven projections of write_model's layout (B large enough to move the logits).
+std::string write_adapter(uint32_t seed) {
+  const fs::path dir = fs::temp_directory_path() / ("tessera_lora_cuda_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  constexpr int64_t r = 4;
+  const std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> targets = {
+      {"self_attn.q_proj", {kHeads * kHeadDim, kEmbd}}, {"self_attn.k_proj", {kHeadsKv * kHeadDim, kEmbd}},
+      {"self_attn.v_proj", {kHeadsKv * kHeadDim, kEmbd}}, {"self_attn.o_proj", {kEmbd, kHeads * kHeadDim}},
+      {"mlp.gate_proj", {kFf, kEmbd}},                    {"mlp.up_proj", {kFf, kEmbd}},
+      {"mlp.down_proj", {kEmbd, kFf}}};
+  std::mt19937 rng(seed);
+  std::vector<Entry> e;
+  for (int64_t l = 0; l < kLayers; ++l)
+    for (const auto& [mod, nk] : targets) {
+      const auto [n, k] = nk;
+      const std::string p = "base_model.model.model.layers." + std::to_string(l) + "." + mod;
+      std::uniform_real_distribution<float> ua(-1.0f / std::sqrt(float(k)), 1.0f / std::sqrt(float(k)));
+      std::uniform_real_distribution<float> ub(-0.3f, 0.3f);
+      Entry a{p + ".lora_A.weight", {r, k}, std::vector<float>(static_cast<size_t>(r * k))};
+      Entry b{p + ".lora_B.weight", {n, r}, std::vector<float>(static_cast<size_t>(n * r))};
+      for (float& x : a.data) x = ua(rng);
+      for (float& x : b.data) x = ub(rng);
+      e.push_back(std::move(a));
+      e.push_back(std::move(b));
+    }
+  write_safetensors((dir / "adapter_model.safetensors").string(), e);
+  std::ofstream(dir / "adapter_config.json")
+      << "{\"peft_type\":\"LORA\",\"r\":4,\"lora_alpha\":8,\"bias\":\"none\",\"target_modules\":[\"q_proj\","
+         "\"k_proj\",\"v_proj\",\"o_proj\",\"gate_proj\",\"up_proj\",\"down_proj\"]}";
+  return dir.string();
+}
+
+// Prefill (chunks of 8) and decode logits of one session.
+std::vector<float> prefill_and_decode(Session& s, const std::vector<int32_t>& ids) {
+  std::vector<float> out = s.eval_all_logits(ids);
+  for (int i = 0; i < 6; ++i) {
+    const std::span<const float> x = s.decode(int32_t((i * 53 + 11) % kVocab));
+    out.insert(out.end(), x.begin(), x.end());
+  }
+  return out;
+}
+
+// The adapter on the CPU alone (runs without a GPU): it moves the logits well past the GPU comparison's tolerance, so
+// a CUDA session that dropped the adapter fails below.
+TEST(CudaLoraModel, TheAdapterMovesTheCpuLogits) {
+  const std::string dir = write_model(Family{"qwen3", false, true}, 7), adapter = write_adapter(11);
+  const Model m = Model::load(dir, {.load_tokenizer = false});
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 20; ++i) ids.push_back(int32_t((i * 37 + 5) % kVocab));
+  SessionOptions base{.n_ctx = 64, .n_batch = 8, .n_threads = 2};
+  SessionOptions adapted = base;
+  adapted.lora = {LoraSpec{adapter, 1.0f}};
+  Session a(m, base), b(m, adapted);
+  const double moved = worst_rel(prefill_and_decode(a, ids), prefill_and_decode(b, ids), kVocab);
+  fs::remove_all(dir);
+  fs::remove_all(adapter);
+  EXPECT_GT(moved, 0.2) << "the adapter hardly changes the logits: the CUDA comparison could not tell it was applied";
+}
+
+TEST(CudaLora, UnmergedAndMergedMatchCpu) {
+  TESSERA_REQUIRE_GPU();
+  const std::string dir = write_model(Family{"qwen3", false, true}, 7), adapter = write_adapter(11);
+  const Model m = Model::load(dir, {.load_tokenizer = false});
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 20; ++i) ids.push_back(int32_t((i * 37 + 5) % kVocab));
+  SessionOptions co{.n_ctx = 64, .n_batch = 8, .n_threads = 2};
+  co.lora = {LoraSpec{adapter, 1.0f}};
+  SessionOptions go = co;
+  go.device = "cuda";
+  SessionOptions gm = go;
+  gm.lora_merge = true;
+  Session cpu(m, co), gpu(m, go), merged(m, gm);
+  const std::vector<float> want = prefill_and_decode(cpu, ids);
+  const double unmerged_err = worst_rel(want, prefill_and_decode(gpu, ids), kVocab);
+  const double merged_err = worst_rel(want, prefill_and_decode(merged, ids), kVocab);
+  fs::remove_all(dir);
+  fs::remove_all(adapter);
+  EXPECT_LE(unmerged_err, 2e-2) << "unmerged adapters on CUDA";
+  EXPECT_LE(merged_err, 2e-2) << "merged adapters on CUDA";
+  std::printf("lora on cuda: worst relative L2 error unmerged %.3g, merged %.3g\n", unmerged_err, merged_err);
 }
 
 }  // namespace
