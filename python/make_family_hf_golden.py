@@ -5,7 +5,7 @@ tests/runtime/test_session_hf.cpp (FamilyHf).
 Regenerate (needs torch + transformers, e.g. a scratch venv: python3 -m venv /tmp/hfvenv && /tmp/hfvenv/bin/pip
 install torch transformers numpy safetensors):
   /tmp/hfvenv/bin/python python/make_family_hf_golden.py [--out tests/data/hf]
-writes tests/data/hf/tiny-{gemma3,qwen2,qwen3,mistral,phi3,phi3-longrope}-f32/ (config.json and model.safetensors from
+writes tests/data/hf/tiny-{gemma3,qwen2,qwen3,mistral,phi3,phi3-longrope,qwen3-yarn}-f32/ (config.json and model.safetensors from
 save_pretrained, and golden.json: the token ids, and transformers' eager float64 forward of the saved f32 weights as logits [T, vocab]).
 The weights are made as python/hf_oracle.py makes its (transformers' init, q/k scaled, norm weights and biases at
 random), at a smaller shape; the sliding windows (Gemma 3: 4 on its local layers, Mistral: 5, Phi-3: 6) are shorter
@@ -48,6 +48,12 @@ SPECS = {
                                    rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
                                                     "short_factor": [1.0, 1.25, 2.5, 4.0],
                                                     "long_factor": [1.5, 3.0, 7.5, 16.0]}),
+    # YaRN (Qwen's long-context setting): factor 4 over an original context of 4096; at head size 32 the band blended
+    # between kept and interpolated frequencies spans pairs 5-12 of 16. Attention factor 0.1 ln 4 + 1.
+    "tiny-qwen3-yarn-f32": dict(COMMON, family="qwen3", num_hidden_layers=2, head_dim=32, rms_norm_eps=1e-6,
+                                tie_word_embeddings=False, max_position_embeddings=16384,
+                                rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                 "original_max_position_embeddings": 4096}),
 }
 SHORT = {"tiny-phi3-longrope-f32": 6}  # models with a golden_short.json of their first N ids
 IDS = [(i * 37 + 5) % 128 for i in range(10)]  # the ids test_session_hf.cpp feeds (vocab 128)

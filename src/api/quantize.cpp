@@ -379,8 +379,8 @@ struct Input {
   std::vector<gguf::KeyValue> metadata;  // in file order
   std::vector<Source> tensors;
   Hparams hp;
-  std::shared_ptr<void> keep;     // the mapped file(s) the metadata and tensors point into
-  std::vector<float> rope_freqs;  // Hugging Face llama3 rope scaling, written as rope_freqs.weight
+  std::shared_ptr<void> keep;                // the mapped file(s) the metadata and tensors point into
+  std::vector<float> rope_freqs;             // Hugging Face llama3 rope scaling, written as rope_freqs.weight
   std::vector<float> rope_short, rope_long;  // Phi-3's longrope, written as rope_factors_{short,long}.weight
 };
 
@@ -483,6 +483,16 @@ Input open_hf(const std::string& path, const std::function<void(const std::strin
   auto model = std::make_shared<safetensors::Model>(safetensors::Model::open(path));
   const ModelConfig c = config_from_hf(model->config_json(), model->config_path());
   c.validate(model->config_path());
+  // Gemma 3's GGUF form differs from its Hugging Face one beyond names (norm weights stored as 1 + w, its own norm
+  // names and keys): not written yet, rather than written wrong.
+  if (c.architecture != "llama" && c.architecture != "qwen2" && c.architecture != "qwen3" && c.architecture != "phi3")
+    fail(
+        "{}: converting a Hugging Face {} model to GGUF is not supported yet (llama, mistral, qwen2, qwen3 and phi3 "
+        "are; llama.cpp's convert_hf_to_gguf.py writes the others)",
+        model->config_path(), c.architecture);
+  // convert_hf_to_gguf.py reorders q/k rows into rope's adjacent pairs for llama only; the others keep HF's order
+  // (their GGUF readers rotate NeoX pairs).
+  const bool permute = c.architecture == "llama";
   Input in;
   in.keep = model;
   in.hp = {c.architecture, c.n_layers, c.n_head, c.n_head_kv, 0};
@@ -514,6 +524,17 @@ Input open_hf(const std::string& path, const std::function<void(const std::strin
     in.rope_long = c.rope_scaling.long_factor;
     set(a + "rope.scaling.attn_factor", V::from_f32(c.rope_scaling.attn_factor));
     set(a + "rope.scaling.original_context_length", V::from_u32(uint32_t(c.rope_scaling.original_context)));
+  } else if (c.rope_scaling.type == "yarn" && c.rope_scaling.truncate) {  // as llama.cpp reads it back
+    const RopeScaling& y = c.rope_scaling;
+    set(a + "rope.scaling.type", V::from_string("yarn"));
+    set(a + "rope.scaling.factor", V::from_f32(y.factor));
+    set(a + "rope.scaling.original_context_length", V::from_u32(uint32_t(y.original_context)));
+    if (y.beta_fast != 32.0f) set(a + "rope.scaling.yarn_beta_fast", V::from_f32(y.beta_fast));
+    if (y.beta_slow != 1.0f) set(a + "rope.scaling.yarn_beta_slow", V::from_f32(y.beta_slow));
+    // llama.cpp multiplies its own 0.1 ln(factor) + 1 by attn_factor: only a different factor needs the key.
+    const double mscale = y.factor <= 1 ? 1.0 : 0.1 * std::log(double(y.factor)) + 1.0;
+    if (std::fabs(y.attn_factor / mscale - 1) > 1e-6)
+      set(a + "rope.scaling.attn_factor", V::from_f32(static_cast<float>(y.attn_factor / mscale)));
   } else if (c.rope_scaling.type != "none") {
     fail("{}: rope scaling '{}' is not written to GGUF by tessera quantize yet", model->config_path(),
          c.rope_scaling.type);
@@ -528,8 +549,8 @@ Input open_hf(const std::string& path, const std::function<void(const std::strin
     }
     Source s{name, t.dtype, ggml_dims(t.shape), t.data, t.nbytes, 0, -1, false};
     s.vector_f32 = s.shape.size() == 1;
-    if (name.ends_with("attn_q.weight") || name.ends_with("attn_q.bias")) s.permute_heads = c.n_head;
-    if (name.ends_with("attn_k.weight") || name.ends_with("attn_k.bias")) s.permute_heads = c.n_head_kv;
+    if (permute && (name.ends_with("attn_q.weight") || name.ends_with("attn_q.bias"))) s.permute_heads = c.n_head;
+    if (permute && (name.ends_with("attn_k.weight") || name.ends_with("attn_k.bias"))) s.permute_heads = c.n_head_kv;
     if (s.permute_heads > 0 && s.shape[0] % (2 * s.permute_heads) != 0) {
       fail("{}: tensor '{}' has {} rows, not a whole number of pairs for {} heads", path, t.name, s.shape[0],
            s.permute_heads);
@@ -538,8 +559,14 @@ Input open_hf(const std::string& path, const std::function<void(const std::strin
   }
   const auto add_f32 = [&](const char* name, const std::vector<float>& v) {
     if (v.empty()) return;
-    in.tensors.push_back({name, DType::F32, {static_cast<int64_t>(v.size())},
-                          reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4, 0, -1, false});
+    in.tensors.push_back({name,
+                          DType::F32,
+                          {static_cast<int64_t>(v.size())},
+                          reinterpret_cast<const uint8_t*>(v.data()),
+                          v.size() * 4,
+                          0,
+                          -1,
+                          false});
   };
   add_f32("rope_freqs.weight", in.rope_freqs);
   add_f32("rope_factors_long.weight", in.rope_long);

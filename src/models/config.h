@@ -13,36 +13,40 @@ class File;
 
 struct RopeScaling {
   // "none", "linear", "llama3" (computed smoothing), "freqs" (GGUF rope_freqs.weight divisors), "longrope" (Phi-3's
-  // per-dimension divisors, a short and a long set, and an attention factor), "yarn" (read only)
+  // per-dimension divisors, a short and a long set, and an attention factor), "yarn" (YaRN: a blend of interpolated
+  // and extrapolated frequencies, and an attention factor)
   std::string type = "none";
   float factor = 1.0f;
-  float low_freq_factor = 1.0f;    // llama3
-  float high_freq_factor = 4.0f;   // llama3
-  int64_t original_context = 0;    // llama3 / yarn / longrope: original_max_position_embeddings
+  float low_freq_factor = 1.0f;   // llama3
+  float high_freq_factor = 4.0f;  // llama3
+  int64_t original_context = 0;   // llama3 / yarn / longrope: original_max_position_embeddings
   // longrope: a context longer than original_context rotates with long_factor, else short_factor (llama.cpp's choice,
   // made once per session; transformers switches per forward pass by its sequence length). GGUF files hold the two
   // sets as the tensors rope_factors_{short,long}.weight instead (these stay empty then).
   std::vector<float> short_factor, long_factor;
-  float attn_factor = 1.0f;  // longrope: cos and sin are multiplied by it (transformers' attention_scaling)
+  float attn_factor = 1.0f;  // longrope, yarn: cos and sin are multiplied by it (transformers' attention_scaling)
+  float beta_fast = 32.0f;   // yarn: the rotation counts bounding the band blended between
+  float beta_slow = 1.0f;    //   interpolated (divided by factor) and extrapolated (kept) frequencies
+  bool truncate = true;      // yarn: the band's ends rounded outward to whole dimensions (transformers' default)
 };
 
 struct ModelConfig {
   std::string architecture;  // "llama" (Llama 2/3, SmolLM2, Mistral share it), "gemma3", "qwen2", "qwen3"
   std::string name;          // human-readable, may be empty
   int64_t n_layers = 0;
-  int64_t n_embd = 0;        // model width
+  int64_t n_embd = 0;  // model width
   int64_t n_head = 0;
-  int64_t n_head_kv = 0;     // GQA: n_head % n_head_kv == 0
-  int64_t head_dim = 0;      // usually n_embd / n_head
-  int64_t n_ff = 0;          // SwiGLU / GEGLU hidden width
+  int64_t n_head_kv = 0;  // GQA: n_head % n_head_kv == 0
+  int64_t head_dim = 0;   // usually n_embd / n_head
+  int64_t n_ff = 0;       // SwiGLU / GEGLU hidden width
   int64_t n_vocab = 0;
-  int64_t n_ctx_train = 0;   // trained context length
+  int64_t n_ctx_train = 0;  // trained context length
   float rope_base = 10000.0f;
-  int64_t rope_dim = 0;      // rotated dimensions per head (== head_dim for Llama)
-  bool rope_neox = false;    // false: GGUF/llama.cpp "normal" pairs (GGUF q/k weights are permuted to use it)
+  int64_t rope_dim = 0;    // rotated dimensions per head (== head_dim for Llama)
+  bool rope_neox = false;  // false: GGUF/llama.cpp "normal" pairs (GGUF q/k weights are permuted to use it)
   RopeScaling rope_scaling;
   float norm_eps = 1e-5f;
-  bool tied_output = false;  // output projection shares token_embd
+  bool tied_output = false;    // output projection shares token_embd
   int64_t sliding_window = 0;  // Mistral, Gemma 3 local layers; 0 = none
 
   // Families beyond Llama (architecture "gemma3", "qwen2", "qwen3"; Mistral is "llama" with a sliding window).

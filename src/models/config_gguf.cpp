@@ -124,6 +124,21 @@ ModelConfig config_from_gguf(const gguf::File& f) {
     c.rope_scaling.type = std::string(*type);
     c.rope_scaling.factor = opt_float(f, a + "rope.scaling.factor", 1.0f);
     c.rope_scaling.original_context = opt_int(f, a + "rope.scaling.original_context_length", 0);
+    if (c.rope_scaling.type == "yarn") {
+      // llama.cpp's reading: the original context defaults to the trained one, the band to rotations 32..1, and the
+      // attention factor is 0.1 ln(factor) + 1 (a ratio of two such when yarn_log_multiplier is set) times attn_factor.
+      RopeScaling& y = c.rope_scaling;
+      if (y.original_context == 0) y.original_context = c.n_ctx_train;
+      TESSERA_CHECK(y.original_context > 1, "{}: yarn rope scaling needs rope.scaling.original_context_length > 1",
+                    f.path());
+      y.beta_fast = opt_float(f, a + "rope.scaling.yarn_beta_fast", 32.0f);
+      y.beta_slow = opt_float(f, a + "rope.scaling.yarn_beta_slow", 1.0f);
+      const float log_mul = opt_float(f, a + "rope.scaling.yarn_log_multiplier", 0.0f);
+      const auto get_mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+      const double mscale =
+          log_mul != 0 ? get_mscale(y.factor, 1.0) / get_mscale(y.factor, log_mul) : get_mscale(y.factor, 1.0);
+      y.attn_factor = static_cast<float>(mscale * opt_float(f, a + "rope.scaling.attn_factor", 1.0f));
+    }
   }
   // Llama 3.x GGUFs carry llama3 scaling as a rope_freqs.weight tensor of per-dimension divisors.
   if (f.find_tensor("rope_freqs.weight") != nullptr && c.rope_scaling.type == "none") c.rope_scaling.type = "freqs";
@@ -131,7 +146,8 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   if (c.architecture == "phi3") {
     c.rope_neox = true;
     // Phi-3's 128k variants scale rope per dimension: rope_factors_{short,long}.weight, chosen by the context
-    // (models/llama.cpp), and cos and sin multiplied by rope.scaling.attn_factor (1 when absent, as llama.cpp reads it).
+    // (models/llama.cpp), and cos and sin multiplied by rope.scaling.attn_factor (1 when absent, as llama.cpp reads
+    // it).
     const bool has_long = f.find_tensor("rope_factors_long.weight") != nullptr;
     if (has_long || f.find_tensor("rope_factors_short.weight") != nullptr) {
       TESSERA_CHECK(has_long && f.find_tensor("rope_factors_short.weight") != nullptr,

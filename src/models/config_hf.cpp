@@ -202,7 +202,8 @@ void read_longrope(const json& j, const json& rs, const std::string& ctx, std::o
   if (s.original_context <= 1) fail("{} of type 'longrope' needs original_max_position_embeddings > 1", ctx);
   const auto factors = [&](const char* key) {
     const json* v = find_key(rs, key);
-    if (v == nullptr || !v->is_array() || v->empty()) fail("{} of type 'longrope' needs '{}', a list of numbers", ctx, key);
+    if (v == nullptr || !v->is_array() || v->empty())
+      fail("{} of type 'longrope' needs '{}', a list of numbers", ctx, key);
     std::vector<float> out;
     for (const json& x : *v) {
       if (!x.is_number() || !std::isfinite(x.get<double>()) || x.get<double>() <= 0)
@@ -223,7 +224,32 @@ void read_longrope(const json& j, const json& rs, const std::string& ctx, std::o
   const double f = factor ? *factor
                           : double(opt_int(j, "max_position_embeddings", ctx).value_or(s.original_context)) /
                                 double(s.original_context);
-  s.attn_factor = f <= 1.0 ? 1.0f : static_cast<float>(std::sqrt(1 + std::log(f) / std::log(double(s.original_context))));
+  s.attn_factor =
+      f <= 1.0 ? 1.0f : static_cast<float>(std::sqrt(1 + std::log(f) / std::log(double(s.original_context))));
+}
+
+// YaRN (Qwen2.5 / Qwen3's long-context setting, DeepSeek): transformers' _compute_yarn_parameters.
+void read_yarn(const json& j, const json& rs, const std::string& ctx, std::optional<double> factor, RopeScaling& s) {
+  if (s.original_context == 0)
+    s.original_context = opt_int(j, "original_max_position_embeddings", ctx)
+                             .value_or(opt_int(j, "max_position_embeddings", ctx).value_or(0));
+  if (s.original_context <= 1) fail("{} of type 'yarn' needs original_max_position_embeddings > 1", ctx);
+  const double f = factor ? *factor
+                          : double(opt_int(j, "max_position_embeddings", ctx).value_or(s.original_context)) /
+                                double(s.original_context);
+  if (!(f > 0)) fail("{}: yarn factor {} is not a positive number", ctx, f);
+  s.factor = static_cast<float>(f);
+  if (auto b = opt_number(rs, "beta_fast", ctx); b && *b != 0) s.beta_fast = static_cast<float>(*b);
+  if (auto b = opt_number(rs, "beta_slow", ctx); b && *b != 0) s.beta_slow = static_cast<float>(*b);
+  if (const json* t = find_key(rs, "truncate"); t != nullptr && t->is_boolean()) s.truncate = t->get<bool>();
+  const auto get_mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  if (auto a = opt_number(rs, "attention_factor", ctx)) {
+    s.attn_factor = static_cast<float>(*a);
+  } else {
+    const auto m = opt_number(rs, "mscale", ctx), m_all = opt_number(rs, "mscale_all_dim", ctx);
+    s.attn_factor = static_cast<float>(m && m_all && *m != 0 && *m_all != 0 ? get_mscale(f, *m) / get_mscale(f, *m_all)
+                                                                            : get_mscale(f, 1.0));
+  }
 }
 
 // rope_scaling (transformers 4.x) or rope_parameters (5.x, which also holds rope_theta). `rope_type` "default" is
@@ -265,6 +291,10 @@ void read_rope(const json& j, const std::string& source, ModelConfig& c) {
   if (auto orig = opt_int(*rs, "original_max_position_embeddings", ctx)) s.original_context = *orig;
   if (*type == "longrope" || *type == "su") {  // "su": the name Phi-3's first 128k configs used
     read_longrope(j, *rs, ctx, factor, s);
+    return;
+  }
+  if (*type == "yarn") {
+    read_yarn(j, *rs, ctx, factor, s);
     return;
   }
   if (*type != "llama3") return;

@@ -1,5 +1,6 @@
 #include "models/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <string>
@@ -40,8 +41,26 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, const float* freq_factors
         f = static_cast<float>((1 - smooth) * f / s.factor + smooth * f);
       }
     }
-  } else if (s.type != "none" && s.type != "freqs" && s.type != "linear") {
-    fail("rope scaling '{}' is not supported yet (supported: none, linear, llama3, longrope)", s.type);
+  } else if (s.type == "yarn") {
+    // YaRN (transformers' _compute_yarn_parameters, ggml's rope_yarn): dimensions rotating fewer than beta_slow times
+    // over the original context are interpolated (divided by the factor), those rotating more than beta_fast times
+    // kept, the band between blended linearly.
+    TESSERA_CHECK(s.original_context > 1 && s.factor > 0, "yarn rope scaling needs an original context and a factor");
+    const double dim = double(c.rope_dim), base = double(c.rope_base);
+    const auto corr_dim = [&](double rotations) {
+      return dim * std::log(double(s.original_context) / (rotations * 2 * std::numbers::pi)) / (2 * std::log(base));
+    };
+    double low = corr_dim(s.beta_fast), high = corr_dim(s.beta_slow);
+    if (s.truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0), high = std::min(high, dim - 1);
+    if (low == high) high += 0.001;  // transformers' guard against a zero-width band
+    for (int64_t i = 0; i < half; ++i) {
+      const double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0);  // 0: extrapolate, 1: interpolate
+      const double f = inv[static_cast<size_t>(i)];
+      inv[static_cast<size_t>(i)] = static_cast<float>(f / s.factor * ramp + f * (1 - ramp));
+    }
+  } else if (s.type != "none" && s.type != "freqs" && s.type != "linear" && s.type != "longrope") {
+    fail("rope scaling '{}' is not supported yet (supported: none, linear, llama3, longrope, yarn)", s.type);
   }
   if (s.type == "linear")
     for (float& f : inv) f /= s.factor;
@@ -105,7 +124,7 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
     return reinterpret_cast<const float*>(t.data);
   };
   const float* factors = w.find("rope_freqs.weight") != nullptr ? f32_factors("rope_freqs.weight") : nullptr;
-  float rope_attn_factor = 1.0f;
+  float rope_attn_factor = c.rope_scaling.type == "yarn" ? c.rope_scaling.attn_factor : 1.0f;
   if (c.rope_scaling.type == "longrope") {
     const bool use_long = n_ctx > c.rope_scaling.original_context;
     const char* name = use_long ? "rope_factors_long.weight" : "rope_factors_short.weight";
@@ -117,13 +136,14 @@ graph::Graph build_llama_graph(const ModelWeights& w, const LlamaGraphOptions& o
                     "longrope: {} factors given for {} rotary frequencies", set.size(), c.rope_dim / 2);
       factors = set.data();
     }
-    // cos and sin times a factor scale the rotated q and k alike, so q.k scales by its square: folded into the
-    // attention scale, exact where every dimension rotates (the unrotated ones of a partial rotation are not scaled).
     rope_attn_factor = c.rope_scaling.attn_factor;
-    TESSERA_CHECK(rope_attn_factor == 1.0f || c.rope_dim == c.head_dim,
-                  "longrope with an attention factor ({}) on a partial rotation ({} of {} dimensions) is not supported",
-                  rope_attn_factor, c.rope_dim, c.head_dim);
   }
+  // cos and sin times a factor scale the rotated q and k alike, so q.k scales by its square: folded into the attention
+  // scale, exact where every dimension rotates (the unrotated ones of a partial rotation are not scaled).
+  TESSERA_CHECK(rope_attn_factor == 1.0f || c.rope_dim == c.head_dim,
+                "{} rope scaling with an attention factor ({}) on a partial rotation ({} of {} dimensions) is not "
+                "supported",
+                c.rope_scaling.type, rope_attn_factor, c.rope_dim, c.head_dim);
   const int inv_freq = g.add_constant("rope_inv_freq", rope_inv_freq(c, factors));
 
   // Local (sliding-window) layers of Gemma 3 rotate with their own base and without the global layers' scaling.

@@ -181,7 +181,21 @@ TEST(RopeInvFreq, PlainLinearFactorsAndLlama3) {
   }
   EXPECT_GT(kept, 0);
   EXPECT_GT(scaled, 0);
+  // YaRN over the same original context (8192, factor 8, base 500000, 16 dims): pairs rotating more than 32 times
+  // (i <= 2) keep their frequency, fewer than once (i >= 5) are divided by the factor, the two between are blended
+  // (transformers' logits check the values: FamilyHf's tiny-qwen3-yarn-f32).
   c.rope_scaling.type = "yarn";
+  const auto y = rope_inv_freq(c, nullptr);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    if (i <= 2) {
+      EXPECT_FLOAT_EQ(y[i], plain[i]) << i;
+    } else if (i >= 5) {
+      EXPECT_FLOAT_EQ(y[i], plain[i] / 8) << i;
+    } else {
+      EXPECT_TRUE(y[i] < plain[i] && y[i] > plain[i] / 8) << i;
+    }
+  }
+  c.rope_scaling.type = "dynamic";
   EXPECT_THROW(rope_inv_freq(c, nullptr), Error);
 }
 

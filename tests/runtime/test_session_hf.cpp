@@ -182,6 +182,18 @@ TEST(FamilyHfLongrope, ShortContextRotatesWithTheShortFactors) {
   }
 }
 
+// YaRN as transformers reads it (FamilyHf compares the logits): the factor, the original context, the default band
+// and the attention factor 0.1 ln(factor) + 1.
+TEST(FamilyHfYarn, ConfigAsTransformersReadsIt) {
+  const ModelConfig c = ModelWeights::open(test::data_path("hf/tiny-qwen3-yarn-f32")).config();
+  EXPECT_EQ(c.rope_scaling.type, "yarn");
+  EXPECT_FLOAT_EQ(c.rope_scaling.factor, 4.0f);
+  EXPECT_EQ(c.rope_scaling.original_context, 4096);
+  EXPECT_FLOAT_EQ(c.rope_scaling.beta_fast, 32.0f);
+  EXPECT_FLOAT_EQ(c.rope_scaling.beta_slow, 1.0f);
+  EXPECT_NEAR(c.rope_scaling.attn_factor, 0.1 * std::log(4.0) + 1.0, 1e-6);
+}
+
 // The default context stays within the window only where every layer slides (Mistral: the window then drops nothing
 // and the CUDA executors, which read no window, run the model); Gemma 3's global layers keep the trained context.
 TEST(FamilyHfContext, DefaultCappedOnlyWhenEveryLayerSlides) {
@@ -375,7 +387,7 @@ TEST(HgrnBitHf, EachSlotKeepsItsOwnState) {
 
 INSTANTIATE_TEST_SUITE_P(TinyHf, FamilyHf,
                          ::testing::Values("tiny-gemma3-f32", "tiny-qwen2-f32", "tiny-qwen3-f32", "tiny-mistral-f32",
-                                           "tiny-phi3-f32", "tiny-phi3-longrope-f32"));
+                                           "tiny-phi3-f32", "tiny-phi3-longrope-f32", "tiny-qwen3-yarn-f32"));
 
 }  // namespace
 }  // namespace tessera::runtime

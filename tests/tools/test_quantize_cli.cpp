@@ -212,12 +212,16 @@ TEST(QuantizeApi, HuggingFaceInputEqualsItsGgufAndKeepsTheLogits) {
   EXPECT_LT(max_diff, 1e-4 * std::max(1.0, max_ref)) << "max |logit difference| " << max_diff;
 }
 
-// Phi-3's longrope written as convert_hf_to_gguf.py writes it (rope_factors_{short,long}.weight, the attention factor
-// and the original context as keys): the GGUF gives the Hugging Face files' logits with either factor set, a context
-// of 8 (short) and of 32 (long) alike.
-TEST(QuantizeApi, LongropeSurvivesTheConversion) {
-  const std::string hf = test::data_path("hf/tiny-phi3-longrope-f32");
-  const std::string f32 = temp_path("hf-longrope-f32.gguf");
+// The families beyond Llama from Hugging Face files to GGUF and back (q/k rows reordered for llama only, as
+// convert_hf_to_gguf.py does), and rope scaling written as llama.cpp's converter writes it: Phi-3's longrope
+// (rope_factors_{short,long}.weight, the attention factor and the original context as keys; the GGUF gives the
+// Hugging Face files' logits with either factor set, a context of 8 (short) and of 32 (long) alike) and YaRN
+// (rope.scaling.type, factor and original context; the attention factor derived from the factor).
+class QuantizeFromHf : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(QuantizeFromHf, SurvivesTheConversion) {
+  const std::string hf = test::data_path(std::string("hf/") + GetParam());
+  const std::string f32 = temp_path(std::string(GetParam()) + ".gguf");
   quantize_model(hf, f32, {.type = "f32"});
   const ModelOptions mo{.load_tokenizer = false};
   Model a = Model::load(hf, mo), b = Model::load(f32, mo);
@@ -234,6 +238,27 @@ TEST(QuantizeApi, LongropeSurvivesTheConversion) {
       max_ref = std::max(max_ref, std::fabs(double(la[i])));
     }
     EXPECT_LT(max_diff, 1e-4 * std::max(1.0, max_ref)) << "n_ctx " << n_ctx << ": max |logit difference| " << max_diff;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HfToGguf, QuantizeFromHf,
+                         ::testing::Values("tiny-phi3-longrope-f32", "tiny-qwen3-yarn-f32", "tiny-qwen3-f32",
+                                           "tiny-qwen2-f32", "tiny-phi3-f32", "tiny-mistral-f32"),
+                         [](const auto& info) {
+                           std::string n = std::string(info.param).substr(5);  // less "tiny-"
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+TEST(QuantizeApi, Gemma3FromHuggingFaceIsRefusedNotWrittenWrong) {
+  try {
+    quantize_model(test::data_path("hf/tiny-gemma3-f32"), temp_path("gemma3.gguf"), {.type = "f32"});
+    FAIL() << "a Gemma 3 GGUF was written";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("converting a Hugging Face gemma3 model to GGUF is not supported yet"),
+              std::string::npos)
+        << e.what();
   }
 }
 

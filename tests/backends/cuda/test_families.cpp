@@ -18,9 +18,9 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <utility>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -271,9 +271,12 @@ std::string write_adapter(uint32_t seed) {
   fs::create_directories(dir);
   constexpr int64_t r = 4;
   const std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> targets = {
-      {"self_attn.q_proj", {kHeads * kHeadDim, kEmbd}}, {"self_attn.k_proj", {kHeadsKv * kHeadDim, kEmbd}},
-      {"self_attn.v_proj", {kHeadsKv * kHeadDim, kEmbd}}, {"self_attn.o_proj", {kEmbd, kHeads * kHeadDim}},
-      {"mlp.gate_proj", {kFf, kEmbd}},                    {"mlp.up_proj", {kFf, kEmbd}},
+      {"self_attn.q_proj", {kHeads * kHeadDim, kEmbd}},
+      {"self_attn.k_proj", {kHeadsKv * kHeadDim, kEmbd}},
+      {"self_attn.v_proj", {kHeadsKv * kHeadDim, kEmbd}},
+      {"self_attn.o_proj", {kEmbd, kHeads * kHeadDim}},
+      {"mlp.gate_proj", {kFf, kEmbd}},
+      {"mlp.up_proj", {kFf, kEmbd}},
       {"mlp.down_proj", {kEmbd, kFf}}};
   std::mt19937 rng(seed);
   std::vector<Entry> e;
