@@ -382,7 +382,10 @@ struct Input {
   std::shared_ptr<void> keep;                // the mapped file(s) the metadata and tensors point into
   std::vector<float> rope_freqs;             // Hugging Face llama3 rope scaling, written as rope_freqs.weight
   std::vector<float> rope_short, rope_long;  // Phi-3's longrope, written as rope_factors_{short,long}.weight
+  std::vector<std::vector<float>> shifted;   // Gemma 3's norm weights plus one, as its GGUF form stores them
 };
+
+void row_to_float(const Source& s, int64_t r, uint64_t row_bytes, float* out);
 
 std::vector<int64_t> ggml_dims(std::vector<int64_t> shape) {
   while (shape.size() > 1 && shape.front() == 1) shape.erase(shape.begin());
@@ -483,13 +486,22 @@ Input open_hf(const std::string& path, const std::function<void(const std::strin
   auto model = std::make_shared<safetensors::Model>(safetensors::Model::open(path));
   const ModelConfig c = config_from_hf(model->config_json(), model->config_path());
   c.validate(model->config_path());
-  // Gemma 3's GGUF form differs from its Hugging Face one beyond names (norm weights stored as 1 + w, its own norm
-  // names and keys): not written yet, rather than written wrong.
-  if (c.architecture != "llama" && c.architecture != "qwen2" && c.architecture != "qwen3" && c.architecture != "phi3")
+  if (c.architecture != "llama" && c.architecture != "qwen2" && c.architecture != "qwen3" && c.architecture != "phi3" &&
+      c.architecture != "gemma3")
     fail(
-        "{}: converting a Hugging Face {} model to GGUF is not supported yet (llama, mistral, qwen2, qwen3 and phi3 "
-        "are; llama.cpp's convert_hf_to_gguf.py writes the others)",
+        "{}: converting a Hugging Face {} model to GGUF is not supported yet (llama, mistral, qwen2, qwen3, phi3 and "
+        "gemma3 are; llama.cpp's convert_hf_to_gguf.py writes the others)",
         model->config_path(), c.architecture);
+  const bool gemma = c.architecture == "gemma3";
+  if (gemma) {
+    // llama.cpp's gemma3 reads no query_pre_attn_scalar: it takes head_dim (n_embd / n_head for the 62-layer 27B).
+    const double derived = 1.0 / std::sqrt(c.n_layers == 62 ? double(c.n_embd) / double(c.n_head) : double(c.head_dim));
+    if (c.attn_scale > 0 && std::fabs(c.attn_scale / derived - 1) > 1e-6)
+      fail(
+          "{}: query_pre_attn_scalar gives an attention scale of {}, and Gemma 3's GGUF form implies {} (head_dim): "
+          "such a file would run differently",
+          model->config_path(), c.attn_scale, derived);
+  }
   // convert_hf_to_gguf.py reorders q/k rows into rope's adjacent pairs for llama only; the others keep HF's order
   // (their GGUF readers rotate NeoX pairs).
   const bool permute = c.architecture == "llama";
@@ -514,6 +526,15 @@ Input open_hf(const std::string& path, const std::function<void(const std::strin
   set(a + "attention.layer_norm_rms_epsilon", V::from_f32(c.norm_eps));
   set(a + "vocab_size", V::from_u32(uint32_t(c.n_vocab)));
   if (c.sliding_window > 0) set(a + "attention.sliding_window", V::from_u32(uint32_t(c.sliding_window)));
+  if (gemma) {  // which layers slide (one bool each, as llama.cpp reads it), their rope base, the final softcap
+    if (c.sliding_window > 0) {
+      std::vector<uint8_t> local(static_cast<size_t>(c.n_layers));
+      for (int64_t l = 0; l < c.n_layers; ++l) local[static_cast<size_t>(l)] = c.is_local_layer(l) ? 1 : 0;
+      set(a + "attention.sliding_window_pattern", V::from_array(gguf::ValueType::BOOL, local.data(), local.size()));
+    }
+    if (c.rope_base_local > 0) set(a + "rope.freq_base_swa", V::from_f32(c.rope_base_local));
+    if (c.final_softcap > 0) set(a + "final_logit_softcapping", V::from_f32(c.final_softcap));
+  }
   if (c.rope_scaling.type == "linear") {
     set(a + "rope.scaling.type", V::from_string("linear"));
     set(a + "rope.scaling.factor", V::from_f32(c.rope_scaling.factor));
@@ -542,13 +563,29 @@ Input open_hf(const std::string& path, const std::function<void(const std::strin
   if (!model->tokenizer_path().empty())
     add_tokenizer(tok::vocab_from_tokenizer_json(model->tokenizer_path()), c.n_vocab, in);
   for (const TensorView& t : model->tensors()) {
-    const std::string name = safetensors::hf_to_gguf_name(t.name);
+    std::string name = safetensors::hf_to_gguf_name(t.name);
+    // Gemma 3's post_attention_layernorm is its attention post-norm and pre_feedforward_layernorm its FFN norm (the
+    // name map gives them Llama's meanings), as models/model_weights.cpp renames them on load.
+    if (gemma && name.ends_with(".ffn_norm.weight"))
+      name.replace(name.size() - std::string_view("ffn_norm.weight").size(), std::string::npos,
+                   "post_attention_norm.weight");
+    else if (gemma && name.ends_with(".pre_ffw_norm.weight"))
+      name.replace(name.size() - std::string_view("pre_ffw_norm.weight").size(), std::string::npos, "ffn_norm.weight");
     if (name.empty()) {
       if (warn) warn(fmt::format("{}: tensor '{}' has no GGUF name; left out", path, t.name));
       continue;
     }
     Source s{name, t.dtype, ggml_dims(t.shape), t.data, t.nbytes, 0, -1, false};
     s.vector_f32 = s.shape.size() == 1;
+    if (gemma && s.vector_f32 && name.ends_with("norm.weight")) {
+      // Gemma's RMSNorm multiplies by (1 + w); its GGUF form stores 1 + w (convert_hf_to_gguf.py's norm_shift).
+      std::vector<float>& v = in.shifted.emplace_back(static_cast<size_t>(s.shape[0]));
+      row_to_float(s, 0, s.nbytes, v.data());
+      for (float& x : v) x += 1.0f;
+      s.dtype = DType::F32;
+      s.data = reinterpret_cast<const uint8_t*>(v.data());
+      s.nbytes = v.size() * sizeof(float);
+    }
     if (permute && (name.ends_with("attn_q.weight") || name.ends_with("attn_q.bias"))) s.permute_heads = c.n_head;
     if (permute && (name.ends_with("attn_k.weight") || name.ends_with("attn_k.bias"))) s.permute_heads = c.n_head_kv;
     if (s.permute_heads > 0 && s.shape[0] % (2 * s.permute_heads) != 0) {

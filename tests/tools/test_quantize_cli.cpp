@@ -251,15 +251,41 @@ INSTANTIATE_TEST_SUITE_P(HfToGguf, QuantizeFromHf,
                            return n;
                          });
 
-TEST(QuantizeApi, Gemma3FromHuggingFaceIsRefusedNotWrittenWrong) {
+// Gemma 3 in its GGUF form (norm weights stored as 1 + w, its norm names, which layers slide, the local rope base and
+// the softcap as keys) gives the safetensors folder's logits. llama.cpp reads no query_pre_attn_scalar (it takes
+// head_dim), so the tiny model's 12 (head size 16) is refused in one sentence, and a copy set to 16 converts.
+TEST(QuantizeApi, Gemma3FromHuggingFace) {
+  const fs::path src = test::data_path("hf/tiny-gemma3-f32");
   try {
-    quantize_model(test::data_path("hf/tiny-gemma3-f32"), temp_path("gemma3.gguf"), {.type = "f32"});
-    FAIL() << "a Gemma 3 GGUF was written";
+    quantize_model(src.string(), temp_path("gemma3-refused.gguf"), {.type = "f32"});
+    FAIL() << "a Gemma 3 GGUF with another attention scale was written";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("converting a Hugging Face gemma3 model to GGUF is not supported yet"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("query_pre_attn_scalar gives an attention scale"), std::string::npos)
         << e.what();
   }
+  const fs::path dir = temp_path("gemma3-hd");
+  fs::create_directories(dir);
+  fs::copy_file(src / "model.safetensors", dir / "model.safetensors", fs::copy_options::overwrite_existing);
+  nlohmann::json cfg;
+  std::ifstream(src / "config.json") >> cfg;
+  cfg["query_pre_attn_scalar"] = 16;
+  std::ofstream(dir / "config.json") << cfg.dump();
+  const std::string gguf = temp_path("gemma3-hd.gguf");
+  quantize_model(dir.string(), gguf, {.type = "f32"});
+  const ModelOptions mo{.load_tokenizer = false};
+  Model a = Model::load(dir.string(), mo), b = Model::load(gguf, mo);
+  SessionOptions so;
+  so.n_ctx = 32;
+  Session sa(a, so), sb(b, so);
+  const std::vector<int32_t> ids = {1, 5, 9, 2, 7, 3, 11, 4, 6, 8};  // past the window of 4
+  const std::vector<float> la = sa.eval_all_logits(ids), lb = sb.eval_all_logits(ids);
+  ASSERT_EQ(la.size(), lb.size());
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < la.size(); ++i) {
+    max_diff = std::max(max_diff, std::fabs(double(la[i]) - lb[i]));
+    max_ref = std::max(max_ref, std::fabs(double(la[i])));
+  }
+  EXPECT_LT(max_diff, 1e-4 * std::max(1.0, max_ref)) << "max |logit difference| " << max_diff;
 }
 
 // ---- the command
