@@ -464,11 +464,37 @@ if k:
 print(s)
 PY
   }
+  # SM clock and power sampled every 100 ms while a command runs: their medians say whether a long run (perplexity's
+  # 128 chunks back to back) ran at the clocks of a short burst (pp512 -r 3).
+  clocked() {  # clocked LABEL COMMAND...
+    local label=$1; shift
+    local csv
+    csv=$(mktemp)
+    nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 > "$csv" 2> /dev/null &
+    local smi=$!
+    "$@"
+    local rc=$?
+    kill "$smi" 2> /dev/null; wait "$smi" 2> /dev/null
+    say "  - clocks during $label: $(python3 -c "
+import statistics, sys
+rows = [l.split(',') for l in open(sys.argv[1]) if l.count(',') == 1]
+sm = [float(a) for a, b in rows if a.strip().replace('.', '').isdigit()]
+pw = [float(b) for a, b in rows if b.strip().replace('.', '').isdigit()]
+print(f'SM median {statistics.median(sm):.0f} MHz (min {min(sm):.0f}), power median {statistics.median(pw):.0f} W, {len(sm)} samples' if sm else 'no samples')
+" "$csv" 2>&1)"
+    rm -f "$csv"
+    return $rc
+  }
   for spec in ${TESSERA_PPL_SPECS:-llama3-8b:bf16 llama3-8b:q4_1}; do
-    tbench ppl --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" -p 512 -n 0 --ubatch 512 -r 3 --no-ceilings
+    clocked "pp512 -r 3 $spec" tbench ppl --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" \
+      -p 512 -n 0 --ubatch 512 -r 3 --no-ceilings
+    # Sustained prefill: as many 512-token chunks back to back as the perplexity run below evaluates (128).
+    clocked "pp512 -r 128 $spec" tbench ppl --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" \
+      -p 512 -n 0 --ubatch 512 -r 128 --no-ceilings
+    say "- pp512 $spec: -r 3 $(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))[0]['tok_s'],1))" "$rows_dir/ppl.$((nrow - 1)).json" 2>&1) tok/s, -r 128 $(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))[0]['tok_s'],1))" "$rows_dir/ppl.$nrow.json" 2>&1) tok/s"
     echo "## tessera perplexity $spec --random-tokens 65536 -c 512" >> "$plog"
-    timeout 300 "$cli" perplexity --device cuda --arch "${spec%%:*}" --random-weights --dtype "${spec##*:}" \
-      --random-tokens 65536 -c 512 --json > "$rows_dir/ppl-$spec.json" 2>> "$plog"
+    clocked "perplexity $spec" eval 'timeout 300 "$cli" perplexity --device cuda --arch "${spec%%:*}" --random-weights \
+      --dtype "${spec##*:}" --random-tokens 65536 -c 512 --json > "$rows_dir/ppl-$spec.json" 2>> "$plog"'
     say "- ppl $spec random ids: exit $? $(ppl_line "$rows_dir/ppl-$spec.json")"
   done
   kjv="$deps/eval/kjv.txt"
