@@ -43,14 +43,15 @@ namespace {
 constexpr double kExact = 1e-12, kF32 = 1e-10, kF16W = 1e-6, kX16 = 1e-5, kQ8 = 1e-4, kAttn16 = 1e-5;
 
 // Quantized formats with kernels of their own (8-bit activations): on both backends q8_0, q4_0 and q4_1; on the CPU
-// its table's quantized formats; on CUDA also the K-quants and iq4_nl below (others are converted to bf16 there).
+// its table's quantized formats; on CUDA also the formats below (others, the ternary ones at this commit, are converted
+// to bf16 there).
 bool native_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
 bool cpu_native_quantized(DType t) { return cpu::matmul_formats().is_native_quantized(t); }
-// The CUDA kernels read the K-quants, iq4_nl and iq4_xs natively too (8-bit activations, dequantized to bf16 for
-// cuBLASLt).
+// The CUDA kernels read the K-quants, q5_0, q5_1, iq4_nl and iq4_xs natively too (8-bit activations, dequantized to
+// bf16 for cuBLASLt).
 bool cuda_quantized(DType t) {
-  return native_quantized(t) || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::IQ4_NL ||
-         t == DType::IQ4_XS;
+  return native_quantized(t) || t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K ||
+         t == DType::Q6_K || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::IQ4_NL || t == DType::IQ4_XS;
 }
 bool float_format(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 std::string dn(DType t) { return std::string(dtype_name(t)); }
@@ -187,6 +188,15 @@ const std::vector<Row>& rows() {
     v.push_back(matmul_row(DType::Q6_K, 1, 256, 1536));
     v.push_back(matmul_row(DType::Q4_K, 9, 1001, 768));  // N odd: a partial 8-row group and 16-row AVX-512 pass
     v.push_back(matmul_row(DType::Q5_K, 67, 200, 256));
+    // q2_K and q3_K as q4_K's and q5_K's rows: an odd N over several 4-row warps, a lone super-block per row, and the
+    // decode GEMV at a longer row; q5_0 / q5_1's decode GEMV with an odd number of 32-blocks in the matrix (97 x 17:
+    // q5_0's qh tail on a 2-byte boundary; enough rows for a steady nMSE).
+    for (const DType w : {DType::Q2_K, DType::Q3_K}) {
+      v.push_back(matmul_row(w, 9, 1001, 768));
+      v.push_back(matmul_row(w, 67, 200, 256));
+      v.push_back(matmul_row(w, 1, 256, 1536));
+    }
+    for (const DType w : {DType::Q5_0, DType::Q5_1}) v.push_back(matmul_row(w, 1, 97, 544));
     for (const DType w : {DType::TQ1_0, DType::TQ2_0})  // ternary: a partial 8-row group and 16-row AVX-512 pass
       for (const int64_t t : {3, 67}) v.push_back(matmul_row(w, t, 1001, 768));
     for (const DType w : {DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS})  // partial CPU row groups

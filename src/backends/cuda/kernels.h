@@ -133,8 +133,8 @@ struct GemvConfig {
 const std::vector<GemvConfig>& gemv_configs();
 GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k);
 // Whether launch shape c (one of gemv_configs()) has a GEMV kernel for weights of dtype: every shape for the float
-// formats, q8_0, q4_0, q4_1, iq4_nl and q4_K; rows * unroll <= 4 for q5_K and q6_K (their larger shapes spill
-// registers). gemv fails for the others.
+// formats, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q2_K and q4_K; rows * unroll <= 4 for q3_K, q5_K and q6_K
+// (their larger shapes spill registers). gemv fails for the others.
 bool gemv_config_supported(DType dtype, const GemvConfig& c);
 // Whether quantized GEMVs of launch shape c have the norm_out epilogue (GemvInput::norm_out_*): warp groups of two or
 // four rows per warp with at most two loads in flight, no prefetch.

@@ -70,6 +70,30 @@ struct SplitLayout<DType::Q6_K> {
                        kTailBytes = 2;
 };
 
+// q5_0 / q5_1: the head (fp16 d; q5_1's fp16 d, m) is the scale, the 16 nibble bytes the quants, and the 4 bytes of
+// fifth bits (qh) the tail, so the quants stay 16-byte vectors. The tail starts at scales + nb * kScaleBytes: 4-byte
+// aligned for q5_1, only 2-byte aligned for q5_0 (odd nb), which the kernels read as two 16-bit halves.
+template <>
+struct SplitLayout<DType::Q5_0> {
+  static constexpr int kQuantOff = 6, kQuantBytes = 16, kScaleOff = 0, kScaleBytes = 2, kTailOff = 2, kTailBytes = 4;
+};
+template <>
+struct SplitLayout<DType::Q5_1> {
+  static constexpr int kQuantOff = 8, kQuantBytes = 16, kScaleOff = 0, kScaleBytes = 4, kTailOff = 4, kTailBytes = 4;
+};
+// q2_K: qs (64) as the quants, the 16 packed 4-bit scale|min bytes as the scales, fp16 d and dmin in the tail.
+template <>
+struct SplitLayout<DType::Q2_K> {
+  static constexpr int kQuantOff = 16, kQuantBytes = 64, kScaleOff = 0, kScaleBytes = 16, kTailOff = 80, kTailBytes = 4;
+};
+// q3_K: hmask (32) and qs (64) as 96 bytes of quants (contiguous in the block too), the 12 packed 6-bit scales as the
+// scales (4-byte aligned: read as three words), fp16 d in the tail.
+template <>
+struct SplitLayout<DType::Q3_K> {
+  static constexpr int kQuantOff = 0, kQuantBytes = 96, kScaleOff = 96, kScaleBytes = 12, kTailOff = 108,
+                       kTailBytes = 2;
+};
+
 // Whether the format has a SPLIT_Q layout (a specialization above).
 template <DType D, typename = void>
 struct HasSplitLayout {
@@ -91,6 +115,8 @@ static_assert(split_layout_is_consistent<DType::Q8_0>() && split_layout_is_consi
               split_layout_is_consistent<DType::Q4_1>() && split_layout_is_consistent<DType::Q4_K>() &&
               split_layout_is_consistent<DType::Q5_K>() && split_layout_is_consistent<DType::Q6_K>() &&
               split_layout_is_consistent<DType::IQ4_NL>() && split_layout_is_consistent<DType::IQ4_XS>());
+static_assert(split_layout_is_consistent<DType::Q5_0>() && split_layout_is_consistent<DType::Q5_1>() &&
+              split_layout_is_consistent<DType::Q2_K>() && split_layout_is_consistent<DType::Q3_K>());
 
 namespace split_detail {
 // Byte copy that nvcc unrolls (N is a constant); memcpy of a runtime-aligned device pointer may not be.

@@ -42,10 +42,11 @@ const FormatSupport& weight_formats() {
   // (kernels/gemv*.cu, gemm_rows.cu, gemm_convert.cu, embedding_argmax.cu). bf16 is the fallback: K-quant values
   // (a 6-bit code times an 8-bit scale times an fp16 super-scale) keep 8 significant bits in bf16 at most a rounding
   // away, with f32's range (f16 could overflow on a large super-scale), and bf16 takes cuBLASLt's fastest path.
-  static const FormatSupport table("cuda",
-                                   {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                                    DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS},
-                                   DType::BF16);
+  static const FormatSupport table(
+      "cuda",
+      {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K,
+       DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K},
+      DType::BF16);
   return table;
 }
 
@@ -143,6 +144,18 @@ DeviceWeight upload_weight(DType dtype, const void* host, int64_t n, int64_t k) 
       break;
     case DType::Q6_K:
       split_blocks<DType::Q6_K>(host, n, k, quants, scales);
+      break;
+    case DType::Q5_0:
+      split_blocks<DType::Q5_0>(host, n, k, quants, scales);
+      break;
+    case DType::Q5_1:
+      split_blocks<DType::Q5_1>(host, n, k, quants, scales);
+      break;
+    case DType::Q2_K:
+      split_blocks<DType::Q2_K>(host, n, k, quants, scales);
+      break;
+    case DType::Q3_K:
+      split_blocks<DType::Q3_K>(host, n, k, quants, scales);
       break;
     default:
       fail("cannot upload a {} weight: it has no split layout for the GPU", dtype_name(dtype));

@@ -131,6 +131,23 @@ void gemv_ref(DType dtype, const std::vector<uint8_t>& w, int64_t n, int64_t k, 
         format_detail::q4_k_scale_min(sub, blk.scales, &sc, &mn);
         const int q = Format<DType::Q5_K>::code(blk, sub, l);
         term = (std::fabs(fp16_to_f32(blk.d)) * sc * q + std::fabs(fp16_to_f32(blk.dmin)) * mn) * std::fabs(x[j]);
+      } else if (dtype == DType::Q5_0) {  // as q4_0, with the offset 16: d (dx sum(q qx) - 16 dx sum(qx))
+        BlockQ5_0 blk;
+        std::memcpy(&blk, src + b * sizeof(blk), sizeof(blk));
+        const int q = format_detail::q5_code(blk.qs, blk.qh, static_cast<int>(jj));
+        term = std::fabs(fp16_to_f32(blk.d)) * (q + 16) * std::fabs(x[j]);
+      } else if (dtype == DType::Q5_1) {  // as q4_1
+        BlockQ5_1 blk;
+        std::memcpy(&blk, src + b * sizeof(blk), sizeof(blk));
+        const int q = format_detail::q5_code(blk.qs, blk.qh, static_cast<int>(jj));
+        term = (std::fabs(fp16_to_f32(blk.d)) * q + std::fabs(fp16_to_f32(blk.m))) * std::fabs(x[j]);
+      } else if (dtype == DType::Q2_K) {  // w = d sc q - dmin m per 16 elements: both terms rounded, as q4_K's
+        BlockQ2_K blk;
+        std::memcpy(&blk, src + (j / kQKK) * sizeof(BlockQ2_K), sizeof(blk));
+        const int e = static_cast<int>(j % kQKK), s = blk.scales[e / 16];
+        const int q = format_detail::k_quant_2bit(blk.qs, e);
+        term = (std::fabs(fp16_to_f32(blk.d)) * (s & 0xF) * q + std::fabs(fp16_to_f32(blk.dmin)) * (s >> 4)) *
+               std::fabs(x[j]);
       }
       m += term;
       if (dx) e += std::fabs(row[j]) * dx[b] * 0.5;

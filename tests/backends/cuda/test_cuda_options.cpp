@@ -162,8 +162,8 @@ TEST(CudaOptions, QuantGemvLaunchShapesAreTheSweptOnes) {
   const std::pair<int64_t, int64_t> shapes[] = {{576, 576},    {1536, 576},   {576, 1536},   {49152, 576}, {2048, 2048},
                                                 {3072, 2048},  {16384, 2048}, {2048, 8192},  {4096, 4096}, {6144, 4096},
                                                 {28672, 4096}, {4096, 14336}, {128256, 4096}};
-  for (const DType d :
-       {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS})
+  for (const DType d : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::IQ4_NL, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                        DType::IQ4_XS, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K})
     for (const auto& [n, k] : shapes)
       EXPECT_TRUE(gemv_config_supported(d, gemv_default_config(d, n, k))) << dtype_name(d) << " " << n << "x" << k;
 }

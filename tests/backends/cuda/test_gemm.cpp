@@ -21,7 +21,8 @@ namespace {
 
 using detail::GemmPath;
 
-const DType kFormats[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::IQ4_NL};
+const DType kFormats[] = {DType::F32,  DType::F16,    DType::BF16, DType::Q8_0, DType::Q4_0,
+                          DType::Q4_1, DType::IQ4_NL, DType::Q5_0, DType::Q5_1};
 
 bool is_quant(DType t) { return gemv_quantized(t); }
 
@@ -169,7 +170,7 @@ TEST(CudaGemm, KQuantsEveryPathAndTMatchReference) {
   const int64_t shapes[][2] = {{67, 256}, {130, 768}, {33, 1280}};
   const int64_t ts[] = {1, 2, 5, 8, 32, 100};
   GemmWorkspace ws(100, 1280, 130 * 1280);
-  for (DType dtype : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
+  for (DType dtype : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS, DType::Q2_K, DType::Q3_K}) {
     for (const auto& s : shapes) {
       const Weight w = make_weight(rng, dtype, s[0], s[1]);
       for (int64_t t : ts) {
@@ -393,7 +394,8 @@ TEST(CudaGemm, X16RejectsF32WeightsAndShortScratch) {
 TEST(CudaGemm, X16TypeAndThresholdAgreeWithTheDefaultPath) {
   EXPECT_EQ(matmul_x16_type(DType::F32), DType::F32);
   EXPECT_EQ(matmul_x16_type(DType::F16), DType::F16);
-  for (DType d : {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+  for (DType d : {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                  DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K})
     EXPECT_EQ(matmul_x16_type(d), DType::BF16);
   const int64_t shapes[][2] = {{64, 256}, {576, 576}, {4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}};
   for (DType d : kFormats) {

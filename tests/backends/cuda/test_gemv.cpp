@@ -7,14 +7,16 @@
 #include "backends/cuda/cuda_options.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
+#include "quant/quant.h"
 
 namespace tessera::cuda::test {
 namespace {
 
-const DType kFormats[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                          DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
-const DType kQuantFormats[] = {DType::Q8_0,  DType::Q4_0, DType::Q4_1, DType::Q4_K,
-                                DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
+const DType kFormats[] = {DType::F32,    DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
+                          DType::Q4_1,   DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL,
+                          DType::IQ4_XS, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K};
+const DType kQuantFormats[] = {DType::Q8_0,   DType::Q4_0,   DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                               DType::IQ4_NL, DType::IQ4_XS, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K};
 
 bool is_quant(DType t) { return gemv_quantized(t); }
 
@@ -114,7 +116,8 @@ TEST(CudaGemv, UnsupportedShapesAreRefused) {
     for (const GemvConfig& c : gemv_configs()) {
       if (gemv_config_supported(dtype, c)) continue;
       ++refused;
-      EXPECT_TRUE(dtype == DType::Q6_K || dtype == DType::Q5_K) << "only q5_K and q6_K leave shapes out";
+      EXPECT_TRUE(dtype == DType::Q6_K || dtype == DType::Q5_K || dtype == DType::Q3_K)
+          << "only q3_K, q5_K and q6_K leave shapes out";
       EXPECT_GT(c.rows * c.unroll, 4);
     }
   EXPECT_GT(refused, 0);
@@ -140,7 +143,7 @@ TEST(CudaGemv, DefaultConfigAtModelShapes) {
       if (s[1] == k_for(dtype, s[1])) check_gemv(dtype, s[0], s[1], nullptr, rng);
   // Llama-3-8B's q|k|v, o, gate|up and down at the K-quants' defaults (these shapes pick 64 and 128 threads).
   const int64_t llama[][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
-  for (DType dtype : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
+  for (DType dtype : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K, DType::Q5_0, DType::Q5_1})
     for (const auto& s : llama) check_gemv(dtype, s[0], s[1], nullptr, rng);
 }
 
@@ -512,7 +515,8 @@ TEST(CudaGemv, FloatCappedGridsMatchReference) {
 TEST(CudaGemv, AccumulateAddsToOutput) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
-  for (DType dtype : {DType::BF16, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType dtype :
+       {DType::BF16, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q5_0, DType::Q2_K, DType::Q3_K}) {
     SCOPED_TRACE(dtype_name(dtype));
     const int64_t n = 300, k = 1024;
     const auto w_host = random_weight(rng, dtype, n, k);
@@ -557,15 +561,20 @@ TEST(CudaGemv, QuantizeQ8HandlesZeroBlocks) {
 // Argument checks run before any CUDA call, so these run on machines without a GPU too.
 TEST(CudaGemv, UploadRejectsBadShapesAndTypes) {
   std::vector<uint8_t> host(4096);
-  EXPECT_THROW(upload_weight(DType::Q2_K, host.data(), 1, 256), Error);     // readable, but converted at load
+  for (const FormatInfo& fi : formats()) {  // readable, but converted at load (tq1_0 and tq2_0 at this commit)
+    if (!gemv_supports(fi.type)) {
+      EXPECT_THROW(upload_weight(fi.type, host.data(), 1, 256), Error) << fi.name;
+    }
+  }
   EXPECT_THROW(upload_weight(DType::IQ2_XXS, host.data(), 1, 256), Error);  // not readable at all
   EXPECT_THROW(upload_weight(DType::Q4_K, host.data(), 2, 128), Error);     // k not a multiple of 256
-  EXPECT_THROW(upload_weight(DType::Q4_0, host.data(), 2, 48), Error);  // k not a multiple of 32
-  EXPECT_THROW(upload_weight(DType::BF16, host.data(), 2, 12), Error);  // rows not 16-byte aligned
+  EXPECT_THROW(upload_weight(DType::Q4_0, host.data(), 2, 48), Error);      // k not a multiple of 32
+  EXPECT_THROW(upload_weight(DType::BF16, host.data(), 2, 12), Error);      // rows not 16-byte aligned
   EXPECT_THROW(upload_weight(DType::F32, host.data(), 0, 8), Error);
   EXPECT_THROW(upload_weight(DType::F32, nullptr, 1, 8), Error);
   EXPECT_TRUE(gemv_supports(DType::Q6_K));
-  EXPECT_FALSE(gemv_supports(DType::Q2_K));
+  EXPECT_TRUE(gemv_supports(DType::Q2_K));
+  EXPECT_TRUE(gemv_supports(DType::Q5_0));
   EXPECT_TRUE(gemv_supports(DType::Q4_1));
 }
 

@@ -1,4 +1,4 @@
-// The K-quant GEMV units (kernels/quant_units.h: what gemv_quant_kernel.cuh and gemm_rows.cu run per thread and unit)
+// The GEMV units (kernels/quant_units.h: what gemv_quant_kernel.cuh and gemm_rows.cu run per thread and unit)
 // executed on the host, over weights split as upload_weight splits them (split_layout.h) and activations quantized as
 // quantize_q8 quantizes them, against the format's own Format<D>::dot_q8 (quant/format_traits.h). No GPU needed: the
 // index arithmetic of every unit (which bytes, which scales, which activation blocks) is checked here, and the GPU
@@ -77,6 +77,12 @@ void check_units(int64_t n, int64_t k, std::mt19937& rng) {
           int sc = 0, m = 0;
           format_detail::q4_k_scale_min(e / 32, blk.scales, &sc, &m);
           term += 2.0 * std::fabs(format_detail::half_value(blk.dmin)) * m;
+        } else if constexpr (D == DType::Q2_K) {  // the same with q2_K's 4-bit minimum of the 16-element sub-block
+          term += 2.0 * std::fabs(format_detail::half_value(blk.dmin)) * (blk.scales[e / 16] >> 4);
+        } else if constexpr (D == DType::Q5_1) {  // d q and m are rounded apart
+          term += 2.0 * std::fabs(format_detail::half_value(blk.m));
+        } else if constexpr (D == DType::Q5_0) {  // d q and 16 d are rounded apart
+          term += 32.0 * std::fabs(format_detail::half_value(blk.d));
         }
         mag += term * std::fabs(xds[static_cast<size_t>(j / 32)].x * xq[static_cast<size_t>(j)]);
       }
@@ -92,12 +98,40 @@ TEST(CudaQuantUnits, KQuantUnitsEqualTheTraitsDot) {
     check_units<DType::Q5_K>(5, k, rng);
     check_units<DType::Q6_K>(5, k, rng);
     check_units<DType::IQ4_XS>(5, k, rng);
+    check_units<DType::Q2_K>(5, k, rng);
+    check_units<DType::Q3_K>(5, k, rng);
     if (HasFatalFailure()) return;
   }
 }
 
+// q5_0 and q5_1: a unit is one 32-block with its fifth bits from the tail (qh after every block's scales). Odd block
+// counts per row and in the table (k = 32, 96, 544; n = 3, 5) put q5_0's tail on a 2-byte boundary.
+TEST(CudaQuantUnits, Q5UnitsEqualTheTraitsDot) {
+  std::mt19937 rng(test_seed());
+  for (const int64_t k : {32, 96, 544, 576, 4096, 14336}) {
+    check_units<DType::Q5_0>(5, k, rng);
+    check_units<DType::Q5_1>(5, k, rng);
+    check_units<DType::Q5_0>(3, k, rng);
+    check_units<DType::Q5_1>(3, k, rng);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// q5_high4 spreads four bits of qh into bit 4 of four bytes: every 4-bit value at every shift, with the other bits of
+// qh set (they must not leak in).
+TEST(CudaQuantUnits, Q5HighBitsSpreadToBit4OfEachByte) {
+  for (uint32_t v = 0; v < 16; ++v)
+    for (int s = 0; s <= 28; s += 4) {
+      const uint32_t qh = (v << s) | ~(0xFu << s);
+      const uint32_t got = detail::q5_high4(qh, s);
+      for (int b = 0; b < 4; ++b)
+        ASSERT_EQ((got >> (8 * b)) & 0xFFu, ((v >> b) & 1u) << 4) << "v " << v << " shift " << s << " byte " << b;
+    }
+}
+
 // The embedding's element lookup (split_value) gives the traits' dequantized values: bit for bit on the host (the
-// same operations in the same order; nvcc may contract a * b - c into an FMA on the device, a last-bit difference).
+// same operations in the same order; for q4_K, q5_K, q6_K and iq4_xs nvcc may contract a * b - c into an FMA on the
+// device, a last-bit difference; q5_0, q5_1, q2_K and q3_K round each operation on its own there too).
 template <DType D>
 void check_values(int64_t n, int64_t k, std::mt19937& rng) {
   SCOPED_TRACE(::testing::Message() << dtype_name(D) << " n=" << n << " k=" << k);
@@ -128,6 +162,10 @@ TEST(CudaQuantUnits, EmbeddingValuesEqualTheTraitsDequantize) {
   check_values<DType::Q5_K>(3, 768, rng);
   check_values<DType::Q6_K>(3, 768, rng);
   check_values<DType::IQ4_XS>(3, 768, rng);
+  check_values<DType::Q2_K>(3, 768, rng);
+  check_values<DType::Q3_K>(3, 768, rng);
+  check_values<DType::Q5_0>(3, 544, rng);  // 51 blocks: q5_0's tail of qh on a 2-byte boundary
+  check_values<DType::Q5_1>(3, 544, rng);
 }
 
 // iq4_nl's table lookup in byte permutes (what the GEMVs run per quant word) against format_detail::iq4nl_value: every

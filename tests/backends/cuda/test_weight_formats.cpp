@@ -43,10 +43,11 @@ namespace {
 
 TEST(CudaWeightFormats, TableNamesTheNativeFormatsAndTheFallback) {
   const FormatSupport& f = cuda::weight_formats();
-  EXPECT_EQ(f.native_names(), "f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, iq4_nl and iq4_xs");
+  EXPECT_EQ(f.native_names(),
+            "f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, q5_0, q5_1, q2_k and q3_k");
   EXPECT_EQ(f.fallback(), DType::BF16);
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K,
-                  DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS}) {
+                  DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K}) {
     EXPECT_TRUE(cuda::gemv_supports(t)) << dtype_name(t);
     EXPECT_EQ(cuda::device_weight_dtype(t), t) << dtype_name(t);
   }
@@ -56,8 +57,10 @@ TEST(CudaWeightFormats, TableNamesTheNativeFormatsAndTheFallback) {
   EXPECT_TRUE(cuda::gemv_quantized(DType::Q6_K));
   EXPECT_TRUE(cuda::gemv_quantized(DType::IQ4_NL));
   EXPECT_TRUE(cuda::gemv_quantized(DType::IQ4_XS));
+  for (DType t : {DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K})
+    EXPECT_TRUE(cuda::gemv_quantized(t)) << dtype_name(t);
   EXPECT_FALSE(cuda::gemv_quantized(DType::BF16));
-  // Every other format Tessera reads runs as bf16 (q2_K, q3_K today).
+  // Every other format Tessera reads runs as bf16 (the ternary tq1_0 and tq2_0 at this commit).
   for (const FormatInfo& fi : formats()) {
     if (!f.is_native(fi.type)) {
       EXPECT_EQ(cuda::device_weight_dtype(fi.type), DType::BF16) << dtype_name(fi.type);
@@ -68,7 +71,7 @@ TEST(CudaWeightFormats, TableNamesTheNativeFormatsAndTheFallback) {
     ADD_FAILURE() << "no error for a format Tessera cannot read";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("iq2_xxs"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("q6_k, iq4_nl and iq4_xs"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("iq4_xs, q5_0, q5_1, q2_k and q3_k"), std::string::npos) << e.what();
   }
 }
 
@@ -106,14 +109,32 @@ TEST(CudaWeightFormats, SplitLayoutRoundTrips) {
   check_split_round_trip<DType::Q6_K>(rng);
   check_split_round_trip<DType::IQ4_NL>(rng);
   check_split_round_trip<DType::IQ4_XS>(rng);
+  check_split_round_trip<DType::Q5_0>(rng);
+  check_split_round_trip<DType::Q5_1>(rng);
+  check_split_round_trip<DType::Q2_K>(rng);
+  check_split_round_trip<DType::Q3_K>(rng);
   // Where the K-quant kernels read a block's parts (quant_units.h): q4_K's head is d, dmin and the packed scales;
   // q6_K's quants are ql then qh, its d follows every block's scales.
   static_assert(cuda::SplitLayout<DType::Q4_K>::kQuantOff == offsetof(BlockQ4_K, qs));
   static_assert(cuda::SplitLayout<DType::Q6_K>::kQuantOff == offsetof(BlockQ6_K, ql) &&
                 offsetof(BlockQ6_K, qh) == 128 && cuda::SplitLayout<DType::Q6_K>::kTailOff == offsetof(BlockQ6_K, d));
+  // q5_0 / q5_1: the nibbles are the quants, qh the tail; q2_K: qs the quants, (d, dmin) the tail; q3_K: hmask then qs
+  // the quants, the packed scales the scales, d the tail.
+  static_assert(cuda::SplitLayout<DType::Q5_0>::kQuantOff == offsetof(BlockQ5_0, qs) &&
+                cuda::SplitLayout<DType::Q5_0>::kTailOff == offsetof(BlockQ5_0, qh));
+  static_assert(cuda::SplitLayout<DType::Q5_1>::kQuantOff == offsetof(BlockQ5_1, qs) &&
+                cuda::SplitLayout<DType::Q5_1>::kTailOff == offsetof(BlockQ5_1, qh));
+  static_assert(cuda::SplitLayout<DType::Q2_K>::kQuantOff == offsetof(BlockQ2_K, qs) &&
+                cuda::SplitLayout<DType::Q2_K>::kScaleOff == offsetof(BlockQ2_K, scales) &&
+                cuda::SplitLayout<DType::Q2_K>::kTailOff == offsetof(BlockQ2_K, d));
+  static_assert(cuda::SplitLayout<DType::Q3_K>::kQuantOff == offsetof(BlockQ3_K, hmask) &&
+                offsetof(BlockQ3_K, qs) == 32 &&
+                cuda::SplitLayout<DType::Q3_K>::kScaleOff == offsetof(BlockQ3_K, scales) &&
+                cuda::SplitLayout<DType::Q3_K>::kTailOff == offsetof(BlockQ3_K, d));
 }
 
-// convert_for_device gives the bf16 of every dequantized value for every format CUDA converts (q2_K, q3_K today),
+// convert_for_device gives the bf16 of every dequantized value for every format CUDA converts (tq1_0, tq2_0 at this
+// commit),
 // split over threads by rows: a row boundary slip between threads would move whole rows.
 TEST(CudaWeightFormats, ConvertForDeviceIsTheBf16OfTheValues) {
   std::mt19937 rng(cuda::test::test_seed());
@@ -141,7 +162,8 @@ TEST(CudaWeightFormats, ConvertForDeviceIsTheBf16OfTheValues) {
 
 TEST(CudaWeightFormats, NativeFormatsNeedNoConversion) {
   std::vector<uint8_t> w(1024);
-  for (DType t : {DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS})
+  for (DType t : {DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::Q5_0,
+                  DType::Q5_1, DType::Q2_K, DType::Q3_K})
     EXPECT_THROW(cuda::convert_for_device(t, w.data(), 1, 256), Error) << dtype_name(t);
   EXPECT_THROW(cuda::upload_weight(DType::IQ2_XXS, w.data(), 1, 256), Error);  // not readable at all
 }
@@ -152,7 +174,8 @@ TEST(CudaWeightFormats, NativeFormatsNeedNoConversion) {
 // dequantized values bit for bit for every quantized format CUDA reads natively (its kernels round every product and
 // sum on their own, as quant.cpp's -ffp-contract=off host code does): rows of 1, 3 and 5 super-blocks (the K-quants'
 // warp per super-block: lanes that split sub-blocks, halves and the q6_K tail d after every row's scales), and row
-// counts that leave a partial block of threads.
+// counts that leave a partial block of threads; rows of 17 blocks for the 32-block formats (an odd block count puts
+// q5_0's qh, after every 2-byte scale, on a 2-byte boundary).
 TEST(CudaWeightFormats, PrefillExpansionIsTheBf16OfTheHostValues) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(cuda::test::test_seed());
@@ -161,7 +184,8 @@ TEST(CudaWeightFormats, PrefillExpansionIsTheBf16OfTheHostValues) {
     const DType dt = fi.type;
     if (!fi.quantized || !cuda::weight_formats().is_native(dt)) continue;
     for (const int64_t n : {1, 7, 37})
-      for (const int64_t k : {256, 768, 1280}) {
+      for (const int64_t k : {256, 768, 1280, 544}) {
+        if (k % static_cast<int64_t>(fi.block_size) != 0) continue;  // 544: 17 blocks of 32 (q5_0's tail 2-aligned)
         SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " n=" << n << " k=" << k);
         const std::vector<uint8_t> w = cuda::test::random_weight(rng, dt, n, k);
         const cuda::DeviceWeight dw = cuda::upload_weight(dt, w.data(), n, k);
@@ -176,7 +200,7 @@ TEST(CudaWeightFormats, PrefillExpansionIsTheBf16OfTheHostValues) {
         ++checked;
       }
   }
-  EXPECT_GE(checked, 6 * 9);
+  EXPECT_GE(checked, 12 * 9);
 }
 
 // ---- Whole models (GPU) ----
@@ -198,6 +222,17 @@ const Layout kQ4KM = {"llama_q4_k_m", 512, 8, 4, 64, 1536, 32000, 2, [](const st
                                          n.find("ffn_down") != std::string::npos || n == "token_embd.weight";
                         return six ? DType::Q6_K : DType::Q4_K;
                       }};
+
+// The four formats CUDA reads natively since issue 21's second part, in one model of 512-wide rows: q2_K for q, k, gate
+// and up, q3_K for o and the token embedding, q5_0 for attn_v and q5_1 for ffn_down (q5_0/q5_1's 32-blocks, the
+// K-quants' 16-element sub-blocks; decode, the multi-row GEMV and the prefill expansion all meet each).
+const Layout kLowBits = {"llama_q2_q3_q5", 512, 8, 4, 64, 1536, 32000, 2, [](const std::string& n) {
+                           if (n.find("attn_v") != std::string::npos) return DType::Q5_0;
+                           if (n.find("ffn_down") != std::string::npos) return DType::Q5_1;
+                           if (n.find("attn_output") != std::string::npos || n == "token_embd.weight")
+                             return DType::Q3_K;
+                           return DType::Q2_K;
+                         }};
 
 void write_model(const Layout& l, const std::string& path, uint32_t seed) {
   gguf::Writer w;
@@ -357,7 +392,7 @@ TEST(CudaWeightFormats, DefaultModelRequantizedToQ6_KMatchesCpu) {
   EXPECT_EQ(count(r.notices, "tessera: cuda:"), 0u) << r.notices;  // q6_K is native on CUDA
 }
 
-INSTANTIATE_TEST_SUITE_P(KQuantFiles, CudaWeightFormatsModel, ::testing::Values(kQ6K, kQ4KM),
+INSTANTIATE_TEST_SUITE_P(KQuantFiles, CudaWeightFormatsModel, ::testing::Values(kQ6K, kQ4KM, kLowBits),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

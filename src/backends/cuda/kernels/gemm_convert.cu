@@ -45,6 +45,34 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < kQ; ++j)
       v[j] = __fmul_rn(d, static_cast<float>(static_cast<int8_t>((w[j / 4] >> (8 * (j % 4))) & 0xFFu)));
+  } else if constexpr (D == DType::Q5_0 || D == DType::Q5_1) {
+    // q4_0's / q4_1's nibbles with the fifth bit of element j in bit j of the block's qh, which follows every block's
+    // scales (split_layout.h; q5_0's only 2-byte aligned: two 16-bit loads).
+    constexpr int kSB = D == DType::Q5_0 ? 2 : 4;
+    const uint4 q = __ldcs(reinterpret_cast<const uint4*>(quants) + i);
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+    const unsigned short* qh16 = reinterpret_cast<const unsigned short*>(scales + blocks * kSB) + 2 * i;
+    const uint32_t qh = static_cast<uint32_t>(__ldg(qh16)) | (static_cast<uint32_t>(__ldg(qh16 + 1)) << 16);
+    float d, m = 0.0f;
+    if constexpr (D == DType::Q5_0) {
+      d = __half2float(__ushort_as_half(reinterpret_cast<const unsigned short*>(scales)[i]));
+    } else {
+      const float2 dm = half2_to_float2(reinterpret_cast<const uint32_t*>(scales)[i]);
+      d = dm.x, m = dm.y;
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const uint32_t byte = (w[j / 4] >> (8 * (j % 4))) & 0xFFu;
+      const int lo = static_cast<int>((byte & 15u) | (((qh >> j) & 1u) << 4));
+      const int hi = static_cast<int>((byte >> 4) | (((qh >> (j + 16)) & 1u) << 4));
+      if constexpr (D == DType::Q5_0) {  // (q - 16) * d, as Format<Q5_0>::dequantize
+        v[j] = __fmul_rn(static_cast<float>(lo - 16), d);
+        v[j + 16] = __fmul_rn(static_cast<float>(hi - 16), d);
+      } else {  // q * d + m, as Format<Q5_1>::dequantize
+        v[j] = __fadd_rn(__fmul_rn(static_cast<float>(lo), d), m);
+        v[j + 16] = __fadd_rn(__fmul_rn(static_cast<float>(hi), d), m);
+      }
+    }
   } else {
     const uint4 q = __ldcs(reinterpret_cast<const uint4*>(quants) + i);
     const uint32_t w[4] = {q.x, q.y, q.z, q.w};
@@ -112,7 +140,9 @@ __device__ __forceinline__ uint32_t byte_of(const uint2& b, int i) {
 // Lane t's 8 values of super-block sb (of n_sb in the matrix) in the SPLIT_Q layout (split_layout.h):
 //  - q4_K: quants [sb, 128] (sub-blocks 2i and 2i + 1 share 32 bytes: low and high nibbles), heads [sb, 16];
 //  - q5_K: quants [sb, 160] (qh [32] then qs [128]), heads [sb, 16];
-//  - q6_K: quants [sb, 192] (ql [128] then qh [64], GGML's order), int8 scales [sb, 16], then fp16 d [sb].
+//  - q6_K: quants [sb, 192] (ql [128] then qh [64], GGML's order), int8 scales [sb, 16], then fp16 d [sb];
+//  - q2_K: quants [sb, 64] (qs), scale|min bytes [sb, 16], then fp16 (d, dmin) [sb];
+//  - q3_K: quants [sb, 96] (hmask [32] then qs [64]), packed scales [sb, 12], then fp16 d [sb].
 template <DType D>
 __device__ __forceinline__ void ksb_lane(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
                                          int64_t n_sb, int64_t sb, int t, float (&v)[8]) {
@@ -150,8 +180,43 @@ __device__ __forceinline__ void ksb_lane(const uint8_t* __restrict__ quants, con
       const int code = static_cast<int>((byte_of(qs, i) >> shift) & 0xFu);
       v[i] = __fmul_rn(dl, static_cast<float>(format_detail::iq4nl_value(code)));
     }
+  } else if constexpr (D == DType::Q2_K) {
+    // Lane t: elements 128 half + 32 group + l0 .. + 7, 2 bits each at bits 2 group of qs [32 half + l0, + 8);
+    // sub-block t / 2's scale|min byte; (d, dmin) after every super-block's scales.
+    const int half = t >> 4, group = (t >> 2) & 3, l0 = 8 * (t & 3);
+    const uint2 qs = __ldcs(reinterpret_cast<const uint2*>(quants + sb * 64 + 32 * half + l0));
+    const int sm = __ldg(scales + sb * 16 + (t >> 1));
+    const float2 dm = half2_to_float2(__ldg(reinterpret_cast<const uint32_t*>(scales + n_sb * 16) + sb));
+    const float dl = __fmul_rn(dm.x, static_cast<float>(sm & 0xF)), ml = __fmul_rn(dm.y, static_cast<float>(sm >> 4));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int code = static_cast<int>((byte_of(qs, i) >> (2 * group)) & 3u);
+      v[i] = __fsub_rn(__fmul_rn(dl, static_cast<float>(code)), ml);
+    }
+  } else if constexpr (D == DType::Q3_K) {
+    // Lane t: as q2_K's lane for the low bits (qs at byte 32 of the super-block's 96), the high bit of element e in
+    // bit e / 32 = 4 half + group of hmask [l0, + 8); the 12 packed scales (format_detail::q3_k_scale), and d after
+    // every super-block's scales.
+    const int half = t >> 4, group = (t >> 2) & 3, l0 = 8 * (t & 3);
+    const uint8_t* q = quants + sb * 96;
+    const uint2 qs = __ldcs(reinterpret_cast<const uint2*>(q + 32 + 32 * half + l0));
+    const uint2 hm = __ldcs(reinterpret_cast<const uint2*>(q + l0));
+    const uint8_t* s = scales + sb * 12;
+    const int j = t >> 1;  // sub-block (8t) / 16
+    const int low = j < 8 ? (__ldg(s + j) & 0xF) : (__ldg(s + j - 8) >> 4);
+    const int high = (__ldg(s + 8 + j % 4) >> (2 * (j / 4))) & 3;
+    const float d =
+        __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(scales + n_sb * 12) + sb)));
+    const float dl = __fmul_rn(d, static_cast<float>((low | (high << 4)) - 32));
+    const int hbit = 4 * half + group;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int code =
+          static_cast<int>((byte_of(qs, i) >> (2 * group)) & 3u) - (((byte_of(hm, i) >> hbit) & 1u) ? 0 : 4);
+      v[i] = __fmul_rn(dl, static_cast<float>(code));
+    }
   } else {
-    static_assert(D == DType::Q6_K, "ksb_lane: q4_K, q5_K, q6_K or iq4_xs");
+    static_assert(D == DType::Q6_K, "ksb_lane: q2_K, q3_K, q4_K, q5_K, q6_K or iq4_xs");
     const int half = t >> 4, group = (t >> 2) & 3, l0 = 8 * (t & 3);  // elements 128 half + 32 group + l0 ..
     const uint8_t* q = quants + sb * 192;
     const uint2 ql = __ldcs(reinterpret_cast<const uint2*>(q + 64 * half + 32 * (group & 1) + l0));
@@ -222,6 +287,18 @@ void launch_dequant_bf16(const DeviceWeight& w, void* out, cudaStream_t stream) 
       break;
     case DType::IQ4_NL:
       dequant_bf16_kernel<DType::IQ4_NL><<<blocks_for(blocks), kThreads, 0, stream>>>(q, s, o, blocks);
+      break;
+    case DType::Q5_0:
+      dequant_bf16_kernel<DType::Q5_0><<<blocks_for(blocks), kThreads, 0, stream>>>(q, s, o, blocks);
+      break;
+    case DType::Q5_1:
+      dequant_bf16_kernel<DType::Q5_1><<<blocks_for(blocks), kThreads, 0, stream>>>(q, s, o, blocks);
+      break;
+    case DType::Q2_K:
+      launch_dequant_ksb<DType::Q2_K>(w, o, stream);
+      break;
+    case DType::Q3_K:
+      launch_dequant_ksb<DType::Q3_K>(w, o, stream);
       break;
     case DType::Q4_K:
       launch_dequant_ksb<DType::Q4_K>(w, o, stream);

@@ -204,8 +204,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   warp_store<kRows, TT>(acc, y, row0, n, accumulate);
 }
 
-// K-quants (q4_K, q5_K, q6_K): the same warp-per-four-rows loop over the formats' 64-element units (quant_units.h, the
-// t = 1 GEMV's arithmetic), each unit's activation loaded once per row of x and dotted with the four weight rows.
+// The unit formats (the K-quants and iq4_xs: 64-element units; q5_0, q5_1: 32-blocks with a tail): the same
+// warp-per-four-rows loop over the formats' units (quant_units.h, the t = 1 GEMV's arithmetic), each unit's activation
+// loaded once per row of x and dotted with the four weight rows.
 template <DType D, int TT>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_rows_unit_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
@@ -339,6 +340,18 @@ void launch_gemm_rows_quant(const DeviceWeight& w, const int8_t* q8, const float
               break;
             case DType::IQ4_XS:
               launch_quant<DType::IQ4_XS, TT>(w, qc, dc, yc, stream, accumulate);
+              break;
+            case DType::Q5_0:
+              launch_quant<DType::Q5_0, TT>(w, qc, dc, yc, stream, accumulate);
+              break;
+            case DType::Q5_1:
+              launch_quant<DType::Q5_1, TT>(w, qc, dc, yc, stream, accumulate);
+              break;
+            case DType::Q2_K:
+              launch_quant<DType::Q2_K, TT>(w, qc, dc, yc, stream, accumulate);
+              break;
+            case DType::Q3_K:
+              launch_quant<DType::Q3_K, TT>(w, qc, dc, yc, stream, accumulate);
               break;
             default:
               fail_message("matmul: no multi-row quant kernel for this dtype");

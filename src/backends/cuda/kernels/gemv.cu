@@ -141,6 +141,14 @@ constexpr ShapeRule kIQ4NLRules[] = {
     {4096, 4096, {64, 8, 1, 0}}, {4096, 8192, {32, 4, 1, 0}}, {8192, kAny, {128, 4, 1, 0}}, {kAny, kAny, {64, 8, 1, 0}},
 };
 
+// q2_K and q3_K (not swept): q5_K's picks, a 64-element unit per thread and step with at most four rows x slots.
+constexpr ShapeRule kQ2Q3KRules[] = {
+    {2048, kAny, {32, 4, 1, 0}},
+    {4096, 4096, {32, 4, 1, 0}},
+    {8192, kAny, {64, 2, 1, 0}},
+    {kAny, kAny, {32, 4, 1, 0}},
+};
+
 template <size_t N>
 const GemvConfig* pick(const ShapeRule (&rules)[N], int64_t n, int64_t k) {
   for (const ShapeRule& r : rules)
@@ -161,6 +169,9 @@ const GemvConfig* swept_unit_config(DType dtype, int64_t n, int64_t k) {
       return pick(kIQ4XSRules, n, k);
     case DType::IQ4_NL:
       return pick(kIQ4NLRules, n, k);
+    case DType::Q2_K:
+    case DType::Q3_K:
+      return pick(kQ2Q3KRules, n, k);
     default:
       return nullptr;
   }
@@ -174,7 +185,9 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
   // Picked from the H100 sweeps of every shape in the table (docs/CUDA_NOTES.md, runs 1-3): at the issue's large
   // shapes each choice is within ~3% of the sweep's best (q8_0/q4 at 4096x14336 within ~5%).
   if (const GemvConfig* c = detail::swept_unit_config(dtype, n, k)) return *c;
-  const bool quant = dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q4_1 || dtype == DType::IQ4_NL;
+  // q5_0 and q5_1 (not swept): q4_1's picks (a 32-block per unit, 16 quant bytes plus 6 or 8 of scale and qh).
+  const bool quant = dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::Q4_1 || dtype == DType::IQ4_NL ||
+                     dtype == DType::Q5_0 || dtype == DType::Q5_1;
   if (quant) {
     // From the H100 sweep of the pipelined quant kernel (bench/cuda/experiments/gemv_quant_sweep.cu, 2026-11-22;
     // docs/CUDA_NOTES.md):
@@ -216,7 +229,8 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
 GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k) {
   if (const GemvConfig* o = shape_override(n, k)) return *o;
   // K-quants: 256-thread groups (four rows per warp, one unit in flight per row); the 512-thread form below spills.
-  if (dtype == DType::Q4_K || dtype == DType::Q5_K || dtype == DType::Q6_K || dtype == DType::IQ4_XS)
+  if (dtype == DType::Q4_K || dtype == DType::Q5_K || dtype == DType::Q6_K || dtype == DType::IQ4_XS ||
+      dtype == DType::Q2_K || dtype == DType::Q3_K)
     return {64, 4, 1, 0};
   // Warp groups of two rows, two loads in flight per row (16 warps per 32 rows): inside the 8B q4_1 decode graph
   // (H100, TESSERA_CUDA_GEMV_SHAPES sweep of 2026-11-22, o and down alike) 498.6 tok/s against 497.6 at one load,

@@ -210,12 +210,15 @@ constexpr bool has_norm_out_groups(const Shape& s) {
 }
 
 // The launch shapes a quantized format's kernels are compiled for. ptxas spills (an error in this build) where a q6_K
-// or q5_K unit's three or four vectors per row and slot, doubled by the pipeline, meet more than four rows x slots, and
-// where any
+// or q5_K unit's three or four vectors per row and slot, doubled by the pipeline, meet more than four rows x slots (and
+// q3_K's two vectors with its hmask and scale arithmetic: 40 bytes at 4 rows x 2 slots), and where any
 // K-quant meets the register cap of a 512- or 1,024-thread warp-group block (128 or 64 registers per thread).
-constexpr int max_rows_unroll(DType d) { return d == DType::Q6_K || d == DType::Q5_K ? 4 : 8; }
+constexpr int max_rows_unroll(DType d) { return d == DType::Q6_K || d == DType::Q5_K || d == DType::Q3_K ? 4 : 8; }
 constexpr int max_group_threads(DType d) {
-  return d == DType::Q4_K || d == DType::Q5_K || d == DType::Q6_K || d == DType::IQ4_XS ? 256 : 1024;
+  return d == DType::Q4_K || d == DType::Q5_K || d == DType::Q6_K || d == DType::IQ4_XS || d == DType::Q2_K ||
+                 d == DType::Q3_K
+             ? 256
+             : 1024;
 }
 constexpr bool shape_compiled(DType d, const Shape& s) { return s.rows * s.unroll <= max_rows_unroll(d); }
 // Block size of the warp-group norm_out epilogue (GemvInput::norm_out_*) at launch shape s.

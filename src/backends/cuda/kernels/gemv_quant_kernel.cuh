@@ -1,5 +1,5 @@
 // The quantized GEMV kernel and its launchers (dp4a against the q8 activation, SPLIT_Q layout), a template over the
-// format: gemv_quant.cu instantiates it for q8_0, q4_0 and q4_1, gemv_kquant.cu for the K-quants (separate files so
+// format: gemv_quant.cu instantiates it for the 32-block formats, gemv_kquant.cu for the K-quants (separate files so
 // that the two compile in parallel). Why the kernel looks the way it does: see gemv.cu.
 #pragma once
 
@@ -227,10 +227,11 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
 }
 
 // Capped only where 64 registers hold the pipeline without spills (ptxas, -Xptxas --warn-on-spills): 4-bit formats
-// at 4 vectors per step (the defaults that need it). q8_0 at 2 rows and q4_1 at 2 vectors per step spilled.
+// at 4 vectors per step (the defaults that need it). q8_0 at 2 rows and q4_1 at 2 vectors per step spilled. The unit
+// formats of 16 quant bytes per unit (q5_0, q5_1, q2_K) carry more scale registers and were never measured capped.
 template <DType D>
 constexpr bool quant_cappable(const Shape& s) {
-  return QuantFmt<D>::kQuantBytes == 16 && s.rows * s.unroll == 4;
+  return !is_unit_format<D>() && QuantFmt<D>::kQuantBytes == 16 && s.rows * s.unroll == 4;
 }
 
 // The plain kernel, or its register-capped copy where the grid does not fit one uncapped wave; with the norm_out

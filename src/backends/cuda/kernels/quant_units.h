@@ -11,6 +11,9 @@
 //    (two high bits per group). Those three vectors of four neighbouring lanes cover the super-block's 192 quant
 //    bytes exactly once, in GGML's order, so no repacking at upload; each 16-element run is one sub-block, scale
 //    sc[8h + 2g + c], read from the 8 scale bytes of half h.
+//  - q5_0, q5_1: a unit is one 32-block (q4_0's nibbles, the fifth bits from the block's qh in the tail).
+//  - q2_K, q3_K: q6_K's 64-element unit (16 elements of each 32-group of half h): q2_K's qs [32h + 16c, + 16) (2 bits
+//    per group), q3_K's the same plus hmask [16c, + 16) (bit 4h + g of group g).
 // Each K-quant format: load(...) its unit's registers, Act::load(...) the unit's activation (once per step, shared by
 // every row), dot(...) one row's contribution. The same arithmetic as Format<D>::dot_q8 (quant/format_traits.h), with
 // the float products in another order.
@@ -24,6 +27,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "core/dtype.h"
 #include "quant/format_traits.h"
@@ -89,6 +93,17 @@ TESSERA_UNIT uint32_t ld_u16(const void* p) {
   return v;
 #endif
 }
+TESSERA_UNIT uint32_t ld4(const void* p) {
+#if defined(__CUDA_ARCH__)
+  uint32_t v;
+  asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+#else
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+#endif
+}
 // Activation loads through the read-only cache (__ldg: x is re-read by every block).
 TESSERA_UNIT int4 ldg(const int4* p) {
 #if defined(__CUDA_ARCH__)
@@ -132,6 +147,29 @@ TESSERA_UNIT uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
   uint32_t r = 0;
   for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFFu) << (8 * i);
   return r;
+#endif
+}
+// Products and differences rounded on their own (no FMA contraction on the device), as quant.cpp's -ffp-contract=off
+// host code forms a format's values: split_value is then bit-exact with Format<D>::dequantize on both sides.
+TESSERA_UNIT float fmul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+TESSERA_UNIT float fadd(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+TESSERA_UNIT float fsub(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
 #endif
 }
 // An fp16 pair (low half first) as two floats.
@@ -189,6 +227,71 @@ TESSERA_UNIT void iq4nl_words(uint32_t w, int& lo, int& hi) {
   lo = static_cast<int>(unit::byte_perm(a, b, 0x6420u));
   hi = static_cast<int>(unit::byte_perm(a, b, 0x7531u));
 }
+
+// The q8 activation of a 32-element unit: activation block b (q5_0, q5_1).
+struct ActBlock {
+  int x[8];  // the block's 32 int8 as words
+  float2 ds;
+  TESSERA_UNIT static ActBlock load(const int8_t* __restrict__ xq, const float2* __restrict__ xds, int b) {
+    ActBlock a;
+    const int4* p = reinterpret_cast<const int4*>(xq) + 2 * b;
+    const int4 x0 = unit::ldg(p), x1 = unit::ldg(p + 1);
+    a.x[0] = x0.x, a.x[1] = x0.y, a.x[2] = x0.z, a.x[3] = x0.w;
+    a.x[4] = x1.x, a.x[5] = x1.y, a.x[6] = x1.z, a.x[7] = x1.w;
+    a.ds = unit::ldg(xds + b);
+    return a;
+  }
+};
+
+// Bits s .. s + 3 of qh (the fifth bits of four neighbouring elements) as bit 4 of four bytes: the multiply places
+// copies of the 4 bits 7 apart (no two overlap, so no carries), which puts bit i at bit 8i; the mask keeps those.
+TESSERA_UNIT uint32_t q5_high4(uint32_t qh, int s) { return ((((qh >> s) & 0xFu) * 0x00204081u) & 0x01010101u) << 4; }
+
+// q5_0 / q5_1: q4_0's / q4_1's 32-block with the fifth bit of element j in bit j of qh (format_detail::q5_code).
+// Row pointers: quants [units, 16], scales [units, 2 or 4], tail qh [units, 4] (q5_0's is only 2-byte aligned).
+template <DType D>
+struct Q5Unit {
+  static constexpr bool kOffset = D == DType::Q5_0;  // w = d (q - 16); else w = d q + m
+  static constexpr int kUnit = 32, kQuantBytes = 16, kScaleBytes = kOffset ? 2 : 4, kVecs = 1;
+  using Scale = uint2;  // x: fp16 d (q5_1: d | m << 16), y: qh
+  using Act = ActBlock;
+  TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* trow, int b, uint4 (&wv)[1],
+                                Scale& sc) {
+    wv[0] = unit::ld16(qrow + static_cast<size_t>(b) * 16);
+    const uint8_t* qh = trow + static_cast<size_t>(b) * 4;
+    if constexpr (kOffset) {
+      sc.x = unit::ld_u16(srow + static_cast<size_t>(b) * 2);
+      sc.y = unit::ld_u16(qh) | (unit::ld_u16(qh + 2) << 16);
+    } else {
+      sc.x = unit::ld4(srow + static_cast<size_t>(b) * 4);
+      sc.y = unit::ld4(qh);
+    }
+  }
+  TESSERA_UNIT static float dot(const uint4 (&wq)[1], const Scale& sc, const ActBlock& x) {
+    // Word i of the 16 bytes: elements 4i .. 4i + 3 in the low nibbles, 16 + 4i .. in the high ones.
+    const uint32_t w[4] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w};
+    int s = 0;
+    TESSERA_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t lo = (w[i] & 0x0F0F0F0Fu) | q5_high4(sc.y, 4 * i);
+      const uint32_t hi = ((w[i] >> 4) & 0x0F0F0F0Fu) | q5_high4(sc.y, 16 + 4 * i);
+      s = unit::dp4a(static_cast<int>(lo), x.x[i], s);
+      s = unit::dp4a(static_cast<int>(hi), x.x[i + 4], s);
+    }
+    if constexpr (kOffset) {
+      // sum d_w (q_w - 16) d_x q_x = d_w (d_x sum(q_w q_x) - 16 d_x sum(q_x)), as Format<Q5_0>::dot_q8
+      const float d = format_detail::half_value(static_cast<uint16_t>(sc.x & 0xFFFFu));
+      return d * (x.ds.x * static_cast<float>(s) - 16.0f * x.ds.y);
+    } else {
+      const float2 dm = unit::half2(sc.x);
+      return dm.x * x.ds.x * static_cast<float>(s) + dm.y * x.ds.y;
+    }
+  }
+};
+template <>
+struct QuantFmt<DType::Q5_0> : Q5Unit<DType::Q5_0> {};
+template <>
+struct QuantFmt<DType::Q5_1> : Q5Unit<DType::Q5_1> {};
 
 // The q8 activation of a 64-element unit that covers activation blocks 2b and 2b + 1 whole (q4_K).
 struct ActPair {
@@ -407,17 +510,149 @@ struct QuantFmt<DType::Q6_K> {
   }
 };
 
-// Whether a format's GEMV unit is one of the K-quant units above (loaded and dotted through QuantFmt<D>).
+// q6_K's activation quarter with what q2_K's and q3_K's units also need: the unit's half h of its super-block (q3_K's
+// hmask bit) and, with SUMS, each 16-run's sum of codes (q2_K's minimums: sum dmin m d_x q_x = dmin m d_x sum(q_x)).
+template <bool SUMS>
+struct ActQuarterK : ActQuarter {
+  int h = 0;
+  int sum[4] = {0, 0, 0, 0};
+  TESSERA_UNIT static ActQuarterK load(const int8_t* __restrict__ xq, const float2* __restrict__ xds, int b) {
+    ActQuarterK a;
+    static_cast<ActQuarter&>(a) = ActQuarter::load(xq, xds, b);
+    a.h = (b >> 1) & 1;
+    if constexpr (SUMS) {
+      TESSERA_UNROLL
+      for (int g = 0; g < 4; ++g) {
+        TESSERA_UNROLL
+        for (int i = 0; i < 4; ++i) a.sum[g] = unit::dp4a(0x01010101, a.x[g][i], a.sum[g]);
+      }
+    }
+    return a;
+  }
+};
+
+// Byte i (0..7) of an 8-byte load.
+TESSERA_UNIT int byte8(const uint2& v, int i) {
+  return static_cast<int>(((i < 4 ? v.x : v.y) >> (8 * (i & 3))) & 0xFFu);
+}
+
+struct Q2Scale {
+  uint2 sc;     // sub-block scale|min bytes 8h .. 8h + 7 (low nibble scale, high nibble min)
+  uint32_t dm;  // fp16 d | fp16 dmin << 16
+};
+
+// q2_K: w = d sc q - dmin m per 16-element sub-block, q in 0..3. Unit b = 4 sb + 2h + c: qs bytes [32h + 16c, + 16)
+// (byte i holds elements 128h + 32g + 16c + i in bits 2g), sub-block scales 8h + 2g + c.
+template <>
+struct QuantFmt<DType::Q2_K> {
+  static constexpr int kUnit = 64, kQuantBytes = 16, kScaleBytes = 4, kVecs = 1;
+  using Scale = Q2Scale;
+  using Act = ActQuarterK<true>;
+  // Row pointers: quants [units / 4, 64], scales [units / 4, 16], tail (d, dmin) [units / 4, 4].
+  TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* trow, int b, uint4 (&wv)[1],
+                                Scale& sc) {
+    const int sb = b >> 2, h = (b >> 1) & 1, c = b & 1;
+    wv[0] = unit::ld16(qrow + static_cast<size_t>(sb) * 64 + 32 * h + 16 * c);
+    sc.sc = unit::ld8(srow + static_cast<size_t>(sb) * 16 + 8 * h);
+    sc.dm = unit::ld4(trow + static_cast<size_t>(sb) * 4);
+  }
+  TESSERA_UNIT static float dot(const uint4 (&wq)[1], const Scale& s, const Act& x) {
+    const uint32_t w[4] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w};
+    int sum[4] = {0, 0, 0, 0};
+    TESSERA_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      TESSERA_UNROLL
+      for (int g = 0; g < 4; ++g)
+        sum[g] = unit::dp4a(static_cast<int>((w[i] >> (2 * g)) & 0x03030303u), x.x[g][i], sum[g]);
+    }
+    float acc_s = 0.0f, acc_m = 0.0f;
+    TESSERA_UNROLL
+    for (int g = 0; g < 4; ++g) {
+      const int byte = byte8(s.sc, 2 * g + x.c);  // sub-block 8h + 2g + c
+      acc_s += x.d[g] * static_cast<float>((byte & 0xF) * sum[g]);
+      acc_m += x.d[g] * static_cast<float>((byte >> 4) * x.sum[g]);
+    }
+    const float2 dm = unit::half2(s.dm);
+    return dm.x * acc_s - dm.y * acc_m;
+  }
+};
+
+struct Q3Scale {
+  uint32_t s[3];  // the 12 packed 6-bit scale bytes
+  uint32_t d;     // fp16 bits
+};
+
+// q3_K: w = d (sc - 32) q per 16-element sub-block, q = (2 low bits | high bit << 2) - 4 in -4..3. q2_K's unit for
+// the low bits (qs at quants byte 32 on), hmask bytes [16c, + 16) for the high bits (bit 4h + g of byte i is element
+// 128h + 32g + 16c + i's): the two units of a c share that vector.
+template <>
+struct QuantFmt<DType::Q3_K> {
+  static constexpr int kUnit = 64, kQuantBytes = 24, kScaleBytes = 3, kVecs = 2;
+  using Scale = Q3Scale;
+  using Act = ActQuarterK<false>;
+  // Row pointers: quants [units / 4, 96] (hmask then qs), scales [units / 4, 12], tail d [units / 4, 2].
+  TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* trow, int b, uint4 (&wv)[2],
+                                Scale& sc) {
+    const int sb = b >> 2, h = (b >> 1) & 1, c = b & 1;
+    const uint8_t* q = qrow + static_cast<size_t>(sb) * 96;
+    wv[0] = unit::ld16(q + 32 + 32 * h + 16 * c);  // qs
+    wv[1] = unit::ld16(q + 16 * c);                // hmask
+    const uint8_t* sp = srow + static_cast<size_t>(sb) * 12;
+    sc.s[0] = unit::ld4(sp);
+    sc.s[1] = unit::ld4(sp + 4);
+    sc.s[2] = unit::ld4(sp + 8);
+    sc.d = unit::ld_u16(trow + static_cast<size_t>(sb) * 2);
+  }
+  // Scale j = 8h + 2g + c minus 32 (format_detail::q3_k_scale): low 4 bits in byte 2g + c's nibble h, high 2 bits in
+  // byte 8 + (2g + c) % 4 at bit 2 (2h + g / 2).
+  TESSERA_UNIT static int scale(const Scale& s, int h, int g, int c) {
+    const int i = 2 * g + c;
+    const int low = static_cast<int>(((i < 4 ? s.s[0] : s.s[1]) >> (8 * (i & 3) + 4 * h)) & 0xFu);
+    const int high = static_cast<int>((s.s[2] >> (8 * (i & 3) + 2 * (2 * h + g / 2))) & 3u);
+    return (low | (high << 4)) - 32;
+  }
+  TESSERA_UNIT static float dot(const uint4 (&wq)[2], const Scale& s, const Act& x) {
+    const uint32_t a[4] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w};
+    const uint32_t m[4] = {wq[1].x, wq[1].y, wq[1].z, wq[1].w};
+    int sum[4] = {0, 0, 0, 0};
+    TESSERA_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      TESSERA_UNROLL
+      for (int g = 0; g < 4; ++g) {
+        const uint32_t q = ((a[i] >> (2 * g)) & 0x03030303u) | (((m[i] >> (4 * x.h + g)) & 0x01010101u) << 2);
+        // q - 4 per byte without borrows across bytes (q6_K's centered, with 4 for 32).
+        const int centered = static_cast<int>(((q | 0x80808080u) - 0x04040404u) ^ 0x80808080u);
+        sum[g] = unit::dp4a(centered, x.x[g][i], sum[g]);
+      }
+    }
+    float acc = 0.0f;
+    TESSERA_UNROLL
+    for (int g = 0; g < 4; ++g) acc += x.d[g] * static_cast<float>(scale(s, x.h, g, x.c) * sum[g]);
+    return format_detail::half_value(static_cast<uint16_t>(s.d)) * acc;
+  }
+};
+
+// Whether a format's GEMV unit is one of the units above (loaded and dotted through QuantFmt<D>: every format with an
+// Act); q8_0, q4_0, q4_1 and iq4_nl are the kernels' own 32-block code.
+template <DType D, typename = void>
+struct HasUnitAct : std::false_type {};
+template <DType D>
+struct HasUnitAct<D, std::void_t<typename QuantFmt<D>::Act>> : std::true_type {};
 template <DType D>
 constexpr bool is_unit_format() {
-  return QuantFmt<D>::kUnit != kQK;
+  return HasUnitAct<D>::value;
 }
 
 // The tail row of a format with one (q6_K's d): the tail follows all n rows' scales in the scales buffer.
 template <DType D>
 TESSERA_UNIT const uint8_t* tail_row(const uint8_t* scales, int n, int units, size_t row) {
-  if constexpr (D == DType::Q6_K)
-    return scales + static_cast<size_t>(n) * units * QuantFmt<D>::kScaleBytes + row * (units / 4) * 2;
+  const uint8_t* tails = scales + static_cast<size_t>(n) * units * QuantFmt<D>::kScaleBytes;
+  if constexpr (D == DType::Q6_K || D == DType::Q3_K)  // fp16 d per super-block
+    return tails + row * (units / 4) * 2;
+  else if constexpr (D == DType::Q2_K)  // fp16 d, dmin per super-block
+    return tails + row * (units / 4) * 4;
+  else if constexpr (D == DType::Q5_0 || D == DType::Q5_1)  // qh per 32-block
+    return tails + row * units * 4;
   else
     return nullptr;
 }
@@ -428,11 +663,47 @@ TESSERA_UNIT const uint8_t* tail_row(const uint8_t* scales, int n, int units, si
 //    w = d sc q - dmin m;
 //  - q6_K: ql|qh (192 bytes; the code as format_detail::q6_k_code reads it), the int8 scale of the 16-element
 //    sub-block and, after every block's scales, fp16 d: w = (d sc) (q - 32).
+//  - q5_0 / q5_1: the 16 nibble bytes, fp16 d (q5_1: d, m) and, after every block's scales, qh:
+//    w = (q - 16) d or q d + m;
+//  - q2_K: qs (64), the scale|min byte of the sub-block, and (d, dmin) after every block's scales:
+//    w = (d sc) q - dmin m;
+//  - q3_K: hmask|qs (96), the 12 scale bytes, and d after every block's scales: w = (d (sc - 32)) q.
+// These four round every product and difference on its own (unit::fmul ...), so they match on the device too.
 template <DType D>
 TESSERA_UNIT float split_value(const uint8_t* quants, const uint8_t* scales, int n_rows, size_t row, int k, int i) {
-  const size_t sb = row * static_cast<size_t>(k / kQKK) + static_cast<size_t>(i / kQKK);
-  const int e = i % kQKK;
-  if constexpr (D == DType::IQ4_XS) {  // head [8] (d, scales_h, scales_l), qs [128] (split_layout.h)
+  // A K-quant element's super-block, its index in it, and the table's super-blocks (unused by q5_0 and q5_1).
+  [[maybe_unused]] const size_t sb = row * static_cast<size_t>(k / kQKK) + static_cast<size_t>(i / kQKK);
+  [[maybe_unused]] const int e = i % kQKK;
+  [[maybe_unused]] const size_t nsb = static_cast<size_t>(n_rows) * static_cast<size_t>(k / kQKK);
+  if constexpr (D == DType::Q5_0 || D == DType::Q5_1) {
+    constexpr int kSB = QuantFmt<D>::kScaleBytes;
+    const size_t b = row * static_cast<size_t>(k / kQK) + static_cast<size_t>(i / kQK);
+    const size_t nb = static_cast<size_t>(n_rows) * static_cast<size_t>(k / kQK);
+    const int code = format_detail::q5_code(quants + b * 16, scales + nb * kSB + b * 4, i % kQK);
+    const uint8_t* h = scales + b * kSB;
+    const float d = format_detail::half_value(static_cast<uint16_t>(h[0] | (h[1] << 8)));
+    if constexpr (D == DType::Q5_0) {
+      return unit::fmul(static_cast<float>(code - 16), d);
+    } else {
+      const float m = format_detail::half_value(static_cast<uint16_t>(h[2] | (h[3] << 8)));
+      return unit::fadd(unit::fmul(static_cast<float>(code), d), m);
+    }
+  } else if constexpr (D == DType::Q2_K) {
+    const int code = format_detail::k_quant_2bit(quants + sb * 64, e);
+    const int sc = scales[sb * 16 + e / 16];
+    const uint8_t* t = scales + nsb * 16 + sb * 4;
+    const float d = format_detail::half_value(static_cast<uint16_t>(t[0] | (t[1] << 8)));
+    const float dmin = format_detail::half_value(static_cast<uint16_t>(t[2] | (t[3] << 8)));
+    const float dl = unit::fmul(d, static_cast<float>(sc & 0xF)), ml = unit::fmul(dmin, static_cast<float>(sc >> 4));
+    return unit::fsub(unit::fmul(dl, static_cast<float>(code)), ml);
+  } else if constexpr (D == DType::Q3_K) {
+    const uint8_t* q = quants + sb * 96;  // hmask [32], qs [64]
+    const int code = format_detail::k_quant_2bit(q + 32, e) - (((q[e % 32] >> (e / 32)) & 1) ? 0 : 4);
+    const int sc = format_detail::q3_k_scale(e / 16, scales + sb * 12) - 32;
+    const uint8_t* t = scales + nsb * 12 + sb * 2;
+    const float d = format_detail::half_value(static_cast<uint16_t>(t[0] | (t[1] << 8)));
+    return unit::fmul(unit::fmul(d, static_cast<float>(sc)), static_cast<float>(code));
+  } else if constexpr (D == DType::IQ4_XS) {  // head [8] (d, scales_h, scales_l), qs [128] (split_layout.h)
     const int j = e / kQK, l = e % kQK;
     const uint8_t* head = scales + sb * 8;
     const uint8_t byte = quants[sb * 128 + 16 * j + l % 16];
@@ -463,8 +734,7 @@ TESSERA_UNIT float split_value(const uint8_t* quants, const uint8_t* scales, int
     const float dmin = format_detail::half_value(static_cast<uint16_t>(head[2] | (head[3] << 8)));
     return d * static_cast<float>(sc) * static_cast<float>(q) - dmin * static_cast<float>(m);
   } else {
-    static_assert(D == DType::Q6_K, "split_value: q4_K or q6_K");
-    const size_t nsb = static_cast<size_t>(n_rows) * static_cast<size_t>(k / kQKK);
+    static_assert(D == DType::Q6_K, "split_value: a format of the list above");
     const uint8_t* q = quants + sb * 192;
     const int half = e / 128, r = e % 128, group = r / 32, l = r % 32;
     const uint8_t ql = q[64 * half + l + (group & 1) * 32];
