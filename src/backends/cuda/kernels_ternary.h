@@ -5,7 +5,7 @@
 // (backends/cpu/ops/act_quant_i8.cpp, relu2_glu.cpp, mlgru.cpp) operation for operation.
 //
 // Written and compiled without a GPU to run them: the op table's CUDA rows (tests/ops/op_cuda.cpp) check them on
-// the GPU machine. The executors do not call them yet (they refuse these nodes).
+// the GPU machine. The executors call them (backend_cuda.cpp's decoder, executor_rows.cpp).
 //
 // Owner: kernels/ternary_ops.cu.
 #pragma once
@@ -30,5 +30,13 @@ void relu2_glu_rows(const float* gate /*[t, ld_in]*/, const float* up /*[t, ld_i
 // every output instead, so the logits show it. One thread per channel.
 void mlgru(const float* f_raw /*[t, d]*/, const float* c_raw /*[t, d]*/, const float* lb /*[d]*/,
            float* state /*[d + 1]*/, float* y /*[t, d]*/, int64_t t, int64_t d, int64_t n_past, cudaStream_t stream);
+
+// One MLGRU step per row for rows of distinct slots whose positions live on the device (the decoder's captured step,
+// batched decode): row r steps the state of slot seqs[r] (seqs null: slot 0), [d + 1] floats at states + slot (d + 1),
+// at position pos[r], as mlgru does with t = 1 (NaN outputs for a state at another position). The rows' slots must
+// differ. One thread per channel and row.
+void mlgru_rows(const float* f_raw /*[t, d]*/, const float* c_raw /*[t, d]*/, const float* lb /*[d]*/,
+                float* states /*[slots, d + 1]*/, const int32_t* seqs /*[t] or null*/, const int32_t* pos /*[t]*/,
+                float* y /*[t, d]*/, int64_t t, int64_t d, cudaStream_t stream);
 
 }  // namespace tessera::cuda

@@ -70,6 +70,12 @@ struct SplitLayout<DType::Q6_K> {
                        kTailBytes = 2;
 };
 
+// tq2_0: the 64 bytes of 2-bit codes, then fp16 d (tq1_0 is uploaded as tq2_0: weights.cpp).
+template <>
+struct SplitLayout<DType::TQ2_0> {
+  static constexpr int kQuantOff = 0, kQuantBytes = 64, kScaleOff = 64, kScaleBytes = 2, kTailOff = 0, kTailBytes = 0;
+};
+
 // Whether the format has a SPLIT_Q layout (a specialization above).
 template <DType D, typename = void>
 struct HasSplitLayout {
@@ -91,6 +97,7 @@ static_assert(split_layout_is_consistent<DType::Q8_0>() && split_layout_is_consi
               split_layout_is_consistent<DType::Q4_1>() && split_layout_is_consistent<DType::Q4_K>() &&
               split_layout_is_consistent<DType::Q5_K>() && split_layout_is_consistent<DType::Q6_K>() &&
               split_layout_is_consistent<DType::IQ4_NL>() && split_layout_is_consistent<DType::IQ4_XS>());
+static_assert(split_layout_is_consistent<DType::TQ2_0>());
 
 namespace split_detail {
 // Byte copy that nvcc unrolls (N is a constant); memcpy of a runtime-aligned device pointer may not be.

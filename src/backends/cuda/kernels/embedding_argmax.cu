@@ -27,7 +27,8 @@ __device__ __forceinline__ float table_value(const uint8_t* __restrict__ quants,
     return __half2float(reinterpret_cast<const __half*>(quants)[row * k + i]);
   } else if constexpr (D == DType::BF16) {
     return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(quants)[row * k + i]);
-  } else if constexpr (D == DType::Q4_K || D == DType::Q5_K || D == DType::Q6_K || D == DType::IQ4_XS) {
+  } else if constexpr (D == DType::Q4_K || D == DType::Q5_K || D == DType::Q6_K || D == DType::IQ4_XS ||
+                       D == DType::TQ2_0) {
     return split_value<D>(quants, scales, n_rows, row, k, i);  // quant_units.h, checked on the host
   } else {
     const size_t b = row * (k / kQ) + i / kQ;  // block index over the whole table
@@ -205,6 +206,8 @@ auto by_table_dtype(DType d, Pick pick) {
       return pick(std::integral_constant<DType, DType::Q6_K>{});
     case DType::IQ4_XS:
       return pick(std::integral_constant<DType, DType::IQ4_XS>{});
+    case DType::TQ2_0:
+      return pick(std::integral_constant<DType, DType::TQ2_0>{});
     default:
       return pick(std::integral_constant<DType, DType::F32>{});
   }

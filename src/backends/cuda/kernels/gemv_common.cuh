@@ -215,7 +215,8 @@ constexpr bool has_norm_out_groups(const Shape& s) {
 // K-quant meets the register cap of a 512- or 1,024-thread warp-group block (128 or 64 registers per thread).
 constexpr int max_rows_unroll(DType d) { return d == DType::Q6_K || d == DType::Q5_K ? 4 : 8; }
 constexpr int max_group_threads(DType d) {
-  return d == DType::Q4_K || d == DType::Q5_K || d == DType::Q6_K || d == DType::IQ4_XS ? 256 : 1024;
+  return d == DType::Q4_K || d == DType::Q5_K || d == DType::Q6_K || d == DType::IQ4_XS || d == DType::TQ2_0 ? 256
+                                                                                                             : 1024;
 }
 constexpr bool shape_compiled(DType d, const Shape& s) { return s.rows * s.unroll <= max_rows_unroll(d); }
 // Block size of the warp-group norm_out epilogue (GemvInput::norm_out_*) at launch shape s.
@@ -236,5 +237,7 @@ void launch_gemv_float(int index, const LaunchArgs& a);
 void launch_gemv_quant(int index, const LaunchArgs& a);
 // The K-quants (q4_K, q6_K) of launch_gemv_quant, in gemv_kquant.cu.
 void launch_gemv_kquant(int index, const LaunchArgs& a);
+// tq2_0 (ternary) of launch_gemv_quant, in gemv_ternary.cu.
+void launch_gemv_ternary(int index, const LaunchArgs& a);
 
 }  // namespace tessera::cuda::detail
