@@ -169,7 +169,7 @@ TEST(CudaGemm, KQuantsEveryPathAndTMatchReference) {
   const int64_t shapes[][2] = {{67, 256}, {130, 768}, {33, 1280}};
   const int64_t ts[] = {1, 2, 5, 8, 32, 100};
   GemmWorkspace ws(100, 1280, 130 * 1280);
-  for (DType dtype : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
+  for (DType dtype : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS, DType::TQ2_0, DType::TQ1_0}) {
     for (const auto& s : shapes) {
       const Weight w = make_weight(rng, dtype, s[0], s[1]);
       for (int64_t t : ts) {

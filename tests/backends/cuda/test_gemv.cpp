@@ -11,10 +11,11 @@
 namespace tessera::cuda::test {
 namespace {
 
-const DType kFormats[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                          DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
-const DType kQuantFormats[] = {DType::Q8_0,  DType::Q4_0, DType::Q4_1, DType::Q4_K,
-                                DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
+const DType kFormats[] = {DType::F32,    DType::F16,   DType::BF16, DType::Q8_0, DType::Q4_0,
+                          DType::Q4_1,   DType::Q4_K,  DType::Q5_K, DType::Q6_K, DType::IQ4_NL,
+                          DType::IQ4_XS, DType::TQ2_0, DType::TQ1_0};
+const DType kQuantFormats[] = {DType::Q8_0, DType::Q4_0,   DType::Q4_1,   DType::Q4_K,  DType::Q5_K,
+                               DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::TQ2_0, DType::TQ1_0};
 
 bool is_quant(DType t) { return gemv_quantized(t); }
 

@@ -78,6 +78,8 @@ void check_units(int64_t n, int64_t k, std::mt19937& rng) {
           format_detail::q4_k_scale_min(e / 32, blk.scales, &sc, &m);
           term += 2.0 * std::fabs(format_detail::half_value(blk.dmin)) * m;
         }
+        if constexpr (D == DType::TQ2_0)  // the unit sums d_x q q_x (q = 0..3) and subtracts d_x sum q_x apart
+          term += std::fabs(format_detail::half_value(blk.d));
         mag += term * std::fabs(xds[static_cast<size_t>(j / 32)].x * xq[static_cast<size_t>(j)]);
       }
     }
@@ -92,6 +94,7 @@ TEST(CudaQuantUnits, KQuantUnitsEqualTheTraitsDot) {
     check_units<DType::Q5_K>(5, k, rng);
     check_units<DType::Q6_K>(5, k, rng);
     check_units<DType::IQ4_XS>(5, k, rng);
+    check_units<DType::TQ2_0>(5, k, rng);
     if (HasFatalFailure()) return;
   }
 }
@@ -128,6 +131,7 @@ TEST(CudaQuantUnits, EmbeddingValuesEqualTheTraitsDequantize) {
   check_values<DType::Q5_K>(3, 768, rng);
   check_values<DType::Q6_K>(3, 768, rng);
   check_values<DType::IQ4_XS>(3, 768, rng);
+  check_values<DType::TQ2_0>(3, 768, rng);
 }
 
 // iq4_nl's table lookup in byte permutes (what the GEMVs run per quant word) against format_detail::iq4nl_value: every
