@@ -180,6 +180,7 @@ const GemvConfig* swept_unit_config(DType dtype, int64_t n, int64_t k) {
 
 GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
   if (const GemvConfig* o = shape_override(n, k)) return *o;
+  if (dtype == DType::TQ1_0) dtype = DType::TQ2_0;  // uploaded as tq2_0 (weights.cpp)
   // Picked from the H100 sweeps of every shape in the table (docs/CUDA_NOTES.md, runs 1-3): at the issue's large
   // shapes each choice is within ~3% of the sweep's best (q8_0/q4 at 4096x14336 within ~5%).
   if (const GemvConfig* c = detail::swept_unit_config(dtype, n, k)) return *c;
@@ -224,6 +225,7 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
 
 GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k) {
   if (const GemvConfig* o = shape_override(n, k)) return *o;
+  if (dtype == DType::TQ1_0) dtype = DType::TQ2_0;  // uploaded as tq2_0 (weights.cpp)
   // K-quants: 256-thread groups (four rows per warp, one unit in flight per row); the 512-thread form below spills.
   if (dtype == DType::Q4_K || dtype == DType::Q5_K || dtype == DType::Q6_K || dtype == DType::IQ4_XS ||
       dtype == DType::TQ2_0)

@@ -215,8 +215,11 @@ constexpr bool has_norm_out_groups(const Shape& s) {
 // K-quant meets the register cap of a 512- or 1,024-thread warp-group block (128 or 64 registers per thread).
 constexpr int max_rows_unroll(DType d) { return d == DType::Q6_K || d == DType::Q5_K ? 4 : 8; }
 constexpr int max_group_threads(DType d) {
-  return d == DType::Q4_K || d == DType::Q5_K || d == DType::Q6_K || d == DType::IQ4_XS || d == DType::TQ2_0 ? 256
-                                                                                                             : 1024;
+  // tq1_0 runs as tq2_0 (weights.cpp): callers holding the file's format get tq2_0's answer.
+  return d == DType::Q4_K || d == DType::Q5_K || d == DType::Q6_K || d == DType::IQ4_XS || d == DType::TQ2_0 ||
+                 d == DType::TQ1_0
+             ? 256
+             : 1024;
 }
 constexpr bool shape_compiled(DType d, const Shape& s) { return s.rows * s.unroll <= max_rows_unroll(d); }
 // Block size of the warp-group norm_out epilogue (GemvInput::norm_out_*) at launch shape s.
