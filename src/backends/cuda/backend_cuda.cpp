@@ -650,13 +650,21 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       return;
     }
     case Op::ACT_QUANT_I8: {
-      // BitLinear's activation fake-quant (kernels_ternary.h), one row. A quantized matmul reading it quantizes the
-      // output again per 32 (quantize_q8), as the CPU's matmul does.
+      // BitLinear's activation fake-quant (kernels_ternary.h), one row. The quantized matmuls reading it take it
+      // quantized again per 32, as the CPU's do: written by this launch (the values quantize_q8 would write).
       const float* x = act(in(0));
       const int64_t w = ot.numel();
       if (g.tensor(in(0)).numel() != w) unsupported(n, "its input and output sizes differ");
       float* y = new_act();
-      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { act_quant_i8_rows(x, w, y, 1, w, s); }});
+      int8_t* q = nullptr;
+      float2* ds = nullptr;
+      if (w % 32 == 0 && feeds_quantized_matmul(out)) {
+        Q8& b = q8_of(out);
+        b.written = true;
+        q = b.q8.as<int8_t>();
+        ds = b.ds.as<float2>();
+      }
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { act_quant_i8_rows(x, w, y, 1, w, s, q, ds); }});
       return;
     }
     case Op::RELU2_GLU: {

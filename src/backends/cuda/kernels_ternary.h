@@ -11,14 +11,17 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
+#include <vector_types.h>
 
 #include <cstdint>
 
 namespace tessera::cuda {
 
 // y[r, :] = clamp(rint(x[r, :] * s), -128, 127) / s with s = 127 / max(max|x[r, :]|, 1e-5): one block per row.
+// With q8 and ds (n % 32 == 0), y is also written quantized per 32 exactly as quantize_q8 quantizes it (the q8 input
+// of the quantized matmuls reading y: one launch instead of two).
 void act_quant_i8_rows(const float* x /*[t, ld_x]*/, int64_t ld_x, float* y /*[t, n]*/, int64_t t, int64_t n,
-                       cudaStream_t stream);
+                       cudaStream_t stream, int8_t* q8 = nullptr /*[t, n]*/, float2* ds = nullptr /*[t, n / 32]*/);
 
 // out[r, c] = max(gate[r, c], 0)^2 * up[r, c].
 void relu2_glu_rows(const float* gate /*[t, ld_in]*/, const float* up /*[t, ld_in]*/, int64_t ld_in,

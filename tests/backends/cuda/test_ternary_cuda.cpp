@@ -20,12 +20,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels_ternary.h"
 #include "cuda_test_util.h"
 #include "tessera/error.h"
 #include "tessera/model.h"
@@ -159,6 +162,36 @@ TEST(CudaTernaryModels, LaunchShapesAreCompiledOnes) {
     const cuda::GemvConfig o = cuda::gemv_norm_out_config(DType::TQ2_0, n, k);
     EXPECT_TRUE(cuda::gemv_norm_out_supported(o, DType::TQ2_0)) << n << "x" << k;
     EXPECT_TRUE(cuda::gemv_norm_out_supported(cuda::gemv_norm_out_config(DType::TQ1_0, n, k), DType::TQ1_0));
+  }
+}
+
+// The decoder's ACT_QUANT_I8 writes its readers' q8 input itself: the same bytes as act_quant_i8_rows, then
+// quantize_q8 on its output (rows of 2560 and 6912: BitNet 2B4T's widths; 3 rows: the per-row offsets).
+TEST(CudaTernary, ActQuantQ8OutputIsQuantizeQ8OfItsOutput) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(cuda::test::test_seed());
+  for (const int64_t n : {2560, 6912}) {
+    const int64_t t = 3;
+    const std::vector<float> x = cuda::test::random_floats(rng, static_cast<size_t>(t * n), -4.0f, 4.0f);
+    cuda::DeviceBuffer xd = cuda::test::to_device(x), y1 = cuda::test::poisoned(static_cast<size_t>(t * n) * 4),
+                       y2 = cuda::test::poisoned(static_cast<size_t>(t * n) * 4);
+    cuda::DeviceBuffer qa = cuda::test::poisoned(static_cast<size_t>(t * n)),
+                       qb = cuda::test::poisoned(static_cast<size_t>(t * n));
+    cuda::DeviceBuffer da = cuda::test::poisoned(static_cast<size_t>(t * n / 32) * 8),
+                       db = cuda::test::poisoned(static_cast<size_t>(t * n / 32) * 8);
+    cuda::act_quant_i8_rows(xd.as<float>(), n, y1.as<float>(), t, n, nullptr, qa.as<int8_t>(), da.as<float2>());
+    cuda::act_quant_i8_rows(xd.as<float>(), n, y2.as<float>(), t, n, nullptr);
+    cuda::quantize_q8(y2.as<float>(), qb.as<int8_t>(), db.as<float2>(), t * n, nullptr);
+    cuda::synchronize();
+    const auto ya = cuda::test::to_host<float>(y1, static_cast<size_t>(t * n));
+    const auto yb = cuda::test::to_host<float>(y2, static_cast<size_t>(t * n));
+    EXPECT_EQ(std::memcmp(ya.data(), yb.data(), ya.size() * 4), 0) << "n=" << n;
+    EXPECT_EQ(cuda::test::to_host<int8_t>(qa, static_cast<size_t>(t * n)),
+              cuda::test::to_host<int8_t>(qb, static_cast<size_t>(t * n)))
+        << "n=" << n;
+    const auto a = cuda::test::to_host<float>(da, static_cast<size_t>(t * n / 16));
+    const auto b = cuda::test::to_host<float>(db, static_cast<size_t>(t * n / 16));
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "n=" << n;
   }
 }
 

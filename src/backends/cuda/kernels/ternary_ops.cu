@@ -14,7 +14,7 @@ namespace {
 constexpr int kTernaryThreads = 256;
 
 __global__ void __launch_bounds__(kTernaryThreads)
-    act_quant_i8_kernel(const float* x, int64_t ld_x, float* y, int64_t n) {
+    act_quant_i8_kernel(const float* x, int64_t ld_x, float* y, int64_t n, int8_t* q8, float2* ds) {
   pdl_wait();
   __shared__ float warp_max[kTernaryThreads / kWarp];
   const float* xr = x + blockIdx.x * ld_x;
@@ -31,8 +31,12 @@ __global__ void __launch_bounds__(kTernaryThreads)
   // As the CPU: s rounded once to f32; x * s rounded to the nearest, ties to even (rintf), then divided by s
   // (IEEE division: the build does not use --use_fast_math).
   const float s = 127.0f / fmaxf(m, 1e-5f);
-  for (int64_t i = threadIdx.x; i < n; i += kTernaryThreads)
-    yr[i] = fminf(fmaxf(rintf(xr[i] * s), -128.0f), 127.0f) / s;
+  for (int64_t i = threadIdx.x; i < n; i += kTernaryThreads) {
+    const float v = fminf(fmaxf(rintf(xr[i] * s), -128.0f), 127.0f) / s;
+    yr[i] = v;
+    // n % 32 == 0: a warp's 32 lanes hold one whole 32-block in every pass (quantize_lane_q8 needs all of them).
+    if (q8 != nullptr) q8[blockIdx.x * n + i] = quantize_lane_q8(v, ds + (blockIdx.x * n + i) / kQ);
+  }
 }
 
 __global__ void __launch_bounds__(kTernaryThreads)
@@ -102,13 +106,16 @@ __global__ void mlgru_rows_position_kernel(float* states, const int32_t* seqs, c
 }  // namespace
 }  // namespace detail
 
-void act_quant_i8_rows(const float* x, int64_t ld_x, float* y, int64_t t, int64_t n, cudaStream_t stream) {
+void act_quant_i8_rows(const float* x, int64_t ld_x, float* y, int64_t t, int64_t n, cudaStream_t stream, int8_t* q8,
+                       float2* ds) {
   TESSERA_CUDA_REQUIRE(t > 0 && n > 0 && t <= (int64_t{1} << 31) && ld_x >= n,
                        "act_quant_i8_rows: " + detail::num(t) + " rows of " + detail::num(n) + " values (stride " +
                            detail::num(ld_x) + ") is not a valid shape");
   TESSERA_CUDA_REQUIRE(x && y, "act_quant_i8_rows: a pointer argument is null");
+  TESSERA_CUDA_REQUIRE((q8 == nullptr) == (ds == nullptr) && (q8 == nullptr || n % detail::kQ == 0),
+                       "act_quant_i8_rows: the q8 output needs both its buffers and rows of whole 32-blocks");
   detail::launch("act_quant_i8_kernel", detail::act_quant_i8_kernel, dim3(static_cast<unsigned>(t)),
-                 dim3(detail::kTernaryThreads), 0, stream, x, ld_x, y, n);
+                 dim3(detail::kTernaryThreads), 0, stream, x, ld_x, y, n, q8, ds);
 }
 
 void relu2_glu_rows(const float* gate, const float* up, int64_t ld_in, float* out, int64_t t, int64_t n,
