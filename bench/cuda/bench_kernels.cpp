@@ -8,8 +8,11 @@
 // Usage: tessera_bench_cuda [--json FILE] [--all-configs] [--quick] [--reps N] [--only LIST]
 //   --all-configs  time every GEMV launch shape, not only the default (for tuning gemv_default_config)
 //   --quick        fewer shapes (a smoke run)
-//   --only LIST    only these parts, comma-separated: gemv, small, attention, projection, chain (the decode chain
-//                  runs under --quick only when named here)
+//   --only LIST    only these parts, comma-separated: gemv, ternary, small, attention, projection, chain (the decode
+//                  chain runs under --quick only when named here)
+// The ternary part (issue #24's goal): the TQ2_0 GEMV beside the bf16 GEMV at Llama-3-8B's 4096x14336 and 14336x4096
+// and BitNet b1.58 2B4T's FFN shapes, as the speed-up over bf16 and the share of the pure-read byte floor
+// (tessera_bench_cuda --only ternary [--all-configs]).
 #include <cuda_runtime_api.h>
 #include <fmt/core.h>
 
@@ -89,6 +92,7 @@ class Bench {
 
   void ceilings();
   void gemv_suite();
+  void ternary_gemv();
   void small_ops();
   void attention();
   void projection();
@@ -288,6 +292,103 @@ void Bench::gemv_suite() {
         fmt::print("{:<6} {:>13} {:>11} {:>10.2f} {:>4.1f}-{:<4.1f} {:>8.0f} {:>6.1f}%  (best of {})\n", "", "",
                    best_cfg, best.us, best.min_us, best.max_us, gbps, 100 * gbps / copy_gbps_, configs.size());
       }
+    }
+  }
+}
+
+void Bench::ternary_gemv() {
+  struct Shape {
+    int64_t n, k;
+  };
+  // Llama-3-8B's ffn_down and gate (the issue's goal: >= 5.5x bf16, >= 70% of the byte floor), its 4096x4096, and
+  // BitNet b1.58 2B4T's ffn gate/up and down.
+  const Shape shapes[] = {{4096, 14336}, {14336, 4096}, {4096, 4096}, {6912, 2560}, {2560, 6912}};
+  fmt::print("\n{:<7} {:>13} {:>11} {:>10} {:>9} {:>8} {:>7} {:>9}\n", "ternary", "N x K", "config", "us", "(min-max)",
+             "GB/s", "%read", "x bf16");
+  for (const Shape& s : shapes) {
+    if (opt_.quick && s.n * s.k != int64_t{4096} * 14336) continue;
+    GemvInput in;
+    DeviceBuffer x(sizeof(float) * s.k), q8(s.k), ds(sizeof(float2) * (s.k / 32)), y(sizeof(float) * s.n);
+    fill_random(FillKind::F32, x.get(), s.k, -1.0f, 1.0f, seed_++, stream_);
+    quantize_q8(x.as<float>(), q8.as<int8_t>(), ds.as<float2>(), s.k, stream_);
+    in.f32 = x.as<float>();
+    in.q8 = q8.as<int8_t>();
+    in.q8_ds = ds.as<float2>();
+    // bf16 in the same run (the peer of the goal).
+    const uint64_t bf_bytes = static_cast<uint64_t>(s.n * s.k) * 2;
+    const int bf_copies = rotation(bf_bytes);
+    std::vector<DeviceWeight> bw(bf_copies);
+    for (auto& w : bw) {
+      w.dtype = DType::BF16, w.n = s.n, w.k = s.k, w.layout = GemvLayout::ROWS;
+      w.quants = DeviceBuffer(bf_bytes);
+      fill_random(FillKind::BF16, w.quants.get(), bf_bytes / 2, -0.05f, 0.05f, seed_++, stream_);
+    }
+    const GemvConfig bdef = gemv_default_config(DType::BF16, s.n, s.k);
+    const Timing tb =
+        time_graph([&](int i) { gemv(bw[i % bf_copies], in, y.as<float>(), stream_, &bdef); }, std::max(bf_copies, 10));
+    record({{"kind", "ternary_gemv"}, {"dtype", "bf16"}, {"n", s.n}, {"k", s.k}}, tb, bf_bytes);
+    bw.clear();
+    // tq2_0: random codes 0..2 and fp16 d in the file's blocks, uploaded (split) as the executors upload them.
+    const uint64_t tq_bytes = *dtype_row_bytes(DType::TQ2_0, static_cast<uint64_t>(s.k)) * s.n;
+    std::vector<uint8_t> host(tq_bytes);
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ seed_++;
+    for (size_t b = 0; b < host.size(); b += 66) {
+      for (int i = 0; i < 64; ++i) {
+        uint8_t byte = 0;
+        for (int j = 0; j < 4; ++j) {
+          h = h * 6364136223846793005ull + 1442695040888963407ull;
+          byte |= static_cast<uint8_t>(((h >> 33) % 3) << (2 * j));
+        }
+        host[b + static_cast<size_t>(i)] = byte;
+      }
+      host[b + 64] = 0x00, host[b + 65] = 0x20;  // d = 2^-7 (fp16 0x2000)
+    }
+    const int copies = rotation(tq_bytes);
+    std::vector<DeviceWeight> tw;
+    for (int c = 0; c < copies; ++c) tw.push_back(upload_weight(DType::TQ2_0, host.data(), s.n, s.k));
+    const GemvConfig def = gemv_default_config(DType::TQ2_0, s.n, s.k);
+    std::vector<GemvConfig> configs = {def};
+    if (opt_.all_configs)
+      for (const auto& c : gemv_configs())
+        if (gemv_config_supported(DType::TQ2_0, c) &&
+            (c.threads != def.threads || c.rows != def.rows || c.unroll != def.unroll || c.prefetch != def.prefetch))
+          configs.push_back(c);
+    Timing best{};
+    std::string best_cfg;
+    for (size_t ci = 0; ci < configs.size(); ++ci) {
+      const GemvConfig c = configs[ci];
+      const Timing t =
+          time_graph([&](int i) { gemv(tw[i % copies], in, y.as<float>(), stream_, &c); }, std::max(copies, 10));
+      std::vector<float> yh(s.n);
+      y.download(yh.data(), sizeof(float) * s.n);
+      for (float v : yh)
+        if (!std::isfinite(v)) fail("bench: tq2_0 gemv {}x{} left a non-finite output", s.n, s.k);
+      const std::string cfg = fmt::format("{}/{}/{}{}", c.threads, c.rows, c.unroll, c.prefetch ? "+pf" : "");
+      record({{"kind", "ternary_gemv"},
+              {"dtype", "tq2_0"},
+              {"n", s.n},
+              {"k", s.k},
+              {"config", cfg},
+              {"default", ci == 0},
+              {"speedup_vs_bf16", tb.us / t.us}},
+             t, tq_bytes);
+      if (best_cfg.empty() || t.us < best.us) best = t, best_cfg = cfg;
+      if (ci == 0) {
+        const double gbps = bf_bytes / (tb.us * 1e-6) / 1e9;
+        fmt::print("{:<7} {:>13} {:>11} {:>10.2f} {:>4.1f}-{:<4.1f} {:>8.0f} {:>6.1f}%\n", "bf16",
+                   fmt::format("{}x{}", s.n, s.k), "default", tb.us, tb.min_us, tb.max_us, gbps,
+                   100 * gbps / read_gbps_);
+      }
+      const double gbps = tq_bytes / (t.us * 1e-6) / 1e9;
+      if (ci == 0 || opt_.all_configs)
+        fmt::print("{:<7} {:>13} {:>11} {:>10.2f} {:>4.1f}-{:<4.1f} {:>8.0f} {:>6.1f}% {:>8.2f}x\n", "tq2_0", "",
+                   cfg + (ci == 0 ? "*" : ""), t.us, t.min_us, t.max_us, gbps, 100 * gbps / read_gbps_, tb.us / t.us);
+    }
+    if (configs.size() > 1) {
+      const double gbps = tq_bytes / (best.us * 1e-6) / 1e9;
+      fmt::print("{:<7} {:>13} {:>11} {:>10.2f} {:>4.1f}-{:<4.1f} {:>8.0f} {:>6.1f}% {:>8.2f}x  (best of {})\n", "", "",
+                 best_cfg, best.us, best.min_us, best.max_us, gbps, 100 * gbps / read_gbps_, tb.us / best.us,
+                 configs.size());
     }
   }
 }
@@ -736,6 +837,7 @@ int main(int argc, char** argv) {
       return opt.only.empty() || opt.only.find("," + std::string(part) + ",") != std::string::npos;
     };
     if (want("gemv")) b.gemv_suite();
+    if (want("ternary")) b.ternary_gemv();
     if (want("small")) b.small_ops();
     if (want("attention")) b.attention();
     if (want("projection")) b.projection();

@@ -47,11 +47,12 @@ constexpr double kExact = 1e-12, kF32 = 1e-10, kF16W = 1e-6, kX16 = 1e-5, kQ8 = 
 // to bf16 there).
 bool native_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
 bool cpu_native_quantized(DType t) { return cpu::matmul_formats().is_native_quantized(t); }
-// The CUDA kernels read the K-quants, q5_0, q5_1, iq4_nl and iq4_xs natively too (8-bit activations, dequantized to
-// bf16 for cuBLASLt).
+// The CUDA kernels read the K-quants, q5_0, q5_1, iq4_nl, iq4_xs and the ternary formats natively too (8-bit
+// activations, dequantized to bf16 for cuBLASLt; tq1_0 uploaded as tq2_0).
 bool cuda_quantized(DType t) {
   return native_quantized(t) || t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K ||
-         t == DType::Q6_K || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::IQ4_NL || t == DType::IQ4_XS;
+         t == DType::Q6_K || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::IQ4_NL || t == DType::IQ4_XS ||
+         t == DType::TQ1_0 || t == DType::TQ2_0;
 }
 bool float_format(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 std::string dn(DType t) { return std::string(dtype_name(t)); }
@@ -199,6 +200,15 @@ const std::vector<Row>& rows() {
     for (const DType w : {DType::Q5_0, DType::Q5_1}) v.push_back(matmul_row(w, 1, 97, 544));
     for (const DType w : {DType::TQ1_0, DType::TQ2_0})  // ternary: a partial 8-row group and 16-row AVX-512 pass
       for (const int64_t t : {3, 67}) v.push_back(matmul_row(w, t, 1001, 768));
+    // Ternary on CUDA's paths at decode and prefill shapes: the GEMV over 4096- and 14336-wide rows (32 and 112 of its
+    // 128-element units: a thread's last step part full), the multi-row GEMV past one chunk of 8 rows, and a prefill
+    // chunk (expanded to bf16 for cuBLASLt).
+    for (const DType w : {DType::TQ1_0, DType::TQ2_0}) {
+      v.push_back(matmul_row(w, 1, 1024, 4096));
+      v.push_back(matmul_row(w, 1, 256, 14336));
+      v.push_back(matmul_row(w, 12, 200, 1024));
+      v.push_back(matmul_row(w, 130, 300, 1024));
+    }
     for (const DType w : {DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS})  // partial CPU row groups
       for (const int64_t t : {3, 67}) v.push_back(matmul_row(w, t, 1000, 1536));
     // TEAL: SPARSIFY by top-k per row and by threshold; MATMUL_SPARSE per format at 50% (and 90%, 0%: whole blocks

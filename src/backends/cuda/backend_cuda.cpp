@@ -26,6 +26,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels/gemv_sparse.h"
 #include "backends/cuda/kernels_family.h"
+#include "backends/cuda/kernels_ternary.h"
 #include "core/error.h"
 #include "graph/passes/fuse.h"
 #include "quant/quant.h"
@@ -77,6 +78,10 @@ struct CudaDecoder::Impl {
   bool fold_norm = true;
   bool fold_swiglu = true;  // SwiGLU in the gate|up GEMV's epilogue (float weights; TESSERA_CUDA_FOLD_SWIGLU=0: off)
   int tokens_id = -1, positions_id = -1, logits_id = -1;
+  // The step's position on the device: the positions input, or (a graph without one: the MatMul-free LM, whose
+  // MLGRU reads its position there) a buffer of the decoder's own that upload_step fills alike.
+  int32_t* pos_dev = nullptr;
+  bool has_state = false;  // a recurrent STATE (MLGRU): generate_greedy steps one by one (see there)
   int64_t vocab = 0, ctx = 0, embd_rows = 0;
   int32_t* host_io = nullptr;    // pinned: [0] token, [1] position, [2] argmax or sampled token, [3] candidates
   float* host_logits = nullptr;  // pinned [vocab]
@@ -262,11 +267,15 @@ void CudaDecoder::Impl::compile() {
       else
         fail("cuda backend: graph input '{}' has no known role (tokens and positions have)", t.name);
     } else if (t.kind == graph::TensorKind::KV_CACHE) {
-      ptr[i] = sh->cache(t);  // slot 0 of the shared cache
-      ctx = t.shape[1];
+      ptr[i] = sh->cache(t);                               // slot 0 of the shared cache (or recurrent state)
+      if (t.io != graph::IoRole::STATE) ctx = t.shape[1];  // a state has no positions to bound
+      has_state |= t.io == graph::IoRole::STATE;
     }
   }
   TESSERA_CHECK(tokens_id >= 0, "cuda backend: the graph has no tokens input (role TOKENS)");
+  if (ctx == 0) ctx = state_only_ctx(sh->options);  // no KV cache: the session's context
+  pos_dev = positions_id >= 0 ? static_cast<int32_t*>(ptr[static_cast<size_t>(positions_id)])
+                              : static_cast<int32_t*>(alloc(sizeof(int32_t)));
   for (size_t i = 0; i < g.nodes().size(); ++i) compile_node(static_cast<int>(i));
   drop_launches_for_timing();
   logits_id = g.find_role(graph::IoRole::LOGITS);
@@ -640,6 +649,53 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { geglu_rows(gp, up, count, y, 1, count, s); }});
       return;
     }
+    case Op::ACT_QUANT_I8: {
+      // BitLinear's activation fake-quant (kernels_ternary.h), one row. The quantized matmuls reading it take it
+      // quantized again per 32, as the CPU's do: written by this launch (the values quantize_q8 would write).
+      const float* x = act(in(0));
+      const int64_t w = ot.numel();
+      if (g.tensor(in(0)).numel() != w) unsupported(n, "its input and output sizes differ");
+      float* y = new_act();
+      int8_t* q = nullptr;
+      float2* ds = nullptr;
+      if (w % 32 == 0 && feeds_quantized_matmul(out)) {
+        Q8& b = q8_of(out);
+        b.written = true;
+        q = b.q8.as<int8_t>();
+        ds = b.ds.as<float2>();
+      }
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { act_quant_i8_rows(x, w, y, 1, w, s, q, ds); }});
+      return;
+    }
+    case Op::RELU2_GLU: {
+      const float* gp = act(in(0));
+      const float* up = act(in(1));
+      const int64_t count = ot.numel();
+      if (g.tensor(in(0)).numel() != count || g.tensor(in(1)).numel() != count)
+        unsupported(n, "its gate and up inputs differ in size from its output");
+      float* y = new_act();
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { relu2_glu_rows(gp, up, count, y, 1, count, s); }});
+      return;
+    }
+    case Op::MLGRU: {
+      // The recurrence's one step on the layer's state (slot 0), at the position the step uploaded: the captured
+      // graph replays it at every position.
+      const graph::Tensor& st = g.tensor(in(3));
+      const int64_t d = ot.numel();
+      if (st.kind != graph::TensorKind::KV_CACHE || st.io != graph::IoRole::STATE || st.numel() != d + 1)
+        unsupported(n, "its state is not a STATE cache of its width plus one");
+      if (g.tensor(in(0)).numel() != d || g.tensor(in(1)).numel() != d || g.tensor(in(2)).numel() != d)
+        unsupported(n, "its inputs differ in width from its output");
+      const float* fp = act(in(0));
+      const float* cp = act(in(1));
+      const float* lb = vector_f32(n, in(2));
+      float* state = static_cast<float*>(ptr[static_cast<size_t>(in(3))]);
+      const int32_t* pos = pos_dev;
+      float* y = new_act();
+      launches.push_back(
+          {id, [=](cudaStream_t s, const RunArgs&) { mlgru_rows(fp, cp, lb, state, nullptr, pos, y, 1, d, s); }});
+      return;
+    }
     case Op::HEAD_RMSNORM:
     case Op::BIAS_ADD:
     case Op::SOFTCAP:
@@ -710,9 +766,7 @@ void CudaDecoder::Impl::upload_step(int32_t token, int64_t pos) {
   host_io[1] = static_cast<int32_t>(pos);
   TESSERA_CUDA_CHECK(cudaMemcpyAsync(ptr[static_cast<size_t>(tokens_id)], &host_io[0], sizeof(int32_t),
                                      cudaMemcpyHostToDevice, stream));
-  if (positions_id >= 0)
-    TESSERA_CUDA_CHECK(cudaMemcpyAsync(ptr[static_cast<size_t>(positions_id)], &host_io[1], sizeof(int32_t),
-                                       cudaMemcpyHostToDevice, stream));
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(pos_dev, &host_io[1], sizeof(int32_t), cudaMemcpyHostToDevice, stream));
 }
 
 void CudaDecoder::Impl::step(int32_t token, int64_t pos) {
@@ -759,7 +813,7 @@ void CudaDecoder::Impl::chain_setup() {
   ArgmaxChain c;
   if (chain_embed) c.embed = embed_table, c.embed_out = embed_out;
   c.token = static_cast<int32_t*>(ptr[static_cast<size_t>(tokens_id)]);
-  c.pos = static_cast<int32_t*>(ptr[static_cast<size_t>(positions_id)]);
+  c.pos = pos_dev;
   c.ring = ring_dev;
   c.ring_size = static_cast<int32_t>(ctx);
   const float* x = act(logits_id);
@@ -794,7 +848,9 @@ int64_t CudaDecoder::Impl::generate_greedy(int32_t token, int64_t pos, int64_t n
   TESSERA_CHECK(pos + n <= ctx, "the context is full: {} steps from position {} do not fit the cache of {} tokens", n,
                 pos, ctx);
   int64_t done = 0;
-  if (profile != nullptr || positions_id < 0 || !cuda_options().chain) {
+  // A recurrent state steps one by one: chained steps queued past a stop would have advanced the state beyond the
+  // accepted tokens (a KV cache only gains rows past them), and a recurrence cannot take them back.
+  if (profile != nullptr || has_state || !cuda_options().chain) {
     // Step by step: every step's argmax comes back before the next is launched.
     for (int32_t t = token; done < n;) {
       t = step_argmax(t, pos + done);

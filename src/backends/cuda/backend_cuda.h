@@ -27,6 +27,9 @@ namespace tessera::cuda {
 struct CudaBackendOptions {
   int device = 0;
   bool use_graph = true;  // capture steps as CUDA graphs (falls back to plain launches when capture fails)
+  // Positions per slot of graphs that have no KV cache to tell them (a recurrent STATE only: the MatMul-free LM);
+  // 0: 4096. Graphs with a KV cache take its length.
+  int64_t n_ctx = 0;
 };
 
 // What every executor of one engine shares: device weights by host data pointer (tied embeddings share one), stacked

@@ -25,6 +25,9 @@ namespace tessera::cuda {
 
 bool is_quantized_dtype(DType t);
 
+// The positions per slot of a graph with no KV cache (CudaBackendOptions::n_ctx, or 4096 when unset).
+int64_t state_only_ctx(const CudaBackendOptions& o);
+
 // One model's weights on the device (by host data pointer; tied embeddings share one) and its stacked weights of
 // merged matmuls (by their members' host pointers): uploaded once per model, shared by every session's CudaShared.
 struct DeviceWeights {
@@ -62,6 +65,7 @@ struct CudaShared::Impl {
   // kernel reads that format (with the format's notice); unsupported(n, ...) when Tessera cannot read it.
   DeviceWeight upload_any(const graph::Node& n, const graph::Tensor& t, const void* host, int64_t rows, int64_t k);
   // Device storage of KV_CACHE tensor t (every slot): allocated zeroed the first time its role and layer are seen.
+  // A recurrent state (IoRole::STATE, f32 [D + 1]) is one such tensor per slot, slot s at s * (D + 1) floats.
   void* cache(const graph::Tensor& t);
   // The matmul workspace, grown to (max_rows, max_k, max_quant_nk) if it is smaller. Only before any executor has
   // captured a graph over it: callers size it at compile time.

@@ -34,6 +34,7 @@
 #include "backends/cuda/executor_common.h"
 #include "backends/cuda/kernels/gemv_sparse.h"
 #include "backends/cuda/kernels_family.h"
+#include "backends/cuda/kernels_ternary.h"
 #include "core/error.h"
 #include "graph/passes/fuse.h"
 #include "quant/quant.h"
@@ -90,6 +91,8 @@ struct CudaRowsExecutor::Impl {
   int tokens_id = -1, positions_id = -1, logits_id = -1;
   int64_t vocab = 0, embd_rows = 0, ctx = 0, out_rows = 1;
   DeviceBuffer seq_dev;          // [T] i32 slot of every row
+  int32_t* pos_dev = nullptr;    // [T] i32 position of every row: the positions input, or the executor's own buffer
+                                 // (a graph without one: the MatMul-free LM, whose MLGRU reads positions there)
   int32_t* host_io = nullptr;    // pinned [4 * T]: ids, positions, slots, and decode_rows_argmax's answer
   DeviceBuffer argmax_dev;       // [T] decode_rows_argmax's answer on the device
   DeviceBuffer scores_dev;       // [T] double2 prefill_scores' answer on the device
@@ -264,12 +267,19 @@ void CudaRowsExecutor::Impl::compile() {
       else
         fail("cuda backend: graph input '{}' has no known role (tokens and positions have)", t.name);
     } else if (t.kind == graph::TensorKind::KV_CACHE) {
-      ptr[i] = static_cast<float*>(sh->cache(t));  // every slot; views add the slot offset
-      ctx = t.shape[1];
+      ptr[i] = static_cast<float*>(sh->cache(t));          // every slot; views add the slot offset
+      if (t.io != graph::IoRole::STATE) ctx = t.shape[1];  // a recurrent state has no positions to bound
     }
   }
-  TESSERA_CHECK(tokens_id >= 0 && positions_id >= 0,
-                "cuda backend: the graph lacks its tokens or positions input (roles TOKENS, POSITIONS)");
+  TESSERA_CHECK(tokens_id >= 0, "cuda backend: the graph lacks its tokens input (role TOKENS)");
+  if (ctx == 0) ctx = state_only_ctx(sh->options);  // no KV cache: the session's context
+  if (positions_id >= 0) {
+    pos_dev = reinterpret_cast<int32_t*>(act(positions_id));
+  } else {
+    owned.emplace_back(static_cast<size_t>(T) * sizeof(int32_t));
+    TESSERA_CUDA_CHECK(cudaMemset(owned.back().get(), 0, owned.back().bytes()));
+    pos_dev = owned.back().as<int32_t>();
+  }
   for (const graph::Node& n : g.nodes())
     if (n.op != Op::LAST_ROW && n.op != Op::KV_STORE && !n.inputs.empty())
       scaled[static_cast<size_t>(n.output)] = scaled[static_cast<size_t>(n.inputs[n.op == Op::EMBED ? 1 : 0])];
@@ -609,6 +619,62 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
           {id, [=](cudaStream_t s, const RunArgs& a) { geglu_rows(gp, up, ld_in, y, sc ? a.t : fixed, w, s); }});
       return;
     }
+    case Op::ACT_QUANT_I8: {
+      // BitLinear's activation fake-quant (kernels_ternary.h); x may be a column slice (read with its row stride).
+      const int xs = in(0);
+      if (width(xs) != width(out)) unsupported(n, "its input and output widths differ");
+      const float* x = act(xs);
+      const int64_t ld_x = ld[size_t(xs)];
+      float* y = new_act(n, out);
+      const int64_t w = width(out), fixed = g.tensor(out).shape[0];
+      const bool sc = scaled[size_t(out)];
+      launches.push_back(
+          {id, [=](cudaStream_t s, const RunArgs& a) { act_quant_i8_rows(x, ld_x, y, sc ? a.t : fixed, w, s); }});
+      return;
+    }
+    case Op::RELU2_GLU: {
+      // BitNet's squared-ReLU gating; gate and up may be the column halves of the merged gate|up output.
+      const int64_t ld_in = ld[size_t(in(0))];
+      if (ld[size_t(in(1))] != ld_in || width(in(0)) != width(out) || width(in(1)) != width(out))
+        unsupported(n, "its gate and up inputs differ in width or row stride");
+      const float* gp = act(in(0));
+      const float* up = act(in(1));
+      float* y = new_act(n, out);
+      const int64_t w = width(out), fixed = g.tensor(out).shape[0];
+      const bool sc = scaled[size_t(out)];
+      launches.push_back(
+          {id, [=](cudaStream_t s, const RunArgs& a) { relu2_glu_rows(gp, up, ld_in, y, sc ? a.t : fixed, w, s); }});
+      return;
+    }
+    case Op::MLGRU: {
+      // PREFILL: the chunk's t steps of slot a.seq from a.p0 (host values: prefill runs plainly); BATCH: one step per
+      // row of its own slot at its own position (device values: the step is captured).
+      need_contiguous(n, in(0));
+      need_contiguous(n, in(1));
+      const graph::Tensor& st = g.tensor(in(3));
+      const int64_t d = width(out), fixed = g.tensor(out).shape[0];
+      if (st.kind != graph::TensorKind::KV_CACHE || st.io != graph::IoRole::STATE || st.numel() != d + 1)
+        unsupported(n, "its state is not a STATE cache of its width plus one");
+      if (width(in(0)) != d || width(in(1)) != d || g.tensor(in(2)).numel() != d)
+        unsupported(n, "its inputs differ in width from its output");
+      const float* fp = act(in(0));
+      const float* cp = act(in(1));
+      const float* lb = vector_f32(n, in(2));
+      float* states = act(in(3));
+      float* y = new_act(n, out);
+      const bool sc = scaled[size_t(out)];
+      const bool prefill = mode == RowsMode::PREFILL;
+      const int32_t* seqs = seq_dev.as<int32_t>();
+      const int32_t* pos = pos_dev;
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                            const int64_t rows = sc ? a.t : fixed;
+                            if (prefill)
+                              mlgru(fp, cp, lb, states + a.seq * (d + 1), y, rows, d, a.p0, s);
+                            else
+                              mlgru_rows(fp, cp, lb, states, seqs, pos, y, rows, d, s);
+                          }});
+      return;
+    }
     case Op::HEAD_RMSNORM:
     case Op::BIAS_ADD:
     case Op::SOFTCAP:
@@ -728,7 +794,7 @@ int64_t CudaRowsExecutor::Impl::run_prefill(std::span<const int32_t> ids, int64_
   }
   const size_t nb = static_cast<size_t>(t) * sizeof(int32_t);
   TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.act(m.tokens_id), h_ids, nb, cudaMemcpyHostToDevice, m.stream));
-  TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.act(m.positions_id), h_pos, nb, cudaMemcpyHostToDevice, m.stream));
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.pos_dev, h_pos, nb, cudaMemcpyHostToDevice, m.stream));
   TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.seq_dev.get(), h_seq, nb, cudaMemcpyHostToDevice, m.stream));
   // Prefill runs plainly: chunk length and position vary per call, and its launches are few and long.
   m.runner.run(m.launches, m.stream, RunArgs{t, p0, seq, logits_row0}, m.profile);
@@ -818,7 +884,7 @@ void CudaRowsExecutor::Impl::decode_step(std::span<const int32_t> ids, std::span
   std::memcpy(m.host_io + m.T, pos.data(), nb);
   std::memcpy(m.host_io + 2 * m.T, seqs.data(), nb);
   TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.act(m.tokens_id), m.host_io, nb, cudaMemcpyHostToDevice, m.stream));
-  TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.act(m.positions_id), m.host_io + m.T, nb, cudaMemcpyHostToDevice, m.stream));
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.pos_dev, m.host_io + m.T, nb, cudaMemcpyHostToDevice, m.stream));
   TESSERA_CUDA_CHECK(cudaMemcpyAsync(m.seq_dev.get(), m.host_io + 2 * m.T, nb, cudaMemcpyHostToDevice, m.stream));
   const RunArgs args{m.T, 0, 0};
   if (m.profile != nullptr) {

@@ -14,6 +14,8 @@ namespace tessera::cuda {
 // converted at upload (q6_K -> bf16): the executors then feed it f32 activations, as any bf16 weight.
 bool is_quantized_dtype(DType t) { return gemv_quantized(t); }
 
+int64_t state_only_ctx(const CudaBackendOptions& o) { return o.n_ctx > 0 ? o.n_ctx : 4096; }
+
 KvCacheView attention_cache_view(const graph::Node& n, const graph::Tensor& kt, void* k, void* v, int64_t n_seq) {
   KvCacheView cache;
   cache.dtype = kt.dtype;
@@ -121,6 +123,25 @@ const DeviceWeight& CudaShared::Impl::stack(const graph::Node& n, const std::vec
 }
 
 void* CudaShared::Impl::cache(const graph::Tensor& t) {
+  if (t.io == graph::IoRole::STATE) {  // the MLGRU's recurrent state: f32 [D + 1] per slot
+    TESSERA_CHECK(t.dtype == DType::F32 && t.shape.size() == 1 && t.shape[0] >= 2,
+                  "cuda backend: recurrent state '{}' must be f32 [D + 1]", t.name);
+    const std::pair<graph::IoRole, int> key{t.io, t.io_layer};
+    if (auto it = caches.find(key); it != caches.end()) {
+      TESSERA_CHECK(it->second.dtype == t.dtype && it->second.hd == t.shape[0],
+                    "cuda backend: recurrent state '{}' has another shape than the graph that created it", t.name);
+      return it->second.data.get();
+    }
+    Cache c;
+    c.dtype = t.dtype;
+    c.n_kv = c.n_ctx = 1;
+    c.hd = t.shape[0];
+    const size_t n = static_cast<size_t>(t.nbytes()) * static_cast<size_t>(n_seq);
+    c.data = DeviceBuffer(n);
+    TESSERA_CUDA_CHECK(cudaMemset(c.data.get(), 0, n));
+    bytes += n;
+    return caches.emplace(key, std::move(c)).first->second.data.get();
+  }
   TESSERA_CHECK(t.dtype == DType::F16 || t.dtype == DType::BF16 || t.dtype == DType::F32,
                 "cuda backend: KV cache '{}' is {}; the GPU cache is f16, bf16 or f32", t.name, dtype_name(t.dtype));
   TESSERA_CHECK(t.shape.size() == 3, "cuda backend: KV cache '{}' must be [n_kv, n_ctx, head_dim]", t.name);

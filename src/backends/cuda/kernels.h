@@ -76,6 +76,11 @@ DType device_weight_dtype(DType dtype);
 // upload_weight. Error for a native dtype or rows that are not whole blocks.
 std::vector<uint8_t> convert_for_device(DType dtype, const void* host, int64_t n, int64_t k);
 
+// tq1_0 rows [n, k] rewritten as the tq2_0 rows of the same values (w = d (t - 1) is w = d (q - 1) with q = t and the
+// same d: exact), the layout upload_weight gives a tq1_0 weight (its DeviceWeight says tq2_0: 66 bytes per 256
+// values for 54). Error for rows that are not whole blocks.
+std::vector<uint8_t> tq1_0_as_tq2_0(const void* host, int64_t n, int64_t k);
+
 // Uploads host W [n, k] (dtype, row-major, GGUF block layout) and repacks it. Fails on an unsupported dtype, on
 // k % 8 != 0 (float formats: rows must start 16-byte aligned) or k not a multiple of the block (quantized: 32, or 256
 // for the K-quants), or on n, k outside int32.

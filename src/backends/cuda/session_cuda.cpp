@@ -1,6 +1,7 @@
 #include "backends/cuda/session_cuda.h"
 
 #include <algorithm>
+#include <exception>
 #include <map>
 #include <thread>
 
@@ -40,14 +41,19 @@ class CudaSession : public backend::DeviceSession {
     for (const std::string& kv : c.options) parse_cuda_option(opts, kv);
     set_cuda_options(opts);
     // Uploading every weight now (the decoder's graph names them all) keeps it out of the first prompt's timing.
-    shared_ =
-        std::make_shared<CudaShared>(c.n_seq, std::max(c.n_batch, c.n_seq), CudaBackendOptions{}, std::move(weights));
-    decoder_ = std::make_unique<CudaDecoder>(c.build_graph(1, false), shared_);
+    CudaBackendOptions bo;
+    bo.n_ctx = c.n_ctx;  // graphs with a recurrent state and no KV cache take the session's context
+    shared_ = std::make_shared<CudaShared>(c.n_seq, std::max(c.n_batch, c.n_seq), bo, std::move(weights));
+    const graph::Graph g1 = c.build_graph(1, false);
+    for (const graph::Tensor& t : g1.tensors()) has_state_ |= t.io == graph::IoRole::STATE;
+    if (has_state_) state_pos_.assign(static_cast<size_t>(c.n_seq), 0);
+    decoder_ = std::make_unique<CudaDecoder>(g1, shared_);
     device_sample_ = cuda_options().sample;
   }
 
   std::span<const float> eval(int64_t seq, std::span<const int32_t> ids, int64_t pos, bool all_rows) override {
     const int64_t t = static_cast<int64_t>(ids.size());
+    const StateStep st = state_step(seq, pos, t);
     if (t == 1 && seq == 0) {  // the decoder: merged GEMVs, CUDA graph replay
       decoder_->set_profile(slot(1));
       return decoder_->decode(ids[0], pos);
@@ -67,6 +73,7 @@ class CudaSession : public backend::DeviceSession {
 
   std::span<const backend::RowScore> eval_scores(int64_t seq, std::span<const int32_t> ids, int64_t pos,
                                                  std::span<const int32_t> targets) override {
+    const StateStep st = state_step(seq, pos, static_cast<int64_t>(ids.size()));
     auto& e = prefill_[1];  // the all-row graph: its logits stay on the device, reduced there
     if (!e) e = std::make_unique<CudaRowsExecutor>(c_.build_graph(c_.n_batch, true), RowsMode::PREFILL, shared_);
     e->set_profile(slot(static_cast<int64_t>(ids.size())));
@@ -78,6 +85,8 @@ class CudaSession : public backend::DeviceSession {
 
   std::span<const float> decode_rows(std::span<const int32_t> ids, std::span<const int32_t> seqs,
                                      std::span<const int32_t> pos) override {
+    std::vector<StateStep> st;
+    for (size_t i = 0; i < ids.size(); ++i) st.push_back(state_step(seqs[i], pos[i], 1));
     CudaRowsExecutor& e = batch(static_cast<int64_t>(ids.size()));
     e.set_profile(slot(1));
     return e.decode_rows(ids, seqs, pos);
@@ -85,6 +94,8 @@ class CudaSession : public backend::DeviceSession {
 
   std::vector<int32_t> decode_rows_argmax(std::span<const int32_t> ids, std::span<const int32_t> seqs,
                                           std::span<const int32_t> pos) override {
+    std::vector<StateStep> st;
+    for (size_t i = 0; i < ids.size(); ++i) st.push_back(state_step(seqs[i], pos[i], 1));
     if (ids.size() == 1 && seqs[0] == 0) {  // the decoder (CUDA graph, merged GEMVs) and its device argmax
       decoder_->set_profile(slot(1));
       return {decoder_->decode_argmax(ids[0], pos[0])};
@@ -97,13 +108,17 @@ class CudaSession : public backend::DeviceSession {
 
   int64_t generate_greedy(int32_t token, int64_t pos, int64_t n,
                           const std::function<bool(int32_t)>& on_token) override {
+    StateStep st = state_step(0, pos, 0);
     decoder_->set_profile(slot(1));
-    return decoder_->generate_greedy(token, pos, n, on_token);
+    const int64_t done = decoder_->generate_greedy(token, pos, n, on_token);
+    st.to = pos + done;  // the decoder steps a state one by one: exactly these
+    return done;
   }
 
   std::optional<std::pair<int32_t, int32_t>> decode_sample(int32_t token, int64_t pos,
                                                            const backend::SampleRequest& r) override {
     if (!device_sample_) return std::nullopt;
+    const StateStep st = state_step(0, pos, 1);
     const DeviceSamplingParams p{r.temperature,       r.top_k,           r.top_p, r.min_p, r.repeat_penalty,
                                  r.frequency_penalty, r.presence_penalty};
     static const std::vector<std::pair<int32_t, int32_t>> none;
@@ -136,7 +151,35 @@ class CudaSession : public backend::DeviceSession {
     return *e;
   }
 
+  // A recurrent state (the MatMul-free LM's MLGRU) holds the tokens it absorbed and cannot rewind: a step of slot seq
+  // at pos must start a sequence (pos 0) or continue it, as the CPU's MLGRU kernel checks (the device kernel can only
+  // write NaN). The slot's new position (t tokens on) is recorded when the step returns without an error.
+  struct StateStep {
+    int64_t* p = nullptr;  // the slot's position, or null (no state)
+    int64_t to = 0;
+    StateStep() = default;
+    StateStep(int64_t* slot_pos, int64_t new_pos) : p(slot_pos), to(new_pos) {}
+    StateStep(StateStep&& o) noexcept : p(o.p), to(o.to) { o.p = nullptr; }
+    StateStep(const StateStep&) = delete;
+    StateStep& operator=(const StateStep&) = delete;
+    StateStep& operator=(StateStep&&) = delete;
+    ~StateStep() {
+      if (p != nullptr && std::uncaught_exceptions() == 0) *p = to;
+    }
+  };
+  [[nodiscard]] StateStep state_step(int64_t seq, int64_t pos, int64_t t) {
+    if (!has_state_ || seq < 0 || seq >= static_cast<int64_t>(state_pos_.size())) return {};
+    int64_t& p = state_pos_[static_cast<size_t>(seq)];
+    TESSERA_CHECK(pos == 0 || pos == p,
+                  "the recurrent state of sequence {} holds {} tokens, not {}: a recurrent model cannot go back to an "
+                  "earlier position (evaluate again from position 0)",
+                  seq, p, pos);
+    return {&p, pos + t};
+  }
+
   backend::SessionConfig c_;
+  bool has_state_ = false;
+  std::vector<int64_t> state_pos_;  // per slot, with has_state_: the tokens its state has absorbed
   std::shared_ptr<CudaShared> shared_;
   std::unique_ptr<CudaDecoder> decoder_;
   std::unique_ptr<CudaRowsExecutor> prefill_[2];                // last-row and all-row logits
@@ -187,6 +230,9 @@ class CudaBackendEntry : public backend::Backend {
       case Op::LAST_ROW:
       case Op::SPARSIFY:       // TEAL: kernels/gemv_sparse.h
       case Op::MATMUL_SPARSE:  // the decoder's sparse GEMV (K-quants: the dense GEMV on the zeroed x)
+      case Op::ACT_QUANT_I8:   // the ternary families (kernels_ternary.h)
+      case Op::RELU2_GLU:
+      case Op::MLGRU:
         return true;
       default:
         return false;

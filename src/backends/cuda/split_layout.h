@@ -93,6 +93,11 @@ struct SplitLayout<DType::Q3_K> {
   static constexpr int kQuantOff = 0, kQuantBytes = 96, kScaleOff = 96, kScaleBytes = 12, kTailOff = 108,
                        kTailBytes = 2;
 };
+// tq2_0: the 64 bytes of 2-bit codes, then fp16 d (tq1_0 is uploaded as tq2_0: weights.cpp).
+template <>
+struct SplitLayout<DType::TQ2_0> {
+  static constexpr int kQuantOff = 0, kQuantBytes = 64, kScaleOff = 64, kScaleBytes = 2, kTailOff = 0, kTailBytes = 0;
+};
 
 // Whether the format has a SPLIT_Q layout (a specialization above).
 template <DType D, typename = void>
@@ -117,6 +122,7 @@ static_assert(split_layout_is_consistent<DType::Q8_0>() && split_layout_is_consi
               split_layout_is_consistent<DType::IQ4_NL>() && split_layout_is_consistent<DType::IQ4_XS>());
 static_assert(split_layout_is_consistent<DType::Q5_0>() && split_layout_is_consistent<DType::Q5_1>() &&
               split_layout_is_consistent<DType::Q2_K>() && split_layout_is_consistent<DType::Q3_K>());
+static_assert(split_layout_is_consistent<DType::TQ2_0>());
 
 namespace split_detail {
 // Byte copy that nvcc unrolls (N is a constant); memcpy of a runtime-aligned device pointer may not be.

@@ -38,19 +38,41 @@ void split_blocks(const void* host, int64_t n, int64_t k, std::vector<uint8_t>& 
 }  // namespace
 
 const FormatSupport& weight_formats() {
-  // One GEMV, multi-row GEMV, dequantize-to-bf16 (cuBLASLt path) and embedding instantiation per format below
+  // One GEMV, multi-row GEMV, dequantize-to-bf16 (cuBLASLt path) and embedding instantiation per format below (tq1_0
+  // runs as tq2_0: upload_weight rewrites it, exactly, tq1_0_as_tq2_0)
   // (kernels/gemv*.cu, gemm_rows.cu, gemm_convert.cu, embedding_argmax.cu). bf16 is the fallback: K-quant values
   // (a 6-bit code times an 8-bit scale times an fp16 super-scale) keep 8 significant bits in bf16 at most a rounding
   // away, with f32's range (f16 could overflow on a large super-scale), and bf16 takes cuBLASLt's fastest path.
-  static const FormatSupport table(
-      "cuda",
-      {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K,
-       DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K},
-      DType::BF16);
+  static const FormatSupport table("cuda",
+                                   {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                                    DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::Q5_0,
+                                    DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::TQ2_0, DType::TQ1_0},
+                                   DType::BF16);
   return table;
 }
 
 bool gemv_supports(DType dtype) { return weight_formats().is_native(dtype); }
+
+std::vector<uint8_t> tq1_0_as_tq2_0(const void* host, int64_t n, int64_t k) {
+  TESSERA_CHECK(host != nullptr && n > 0 && k > 0 && k % kQKK == 0,
+                "cannot rewrite a tq1_0 weight of shape [{}, {}] as tq2_0: rows must be whole blocks of {}", n, k,
+                kQKK);
+  const size_t nb = static_cast<size_t>(n) * static_cast<size_t>(k / kQKK);
+  const auto* blocks = static_cast<const BlockTQ1_0*>(host);
+  std::vector<uint8_t> out(nb * sizeof(BlockTQ2_0));
+  for (size_t i = 0; i < nb; ++i) {
+    BlockTQ1_0 b;
+    std::memcpy(&b, blocks + i, sizeof(b));  // the file's blocks may sit at any address
+    BlockTQ2_0 o;
+    std::memset(&o, 0, sizeof(o));
+    for (int e = 0; e < kQKK; ++e)  // tq2_0's code of element e: byte 32 (e / 128) + e % 32, bits 2 ((e % 128) / 32)
+      o.qs[32 * (e / 128) + e % 32] |=
+          static_cast<uint8_t>(format_detail::tq1_trit(b.qs, b.qh, e) << (2 * ((e % 128) / 32)));
+    o.d = b.d;
+    std::memcpy(out.data() + i * sizeof(o), &o, sizeof(o));
+  }
+  return out;
+}
 bool gemv_quantized(DType dtype) { return weight_formats().is_native_quantized(dtype); }
 
 DType device_weight_dtype(DType dtype) {
@@ -135,6 +157,13 @@ DeviceWeight upload_weight(DType dtype, const void* host, int64_t n, int64_t k) 
       break;
     case DType::IQ4_XS:
       split_blocks<DType::IQ4_XS>(host, n, k, quants, scales);
+      break;
+    case DType::TQ2_0:
+      split_blocks<DType::TQ2_0>(host, n, k, quants, scales);
+      break;
+    case DType::TQ1_0:  // the kernels read tq2_0's layout (exact: tq1_as_tq2)
+      split_blocks<DType::TQ2_0>(tq1_0_as_tq2_0(host, n, k).data(), n, k, quants, scales);
+      w.dtype = DType::TQ2_0;
       break;
     case DType::Q4_K:
       split_blocks<DType::Q4_K>(host, n, k, quants, scales);

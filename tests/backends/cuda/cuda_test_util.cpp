@@ -123,6 +123,13 @@ void gemv_ref(DType dtype, const std::vector<uint8_t>& w, int64_t n, int64_t k, 
         format_detail::q4_k_scale_min(sub, blk.scales, &sc, &mn);
         const int q = (blk.qs[32 * (sub / 2) + l] >> (4 * (sub & 1))) & 0xF;
         term = (std::fabs(fp16_to_f32(blk.d)) * sc * q + std::fabs(fp16_to_f32(blk.dmin)) * mn) * std::fabs(x[j]);
+      } else if (dtype == DType::TQ2_0 || dtype == DType::TQ1_0) {
+        // w = d (q - 1): the kernel sums d_x q q_x and subtracts d_x sum q_x apart, |d| (q + 1) |x| <= (|w| + 2 |d|)
+        // |x|.
+        const uint8_t* blk = src + (j / kQKK) * (dtype == DType::TQ2_0 ? 66 : 54);
+        const int at = dtype == DType::TQ2_0 ? 64 : 52;
+        const double d = fp16_to_f32(static_cast<uint16_t>(blk[at] | (blk[at + 1] << 8)));
+        term = (std::fabs(static_cast<double>(row[j])) + 2 * std::fabs(d)) * std::fabs(x[j]);
       } else if (dtype == DType::Q5_K) {  // as q4_K, with the fifth bit
         BlockQ5_K blk;
         std::memcpy(&blk, src + (j / kQKK) * sizeof(BlockQ5_K), sizeof(blk));

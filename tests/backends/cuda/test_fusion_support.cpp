@@ -9,7 +9,9 @@
 #include "backends/cuda/session_cuda.h"
 #include "graph/passes/memory_plan.h"
 #include "models/llama.h"
+#include "models/model_graph.h"
 #include "models/model_weights.h"
+#include "test_util.h"
 
 namespace tessera::cuda {
 namespace {
@@ -195,12 +197,20 @@ TEST(CudaMemoryPlan, RowsPlanWithSixteenBitCopies) {
 }
 
 // The CUDA backend's supports(): every node a llama graph has, in a native or a converted format (q6_K runs as bf16),
-// and no test-only op (SCALE has no CUDA kernel); the answer needs no device.
+// every node of the ternary families' graphs, and no test-only op (SCALE has no CUDA kernel); the answer needs no device.
 TEST(CudaBackendSupports, LlamaNodesYesTestOnlyOpNo) {
   const backend::Backend& b = cuda_backend();
   for (DType dt : {DType::BF16, DType::Q8_0, DType::Q6_K}) {
     const graph::Graph g = build_llama_graph(tiny(dt), {.n_tokens = 4, .n_ctx = 32});
     for (const graph::Node& n : g.nodes()) EXPECT_TRUE(b.supports(n, g)) << dtype_name(dt) << " " << n.name;
+  }
+  // The ternary families (tq2_0 weights, ACT_QUANT_I8, RELU2_GLU; the MatMul-free LM's MLGRU and its f32 STATE).
+  for (const char* m : {"hf/tiny-bitnet-256", "hf/tiny-hgrn-bit-f32"}) {
+    const ModelWeights w = ModelWeights::open(test::data_path(m));
+    for (const int64_t t : {1, 4}) {
+      const graph::Graph tg = build_model_graph(w, {.n_tokens = t, .n_ctx = 32});
+      for (const graph::Node& n : tg.nodes()) EXPECT_TRUE(b.supports(n, tg)) << m << " " << n.name;
+    }
   }
   graph::Graph g(3, 0);
   const int x = g.add_input("x", DType::F32, {3, 8});

@@ -170,7 +170,8 @@ TEST(CudaGemm, KQuantsEveryPathAndTMatchReference) {
   const int64_t shapes[][2] = {{67, 256}, {130, 768}, {33, 1280}};
   const int64_t ts[] = {1, 2, 5, 8, 32, 100};
   GemmWorkspace ws(100, 1280, 130 * 1280);
-  for (DType dtype : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS, DType::Q2_K, DType::Q3_K}) {
+  for (DType dtype :
+       {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS, DType::Q2_K, DType::Q3_K, DType::TQ2_0, DType::TQ1_0}) {
     for (const auto& s : shapes) {
       const Weight w = make_weight(rng, dtype, s[0], s[1]);
       for (int64_t t : ts) {
@@ -292,8 +293,8 @@ TEST(CudaGemm, X16InputMatchesTheF32InputPath) {
       const int64_t n = w.n, k = w.k;
       for (int64_t t : {1, 3, 41, 100}) {
         for (bool accumulate : {false, true}) {
-          SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " t=" << t
-                                            << " accumulate=" << accumulate);
+          SCOPED_TRACE(::testing::Message()
+                       << dtype_name(dtype) << " n=" << n << " k=" << k << " t=" << t << " accumulate=" << accumulate);
           const auto x = random_floats(rng, static_cast<size_t>(t * k), -2.0f, 2.0f);
           std::vector<uint16_t> x16(x.size());
           for (size_t i = 0; i < x.size(); ++i) x16[i] = float_to_cache(type, x[i]);

@@ -12,11 +12,12 @@
 namespace tessera::cuda::test {
 namespace {
 
-const DType kFormats[] = {DType::F32,    DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                          DType::Q4_1,   DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL,
-                          DType::IQ4_XS, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K};
-const DType kQuantFormats[] = {DType::Q8_0,   DType::Q4_0,   DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K,
-                               DType::IQ4_NL, DType::IQ4_XS, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K};
+const DType kFormats[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,   DType::Q4_0,   DType::Q4_1,
+                          DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::Q5_0,
+                          DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::TQ2_0,  DType::TQ1_0};
+const DType kQuantFormats[] = {DType::Q8_0, DType::Q4_0,   DType::Q4_1,   DType::Q4_K, DType::Q5_K,
+                               DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::Q5_0, DType::Q5_1,
+                               DType::Q2_K, DType::Q3_K,   DType::TQ2_0,  DType::TQ1_0};
 
 bool is_quant(DType t) { return gemv_quantized(t); }
 
@@ -312,9 +313,9 @@ TEST(CudaGemv, SwigluEpilogueEqualsGemvThenSwiglu) {
       DeviceBuffer xd = to_device(x), gd = to_device(g);
       for (const bool norm : {false, true}) {
         for (const GemvConfig& c : gemv_configs()) {
-          SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " F=" << f << " k=" << k << " norm=" << norm
-                                            << " config=" << c.threads << "/" << c.rows << "/" << c.unroll << "/"
-                                            << c.prefetch);
+          SCOPED_TRACE(::testing::Message()
+                       << dtype_name(dtype) << " F=" << f << " k=" << k << " norm=" << norm << " config=" << c.threads
+                       << "/" << c.rows << "/" << c.unroll << "/" << c.prefetch);
           if (c.rows % 2 != 0 || c.prefetch != 0 || c.threads < 128) {
             GemvInput in;
             in.f32 = xd.as<float>();
@@ -441,8 +442,7 @@ TEST(CudaGemv, QuantRmsInputEqualsRmsnormThenGemv) {
       const std::vector<float> nw = random_floats(rng, static_cast<size_t>(k), 0.5f, 1.5f);
       DeviceBuffer xd = to_device(x), nwd = to_device(nw), xn = poisoned(sizeof(float) * k);
       DeviceBuffer qa = poisoned(static_cast<size_t>(k)), dsa = poisoned(sizeof(float2) * (k / 32));
-      rmsnorm(xd.as<float>(), nwd.as<float>(), xn.as<float>(), 1, k, eps, nullptr, qa.as<int8_t>(),
-              dsa.as<float2>());
+      rmsnorm(xd.as<float>(), nwd.as<float>(), xn.as<float>(), 1, k, eps, nullptr, qa.as<int8_t>(), dsa.as<float2>());
       std::vector<float> xw(static_cast<size_t>(k)), sumsq(static_cast<size_t>(k / 32), 0.0f);
       for (int64_t i = 0; i < k; ++i) {
         xw[i] = x[i] * nw[i];

@@ -84,6 +84,8 @@ void check_units(int64_t n, int64_t k, std::mt19937& rng) {
         } else if constexpr (D == DType::Q5_0) {  // d q and 16 d are rounded apart
           term += 32.0 * std::fabs(format_detail::half_value(blk.d));
         }
+        if constexpr (D == DType::TQ2_0)  // the unit sums d_x q q_x (q = 0..3) and subtracts d_x sum q_x apart
+          term += std::fabs(format_detail::half_value(blk.d));
         mag += term * std::fabs(xds[static_cast<size_t>(j / 32)].x * xq[static_cast<size_t>(j)]);
       }
     }
@@ -100,6 +102,7 @@ TEST(CudaQuantUnits, KQuantUnitsEqualTheTraitsDot) {
     check_units<DType::IQ4_XS>(5, k, rng);
     check_units<DType::Q2_K>(5, k, rng);
     check_units<DType::Q3_K>(5, k, rng);
+    check_units<DType::TQ2_0>(5, k, rng);
     if (HasFatalFailure()) return;
   }
 }
@@ -166,6 +169,7 @@ TEST(CudaQuantUnits, EmbeddingValuesEqualTheTraitsDequantize) {
   check_values<DType::Q3_K>(3, 768, rng);
   check_values<DType::Q5_0>(3, 544, rng);  // 51 blocks: q5_0's tail of qh on a 2-byte boundary
   check_values<DType::Q5_1>(3, 544, rng);
+  check_values<DType::TQ2_0>(3, 768, rng);
 }
 
 // iq4_nl's table lookup in byte permutes (what the GEMVs run per quant word) against format_detail::iq4nl_value: every

@@ -44,10 +44,12 @@ namespace {
 TEST(CudaWeightFormats, TableNamesTheNativeFormatsAndTheFallback) {
   const FormatSupport& f = cuda::weight_formats();
   EXPECT_EQ(f.native_names(),
-            "f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, q5_0, q5_1, q2_k and q3_k");
+            "f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, q5_0, q5_1, q2_k, q3_k, tq2_0 and "
+            "tq1_0");
   EXPECT_EQ(f.fallback(), DType::BF16);
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K,
-                  DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K}) {
+                  DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K,
+                  DType::TQ2_0, DType::TQ1_0}) {
     EXPECT_TRUE(cuda::gemv_supports(t)) << dtype_name(t);
     EXPECT_EQ(cuda::device_weight_dtype(t), t) << dtype_name(t);
   }
@@ -59,6 +61,8 @@ TEST(CudaWeightFormats, TableNamesTheNativeFormatsAndTheFallback) {
   EXPECT_TRUE(cuda::gemv_quantized(DType::IQ4_XS));
   for (DType t : {DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K})
     EXPECT_TRUE(cuda::gemv_quantized(t)) << dtype_name(t);
+  EXPECT_TRUE(cuda::gemv_quantized(DType::TQ2_0)) << "ternary weights are read with 8-bit activations";
+  EXPECT_TRUE(cuda::gemv_quantized(DType::TQ1_0));
   EXPECT_FALSE(cuda::gemv_quantized(DType::BF16));
   // Every other format Tessera reads runs as bf16 (the ternary tq1_0 and tq2_0 at this commit).
   for (const FormatInfo& fi : formats()) {
@@ -71,7 +75,7 @@ TEST(CudaWeightFormats, TableNamesTheNativeFormatsAndTheFallback) {
     ADD_FAILURE() << "no error for a format Tessera cannot read";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("iq2_xxs"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("iq4_xs, q5_0, q5_1, q2_k and q3_k"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("q2_k, q3_k, tq2_0 and tq1_0"), std::string::npos) << e.what();
   }
 }
 
@@ -113,6 +117,7 @@ TEST(CudaWeightFormats, SplitLayoutRoundTrips) {
   check_split_round_trip<DType::Q5_1>(rng);
   check_split_round_trip<DType::Q2_K>(rng);
   check_split_round_trip<DType::Q3_K>(rng);
+  check_split_round_trip<DType::TQ2_0>(rng);
   // Where the K-quant kernels read a block's parts (quant_units.h): q4_K's head is d, dmin and the packed scales;
   // q6_K's quants are ql then qh, its d follows every block's scales.
   static_assert(cuda::SplitLayout<DType::Q4_K>::kQuantOff == offsetof(BlockQ4_K, qs));
@@ -163,9 +168,27 @@ TEST(CudaWeightFormats, ConvertForDeviceIsTheBf16OfTheValues) {
 TEST(CudaWeightFormats, NativeFormatsNeedNoConversion) {
   std::vector<uint8_t> w(1024);
   for (DType t : {DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::Q5_0,
-                  DType::Q5_1, DType::Q2_K, DType::Q3_K})
+                  DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::TQ2_0, DType::TQ1_0})
     EXPECT_THROW(cuda::convert_for_device(t, w.data(), 1, 256), Error) << dtype_name(t);
   EXPECT_THROW(cuda::upload_weight(DType::IQ2_XXS, w.data(), 1, 256), Error);  // not readable at all
+}
+
+// tq1_0 is uploaded as tq2_0 (weights.cpp): the rewritten rows dequantize to the file's values bit for bit, with
+// every trit of every block position (random blocks: the five-, four- and four-per-byte trit groups all vary).
+TEST(CudaWeightFormats, Tq1_0AsTq2_0KeepsEveryValue) {
+  std::mt19937 rng(cuda::test::test_seed());
+  for (const int64_t n : {1, 5}) {
+    const int64_t k = 768;
+    const std::vector<uint8_t> w = cuda::test::random_weight(rng, DType::TQ1_0, n, k);
+    const std::vector<uint8_t> t2 = cuda::tq1_0_as_tq2_0(w.data(), n, k);
+    ASSERT_EQ(t2.size(), static_cast<size_t>(n * k / 256 * sizeof(BlockTQ2_0)));
+    std::vector<float> a(static_cast<size_t>(n * k)), b(a.size());
+    dequantize_row(DType::TQ1_0, w.data(), a.data(), n * k);
+    dequantize_row(DType::TQ2_0, t2.data(), b.data(), n * k);
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(std::memcmp(&a[i], &b[i], 4), 0) << "n=" << n << " element " << i;
+  }
+  std::vector<uint8_t> w(54);
+  EXPECT_THROW(cuda::tq1_0_as_tq2_0(w.data(), 1, 100), Error);  // not whole blocks
 }
 
 // ---- GPU ----

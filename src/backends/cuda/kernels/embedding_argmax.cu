@@ -28,7 +28,8 @@ __device__ __forceinline__ float table_value(const uint8_t* __restrict__ quants,
   } else if constexpr (D == DType::BF16) {
     return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(quants)[row * k + i]);
   } else if constexpr (D == DType::Q4_K || D == DType::Q5_K || D == DType::Q6_K || D == DType::IQ4_XS ||
-                       D == DType::Q5_0 || D == DType::Q5_1 || D == DType::Q2_K || D == DType::Q3_K) {
+                       D == DType::Q5_0 || D == DType::Q5_1 || D == DType::Q2_K || D == DType::Q3_K ||
+                       D == DType::TQ2_0) {
     return split_value<D>(quants, scales, n_rows, row, k, i);  // quant_units.h, checked on the host
   } else {
     const size_t b = row * (k / kQ) + i / kQ;  // block index over the whole table
@@ -214,6 +215,8 @@ auto by_table_dtype(DType d, Pick pick) {
       return pick(std::integral_constant<DType, DType::Q2_K>{});
     case DType::Q3_K:
       return pick(std::integral_constant<DType, DType::Q3_K>{});
+    case DType::TQ2_0:
+      return pick(std::integral_constant<DType, DType::TQ2_0>{});
     default:
       return pick(std::integral_constant<DType, DType::F32>{});
   }

@@ -166,6 +166,16 @@ __device__ __forceinline__ void ksb_lane(const uint8_t* __restrict__ quants, con
       if constexpr (D == DType::Q5_K) code |= static_cast<int>((byte_of(qh, i) >> j) & 1u) << 4;
       v[i] = __fsub_rn(__fmul_rn(d1, static_cast<float>(code)), m1);
     }
+  } else if constexpr (D == DType::TQ2_0) {
+    // Elements 8t .. 8t + 7: half h = t / 16, codes at shift 2 ((t / 4) % 4) of bytes 32h + 8 (t % 4) .. + 7.
+    const int h = t >> 4, s = (t >> 2) & 3, l0 = 8 * (t & 3);
+    const uint2 qs = __ldcs(reinterpret_cast<const uint2*>(quants + sb * 64 + 32 * h + l0));
+    const float d = __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(scales) + sb)));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int code = static_cast<int>((byte_of(qs, i) >> (2 * s)) & 3u);
+      v[i] = __fmul_rn(static_cast<float>(code - 1), d);  // Format<TQ2_0>::dequantize: (q - 1) * d
+    }
   } else if constexpr (D == DType::IQ4_XS) {
     // Sub-block j = t / 4 takes qs [16j, 16j + 16): elements 0-15 in the low nibbles, 16-31 in the high ones.
     const int j = t >> 2, l0 = 8 * (t & 3);
@@ -216,7 +226,7 @@ __device__ __forceinline__ void ksb_lane(const uint8_t* __restrict__ quants, con
       v[i] = __fmul_rn(dl, static_cast<float>(code));
     }
   } else {
-    static_assert(D == DType::Q6_K, "ksb_lane: q2_K, q3_K, q4_K, q5_K, q6_K or iq4_xs");
+    static_assert(D == DType::Q6_K, "ksb_lane: q2_K, q3_K, q4_K, q5_K, q6_K iq4_xs or tq2_0");
     const int half = t >> 4, group = (t >> 2) & 3, l0 = 8 * (t & 3);  // elements 128 half + 32 group + l0 ..
     const uint8_t* q = quants + sb * 192;
     const uint2 ql = __ldcs(reinterpret_cast<const uint2*>(q + 64 * half + 32 * (group & 1) + l0));
@@ -311,6 +321,9 @@ void launch_dequant_bf16(const DeviceWeight& w, void* out, cudaStream_t stream) 
       break;
     case DType::IQ4_XS:
       launch_dequant_ksb<DType::IQ4_XS>(w, o, stream);
+      break;
+    case DType::TQ2_0:
+      launch_dequant_ksb<DType::TQ2_0>(w, o, stream);
       break;
     default:
       fail_message("matmul: cannot dequantize this dtype to bf16");

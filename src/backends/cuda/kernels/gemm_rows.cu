@@ -233,12 +233,33 @@ __global__ void __launch_bounds__(kThreads, 1)
     typename Q::Scale sc[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) Q::load(qr[r], sr[r], tr[r], b, wv[r], sc[r]);
+    if constexpr (D == DType::TQ2_0) {
+      // One activation block of the 128-element unit at a time, not unrolled over the four (nvcc hoisted every
+      // block's loads of every row of x and spilled at TT >= 3 otherwise); the code shift is a register.
+      float dw[kRows];
 #pragma unroll
-    for (int tt = 0; tt < TT; ++tt) {
-      const typename Q::Act x =
-          Q::Act::load(xq + static_cast<size_t>(tt) * k, xds + static_cast<size_t>(tt) * (k / kQ), b);
+      for (int r = 0; r < kRows; ++r) dw[r] = __half2float(__ushort_as_half(static_cast<unsigned short>(sc[r])));
+#pragma unroll 1
+      for (int s = 0; s < 4; ++s) {
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) acc[r][tt] += Q::dot(wv[r], sc[r], x);
+        for (int tt = 0; tt < TT; ++tt) {
+          const int4* xp = reinterpret_cast<const int4*>(xq + static_cast<size_t>(tt) * k) + 8 * b + 2 * s;
+          const int4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+          const int xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+          const float2 ds = __ldg(xds + static_cast<size_t>(tt) * (k / kQ) + 4 * b + s);
+#pragma unroll
+          for (int r = 0; r < kRows; ++r)
+            acc[r][tt] += dw[r] * (ds.x * static_cast<float>(Q::block_sum(wv[r], s, xv)) - ds.y);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int tt = 0; tt < TT; ++tt) {
+        const typename Q::Act x =
+            Q::Act::load(xq + static_cast<size_t>(tt) * k, xds + static_cast<size_t>(tt) * (k / kQ), b);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) acc[r][tt] += Q::dot(wv[r], sc[r], x);
+      }
     }
   }
   warp_store<kRows, TT>(acc, y, row0, n, accumulate);
@@ -352,6 +373,9 @@ void launch_gemm_rows_quant(const DeviceWeight& w, const int8_t* q8, const float
               break;
             case DType::Q3_K:
               launch_quant<DType::Q3_K, TT>(w, qc, dc, yc, stream, accumulate);
+              break;
+            case DType::TQ2_0:
+              launch_quant<DType::TQ2_0, TT>(w, qc, dc, yc, stream, accumulate);
               break;
             default:
               fail_message("matmul: no multi-row quant kernel for this dtype");

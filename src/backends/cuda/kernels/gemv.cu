@@ -149,6 +149,13 @@ constexpr ShapeRule kQ2Q3KRules[] = {
     {kAny, kAny, {32, 4, 1, 0}},
 };
 
+// tq2_0: a 128-element unit is 32 bytes, as a q4_K unit, so a row of K columns streams as a q4_K row of K / 2: the
+// q4_K rules at twice the width (not yet swept; tessera_bench_cuda --ternary times the 8B shapes).
+constexpr ShapeRule kTQ2Rules[] = {
+    {4096, kAny, {32, 4, 1, 0}}, {8192, 4096, {32, 4, 2, 0}},  {8192, 8192, {32, 4, 1, 0}},
+    {8192, kAny, {32, 2, 2, 0}}, {16384, kAny, {64, 2, 1, 0}}, {kAny, kAny, {32, 4, 2, 0}},
+};
+
 template <size_t N>
 const GemvConfig* pick(const ShapeRule (&rules)[N], int64_t n, int64_t k) {
   for (const ShapeRule& r : rules)
@@ -172,6 +179,8 @@ const GemvConfig* swept_unit_config(DType dtype, int64_t n, int64_t k) {
     case DType::Q2_K:
     case DType::Q3_K:
       return pick(kQ2Q3KRules, n, k);
+    case DType::TQ2_0:
+      return pick(kTQ2Rules, n, k);
     default:
       return nullptr;
   }
@@ -182,6 +191,7 @@ const GemvConfig* swept_unit_config(DType dtype, int64_t n, int64_t k) {
 
 GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
   if (const GemvConfig* o = shape_override(n, k)) return *o;
+  if (dtype == DType::TQ1_0) dtype = DType::TQ2_0;  // uploaded as tq2_0 (weights.cpp)
   // Picked from the H100 sweeps of every shape in the table (docs/CUDA_NOTES.md, runs 1-3): at the issue's large
   // shapes each choice is within ~3% of the sweep's best (q8_0/q4 at 4096x14336 within ~5%).
   if (const GemvConfig* c = detail::swept_unit_config(dtype, n, k)) return *c;
@@ -228,9 +238,11 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
 
 GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k) {
   if (const GemvConfig* o = shape_override(n, k)) return *o;
+  if (dtype == DType::TQ1_0) dtype = DType::TQ2_0;  // uploaded as tq2_0 (weights.cpp)
   // K-quants: 256-thread groups (four rows per warp, one unit in flight per row); the 512-thread form below spills.
   if (dtype == DType::Q4_K || dtype == DType::Q5_K || dtype == DType::Q6_K || dtype == DType::IQ4_XS ||
-      dtype == DType::Q2_K || dtype == DType::Q3_K)
+      dtype == DType::Q2_K || dtype == DType::Q3_K ||
+      dtype == DType::TQ2_0)
     return {64, 4, 1, 0};
   // Warp groups of two rows, two loads in flight per row (16 warps per 32 rows): inside the 8B q4_1 decode graph
   // (H100, TESSERA_CUDA_GEMV_SHAPES sweep of 2026-11-22, o and down alike) 498.6 tok/s against 497.6 at one load,

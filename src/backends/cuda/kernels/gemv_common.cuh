@@ -215,8 +215,9 @@ constexpr bool has_norm_out_groups(const Shape& s) {
 // K-quant meets the register cap of a 512- or 1,024-thread warp-group block (128 or 64 registers per thread).
 constexpr int max_rows_unroll(DType d) { return d == DType::Q6_K || d == DType::Q5_K || d == DType::Q3_K ? 4 : 8; }
 constexpr int max_group_threads(DType d) {
+  // tq1_0 runs as tq2_0 (weights.cpp): callers holding the file's format get tq2_0's answer.
   return d == DType::Q4_K || d == DType::Q5_K || d == DType::Q6_K || d == DType::IQ4_XS || d == DType::Q2_K ||
-                 d == DType::Q3_K
+                 d == DType::Q3_K || d == DType::TQ2_0 || d == DType::TQ1_0
              ? 256
              : 1024;
 }
@@ -239,5 +240,7 @@ void launch_gemv_float(int index, const LaunchArgs& a);
 void launch_gemv_quant(int index, const LaunchArgs& a);
 // The K-quants (q4_K, q6_K) of launch_gemv_quant, in gemv_kquant.cu.
 void launch_gemv_kquant(int index, const LaunchArgs& a);
+// tq2_0 (ternary) of launch_gemv_quant, in gemv_ternary.cu.
+void launch_gemv_ternary(int index, const LaunchArgs& a);
 
 }  // namespace tessera::cuda::detail

@@ -26,7 +26,7 @@ void launch_gemv_kquant(int index, const LaunchArgs& a) {
       launch_indexed<DType::Q3_K>(index, a, std::make_index_sequence<kNumShapes>{});
       break;
     default:
-      fail_message("gemv: no quant kernel for this dtype");
+      launch_gemv_ternary(index, a);
   }
 }
 

@@ -531,6 +531,30 @@ struct ActQuarterK : ActQuarter {
   }
 };
 
+// tq2_0 (ternary, quant/blocks.h): a unit is 128 elements, one half h of a super-block: its 32 quant bytes, byte m
+// holding elements m, m + 32, m + 64, m + 96 of the half in bits 0-1, 2-3, 4-5, 6-7 (q2_K's layout, as the file has
+// it). Word i of the 8 at shift 2s is then elements 32 s + 4i .. 4i + 3: word i of activation block 4 sub + s, so
+// each code is masked out in place (no shuffle) and dotted with dp4a, and the code's offset of 1 comes from the
+// activation's own d * sum(q): sum (q - 1) x = d_x sum(q q_x) - d_x sum(q_x). The weights enter only as 2-bit codes
+// 0..2 (no multiplication by a weight value in the loop: the one scale multiplies the unit's sum). The super-block's
+// fp16 d is shared by its two units (kScaleBytes 1: 2 bytes per 2 units).
+struct ActQuad {
+  int x[4][8];  // activation blocks 4b .. 4b + 3, 32 int8 each as words
+  float2 ds[4];
+  TESSERA_UNIT static ActQuad load(const int8_t* __restrict__ xq, const float2* __restrict__ xds, int b) {
+    ActQuad a;
+    const int4* p = reinterpret_cast<const int4*>(xq) + 8 * b;
+    TESSERA_UNROLL
+    for (int s = 0; s < 4; ++s) {
+      const int4 v0 = unit::ldg(p + 2 * s), v1 = unit::ldg(p + 2 * s + 1);
+      a.x[s][0] = v0.x, a.x[s][1] = v0.y, a.x[s][2] = v0.z, a.x[s][3] = v0.w;
+      a.x[s][4] = v1.x, a.x[s][5] = v1.y, a.x[s][6] = v1.z, a.x[s][7] = v1.w;
+      a.ds[s] = unit::ldg(xds + 4 * b + s);
+    }
+    return a;
+  }
+};
+
 // Byte i (0..7) of an 8-byte load.
 TESSERA_UNIT int byte8(const uint2& v, int i) {
   return static_cast<int>(((i < 4 ? v.x : v.y) >> (8 * (i & 3))) & 0xFFu);
@@ -632,6 +656,34 @@ struct QuantFmt<DType::Q3_K> {
   }
 };
 
+template <>
+struct QuantFmt<DType::TQ2_0> {
+  static constexpr int kUnit = 128, kQuantBytes = 32, kScaleBytes = 1, kVecs = 2;
+  using Scale = uint32_t;  // the super-block's fp16 d
+  using Act = ActQuad;
+  // Row pointers: quants [units, 32] (a super-block's 64 bytes are its two units in order), d [units / 2, 2].
+  TESSERA_UNIT static void load(const uint8_t* qrow, const uint8_t* srow, const uint8_t* /*trow*/, int b,
+                                uint4 (&wv)[2], Scale& sc) {
+    wv[0] = unit::ld16_pair(qrow + static_cast<size_t>(b) * 32);
+    wv[1] = unit::ld16_pair(qrow + static_cast<size_t>(b) * 32 + 16);
+    sc = unit::ld_u16(srow + static_cast<size_t>(b >> 1) * 2);
+  }
+  // sum q q_x over activation block s (0..3) of the unit: the codes at shift 2s of the unit's eight words.
+  TESSERA_UNIT static int block_sum(const uint4 (&wq)[2], int s, const int (&x)[8]) {
+    const uint32_t w[8] = {wq[0].x, wq[0].y, wq[0].z, wq[0].w, wq[1].x, wq[1].y, wq[1].z, wq[1].w};
+    int sum = 0;
+    TESSERA_UNROLL
+    for (int i = 0; i < 8; ++i) sum = unit::dp4a(static_cast<int>((w[i] >> (2 * s)) & 0x03030303u), x[i], sum);
+    return sum;
+  }
+  TESSERA_UNIT static float dot(const uint4 (&wq)[2], const Scale& d, const ActQuad& x) {
+    float acc = 0.0f;
+    TESSERA_UNROLL
+    for (int s = 0; s < 4; ++s) acc += x.ds[s].x * static_cast<float>(block_sum(wq, s, x.x[s])) - x.ds[s].y;
+    return format_detail::half_value(static_cast<uint16_t>(d)) * acc;
+  }
+};
+
 // Whether a format's GEMV unit is one of the units above (loaded and dotted through QuantFmt<D>: every format with an
 // Act); q8_0, q4_0, q4_1 and iq4_nl are the kernels' own 32-block code.
 template <DType D, typename = void>
@@ -703,6 +755,10 @@ TESSERA_UNIT float split_value(const uint8_t* quants, const uint8_t* scales, int
     const uint8_t* t = scales + nsb * 12 + sb * 2;
     const float d = format_detail::half_value(static_cast<uint16_t>(t[0] | (t[1] << 8)));
     return unit::fmul(unit::fmul(d, static_cast<float>(sc)), static_cast<float>(code));
+  } else if constexpr (D == DType::TQ2_0) {  // qs [64] (the file's order), d [2] (split_layout.h)
+    const uint8_t* dp = scales + sb * 2;
+    const float d = format_detail::half_value(static_cast<uint16_t>(dp[0] | (dp[1] << 8)));
+    return static_cast<float>(format_detail::k_quant_2bit(quants + sb * 64, e) - 1) * d;
   } else if constexpr (D == DType::IQ4_XS) {  // head [8] (d, scales_h, scales_l), qs [128] (split_layout.h)
     const int j = e / kQK, l = e % kQK;
     const uint8_t* head = scales + sb * 8;
