@@ -40,6 +40,7 @@ struct ProfileFlags {
   NglFlag ngl;           // -ngl: llama.cpp's spelling of the device
   BackendFlags backend;  // --cuda KEY=VALUE, --cpu-isa
   TealFlags teal;        // --sparsity, --teal
+  LoraFlags lora;        // --lora, --lora-merge
   int64_t batch = 512;
   bool json = false;
   bool no_ceilings = false;  // the default now; kept for scripts that pass it
@@ -338,6 +339,7 @@ int run(ProfileFlags& f) {
   so.device = f.device;
   so.backend_options = backend_options(f.backend, f.device);
   apply_teal_flags(f.teal, so);
+  apply_lora_flags(f.lora, so);
   Session session(model, so);
 
   // Warm-up (weights paged in, plans compiled), not profiled.
@@ -492,6 +494,7 @@ const int registered = register_command(
        add_ngl_option(app, f->ngl, app.add_option("--device", f->device, "cpu (default) or cuda"));
        add_backend_flags(app, f->backend);
        add_teal_flags(app, f->teal);
+       add_lora_flags(app, f->lora);
        app.add_option("-b,--batch,--batch-size", f->batch,
                       "Logical batch: prompt tokens per forward pass (default 512)");
        app.add_flag("--json", f->json, "Print one JSON object (prefill and decode: classes, matmul roles, nodes)");
