@@ -66,9 +66,9 @@ const SparseWeight* WeightCache::get_sparse(const Tensor& w) {
 const LoraWeights& WeightCache::get_lora(const std::vector<std::pair<const Tensor*, const Tensor*>>& adapters,
                                          const PackedWeight& base) {
   const int64_t n = base.n, k = base.k;
-  // The base's kernel quantizes x to 8 bits (matmul.cpp): A then reads that x, in q8_0 (kernels/lora.h).
-  const bool q8_a = matmul_formats().is_native_quantized(base.dtype);
-  std::vector<const void*> key{q8_a ? &base : nullptr};
+  // The base's kernel quantizes x to 8 bits (matmul.cpp): the adapters then run in 8 bits too (kernels/lora.h).
+  const bool q8 = matmul_formats().is_native_quantized(base.dtype);
+  std::vector<const void*> key{q8 ? &base : nullptr};
   for (const auto& [a, b] : adapters)
     for (const Tensor* w : {a, b}) {
       TESSERA_CHECK(w->kind == TensorKind::WEIGHT && w->shape.size() == 2 && w->data != nullptr &&
@@ -97,8 +97,8 @@ const LoraWeights& WeightCache::get_lora(const std::vector<std::pair<const Tenso
     f.b = as_factor(*b, &f.b_dtype);
     factors.push_back(f);
   }
-  auto l = std::make_unique<LoraWeights>(make_lora_weights(factors, n, k, q8_a));
-  bytes_ += l->a_rows.size() + l->a.packed_bytes + l->bt.size();
+  auto l = std::make_unique<LoraWeights>(make_lora_weights(factors, n, k, q8));
+  bytes_ += l->bytes();
   return *lora_.emplace(std::move(key), std::move(l)).first->second;
 }
 
