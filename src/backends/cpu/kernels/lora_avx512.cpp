@@ -1,5 +1,5 @@
-// lora.h's accumulate with AVX-512: per token, 64 columns of y held in four zmm registers while the R rows of Bᵀ
-// stream past them (y read and written once); half the instructions of the AVX2 form for the same bytes of Bᵀ.
+// lora.h's accumulate with AVX-512: 64 columns of y per token held in four zmm registers while the R rows of Bᵀ stream
+// past them (y read and written once); half the instructions of the AVX2 form for the same bytes of Bᵀ.
 // GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized inside its own headers (matmul_quant_avx512.cpp says why).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -37,35 +37,45 @@ struct I8B {
   }
 };
 
+// TT tokens from token 0 of u / y: 64 columns at a time in 4 * TT accumulators, each Bᵀ vector loaded (converted) once
+// for the TT tokens. A chunk's tokens come four at a time: 16 independent FMA chains instead of 4 (one token's four
+// accumulators wait on the FMA latency), and a quarter of the loads and conversions per FMA.
+template <int TT, typename B>
+void tokens(const float* u, const B& bt, int64_t r, int64_t n, float* y, int64_t c0, int64_t c1) {
+  const __mmask16 all = 0xffff;
+  int64_t c = c0;
+  for (; c + 64 <= c1; c += 64) {
+    __m512 acc[TT][4];
+    for (int i = 0; i < TT; ++i)
+      for (int q = 0; q < 4; ++q) acc[i][q] = _mm512_loadu_ps(y + i * n + c + 16 * q);
+    for (int64_t j = 0; j < r; ++j) {
+      __m512 b[4];
+      for (int q = 0; q < 4; ++q) b[q] = bt.load16(j, c + 16 * q, all);
+      for (int i = 0; i < TT; ++i) {
+        const __m512 s = _mm512_set1_ps(u[i * r + j]);
+        for (int q = 0; q < 4; ++q) acc[i][q] = _mm512_fmadd_ps(s, b[q], acc[i][q]);
+      }
+    }
+    for (int i = 0; i < TT; ++i)
+      for (int q = 0; q < 4; ++q) _mm512_storeu_ps(y + i * n + c + 16 * q, acc[i][q]);
+  }
+  for (; c < c1; c += 16) {  // 16 columns, or what is left, at a time
+    const __mmask16 m = c1 - c >= 16 ? all : static_cast<__mmask16>((1u << (c1 - c)) - 1);
+    __m512 acc[TT];
+    for (int i = 0; i < TT; ++i) acc[i] = _mm512_maskz_loadu_ps(m, y + i * n + c);
+    for (int64_t j = 0; j < r; ++j) {
+      const __m512 b = bt.load16(j, c, m);
+      for (int i = 0; i < TT; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(u[i * r + j]), b, acc[i]);
+    }
+    for (int i = 0; i < TT; ++i) _mm512_mask_storeu_ps(y + i * n + c, m, acc[i]);
+  }
+}
+
 template <typename B>
 void rows(const float* u, const B& bt, int64_t r, int64_t n, float* y, int64_t t, int64_t c0, int64_t c1) {
-  const __mmask16 all = 0xffff;
-  for (int64_t i = 0; i < t; ++i) {
-    const float* ui = u + i * r;
-    float* yi = y + i * n;
-    int64_t c = c0;
-    for (; c + 64 <= c1; c += 64) {
-      __m512 y0 = _mm512_loadu_ps(yi + c), y1 = _mm512_loadu_ps(yi + c + 16);
-      __m512 y2 = _mm512_loadu_ps(yi + c + 32), y3 = _mm512_loadu_ps(yi + c + 48);
-      for (int64_t j = 0; j < r; ++j) {
-        const __m512 s = _mm512_set1_ps(ui[j]);
-        y0 = _mm512_fmadd_ps(s, bt.load16(j, c, all), y0);
-        y1 = _mm512_fmadd_ps(s, bt.load16(j, c + 16, all), y1);
-        y2 = _mm512_fmadd_ps(s, bt.load16(j, c + 32, all), y2);
-        y3 = _mm512_fmadd_ps(s, bt.load16(j, c + 48, all), y3);
-      }
-      _mm512_storeu_ps(yi + c, y0);
-      _mm512_storeu_ps(yi + c + 16, y1);
-      _mm512_storeu_ps(yi + c + 32, y2);
-      _mm512_storeu_ps(yi + c + 48, y3);
-    }
-    for (; c < c1; c += 16) {  // 16 columns, or what is left, at a time
-      const __mmask16 m = c1 - c >= 16 ? all : static_cast<__mmask16>((1u << (c1 - c)) - 1);
-      __m512 y0 = _mm512_maskz_loadu_ps(m, yi + c);
-      for (int64_t j = 0; j < r; ++j) y0 = _mm512_fmadd_ps(_mm512_set1_ps(ui[j]), bt.load16(j, c, m), y0);
-      _mm512_mask_storeu_ps(yi + c, m, y0);
-    }
-  }
+  int64_t i = 0;
+  for (; i + 4 <= t; i += 4) tokens<4>(u + i * r, bt, r, n, y + i * n, c0, c1);
+  for (; i < t; ++i) tokens<1>(u + i * r, bt, r, n, y + i * n, c0, c1);
 }
 
 }  // namespace
