@@ -141,7 +141,7 @@ struct Job {
   std::atomic<int64_t> before_left{0};
   std::atomic<bool> ready{false};
   std::mutex mu;
-  std::vector<std::pair<int64_t, int64_t>> pending;
+  std::vector<std::pair<int64_t, int64_t>>* pending = nullptr;  // the caller thread's: no allocation per step
 
   void accumulate(int64_t c0, int64_t c1) const { lora_accumulate(u, l->bt_view(), y, t, c0, c1); }
 
@@ -174,20 +174,18 @@ struct Job {
       a_kernel(args, r0, r1);
     }
     if (before_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-    std::vector<std::pair<int64_t, int64_t>> todo;
     {
       std::lock_guard<std::mutex> lock(mu);
       ready.store(true, std::memory_order_release);
-      todo.swap(pending);
     }
-    for (const auto& [c0, c1] : todo) accumulate(c0, c1);
+    for (const auto& [c0, c1] : *pending) accumulate(c0, c1);  // no task appends once `ready` is set
   }
 
   void after(int64_t c0, int64_t c1) {
     if (!ready.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lock(mu);
       if (!ready.load(std::memory_order_relaxed)) {
-        pending.emplace_back(c0, c1);
+        pending->emplace_back(c0, c1);
         return;
       }
     }
@@ -200,7 +198,10 @@ struct Job {
 void lora_matmul(ThreadPool& pool, const PackedWeight& w, const LoraWeights& l, const float* x, float* y, float* u,
                  int64_t t) {
   TESSERA_CHECK(w.n == l.n && w.k == l.k, "lora: adapters for a [{}, {}] matmul on a [{}, {}] one", l.n, l.k, w.n, w.k);
+  thread_local std::vector<std::pair<int64_t, int64_t>> pending;
+  pending.clear();
   Job job;
+  job.pending = &pending;
   job.l = &l;
   job.a_kernel = detail::row_kernel(l.a);
   job.a_quantized = l.a.dtype == DType::Q8_0;
