@@ -170,9 +170,9 @@ void matmul(ThreadPool& pool, const PackedWeight& w, const float* x, float* y, i
       t >= 4 ? 1 : std::max<int64_t>(1, static_cast<int64_t>((16 * 1024) / std::max<uint64_t>(group_bytes, 1)));
   int64_t tasks = std::min<int64_t>(groups / min_groups_per_task, int64_t{4} * pool.n_threads());
   tasks = std::max<int64_t>(tasks, 1);
-  // A decode row through a small weight (a LoRA adapter's A [16, 576] or B [1536, 16] in f16: <= 48 KiB) is a few
-  // microseconds on one core, less than waking and joining the other threads costs on a busy machine: run it inline.
-  // LoRA rank 16 on SmolLM2's seven projections adds 420 such products per token (docs/LORA.md).
+  // A decode row through a small weight (<= 64 KiB, e.g. an unfused LoRA adapter's A [16, 576] or B [1536, 16] in f16)
+  // is a few microseconds on one core, less than waking and joining the other threads costs on a busy machine: run it
+  // inline. (The CPU's fused LoRA step runs its adapters inside the base matmul's job instead: kernels/lora.h.)
   if (t == 1 && group_bytes * static_cast<uint64_t>(groups) <= 64 * 1024) {
     run_befores();
     kernel(a, 0, n);
