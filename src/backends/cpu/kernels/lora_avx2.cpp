@@ -1,4 +1,4 @@
-// lora.h's accumulate with AVX2/FMA/F16C: per token, 32 columns of y held in four registers while the R rows of Bᵀ
+// lora.h's accumulate with AVX2/FMA/F16C: 32 columns of y per token held in four registers while the R rows of Bᵀ
 // stream past them (y read and written once; a task's columns of Bᵀ stay in L1/L2 across a chunk's tokens).
 #include <immintrin.h>
 
@@ -38,38 +38,48 @@ struct I8B {
   }
 };
 
+// TT tokens from token 0 of u / y: 32 columns at a time in 4 * TT accumulators, each Bᵀ vector loaded (converted) once
+// for the TT tokens (a chunk's tokens come two at a time: 8 accumulators and 4 Bᵀ vectors fill the 16 ymm registers).
+template <int TT, typename B>
+void tokens(const float* u, const B& bt, int64_t r, int64_t n, float* y, int64_t c0, int64_t c1) {
+  int64_t c = c0;
+  for (; c + 32 <= c1; c += 32) {
+    __m256 acc[TT][4];
+    for (int i = 0; i < TT; ++i)
+      for (int q = 0; q < 4; ++q) acc[i][q] = _mm256_loadu_ps(y + i * n + c + 8 * q);
+    for (int64_t j = 0; j < r; ++j) {
+      __m256 b[4];
+      for (int q = 0; q < 4; ++q) b[q] = bt.load8(j, c + 8 * q);
+      for (int i = 0; i < TT; ++i) {
+        const __m256 s = _mm256_set1_ps(u[i * r + j]);
+        for (int q = 0; q < 4; ++q) acc[i][q] = _mm256_fmadd_ps(s, b[q], acc[i][q]);
+      }
+    }
+    for (int i = 0; i < TT; ++i)
+      for (int q = 0; q < 4; ++q) _mm256_storeu_ps(y + i * n + c + 8 * q, acc[i][q]);
+  }
+  for (; c + 8 <= c1; c += 8) {
+    __m256 acc[TT];
+    for (int i = 0; i < TT; ++i) acc[i] = _mm256_loadu_ps(y + i * n + c);
+    for (int64_t j = 0; j < r; ++j) {
+      const __m256 b = bt.load8(j, c);
+      for (int i = 0; i < TT; ++i) acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(u[i * r + j]), b, acc[i]);
+    }
+    for (int i = 0; i < TT; ++i) _mm256_storeu_ps(y + i * n + c, acc[i]);
+  }
+  for (; c < c1; ++c)
+    for (int i = 0; i < TT; ++i) {
+      float acc = y[i * n + c];
+      for (int64_t j = 0; j < r; ++j) acc += u[i * r + j] * bt.load1(j, c);
+      y[i * n + c] = acc;
+    }
+}
+
 template <typename B>
 void rows(const float* u, const B& bt, int64_t r, int64_t n, float* y, int64_t t, int64_t c0, int64_t c1) {
-  for (int64_t i = 0; i < t; ++i) {
-    const float* ui = u + i * r;
-    float* yi = y + i * n;
-    int64_t c = c0;
-    for (; c + 32 <= c1; c += 32) {
-      __m256 y0 = _mm256_loadu_ps(yi + c), y1 = _mm256_loadu_ps(yi + c + 8);
-      __m256 y2 = _mm256_loadu_ps(yi + c + 16), y3 = _mm256_loadu_ps(yi + c + 24);
-      for (int64_t j = 0; j < r; ++j) {
-        const __m256 s = _mm256_set1_ps(ui[j]);
-        y0 = _mm256_fmadd_ps(s, bt.load8(j, c), y0);
-        y1 = _mm256_fmadd_ps(s, bt.load8(j, c + 8), y1);
-        y2 = _mm256_fmadd_ps(s, bt.load8(j, c + 16), y2);
-        y3 = _mm256_fmadd_ps(s, bt.load8(j, c + 24), y3);
-      }
-      _mm256_storeu_ps(yi + c, y0);
-      _mm256_storeu_ps(yi + c + 8, y1);
-      _mm256_storeu_ps(yi + c + 16, y2);
-      _mm256_storeu_ps(yi + c + 24, y3);
-    }
-    for (; c + 8 <= c1; c += 8) {
-      __m256 y0 = _mm256_loadu_ps(yi + c);
-      for (int64_t j = 0; j < r; ++j) y0 = _mm256_fmadd_ps(_mm256_set1_ps(ui[j]), bt.load8(j, c), y0);
-      _mm256_storeu_ps(yi + c, y0);
-    }
-    for (; c < c1; ++c) {
-      float acc = yi[c];
-      for (int64_t j = 0; j < r; ++j) acc += ui[j] * bt.load1(j, c);
-      yi[c] = acc;
-    }
-  }
+  int64_t i = 0;
+  for (; i + 2 <= t; i += 2) tokens<2>(u + i * r, bt, r, n, y + i * n, c0, c1);
+  for (; i < t; ++i) tokens<1>(u + i * r, bt, r, n, y + i * n, c0, c1);
 }
 
 }  // namespace
