@@ -182,7 +182,10 @@ struct Row {
 std::pair<std::vector<Row>, std::vector<Row>> group(const std::vector<NodeAgg>& nodes) {
   std::map<std::string, Row> classes, roles;
   for (const NodeAgg& n : nodes) {
-    for (Row* r : {&classes[n.op_class], n.op == "matmul" ? &roles[n.role] : nullptr}) {
+    // A matmul without a role is a LoRA adapter's product (the only such node a builder makes); the CPU's fused step
+    // reports its time under the base matmul's role, so the row shows the unfused paths' (reference, CUDA).
+    const std::string role = n.role.empty() ? "lora adapters" : n.role;
+    for (Row* r : {&classes[n.op_class], n.op == "matmul" ? &roles[role] : nullptr}) {
       if (r == nullptr) continue;
       r->ns += n.ns;
       r->flops += n.flops;
