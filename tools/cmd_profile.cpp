@@ -40,6 +40,7 @@ struct ProfileFlags {
   NglFlag ngl;           // -ngl: llama.cpp's spelling of the device
   BackendFlags backend;  // --cuda KEY=VALUE, --cpu-isa
   TealFlags teal;        // --sparsity, --teal
+  LoraFlags lora;        // --lora, --lora-merge
   int64_t batch = 512;
   bool json = false;
   bool no_ceilings = false;  // the default now; kept for scripts that pass it
@@ -181,7 +182,10 @@ struct Row {
 std::pair<std::vector<Row>, std::vector<Row>> group(const std::vector<NodeAgg>& nodes) {
   std::map<std::string, Row> classes, roles;
   for (const NodeAgg& n : nodes) {
-    for (Row* r : {&classes[n.op_class], n.op == "matmul" ? &roles[n.role] : nullptr}) {
+    // A matmul without a role is a LoRA adapter's product (the only such node a builder makes); the CPU's fused step
+    // reports its time under the base matmul's role, so the row shows the unfused paths' (reference, CUDA).
+    const std::string role = n.role.empty() ? "lora adapters" : n.role;
+    for (Row* r : {&classes[n.op_class], n.op == "matmul" ? &roles[role] : nullptr}) {
       if (r == nullptr) continue;
       r->ns += n.ns;
       r->flops += n.flops;
@@ -338,6 +342,7 @@ int run(ProfileFlags& f) {
   so.device = f.device;
   so.backend_options = backend_options(f.backend, f.device);
   apply_teal_flags(f.teal, so);
+  apply_lora_flags(f.lora, so);
   Session session(model, so);
 
   // Warm-up (weights paged in, plans compiled), not profiled.
@@ -492,6 +497,7 @@ const int registered = register_command(
        add_ngl_option(app, f->ngl, app.add_option("--device", f->device, "cpu (default) or cuda"));
        add_backend_flags(app, f->backend);
        add_teal_flags(app, f->teal);
+       add_lora_flags(app, f->lora);
        app.add_option("-b,--batch,--batch-size", f->batch,
                       "Logical batch: prompt tokens per forward pass (default 512)");
        app.add_flag("--json", f->json, "Print one JSON object (prefill and decode: classes, matmul roles, nodes)");

@@ -227,6 +227,13 @@ const std::vector<FusedRow>& fused_rows() {
     v.push_back(lora(DType::F32, DType::F32, 1, 100, 64, {5}));
     v.push_back(lora(DType::F32, DType::F32, 37, 100, 64, {5, 3}));
     v.push_back(lora(DType::Q4_1, DType::F16, 64, 1536, 576, {16}));
+    // The stacked, tiled forms (kernels/lora.h): A of 21 rows (a partial row pass at decode), Bᵀ with a partial
+    // 64-column tile and a partial 32-column int8 block (n = 200), a chunk split by tokens unevenly (t = 5), and a
+    // float base (A and Bᵀ stay f16: the base's x is not 8-bit).
+    v.push_back(lora(DType::Q4_1, DType::F16, 1, 200, 576, {16, 5}));
+    v.push_back(lora(DType::Q4_1, DType::F16, 5, 200, 576, {16, 5}));
+    v.push_back(lora(DType::F16, DType::F16, 1, 200, 64, {16}));
+    v.push_back(lora(DType::F16, DType::F16, 3, 200, 64, {16}));
     return v;
   }();
   return kRows;

@@ -16,6 +16,7 @@ namespace {
 
 using nlohmann::json;
 using tessera::test::cli_path;
+using tessera::test::data_path;
 using tessera::test::run_command;
 
 int run_stdout(const std::string& args, std::string* out) {
@@ -183,6 +184,52 @@ TEST(ProfileCli, TraceIsWellFormedAndNamedByTheGraph) {
       ASSERT_LE(v[i - 1].second, v[i].first + 1e-3)
           << "track " << tid << ": slice " << i << " overlaps its predecessor";
   }
+  std::remove(path.c_str());
+}
+
+// --trace with --lora: the CPU runs each adapted matmul and its adapters as one fused step, whose time and threads'
+// spans are reported under the base matmul's node (the adapters' own nodes get no time and no thread slice). Every
+// thread slice lies inside its node's slice on track 2 and is that node's: the plan's node numbering (fewer nodes) must
+// not leak into the builder graph's, where it would hang a matmul's thread slices on other nodes.
+TEST(ProfileCli, TraceWithLoraPutsEachThreadSliceOnItsNode) {
+  const std::string base = data_path("lora/base"), adapter = data_path("lora/adapter_a");
+  const std::string path = ::testing::TempDir() + "tessera_profile_lora_trace.json";
+  std::string out;
+  // 12 prompt tokens in one chunk, then 3 decode steps; the tiny base's matmuls run on the calling thread.
+  ASSERT_EQ(
+      run_stdout("profile -m " + base + " --lora " + adapter + " --prompt-tokens 12 -n 3 -t 2 --trace " + path, &out),
+      0)
+      << out;
+  std::ifstream f(path);
+  const json j = json::parse(f);
+  std::map<std::pair<std::string, std::string>, std::pair<double, double>> node_slice;  // (step, node) -> (ts, end)
+  std::vector<json> thread_slices;
+  for (const json& e : j["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const int64_t tid = e["tid"].get<int64_t>();
+    const double ts = e["ts"].get<double>();
+    if (tid == 2) node_slice[{e["args"]["step"], e["name"]}] = {ts, ts + e["dur"].get<double>()};
+    if (tid >= 10) thread_slices.push_back(e);
+  }
+  std::map<std::string, std::set<std::string>> threaded;  // step -> nodes with a thread slice
+  for (const json& e : thread_slices) {
+    const std::string step = e["args"]["step"].get<std::string>(), name = e["name"].get<std::string>();
+    EXPECT_EQ(name.find(".lora"), std::string::npos) << "an adapter's node runs inside its base matmul: " << e.dump();
+    const auto it = node_slice.find({step, name});
+    ASSERT_NE(it, node_slice.end()) << e.dump();
+    const double ts = e["ts"].get<double>(), end = ts + e["dur"].get<double>();
+    EXPECT_GE(ts, it->second.first - 1e-3) << e.dump();
+    EXPECT_LE(end, it->second.second + 1e-3) << e.dump();
+    threaded[step].insert(name);
+  }
+  // Each decode step: a thread slice on every node that took time, the fused matmuls' base nodes among them.
+  ASSERT_EQ(threaded.count("decode 1 (position 13)"), 1u);
+  const std::set<std::string>& d1 = threaded["decode 1 (position 13)"];
+  for (const char* n : {"blk.0.attn_q", "blk.1.ffn_down", "blk.0.attn_k"}) EXPECT_TRUE(d1.count(n)) << n;
+  size_t timed = 0;
+  for (const auto& [key, slice] : node_slice)
+    if (key.first == "decode 1 (position 13)" && slice.second > slice.first) ++timed;
+  EXPECT_EQ(d1.size(), timed);
   std::remove(path.c_str());
 }
 

@@ -63,32 +63,43 @@ const SparseWeight* WeightCache::get_sparse(const Tensor& w) {
   return sparse_.emplace(w.data, std::move(sw)).first->second.get();
 }
 
-const void* WeightCache::get_transposed(const Tensor& w, bool* f16) {
-  TESSERA_CHECK(w.kind == TensorKind::WEIGHT && w.shape.size() == 2 && w.data != nullptr && can_dequantize(w.dtype) &&
-                    w.shape[1] % dtype_info(w.dtype).block_size == 0,
-                "cpu backend: '{}' is not a bound 2-D weight in a format the CPU reads", w.name);
-  *f16 = w.dtype == DType::F16;
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = transposed_.find(w.data);
-  if (it != transposed_.end()) return it->second.data();
-  const int64_t n = w.shape[0], k = w.shape[1];
-  std::vector<uint8_t> t(static_cast<size_t>(n * k) * (*f16 ? sizeof(uint16_t) : sizeof(float)));
-  if (*f16) {
-    const uint16_t* src = static_cast<const uint16_t*>(w.data);
-    uint16_t* dst = reinterpret_cast<uint16_t*>(t.data());
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < k; ++j) dst[j * n + i] = src[i * k + j];
-  } else {
-    std::vector<float> row(static_cast<size_t>(k));
-    float* dst = reinterpret_cast<float*>(t.data());
-    const size_t row_bytes = static_cast<size_t>(*dtype_row_bytes(w.dtype, static_cast<uint64_t>(k)));
-    for (int64_t i = 0; i < n; ++i) {
-      dequantize_row(w.dtype, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(i) * row_bytes, row.data(), k);
-      for (int64_t j = 0; j < k; ++j) dst[j * n + i] = row[static_cast<size_t>(j)];
+const LoraWeights& WeightCache::get_lora(const std::vector<std::pair<const Tensor*, const Tensor*>>& adapters,
+                                         const PackedWeight& base) {
+  const int64_t n = base.n, k = base.k;
+  // The base's kernel quantizes x to 8 bits (matmul.cpp): the adapters then run in 8 bits too (kernels/lora.h).
+  const bool q8 = matmul_formats().is_native_quantized(base.dtype);
+  std::vector<const void*> key{q8 ? &base : nullptr};
+  for (const auto& [a, b] : adapters)
+    for (const Tensor* w : {a, b}) {
+      TESSERA_CHECK(w->kind == TensorKind::WEIGHT && w->shape.size() == 2 && w->data != nullptr &&
+                        can_dequantize(w->dtype) && w->shape[1] % dtype_info(w->dtype).block_size == 0,
+                    "cpu backend: '{}' is not a bound 2-D weight in a format the CPU reads", w->name);
+      key.push_back(w->data);
     }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = lora_.find(key);
+  if (it != lora_.end()) return *it->second;
+  // Factors in f32 or f16 as they are; any other format the CPU reads, dequantized to f32 for the conversion.
+  std::vector<std::vector<float>> f32;
+  const auto as_factor = [&](const Tensor& w, DType* dtype) -> const void* {
+    *dtype = w.dtype;
+    if (w.dtype == DType::F32 || w.dtype == DType::F16) return w.data;
+    *dtype = DType::F32;
+    std::vector<float>& v = f32.emplace_back(static_cast<size_t>(w.numel()));
+    convert_rows(w.dtype, w.data, DType::F32, v.data(), w.shape[0], w.shape[1]);
+    return v.data();
+  };
+  std::vector<LoraFactor> factors;
+  for (const auto& [a, b] : adapters) {
+    LoraFactor f;
+    f.r = a->shape[0];
+    f.a = as_factor(*a, &f.a_dtype);
+    f.b = as_factor(*b, &f.b_dtype);
+    factors.push_back(f);
   }
-  bytes_ += t.size();
-  return transposed_.emplace(w.data, std::move(t)).first->second.data();
+  auto l = std::make_unique<LoraWeights>(make_lora_weights(factors, n, k, q8));
+  bytes_ += l->bytes();
+  return *lora_.emplace(std::move(key), std::move(l)).first->second;
 }
 
 uint64_t WeightCache::bytes() const {
@@ -280,17 +291,11 @@ std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vect
         s.k = in(1).shape[1];
         if (n.fusion.lora > 0) {
           auto lora = std::make_unique<Plan::Lora>();
-          int64_t max_r = 0;
-          for (int i = 0; i < n.fusion.lora; ++i) {
-            const Tensor& a = in(2 + 2 * static_cast<size_t>(i));
-            const Tensor& b = in(3 + 2 * static_cast<size_t>(i));
-            Plan::Lora::Term term{.a = &weights_->get(a), .r = a.shape[0]};
-            term.bt = weights_->get_transposed(b, &term.bt_f16);
-            lora->terms.push_back(term);
-            max_r = std::max(max_r, a.shape[0]);
-          }
-          lora->scratch.assign(static_cast<size_t>(s.t * max_r), 0.0f);
-          lora->u = lora->scratch.data();
+          std::vector<std::pair<const Tensor*, const Tensor*>> adapters;
+          for (int i = 0; i < n.fusion.lora; ++i)
+            adapters.emplace_back(&in(2 + 2 * static_cast<size_t>(i)), &in(3 + 2 * static_cast<size_t>(i)));
+          lora->weights = &weights_->get_lora(adapters, *s.w);
+          lora->u.assign(static_cast<size_t>(s.t * lora->weights->r), 0.0f);
           s.lora = lora.get();
           plan->loras_.push_back(std::move(lora));
         }

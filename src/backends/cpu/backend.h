@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -18,6 +19,7 @@
 
 #include "backends/cpu/cpu_features.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels/lora.h"
 #include "backends/cpu/kernels/matmul_sparse.h"
 #include "core/thread_pool.h"
 #include "graph/graph.h"
@@ -43,16 +45,16 @@ class WeightCache {
   // The channel-major copy MATMUL_SPARSE reads (kernels/matmul_sparse.h), made on first use; nullptr where the active
   // ISA has no sparse kernel for the weight's (possibly converted) format.
   const SparseWeight* get_sparse(const graph::Tensor& w);
-  // w [N, K] transposed, [K, N], made on first use: a LoRA B [N, r] for the epilogue of a fused matmul
-  // (kernels/lora.h). f16 stays f16 (what fast sessions decode with: half the bytes), any other format quant/quant.h
-  // reads becomes f32; *f16 says which.
-  const void* get_transposed(const graph::Tensor& w, bool* f16);
+  // The LoRA adapters (A [r, K], B [N, r] each) of a fused matmul through `base` [N, K] (get()'s), stacked and
+  // converted for kernels/lora.h, made on first use (one copy per base and list of adapters, shared by every plan).
+  const LoraWeights& get_lora(const std::vector<std::pair<const graph::Tensor*, const graph::Tensor*>>& adapters,
+                              const PackedWeight& base);
 
  private:
   mutable std::mutex mu_;
   std::unordered_map<const void*, std::unique_ptr<PackedWeight>> map_;
   std::unordered_map<const void*, std::unique_ptr<SparseWeight>> sparse_;
-  std::unordered_map<const void*, std::vector<uint8_t>> transposed_;
+  std::map<std::vector<const void*>, std::unique_ptr<LoraWeights>> lora_;  // by the adapters' A and B data
   std::vector<std::shared_ptr<std::vector<uint8_t>>> converted_;
   ConversionNotices notices_;
   uint64_t bytes_ = 0;

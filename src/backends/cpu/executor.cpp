@@ -64,12 +64,10 @@ void CpuBackend::run_step(const Plan::Step& s, int64_t n_past) {
       [[fallthrough]];
     case Op::MATMUL:
       if (!ref) {
-        matmul(pool_, *s.w, s.a, s.y, s.t);
         if (s.lora != nullptr)
-          for (const Plan::Lora::Term& term : s.lora->terms) {
-            matmul(pool_, *term.a, s.a, s.lora->u, s.t);  // u [T, r] = x·Aᵀ
-            lora_accumulate(pool_, s.lora->u, term.bt, term.bt_f16, s.y, s.t, term.r, s.n);
-          }
+          lora_matmul(pool_, *s.w, *s.lora->weights, s.a, s.y, s.lora->u.data(), s.t);
+        else
+          matmul(pool_, *s.w, s.a, s.y, s.t);
       } else {
         by_rows([&](int64_t r0, int64_t nr) {
           matmul_ref(s.w_dtype, s.w_raw, s.a + r0 * s.k, s.y + r0 * s.n, nr, s.n, s.k);

@@ -57,6 +57,21 @@ PackedWeight prepare_weight(DType dtype, const void* data, int64_t n, int64_t k)
 // x and y must not overlap.
 void matmul(ThreadPool& pool, const PackedWeight& w, const float* x /*[t, k]*/, float* y /*[t, n]*/, int64_t t);
 
+// Work a caller adds to a matmul's own pool job (the LoRA step, kernels/lora.h), so it costs no dispatch of its own:
+// `before(ctx, i, xq)` for i in [0, n_before) are the job's first tasks (claimed before any of the matmul's, in
+// order; xq: x as the quantized formats' kernels read it, detail::BlockQ8A [t, k/32], or nullptr where the weight's
+// kernel reads x as it is), and `after(ctx, r0, r1)` runs right after each of the matmul's tasks has written output
+// rows [r0, r1) (y's columns [r0, r1) of every token). Tasks run concurrently: ordering them is the caller's
+// (kernels/lora.cpp).
+struct MatmulHooks {
+  int64_t n_before = 0;
+  void (*before)(void* ctx, int64_t i, const void* xq) = nullptr;
+  void (*after)(void* ctx, int64_t r0, int64_t r1) = nullptr;
+  void* ctx = nullptr;
+};
+void matmul(ThreadPool& pool, const PackedWeight& w, const float* x /*[t, k]*/, float* y /*[t, n]*/, int64_t t,
+            const MatmulHooks& hooks);
+
 // Scalar reference: each row of W dequantized with quant/quant.h (any format it reads, native or not), dot products
 // accumulated in double, x kept float (no activation quantization).
 void matmul_ref(DType dtype, const void* w /*[n, k]*/, const float* x /*[t, k]*/, float* y /*[t, n]*/, int64_t t,

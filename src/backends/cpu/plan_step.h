@@ -30,20 +30,13 @@ struct Plan::Step {
   // An op with no dedicated step (the switch's default): its registered kernel and binding (op_kernel.h).
   void (*kernel)(const OpCall& call, int64_t n_past, ThreadPool& pool) = nullptr;
   const OpCall* call = nullptr;
-  const Lora* lora = nullptr;  // MATMUL with a LoRA epilogue (graph::Fusion::lora): its adapters
+  Lora* lora = nullptr;  // MATMUL with a LoRA epilogue (graph::Fusion::lora): its adapters
 };
 
-// A matmul's unmerged LoRA adapters: y += (x·Aᵀ)·Bᵀ each, u = x·Aᵀ in the scratch u, then kernels/lora.h.
+// A matmul's unmerged LoRA adapters, stacked (kernels/lora.h): y = x·Wᵀ + (x·Aᵀ)·Bᵀ in one job, u = x·Aᵀ in `u`.
 struct Plan::Lora {
-  struct Term {
-    const PackedWeight* a = nullptr;  // A [r, K] as matmul runs it
-    const void* bt = nullptr;         // Bᵀ [r, N] (WeightCache::get_transposed)
-    bool bt_f16 = false;              // bt in f16, else f32
-    int64_t r = 0;
-  };
-  std::vector<Term> terms;
-  float* u = nullptr;  // [T, max r], in `scratch`
-  std::vector<float> scratch;
+  const LoraWeights* weights = nullptr;  // WeightCache::get_lora
+  std::vector<float> u;                  // [T, R]
 };
 
 }  // namespace tessera::cpu

@@ -86,24 +86,18 @@ class CpuSession : public backend::DeviceSession {
   }
 
   void set_profiling(bool on) override { profiling_ = on; }
+  // Both per node of the builder's graph (what Session::graph shows), as the plan's nodes are not: a fused plan node
+  // (a matmul with its LoRA adapters) reports its time and its threads' spans under the first node it computes, the
+  // others 0 (no time, no thread ran them).
   std::vector<uint64_t> profile_thread_spans(int64_t n_tokens) const override {
     auto it = spans_.find(n_tokens);
-    return it == spans_.end() ? std::vector<uint64_t>{} : it->second;
+    if (it == spans_.end()) return {};
+    return to_builder_nodes(n_tokens, it->second, 2 * static_cast<size_t>(backend_.n_threads()));
   }
-  // Per node of the builder's graph (what Session::graph shows): a fused plan node (a matmul with its LoRA adapters)
-  // reports its time under the first node it computes, the others 0.
   std::vector<uint64_t> profile_ns(int64_t n_tokens) const override {
     auto it = profile_.find(n_tokens);
     if (it == profile_.end()) return {};
-    const auto names = profile_names_.find(n_tokens);
-    if (names == profile_names_.end()) return it->second;
-    const graph::Graph g = c_.build_graph(n_tokens, false);
-    std::vector<uint64_t> out(g.nodes().size(), 0);
-    for (size_t i = 0; i < it->second.size() && i < names->second.size(); ++i) {
-      const int src = g.find_node(names->second[i]);
-      if (src >= 0) out[static_cast<size_t>(src)] += it->second[i];
-    }
-    return out;
+    return to_builder_nodes(n_tokens, it->second, 1);
   }
   int64_t n_vocab() const override { return vocab_; }
   int n_threads() const override { return backend_.n_threads(); }
@@ -154,6 +148,21 @@ class CpuSession : public backend::DeviceSession {
       plan.thread_spans = nullptr;
     }
     return plan;
+  }
+
+  // Per plan node values, `width` each, moved to the builder node whose name the plan node reports under (adding
+  // times; a span is the one plan node's that reports there).
+  std::vector<uint64_t> to_builder_nodes(int64_t n_tokens, const std::vector<uint64_t>& per_plan, size_t width) const {
+    const auto names = profile_names_.find(n_tokens);
+    if (names == profile_names_.end()) return per_plan;  // no fused node: the plan's nodes are the builder's
+    const graph::Graph g = c_.build_graph(n_tokens, false);
+    std::vector<uint64_t> out(g.nodes().size() * width, 0);
+    for (size_t i = 0; i < names->second.size() && (i + 1) * width <= per_plan.size(); ++i) {
+      const int src = g.find_node(names->second[i]);
+      if (src < 0) continue;
+      for (size_t j = 0; j < width; ++j) out[static_cast<size_t>(src) * width + j] += per_plan[i * width + j];
+    }
+    return out;
   }
 
   backend::SessionConfig c_;

@@ -90,38 +90,57 @@ PackedWeight prepare_weight(DType dtype, const void* data, int64_t n, int64_t k)
   return w;
 }
 
+detail::RowKernel detail::row_kernel(const PackedWeight& w) {
+  RowKernel kernel = nullptr;
+  const Isa isa = active_isa();
+  if (isa >= Isa::AVX2) {
+    if (!is_quantized_matmul_dtype(w.dtype)) {
+      kernel = avx2_float_kernel(w.dtype, w.layout);
+    } else if (isa == Isa::AVX512_VNNI) {
+      kernel = avx512_quant_kernel(w.dtype, w.layout);
+    } else if (isa == Isa::AVX2_VNNI) {
+      kernel = avxvnni_quant_kernel(w.dtype, w.layout);
+    } else {
+      kernel = avx2_quant_kernel(w.dtype, w.layout);
+    }
+  }
+  if (kernel == nullptr && is_ternary(w.dtype)) kernel = ternary_kernel(isa, w.dtype, w.layout);
+  if (kernel == nullptr && is_kquant(w.dtype)) kernel = kquant_kernel(isa, w.dtype, w.layout);
+  if (kernel == nullptr && is_q5iq4(w.dtype))  // q5_0, q5_1, iq4_nl, iq4_xs (matmul_q5iq4.h)
+    kernel = q5iq4_kernel(w.layout == WeightLayout::ROWS_X8 ? isa : Isa::SCALAR, w.dtype);
+  if (kernel == nullptr) kernel = scalar_kernel(w.dtype);  // also the path for a repacked weight on scalar
+  TESSERA_CHECK(kernel != nullptr, "matmul: no CPU kernel for weight dtype {}", dtype_name(w.dtype));
+  return kernel;
+}
+
 void matmul(ThreadPool& pool, const PackedWeight& w, const float* x, float* y, int64_t t) {
+  matmul(pool, w, x, y, t, MatmulHooks{});
+}
+
+void matmul(ThreadPool& pool, const PackedWeight& w, const float* x, float* y, int64_t t, const MatmulHooks& hooks) {
   TESSERA_CHECK(w.rows != nullptr, "matmul: the weight was not prepared (call prepare_weight first)");
   TESSERA_CHECK(t > 0, "matmul: {} tokens; expected at least one", t);
   TESSERA_CHECK(x != nullptr && y != nullptr, "matmul: null input or output");
   const int64_t n = w.n, k = w.k;
 
-  detail::RowKernel kernel = nullptr;
+  const detail::RowKernel kernel = detail::row_kernel(w);
   const Isa isa = active_isa();
-  if (isa >= Isa::AVX2) {
-    if (!is_quantized_matmul_dtype(w.dtype)) {
-      kernel = detail::avx2_float_kernel(w.dtype, w.layout);
-    } else if (isa == Isa::AVX512_VNNI) {
-      kernel = detail::avx512_quant_kernel(w.dtype, w.layout);
-    } else if (isa == Isa::AVX2_VNNI) {
-      kernel = detail::avxvnni_quant_kernel(w.dtype, w.layout);
-    } else {
-      kernel = detail::avx2_quant_kernel(w.dtype, w.layout);
-    }
-  }
-  if (kernel == nullptr && detail::is_ternary(w.dtype)) kernel = detail::ternary_kernel(isa, w.dtype, w.layout);
-  if (kernel == nullptr && detail::is_kquant(w.dtype)) kernel = detail::kquant_kernel(isa, w.dtype, w.layout);
-  if (kernel == nullptr && detail::is_q5iq4(w.dtype))  // q5_0, q5_1, iq4_nl, iq4_xs (matmul_q5iq4.h)
-    kernel = detail::q5iq4_kernel(w.layout == WeightLayout::ROWS_X8 ? isa : Isa::SCALAR, w.dtype);
-  if (kernel == nullptr) kernel = detail::scalar_kernel(w.dtype);  // also the path for a repacked weight on scalar
-  TESSERA_CHECK(kernel != nullptr, "matmul: no CPU kernel for weight dtype {}", dtype_name(w.dtype));
-
-  if (w.dtype == DType::F32 && isa >= Isa::AVX2 &&
-      detail::matmul_f32_blas(pool, static_cast<const float*>(w.rows), x, y, t, n, k)) {
-    return;
-  }
 
   detail::MatmulArgs a{&w, x, nullptr, y, t};
+  // Where the matmul is not a job of row tasks (OpenBLAS, inline), the hooks' tasks run around it on this thread.
+  int64_t n_before = hooks.n_before;
+  const auto run_befores = [&] {
+    for (int64_t i = 0; i < n_before; ++i) hooks.before(hooks.ctx, i, a.xq);
+    n_before = 0;
+  };
+  if (w.dtype == DType::F32 && isa >= Isa::AVX2 && t >= detail::kBlasMinTokens) {
+    run_befores();
+    if (detail::matmul_f32_blas(pool, static_cast<const float*>(w.rows), x, y, t, n, k)) {
+      if (hooks.after != nullptr) hooks.after(hooks.ctx, 0, n);
+      return;
+    }
+  }
+
   if (is_quantized_matmul_dtype(w.dtype)) {
     const int64_t kb = k / kBlock;
     BlockQ8A* xq = act_scratch(static_cast<size_t>(t * kb));
@@ -151,16 +170,22 @@ void matmul(ThreadPool& pool, const PackedWeight& w, const float* x, float* y, i
       t >= 4 ? 1 : std::max<int64_t>(1, static_cast<int64_t>((16 * 1024) / std::max<uint64_t>(group_bytes, 1)));
   int64_t tasks = std::min<int64_t>(groups / min_groups_per_task, int64_t{4} * pool.n_threads());
   tasks = std::max<int64_t>(tasks, 1);
-  // A decode row through a small weight (a LoRA adapter's A [16, 576] or B [1536, 16] in f16: <= 48 KiB) is a few
-  // microseconds on one core, less than waking and joining the other threads costs on a busy machine: run it inline.
-  // LoRA rank 16 on SmolLM2's seven projections adds 420 such products per token (docs/LORA.md).
+  // A decode row through a small weight (<= 64 KiB, e.g. an unfused LoRA adapter's A [16, 576] or B [1536, 16] in f16)
+  // is a few microseconds on one core, less than waking and joining the other threads costs on a busy machine: run it
+  // inline. (The CPU's fused LoRA step runs its adapters inside the base matmul's job instead: kernels/lora.h.)
   if (t == 1 && group_bytes * static_cast<uint64_t>(groups) <= 64 * 1024) {
+    run_befores();
     kernel(a, 0, n);
+    if (hooks.after != nullptr) hooks.after(hooks.ctx, 0, n);
     return;
   }
-  pool.parallel_for(tasks, [&](int64_t task, int) {
+  pool.parallel_for(n_before + tasks, [&](int64_t task, int) {
+    if (task < n_before) return hooks.before(hooks.ctx, task, a.xq);
+    task -= n_before;
     const int64_t g0 = groups * task / tasks, g1 = groups * (task + 1) / tasks;
-    kernel(a, g0 * unit, std::min(g1 * unit, n));
+    const int64_t r0 = g0 * unit, r1 = std::min(g1 * unit, n);
+    kernel(a, r0, r1);
+    if (hooks.after != nullptr) hooks.after(hooks.ctx, r0, r1);
   });
 }
 

@@ -59,6 +59,8 @@ struct MatmulArgs {
       nullptr;  // [t, k/32, 2] half-block sums of xq (kquant_half_sums: q2_K, q3_K, q6_K), else nullptr
 };
 using RowKernel = void (*)(const MatmulArgs& a, int64_t r0, int64_t r1);
+// The kernel matmul runs w with on the active ISA (Error where there is none).
+RowKernel row_kernel(const PackedWeight& w);
 
 // Activation quantization of one row of k elements (k % 32 == 0). Both versions round identically (round to nearest
 // even of x * (127 / amax)), so the scalar and AVX2 matmuls see the same integers.
