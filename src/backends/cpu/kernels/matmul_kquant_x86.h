@@ -289,6 +289,11 @@ inline vf load_dmin(const typename Fmt::Blk& b0, const typename Fmt::Blk& b1) {
   }
 }
 
+// Decode (one token) streams the weights once, and one core's hardware prefetcher alone leaves it well short of the
+// read bandwidth: each super-block step prefetches the bytes it will reach kPrefetchBytes later
+// (matmul_quant_avx512.cpp measured the distance for q8_0).
+constexpr int64_t kPrefetchBytes = 16384;
+
 // Groups w0 and w1 (w1 == w0 on AVX2, and on AVX-512 when the pass has one group) against NT tokens.
 // x: [NT, kb] activation blocks; xs: [NT, kb, 2] half sums (sub-blocks of 16 only).
 template <typename Fmt, int NT>
@@ -302,6 +307,13 @@ void kq_tile(const typename Fmt::Blk* w0, const typename Fmt::Blk* w1, int64_t k
     const vf d = ld_half(b0.d, b1.d);
     const vf dmin = load_dmin<Fmt>(b0, b1);
     for (int j = 0; j < 8; ++j) {
+      if constexpr (NT == 1) {
+        // A pass reads its groups' super-blocks in one contiguous run (on AVX-512 w1 == w0 + super-blocks per group);
+        // each sub-block step prefetches an eighth of a step's bytes, not a burst of 36 lines per super-block.
+        constexpr int kStep = kLanes / kGroup * static_cast<int>(sizeof(typename Fmt::Blk));
+        const char* pf = reinterpret_cast<const char*>(w0) + sb * kStep + kPrefetchBytes;
+        for (int l = j * kStep / 8; l < (j + 1) * kStep / 8; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
+      }
       vi q[8];
       Fmt::unpack(b0, b1, j, q);
       vf s[2], m[2];
