@@ -61,6 +61,12 @@ inline void store_rows(float* y, __m512 v, int valid) {
   }
 }
 
+// Software prefetch distance of the GEMV's weight stream: one core's hardware prefetcher alone left it at ~13 ms for
+// Gemma's output matrix (one thread; bench_matmul, q8_0 262144x640, CPU time). Measured 4, 16, 32 and 64 KiB ahead, the
+// machine loaded (load ~13), three rounds each: 16 KiB best (8.8-10.6 ms against 12.5-15.1 ms without prefetch and
+// 11.2-13.0 ms at 4 KiB); 32 and 64 KiB were 5-10% behind it.
+constexpr int64_t kPrefetchBytes = 16384;
+
 // Groups w0 and w1 (w1 == w0 when the pass has only one group: its upper 8 lanes are computed and not stored).
 template <typename Blk, int NT>
 void q4x16_tile(const Blk* w0, const Blk* w1, int64_t kb, const BlockQ8A* x /*[NT, kb]*/, float* y, int64_t n,
@@ -69,6 +75,11 @@ void q4x16_tile(const Blk* w0, const Blk* w1, int64_t kb, const BlockQ8A* x /*[N
   __m512 acc[NT];
   for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < kb; ++b) {
+    if constexpr (NT == 1) {
+      // Decode: the pass's two groups are one contiguous run (w1 == w0 + kb), 2 blocks per step (q8x16_gemv below).
+      const char* pf = reinterpret_cast<const char*>(w0) + 2 * b * int64_t{sizeof(Blk)} + kPrefetchBytes;
+      for (int l = 0; l < 2 * static_cast<int>(sizeof(Blk)); l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
+    }
     const Blk& b0 = w0[b];
     const Blk& b1 = w1[b];
     const __m512 d16 = load_half16(b0.d, b1.d);
@@ -146,11 +157,6 @@ inline __m512i dot_halves(const BlockQ8_0x8& blk, const XPair* xa /*[4]*/) {
   return _mm512_add_epi32(s0, s1);
 }
 
-// Software prefetch distance of the GEMV's weight stream: one core's hardware prefetcher alone left it at ~13 ms for
-// Gemma's output matrix (one thread; bench_matmul, q8_0 262144x640, CPU time). Measured 4, 16, 32 and 64 KiB ahead, the
-// machine loaded (load ~13), three rounds each: 16 KiB best (8.8-10.6 ms against 12.5-15.1 ms without prefetch and
-// 11.2-13.0 ms at 4 KiB); 32 and 64 KiB were 5-10% behind it.
-constexpr int64_t kPrefetchBytes = 16384;
 void q8x16_gemv(const MatmulArgs& a, int64_t r0, int64_t r1) {
   const int64_t kb = a.w->k / kBlock;
   const auto* w = static_cast<const BlockQ8_0x8*>(a.w->packed);

@@ -72,6 +72,18 @@ inline void store_rows(float* y, __m256 v, int valid) {
   }
 }
 
+// Decode (one token) streams the weights once: each block step prefetches the block kPrefetchBytes ahead
+// (matmul_quant_avx512.cpp measured the distance).
+constexpr int64_t kPrefetchBytes = 16384;
+
+template <typename Blk, int NT>
+inline void prefetch_ahead(const Blk* blk) {
+  if constexpr (NT == 1) {
+    const char* pf = reinterpret_cast<const char*>(blk) + kPrefetchBytes;
+    for (int l = 0; l < static_cast<int>(sizeof(Blk)); l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
+  }
+}
+
 // One 8-row group against NT tokens: y[tok * n + r] for r < valid.
 template <typename Blk, int NT>
 void q4x8_tile(const Blk* w /*[kb]*/, int64_t kb, const BlockQ8A* x /*[NT, kb]*/, float* y, int64_t n, int valid) {
@@ -79,6 +91,7 @@ void q4x8_tile(const Blk* w /*[kb]*/, int64_t kb, const BlockQ8A* x /*[NT, kb]*/
   __m256 acc[NT];
   for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < kb; ++b) {
+    prefetch_ahead<Blk, NT>(w + b);
     const Blk& blk = w[b];
     const __m256 d8 = load_half8(blk.d);
     __m256i q[8];
@@ -138,6 +151,7 @@ void q8x8_tile(const BlockQ8_0x8* w /*[kb]*/, int64_t kb, const BlockQ8A* x /*[N
   __m256 acc[NT];
   for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < kb; ++b) {
+    prefetch_ahead<BlockQ8_0x8, NT>(w + b);
     const BlockQ8_0x8& blk = w[b];
     const __m256 d8 = load_half8(blk.d);
     for (int i = 0; i < NT; ++i) {
