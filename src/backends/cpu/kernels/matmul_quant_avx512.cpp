@@ -61,10 +61,10 @@ inline void store_rows(float* y, __m512 v, int valid) {
   }
 }
 
-// Software prefetch distance of the GEMV's weight stream: one core's hardware prefetcher alone left it at ~13 ms for
-// Gemma's output matrix (one thread; bench_matmul, q8_0 262144x640, CPU time). Measured 4, 16, 32 and 64 KiB ahead, the
-// machine loaded (load ~13), three rounds each: 16 KiB best (8.8-10.6 ms against 12.5-15.1 ms without prefetch and
-// 11.2-13.0 ms at 4 KiB); 32 and 64 KiB were 5-10% behind it.
+// Software prefetch distance of the GEMV's weight stream: one core's hardware prefetcher alone left it at 12.5-15.1 ms
+// for Gemma 3's output matrix (one thread; bench_matmul, q8_0 262144x640, CPU time, the machine loaded). 4 KiB ahead
+// took 10.8-13.0 ms; 16, 32 and 64 KiB were within each other's noise (medians 10.0, 9.9 and 9.4 ms): 16 KiB, the
+// shortest of those, fetches the least past the end of a task's rows.
 constexpr int64_t kPrefetchBytes = 16384;
 
 // Groups w0 and w1 (w1 == w0 when the pass has only one group: its upper 8 lanes are computed and not stored).
