@@ -28,7 +28,8 @@ const Shape kShapes[] = {
     {"smollm2", 576, 576},    {"smollm2", 192, 576},   {"smollm2", 1536, 576},  {"smollm2", 576, 1536},
     {"smollm2", 49152, 576},  {"llama1b", 2048, 2048}, {"llama1b", 512, 2048},  {"llama1b", 8192, 2048},
     {"llama1b", 2048, 8192},  {"llama8b", 4096, 4096}, {"llama8b", 1024, 4096}, {"llama8b", 14336, 4096},
-    {"llama8b", 4096, 14336},
+    {"llama8b", 4096, 14336}, {"gemma3", 1024, 640},   {"gemma3", 256, 640},    {"gemma3", 640, 1024},
+    {"gemma3", 2048, 640},    {"gemma3", 640, 2048},   {"gemma3", 262144, 640},
 };
 
 const DType kDtypes[] = {DType::Q4_1,   DType::Q8_0,  DType::Q4_0, DType::Q5_0, DType::Q5_1, DType::IQ4_NL,
@@ -139,8 +140,8 @@ int register_all() {
       if (s.k % dtype_info(dt).block_size != 0) continue;  // e.g. SmolLM2's rows of 576 for the K-quants
       for (int64_t t : {1, 512}) {
         // Prefill at T = 512 for the two smaller models only (an 8B layer at T = 512 takes seconds per iteration),
-        // and not the 49152-row output matrix, which prefill applies to the last token only.
-        if (t > 1 && (std::string(s.model) == "llama8b" || s.n == 49152)) continue;
+        // and not the 49152- and 262144-row output matrices, which prefill applies to the last token only.
+        if (t > 1 && (std::string(s.model) == "llama8b" || s.n >= 49152)) continue;
         if (s.k % dtype_info(dt).block_size != 0) continue;  // iq4_xs: rows of whole 256-element super-blocks
         for (int threads : {1, 2}) {
           // T = 1 also "warm": one copy, which stays in L2/L3 for the smaller shapes, to show the kernel's own speed.

@@ -34,11 +34,22 @@ Cache make_cache(DType dt, bool head_major, int64_t n_ctx, int64_t n_kv, int64_t
 TEST(Attention, MatchesNaiveReference) {
   TESSERA_SEEDED_RNG(rng);
   struct Case {
-    int64_t pos0, t, n_head, n_kv, hd;
+    int64_t pos0, t, n_head, n_kv, hd, window = 0;
   };
   const Case cases[] = {
-      {0, 1, 3, 3, 8},   {0, 7, 9, 3, 64},    {5, 1, 9, 3, 64}, {60, 9, 4, 4, 16},
-      {0, 70, 3, 1, 64}, {130, 3, 6, 2, 128}, {2, 5, 2, 2, 12},  // hd 12: not a multiple of 8 (portable path)
+      {0, 1, 3, 3, 8},
+      {0, 7, 9, 3, 64},
+      {5, 1, 9, 3, 64},
+      {60, 9, 4, 4, 16},
+      {0, 70, 3, 1, 64},
+      {130, 3, 6, 2, 128},
+      {2, 5, 2, 2, 12},  // hd 12: not a multiple of 8 (portable path)
+      // hd >= 128: the grouped prefill kernel (Gemma 3: 4 query heads on 1 kv head, hd 256, windows on local layers):
+      // partial token blocks and key blocks, a window shorter than a key block and one that starts mid-block.
+      {0, 70, 4, 1, 256},
+      {33, 75, 8, 2, 128},
+      {100, 45, 4, 1, 256, 37},
+      {10, 130, 6, 3, 128, 70},
   };
   for (const Case& c : cases) {
     for (DType dt : {DType::F32, DType::F16}) {
@@ -56,20 +67,21 @@ TEST(Attention, MatchesNaiveReference) {
         const auto q = test::random_floats(rng, static_cast<size_t>(c.t * c.n_head * c.hd), -2.0f, 2.0f);
         const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
         std::vector<float> ref(q.size());
-        attention_ref(q.data(), cache.kv, cache.vv, ref.data(), c.t, c.n_head, c.n_kv, c.hd, c.pos0, scale);
+        attention_ref(q.data(), cache.kv, cache.vv, ref.data(), c.t, c.n_head, c.n_kv, c.hd, c.pos0, scale, c.window);
         for (Isa isa : test::isas()) {
           IsaScope scope(isa);
           for (ThreadPool* pool : test::pools()) {
             std::vector<float> y(q.size(), std::nanf(""));
-            attention(*pool, q.data(), cache.kv, cache.vv, y.data(), c.t, c.n_head, c.n_kv, c.hd, c.pos0, scale);
+            attention(*pool, q.data(), cache.kv, cache.vv, y.data(), c.t, c.n_head, c.n_kv, c.hd, c.pos0, scale,
+                      c.window);
             // Outputs are convex combinations of V rows (|v| <= 1). Float scores carry ~hd u |q||k| error and exp
             // a few ulp; each moves a weight by a relative ~1e-6, so 1e-5 absolute is a loose but meaningful bound
             // (a wrong mask or a dropped block moves outputs by ~1e-2 and more).
             for (size_t i = 0; i < y.size(); ++i)
               ASSERT_NEAR(y[i], ref[i], 1e-5f)
                   << "pos0=" << c.pos0 << " t=" << c.t << " heads=" << c.n_head << "/" << c.n_kv << " hd=" << c.hd
-                  << " " << dtype_name(dt) << (head_major ? " head-major " : " pos-major ") << isa_name(isa)
-                  << " threads=" << pool->n_threads() << " i=" << i;
+                  << " window=" << c.window << " " << dtype_name(dt) << (head_major ? " head-major " : " pos-major ")
+                  << isa_name(isa) << " threads=" << pool->n_threads() << " i=" << i;
           }
         }
       }

@@ -66,6 +66,28 @@ TEST(Rope, MatchesReferenceInBothModes) {
   }
 }
 
+// rope keeps the cos/sin rows of its last calls (rope.cpp): positions or frequencies that differ in one value must
+// not be served from them, and a set seen two calls back must still be right.
+TEST(Rope, TablesFollowPositionsAndFrequencies) {
+  const int64_t t = 5, heads = 2, hd = 16;
+  std::vector<float> f1(hd / 2), f2(hd / 2);
+  for (int64_t i = 0; i < hd / 2; ++i) {
+    f1[static_cast<size_t>(i)] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(hd));
+    f2[static_cast<size_t>(i)] = std::pow(1000000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(hd));
+  }
+  const std::vector<int32_t> p1 = {0, 1, 2, 3, 4}, p2 = {0, 1, 2, 3, 900};
+  std::mt19937 rng(3);
+  const std::vector<float> x = test::random_floats(rng, static_cast<size_t>(t * heads * hd));
+  const std::pair<const std::vector<int32_t>*, const std::vector<float>*> calls[] = {
+      {&p1, &f1}, {&p2, &f1}, {&p1, &f2}, {&p1, &f1}, {&p2, &f2}, {&p2, &f1}};
+  for (const auto& [pos, freq] : calls) {
+    std::vector<float> ref = x, y = x;
+    rope_ref(ref.data(), t, heads, hd, hd, pos->data(), freq->data(), true);
+    rope(y.data(), t, heads, hd, hd, pos->data(), freq->data(), true);
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], 8 * kU) << "element " << i;  // as above
+  }
+}
+
 TEST(Rope, NormalModeRotatesAdjacentPairsAndNeoxRotatesHalves) {
   // pos 1, theta = pi/2 for the first pair: (a, b) -> (-b, a).
   const float inv_freq[2] = {static_cast<float>(M_PI / 2), 0.0f};

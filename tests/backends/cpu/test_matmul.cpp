@@ -2,11 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backends/cpu/kernels.h"
 #include "core/error.h"
 #include "cpu_test_util.h"
+#include "quant/blocks.h"
+#include "quant/half.h"
 #include "quant/quant.h"
 
 namespace tessera::cpu {
@@ -35,16 +38,13 @@ struct Problem {
   std::vector<float> act_bound;  // [t, n] worst-case error of 8-bit activations (quantized dtypes)
 };
 
-// W [n, k] = w0 in dtype, x [t, k].
-Problem make_problem(DType dtype, int64_t t, int64_t n, int64_t k, const std::vector<float>& w0, std::vector<float> x) {
-  Problem p{dtype, t, n, k, {}, {}, std::move(x), {}, {}, {}};
+// W [n, k] given as the file's bytes in dtype, x [t, k].
+Problem make_problem_raw(DType dtype, int64_t t, int64_t n, int64_t k, std::vector<uint8_t> w, std::vector<float> x) {
+  Problem p{dtype, t, n, k, std::move(w), {}, std::move(x), {}, {}, {}};
   const uint64_t row_bytes = *dtype_row_bytes(dtype, static_cast<uint64_t>(k));
-  p.w.resize(row_bytes * static_cast<uint64_t>(n));
   p.wf.resize(static_cast<size_t>(n * k));
-  for (int64_t j = 0; j < n; ++j) {
-    quantize_row(dtype, w0.data() + j * k, p.w.data() + static_cast<uint64_t>(j) * row_bytes, k);
+  for (int64_t j = 0; j < n; ++j)
     dequantize_row(dtype, p.w.data() + static_cast<uint64_t>(j) * row_bytes, p.wf.data() + j * k, k);
-  }
   p.ref.resize(static_cast<size_t>(t * n));
   matmul_ref(dtype, p.w.data(), p.x.data(), p.ref.data(), t, n, k);
   p.abs_dot.assign(static_cast<size_t>(t * n), 0.0f);
@@ -68,6 +68,15 @@ Problem make_problem(DType dtype, int64_t t, int64_t n, int64_t k, const std::ve
     }
   }
   return p;
+}
+
+// W [n, k] = w0 in dtype, x [t, k].
+Problem make_problem(DType dtype, int64_t t, int64_t n, int64_t k, const std::vector<float>& w0, std::vector<float> x) {
+  const uint64_t row_bytes = *dtype_row_bytes(dtype, static_cast<uint64_t>(k));
+  std::vector<uint8_t> w(row_bytes * static_cast<uint64_t>(n));
+  for (int64_t j = 0; j < n; ++j)
+    quantize_row(dtype, w0.data() + j * k, w.data() + static_cast<uint64_t>(j) * row_bytes, k);
+  return make_problem_raw(dtype, t, n, k, std::move(w), std::move(x));
 }
 
 Problem make_problem(std::mt19937& rng, DType dtype, int64_t t, int64_t n, int64_t k) {
@@ -227,6 +236,30 @@ TEST(Matmul, Q5AndIQ4ExtremeCodesDoNotOverflow) {
   }
 }
 
+// q8_0's extreme codes, which its kernels store biased by 128 (matmul_internal.h): -128 (a file may hold it; the
+// quantizer writes -127 .. 127) becomes 0 and 127 becomes 255, against activations of +-127 in every lane, for one
+// token (the GEMV) and several (the token tiles), and 24 rows (a partial 16-row AVX-512 pass).
+TEST(Matmul, Q8_0ExtremeCodesMatchReference) {
+  const int64_t n = 24, k = 128;
+  std::vector<BlockQ8_0> blocks(static_cast<size_t>(n * k / 32));
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    blocks[i].d = f32_to_fp16(0.25f);
+    for (int j = 0; j < 32; ++j)
+      blocks[i].qs[j] = static_cast<int8_t>((i + static_cast<size_t>(j / 4)) % 3 == 0 ? 127 : -128);
+  }
+  std::vector<uint8_t> w(blocks.size() * sizeof(BlockQ8_0));
+  std::memcpy(w.data(), blocks.data(), w.size());
+  for (int64_t t : {1, 5}) {
+    std::vector<float> x(static_cast<size_t>(t * k));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = (i / 7) % 2 == 0 ? 1.0f : -1.0f;  // int8 +-127
+    const Problem p = make_problem_raw(DType::Q8_0, t, n, k, w, x);
+    for (Isa isa : test::isas()) {
+      IsaScope scope(isa);
+      check_against_ref(p, run(*test::pools()[0], p), fmt::format("q8_0 t={} isa={}", t, isa_name(isa)));
+    }
+  }
+}
+
 TEST(Matmul, PreparedWeightKeepsTheFileRows) {
   std::vector<float> w(8 * 64, 0.5f);
   const PackedWeight pw = prepare_weight(DType::F32, w.data(), 8, 64);
@@ -236,10 +269,10 @@ TEST(Matmul, PreparedWeightKeepsTheFileRows) {
 
 TEST(Matmul, RejectsBadShapesAndDtypes) {
   std::vector<uint8_t> buf(4096);
-  EXPECT_THROW(prepare_weight(DType::Q4_1, buf.data(), 4, 48), Error);   // k not a multiple of 32
-  EXPECT_THROW(prepare_weight(DType::Q4_K, buf.data(), 4, 288), Error);  // k not a multiple of 256
+  EXPECT_THROW(prepare_weight(DType::Q4_1, buf.data(), 4, 48), Error);    // k not a multiple of 32
+  EXPECT_THROW(prepare_weight(DType::Q4_K, buf.data(), 4, 288), Error);   // k not a multiple of 256
   EXPECT_THROW(prepare_weight(DType::IQ4_XS, buf.data(), 4, 32), Error);  // k not a multiple of 256
-  EXPECT_THROW(prepare_weight(DType::Q8_1, buf.data(), 4, 256), Error);  // a format the CPU cannot read
+  EXPECT_THROW(prepare_weight(DType::Q8_1, buf.data(), 4, 256), Error);   // a format the CPU cannot read
   EXPECT_THROW(prepare_weight(DType::F32, buf.data(), 0, 8), Error);
   EXPECT_THROW(prepare_weight(DType::F32, nullptr, 4, 8), Error);
   EXPECT_FALSE(matmul_supports(DType::Q8_1));

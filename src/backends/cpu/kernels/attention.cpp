@@ -210,6 +210,17 @@ void attention(ThreadPool& pool, const float* q, const KvView& k, const KvView& 
                            window};
   if (t == 1) return attention_decode(pool, a, n_head_kv, out);
   const int64_t qblocks = (t + detail::kAttnQueries - 1) / detail::kAttnQueries;
+  if (hd >= detail::kGroupedMinHd && hd % 16 == 0) {
+    const auto floats = static_cast<size_t>(detail::attention_grouped_scratch_floats(hd, n_head / n_head_kv));
+    pool.parallel_for(qblocks * n_head_kv, [&](int64_t task, int) {
+      const int64_t qb = qblocks - 1 - task / n_head_kv, kvh = task % n_head_kv;  // longest tasks first, as below
+      thread_local std::vector<float> scratch;
+      if (scratch.size() < floats) scratch.resize(floats);
+      const int64_t i0 = qb * detail::kAttnQueries;
+      detail::attention_task_grouped_avx2(a, kvh, i0, std::min(t, i0 + detail::kAttnQueries), scratch.data());
+    });
+    return;
+  }
   const auto scratch_floats = static_cast<size_t>(detail::attention_scratch_floats(hd));
   // Later token blocks see more keys: hand them out first so the dynamic schedule ends with the small tasks.
   pool.parallel_for(qblocks * n_head, [&](int64_t task, int) {

@@ -26,7 +26,6 @@ inline float hmax8(__m256 v) {
   return _mm_cvtss_f32(m);
 }
 
-
 // r[j] = sum of the 8 lanes of a[j]: three rounds of pairwise adds instead of eight separate reductions.
 inline __m256 hsum8x8(const __m256* a) {
   const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
@@ -208,6 +207,159 @@ void attention_task_avx2(const AttnArgs& a, int64_t h, int64_t i0, int64_t i1, f
     const __m256 inv = _mm256_set1_ps(1.0f / l[i]);
     float* dst = a.out + ((i0 + i) * a.n_head + h) * hd;
     for (int64_t c = 0; c < hd; c += 8) _mm256_storeu_ps(dst + c, _mm256_mul_ps(_mm256_loadu_ps(o + i * hd + c), inv));
+  }
+}
+
+namespace {
+
+// kt[c * kAttnKeys + j] = K row j, element c, for rows [0, nk) of one head (f16 or f32, row stride ks); columns
+// [nk, round_up(nk, 16)) zero, so the score tiles past the last key read zeros, not stale scratch.
+void load_k_transposed(const void* base, bool f16, int64_t ks, int64_t nk, int64_t hd, float* kt) {
+  const auto row8 = [&](int64_t j, int64_t c) {
+    if (f16) {
+      return _mm256_cvtph_ps(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + j * ks + c)));
+    }
+    return _mm256_loadu_ps(static_cast<const float*>(base) + j * ks + c);
+  };
+  int64_t j = 0;
+  for (; j + 8 <= nk; j += 8) {
+    for (int64_t c = 0; c < hd; c += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = row8(j + i, c);
+      // 8 x 8 transpose: r[i] (row j + i, elements c..c+7) -> column vectors (element c + i of rows j..j+7).
+      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+      const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+      const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+      const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+      const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      float* d = kt + c * kAttnKeys + j;
+      _mm256_storeu_ps(d + 0 * kAttnKeys, _mm256_permute2f128_ps(u0, u4, 0x20));
+      _mm256_storeu_ps(d + 1 * kAttnKeys, _mm256_permute2f128_ps(u1, u5, 0x20));
+      _mm256_storeu_ps(d + 2 * kAttnKeys, _mm256_permute2f128_ps(u2, u6, 0x20));
+      _mm256_storeu_ps(d + 3 * kAttnKeys, _mm256_permute2f128_ps(u3, u7, 0x20));
+      _mm256_storeu_ps(d + 4 * kAttnKeys, _mm256_permute2f128_ps(u0, u4, 0x31));
+      _mm256_storeu_ps(d + 5 * kAttnKeys, _mm256_permute2f128_ps(u1, u5, 0x31));
+      _mm256_storeu_ps(d + 6 * kAttnKeys, _mm256_permute2f128_ps(u2, u6, 0x31));
+      _mm256_storeu_ps(d + 7 * kAttnKeys, _mm256_permute2f128_ps(u3, u7, 0x31));
+    }
+  }
+  const int64_t nk16 = (nk + 15) / 16 * 16;
+  for (; j < nk; ++j) {
+    for (int64_t c = 0; c < hd; c += 8) {
+      alignas(32) float tmp[8];
+      _mm256_store_ps(tmp, row8(j, c));
+      for (int i = 0; i < 8; ++i) kt[(c + i) * kAttnKeys + j] = tmp[i];
+    }
+  }
+  for (int64_t c = 0; c < hd && nk < nk16; ++c)
+    for (int64_t z = nk; z < nk16; ++z) kt[c * kAttnKeys + z] = 0.0f;
+}
+
+}  // namespace
+
+void attention_task_grouped_avx2(const AttnArgs& a, int64_t kvh, int64_t i0, int64_t i1, float* scratch) {
+  const int64_t hd = a.hd, nq = i1 - i0, group = a.group;
+  const int64_t rows = nq * group, rows_pad = attention_grouped_rows(group);
+  float* kt = scratch;                   // [hd, kAttnKeys]: the block's K, transposed
+  float* vb = kt + hd * kAttnKeys;       // [kAttnKeys, hd]: the block's V as f32 (f16 caches)
+  float* s = vb + kAttnKeys * hd;        // [rows_pad, kAttnKeys]: scores, then probabilities
+  float* qs = s + rows_pad * kAttnKeys;  // [rows_pad, hd]: query rows times scale (rows past `rows` zero)
+  float* o = qs + rows_pad * hd;         // [rows_pad, hd]: unnormalized outputs
+  float* m = o + rows_pad * hd;          // [rows_pad] running max
+  float* l = m + rows_pad;               // [rows_pad] running sum
+  float* alpha = l + rows_pad;           // [rows_pad] this block's rescale of o
+  // Query row r = token i0 + r / group, head kvh * group + r % group.
+  const __m256 vscale = _mm256_set1_ps(a.scale);
+  for (int64_t r = 0; r < rows_pad; ++r) {
+    const float* src = a.q + ((i0 + r / group) * a.n_head + kvh * group + r % group) * hd;
+    for (int64_t c = 0; c < hd; c += 8) {
+      const __m256 v = r < rows ? _mm256_mul_ps(_mm256_loadu_ps(src + c), vscale) : _mm256_setzero_ps();
+      _mm256_storeu_ps(qs + r * hd + c, v);
+      _mm256_storeu_ps(o + r * hd + c, _mm256_setzero_ps());
+    }
+    m[r] = -__builtin_inff();
+    l[r] = 0.0f;
+    alpha[r] = 1.0f;
+  }
+  const int64_t n_keys = a.pos0 + i1;  // what the task's last token sees
+  for (int64_t p0 = attn_first_key(a, a.pos0 + i0); p0 < n_keys; p0 += kAttnKeys) {
+    const int64_t nk = n_keys - p0 < kAttnKeys ? n_keys - p0 : kAttnKeys;
+    const int64_t nk16 = (nk + 15) / 16 * 16;
+    const char* kbase =
+        static_cast<const char*>(a.k) + (kvh * a.k_head_stride + p0 * a.k_pos_stride) * (a.k_f16 ? 2 : 4);
+    load_k_transposed(kbase, a.k_f16, a.k_pos_stride, nk, hd, kt);
+    int64_t vs = 0;
+    const float* vr = kv_block(a.v, a.v_f16, a.v_pos_stride, kvh * a.v_head_stride, p0, nk, hd, vb, &vs);
+    // Scores: tiles of kAttnRowTile rows x 16 keys over the whole head dimension; each 16-key strip of kt (hd x 16
+    // floats) serves every row tile from L1.
+    for (int64_t j0 = 0; j0 < nk16; j0 += 16) {
+      for (int64_t r0 = 0; r0 < rows_pad; r0 += kAttnRowTile) {
+        __m256 acc[kAttnRowTile][2];
+        for (auto& ar : acc) ar[0] = ar[1] = _mm256_setzero_ps();
+        const float* q0 = qs + r0 * hd;
+        for (int64_t c = 0; c < hd; ++c) {
+          const __m256 k0 = _mm256_loadu_ps(kt + c * kAttnKeys + j0), k1 = _mm256_loadu_ps(kt + c * kAttnKeys + j0 + 8);
+          for (int rr = 0; rr < kAttnRowTile; ++rr) {
+            const __m256 qb = _mm256_broadcast_ss(q0 + rr * hd + c);
+            acc[rr][0] = _mm256_fmadd_ps(qb, k0, acc[rr][0]);
+            acc[rr][1] = _mm256_fmadd_ps(qb, k1, acc[rr][1]);
+          }
+        }
+        for (int rr = 0; rr < kAttnRowTile; ++rr) {
+          _mm256_storeu_ps(s + (r0 + rr) * kAttnKeys + j0, acc[rr][0]);
+          _mm256_storeu_ps(s + (r0 + rr) * kAttnKeys + j0 + 8, acc[rr][1]);
+        }
+      }
+    }
+    // Per row: the keys of the block it sees (causal limit and window), their e^(s - m), zeros elsewhere.
+    for (int64_t r = 0; r < rows_pad; ++r) {
+      float* sr = s + r * kAttnKeys;
+      const int64_t pos = a.pos0 + i0 + r / group;
+      const int64_t visible = pos + 1 - p0, lim = r < rows ? (visible < nk ? visible : nk) : 0;
+      const int64_t skip = attn_first_key(a, pos) - p0, beg = skip > 0 ? skip : 0;
+      if (lim <= beg) {
+        alpha[r] = 1.0f;
+        for (int64_t j = 0; j < nk; ++j) sr[j] = 0.0f;
+        continue;
+      }
+      alpha[r] = softmax_update(sr + beg, lim - beg, &m[r], &l[r]);
+      for (int64_t j = 0; j < beg; ++j) sr[j] = 0.0f;
+      for (int64_t j = lim; j < nk; ++j) sr[j] = 0.0f;
+    }
+    // o = o * alpha + P V: tiles of kAttnRowTile rows x 16 columns over the block's keys; each 16-column strip of V
+    // (nk x 16 floats) serves every row tile from L1.
+    for (int64_t c0 = 0; c0 < hd; c0 += 16) {
+      for (int64_t r0 = 0; r0 < rows_pad; r0 += kAttnRowTile) {
+        __m256 acc[kAttnRowTile][2];
+        for (int rr = 0; rr < kAttnRowTile; ++rr) {
+          const __m256 va = _mm256_set1_ps(alpha[r0 + rr]);
+          acc[rr][0] = _mm256_mul_ps(_mm256_loadu_ps(o + (r0 + rr) * hd + c0), va);
+          acc[rr][1] = _mm256_mul_ps(_mm256_loadu_ps(o + (r0 + rr) * hd + c0 + 8), va);
+        }
+        const float* p = s + r0 * kAttnKeys;
+        for (int64_t j = 0; j < nk; ++j) {
+          const __m256 v0 = _mm256_loadu_ps(vr + j * vs + c0), v1 = _mm256_loadu_ps(vr + j * vs + c0 + 8);
+          for (int rr = 0; rr < kAttnRowTile; ++rr) {
+            const __m256 pb = _mm256_broadcast_ss(p + rr * kAttnKeys + j);
+            acc[rr][0] = _mm256_fmadd_ps(pb, v0, acc[rr][0]);
+            acc[rr][1] = _mm256_fmadd_ps(pb, v1, acc[rr][1]);
+          }
+        }
+        for (int rr = 0; rr < kAttnRowTile; ++rr) {
+          _mm256_storeu_ps(o + (r0 + rr) * hd + c0, acc[rr][0]);
+          _mm256_storeu_ps(o + (r0 + rr) * hd + c0 + 8, acc[rr][1]);
+        }
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const __m256 inv = _mm256_set1_ps(1.0f / l[r]);
+    float* dst = a.out + ((i0 + r / group) * a.n_head + kvh * group + r % group) * hd;
+    for (int64_t c = 0; c < hd; c += 8) _mm256_storeu_ps(dst + c, _mm256_mul_ps(_mm256_loadu_ps(o + r * hd + c), inv));
   }
 }
 

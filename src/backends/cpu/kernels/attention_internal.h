@@ -35,6 +35,25 @@ inline int64_t attention_scratch_floats(int64_t hd) {
 // Query head h, tokens [i0, i1) (i1 - i0 <= kAttnQueries). Needs hd % 8 == 0.
 void attention_task_avx2(const AttnArgs& a, int64_t h, int64_t i0, int64_t i1, float* scratch);
 
+// Prefill at large head sizes (hd >= kGroupedMinHd, hd % 16 == 0): one task per (block of kAttnQueries tokens, kv
+// head) runs all the group's query heads, so each K/V block is converted once for up to kAttnQueries x group query
+// rows, and the products are register tiles (kAttnRowTile rows x 16 keys for the scores, x 16 columns for P V), each
+// K / V load serving kAttnRowTile rows, not one dot product per query row and key as attention_task_avx2 does (at hd
+// 256 a block's K and V no longer fit L1, and that kernel re-read them from L2 once per query: ~10 GFLOP/s on Gemma 3).
+constexpr int64_t kGroupedMinHd = 128;
+constexpr int kAttnRowTile = 4;
+
+inline int64_t attention_grouped_rows(int64_t group) {
+  return (int64_t{kAttnQueries} * group + kAttnRowTile - 1) / kAttnRowTile * kAttnRowTile;
+}
+// Floats of per-thread scratch attention_task_grouped_avx2 needs.
+inline int64_t attention_grouped_scratch_floats(int64_t hd, int64_t group) {
+  const int64_t rows = attention_grouped_rows(group);
+  return 2 * int64_t{kAttnKeys} * hd + rows * kAttnKeys + 2 * rows * hd + 3 * rows;
+}
+// Kv head kvh's query heads, tokens [i0, i1) (i1 - i0 <= kAttnQueries).
+void attention_task_grouped_avx2(const AttnArgs& a, int64_t kvh, int64_t i0, int64_t i1, float* scratch);
+
 // Decode (t == 1), split over keys (flash-decoding): the group of query heads that share kv head kvh, against keys
 // [p0, p1), reading the cache in place. Writes per query head g of the group part[g * (hd + 2) + ...] = the running
 // max m, the sum l and the unnormalized output row o[hd]; the caller merges the key chunks. Needs hd % 8 == 0.

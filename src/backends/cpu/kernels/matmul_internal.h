@@ -38,9 +38,13 @@ struct BlockQ4_1x8 {
 };
 static_assert(sizeof(BlockQ4_1x8) == 32 + 128, "wrong BlockQ4_1x8 size/padding");
 
+// q8_0's quants are stored biased, u = w + 128 (as bytes: w ^ 0x80), so the VNNI kernels feed them to vpdpbusd as its
+// unsigned operand directly, and the activations stay signed: sum(w x) = sum(u x) - 128 sum(x), where the second term
+// is the activation block's s (BlockQ8A) times -128, one multiply-add per block and token instead of taking |w| and
+// moving w's sign onto x for every chunk. Kernels without VNNI (vpmaddubsw saturates at u = 255) flip the bit back.
 struct BlockQ8_0x8 {
   uint16_t d[kGroup];
-  int8_t qs[kGroup * kBlock];
+  uint8_t qs[kGroup * kBlock];  // biased: w ^ 0x80
 };
 static_assert(sizeof(BlockQ8_0x8) == 16 + 256, "wrong BlockQ8_0x8 size/padding");
 

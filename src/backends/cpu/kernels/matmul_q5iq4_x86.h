@@ -212,11 +212,21 @@ template <typename F>
 constexpr bool kAddsOffset = !(F::kSigned && !TESSERA_QDOT_VNNI);
 
 // One 8-row group against NT tokens: y[tok * n + r] for r < valid.
+// Decode's software prefetch distance (matmul_quant_avx512.cpp measured it for q8_0 on AVX-512).
+constexpr int64_t kPrefetchBytes = 16384;
+
 template <typename F, int NT>
 void tile8(const typename F::Blk* w, int64_t kb, const BlockQ8A* x /*[NT, kb]*/, float* y, int64_t n, int valid) {
   __m256 acc[NT];
   for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < kb; ++b) {
+    if constexpr (NT == 1) {
+      // One token streams the weights once: fetch what this step reaches kPrefetchBytes later, spread evenly over
+      // the blocks of 32 (iq4_xs's super-blocks too; a burst per super-block measured slower on the K-quants).
+      constexpr int kStep = static_cast<int>(sizeof(typename F::Blk)) / (F::kBlockElems / kBlock);
+      const char* pf = reinterpret_cast<const char*>(w) + b * kStep + kPrefetchBytes;
+      for (int l = 0; l < kStep; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
+    }
     Unpacked u;
     F::unpack(w, b, &u);
     for (int i = 0; i < NT; ++i) {

@@ -12,6 +12,7 @@
 
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "backends/cpu/kernels/matmul_internal.h"
 
@@ -60,6 +61,12 @@ inline void store_rows(float* y, __m512 v, int valid) {
   }
 }
 
+// Software prefetch distance of the GEMV's weight stream: one core's hardware prefetcher alone left it at 12.5-15.1 ms
+// for Gemma 3's output matrix (one thread; bench_matmul, q8_0 262144x640, CPU time, the machine loaded). 4 KiB ahead
+// took 10.8-13.0 ms; 16, 32 and 64 KiB were within each other's noise (medians 10.0, 9.9 and 9.4 ms): 16 KiB, the
+// shortest of those, fetches the least past the end of a task's rows.
+constexpr int64_t kPrefetchBytes = 16384;
+
 // Groups w0 and w1 (w1 == w0 when the pass has only one group: its upper 8 lanes are computed and not stored).
 template <typename Blk, int NT>
 void q4x16_tile(const Blk* w0, const Blk* w1, int64_t kb, const BlockQ8A* x /*[NT, kb]*/, float* y, int64_t n,
@@ -68,6 +75,11 @@ void q4x16_tile(const Blk* w0, const Blk* w1, int64_t kb, const BlockQ8A* x /*[N
   __m512 acc[NT];
   for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < kb; ++b) {
+    if constexpr (NT == 1) {
+      // Decode: the pass's two groups are one contiguous run (w1 == w0 + kb), 2 blocks per step (q8x16_gemv below).
+      const char* pf = reinterpret_cast<const char*>(w0) + 2 * b * int64_t{sizeof(Blk)} + kPrefetchBytes;
+      for (int l = 0; l < 2 * static_cast<int>(sizeof(Blk)); l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
+    }
     const Blk& b0 = w0[b];
     const Blk& b1 = w1[b];
     const __m512 d16 = load_half16(b0.d, b1.d);
@@ -97,7 +109,8 @@ void q4x16_tile(const Blk* w0, const Blk* w1, int64_t kb, const BlockQ8A* x /*[N
   for (int i = 0; i < NT; ++i) store_rows(y + i * n, acc[i], valid);
 }
 
-// q8_0: |w| times x carrying w's sign, as in the AVX2 kernel; vpdpbusd accumulates in int32, so nothing overflows.
+// q8_0 (biased weights, matmul_internal.h): vpdpbusd takes the biased bytes as its unsigned operand and the signed
+// activations as they are, and each block's sum is corrected by -128 sum(x) (the block's s) once per token.
 template <int NT>
 void q8x16_tile(const BlockQ8_0x8* w0, const BlockQ8_0x8* w1, int64_t kb, const BlockQ8A* x, float* y, int64_t n,
                 int valid) {
@@ -107,27 +120,82 @@ void q8x16_tile(const BlockQ8_0x8* w0, const BlockQ8_0x8* w1, int64_t kb, const 
     const BlockQ8_0x8& b0 = w0[b];
     const BlockQ8_0x8& b1 = w1[b];
     const __m512 d16 = load_half16(b0.d, b1.d);
-    __m512i wv[8], aw[8];
-    for (int c = 0; c < 8; ++c) {
-      wv[c] = load_pair(b0.qs + 32 * c, b1.qs + 32 * c);
-      aw[c] = _mm512_abs_epi8(wv[c]);
-    }
+    __m512i wv[8];
+    for (int c = 0; c < 8; ++c) wv[c] = load_pair(b0.qs + 32 * c, b1.qs + 32 * c);
     for (int i = 0; i < NT; ++i) {
       const BlockQ8A& xb = x[i * kb + b];
       __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
       for (int c = 0; c < 8; c += 2) {
-        // sign(x, w) per byte: negate x where w < 0, zero where w == 0 (|w| is 0 there anyway).
-        const __m512i x0 = bcast4(xb.qs + 4 * c), x1 = bcast4(xb.qs + 4 * c + 4);
-        const __m512i sx0 = _mm512_mask_sub_epi8(x0, _mm512_movepi8_mask(wv[c]), _mm512_setzero_si512(), x0);
-        const __m512i sx1 = _mm512_mask_sub_epi8(x1, _mm512_movepi8_mask(wv[c + 1]), _mm512_setzero_si512(), x1);
-        s0 = _mm512_dpbusd_epi32(s0, aw[c], sx0);
-        s1 = _mm512_dpbusd_epi32(s1, aw[c + 1], sx1);
+        s0 = _mm512_dpbusd_epi32(s0, wv[c], bcast4(xb.qs + 4 * c));
+        s1 = _mm512_dpbusd_epi32(s1, wv[c + 1], bcast4(xb.qs + 4 * c + 4));
       }
       const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
-      acc[i] = _mm512_fmadd_ps(sum, _mm512_mul_ps(d16, _mm512_set1_ps(xb.d)), acc[i]);
+      const __m512 dot = _mm512_fmadd_ps(sum, _mm512_set1_ps(xb.d), _mm512_set1_ps(-128.0f * xb.s));
+      acc[i] = _mm512_fmadd_ps(dot, d16, acc[i]);
     }
   }
   for (int i = 0; i < NT; ++i) store_rows(y + i * n, acc[i], valid);
+}
+
+// q8_0 at one token (decode; Gemma 3's tied 262,144 x 640 output matrix is 70% of its bytes per token). A group's
+// block is 4 whole zmm loads: bytes 64j..64j+63 are chunks 2j and 2j+1 of its 8 rows (matmul_internal.h), so the
+// activation operand must hold x's bytes 8j..8j+3 in every lane of the low half and 8j+4..8j+7 in the high half.
+// Those 4 vectors per block are the same for every row: built once per call (XPair below) and read from L1 as
+// vpdpbusd's memory operand. A pass sums each group's two halves (chunks of even and odd index) into one 16-lane
+// vector of two groups' rows, so per 16 rows and block it issues 8 loads, 8 vpdpbusd, 2 shuffles, 2 adds and 3 float
+// ops, against 8 load-and-insert pairs and 8 broadcasts for the token-tile kernel above.
+struct alignas(64) XPair {
+  int32_t v[16];
+};
+
+inline __m512i dot_halves(const BlockQ8_0x8& blk, const XPair* xa /*[4]*/) {
+  const auto* q = reinterpret_cast<const __m512i*>(blk.qs);
+  __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(q + 0), _mm512_load_si512(xa[0].v));
+  __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(q + 1), _mm512_load_si512(xa[1].v));
+  s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512(q + 2), _mm512_load_si512(xa[2].v));
+  s1 = _mm512_dpbusd_epi32(s1, _mm512_loadu_si512(q + 3), _mm512_load_si512(xa[3].v));
+  return _mm512_add_epi32(s0, s1);
+}
+
+void q8x16_gemv(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  const int64_t kb = a.w->k / kBlock;
+  const auto* w = static_cast<const BlockQ8_0x8*>(a.w->packed);
+  thread_local std::vector<XPair> xpairs;
+  thread_local std::vector<float> xd;
+  thread_local std::vector<int32_t> xc;  // -128 sum(x_q) per block: the bias's term, exact in int32
+  xpairs.resize(static_cast<size_t>(4 * kb));
+  xd.resize(static_cast<size_t>(kb));
+  xc.resize(static_cast<size_t>(kb));
+  for (int64_t b = 0; b < kb; ++b) {
+    const BlockQ8A& xb = a.xq[b];
+    for (int j = 0; j < 4; ++j) {
+      XPair& p = xpairs[static_cast<size_t>(4 * b + j)];
+      for (int l = 0; l < 16; ++l) std::memcpy(&p.v[l], xb.qs + 8 * j + (l < 8 ? 0 : 4), 4);
+    }
+    int32_t sum = 0;
+    for (int8_t q : xb.qs) sum += q;
+    xd[static_cast<size_t>(b)] = xb.d;
+    xc[static_cast<size_t>(b)] = -128 * sum;
+  }
+  for (int64_t row = r0; row < r1; row += kRows) {
+    const int valid = static_cast<int>(r1 - row < kRows ? r1 - row : kRows);
+    const BlockQ8_0x8* w0 = w + (row / kGroup) * kb;
+    const BlockQ8_0x8* w1 = valid > kGroup ? w0 + kb : w0;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < kb; ++b) {
+      const XPair* xa = xpairs.data() + 4 * b;
+      // A pass reads its two groups' 2 x kb blocks in one contiguous run (w1 == w0 + kb), at 2 blocks per step.
+      const char* pf = reinterpret_cast<const char*>(w0) + 2 * b * int64_t{sizeof(BlockQ8_0x8)} + kPrefetchBytes;
+      for (int l = 0; l < 2 * static_cast<int>(sizeof(BlockQ8_0x8)); l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
+      const __m512i g0 = dot_halves(w0[b], xa), g1 = dot_halves(w1[b], xa);
+      // [g0 even chunks | g1 even chunks] + [g0 odd chunks | g1 odd chunks]: lanes 0-7 group 0's rows, 8-15 group 1's.
+      const __m512i sum = _mm512_add_epi32(_mm512_shuffle_i64x2(g0, g1, 0x44), _mm512_shuffle_i64x2(g0, g1, 0xEE));
+      const __m512i dot_q = _mm512_add_epi32(sum, _mm512_set1_epi32(xc[static_cast<size_t>(b)]));  // sum(w x_q)
+      const __m512 dot = _mm512_mul_ps(_mm512_cvtepi32_ps(dot_q), _mm512_set1_ps(xd[static_cast<size_t>(b)]));
+      acc = _mm512_fmadd_ps(dot, load_half16(w0[b].d, w1[b].d), acc);
+    }
+    store_rows(a.y + row, acc, valid);
+  }
 }
 
 // Tokens per tile. With 32 zmm registers, 8 unpacked weight registers plus NT accumulators fit up to NT ~ 16; 8 keeps
@@ -169,6 +237,7 @@ void q4x16_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
 }
 
 void q8x16_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  if (a.t == 1) return q8x16_gemv(a, r0, r1);
   const int64_t n = a.w->n, kb = a.w->k / kBlock;
   const auto* w = static_cast<const BlockQ8_0x8*>(a.w->packed);
   for (int64_t row = r0; row < r1; row += kRows) {

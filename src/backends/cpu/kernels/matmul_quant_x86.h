@@ -72,6 +72,18 @@ inline void store_rows(float* y, __m256 v, int valid) {
   }
 }
 
+// Decode (one token) streams the weights once: each block step prefetches the block kPrefetchBytes ahead
+// (matmul_quant_avx512.cpp measured the distance).
+constexpr int64_t kPrefetchBytes = 16384;
+
+template <typename Blk, int NT>
+inline void prefetch_ahead(const Blk* blk) {
+  if constexpr (NT == 1) {
+    const char* pf = reinterpret_cast<const char*>(blk) + kPrefetchBytes;
+    for (int l = 0; l < static_cast<int>(sizeof(Blk)); l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
+  }
+}
+
 // One 8-row group against NT tokens: y[tok * n + r] for r < valid.
 template <typename Blk, int NT>
 void q4x8_tile(const Blk* w /*[kb]*/, int64_t kb, const BlockQ8A* x /*[NT, kb]*/, float* y, int64_t n, int valid) {
@@ -79,6 +91,7 @@ void q4x8_tile(const Blk* w /*[kb]*/, int64_t kb, const BlockQ8A* x /*[NT, kb]*/
   __m256 acc[NT];
   for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < kb; ++b) {
+    prefetch_ahead<Blk, NT>(w + b);
     const Blk& blk = w[b];
     const __m256 d8 = load_half8(blk.d);
     __m256i q[8];
@@ -107,22 +120,26 @@ void q4x8_tile(const Blk* w /*[kb]*/, int64_t kb, const BlockQ8A* x /*[NT, kb]*/
   for (int i = 0; i < NT; ++i) store_rows(y + i * n, acc[i], valid);
 }
 
-// q8_0 weights are signed, and vpmaddubsw / vpdpbusd want one unsigned operand: multiply |w| by x carrying w's sign.
-// Without VNNI a pair of products reaches 2 * 127 * 127 = 32258, so every vpmaddubsw result is widened at once.
-inline __m256i dot_q8x8(const int8_t* w /*[8 chunks][8 rows][4]*/, const BlockQ8A& x) {
+// q8_0 (biased weights, matmul_internal.h). With VNNI, vpdpbusd takes the biased bytes as its unsigned operand and the
+// signed activations as they are: the sum is sum((w + 128) x), corrected per block by the caller. Without VNNI a pair
+// of products u * x reaches 2 * 255 * 127, past vpmaddubsw's int16, so the bias is flipped back and |w| multiplies x
+// carrying w's sign (a pair then reaches 2 * 128 * 127 = 32512), each vpmaddubsw result widened at once.
+inline __m256i dot_q8x8(const uint8_t* w /*[8 chunks][8 rows][4]*/, const BlockQ8A& x) {
   __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
   for (int c = 0; c < 8; c += 2) {
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * c));
     const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * c + 32));
-    const __m256i x0 = _mm256_sign_epi8(bcast4(x.qs + 4 * c), w0);
-    const __m256i x1 = _mm256_sign_epi8(bcast4(x.qs + 4 * c + 4), w1);
 #if TESSERA_QDOT_VNNI
-    s0 = _mm256_dpbusd_avx_epi32(s0, _mm256_abs_epi8(w0), x0);
-    s1 = _mm256_dpbusd_avx_epi32(s1, _mm256_abs_epi8(w1), x1);
+    s0 = _mm256_dpbusd_avx_epi32(s0, w0, bcast4(x.qs + 4 * c));
+    s1 = _mm256_dpbusd_avx_epi32(s1, w1, bcast4(x.qs + 4 * c + 4));
 #else
+    const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+    const __m256i sw0 = _mm256_xor_si256(w0, bias), sw1 = _mm256_xor_si256(w1, bias);
+    const __m256i x0 = _mm256_sign_epi8(bcast4(x.qs + 4 * c), sw0);
+    const __m256i x1 = _mm256_sign_epi8(bcast4(x.qs + 4 * c + 4), sw1);
     const __m256i ones = _mm256_set1_epi16(1);
-    s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w0), x0), ones));
-    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w1), x1), ones));
+    s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(sw0), x0), ones));
+    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(sw1), x1), ones));
 #endif
   }
   return _mm256_add_epi32(s0, s1);
@@ -134,12 +151,19 @@ void q8x8_tile(const BlockQ8_0x8* w /*[kb]*/, int64_t kb, const BlockQ8A* x /*[N
   __m256 acc[NT];
   for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < kb; ++b) {
+    prefetch_ahead<BlockQ8_0x8, NT>(w + b);
     const BlockQ8_0x8& blk = w[b];
     const __m256 d8 = load_half8(blk.d);
     for (int i = 0; i < NT; ++i) {
       const BlockQ8A& xb = x[i * kb + b];
       const __m256 sum = _mm256_cvtepi32_ps(dot_q8x8(blk.qs, xb));
+#if TESSERA_QDOT_VNNI
+      // d_x sum((w + 128) x_q) - 128 d_x sum(x_q) = d_x sum(w x_q); then the rows' scales.
+      const __m256 dot = _mm256_fmadd_ps(sum, _mm256_set1_ps(xb.d), _mm256_set1_ps(-128.0f * xb.s));
+      acc[i] = _mm256_fmadd_ps(dot, d8, acc[i]);
+#else
       acc[i] = _mm256_fmadd_ps(sum, _mm256_mul_ps(d8, _mm256_set1_ps(xb.d)), acc[i]);
+#endif
     }
   }
   for (int i = 0; i < NT; ++i) store_rows(y + i * n, acc[i], valid);

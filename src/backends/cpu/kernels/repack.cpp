@@ -65,8 +65,14 @@ void repack_x8(DType dtype, const void* rows, int64_t n, int64_t k, void* dst) {
       return repack<BlockQ4_0, BlockQ4_0x8>(rows, n, k, dst);
     case DType::Q4_1:
       return repack<BlockQ4_1, BlockQ4_1x8>(rows, n, k, dst);
-    case DType::Q8_0:
-      return repack<BlockQ8_0, BlockQ8_0x8>(rows, n, k, dst);
+    case DType::Q8_0: {
+      repack<BlockQ8_0, BlockQ8_0x8>(rows, n, k, dst);
+      auto* blk = static_cast<BlockQ8_0x8*>(dst);  // the bias of matmul_internal.h (rows past n too: their scale is 0)
+      const uint64_t blocks = repack_x8_bytes(dtype, n, k) / sizeof(BlockQ8_0x8);
+      for (uint64_t i = 0; i < blocks; ++i)
+        for (uint8_t& q : blk[i].qs) q ^= 0x80;
+      return;
+    }
     default:
       if (is_kquant(dtype)) return kquant_repack(dtype, rows, n, k, dst);
       fail("matmul: dtype {} has no interleaved layout", dtype_name(dtype));
