@@ -67,15 +67,26 @@ void float_chunks(const SparseWeight& w, const SparseX& x, float* y, int64_t c0,
 
 enum class QFmt { Q8_0, Q4_0, Q4_1 };
 
-// One channel's 32 rows as bytes in row order: q8_0 signed, q4 unsigned 0..15.
+// With VNNI, a q4 column's high nibbles (rows 16..31) stay in place, scaled by 16: vpdpbusd takes unsigned bytes up
+// to 255, so 16 q (<= 240) times an int8 x sums exactly in 32 bits, and the block's float scale for those rows is
+// divided by 16 instead (kHighScale). That saves the shift and a mask per channel. vpmaddubsw sums two such products
+// in 16 bits (2 * 240 * 127 > 32767: it would saturate), so the AVX2 path shifts.
+constexpr bool kHighScale = TESSERA_SPARSE_VNNI != 0;
+
+// One channel's 32 rows as bytes in row order: q8_0 signed, q4 unsigned 0..15 (kHighScale: rows 16..31 times 16).
 template <QFmt F>
 inline __m256i load_channel(const uint8_t* qs, int c) {
   if constexpr (F == QFmt::Q8_0) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
   } else {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16 * c));
-    const __m128i m4 = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+    if constexpr (kHighScale) {
+      const __m256i m = _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(0xF0)), _mm_set1_epi8(0x0F));
+      return _mm256_and_si256(_mm256_broadcastsi128_si256(v), m);
+    } else {
+      const __m128i m4 = _mm_set1_epi8(0x0F);
+      return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+    }
   }
 }
 
@@ -123,7 +134,10 @@ void quant_chunks(const SparseWeight& w, const SparseX& x, float* y, int64_t c0,
         is[3] = dot4<F>(is[3], _mm256_unpackhi_epi16(b, d), xv);
       }
       const auto* dh = reinterpret_cast<const uint16_t*>(tile);
-      const __m256 xd = _mm256_set1_ps(x.xd[bi]);
+      // the activation scale per lane; kHighScale's q4 high halves (rows 16 + 4i..) carry 16 q
+      const __m256 xd = F != QFmt::Q8_0 && kHighScale
+                            ? _mm256_set_m128(_mm_set1_ps(x.xd[bi] * 0.0625f), _mm_set1_ps(x.xd[bi]))
+                            : _mm256_set1_ps(x.xd[bi]);
       for (int i = 0; i < 4; ++i) {
         const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dh + 8 * i)));
         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[i]), _mm256_mul_ps(dv, xd), acc[i]);
