@@ -108,10 +108,10 @@ uint32_t nonzero_mask32(const int8_t* q) {
 struct Scratch {
   std::vector<int32_t> idx, blocks, group_begin, group_x;
   std::vector<float> val, xd, xs;
-  std::vector<uint8_t> group_ch;
+  std::vector<uint16_t> group_off;
   std::vector<detail::BlockQ8A> xq;
   const float* built_from = nullptr;
-  bool built_quantized = false;
+  uint64_t built_column = 0;  // bytes of a quantized column (offsets depend on it); 0 for the float formats
   std::vector<float> built_x;
   detail::SparseX built;
 };
@@ -119,7 +119,8 @@ struct Scratch {
 detail::SparseX build_x(const SparseWeight& w, const float* x, Scratch& s) {
   const int64_t k = w.k;
   const bool quant = quantized(w.dtype);
-  if (s.built_from == x && s.built_quantized == quant && static_cast<int64_t>(s.built_x.size()) == k &&
+  const uint64_t column = !quant ? 0 : w.dtype == DType::Q8_0 ? kSparseRows : kSparseRows / 2;
+  if (s.built_from == x && s.built_column == column && static_cast<int64_t>(s.built_x.size()) == k &&
       std::memcmp(s.built_x.data(), x, sizeof(float) * static_cast<size_t>(k)) == 0)
     return s.built;
   detail::SparseX sx;
@@ -146,7 +147,7 @@ detail::SparseX build_x(const SparseWeight& w, const float* x, Scratch& s) {
     s.xd.resize(kbs);
     s.xs.resize(kbs);
     s.group_x.resize(kbs * kBlock / 4);
-    s.group_ch.resize(kbs * kBlock);
+    s.group_off.resize(kbs * kBlock);
     int64_t nb = 0, ng = 0;
     for (int64_t b = 0; b < kb; ++b) {
       const detail::BlockQ8A& q = s.xq[static_cast<size_t>(b)];
@@ -157,13 +158,13 @@ detail::SparseX build_x(const SparseWeight& w, const float* x, Scratch& s) {
       s.group_begin[bs] = static_cast<int32_t>(ng);
       s.xd[bs] = q.d;
       s.xs[bs] = q.s;
-      uint8_t* ch = s.group_ch.data() + 4 * ng;
+      uint16_t* ch = s.group_off.data() + 4 * ng;
       int32_t* gx = s.group_x.data() + ng;
       int j = 0;
       uint32_t packed = 0;
       for (; mask != 0; mask &= mask - 1, ++j) {
         const int c = std::countr_zero(mask);
-        ch[j] = static_cast<uint8_t>(c);
+        ch[j] = static_cast<uint16_t>(static_cast<uint64_t>(c) * column);
         packed |= static_cast<uint32_t>(static_cast<uint8_t>(q.qs[c])) << (8 * (j & 3));
         if ((j & 3) == 3) {
           gx[j >> 2] = static_cast<int32_t>(packed);
@@ -180,14 +181,14 @@ detail::SparseX build_x(const SparseWeight& w, const float* x, Scratch& s) {
     s.group_begin[static_cast<size_t>(nb)] = static_cast<int32_t>(ng);
     sx.blocks = s.blocks.data();
     sx.group_begin = s.group_begin.data();
-    sx.group_ch = s.group_ch.data();
+    sx.group_off = s.group_off.data();
     sx.group_x = s.group_x.data();
     sx.xd = s.xd.data();
     sx.xs = s.xs.data();
     sx.n_blocks = nb;
   }
   s.built_from = x;
-  s.built_quantized = quant;
+  s.built_column = column;
   s.built_x.assign(x, x + k);
   s.built = sx;
   return sx;

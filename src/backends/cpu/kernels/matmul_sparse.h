@@ -86,7 +86,7 @@ struct SparseX {
   // quantized
   const int32_t* blocks = nullptr;       // nonzero blocks
   const int32_t* group_begin = nullptr;  // per nonzero block: its first group (and one past the last block)
-  const uint8_t* group_ch = nullptr;     // [groups][4] channel offsets in the block
+  const uint16_t* group_off = nullptr;   // [groups][4] byte offsets of the channels' columns in the tile's quants
   const int32_t* group_x = nullptr;      // [groups] the 4 int8 activations as one int32
   const float* xd = nullptr;             // per nonzero block: activation scale d
   const float* xs = nullptr;             // per nonzero block: d * sum(q)

@@ -73,13 +73,14 @@ enum class QFmt { Q8_0, Q4_0, Q4_1 };
 // in 16 bits (2 * 240 * 127 > 32767: it would saturate), so the AVX2 path shifts.
 constexpr bool kHighScale = TESSERA_SPARSE_VNNI != 0;
 
-// One channel's 32 rows as bytes in row order: q8_0 signed, q4 unsigned 0..15 (kHighScale: rows 16..31 times 16).
+// One channel's 32 rows (its column at byte offset `offset` of the tile's quants) as bytes in row order: q8_0 signed,
+// q4 unsigned 0..15 (kHighScale: rows 16..31 times 16).
 template <QFmt F>
-inline __m256i load_channel(const uint8_t* qs, int c) {
+inline __m256i load_channel(const uint8_t* qs, uint16_t offset) {
   if constexpr (F == QFmt::Q8_0) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + offset));
   } else {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16 * c));
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + offset));
     if constexpr (kHighScale) {
       const __m256i m = _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(0xF0)), _mm_set1_epi8(0x0F));
       return _mm256_and_si256(_mm256_broadcastsi128_si256(v), m);
@@ -121,7 +122,7 @@ void quant_chunks(const SparseWeight& w, const SparseX& x, float* y, int64_t c0,
       __m256i is[4];
       for (int i = 0; i < 4; ++i) is[i] = _mm256_setzero_si256();
       for (int32_t g = x.group_begin[bi]; g < x.group_begin[bi + 1]; ++g) {
-        const uint8_t* ch = x.group_ch + 4 * g;
+        const uint16_t* ch = x.group_off + 4 * g;
         const __m256i w0 = load_channel<F>(qs, ch[0]), w1 = load_channel<F>(qs, ch[1]);
         const __m256i w2 = load_channel<F>(qs, ch[2]), w3 = load_channel<F>(qs, ch[3]);
         // (row, 4 channels) lanes: t[i] holds rows 4i..4i+3 and 16+4i..16+4i+3 (sparse_lane_row)
