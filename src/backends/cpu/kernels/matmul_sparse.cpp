@@ -59,7 +59,7 @@ void repack_quant(const void* rows, int64_t n, int64_t k, uint8_t* dst) {
           if (row >= n) continue;
           const Blk& blk = src[row * kb + b];
           if constexpr (std::is_same_v<Blk, BlockQ8_0>) {
-            qs[c * 32 + j] = static_cast<uint8_t>(blk.qs[c]);
+            qs[c * 32 + j] = static_cast<uint8_t>(static_cast<uint8_t>(blk.qs[c]) ^ 0x80);  // w + 128
           } else {
             // byte j % 16 of the channel's 16: row j in the low nibble (j < 16), row j in the high one (j >= 16)
             qs[c * 16 + j % 16] |= static_cast<uint8_t>(nibble(blk, c) << (j < 16 ? 0 : 4));
@@ -108,6 +108,7 @@ uint32_t nonzero_mask32(const int8_t* q) {
 struct Scratch {
   std::vector<int32_t> idx, blocks, group_begin, group_x;
   std::vector<float> val, xd, xs;
+  std::vector<int32_t> xq_sum;
   std::vector<uint16_t> group_off;
   std::vector<detail::BlockQ8A> xq;
   const float* built_from = nullptr;
@@ -146,6 +147,7 @@ detail::SparseX build_x(const SparseWeight& w, const float* x, Scratch& s) {
     s.group_begin.resize(kbs + 1);
     s.xd.resize(kbs);
     s.xs.resize(kbs);
+    s.xq_sum.resize(kbs);
     s.group_x.resize(kbs * kBlock / 4);
     s.group_off.resize(kbs * kBlock);
     int64_t nb = 0, ng = 0;
@@ -158,6 +160,9 @@ detail::SparseX build_x(const SparseWeight& w, const float* x, Scratch& s) {
       s.group_begin[bs] = static_cast<int32_t>(ng);
       s.xd[bs] = q.d;
       s.xs[bs] = q.s;
+      int32_t sum = 0;
+      for (int c = 0; c < kBlock; ++c) sum += q.qs[c];
+      s.xq_sum[bs] = sum;
       uint16_t* ch = s.group_off.data() + 4 * ng;
       int32_t* gx = s.group_x.data() + ng;
       int j = 0;
@@ -185,6 +190,7 @@ detail::SparseX build_x(const SparseWeight& w, const float* x, Scratch& s) {
     sx.group_x = s.group_x.data();
     sx.xd = s.xd.data();
     sx.xs = s.xs.data();
+    sx.xq_sum = s.xq_sum.data();
     sx.n_blocks = nb;
   }
   s.built_from = x;

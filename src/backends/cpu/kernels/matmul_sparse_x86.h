@@ -70,7 +70,8 @@ enum class QFmt { Q8_0, Q4_0, Q4_1 };
 // With VNNI, a q4 column's high nibbles (rows 16..31) stay in place, scaled by 16: vpdpbusd takes unsigned bytes up
 // to 255, so 16 q (<= 240) times an int8 x sums exactly in 32 bits, and the block's float scale for those rows is
 // divided by 16 instead (kHighScale). That saves the shift and a mask per channel. vpmaddubsw sums two such products
-// in 16 bits (2 * 240 * 127 > 32767: it would saturate), so the AVX2 path shifts.
+// in 16 bits (2 * 240 * 127 > 32767: it would saturate), so the AVX2 path shifts. Likewise q8_0's copy holds w + 128:
+// VNNI multiplies it unsigned and subtracts 128 sum(x) per block, where AVX2 restores w and uses vpsignb / vpabsb.
 constexpr bool kHighScale = TESSERA_SPARSE_VNNI != 0;
 
 // One channel's 32 rows (its column at byte offset `offset` of the tile's quants) as bytes in row order: q8_0 signed,
@@ -78,7 +79,9 @@ constexpr bool kHighScale = TESSERA_SPARSE_VNNI != 0;
 template <QFmt F>
 inline __m256i load_channel(const uint8_t* qs, uint16_t offset) {
   if constexpr (F == QFmt::Q8_0) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + offset));
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + offset));
+    // stored as w + 128 (matmul_sparse.h): VNNI multiplies that as unsigned; AVX2 needs w back for vpsignb
+    return kHighScale ? v : _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80)));
   } else {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + offset));
     if constexpr (kHighScale) {
@@ -94,7 +97,7 @@ inline __m256i load_channel(const uint8_t* qs, uint16_t offset) {
 // acc += per 32-bit lane (one row) the dot product of its 4 weight bytes with the 4 activation bytes in xv.
 template <QFmt F>
 inline __m256i dot4(__m256i acc, __m256i wq, __m256i xv) {
-  if constexpr (F == QFmt::Q8_0) {
+  if constexpr (F == QFmt::Q8_0 && !kHighScale) {
     // signed weights: |w| times x with w's sign, as the dense q8_0 kernel does
     const __m256i ax = _mm256_sign_epi8(xv, wq);
     wq = _mm256_abs_epi8(wq);
@@ -139,6 +142,11 @@ void quant_chunks(const SparseWeight& w, const SparseX& x, float* y, int64_t c0,
       const __m256 xd = F != QFmt::Q8_0 && kHighScale
                             ? _mm256_set_m128(_mm_set1_ps(x.xd[bi] * 0.0625f), _mm_set1_ps(x.xd[bi]))
                             : _mm256_set1_ps(x.xd[bi]);
+      if constexpr (F == QFmt::Q8_0 && kHighScale) {
+        // sum (w + 128) x - 128 sum x = sum w x, exact in 32 bits
+        const __m256i off = _mm256_set1_epi32(128 * x.xq_sum[bi]);
+        for (int i = 0; i < 4; ++i) is[i] = _mm256_sub_epi32(is[i], off);
+      }
       for (int i = 0; i < 4; ++i) {
         const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dh + 8 * i)));
         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[i]), _mm256_mul_ps(dv, xd), acc[i]);
