@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels/matmul_sparse.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "ops/op_case.h"
@@ -483,6 +484,24 @@ TEST(OpSparsify, ShapeCostAndKernel) {
   std::memcpy(in.data(), og.inputs.at("x0").data(), in.size() * sizeof(float));
   const std::vector<float> out = run_cpu(og, true);
   for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], std::fabs(in[i]) <= 0.5f ? 0.0f : in[i]);
+}
+
+// Top-k with ties at the cut and zeros already in the row: exactly floor(s k) entries go, the tied ones first in
+// index order, and the count of zeros written includes the row's own zeros once.
+TEST(OpSparsify, TopKDropsTiesFirstInIndexOrder) {
+  std::mt19937 rng(6);
+  OpGraph og = simple(rng, graph::Op::SPARSIFY, {{1, 10}}, {.sparsity = 0.5f});
+  const std::vector<float> in = {0.5f, -0.5f, 0.1f, 0.5f, 0.0f, -0.0f, 2.0f, -0.5f, 3.0f, 0.5f};
+  std::memcpy(og.inputs.at("x0").data(), in.data(), in.size() * sizeof(float));
+  // drop 5: the two zeros, 0.1 and the first two of the five |x| = 0.5 (columns 0 and 1)
+  const std::vector<float> want = {0.0f, 0.0f, 0.0f, 0.5f, 0.0f, 0.0f, 2.0f, -0.5f, 3.0f, 0.5f};
+  for (const bool reference : {false, true}) {
+    cpu::reset_sparsity_counts();
+    const std::vector<float> out = run_cpu(og, reference);
+    for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], want[i]) << "column " << i << " reference " << reference;
+    EXPECT_EQ(cpu::sparsity_counts().zeros, 5u);
+    EXPECT_EQ(cpu::sparsity_counts().total, 10u);
+  }
 }
 
 }  // namespace

@@ -77,6 +77,37 @@ TEST(MatmulSparse, MatchesDenseKernelOnTheSameX) {
   }
 }
 
+// The nonzero structure of x is built once for the matmuls that read one buffer (q, k and v; gate and up) and rebuilt
+// when the buffer's contents change (the next token writes the same buffer), for float and quantized weights alike.
+TEST(MatmulSparse, ReusesTheStructureOfAnUnchangedInputOnly) {
+  TESSERA_SEEDED_RNG(rng);
+  ThreadPool pool(2);
+  const int64_t k = 576;
+  std::vector<float> x = sparse_x(rng, 1, k, 0.5f);
+  for (const DType dt : {DType::Q4_1, DType::F16}) {
+    std::vector<std::vector<uint8_t>> w;  // outlives pw: a float PackedWeight may point into it
+    std::vector<PackedWeight> pw;
+    std::vector<SparseWeight> sw;
+    for (const int64_t n : {int64_t{576}, int64_t{192}}) {
+      w.push_back(random_weight(rng, dt, n, k));
+      pw.push_back(prepare_weight(dt, w.back().data(), n, k));
+      sw.push_back(prepare_sparse_weight(dt, w.back().data(), n, k));
+    }
+    for (int step = 0; step < 4; ++step) {
+      if (step == 2) x = sparse_x(rng, 1, k, 0.5f);       // another buffer
+      if (step == 3) x[0] = x[0] == 0.0f ? 0.75f : 0.0f;  // same buffer, new contents
+      for (size_t i = 0; i < sw.size(); ++i) {
+        std::vector<float> dense(static_cast<size_t>(sw[i].n)), sparse(static_cast<size_t>(sw[i].n));
+        matmul(pool, pw[i], x.data(), dense.data(), 1);
+        matmul_sparse(pool, sw[i], x.data(), sparse.data(), 1);
+        for (size_t j = 0; j < dense.size(); ++j)
+          ASSERT_NEAR(sparse[j], dense[j], 1e-5f * static_cast<float>(k))
+              << dtype_name(dt) << " step " << step << " weight " << i << " out " << j;
+      }
+    }
+  }
+}
+
 TEST(MatmulSparse, RefusesWhatItCannotRun) {
   IsaScope scope(Isa::SCALAR);
   EXPECT_FALSE(sparse_matmul_supports(DType::Q4_1));
@@ -111,6 +142,46 @@ TEST(MatmulSparse, DISABLED_Timing) {
         std::printf("%-5s %5lldx%-5lld s=%.2f dense %7.2f us  sparse %7.2f us  ratio %.2f\n",
                     std::string(dtype_name(dt)).c_str(), static_cast<long long>(n), static_cast<long long>(k), s, td,
                     ts, td / ts);
+      }
+    }
+  }
+}
+
+// Timing with the weights out of cache, as in a decode step (not a check): 120 copies of a 1536x576 weight (66 MB of
+// q4_1, the size of SmolLM2's block weights) walked in turn, dense against sparse at 50%, 1 and 2 threads.
+// Run with --gtest_also_run_disabled_tests --gtest_filter='*TimingCold*'.
+TEST(MatmulSparse, DISABLED_TimingCold) {
+  std::mt19937 rng(1);
+  constexpr int kCopies = 120;
+  const int64_t n = 1536, k = 576;
+  for (const DType dt : {DType::Q4_1, DType::Q8_0}) {
+    const std::vector<uint8_t> w = random_weight(rng, dt, n, k);
+    std::vector<PackedWeight> pw;
+    std::vector<SparseWeight> sw;
+    for (int i = 0; i < kCopies; ++i) {
+      pw.push_back(prepare_weight(dt, w.data(), n, k));
+      sw.push_back(prepare_sparse_weight(dt, w.data(), n, k));
+    }
+    for (const int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      for (const float s : {0.0f, 0.5f}) {
+        const std::vector<float> x = sparse_x(rng, 1, k, s);
+        std::vector<float> y(static_cast<size_t>(n));
+        const auto time = [&](auto&& fn) {
+          std::vector<double> us;
+          for (int rep = 0; rep < 15; ++rep) {
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < kCopies; ++i) fn(i);
+            us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+                         kCopies);
+          }
+          return *std::min_element(us.begin(), us.end());
+        };
+        const double td = time([&](int i) { matmul(pool, pw[static_cast<size_t>(i)], x.data(), y.data(), 1); });
+        const double ts = time([&](int i) { matmul_sparse(pool, sw[static_cast<size_t>(i)], x.data(), y.data(), 1); });
+        std::printf("cold %-5s %lldx%lld threads %d s=%.2f dense %7.2f us  sparse %7.2f us  ratio %.2f\n",
+                    std::string(dtype_name(dt)).c_str(), static_cast<long long>(n), static_cast<long long>(k), threads,
+                    s, td, ts, td / ts);
       }
     }
   }

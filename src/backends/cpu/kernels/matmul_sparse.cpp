@@ -3,6 +3,7 @@
 #include "backends/cpu/kernels/matmul_sparse.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <new>
 #include <type_traits>
@@ -58,7 +59,7 @@ void repack_quant(const void* rows, int64_t n, int64_t k, uint8_t* dst) {
           if (row >= n) continue;
           const Blk& blk = src[row * kb + b];
           if constexpr (std::is_same_v<Blk, BlockQ8_0>) {
-            qs[c * 32 + j] = static_cast<uint8_t>(blk.qs[c]);
+            qs[c * 32 + j] = static_cast<uint8_t>(static_cast<uint8_t>(blk.qs[c]) ^ 0x80);  // w + 128
           } else {
             // byte j % 16 of the channel's 16: row j in the low nibble (j < 16), row j in the high one (j >= 16)
             qs[c * 16 + j % 16] |= static_cast<uint8_t>(nibble(blk, c) << (j < 16 ? 0 : 4));
@@ -85,70 +86,117 @@ void repack_float(DType dtype, const void* rows, int64_t n, int64_t k, uint8_t* 
       }
 }
 
-// The per-call scratch of the nonzero structure (decode must not allocate per op once warm).
+// Bit c of the result: byte c of the 32 is nonzero. Branch-free (SWAR, 8 bytes a word): the branch on each byte it
+// replaces is taken at random half the time at 50% sparsity, and its mispredictions made the per-row setup 6% of a
+// decode step (docs/TEAL.md).
+uint32_t nonzero_mask32(const int8_t* q) {
+  uint32_t mask = 0;
+  for (int w = 0; w < 4; ++w) {
+    uint64_t v;
+    std::memcpy(&v, q + 8 * w, 8);
+    // high bit of each byte: (low 7 bits nonzero) | (high bit set); no carry crosses a byte (0x7F + 0x7F < 0x100)
+    const uint64_t nz = (((v & 0x7F7F7F7F7F7F7F7FULL) + 0x7F7F7F7F7F7F7F7FULL) | v) & 0x8080808080808080ULL;
+    // the 8 flags (bits 7, 15, ..., 63) gathered into one byte: byte i -> bit i
+    mask |= static_cast<uint32_t>(((nz >> 7) * 0x0102040810204080ULL) >> 56) << (8 * w);
+  }
+  return mask;
+}
+
+// The per-call scratch of the nonzero structure (decode must not allocate per op once warm), and the input it was
+// built from: q, k and v read one SPARSIFY output, as gate and up do, so the second and third matmul of a row find
+// their structure built (compared by pointer, length and contents: a buffer is reused by the next token).
 struct Scratch {
   std::vector<int32_t> idx, blocks, group_begin, group_x;
   std::vector<float> val, xd, xs;
-  std::vector<uint8_t> group_ch;
+  std::vector<int32_t> xq_sum;
+  std::vector<uint16_t> group_off;
   std::vector<detail::BlockQ8A> xq;
+  const float* built_from = nullptr;
+  uint64_t built_column = 0;  // bytes of a quantized column (offsets depend on it); 0 for the float formats
+  std::vector<float> built_x;
+  detail::SparseX built;
 };
 
 detail::SparseX build_x(const SparseWeight& w, const float* x, Scratch& s) {
-  detail::SparseX sx;
   const int64_t k = w.k;
-  if (floating(w.dtype)) {
+  const bool quant = quantized(w.dtype);
+  const uint64_t column = !quant ? 0 : w.dtype == DType::Q8_0 ? kSparseRows : kSparseRows / 2;
+  if (s.built_from == x && s.built_column == column && static_cast<int64_t>(s.built_x.size()) == k &&
+      std::memcmp(s.built_x.data(), x, sizeof(float) * static_cast<size_t>(k)) == 0)
+    return s.built;
+  detail::SparseX sx;
+  if (!quant) {
     s.idx.resize(static_cast<size_t>(k));
     s.val.resize(static_cast<size_t>(k));
     int64_t m = 0;
-    for (int64_t c = 0; c < k; ++c)
-      if (x[c] != 0.0f) {
-        s.idx[static_cast<size_t>(m)] = static_cast<int32_t>(c);
-        s.val[static_cast<size_t>(m++)] = x[c];
-      }
+    for (int64_t c = 0; c < k; ++c) {
+      // branch-free compaction: always write, advance only past a nonzero
+      s.idx[static_cast<size_t>(m)] = static_cast<int32_t>(c);
+      s.val[static_cast<size_t>(m)] = x[c];
+      m += x[c] != 0.0f;
+    }
     sx.idx = s.idx.data();
     sx.val = s.val.data();
     sx.nnz = m;
-    return sx;
-  }
-  const int64_t kb = k / kBlock;
-  s.xq.resize(static_cast<size_t>(kb));
-  (active_isa() >= Isa::AVX2 ? detail::quantize_act_avx2 : detail::quantize_act_scalar)(x, s.xq.data(), k);
-  s.blocks.clear();
-  s.group_begin.clear();
-  s.group_x.clear();
-  s.group_ch.clear();
-  s.xd.clear();
-  s.xs.clear();
-  for (int64_t b = 0; b < kb; ++b) {
-    const detail::BlockQ8A& q = s.xq[static_cast<size_t>(b)];
-    uint8_t ch[kBlock];
-    int cnt = 0;
-    for (int c = 0; c < kBlock; ++c)
-      if (q.qs[c] != 0) ch[cnt++] = static_cast<uint8_t>(c);
-    if (cnt == 0) continue;  // the whole block of weights is skipped
-    s.blocks.push_back(static_cast<int32_t>(b));
-    s.group_begin.push_back(static_cast<int32_t>(s.group_x.size()));
-    s.xd.push_back(q.d);
-    s.xs.push_back(q.s);
-    for (int g = 0; g < cnt; g += 4) {
+  } else {
+    const int64_t kb = k / kBlock;
+    const auto kbs = static_cast<size_t>(kb);
+    s.xq.resize(kbs);
+    (active_isa() >= Isa::AVX2 ? detail::quantize_act_avx2 : detail::quantize_act_scalar)(x, s.xq.data(), k);
+    s.blocks.resize(kbs);
+    s.group_begin.resize(kbs + 1);
+    s.xd.resize(kbs);
+    s.xs.resize(kbs);
+    s.xq_sum.resize(kbs);
+    s.group_x.resize(kbs * kBlock / 4);
+    s.group_off.resize(kbs * kBlock);
+    int64_t nb = 0, ng = 0;
+    for (int64_t b = 0; b < kb; ++b) {
+      const detail::BlockQ8A& q = s.xq[static_cast<size_t>(b)];
+      uint32_t mask = nonzero_mask32(q.qs);
+      if (mask == 0) continue;  // the whole block of weights is skipped
+      const auto bs = static_cast<size_t>(nb++);
+      s.blocks[bs] = static_cast<int32_t>(b);
+      s.group_begin[bs] = static_cast<int32_t>(ng);
+      s.xd[bs] = q.d;
+      s.xs[bs] = q.s;
+      int32_t sum = 0;
+      for (int c = 0; c < kBlock; ++c) sum += q.qs[c];
+      s.xq_sum[bs] = sum;
+      uint16_t* ch = s.group_off.data() + 4 * ng;
+      int32_t* gx = s.group_x.data() + ng;
+      int j = 0;
       uint32_t packed = 0;
-      for (int j = 0; j < 4; ++j) {
-        const bool real = g + j < cnt;
-        const uint8_t c = real ? ch[g + j] : ch[g];  // padding reads a real column against x = 0
-        s.group_ch.push_back(c);
-        if (real) packed |= static_cast<uint32_t>(static_cast<uint8_t>(q.qs[c])) << (8 * j);
+      for (; mask != 0; mask &= mask - 1, ++j) {
+        const int c = std::countr_zero(mask);
+        ch[j] = static_cast<uint16_t>(static_cast<uint64_t>(c) * column);
+        packed |= static_cast<uint32_t>(static_cast<uint8_t>(q.qs[c])) << (8 * (j & 3));
+        if ((j & 3) == 3) {
+          gx[j >> 2] = static_cast<int32_t>(packed);
+          packed = 0;
+        }
       }
-      s.group_x.push_back(static_cast<int32_t>(packed));
+      if ((j & 3) != 0) {
+        gx[j >> 2] = static_cast<int32_t>(packed);
+        // padding reads a real column (the group's first, already in cache) against x = 0
+        for (int p = j; (p & 3) != 0; ++p) ch[p] = ch[j & ~3];
+      }
+      ng += (j + 3) / 4;
     }
+    s.group_begin[static_cast<size_t>(nb)] = static_cast<int32_t>(ng);
+    sx.blocks = s.blocks.data();
+    sx.group_begin = s.group_begin.data();
+    sx.group_off = s.group_off.data();
+    sx.group_x = s.group_x.data();
+    sx.xd = s.xd.data();
+    sx.xs = s.xs.data();
+    sx.xq_sum = s.xq_sum.data();
+    sx.n_blocks = nb;
   }
-  s.group_begin.push_back(static_cast<int32_t>(s.group_x.size()));
-  sx.blocks = s.blocks.data();
-  sx.group_begin = s.group_begin.data();
-  sx.group_ch = s.group_ch.data();
-  sx.group_x = s.group_x.data();
-  sx.xd = s.xd.data();
-  sx.xs = s.xs.data();
-  sx.n_blocks = static_cast<int64_t>(s.blocks.size());
+  s.built_from = x;
+  s.built_column = column;
+  s.built_x.assign(x, x + k);
+  s.built = sx;
   return sx;
 }
 

@@ -9,17 +9,20 @@
 // zero channel skips its 32 (or 16, 4-bit) bytes and a chunk of rows reads one stream:
 //   float formats: tile (r) = [K channels][32 rows] in the weight's own dtype (f32, f16 or bf16);
 //   q8_0 / q4_0 / q4_1: tile (r, b) per 32-row chunk r and 32-channel block b: the 32 rows' scales (and q4_1's mins)
-//     of block b as fp16, then per channel of the block its 32 rows' quants: q8_0 32 signed bytes, q4 16 bytes (byte j:
-//     row j in the low nibble, row j + 16 in the high one). The values are the file's, unchanged: the quantization
-//     blocks still run along K, and the kernel applies each (row, block) scale to the block's integer sum as the dense
-//     kernel does, so the result equals the dense kernel's on the same (thresholded, 8-bit quantized) x up to float
-//     summation order.
+//     of block b as fp16, then per channel of the block its 32 rows' quants: q8_0 32 bytes w + 128 (w ^ 0x80: unsigned
+//     for vpdpbusd), q4 16 bytes (byte j: row j in the low nibble, row j + 16 in the high one). The values are the
+//     file's (q8_0's up to that offset): the quantization blocks still run along K, and the kernel applies each (row,
+//     block) scale to the block's integer sum as the dense kernel does, so the result equals the dense kernel's on the
+//     same (thresholded, 8-bit quantized) x up to float summation order.
 // The AVX2 / AVX-512 kernels take the nonzero channels of a block four at a time, transpose their 32 rows into
 // 4-byte (row, 4 channels) lanes and use the dense kernels' vpmaddubsw / vpdpbusd dot products against the 4 matching
 // activation bytes. CPUs without AVX2 run the dense kernels (the pass's MATMUL_SPARSE then gains nothing there).
 // Tried and measured worse end to end (docs/TEAL.md): 64-row tiles with 512-bit vpdpbusd and q4 quants a byte each
 // (faster with the weights in cache, but the doubled bytes lost in a real decode step); nibble pairs (c, c + 16) in
-// 64-row tiles (a shift and mask per channel: slower than the dense kernel even in cache).
+// 64-row tiles (a shift and mask per channel: slower than the dense kernel even in cache); one channel a 64-byte line
+// (q4 128-row, q8_0 64-row tiles, so a zero channel skips a whole line: 60% of q4_1's bytes read at 50%), 0.81x of
+// this layout end to end, because reading a random half of the lines is slower than streaming all of them on the
+// machine measured (the stream prefetchers set the pace; software prefetch did not help).
 #pragma once
 
 #include <cstdint>
@@ -86,10 +89,11 @@ struct SparseX {
   // quantized
   const int32_t* blocks = nullptr;       // nonzero blocks
   const int32_t* group_begin = nullptr;  // per nonzero block: its first group (and one past the last block)
-  const uint8_t* group_ch = nullptr;     // [groups][4] channel offsets in the block
+  const uint16_t* group_off = nullptr;   // [groups][4] byte offsets of the channels' columns in the tile's quants
   const int32_t* group_x = nullptr;      // [groups] the 4 int8 activations as one int32
   const float* xd = nullptr;             // per nonzero block: activation scale d
   const float* xs = nullptr;             // per nonzero block: d * sum(q)
+  const int32_t* xq_sum = nullptr;       // per nonzero block: sum(q) (q8_0's w + 128 correction)
   int64_t n_blocks = 0;
 };
 using SparseKernel = void (*)(const SparseWeight& w, const SparseX& x, float* y, int64_t c0, int64_t c1);

@@ -67,22 +67,37 @@ void float_chunks(const SparseWeight& w, const SparseX& x, float* y, int64_t c0,
 
 enum class QFmt { Q8_0, Q4_0, Q4_1 };
 
-// One channel's 32 rows as bytes in row order: q8_0 signed, q4 unsigned 0..15.
+// With VNNI, a q4 column's high nibbles (rows 16..31) stay in place, scaled by 16: vpdpbusd takes unsigned bytes up
+// to 255, so 16 q (<= 240) times an int8 x sums exactly in 32 bits, and the block's float scale for those rows is
+// divided by 16 instead (kHighScale). That saves the shift and a mask per channel. vpmaddubsw sums two such products
+// in 16 bits (2 * 240 * 127 > 32767: it would saturate), so the AVX2 path shifts. Likewise q8_0's copy holds w + 128:
+// VNNI multiplies it unsigned and subtracts 128 sum(x) per block, where AVX2 restores w and uses vpsignb / vpabsb.
+constexpr bool kHighScale = TESSERA_SPARSE_VNNI != 0;
+
+// One channel's 32 rows (its column at byte offset `offset` of the tile's quants) as bytes in row order: q8_0 signed,
+// q4 unsigned 0..15 (kHighScale: rows 16..31 times 16).
 template <QFmt F>
-inline __m256i load_channel(const uint8_t* qs, int c) {
+inline __m256i load_channel(const uint8_t* qs, uint16_t offset) {
   if constexpr (F == QFmt::Q8_0) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + offset));
+    // stored as w + 128 (matmul_sparse.h): VNNI multiplies that as unsigned; AVX2 needs w back for vpsignb
+    return kHighScale ? v : _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80)));
   } else {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16 * c));
-    const __m128i m4 = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + offset));
+    if constexpr (kHighScale) {
+      const __m256i m = _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(0xF0)), _mm_set1_epi8(0x0F));
+      return _mm256_and_si256(_mm256_broadcastsi128_si256(v), m);
+    } else {
+      const __m128i m4 = _mm_set1_epi8(0x0F);
+      return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+    }
   }
 }
 
 // acc += per 32-bit lane (one row) the dot product of its 4 weight bytes with the 4 activation bytes in xv.
 template <QFmt F>
 inline __m256i dot4(__m256i acc, __m256i wq, __m256i xv) {
-  if constexpr (F == QFmt::Q8_0) {
+  if constexpr (F == QFmt::Q8_0 && !kHighScale) {
     // signed weights: |w| times x with w's sign, as the dense q8_0 kernel does
     const __m256i ax = _mm256_sign_epi8(xv, wq);
     wq = _mm256_abs_epi8(wq);
@@ -110,7 +125,7 @@ void quant_chunks(const SparseWeight& w, const SparseX& x, float* y, int64_t c0,
       __m256i is[4];
       for (int i = 0; i < 4; ++i) is[i] = _mm256_setzero_si256();
       for (int32_t g = x.group_begin[bi]; g < x.group_begin[bi + 1]; ++g) {
-        const uint8_t* ch = x.group_ch + 4 * g;
+        const uint16_t* ch = x.group_off + 4 * g;
         const __m256i w0 = load_channel<F>(qs, ch[0]), w1 = load_channel<F>(qs, ch[1]);
         const __m256i w2 = load_channel<F>(qs, ch[2]), w3 = load_channel<F>(qs, ch[3]);
         // (row, 4 channels) lanes: t[i] holds rows 4i..4i+3 and 16+4i..16+4i+3 (sparse_lane_row)
@@ -123,7 +138,15 @@ void quant_chunks(const SparseWeight& w, const SparseX& x, float* y, int64_t c0,
         is[3] = dot4<F>(is[3], _mm256_unpackhi_epi16(b, d), xv);
       }
       const auto* dh = reinterpret_cast<const uint16_t*>(tile);
-      const __m256 xd = _mm256_set1_ps(x.xd[bi]);
+      // the activation scale per lane; kHighScale's q4 high halves (rows 16 + 4i..) carry 16 q
+      const __m256 xd = F != QFmt::Q8_0 && kHighScale
+                            ? _mm256_set_m128(_mm_set1_ps(x.xd[bi] * 0.0625f), _mm_set1_ps(x.xd[bi]))
+                            : _mm256_set1_ps(x.xd[bi]);
+      if constexpr (F == QFmt::Q8_0 && kHighScale) {
+        // sum (w + 128) x - 128 sum x = sum w x, exact in 32 bits
+        const __m256i off = _mm256_set1_epi32(128 * x.xq_sum[bi]);
+        for (int i = 0; i < 4; ++i) is[i] = _mm256_sub_epi32(is[i], off);
+      }
       for (int i = 0; i < 4; ++i) {
         const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dh + 8 * i)));
         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[i]), _mm256_mul_ps(dv, xd), acc[i]);
