@@ -100,7 +100,7 @@ __attribute__((target("avx2,fma"))) void lut_tables(const BlockQ8Act* x, int64_t
 }
 
 __attribute__((target("avx2,fma"))) void lut_gemv_avx2(const LutWeight& w, const BlockQ8Act* x, const uint8_t* tab,
-                                                         float* y) {
+                                                       float* y) {
   constexpr int R = 32;
   const int64_t pps = w.k / 4, kb = w.k / 256;
   const __m256i nib = _mm256_set1_epi8(0x0F);
@@ -145,8 +145,8 @@ __attribute__((target("avx2,fma"))) void lut_gemv_avx2(const LutWeight& w, const
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void lut_gemv_avx512(const LutWeight& w,
-                                                                                  const BlockQ8Act* x,
-                                                                                  const uint8_t* tab, float* y) {
+                                                                                   const BlockQ8Act* x,
+                                                                                   const uint8_t* tab, float* y) {
   constexpr int R = 64;
   const int64_t pps = w.k / 4, kb = w.k / 256;
   const __m512i nib = _mm512_set1_epi8(0x0F);
@@ -243,15 +243,16 @@ void bm_lut(benchmark::State& state, int64_t n, int64_t k, cpu::Isa isa, int imp
 }
 
 int register_lut() {
-  const int64_t shapes[][2] = {{576, 1536}, {576, 768}, {192, 768}, {1536, 768}, {2048, 2048}, {8192, 2048},
-                               {2048, 8192}, {4096, 4096}, {14336, 4096}, {4096, 14336}};
+  const int64_t shapes[][2] = {{576, 1536},  {576, 768},   {192, 768},   {1536, 768},   {2048, 2048},
+                               {8192, 2048}, {2048, 8192}, {4096, 4096}, {14336, 4096}, {4096, 14336}};
   for (const auto& s : shapes) {
     for (cpu::Isa isa : {cpu::Isa::AVX2, cpu::Isa::AVX512_VNNI}) {
       for (int impl : {0, 1}) {
-        const std::string name = fmt::format("ternary_lut/{}/{}/{}x{}", impl == 0 ? "tessera" : "lut",
-                                             cpu::isa_name(isa), s[0], s[1]);
-        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { bm_lut(st, s[0], s[1], isa, impl); })
-            ->Unit(benchmark::kMicrosecond);
+        const std::string name =
+            fmt::format("ternary_lut/{}/{}/{}x{}", impl == 0 ? "tessera" : "lut", cpu::isa_name(isa), s[0], s[1]);
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+          bm_lut(st, s[0], s[1], isa, impl);
+        })->Unit(benchmark::kMicrosecond);
       }
     }
   }
