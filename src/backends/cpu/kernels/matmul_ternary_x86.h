@@ -15,8 +15,11 @@
 // was measured on AVX2 and lost, as its two extra instructions per register suggest: `tessera bench -m
 // tiny-tq2_0.gguf -p 128 -n 32 -t 1 -r 3 --cpu-isa avx2` on a random TinyLlama-shaped 4-layer tq2_0 file, three
 // alternating rounds on a busy machine, codes vs signs: pp128 164 / 143 / 150 vs 117 / 135 / 137 tok/s, tg32 86 / 84
-// / 84 vs 64 / 73 / 78 tok/s (it also cannot read tq2_0's unused code 3). Lookup tables (T-MAC, TL2) need a layout of
-// their own and are not done.
+// / 84 vs 64 / 73 / 78 tok/s (it also cannot read tq2_0's unused code 3). Lookup tables (T-MAC / bitnet.cpp TL: a
+// 16-entry int16 table per pair of activations, looked up by vpshufb with 4-bit weight indices) were measured too and
+// lost at every shape on AVX2 and AVX-512 (1.2-2.3x slower at one thread): a 2-bit code feeds vpdpbusd directly,
+// while a lookup needs two vpshufb and two unpacks back to int16 per 2 weights and row. That kernel lives in
+// bench/bench_ternary_lut.cpp and its figures in docs/PERFORMANCE.md "Ternary (CPU)".
 //
 // Decode GEMV against q4_1's kernel (tessera_bench_kernels, AVX-512 VNNI, one thread, median of 5, CPU time of a
 // machine shared by six builds, load ~11 on 2 cores; "cold" cycles 128 MiB of weight copies, "warm" reuses one):
@@ -27,7 +30,8 @@
 //   2048 x 8192     667 / 278 us       382 / 163 us        1.75x / 1.71x
 // tq1_0 (the same kernel after its repack) is within noise of tq2_0. The weights are 2.4x fewer bytes than q4_1's, so
 // cold shapes gain less than that; warm ones are bound by the unpack and the 8 dot instructions per 32 weights that
-// both formats share. SmolLM2's 576 x 576 and 1536 x 576 have rows of 576, which no ternary file holds.
+// both formats share. SmolLM2's 576 x 576 and 1536 x 576 have rows of 576, which no ternary file holds. Later figures
+// (SmolLM2's shapes padded, the 8B shapes, decode passes of 32 rows): docs/PERFORMANCE.md "Ternary (CPU)".
 #pragma once
 
 #include "backends/cpu/kernels/matmul_kquant_x86.h"
