@@ -127,7 +127,8 @@ class File {
   std::optional<std::vector<std::string_view>> get_string_array(std::string_view key) const;
   std::optional<std::vector<double>> get_number_array(std::string_view key) const;  // scalar arrays
 
-  // In file order; shape row-major (ne reversed), offset absolute in the file, data inside the buffer.
+  // In file order; shape row-major (ne reversed), offset absolute in the file, data inside the buffer (but bitnet.cpp's
+  // I2_S tensors, ggml type 36, are converted at load to TQ2_0 or F32 (quant/i2s.h): their data is the File's own).
   const std::vector<TensorView>& tensors() const { return tensors_; }
   const TensorView* find_tensor(std::string_view name) const;
 
@@ -143,6 +144,8 @@ class File {
   std::unordered_map<std::string_view, size_t> kv_index_;
   std::vector<TensorView> tensors_;
   std::unordered_map<std::string_view, size_t> tensor_index_;
+  // Tensors converted at load (bitnet.cpp's I2_S, quant/i2s.h) point here instead of into the file.
+  std::vector<std::shared_ptr<const std::vector<uint8_t>>> converted_;
   friend class Parser;
 };
 

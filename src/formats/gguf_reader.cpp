@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "formats/gguf_internal.h"
+#include "quant/i2s.h"
 
 namespace tessera::gguf {
 
@@ -30,6 +31,7 @@ class Parser {
     read_alignment();
     read_tensor_infos();
     place_tensors();
+    convert_i2s();
   }
 
  private:
@@ -250,17 +252,25 @@ class Parser {
           error("element count of the shape overflows int64");
       }
       auto type_id = read<uint32_t>("ggml type");
-      const DTypeInfo* info = dtype_info(type_id);
+      const bool i2s = type_id == kGgmlTypeI2S;
+      const DTypeInfo* info = i2s ? &dtype_info(DType::F32) : dtype_info(type_id);  // I2_S: typed in convert_i2s()
       if (info == nullptr) error(fmt::format("unknown ggml type id {}", type_id));
       auto rel = read<uint64_t>("data offset");
-      std::optional<uint64_t> row = dtype_row_bytes(info->type, ne[0]);
-      if (!row) {
-        error(fmt::format("innermost dimension {} is not a multiple of the {} block size {}", ne[0], info->name,
-                          info->block_size));
+      uint64_t nbytes = 0;
+      if (i2s) {
+        if (ne[0] % kI2SBlock != 0) error(fmt::format("i2_s rows of {} are not whole blocks of 128", ne[0]));
+        nbytes = i2s_bytes(numel);
+        i2s_.push_back(f_.tensors_.size());
+      } else {
+        std::optional<uint64_t> row = dtype_row_bytes(info->type, ne[0]);
+        if (!row) {
+          error(fmt::format("innermost dimension {} is not a multiple of the {} block size {}", ne[0], info->name,
+                            info->block_size));
+        }
+        nbytes = *row;
+        for (uint32_t d = 1; d < n_dims; ++d)
+          if (__builtin_mul_overflow(nbytes, ne[d], &nbytes)) error("byte size of the shape overflows uint64");
       }
-      uint64_t nbytes = *row;
-      for (uint32_t d = 1; d < n_dims; ++d)
-        if (__builtin_mul_overflow(nbytes, ne[d], &nbytes)) error("byte size of the shape overflows uint64");
       if (rel % f_.alignment_ != 0)
         error(fmt::format("data offset {} is not a multiple of the alignment {}", rel, f_.alignment_));
       TensorView t;
@@ -308,8 +318,23 @@ class Parser {
     name_ = {};
   }
 
+  // bitnet.cpp's I2_S tensors (quant/i2s.h) become TQ2_0 (or F32 where TQ2_0 cannot hold them exactly), in memory
+  // the File owns, so the rest of Tessera sees only its own dtypes.
+  void convert_i2s() {
+    for (size_t k : i2s_) {
+      TensorView& t = f_.tensors_[k];
+      const int64_t cols = t.shape.back();
+      auto buf = std::make_shared<std::vector<uint8_t>>();
+      t.dtype = i2s_convert(t.data, t.numel() / cols, cols, *buf);
+      t.data = buf->data();
+      t.nbytes = buf->size();
+      f_.converted_.push_back(std::move(buf));
+    }
+  }
+
   uint64_t kv_count_ = 0;
   uint64_t tensor_count_ = 0;
+  std::vector<size_t> i2s_;  // indices of the I2_S tensors
 };
 
 File File::parse(const uint8_t* data, size_t size, const std::string& name) {

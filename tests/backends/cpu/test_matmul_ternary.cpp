@@ -130,7 +130,8 @@ TEST(MatmulTernary, MatchesReferenceOnEveryIsa) {
 TEST(MatmulTernary, RawFileBlocksMatchReference) {
   TESSERA_SEEDED_RNG(rng);
   for (DType dtype : {DType::TQ2_0, DType::TQ1_0}) {
-    for (auto [t, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 17, 512}, {9, 40, 256}}) {
+    for (auto [t, n, k] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 17, 512}, {9, 40, 256}, {1, 96, 512}}) {
       const Problem p = make_problem(dtype, t, n, k, raw_blocks(rng, dtype, n, k),
                                      test::random_floats(rng, static_cast<size_t>(t * k)));
       check_everywhere(p, fmt::format("raw {} t={} n={} k={}", dtype_name(dtype), t, n, k));
@@ -141,24 +142,26 @@ TEST(MatmulTernary, RawFileBlocksMatchReference) {
 
 // The largest sums the kernels meet: every code 3 (tq2_0 bytes 0xFF) or 2 (+1 everywhere) against activations of
 // +-127 in every lane. An int16 partial sum that saturated (vpmaddubsw without VNNI) would be off by thousands.
+// One token (t = 1, 48 rows) also goes through AVX-512's 32-row decode pass.
 TEST(MatmulTernary, ExtremeCodesDoNotOverflow) {
-  const int64_t n = 16, k = 512, t = 2;
-  std::vector<float> x(static_cast<size_t>(t * k), 1.0f);  // int8 127
-  std::fill(x.begin() + k, x.end(), -1.0f);
-  for (DType dtype : {DType::TQ2_0, DType::TQ1_0}) {
-    const uint64_t row_bytes = *dtype_row_bytes(dtype, static_cast<uint64_t>(k));
-    std::vector<uint8_t> w(row_bytes * n);
-    if (dtype == DType::TQ2_0) {
-      std::fill(w.begin(), w.end(), 0xFF);
-      const uint16_t d = f32_to_fp16(1.0f);
-      for (size_t b = 0; b < w.size(); b += 66) std::memcpy(&w[b + 64], &d, 2);
-    } else {
-      const std::vector<float> ones(static_cast<size_t>(n * k), 1.0f);
-      quantize_row(dtype, ones.data(), w.data(), n * k);
+  const int64_t n = 48, k = 512;
+  for (int64_t t : {1, 2})
+    for (DType dtype : {DType::TQ2_0, DType::TQ1_0}) {
+      std::vector<float> x(static_cast<size_t>(t * k), 1.0f);  // int8 127
+      std::fill(x.begin() + (t - 1) * k, x.end(), -1.0f);
+      const uint64_t row_bytes = *dtype_row_bytes(dtype, static_cast<uint64_t>(k));
+      std::vector<uint8_t> w(row_bytes * n);
+      if (dtype == DType::TQ2_0) {
+        std::fill(w.begin(), w.end(), 0xFF);
+        const uint16_t d = f32_to_fp16(1.0f);
+        for (size_t b = 0; b < w.size(); b += 66) std::memcpy(&w[b + 64], &d, 2);
+      } else {
+        const std::vector<float> ones(static_cast<size_t>(n * k), 1.0f);
+        quantize_row(dtype, ones.data(), w.data(), n * k);
+      }
+      const Problem p = make_problem(dtype, t, n, k, w, x);
+      check_everywhere(p, fmt::format("extreme {} t={}", dtype_name(dtype), t));
     }
-    const Problem p = make_problem(dtype, t, n, k, w, x);
-    check_everywhere(p, fmt::format("extreme {}", dtype_name(dtype)));
-  }
 }
 
 // tq1_0 and tq2_0 of the same ternary weights repack to the same codes: the kernels give identical outputs.

@@ -15,8 +15,11 @@
 // was measured on AVX2 and lost, as its two extra instructions per register suggest: `tessera bench -m
 // tiny-tq2_0.gguf -p 128 -n 32 -t 1 -r 3 --cpu-isa avx2` on a random TinyLlama-shaped 4-layer tq2_0 file, three
 // alternating rounds on a busy machine, codes vs signs: pp128 164 / 143 / 150 vs 117 / 135 / 137 tok/s, tg32 86 / 84
-// / 84 vs 64 / 73 / 78 tok/s (it also cannot read tq2_0's unused code 3). Lookup tables (T-MAC, TL2) need a layout of
-// their own and are not done.
+// / 84 vs 64 / 73 / 78 tok/s (it also cannot read tq2_0's unused code 3). Lookup tables (T-MAC / bitnet.cpp TL: a
+// 16-entry int16 table per pair of activations, looked up by vpshufb with 4-bit weight indices) were measured too and
+// lost at every shape on AVX2 and AVX-512 (1.2-2.3x slower at one thread): a 2-bit code feeds vpdpbusd directly,
+// while a lookup needs two vpshufb and two unpacks back to int16 per 2 weights and row. That kernel lives in
+// bench/bench_ternary_lut.cpp and its figures in docs/PERFORMANCE.md "Ternary (CPU)".
 //
 // Decode GEMV against q4_1's kernel (tessera_bench_kernels, AVX-512 VNNI, one thread, median of 5, CPU time of a
 // machine shared by six builds, load ~11 on 2 cores; "cold" cycles 128 MiB of weight copies, "warm" reuses one):
@@ -27,7 +30,8 @@
 //   2048 x 8192     667 / 278 us       382 / 163 us        1.75x / 1.71x
 // tq1_0 (the same kernel after its repack) is within noise of tq2_0. The weights are 2.4x fewer bytes than q4_1's, so
 // cold shapes gain less than that; warm ones are bound by the unpack and the 8 dot instructions per 32 weights that
-// both formats share. SmolLM2's 576 x 576 and 1536 x 576 have rows of 576, which no ternary file holds.
+// both formats share. SmolLM2's 576 x 576 and 1536 x 576 have rows of 576, which no ternary file holds. Later figures
+// (SmolLM2's shapes padded, the 8B shapes, decode passes of 32 rows): docs/PERFORMANCE.md "Ternary (CPU)".
 #pragma once
 
 #include "backends/cpu/kernels/matmul_kquant_x86.h"
@@ -109,9 +113,55 @@ void tq_remainder(const BlockTQx8* w0, const BlockTQx8* w1, int64_t kb, const Bl
   }
 }
 
+#if TESSERA_KQ_WIDTH == 512
+// Decode (one token) on AVX-512: two passes' rows (32) at once, so the 8 activation broadcasts of a sub-block serve
+// twice the weights and the two passes' dot chains interleave (32 zmm hold 8 broadcasts, 8 codes, 2 x 2 sums).
+void tq_gemv32(const BlockTQx8* w0, const BlockTQx8* w1, const BlockTQx8* w2, const BlockTQx8* w3, int64_t kb,
+               const BlockQ8A* x, float* y) {
+  vf acc0 = zero_f(), acc1 = zero_f();
+  for (int64_t sb = 0; sb < kb / 8; ++sb) {
+    vf part0 = zero_f(), part1 = zero_f();
+    float xs = 0.0f;
+    for (int j = 0; j < 8; ++j) {
+      const BlockQ8A& xb = x[8 * sb + j];
+      vi xv[8];
+      for (int c = 0; c < 8; ++c) xv[c] = bcast4(xb.qs + 4 * c);
+      vi q[8];
+      tq_unpack(w0[sb], w1[sb], j, q);
+      vi s0 = dpbusd(zero_i(), q[0], xv[0]), s1 = dpbusd(zero_i(), q[1], xv[1]);
+      for (int c = 2; c < 8; c += 2) {
+        s0 = dpbusd(s0, q[c], xv[c]);
+        s1 = dpbusd(s1, q[c + 1], xv[c + 1]);
+      }
+      tq_unpack(w2[sb], w3[sb], j, q);
+      vi t0 = dpbusd(zero_i(), q[0], xv[0]), t1 = dpbusd(zero_i(), q[1], xv[1]);
+      for (int c = 2; c < 8; c += 2) {
+        t0 = dpbusd(t0, q[c], xv[c]);
+        t1 = dpbusd(t1, q[c + 1], xv[c + 1]);
+      }
+      part0 = fmadd(cvt(add32(s0, s1)), setf(xb.d), part0);
+      part1 = fmadd(cvt(add32(t0, t1)), setf(xb.d), part1);
+      xs += xb.s;
+    }
+    acc0 = fmadd(ld_half(w0[sb].d, w1[sb].d), fnmadd(setf(1.0f), setf(xs), part0), acc0);
+    acc1 = fmadd(ld_half(w2[sb].d, w3[sb].d), fnmadd(setf(1.0f), setf(xs), part1), acc1);
+  }
+  store_rows(y, acc0, kLanes);
+  store_rows(y + kLanes, acc1, kLanes);
+}
+#endif
+
 void tq_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
   const int64_t n = a.w->n, kb = a.w->k / kBlock, sbs = a.w->k / 256;
   const auto* w = static_cast<const BlockTQx8*>(a.w->packed);
+#if TESSERA_KQ_WIDTH == 512
+  if (a.t == 1) {
+    for (; r1 - r0 >= 2 * kLanes; r0 += 2 * kLanes) {
+      const BlockTQx8* g = w + (r0 / kGroup) * sbs;
+      tq_gemv32(g, g + sbs, g + 2 * sbs, g + 3 * sbs, kb, a.xq, a.y + r0);
+    }
+  }
+#endif
   for (int64_t row = r0; row < r1; row += kLanes) {
     const int valid = static_cast<int>(r1 - row < kLanes ? r1 - row : kLanes);
     const BlockTQx8* w0 = w + (row / kGroup) * sbs;
