@@ -189,6 +189,21 @@ TEST(QuantizeApi, RequantizingNeedsTheFlag) {
 
 // Hugging Face input: the same file as quantizing the lossless GGUF written from it, and a model whose logits match
 // the safetensors model's (so the q/k rows are permuted as GGUF's rope expects).
+// The two models' logits over `ids` in sessions of `so` agree within 1e-4 of their scale (the same f32 weights read
+// from two files: only float rounding of derived tables, such as rope's, may differ).
+void expect_same_logits(const Model& a, const Model& b, const std::vector<int32_t>& ids, const SessionOptions& so,
+                        const std::string& what) {
+  Session sa(a, so), sb(b, so);
+  const std::vector<float> la = sa.eval_all_logits(ids), lb = sb.eval_all_logits(ids);
+  ASSERT_EQ(la.size(), lb.size()) << what;
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < la.size(); ++i) {
+    max_diff = std::max(max_diff, std::fabs(double(la[i]) - lb[i]));
+    max_ref = std::max(max_ref, std::fabs(double(la[i])));
+  }
+  EXPECT_LT(max_diff, 1e-4 * std::max(1.0, max_ref)) << what << ": max |logit difference| " << max_diff;
+}
+
 TEST(QuantizeApi, HuggingFaceInputEqualsItsGgufAndKeepsTheLogits) {
   const std::string hf = test::data_path("hf/tiny-llama3-f32");
   const std::string f32 = temp_path("hf-f32.gguf"), direct = temp_path("hf-q8.gguf"), via = temp_path("hf-q8b.gguf");
@@ -199,17 +214,8 @@ TEST(QuantizeApi, HuggingFaceInputEqualsItsGgufAndKeepsTheLogits) {
 
   const ModelOptions mo{.load_tokenizer = false};
   Model a = Model::load(hf, mo), b = Model::load(f32, mo);
-  Session sa(a), sb(b);
-  const std::vector<int32_t> ids = {1, 5, 9, 2, 7, 3, 11, 4};
-  const std::vector<float> la = sa.eval_all_logits(ids), lb = sb.eval_all_logits(ids);
-  ASSERT_EQ(la.size(), lb.size());
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < la.size(); ++i) {
-    max_diff = std::max(max_diff, std::fabs(double(la[i]) - lb[i]));
-    max_ref = std::max(max_ref, std::fabs(double(la[i])));
-  }
   // Same f32 weights, same math: only the rope table's float rounding (rope_freqs vs computed) may differ.
-  EXPECT_LT(max_diff, 1e-4 * std::max(1.0, max_ref)) << "max |logit difference| " << max_diff;
+  expect_same_logits(a, b, {1, 5, 9, 2, 7, 3, 11, 4}, {}, "tiny-llama3-f32");
 }
 
 // The families beyond Llama from Hugging Face files to GGUF and back (q/k rows reordered for llama only, as
@@ -228,16 +234,7 @@ TEST_P(QuantizeFromHf, SurvivesTheConversion) {
   for (int64_t n_ctx : {8, 32}) {
     SessionOptions so;
     so.n_ctx = n_ctx;
-    Session sa(a, so), sb(b, so);
-    const std::vector<int32_t> ids = {1, 5, 9, 2, 7, 3};
-    const std::vector<float> la = sa.eval_all_logits(ids), lb = sb.eval_all_logits(ids);
-    ASSERT_EQ(la.size(), lb.size());
-    double max_diff = 0, max_ref = 0;
-    for (size_t i = 0; i < la.size(); ++i) {
-      max_diff = std::max(max_diff, std::fabs(double(la[i]) - lb[i]));
-      max_ref = std::max(max_ref, std::fabs(double(la[i])));
-    }
-    EXPECT_LT(max_diff, 1e-4 * std::max(1.0, max_ref)) << "n_ctx " << n_ctx << ": max |logit difference| " << max_diff;
+    expect_same_logits(a, b, {1, 5, 9, 2, 7, 3}, so, "n_ctx " + std::to_string(n_ctx));
   }
 }
 
@@ -276,16 +273,7 @@ TEST(QuantizeApi, Gemma3FromHuggingFace) {
   Model a = Model::load(dir.string(), mo), b = Model::load(gguf, mo);
   SessionOptions so;
   so.n_ctx = 32;
-  Session sa(a, so), sb(b, so);
-  const std::vector<int32_t> ids = {1, 5, 9, 2, 7, 3, 11, 4, 6, 8};  // past the window of 4
-  const std::vector<float> la = sa.eval_all_logits(ids), lb = sb.eval_all_logits(ids);
-  ASSERT_EQ(la.size(), lb.size());
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < la.size(); ++i) {
-    max_diff = std::max(max_diff, std::fabs(double(la[i]) - lb[i]));
-    max_ref = std::max(max_ref, std::fabs(double(la[i])));
-  }
-  EXPECT_LT(max_diff, 1e-4 * std::max(1.0, max_ref)) << "max |logit difference| " << max_diff;
+  expect_same_logits(a, b, {1, 5, 9, 2, 7, 3, 11, 4, 6, 8}, so, "gemma3 past its window of 4");
 }
 
 // ---- the command
