@@ -103,9 +103,12 @@ std::vector<int32_t> random_ids(int64_t n, int64_t n_vocab, uint32_t seed) {
 }
 
 // One warm-up run (weights paged in, plans compiled, caches warm), then `repeats` timed runs.
-std::vector<double> time_runs(int repeats, const std::function<void()>& run) {
+// `setup` (untimed) runs before each run, the warm-up's included.
+std::vector<double> time_runs(int repeats, const std::function<void()>& run,
+                              const std::function<void()>& setup = nullptr) {
   std::vector<double> s;
   for (int r = -1; r < repeats; ++r) {
+    if (setup) setup();
     const auto t0 = std::chrono::steady_clock::now();
     run();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -233,43 +236,56 @@ int run(BenchFlags& f) {
     const std::vector<int32_t> ids = random_ids(f.n_gen * b, n_vocab, 4321);
     std::vector<int32_t> seqs(static_cast<size_t>(b));
     for (int64_t s = 0; s < b; ++s) seqs[static_cast<size_t>(s)] = static_cast<int32_t>(s);
-    if (f.depth > 0) {  // the depth's cache rows, written once (untimed) and kept by every repeat's truncate
-      session.reset();
-      const std::vector<int32_t> ctx = random_ids(f.depth, n_vocab, 999);
+    // The depth's cache rows, written once (untimed) and kept by every repeat's truncate. A recurrent model's state
+    // cannot be cut back to the depth: it is cleared and the depth evaluated again before each run, untimed.
+    const std::vector<int32_t> ctx = random_ids(f.depth, n_vocab, 999);
+    const auto fill_depth = [&] {
+      for (int64_t s = 0; s < b; ++s) session.truncate(s, 0);  // every sequence (reset() clears the first only)
       for (int64_t s = 0; s < b; ++s) session.eval_seq(s, ctx, false);
-    }
+    };
+    const bool refill = f.depth > 0 && model.spec().recurrent;
+    if (f.depth > 0 && !refill) fill_depth();
     fmt::print(stderr, "tessera: {} (1 warm-up + {} repeats)\n", r.test, f.repeats);
     session.reset_achieved_sparsity();
-    r.seconds = time_runs(f.repeats, [&] {
-      for (int64_t s = 0; s < b; ++s) session.truncate(s, f.depth);
-      const bool greedy = f.device == "cuda" && !f.host_logits;
-      if (f.sample) {  // evaluates ids[0], then n_gen - 1 sampled tokens: n_gen steps, as the greedy loop
-        GenerateOptions g;
-        g.max_tokens = f.n_gen - 1;
-        g.ignore_eos = true;
-        g.sampling.seed = 1;
-        const GenerateResult res = session.generate_tokens(std::span<const int32_t>(ids.data(), 1), g);
-        if (static_cast<int64_t>(res.tokens.size()) != f.n_gen - 1)
-          throw Error(fmt::format("tg sampled {} of {} tokens", res.tokens.size(), f.n_gen - 1));
-        return;
+    const auto setup = [&] {
+      if (refill) {
+        fill_depth();
+      } else {
+        for (int64_t s = 0; s < b; ++s) session.truncate(s, f.depth);
       }
-      if (b == 1 && greedy) {  // a generation loop: each token is the previous step's argmax, chained on the device
-        const int64_t done = session.decode_greedy_chain(ids[0], f.n_gen, [](int32_t) { return true; });
-        if (done != f.n_gen) throw Error(fmt::format("tg decoded {} of {} tokens", done, f.n_gen));
-        return;
-      }
-      if (b == 1) {
-        for (int32_t id : ids) (void)session.decode(id);
-        return;
-      }
-      for (int64_t i = 0; i < f.n_gen; ++i) {
-        const auto step = std::span<const int32_t>(ids).subspan(static_cast<size_t>(i * b), static_cast<size_t>(b));
-        if (greedy)
-          session.decode_batch_greedy(step, seqs);
-        else
-          session.decode_batch(step, seqs);
-      }
-    });
+    };
+    r.seconds = time_runs(
+        f.repeats,
+        [&] {
+          const bool greedy = f.device == "cuda" && !f.host_logits;
+          if (f.sample) {  // evaluates ids[0], then n_gen - 1 sampled tokens: n_gen steps, as the greedy loop
+            GenerateOptions g;
+            g.max_tokens = f.n_gen - 1;
+            g.ignore_eos = true;
+            g.sampling.seed = 1;
+            const GenerateResult res = session.generate_tokens(std::span<const int32_t>(ids.data(), 1), g);
+            if (static_cast<int64_t>(res.tokens.size()) != f.n_gen - 1)
+              throw Error(fmt::format("tg sampled {} of {} tokens", res.tokens.size(), f.n_gen - 1));
+            return;
+          }
+          if (b == 1 && greedy) {  // a generation loop: each token is the previous step's argmax, chained on the device
+            const int64_t done = session.decode_greedy_chain(ids[0], f.n_gen, [](int32_t) { return true; });
+            if (done != f.n_gen) throw Error(fmt::format("tg decoded {} of {} tokens", done, f.n_gen));
+            return;
+          }
+          if (b == 1) {
+            for (int32_t id : ids) (void)session.decode(id);
+            return;
+          }
+          for (int64_t i = 0; i < f.n_gen; ++i) {
+            const auto step = std::span<const int32_t>(ids).subspan(static_cast<size_t>(i * b), static_cast<size_t>(b));
+            if (greedy)
+              session.decode_batch_greedy(step, seqs);
+            else
+              session.decode_batch(step, seqs);
+          }
+        },
+        setup);
     r.peak_host = peak_host_bytes();
     tg_sparsity = session.achieved_sparsity();
     rows.push_back(std::move(r));

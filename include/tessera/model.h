@@ -34,7 +34,10 @@ struct ModelSpec {
   int64_t n_ctx_train = 0;  // 0 when the file does not say
   int64_t sliding_window = 0;
   bool tied_output = false;
-  std::string rope_scaling;  // "none", "linear", "llama3", "freqs"
+  std::string rope_scaling;  // "none", "linear", "llama3", "freqs", "longrope", "yarn"
+  // A recurrent state per sequence instead of a KV cache (the MatMul-free LM): a sequence can be cleared, not cut
+  // back to an earlier position.
+  bool recurrent = false;
 };
 
 class Model {

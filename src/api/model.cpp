@@ -58,6 +58,7 @@ Model Model::load(const std::string& path, const ModelOptions& options) {
   s.sliding_window = c.sliding_window;
   s.tied_output = c.tied_output;
   s.rope_scaling = c.rope_scaling.type;
+  s.recurrent = c.architecture == "hgrn_bit";
   if (options.load_tokenizer) {
     impl->tokenizer.emplace(Tokenizer::from_model(resolved));
     TESSERA_CHECK(impl->tokenizer->n_vocab() <= c.n_vocab,

@@ -123,6 +123,18 @@ TEST(BenchCli, DepthStartsDecodeAfterCachedTokens) {
   EXPECT_EQ(run_command(cli_path() + " bench -m " + model + " -n 4 -d -1", &out), 1) << out;
 }
 
+// A recurrent model (the MatMul-free LM) cannot cut its state back to the depth between repeats: bench evaluates the
+// depth again before each run (untimed), for one sequence and for two.
+TEST(BenchCli, DepthOnARecurrentModel) {
+  const std::string model = tessera::test::data_path("hf/tiny-hgrn-bit-f32");
+  for (const char* np : {"1", "2"}) {
+    const json rows = run_json("bench -m " + model + " -p 0 -n 3 -d 5 -r 2 -np " + np + " -t 2 --json --no-ceilings");
+    ASSERT_EQ(rows.size(), 1u) << "-np " << np;
+    EXPECT_EQ(rows[0]["depth"], 5);
+    EXPECT_GT(rows[0]["tok_s"].get<double>(), 0.0);
+  }
+}
+
 // --sample: tg as a sampled generation loop (one token evaluated, then n - 1 sampled and evaluated: the same n steps
 // and weight bytes as the plain tg row), named like it and marked in tg_logits; it needs batch 1, excludes
 // --host-logits and needs -n 2 or more.
