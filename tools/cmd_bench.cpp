@@ -2,16 +2,16 @@
 // pass per -b/-ub chunk, llama-bench's batch sizes); tg<N> decodes N tokens one at a time from an empty context, or
 // with --parallel/-np B > 1 advances B sequences together (B tokens per step, rows named tg<N>xB, B·N tokens per run);
 // with -d D, tg decodes after D tokens already in every sequence's cache (positions D .. D+N-1, rows named tg<N>@dD),
-// as after a D-token prompt (the depth is prefilled once, untimed; each repeat truncates back to it). Each test runs
-// once to warm up, then -r times; rows report the median tok/s and its spread, the achieved GB/s of weight bytes and
-// TFLOP/s, peak memory, and, with --limits, the measured limit next to them (1 GiB buffers: seconds and memory, so only
-// when asked). --ceilings measures only the limits. On CUDA, tg decodes greedily with the argmax on the device, as a
-// generation loop and the PyTorch peers do: at batch 1 each token is the previous step's argmax and the steps are
-// chained on the device (Session::decode_greedy_chain: no host round trip per token; --cuda chain=0 waits for
-// every token), batched steps return B ids (decode_batch_greedy); --host-logits copies every step's logits to the host
-// instead (what decode / decode_batch return; B * n_vocab floats per step, random token ids). --sample measures a
-// sampled generation loop instead (Session::generate_tokens with the default sampler chain; on CUDA the draw runs on
-// the device).
+// as after a D-token prompt (the depth is prefilled once, untimed, and each repeat truncates back to it; a recurrent
+// model, whose state cannot go back, evaluates it again before each run, untimed). Each test runs once to warm up, then
+// -r times; rows report the median tok/s and its spread, the achieved GB/s of weight bytes and TFLOP/s, peak memory,
+// and, with --limits, the measured limit next to them (1 GiB buffers: seconds and memory, so only when asked).
+// --ceilings measures only the limits. On CUDA, tg decodes greedily with the argmax on the device, as a generation loop
+// and the PyTorch peers do: at batch 1 each token is the previous step's argmax and the steps are chained on the device
+// (Session::decode_greedy_chain: no host round trip per token; --cuda chain=0 waits for every token), batched steps
+// return B ids (decode_batch_greedy); --host-logits copies every step's logits to the host instead (what decode /
+// decode_batch return; B * n_vocab floats per step, random token ids). --sample measures a sampled generation loop
+// instead (Session::generate_tokens with the default sampler chain; on CUDA the draw runs on the device).
 #include <fmt/core.h>
 
 #include <algorithm>
