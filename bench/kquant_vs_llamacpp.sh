@@ -50,7 +50,9 @@ tessera=$build/bin/tessera
 [ -x "$tessera" ] || { echo "kquant_vs_llamacpp: $tessera not found; build the tessera_cli target in $build" >&2; exit 1; }
 bin=$("$root/scripts/build_llamacpp.sh" llama-bench llama-quantize llama-simple llama-tokenize | tail -1)
 [ -n "$model" ] || model=${TESSERA_MODEL:-${TESSERA_HOME:-$HOME/.cache/tessera/models}/SmolLM2-135M-Instruct.Q4_1.gguf}
-[ -f "$model" ] || { echo "kquant_vs_llamacpp: model $model not found (scripts/fetch_model.sh fetches it)" >&2; exit 1; }
+# The source model is read only to make the --types files: given files (-f) need none.
+[ ${#files[@]} -gt 0 ] || [ -f "$model" ] ||
+  { echo "kquant_vs_llamacpp: model $model not found (scripts/fetch_model.sh fetches it)" >&2; exit 1; }
 py=$root/.venv/bin/python  # numpy, for the greedy check
 [ -x "$py" ] || py=python3
 mkdir -p "$out"
@@ -98,6 +100,7 @@ for prompt in ("The capital of France is", "Once upon a time", "def fibonacci(n)
 PY
   fi
   for i in $(seq 1 "$rounds"); do
+    echo "round $i $type: load $(cut -d' ' -f1 /proc/loadavg)" >&2
     "$bin/llama-bench" -m "$file" -p "$n_prompt" -n "$n_gen" -t "$threads" -r "$repeats" -o json \
       > "$out/llama_${type}_$i.json" 2> "$out/llama_${type}_$i.log" || { cat "$out/llama_${type}_$i.log" >&2; exit 1; }
     "$tessera" bench -m "$file" -p "$n_prompt" -n "$n_gen" -t "$threads" -r "$repeats" --json \

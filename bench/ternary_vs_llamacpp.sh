@@ -42,10 +42,8 @@ while [ $# -gt 0 ]; do
 done
 tessera=$build/bin/tessera
 [ -x "$tessera" ] || { echo "ternary_vs_llamacpp: $tessera not found; build the tessera_cli target in $build" >&2; exit 1; }
-bin=$("$root/scripts/build_llamacpp.sh" llama-bench | tail -1)
 mkdir -p "$out"
 
-echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u '+%Y-%m-%d %H:%M') UTC"
 if [ ${#files[@]} -gt 0 ]; then
   set -- "${files[@]}"
 else
@@ -62,29 +60,8 @@ else
     done
   done
 fi
-for file in "$@"; do
-  name=$(basename "$file" .gguf)
-  for i in $(seq 1 "$rounds"); do
-    echo "round $i $name: load $(cut -d' ' -f1 /proc/loadavg)" >&2
-    "$bin/llama-bench" -m "$file" -p "$n_prompt" -n "$n_gen" -t "$threads" -r "$repeats" -o json \
-      > "$out/llama_${name}_$i.json" 2> "$out/llama_${name}_$i.log" || { cat "$out/llama_${name}_$i.log" >&2; exit 1; }
-    "$tessera" bench -m "$file" -p "$n_prompt" -n "$n_gen" -t "$threads" -r "$repeats" --json \
-      > "$out/tessera_${name}_$i.json" 2> "$out/tessera_${name}_$i.log" || { cat "$out/tessera_${name}_$i.log" >&2; exit 1; }
-  done
-  python3 - "$out" "$name" "$rounds" <<'PY'
-import json, statistics, sys
-out, name, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-per = {}
-for i in range(1, rounds + 1):
-    llama = {(f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"): r["avg_ts"]
-             for r in json.load(open(f"{out}/llama_{name}_{i}.json"))}
-    ours = {r["test"]: r["tok_s"] for r in json.load(open(f"{out}/tessera_{name}_{i}.json"))}
-    for test in sorted(set(llama) & set(ours)):
-        per.setdefault(test, []).append((llama[test], ours[test]))
-for test, pairs in sorted(per.items(), key=lambda kv: (kv[0][:2] != "pp", kv[0])):
-    ratios = [t / l for l, t in pairs]
-    print(f"{name} {test:<6} llama.cpp {' '.join(f'{l:8.1f}' for l, _ in pairs)} tok/s | tessera "
-          f"{' '.join(f'{t:8.1f}' for _, t in pairs)} tok/s | ratio per round {' '.join(f'{r:.2f}' for r in ratios)}"
-          f" | median {statistics.median(ratios):.2f}x")
-PY
-done
+# The rounds and their table are kquant_vs_llamacpp.sh's, on these files (no greedy check: random weights).
+args=()
+for file in "$@"; do args+=(-f "$file"); done
+exec "$root/bench/kquant_vs_llamacpp.sh" "${args[@]}" --no-check -t "$threads" -p "$n_prompt" -n "$n_gen" \
+  -r "$repeats" --rounds "$rounds" --build "$build" --out "$out"

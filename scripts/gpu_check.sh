@@ -127,29 +127,21 @@ cat "$summary"
 [ -f "$default_model" ] && say "- default model: present" || say "- default model: absent (tests that need it skip)"
 
 deps="$root/.gpu-deps"
-arch_lib="$deps/lib/x86_64-linux-gnu"
+. "$root/scripts/gpu_env.sh"
 logt="$OUT/tests.log"
 : > "$logt"
 stamp "building (Release, sm_90a) in build-gpu"
 targets="test_backends_cuda test_ops tessera_cli tessera_bench_cuda"
 grep -q tessera_attn_capi bench/cuda/CMakeLists.txt && targets="$targets tessera_attn_capi"
 for t in tessera_bench_gemm tessera_bench_attention; do grep -q "$t" bench/cuda/CMakeLists.txt && targets="$targets $t"; done
-if cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA_ARCHS=90a-real \
-    -DCMAKE_PREFIX_PATH="$deps" -Dfmt_DIR="$arch_lib/cmake/fmt" -DGTest_DIR="$arch_lib/cmake/GTest" \
-    -Dnlohmann_json_DIR="$deps/share/cmake/nlohmann_json" -DCLI11_DIR="$deps/share/cmake/CLI11" \
-    -DPKG_CONFIG_EXECUTABLE="$deps/bin/pkg-config" -DTESSERA_FUZZ=OFF -DTESSERA_CUDNN_ROOT="$deps/cudnn" >> "$logt" 2>&1 &&
-   cmake --build build-gpu --target $targets -j "$(nproc)" >> "$logt" 2>&1; then
+if gpu_build "$logt" $targets; then
   say "- build: ok ($(( $(date +%s) - t0 ))s)"
 else
   say "- build: FAILED (tests.log)"
   grep -E "error|FAILED" "$logt" | head -30
   exit 1
 fi
-export LD_LIBRARY_PATH="$arch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# libcudnn for the cuDNN attention path (dlopen'ed): PyTorch's wheel has it; last, so it shadows nothing.
-cudnn_lib=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0] + "/lib")' 2>/dev/null) &&
-  [ -d "$cudnn_lib" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cudnn_lib"
-export TESSERA_SOURCE_DIR="$root"
+gpu_env
 bin=build-gpu/bin
 cli=$bin/tessera
 test_bin=build-gpu/tests/test_backends_cuda

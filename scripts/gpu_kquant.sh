@@ -53,27 +53,19 @@ status=0
 say "# gpu_kquant $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git log -1 --format=%h 2>/dev/null)"
 say "- $(nvidia-smi --query-gpu=name,clocks.max.sm,clocks.mem --format=csv,noheader 2>&1 | head -1)"
 
-deps="$root/.gpu-deps"
-arch_lib="$deps/lib/x86_64-linux-gnu"
+. "$root/scripts/gpu_env.sh"
 logt="$OUT/kquant_tests.log"
 : > "$logt"
 stamp "building (Release, sm_90a) in build-gpu"
 targets="test_backends_cuda test_ops tessera_cli tessera_bench_kquant"
-if cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA_ARCHS=90a-real \
-    -DCMAKE_PREFIX_PATH="$deps" -Dfmt_DIR="$arch_lib/cmake/fmt" -DGTest_DIR="$arch_lib/cmake/GTest" \
-    -Dnlohmann_json_DIR="$deps/share/cmake/nlohmann_json" -DCLI11_DIR="$deps/share/cmake/CLI11" \
-    -DPKG_CONFIG_EXECUTABLE="$deps/bin/pkg-config" -DTESSERA_FUZZ=OFF -DTESSERA_CUDNN_ROOT="$deps/cudnn" >> "$logt" 2>&1 &&
-   cmake --build build-gpu --target $targets -j "$(nproc)" >> "$logt" 2>&1; then
+if gpu_build "$logt" $targets; then
   say "- build: ok ($(( $(date +%s) - t0 ))s)"
 else
   say "- build: FAILED (kquant_tests.log)"
   grep -E "error|FAILED" "$logt" | head -30
   exit 1
 fi
-export LD_LIBRARY_PATH="$arch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-cudnn_lib=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0] + "/lib")' 2>/dev/null) &&
-  [ -d "$cudnn_lib" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cudnn_lib"
-export TESSERA_SOURCE_DIR="$root"
+gpu_env
 
 # gtest pass / fail / skip counts of a log, and its failures into the summary.
 counts() {

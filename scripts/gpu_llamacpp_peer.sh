@@ -39,7 +39,8 @@ lp=$!
 scripts/gpu_check.sh --only build > "$OUT/tessera_build.log" 2>&1
 wait "$lp"
 echo "[$(( $(date +%s) - t0 ))s] builds done"
-export LD_LIBRARY_PATH="$root/.gpu-deps/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$root/scripts/gpu_env.sh"
+gpu_env
 lb=build-llama/bin/llama-bench
 cli=build-gpu/bin/tessera
 md="$OUT/peer_llamacpp.md"

@@ -36,22 +36,17 @@ t0=$(date +%s)
 say "# gpu_lora $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git rev-parse --short HEAD 2>/dev/null)"
 say "$(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | head -1)"
 
-deps="$root/.gpu-deps"
-arch_lib="$deps/lib/x86_64-linux-gnu"
+. "$root/scripts/gpu_env.sh"
 logb="$OUT/lora_build.log"
-if cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA_ARCHS=90a-real \
-    -DCMAKE_PREFIX_PATH="$deps" -Dfmt_DIR="$arch_lib/cmake/fmt" -DGTest_DIR="$arch_lib/cmake/GTest" \
-    -Dnlohmann_json_DIR="$deps/share/cmake/nlohmann_json" -DCLI11_DIR="$deps/share/cmake/CLI11" \
-    -DPKG_CONFIG_EXECUTABLE="$deps/bin/pkg-config" -DTESSERA_FUZZ=OFF -DTESSERA_CUDNN_ROOT="$deps/cudnn" > "$logb" 2>&1 &&
-   cmake --build build-gpu --target tessera_cli test_backends_cuda -j "$(nproc)" >> "$logb" 2>&1; then
+: > "$logb"
+if gpu_build "$logb" tessera_cli test_backends_cuda; then
   say "- build: ok ($(( $(date +%s) - t0 ))s)"
 else
   say "- build: FAILED"
   grep -E "error|FAILED" "$logb" | head -30 | tee -a "$summary"
   exit 1
 fi
-export LD_LIBRARY_PATH="$arch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export TESSERA_SOURCE_DIR="$root"
+gpu_env
 bin=build-gpu/bin
 status=0
 

@@ -638,15 +638,18 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { swiglu(gp, up, y, count, s, q, ds); }});
       return;
     }
-    case Op::GEGLU: {
-      // Gemma's activation, one row. A quantized down projection quantizes the output itself (quantize_q8).
+    case Op::GEGLU:
+    case Op::RELU2_GLU: {
+      // Gemma's GELU-tanh and BitNet's squared-ReLU gating, one row. A quantized down projection quantizes the output
+      // itself (quantize_q8).
       const float* gp = act(in(0));
       const float* up = act(in(1));
       const int64_t count = ot.numel();
       if (g.tensor(in(0)).numel() != count || g.tensor(in(1)).numel() != count)
         unsupported(n, "its gate and up inputs differ in size from its output");
       float* y = new_act();
-      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { geglu_rows(gp, up, count, y, 1, count, s); }});
+      const auto gate = n.op == Op::GEGLU ? geglu_rows : relu2_glu_rows;
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { gate(gp, up, count, y, 1, count, s); }});
       return;
     }
     case Op::ACT_QUANT_I8: {
@@ -665,16 +668,6 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
         ds = b.ds.as<float2>();
       }
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { act_quant_i8_rows(x, w, y, 1, w, s, q, ds); }});
-      return;
-    }
-    case Op::RELU2_GLU: {
-      const float* gp = act(in(0));
-      const float* up = act(in(1));
-      const int64_t count = ot.numel();
-      if (g.tensor(in(0)).numel() != count || g.tensor(in(1)).numel() != count)
-        unsupported(n, "its gate and up inputs differ in size from its output");
-      float* y = new_act();
-      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { relu2_glu_rows(gp, up, count, y, 1, count, s); }});
       return;
     }
     case Op::MLGRU: {

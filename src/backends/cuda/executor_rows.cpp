@@ -604,9 +604,11 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
                           }});
       return;
     }
-    case Op::GEGLU: {
-      // Gemma's activation. gate and up may be column slices of one stacked matmul output (same row stride); the
-      // down projection reads the f32 output (no 16-bit copy: rows_x16_copies covers RMSNORM and SWIGLU only).
+    case Op::GEGLU:
+    case Op::RELU2_GLU: {
+      // Gemma's GELU-tanh and BitNet's squared-ReLU gating. gate and up may be column slices of one stacked matmul
+      // output (same row stride); the down projection reads the f32 output (no 16-bit copy: rows_x16_copies covers
+      // RMSNORM and SWIGLU only).
       const int64_t ld_in = ld[size_t(in(0))];
       if (ld[size_t(in(1))] != ld_in || width(in(0)) != width(out) || width(in(1)) != width(out))
         unsupported(n, "its gate and up inputs differ in width or row stride");
@@ -615,8 +617,9 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       float* y = new_act(n, out);
       const int64_t w = width(out), fixed = g.tensor(out).shape[0];
       const bool sc = scaled[size_t(out)];
+      const auto gate = n.op == Op::GEGLU ? geglu_rows : relu2_glu_rows;
       launches.push_back(
-          {id, [=](cudaStream_t s, const RunArgs& a) { geglu_rows(gp, up, ld_in, y, sc ? a.t : fixed, w, s); }});
+          {id, [=](cudaStream_t s, const RunArgs& a) { gate(gp, up, ld_in, y, sc ? a.t : fixed, w, s); }});
       return;
     }
     case Op::ACT_QUANT_I8: {
@@ -630,20 +633,6 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       const bool sc = scaled[size_t(out)];
       launches.push_back(
           {id, [=](cudaStream_t s, const RunArgs& a) { act_quant_i8_rows(x, ld_x, y, sc ? a.t : fixed, w, s); }});
-      return;
-    }
-    case Op::RELU2_GLU: {
-      // BitNet's squared-ReLU gating; gate and up may be the column halves of the merged gate|up output.
-      const int64_t ld_in = ld[size_t(in(0))];
-      if (ld[size_t(in(1))] != ld_in || width(in(0)) != width(out) || width(in(1)) != width(out))
-        unsupported(n, "its gate and up inputs differ in width or row stride");
-      const float* gp = act(in(0));
-      const float* up = act(in(1));
-      float* y = new_act(n, out);
-      const int64_t w = width(out), fixed = g.tensor(out).shape[0];
-      const bool sc = scaled[size_t(out)];
-      launches.push_back(
-          {id, [=](cudaStream_t s, const RunArgs& a) { relu2_glu_rows(gp, up, ld_in, y, sc ? a.t : fixed, w, s); }});
       return;
     }
     case Op::MLGRU: {
