@@ -6,7 +6,7 @@
 # Prepare here first: scripts/make_gpu_bundle.sh   (fills the git-ignored .gpu-deps/)
 # Then, through the device tool, with carry [".gpu-deps"]:
 #   set -o pipefail; scripts/gpu_check.sh 2>&1 | tee $OUT/log
-# In one device call (10 minutes): scripts/gpu_check.sh --quick (build, every GPU test, the HF oracle on SmolLM2,
+# In one device call (10 minutes): scripts/gpu_check.sh --quick (build, every GPU test but the two slowest GEMV ones, the HF oracle on SmolLM2,
 # batch-1 decode of issue 6's shapes and at 4k, SmolLM2 sampled, the torch.compile peer at Llama-3-8B, prefill
 # attention beside torch's SDPA in one process (one pass; three without --quick); 457 s without the last in the eighth
 # session, docs/PERFORMANCE.md; one sdpa pass takes ~20 s). The default-model tests need the model staged in two calls
@@ -175,7 +175,10 @@ PY
 if has tests; then
   stamp "GPU tests"
   echo "== tests" >> "$logt"
-  timeout 300 "$test_bin" --gtest_color=no >> "$logt" 2>&1
+  # --quick leaves out the two slowest GEMV tests (~170 s of CPU reference on the H100 machine, session 14: large
+  # grids and the norm_out epilogue, every quantized format); the full phase and scripts/gpu_kquant.sh run them.
+  tfilter=(); [ "$quick" = 1 ] && tfilter=(--gtest_filter='-CudaGemv.QuantLargeGridsMatchReference:CudaGemv.QuantNormOutEpilogueWritesTheNextInput')
+  timeout 420 "$test_bin" --gtest_color=no "${tfilter[@]}" >> "$logt" 2>&1
   rc=$?
   passed=$(grep -c '^\[       OK \]' "$logt")
   failed=$(grep -c '^\[  FAILED  \] .*([0-9]* ms)$' "$logt")

@@ -82,10 +82,11 @@ const Model::Impl& need(const std::shared_ptr<Model::Impl>& impl) {
 }
 }  // namespace
 
-std::shared_ptr<const LoraSet> Model::Impl::lora_set(const std::vector<LoraSpec>& specs, bool merge, DType dtype) {
+std::shared_ptr<const LoraSet> Model::Impl::lora_set(const std::vector<LoraSpec>& specs, bool merge, DType dtype,
+                                                     int64_t rank_multiple) {
   if (specs.empty()) return nullptr;
   std::lock_guard<std::mutex> lock(lora_mu);
-  std::string set_key = merge ? "merged" : fmt::format("unmerged {}", dtype_name(dtype));
+  std::string set_key = merge ? "merged" : fmt::format("unmerged {} ranks x{}", dtype_name(dtype), rank_multiple);
   std::vector<std::shared_ptr<const LoraAdapter>> adapters;
   for (const LoraSpec& s : specs) {
     const std::string key = fmt::format("{}:{}", s.scale, s.path);
@@ -95,7 +96,7 @@ std::shared_ptr<const LoraSet> Model::Impl::lora_set(const std::vector<LoraSpec>
     adapters.push_back(a);
   }
   auto& set = lora_sets[set_key];
-  if (!set) set = make_lora_set(std::move(adapters), merge, weights, dtype);
+  if (!set) set = make_lora_set(std::move(adapters), merge, weights, dtype, rank_multiple);
   return set;
 }
 

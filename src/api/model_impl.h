@@ -36,7 +36,9 @@ struct Model::Impl {
   // long as the model: the backends' weight stores key repacked weights by their address, so an adapter's memory
   // must never be freed and reused by another while a store may still hold it.
   // `dtype`: what unmerged A and B run in (f32 for reference sessions, f16 otherwise).
-  std::shared_ptr<const LoraSet> lora_set(const std::vector<LoraSpec>& specs, bool merge, DType dtype);
+  // rank_multiple: LoraSet::rank_multiple (8 for CUDA sessions).
+  std::shared_ptr<const LoraSet> lora_set(const std::vector<LoraSpec>& specs, bool merge, DType dtype,
+                                          int64_t rank_multiple = 1);
   std::mutex lora_mu;
   std::map<std::string, std::shared_ptr<const LoraAdapter>> lora_adapters;  // key: "scale:path"
   std::map<std::string, std::shared_ptr<const LoraSet>> lora_sets;          // key: the specs and merge

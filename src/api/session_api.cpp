@@ -40,8 +40,10 @@ Session::Session(const Model& model, const SessionOptions& options) : impl_(std:
   Model::Impl& m = *model.impl();
   runtime::EngineOptions eo = runtime::resolve_options(options, m.weights.config());
   if (!options.teal.empty()) eo.sparsify.thresholds = load_teal_thresholds(model, options.teal);
-  // Reference sessions run the adapters in f32 (the golden checks' precision), fast ones in f16 (half the bytes).
-  eo.lora = m.lora_set(options.lora, options.lora_merge, eo.reference ? DType::F32 : DType::F16);
+  // Reference sessions run the adapters in f32 (the golden checks' precision), fast ones in f16 (half the bytes); CUDA
+  // sessions with ranks padded to a multiple of 8 (LoraSet::rank_multiple).
+  eo.lora = m.lora_set(options.lora, options.lora_merge, eo.reference ? DType::F32 : DType::F16,
+                       eo.device == "cuda" ? 8 : 1);
   impl_->engine = std::make_unique<runtime::Engine>(m.weights, m.weight_store(eo.device), eo);
 }
 

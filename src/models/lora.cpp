@@ -291,15 +291,43 @@ std::pair<std::string, float> parse_lora_spec(const std::string& spec) {
   return {spec, 1.0f};
 }
 
+LoraTarget pad_lora_rank(const LoraTarget& t, int64_t multiple) {
+  TESSERA_CHECK(multiple >= 1, "a LoRA rank multiple must be positive, not {}", multiple);
+  const int64_t padded = (t.rank + multiple - 1) / multiple * multiple;
+  if (padded == t.rank) return t;
+  LoraTarget p = t;
+  p.rank = padded;
+  p.a.resize(static_cast<size_t>(padded * t.n_in), 0.0f);
+  p.a16.resize(p.a.size(), 0);  // f16 zero is all bits clear
+  p.b.assign(static_cast<size_t>(t.n_out * padded), 0.0f);
+  p.b16.assign(p.b.size(), 0);
+  for (int64_t n = 0; n < t.n_out; ++n) {
+    std::copy_n(t.b.begin() + n * t.rank, t.rank, p.b.begin() + n * padded);
+    std::copy_n(t.b16.begin() + n * t.rank, t.rank, p.b16.begin() + n * padded);
+  }
+  return p;
+}
+
 std::shared_ptr<const LoraSet> make_lora_set(std::vector<std::shared_ptr<const LoraAdapter>> adapters, bool merge,
-                                             const ModelWeights& base, DType dtype) {
+                                             const ModelWeights& base, DType dtype, int64_t rank_multiple) {
   TESSERA_CHECK(dtype == DType::F32 || dtype == DType::F16, "LoRA weights run in f32 or f16, not {}",
                 dtype_name(dtype));
   auto set = std::make_shared<LoraSet>();
   set->dtype = dtype;
   set->adapters = std::move(adapters);
   set->merged = merge;
-  if (!merge) return set;
+  if (!merge) {
+    set->rank_multiple = rank_multiple;
+    for (auto& ad : set->adapters) {
+      const bool pad = std::any_of(ad->targets.begin(), ad->targets.end(),
+                                   [&](const LoraTarget& t) { return t.rank % rank_multiple != 0; });
+      if (!pad) continue;
+      auto copy = std::make_shared<LoraAdapter>(*ad);
+      for (LoraTarget& t : copy->targets) t = pad_lora_rank(t, rank_multiple);
+      ad = std::move(copy);
+    }
+    return set;
+  }
   for (const auto& ad : set->adapters) {
     for (const LoraTarget& t : ad->targets) {
       auto [it, fresh] = set->merged_weights.try_emplace(t.weight);

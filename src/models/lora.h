@@ -62,6 +62,9 @@ struct LoraSet {
   std::vector<std::shared_ptr<const LoraAdapter>> adapters;
   bool merged = false;
   DType dtype = DType::F32;  // unmerged: the type A and B run in (F32, or F16 for fast sessions)
+  // Unmerged: the ranks are zero-padded to a multiple of this (exact: A's added rows and B's added columns are 0). CUDA
+  // sessions use 8: the GEMV reads weight rows as 16-byte vectors, so B [N, r] needs r % 8 == 0 in f16.
+  int64_t rank_multiple = 1;
   // Merged only: base weight name -> W + Σ s·B·A, in the base weight's dtype where Tessera can write it (else f32).
   struct MergedWeight {
     DType dtype = DType::F32;
@@ -72,8 +75,13 @@ struct LoraSet {
   bool empty() const { return adapters.empty(); }
 };
 
-// Builds the set; with `merge`, computes every adapted weight's merged copy (the sum over adapters that target it).
+// Builds the set; with `merge`, computes every adapted weight's merged copy (the sum over adapters that target it);
+// unmerged, pads every rank to a multiple of `rank_multiple` (copies of the adapters whose ranks need it).
 std::shared_ptr<const LoraSet> make_lora_set(std::vector<std::shared_ptr<const LoraAdapter>> adapters, bool merge,
-                                             const ModelWeights& base, DType dtype = DType::F32);
+                                             const ModelWeights& base, DType dtype = DType::F32,
+                                             int64_t rank_multiple = 1);
+
+// `t` with its rank zero-padded up to a multiple of `multiple` (A gains zero rows, B zero columns: B·A is unchanged).
+LoraTarget pad_lora_rank(const LoraTarget& t, int64_t multiple);
 
 }  // namespace tessera

@@ -136,6 +136,39 @@ TEST(Lora, GraphHasTwoProductsAndAnAddPerTarget) {
   EXPECT_EQ(g.node(add).op, graph::Op::ADD);
 }
 
+// CUDA sessions pad ranks to a multiple of 8 (LoraSet::rank_multiple): adapter_a's rank 4 becomes 8 with zero rows of
+// A and zero columns of B, so B·A (what the logits depend on) is bit for bit the unpadded one; CudaLora checks the
+// logits on the GPU.
+TEST(Lora, PaddedRanksKeepTheProduct) {
+  const Model m = base();
+  const ModelWeights& w = m.impl()->weights;
+  auto a = std::make_shared<const LoraAdapter>(load_lora_adapter(dir("adapter_a"), 1.0f, w));
+  const auto set = make_lora_set({a}, false, w, DType::F16, 8);
+  EXPECT_EQ(set->rank_multiple, 8);
+  ASSERT_EQ(set->adapters[0]->targets.size(), a->targets.size());
+  for (size_t i = 0; i < a->targets.size(); ++i) {
+    const LoraTarget &t = a->targets[i], &p = set->adapters[0]->targets[i];
+    ASSERT_EQ(t.rank, 4);
+    ASSERT_EQ(p.rank, 8);
+    ASSERT_EQ(p.a16.size(), p.a.size());
+    ASSERT_EQ(p.b16.size(), p.b.size());
+    for (int64_t n = 0; n < t.n_out; n += 7)
+      for (int64_t k = 0; k < t.n_in; k += 5) {
+        float want = 0, got = 0;
+        for (int64_t j = 0; j < t.rank; ++j) want += t.b[n * t.rank + j] * t.a[j * t.n_in + k];
+        for (int64_t j = 0; j < p.rank; ++j) got += p.b[n * p.rank + j] * p.a[j * p.n_in + k];
+        ASSERT_EQ(got, want) << t.weight << " [" << n << ", " << k << "]";
+      }
+    for (int64_t n = 0; n < t.n_out; ++n)
+      for (int64_t j = 0; j < p.rank; ++j)
+        ASSERT_EQ(p.b16[n * p.rank + j], j < t.rank ? t.b16[n * t.rank + j] : 0) << t.weight;
+  }
+  const graph::Graph g = build_llama_graph(w, {.n_tokens = 3, .lora = set.get()});
+  EXPECT_EQ(g.tensor(g.node(g.find_node("blk.1.ffn_down.lora0_a")).output).shape, (std::vector<int64_t>{3, 8}));
+  // Multiples the ranks already meet leave the adapter shared, not copied.
+  EXPECT_EQ(make_lora_set({a}, false, w, DType::F16, 4)->adapters[0].get(), a.get());
+}
+
 // The CPU's fast mode runs each target with its adapters as one matmul (graph/passes/fuse.h, rewrite 7): the rewritten
 // graph has the base model's node count, and a target both adapters adapt carries both.
 TEST(Lora, CpuPassesFuseEachTargetWithItsAdapters) {

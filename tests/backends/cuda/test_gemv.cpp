@@ -42,7 +42,9 @@ void check_gemv(DType dtype, int64_t n, int64_t k, const GemvConfig* config, std
   const auto w_host = random_weight(rng, dtype, n, k);
   const auto x = random_floats(rng, static_cast<size_t>(k));
   DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
-  ASSERT_EQ(w.bytes(), *dtype_row_bytes(dtype, static_cast<uint64_t>(k)) * n);
+  // TQ1_0 is held in TQ2_0's layout (weights.cpp: exact), so its bytes are TQ2_0's.
+  ASSERT_EQ(w.dtype, dtype == DType::TQ1_0 ? DType::TQ2_0 : dtype);
+  ASSERT_EQ(w.bytes(), *dtype_row_bytes(w.dtype, static_cast<uint64_t>(k)) * n);
   DeviceBuffer xd = to_device(x);
   DeviceBuffer q8 = poisoned(k), ds = poisoned(sizeof(float2) * (k / 32));
   DeviceBuffer yd = poisoned(sizeof(float) * n);
@@ -139,9 +141,10 @@ TEST(CudaGemv, DefaultConfigAtModelShapes) {
   std::mt19937 rng(test_seed());
   // SmolLM2-135M (576, 1536) and Llama-3-8B-like widths, where the default heuristic picks different shapes.
   const int64_t shapes[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {1024, 4096}, {4096, 1024}, {512, 14336}};
+  // TQ1_0 runs TQ2_0's kernel after an exact conversion at upload: EveryFormatAndConfigMatchesReference covers it.
   for (DType dtype : kFormats)
     for (const auto& s : shapes)
-      if (s[1] == k_for(dtype, s[1])) check_gemv(dtype, s[0], s[1], nullptr, rng);
+      if (dtype != DType::TQ1_0 && s[1] == k_for(dtype, s[1])) check_gemv(dtype, s[0], s[1], nullptr, rng);
   // Llama-3-8B's q|k|v, o, gate|up and down at the K-quants' defaults (these shapes pick 64 and 128 threads).
   const int64_t llama[][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
   for (DType dtype : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K, DType::Q5_0, DType::Q5_1})
@@ -203,7 +206,7 @@ TEST(CudaGemv, QuantLargeGridsMatchReference) {
   std::mt19937 rng(test_seed());
   for (DType dtype : kQuantFormats)
     for (const GemvConfig& c : gemv_configs())
-      if (c.rows * c.unroll == 4 && c.prefetch == 0) {
+      if (dtype != DType::TQ1_0 && c.rows * c.unroll == 4 && c.prefetch == 0) {  // TQ1_0: TQ2_0's kernel
         check_gemv(dtype, 8192, 1024, &c, rng);
         if (HasFatalFailure()) return;
       }
