@@ -312,6 +312,7 @@ std::shared_ptr<const LoraSet> make_lora_set(std::vector<std::shared_ptr<const L
                                              const ModelWeights& base, DType dtype, int64_t rank_multiple) {
   TESSERA_CHECK(dtype == DType::F32 || dtype == DType::F16, "LoRA weights run in f32 or f16, not {}",
                 dtype_name(dtype));
+  TESSERA_CHECK(rank_multiple >= 1, "a LoRA rank multiple must be positive, not {}", rank_multiple);
   auto set = std::make_shared<LoraSet>();
   set->dtype = dtype;
   set->adapters = std::move(adapters);
