@@ -11,7 +11,8 @@
 # Llama-3-8B, prefill attention beside torch's SDPA in one process (one pass; three without --quick); 457 s without
 # the last in the eighth session, docs/PERFORMANCE.md; one sdpa pass takes ~20 s; in the fourteenth session build
 # 141 s, tests and op table 200 s). With --only, --quick does not turn the sanitizer off: add --no-sanitizer (memcheck
-# takes 200 s). The default-model tests need the model staged in three calls (below), so they skip in one call.
+# ran into its 200 s limit in the fourteenth session). The default-model tests need the model staged in three calls
+# (below), so they skip in one call.
 # A full run takes longer than one device call (10 minutes): split it with --only, back to back (the build directory
 # stays on a machine kept warm between calls (30 s idle), so a later call does not rebuild); measured 2026-11-22:
 # build ~170 s on a fresh machine, tests ~90 s, memcheck ~80 s, hf ~240 s, racecheck several minutes:

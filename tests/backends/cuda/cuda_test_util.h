@@ -37,6 +37,9 @@ uint32_t test_seed();
 namespace tessera::cuda::test {
 
 std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f);
+// Largest relative L2 error of b against a over rows of `width` values (logits); a non-finite value of b, or sizes
+// that differ, fail the calling test.
+double worst_rel(const std::vector<float>& a, const std::vector<float>& b, size_t width);
 // n token ids uniform in [0, vocab), seeded (the session tests' prompts).
 std::vector<int32_t> random_ids(int n, int64_t vocab, uint32_t seed);
 

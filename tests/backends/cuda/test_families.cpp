@@ -31,6 +31,8 @@
 namespace tessera {
 namespace {
 
+using cuda::test::worst_rel;
+
 namespace fs = std::filesystem;
 
 struct Family {
@@ -148,22 +150,6 @@ std::string write_model(const Family& fam, uint32_t seed) {
   if (!gemma) add("lm_head.weight", {kVocab, kEmbd}, 0.0f, 2 * w_in);  // Gemma ties it to the embedding
   write_safetensors((dir / "model.safetensors").string(), e);
   return dir.string();
-}
-
-// Largest relative L2 error over rows of `width` logits.
-double worst_rel(const std::vector<float>& a, const std::vector<float>& b, size_t width) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t r = 0; r + width <= std::min(a.size(), b.size()); r += width) {
-    double num = 0, den = 0;
-    for (size_t i = r; i < r + width; ++i) {
-      EXPECT_TRUE(std::isfinite(b[i])) << "logit " << i;
-      num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-      den += double(a[i]) * a[i];
-    }
-    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
-  }
-  return worst;
 }
 
 // The written models themselves, on the CPU only (runs without a GPU): they load as their family, and the fast path

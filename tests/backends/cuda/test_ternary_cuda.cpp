@@ -38,6 +38,8 @@
 namespace tessera {
 namespace {
 
+using cuda::test::worst_rel;
+
 constexpr double kVsCpu = 5e-2;     // relative L2 error per row of logits, GPU against CPU (the floor; see below)
 constexpr double kVsGolden = 1e-1;  // max |err| / the row's logit scale, as the CPU tests (test_session_hf.cpp)
 
@@ -50,22 +52,6 @@ Golden read_golden(const std::string& dir) {
   nlohmann::json j;
   std::ifstream(dir + "/golden.json") >> j;
   return {j["ids"].get<std::vector<int32_t>>(), j["logits"].get<std::vector<std::vector<double>>>()};
-}
-
-// Largest relative L2 error over rows of `width` logits (b must be finite).
-double worst_rel(const std::vector<float>& a, const std::vector<float>& b, size_t width) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t r = 0; r + width <= std::min(a.size(), b.size()); r += width) {
-    double num = 0, den = 0;
-    for (size_t i = r; i < r + width; ++i) {
-      EXPECT_TRUE(std::isfinite(b[i])) << "logit " << i;
-      num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-      den += double(a[i]) * a[i];
-    }
-    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
-  }
-  return worst;
 }
 
 // Rows [0, rows) of got against the golden: the worst max |err| / scale, and how many top-1 agree.
