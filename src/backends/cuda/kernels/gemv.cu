@@ -149,11 +149,14 @@ constexpr ShapeRule kQ2Q3KRules[] = {
     {kAny, kAny, {32, 4, 1, 0}},
 };
 
-// tq2_0: a 128-element unit is 32 bytes, as a q4_K unit, so a row of K columns streams as a q4_K row of K / 2: the
-// q4_K rules at twice the width (not yet swept; tessera_bench_cuda --ternary times the 8B shapes).
+// tq2_0: a 128-element unit is 32 bytes, one step of 32 or 64 threads covers a 4096- or 8192-wide row, and eight rows
+// per block was the best of the 29 shapes at every Llama-3-8B and BitNet-2B4T matrix (exp_gemv_tq2_sweep, H100,
+// 2026-11-26, us, against the previous q4_K-derived picks): 14336x4096 7.90 (9.47), 4096x14336 8.15 at 64 threads
+// (12.66), 4096x4096 2.58 (3.37), 6144x4096 3.36 (5.14), 28672x4096 13.42 (16.71), 6912x2560 2.97 (4.43), 2560x6912
+// 3.19 at 64 threads (4.28).
 constexpr ShapeRule kTQ2Rules[] = {
-    {4096, kAny, {32, 4, 1, 0}}, {8192, 4096, {32, 4, 2, 0}},  {8192, 8192, {32, 4, 1, 0}},
-    {8192, kAny, {32, 2, 2, 0}}, {16384, kAny, {64, 2, 1, 0}}, {kAny, kAny, {32, 4, 2, 0}},
+    {4096, kAny, {32, 8, 1, 0}},
+    {kAny, kAny, {64, 8, 1, 0}},
 };
 
 template <size_t N>
