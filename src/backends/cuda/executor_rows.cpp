@@ -216,6 +216,10 @@ graph::FusionSupport rows_fusion_support(bool fuse, bool merge_gate_up) {
   f.stack_qkv = true;
   f.stack_gate_up = merge_gate_up;
   f.residual_epilogue = true;
+  // Unmerged LoRA adapters in their matmul's node, folded first so that q|k|v and gate|up still stack and the
+  // residual adds still fold (kernels_lora.h: one A product for the stack's adapters, one launch for their B's).
+  f.lora_epilogue = true;
+  f.lora_first = true;
   return f;
 }
 
@@ -407,14 +411,44 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       const X16 h = h16 != x16_of.end() ? h16->second : X16{};
       // A merged gate|up fed a 16-bit x writes its output in 16 bits too (the f32 storage holds it in its first half;
       // same columns, same row stride in elements), for swiglu_rows16.
-      const bool y16 = out16 && n.fusion.gate_up && n_weights == 2 && h.buf != nullptr;
+      // (Not with adapters: their B terms are added to the f32 output.)
+      const bool y16 = out16 && n.fusion.gate_up && n_weights == 2 && h.buf != nullptr && n.fusion.lora == 0;
       if (y16) gate_up16_of[out] = X16{nullptr, h.type, h.min_t};
       const int64_t y_width = width(out);
       // The logits matmul may start at a later row (RunArgs::logits_row0); the 16-bit-or-f32 choice stays with the
       // whole run's rows, which decided what the producer of x wrote.
-      const bool logits = out == g.find_role(graph::IoRole::LOGITS) && n_weights == 1 && !accumulate && !y16 && sc;
+      const bool logits = out == g.find_role(graph::IoRole::LOGITS) && n_weights == 1 && !accumulate && !y16 && sc &&
+                          n.fusion.lora == 0;
       const int64_t x_width = width(in(0));
       const size_t h_elem = h.buf != nullptr ? dtype_info(h.type).type_size : 0;
+      if (n.fusion.lora > 0) {
+        // Unmerged adapters (kernels_lora.h): the base matmul as without them, then u [rows, R] = x·A_stackᵀ for every
+        // adapter of the node in one matmul reading the same x (the 16-bit copy where the base reads it: A_stack is
+        // in that type), then one launch adding each member's u_m·B_mᵀ to its columns of y (the stack's output or
+        // the residual).
+        const DeviceLora* lp = &sh->lora(g, n, wp->dtype);
+        if (h.buf != nullptr && lp->a.dtype != h.type)
+          unsupported(n, "its adapters' A is not in the 16-bit type of its input's copy");
+        owned.emplace_back(static_cast<size_t>(T * lp->a.n) * sizeof(float));
+        float* u = owned.back().as<float>();
+        launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                              const int64_t rows = sc ? a.t : fixed;
+                              if (rows == 0) return;
+                              if (copy_first != nullptr)
+                                TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, copy_first,
+                                                                   static_cast<size_t>(rows * y_width) * sizeof(float),
+                                                                   cudaMemcpyDeviceToDevice, s));
+                              if (rows >= h.min_t) {
+                                matmul_x16(*wp, h.buf, y, rows, *shp->gemm, s, accumulate);
+                                matmul_x16(lp->a, h.buf, u, rows, *shp->gemm, s);
+                              } else {
+                                matmul(*wp, x, y, rows, *shp->gemm, s, accumulate);
+                                matmul(lp->a, x, u, rows, *shp->gemm, s);
+                              }
+                              lora_b_add(lp->b.get(), lp->layout, u, y, y_width, y_width, rows, s);
+                            }});
+        return;
+      }
       launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
                             const int64_t rows = sc ? a.t : fixed;
                             const int64_t r0 = logits ? std::clamp<int64_t>(a.logits_row0, 0, rows) : 0;
