@@ -538,6 +538,7 @@ TEST(PassesLora, DecoderStacksAdaptedMatmulsWithTheirEpilogues) {
     EXPECT_EQ(r.tensor(t[4].b).name, "blk." + std::to_string(l) + ".attn_v.lora0_b.weight");
     EXPECT_EQ(r.tensor(qkv->fusion.norm_weight).shape, (std::vector<int64_t>{s.E}));
     EXPECT_EQ(count_op(r, Op::SLICE, l), 3);
+    ASSERT_NE(find(r, "blk." + std::to_string(l) + ".attn_k.cols"), nullptr);  // named by the member's matmul
     // The o projection with its adapters accumulating into the residual; the residual is not an adapter input.
     const Node* o = by_role(r, l, Role::ATTN_O);
     ASSERT_NE(o, nullptr);

@@ -155,7 +155,7 @@ const DeviceLora& CudaShared::Impl::lora(const graph::Graph& g, const graph::Nod
   auto d = std::make_unique<DeviceLora>();
   LoraBLayout& l = d->layout;
   l.n_members = n.fusion.n_weights;
-  std::vector<uint8_t> a_host;  // A_stack [R, K] in a_type
+  std::vector<uint8_t> a_host;   // A_stack [R, K] in a_type
   std::vector<uint16_t> b_host;  // the members' B blocks, f16
   const size_t a_row = static_cast<size_t>(*dtype_row_bytes(a_type, static_cast<uint64_t>(k)));
   std::vector<float> row(static_cast<size_t>(k));

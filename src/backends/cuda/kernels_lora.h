@@ -15,7 +15,7 @@
 
 namespace tessera::cuda {
 
-constexpr int kLoraMaxMembers = 4;      // members of one stack (q|k|v: 3)
+constexpr int kLoraMaxMembers = 4;  // members of one stack (q|k|v: 3)
 // R of one node: u's rows of a 16-token tile sit in shared memory (16 x (512 + 8) floats: 33 KB of the 48 KB a launch
 // gets without opting in). Rank 64 on each of q, k and v with two adapters is 384.
 constexpr int64_t kLoraMaxRank = 512;

@@ -394,7 +394,9 @@ Graph stack_matmuls(const Graph& g, const FusionSupport& fs) {
     for (int c : group) {
       const Node& m = g.node(c);
       Node s;
-      s.name = names_of(m).back() + ".cols";
+      // Named by the member's own matmul (an adapted member's names end with its adapters' three nodes each).
+      const std::vector<std::string> mn = names_of(m);
+      s.name = mn[mn.size() - 1 - 3 * static_cast<size_t>(m.fusion.lora)] + ".cols";
       s.op = Op::SLICE;
       s.role = m.role;
       s.layer = m.layer;

@@ -106,9 +106,9 @@ __global__ void __launch_bounds__(kThreads)
 
 void check_layout(const char* op, const void* b, const LoraBLayout& l, const float* u, int64_t t) {
   TESSERA_CUDA_REQUIRE(b != nullptr && u != nullptr && t >= 1, std::string(op) + ": a null pointer or no rows");
-  TESSERA_CUDA_REQUIRE(l.n_members >= 1 && l.n_members <= kLoraMaxMembers && l.r_total >= 1 &&
-                           l.r_total <= kLoraMaxRank,
-                       std::string(op) + ": the adapters' layout has no member or too large a rank");
+  TESSERA_CUDA_REQUIRE(
+      l.n_members >= 1 && l.n_members <= kLoraMaxMembers && l.r_total >= 1 && l.r_total <= kLoraMaxRank,
+      std::string(op) + ": the adapters' layout has no member or too large a rank");
   TESSERA_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(b) % 16 == 0, std::string(op) + ": B must be 16-byte aligned");
   for (int m = 0; m < l.n_members; ++m)
     TESSERA_CUDA_REQUIRE(l.rows[m] == 0 || (l.r_pad[m] % 8 == 0 && l.b0[m] % 8 == 0 && l.u0[m] + l.r[m] <= l.r_total),
