@@ -195,10 +195,8 @@ struct CudaDecoder::Impl {
       return l.node >= 0 && std::find(ops.begin(), ops.end(), graph::op_name(src.node(l.node).op)) != ops.end();
     });
     embed_launch = -2;  // launch indices moved: the chain keeps the embedding as a launch (if it is still there)
-    std::fprintf(stderr,
-                 "tessera: cuda option drop_ops=%s left out %zu of %zu decode launches: outputs are wrong, "
-                 "timing study only\n",
-                 e.c_str(), before - launches.size(), before);
+    std::fprintf(stderr, "tessera: cuda option drop_ops=%s left out %zu of %zu decode launches: outputs are wrong, "
+                 "timing study only\n", e.c_str(), before - launches.size(), before);
   }
   void check_step(int32_t token, int64_t pos) const;
   void upload_step(int32_t token, int64_t pos);
