@@ -476,7 +476,11 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       // launches, and the small matrices stream at the big one's efficiency.
       const int n_weights = n.fusion.n_weights;
       const DeviceWeight* wp = nullptr;
-      if (n_weights == 1) {
+      // A float base with adapters: its weight with A_stack appended (DeviceAugmented); wp: the base's rows.
+      const DeviceAugmented* ag = n.fusion.lora > 0 ? sh->augmented(g, n) : nullptr;
+      if (ag != nullptr) {
+        wp = &ag->head;
+      } else if (n_weights == 1) {
         wp = &weight(n, in(1));
       } else {
         std::vector<const graph::Tensor*> members;
@@ -557,6 +561,30 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
         if (x.norm_out_w != nullptr || quant_norm.contains(in(0)))
           unsupported(n, "its adapters need the f32 input, which the norm epilogue does not write");
         const DeviceLora* lp = &sh->lora(g, n, wp->dtype);
+        const bool swiglu = n.fusion.swiglu;
+        const int64_t width = swiglu ? wp->n / 2 : wp->n;
+        if (ag != nullptr) {
+          // One GEMV over [W; A_stack] (the norm folded in for both) writes [y; u]; one launch then forms the output
+          // (y + Δ, or silu(gate + Δ)·(up + Δ)) or adds y + Δ to the residual.
+          if (ag->tail.n != lp->layout.r_total) unsupported(n, "its appended A rows are not its adapters' rank");
+          const DeviceWeight* wa = &ag->aug;
+          auto* yu = static_cast<float*>(alloc(static_cast<size_t>(wa->n) * sizeof(float)));
+          const float* u = yu + wp->n;
+          GemvInput xb = x;
+          xb.swiglu = false;
+          const GemvConfig cb = gemv_default_config(wa->dtype, wa->n, wa->k);
+          launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
+                                if (copy_first != nullptr)
+                                  TESSERA_CUDA_CHECK(
+                                      cudaMemcpyAsync(y, copy_first, y_bytes, cudaMemcpyDeviceToDevice, s));
+                                gemv(*wa, xb, yu, s, &cb);
+                                if (swiglu)
+                                  lora_b_swiglu(lp->b.get(), lp->layout, u, yu, y, width, 1, s);
+                                else
+                                  lora_b_add(lp->b.get(), lp->layout, u, y, width, width, 1, s, yu, width, accumulate);
+                              }});
+          return;
+        }
         GemvInput xa;
         xa.f32 = act(in(0));
         xa.norm_w = x.norm_w;
@@ -566,8 +594,6 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
         const GemvConfig ca = gemv_default_config(lp->a.dtype, lp->a.n, lp->a.k);
         GemvInput xb = x;
         xb.swiglu = false;
-        const bool swiglu = n.fusion.swiglu;
-        const int64_t width = swiglu ? wp->n / 2 : wp->n;
         float* base_y = swiglu ? static_cast<float*>(alloc(static_cast<size_t>(wp->n) * sizeof(float))) : y;
         const GemvConfig cb = gemv_default_config(wp->dtype, wp->n, wp->k);
         launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {

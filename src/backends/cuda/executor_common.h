@@ -38,6 +38,15 @@ struct DeviceLora {
   LoraBLayout layout;
 };
 
+// An adapted node's float base weight (its stack, or its one weight) with its adapters' A_stack appended as further
+// rows in the same format: aug [N + R, K]. The decoder's one GEMV over it writes y and u = x·A_stackᵀ together (the
+// norm prologue normalizing x for both), so an adapted node costs one launch more than its base, not two. head and
+// tail are views of aug's first N and last R rows: the rows executor multiplies by head, so the model's weights are
+// not on the device twice.
+struct DeviceAugmented {
+  DeviceWeight aug, head, tail;
+};
+
 // The format of A_stack beside a base weight of format `base` (its device format): the 16-bit type the base's
 // matmuls take x in (matmul_x16_type: bf16 beside bf16 and quantized weights, f16 beside f16), so that A reads the
 // same 16-bit copy of x in prefill; f16 beside f32 weights (no 16-bit copy; the graph gives A in f16 or f32).
@@ -50,6 +59,7 @@ struct DeviceWeights {
   std::unordered_map<const void*, DeviceWeight> weights;
   std::map<std::vector<const void*>, std::unique_ptr<DeviceWeight>> stacks;
   std::map<std::string, std::unique_ptr<DeviceLora>> loras;
+  std::map<std::string, std::unique_ptr<DeviceAugmented>> augmented;
 };
 
 struct CudaShared::Impl {
@@ -63,6 +73,7 @@ struct CudaShared::Impl {
   std::unordered_map<const void*, DeviceWeight>& weights = store->weights;
   std::map<std::vector<const void*>, std::unique_ptr<DeviceWeight>>& stacks = store->stacks;
   std::map<std::string, std::unique_ptr<DeviceLora>>& loras = store->loras;
+  std::map<std::string, std::unique_ptr<DeviceAugmented>>& augmented_weights = store->augmented;
   struct Cache {
     DType dtype = DType::F16;
     int64_t n_kv = 0, n_ctx = 0, hd = 0;
@@ -82,6 +93,10 @@ struct CudaShared::Impl {
   // The adapters of matmul node n of g (graph::lora_terms; n.fusion.lora > 0) beside its base weight whose device
   // format is `base` (uploaded on first use). Error naming the node for adapters whose shapes do not fit it.
   const DeviceLora& lora(const graph::Graph& g, const graph::Node& n, DType base);
+  // The base weight of adapted matmul node n with its A_stack appended (DeviceAugmented; uploaded on first use, in
+  // the order lora() gives u's columns), or nullptr where the base is not f32, f16 or bf16 in its own format (then the
+  // node takes stack() or weight() and lora()'s A_stack).
+  const DeviceAugmented* augmented(const graph::Graph& g, const graph::Node& n);
   // Host W [rows, k] in t's format uploaded as it is, or converted to weight_formats()'s fallback first when no
   // kernel reads that format (with the format's notice); unsupported(n, ...) when Tessera cannot read it.
   DeviceWeight upload_any(const graph::Node& n, const graph::Tensor& t, const void* host, int64_t rows, int64_t k);

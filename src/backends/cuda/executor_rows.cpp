@@ -371,7 +371,11 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       // launch; the SLICE nodes after it give each member's columns with a row stride.
       const int n_weights = n.fusion.n_weights;
       const DeviceWeight* wp = nullptr;
-      if (n_weights == 1) {
+      // A float base with adapters: the base's rows of its weight with A_stack appended, which the decoder reads
+      // whole (DeviceAugmented), so the weights are on the device once.
+      if (const DeviceAugmented* ag = n.fusion.lora > 0 ? sh->augmented(g, n) : nullptr; ag != nullptr) {
+        wp = &ag->head;
+      } else if (n_weights == 1) {
         wp = &sh->weight(n, g.tensor(in(1)));
       } else {
         std::vector<const graph::Tensor*> members;

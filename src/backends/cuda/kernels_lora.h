@@ -35,9 +35,12 @@ struct LoraBLayout {
 };
 
 // y[i, row0_m + j] += Σ_c u[i, u0_m + c] · B_m[j, c] for every member m with adapters and j < rows_m, i < t. y's rows
-// are ld_y floats apart; n: y's columns (N_total). b: the f16 B buffer (16-byte aligned).
+// are ld_y floats apart; n: y's columns (N_total). b: the f16 B buffer (16-byte aligned). With `base` (rows ld_base
+// apart, not y) every column of y becomes (accumulate ? y : 0) + base + the adapters' term: the decoder's GEMV over
+// [W; A_stack] writes base and u into one buffer, and this launch forms the output (or adds it to the residual).
 void lora_b_add(const void* b, const LoraBLayout& l, const float* u /*[t, r_total]*/, float* y, int64_t ld_y, int64_t n,
-                int64_t t, cudaStream_t stream);
+                int64_t t, cudaStream_t stream, const float* base = nullptr, int64_t ld_base = 0,
+                bool accumulate = true);
 // The SwiGLU epilogue of a [gate; up] stack (gate rows [0, f), up rows [f, 2f)): out[i, j] = silu(gu[i, j] + Δ(i, j)) ·
 // (gu[i, f + j] + Δ(i, f + j)), Δ(i, row) the adapters' term of lora_b_add. gu [t, 2f] f32, out [t, f] f32.
 void lora_b_swiglu(const void* b, const LoraBLayout& l, const float* u /*[t, r_total]*/, const float* gu, float* out,

@@ -88,28 +88,37 @@ double delta(const std::vector<MemberB>& members, const cuda::LoraBLayout& l, co
   return 0;
 }
 
+// Three forms: y += Δ (prefill, and the decoder's separate A GEMV), y = base + Δ and y += base + Δ (the decoder's GEMV
+// over [W; A_stack] writing base and u into one buffer; into the residual for the second).
 TEST(CudaLoraKernels, BAddMatchesLoops) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(cuda::test::test_seed());
   // q|k|v-like: q with two adapters (ranks 13 = 8 + 5, padded to 16), k without, v with rank 8.
-  for (const int64_t t : {1, 37}) {
-    std::vector<MemberB> members{{0, 96, 13, {}}, {96, 32, 0, {}}, {128, 40, 8, {}}};
-    std::vector<uint16_t> b16;
-    const cuda::LoraBLayout l = layout_of(members, rng, &b16);
-    const int64_t n = 168;
-    const std::vector<float> u = random_floats(rng, static_cast<size_t>(t * l.r_total));
-    const std::vector<float> y0 = random_floats(rng, static_cast<size_t>(t * n));
-    cuda::DeviceBuffer db = cuda::test::to_device(b16), du = cuda::test::to_device(u), dy = cuda::test::to_device(y0);
-    cuda::lora_b_add(db.get(), l, du.as<float>(), dy.as<float>(), n, n, t, nullptr);
-    const std::vector<float> y = cuda::test::to_host<float>(dy, y0.size());
-    double worst = 0;
-    for (int64_t i = 0; i < t; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        const double want = y0[static_cast<size_t>(i * n + j)] + delta(members, l, u, i, j);
-        worst = std::max(worst, std::abs(y[static_cast<size_t>(i * n + j)] - want));
-      }
-    EXPECT_LE(worst, 1e-4) << "t = " << t;
-  }
+  for (const int64_t t : {1, 37})
+    for (const int form : {0, 1, 2}) {
+      std::vector<MemberB> members{{0, 96, 13, {}}, {96, 32, 0, {}}, {128, 40, 8, {}}};
+      std::vector<uint16_t> b16;
+      const cuda::LoraBLayout l = layout_of(members, rng, &b16);
+      const int64_t n = 168, ld_base = 176;  // base rows with a stride of their own
+      const std::vector<float> u = random_floats(rng, static_cast<size_t>(t * l.r_total));
+      const std::vector<float> y0 = random_floats(rng, static_cast<size_t>(t * n));
+      const std::vector<float> base = random_floats(rng, static_cast<size_t>(t * ld_base));
+      cuda::DeviceBuffer db = cuda::test::to_device(b16), du = cuda::test::to_device(u);
+      cuda::DeviceBuffer dy = form == 1 ? cuda::test::poisoned(y0.size() * sizeof(float)) : cuda::test::to_device(y0);
+      cuda::DeviceBuffer dbase = cuda::test::to_device(base);
+      cuda::lora_b_add(db.get(), l, du.as<float>(), dy.as<float>(), n, n, t, nullptr,
+                       form == 0 ? nullptr : dbase.as<float>(), ld_base, form != 1);
+      const std::vector<float> y = cuda::test::to_host<float>(dy, y0.size());
+      double worst = 0;
+      for (int64_t i = 0; i < t; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double want = delta(members, l, u, i, j);
+          if (form != 1) want += y0[static_cast<size_t>(i * n + j)];
+          if (form != 0) want += base[static_cast<size_t>(i * ld_base + j)];
+          worst = std::max(worst, std::abs(y[static_cast<size_t>(i * n + j)] - want));
+        }
+      EXPECT_LE(worst, 1e-4) << "t = " << t << ", form " << form;
+    }
 }
 
 TEST(CudaLoraKernels, BSwigluMatchesLoops) {

@@ -64,7 +64,8 @@ __device__ __forceinline__ void load_u(const float* __restrict__ u, int r_total,
 
 __global__ void __launch_bounds__(kThreads)
     lora_b_add_kernel(const __half* __restrict__ b, LoraBLayout l, const float* __restrict__ u, float* y, int64_t ld_y,
-                      int64_t n, int64_t t, int ld_us) {
+                      int64_t n, int64_t t, int ld_us, const float* __restrict__ base, int64_t ld_base,
+                      bool accumulate) {
   extern __shared__ float us[];
   const int64_t row = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kTile;
@@ -73,13 +74,15 @@ __global__ void __launch_bounds__(kThreads)
   if (m >= 0) prefetch_l2(b + l.b0[m] + (row - l.row0[m]) * l.r_pad[m]);  // B is no earlier kernel's output
   pdl_wait();
   load_u(u, l.r_total, ld_us, i0, tokens, us);
-  if (m < 0) return;
+  if (row >= n || (m < 0 && base == nullptr)) return;
   float acc[kTile] = {};
-  add_terms(b, l, m, row, us, ld_us, tokens, acc);
+  if (m >= 0) add_terms(b, l, m, row, us, ld_us, tokens, acc);
 #pragma unroll
   for (int tt = 0; tt < kTile; ++tt) {
     if (tt >= tokens) break;
-    y[(i0 + tt) * ld_y + row] += acc[tt];
+    float* yr = y + (i0 + tt) * ld_y + row;
+    const float v = acc[tt] + (base != nullptr ? base[(i0 + tt) * ld_base + row] : 0.0f);
+    *yr = accumulate ? *yr + v : v;
   }
 }
 
@@ -124,14 +127,16 @@ int ld_us(const LoraBLayout& l) { return (l.r_total + 8 + 3) / 4 * 4; }
 }  // namespace detail
 
 void lora_b_add(const void* b, const LoraBLayout& l, const float* u, float* y, int64_t ld_y, int64_t n, int64_t t,
-                cudaStream_t stream) {
+                cudaStream_t stream, const float* base, int64_t ld_base, bool accumulate) {
   detail::check_layout("lora_b_add", b, l, u, t);
   TESSERA_CUDA_REQUIRE(y != nullptr && n >= 1 && ld_y >= n, "lora_b_add: bad output");
+  TESSERA_CUDA_REQUIRE(base == nullptr ? accumulate : (ld_base >= n && base != y),
+                       "lora_b_add: without a base the adapters' terms can only be added; a base is not the output");
   const int ld = detail::ld_us(l);
   const dim3 grid(detail::ceil_div(n, detail::kThreads), detail::ceil_div(t, detail::kTile));
   detail::launch("lora_b_add_kernel", detail::lora_b_add_kernel, grid, dim3(detail::kThreads),
                  static_cast<size_t>(detail::kTile * ld) * sizeof(float), stream, static_cast<const __half*>(b), l, u,
-                 y, ld_y, n, t, ld);
+                 y, ld_y, n, t, ld, base, ld_base, accumulate);
 }
 
 void lora_b_swiglu(const void* b, const LoraBLayout& l, const float* u, const float* gu, float* out, int64_t f,
