@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace tessera::cuda {
 
 constexpr int kLoraMaxMembers = 4;  // members of one stack (q|k|v: 3)
@@ -45,5 +47,13 @@ void lora_b_add(const void* b, const LoraBLayout& l, const float* u /*[t, r_tota
 // (gu[i, f + j] + Δ(i, f + j)), Δ(i, row) the adapters' term of lora_b_add. gu [t, 2f] f32, out [t, f] f32.
 void lora_b_swiglu(const void* b, const LoraBLayout& l, const float* u /*[t, r_total]*/, const float* gu, float* out,
                    int64_t f, int64_t t, cudaStream_t stream);
+// The same over prefill's gate|up output as swiglu_rows and swiglu_rows16 read it (the SWIGLU node after a gate|up
+// stack with adapters: the Δ terms join there, so the stack's output is not read and written once more): gate [t, f]
+// at `gate`, up at gate + up_off elements, rows ld_in elements apart, in f32 (in_type F32) or 16 bits (BF16, F16:
+// matmul_x16_out16's output); Δ of gate column j is row j of the stack, of up column j row up_off + j. Written to
+// exactly one of out (f32 [t, f]) or out16 ([t, f] in out16_type, bf16 or f16).
+void lora_b_swiglu_rows(const void* b, const LoraBLayout& l, const float* u /*[t, r_total]*/, const void* gate,
+                        DType in_type, int64_t ld_in, int64_t up_off, float* out, void* out16, DType out16_type,
+                        int64_t f, int64_t t, cudaStream_t stream);
 
 }  // namespace tessera::cuda

@@ -121,30 +121,59 @@ TEST(CudaLoraKernels, BAddMatchesLoops) {
     }
 }
 
+// The decoder's form (f32 [gate; up] in one row, f32 out) and prefill's (lora_b_swiglu_rows: 16-bit gate|up rows as
+// matmul_x16_out16 writes them, a row stride of its own, a 16-bit or f32 output).
 TEST(CudaLoraKernels, BSwigluMatchesLoops) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(cuda::test::test_seed() + 1);
-  for (const int64_t t : {1, 19}) {
-    const int64_t f = 200;  // not a multiple of the block's 128 threads
-    std::vector<MemberB> members{{0, f, 5, {}}, {f, f, 16, {}}};
-    std::vector<uint16_t> b16;
-    const cuda::LoraBLayout l = layout_of(members, rng, &b16);
-    const std::vector<float> u = random_floats(rng, static_cast<size_t>(t * l.r_total));
-    const std::vector<float> gu = random_floats(rng, static_cast<size_t>(t * 2 * f), -3.0f, 3.0f);
-    cuda::DeviceBuffer db = cuda::test::to_device(b16), du = cuda::test::to_device(u), dg = cuda::test::to_device(gu);
-    cuda::DeviceBuffer out = cuda::test::poisoned(static_cast<size_t>(t * f) * sizeof(float));
-    cuda::lora_b_swiglu(db.get(), l, du.as<float>(), dg.as<float>(), out.as<float>(), f, t, nullptr);
-    const std::vector<float> y = cuda::test::to_host<float>(out, static_cast<size_t>(t * f));
-    double worst = 0;
-    for (int64_t i = 0; i < t; ++i)
-      for (int64_t j = 0; j < f; ++j) {
-        const double g = gu[static_cast<size_t>(i * 2 * f + j)] + delta(members, l, u, i, j);
-        const double up = gu[static_cast<size_t>(i * 2 * f + f + j)] + delta(members, l, u, i, f + j);
-        const double want = g / (1 + std::exp(-g)) * up;
-        worst = std::max(worst, std::abs(y[static_cast<size_t>(i * f + j)] - want) / (1 + std::abs(want)));
+  struct Form {
+    DType in, out;
+  };
+  for (const int64_t t : {1, 19})
+    for (const Form form : {Form{DType::F32, DType::F32}, Form{DType::BF16, DType::BF16}, Form{DType::F16, DType::F32},
+                            Form{DType::F32, DType::F16}}) {
+      const int64_t f = 200;  // not a multiple of the block's 128 threads
+      const int64_t ld = form.in == DType::F32 && t == 1 ? 2 * f : 2 * f + 24;  // a stack's row stride
+      std::vector<MemberB> members{{0, f, 5, {}}, {f, f, 16, {}}};
+      std::vector<uint16_t> b16;
+      const cuda::LoraBLayout l = layout_of(members, rng, &b16);
+      const std::vector<float> u = random_floats(rng, static_cast<size_t>(t * l.r_total));
+      std::vector<float> gu = random_floats(rng, static_cast<size_t>(t * ld), -3.0f, 3.0f);
+      cuda::DeviceBuffer db = cuda::test::to_device(b16), du = cuda::test::to_device(u), dg;
+      if (form.in == DType::F32) {
+        dg = cuda::test::to_device(gu);
+      } else {  // rounded to 16 bits; the reference reads the rounded values
+        std::vector<uint16_t> h(gu.size());
+        quantize_row(form.in, gu.data(), h.data(), static_cast<int64_t>(gu.size()));
+        dequantize_row(form.in, h.data(), gu.data(), static_cast<int64_t>(gu.size()));
+        dg = cuda::test::to_device(h);
       }
-    EXPECT_LE(worst, 1e-4) << "t = " << t;
-  }
+      const size_t out_bytes = static_cast<size_t>(t * f) * (form.out == DType::F32 ? 4 : 2);
+      cuda::DeviceBuffer out = cuda::test::poisoned(out_bytes);
+      if (form.in == DType::F32 && form.out == DType::F32 && ld == 2 * f)
+        cuda::lora_b_swiglu(db.get(), l, du.as<float>(), dg.as<float>(), out.as<float>(), f, t, nullptr);
+      else
+        cuda::lora_b_swiglu_rows(db.get(), l, du.as<float>(), dg.get(), form.in, ld, f,
+                                 form.out == DType::F32 ? out.as<float>() : nullptr,
+                                 form.out == DType::F32 ? nullptr : out.get(), form.out, f, t, nullptr);
+      std::vector<float> y(static_cast<size_t>(t * f));
+      if (form.out == DType::F32) {
+        y = cuda::test::to_host<float>(out, y.size());
+      } else {
+        const std::vector<uint16_t> h = cuda::test::to_host<uint16_t>(out, y.size());
+        dequantize_row(form.out, h.data(), y.data(), static_cast<int64_t>(y.size()));
+      }
+      const double tol = form.out == DType::F32 ? 1e-4 : 1e-2;  // a 16-bit output: its rounding
+      double worst = 0;
+      for (int64_t i = 0; i < t; ++i)
+        for (int64_t j = 0; j < f; ++j) {
+          const double g = gu[static_cast<size_t>(i * ld + j)] + delta(members, l, u, i, j);
+          const double up = gu[static_cast<size_t>(i * ld + f + j)] + delta(members, l, u, i, f + j);
+          const double want = g / (1 + std::exp(-g)) * up;
+          worst = std::max(worst, std::abs(y[static_cast<size_t>(i * f + j)] - want) / (1 + std::abs(want)));
+        }
+      EXPECT_LE(worst, tol) << "t = " << t << ", in " << dtype_name(form.in) << ", out " << dtype_name(form.out);
+    }
 }
 
 // ---- Models and adapters.

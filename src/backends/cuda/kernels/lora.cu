@@ -86,9 +86,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// in16: 0 f32 gate|up, 1 bf16, 2 f16; out16: 0 f32 out, 1 bf16, 2 f16.
 __global__ void __launch_bounds__(kThreads)
     lora_b_swiglu_kernel(const __half* __restrict__ b, LoraBLayout l, const float* __restrict__ u,
-                         const float* __restrict__ gu, float* __restrict__ out, int64_t f, int64_t t, int ld_us) {
+                         const void* __restrict__ gate, int in16, int64_t ld_in, int64_t up_off, void* __restrict__ out,
+                         int out16, int64_t f, int64_t t, int ld_us) {
   extern __shared__ float us[];
   const int64_t j = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kTile;
@@ -98,12 +100,20 @@ __global__ void __launch_bounds__(kThreads)
   if (j >= f) return;
   float dg[kTile] = {}, du[kTile] = {};
   if (const int m = member_of(l, j); m >= 0) add_terms(b, l, m, j, us, ld_us, tokens, dg);
-  if (const int m = member_of(l, f + j); m >= 0) add_terms(b, l, m, f + j, us, ld_us, tokens, du);
+  if (const int m = member_of(l, up_off + j); m >= 0) add_terms(b, l, m, up_off + j, us, ld_us, tokens, du);
+  const auto read = [&](int64_t idx) {
+    return in16 == 0 ? static_cast<const float*>(gate)[idx]
+                     : from16(static_cast<const uint16_t*>(gate)[idx], in16 == 1);
+  };
 #pragma unroll
   for (int tt = 0; tt < kTile; ++tt) {
     if (tt >= tokens) break;
     const int64_t r = i0 + tt;
-    out[r * f + j] = silu_mul(gu[r * 2 * f + j] + dg[tt], gu[r * 2 * f + f + j] + du[tt]);
+    const float v = silu_mul(read(r * ld_in + j) + dg[tt], read(r * ld_in + up_off + j) + du[tt]);
+    if (out16 == 0)
+      static_cast<float*>(out)[r * f + j] = v;
+    else
+      static_cast<uint16_t*>(out)[r * f + j] = to16(v, out16 == 1);
   }
 }
 
@@ -139,15 +149,31 @@ void lora_b_add(const void* b, const LoraBLayout& l, const float* u, float* y, i
                  y, ld_y, n, t, ld, base, ld_base, accumulate);
 }
 
-void lora_b_swiglu(const void* b, const LoraBLayout& l, const float* u, const float* gu, float* out, int64_t f,
-                   int64_t t, cudaStream_t stream) {
+void lora_b_swiglu_rows(const void* b, const LoraBLayout& l, const float* u, const void* gate, DType in_type,
+                        int64_t ld_in, int64_t up_off, float* out, void* out16, DType out16_type, int64_t f, int64_t t,
+                        cudaStream_t stream) {
   detail::check_layout("lora_b_swiglu", b, l, u, t);
-  TESSERA_CUDA_REQUIRE(gu != nullptr && out != nullptr && f >= 1 && gu != out, "lora_b_swiglu: bad input or output");
+  TESSERA_CUDA_REQUIRE(gate != nullptr && f >= 1 && up_off >= f && ld_in >= up_off + f,
+                       "lora_b_swiglu: the gate|up input is null or its columns overlap");
+  TESSERA_CUDA_REQUIRE((out == nullptr) != (out16 == nullptr) && gate != out && gate != out16,
+                       "lora_b_swiglu: exactly one output, not the input");
+  TESSERA_CUDA_REQUIRE(in_type == DType::F32 || in_type == DType::BF16 || in_type == DType::F16,
+                       "lora_b_swiglu: gate|up must be f32, bf16 or f16");
+  TESSERA_CUDA_REQUIRE(out16 == nullptr || out16_type == DType::BF16 || out16_type == DType::F16,
+                       "lora_b_swiglu: a 16-bit output must be bf16 or f16");
+  const int in16 = in_type == DType::F32 ? 0 : in_type == DType::BF16 ? 1 : 2;
+  const int o16 = out16 == nullptr ? 0 : out16_type == DType::BF16 ? 1 : 2;
+  void* o = out16 != nullptr ? out16 : static_cast<void*>(out);
   const int ld = detail::ld_us(l);
   const dim3 grid(detail::ceil_div(f, detail::kThreads), detail::ceil_div(t, detail::kTile));
   detail::launch("lora_b_swiglu_kernel", detail::lora_b_swiglu_kernel, grid, dim3(detail::kThreads),
                  static_cast<size_t>(detail::kTile * ld) * sizeof(float), stream, static_cast<const __half*>(b), l, u,
-                 gu, out, f, t, ld);
+                 gate, in16, ld_in, up_off, o, o16, f, t, ld);
+}
+
+void lora_b_swiglu(const void* b, const LoraBLayout& l, const float* u, const float* gu, float* out, int64_t f,
+                   int64_t t, cudaStream_t stream) {
+  lora_b_swiglu_rows(b, l, u, gu, DType::F32, 2 * f, f, out, nullptr, DType::BF16, f, t, stream);
 }
 
 }  // namespace tessera::cuda
