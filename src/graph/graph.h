@@ -168,9 +168,12 @@ struct Fusion {
   bool swiglu = false;   // epilogue: silu(gate) * up of the [gate; up] stack, output [T, N/2]
   bool gate_up = false;  // a stack of (gate, up) whose outputs are one SWIGLU's gate and up (or its epilogue)
   int norm_out = -1;     // epilogue: the output of the RMSNORM (in_producer) whose quantized input it also writes
-  // epilogue: y += (x·A_iᵀ)·B_iᵀ for i < lora (unmerged LoRA adapters, B scaled); A_i [r_i, K] and B_i [N, r_i]
-  // follow the other inputs as A0, B0, A1, B1, ...
+  // epilogue: y += (x·A_iᵀ)·B_iᵀ for i < lora (unmerged LoRA adapters, B scaled); A_i [r_i, K] and B_i [N_m, r_i]
+  // are the node's last 2·lora inputs, A0, B0, A1, B1, ... In a stack, adapter i adapts member lora_member[i] (its
+  // rows of the stacked output: graph::lora_terms in passes/fuse.h), added before a SwiGLU epilogue and into a
+  // residual; empty lora_member: every adapter adapts member 0.
   int lora = 0;
+  std::vector<int> lora_member;
   // RMSNORM: its output is written by its input's producer (that node's norm_out); it launches nothing itself.
   bool in_producer = false;
   // ATTENTION: rope + cache store + attention in one node. inputs = {q, cache_k, cache_v, k, v, positions, inv_freq}:

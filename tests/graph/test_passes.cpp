@@ -25,6 +25,8 @@ struct Shape {
   int64_t layers = 2, T = 1, E = 64, H = 4, Hkv = 2, D = 16, F = 128, V = 96, ctx = 32;
   DType w = DType::F16;
   std::optional<DType> w_v;  // attn_v's format when it differs from w (a Q4_K_M file's q6_K attn_v)
+  // Unmerged LoRA adapters on all seven projections, one per rank, as the builder writes them (x·Aᵀ, ·Bᵀ, add).
+  std::vector<int64_t> lora_ranks;
 };
 
 // The llama builder's graph (src/models/llama.cpp) written with the graph API, so these tests need no model file.
@@ -37,6 +39,21 @@ Graph llama_like(const Shape& s) {
   const int inv = g.add_constant("rope_inv_freq", std::vector<float>(static_cast<size_t>(s.D / 2), 1.0f));
   const auto w = [&](const std::string& name, std::vector<int64_t> shape, DType t) {
     return g.add_weight(name, t, std::move(shape), bound());
+  };
+  // A projection and its adapters, as models/llama.cpp's `matmul` (A in f16; B in f16 at decode, f32 in chunks).
+  const auto matmul = [&](const std::string& name, Role role, int layer, const std::string& block, int x, int wt) {
+    int y = g.add_node(name, Op::MATMUL, role, layer, block, {x, wt});
+    const int64_t n = g.tensor(wt).shape[0], k = g.tensor(wt).shape[1];
+    for (size_t i = 0; i < s.lora_ranks.size(); ++i) {
+      const int64_t r = s.lora_ranks[i];
+      const std::string id = ".lora" + std::to_string(i);
+      const int a = w(name + id + "_a.weight", {r, k}, DType::F16);
+      const int b = w(name + id + "_b.weight", {n, r}, s.T > 1 ? DType::F32 : DType::F16);
+      const int xa = g.add_node(name + id + "_a", Op::MATMUL, Role::NONE, layer, block, {x, a});
+      const int xab = g.add_node(name + id + "_b", Op::MATMUL, Role::NONE, layer, block, {xa, b});
+      y = g.add_node(name + id, Op::ADD, Role::NONE, layer, block, {y, xab});
+    }
+    return y;
   };
   const int embd = w("token_embd.weight", {s.V, s.E}, s.w);
   int x = g.add_node("token_embd", Op::EMBED, Role::TOKEN_EMBD, -1, "embd", {embd, tokens});
@@ -54,12 +71,10 @@ Graph llama_like(const Shape& s) {
     g.set_io_role(cv, IoRole::CACHE_V, l);
     int h = g.add_node(p + "attn_norm", Op::RMSNORM, Role::ATTN_NORM, l, "attn",
                        {x, w(p + "attn_norm.weight", {s.E}, DType::F32)}, norm);
-    int q = g.add_node(p + "attn_q", Op::MATMUL, Role::ATTN_Q, l, "attn",
-                       {h, w(p + "attn_q.weight", {s.H * s.D, s.E}, s.w)});
-    int k = g.add_node(p + "attn_k", Op::MATMUL, Role::ATTN_K, l, "attn",
-                       {h, w(p + "attn_k.weight", {s.Hkv * s.D, s.E}, s.w)});
-    int v = g.add_node(p + "attn_v", Op::MATMUL, Role::ATTN_V, l, "attn",
-                       {h, w(p + "attn_v.weight", {s.Hkv * s.D, s.E}, s.w_v.value_or(s.w))});
+    int q = matmul(p + "attn_q", Role::ATTN_Q, l, "attn", h, w(p + "attn_q.weight", {s.H * s.D, s.E}, s.w));
+    int k = matmul(p + "attn_k", Role::ATTN_K, l, "attn", h, w(p + "attn_k.weight", {s.Hkv * s.D, s.E}, s.w));
+    int v = matmul(p + "attn_v", Role::ATTN_V, l, "attn", h,
+                   w(p + "attn_v.weight", {s.Hkv * s.D, s.E}, s.w_v.value_or(s.w)));
     q = g.add_node(p + "rope_q", Op::ROPE, Role::ROPE_Q, l, "attn", {q, positions, inv}, rq);
     k = g.add_node(p + "rope_k", Op::ROPE, Role::ROPE_K, l, "attn", {k, positions, inv}, rk);
     const int sk = g.add_node(p + "cache_k_store", Op::KV_STORE, Role::CACHE_K, l, "attn", {k, ck}, kv);
@@ -67,18 +82,15 @@ Graph llama_like(const Shape& s) {
     g.mark_output(sk);
     g.mark_output(sv);
     const int a = g.add_node(p + "attn", Op::ATTENTION, Role::ATTN, l, "attn", {q, sk, sv}, at);
-    const int ao = g.add_node(p + "attn_output", Op::MATMUL, Role::ATTN_O, l, "attn",
-                              {a, w(p + "attn_output.weight", {s.E, s.H * s.D}, s.w)});
+    const int ao =
+        matmul(p + "attn_output", Role::ATTN_O, l, "attn", a, w(p + "attn_output.weight", {s.E, s.H * s.D}, s.w));
     x = g.add_node(p + "attn_residual", Op::ADD, Role::ATTN_RESIDUAL, l, "attn", {x, ao});
     h = g.add_node(p + "ffn_norm", Op::RMSNORM, Role::FFN_NORM, l, "ffn",
                    {x, w(p + "ffn_norm.weight", {s.E}, DType::F32)}, norm);
-    const int gate = g.add_node(p + "ffn_gate", Op::MATMUL, Role::FFN_GATE, l, "ffn",
-                                {h, w(p + "ffn_gate.weight", {s.F, s.E}, s.w)});
-    const int up =
-        g.add_node(p + "ffn_up", Op::MATMUL, Role::FFN_UP, l, "ffn", {h, w(p + "ffn_up.weight", {s.F, s.E}, s.w)});
+    const int gate = matmul(p + "ffn_gate", Role::FFN_GATE, l, "ffn", h, w(p + "ffn_gate.weight", {s.F, s.E}, s.w));
+    const int up = matmul(p + "ffn_up", Role::FFN_UP, l, "ffn", h, w(p + "ffn_up.weight", {s.F, s.E}, s.w));
     const int act = g.add_node(p + "ffn_act", Op::SWIGLU, Role::FFN_ACT, l, "ffn", {gate, up});
-    const int down = g.add_node(p + "ffn_down", Op::MATMUL, Role::FFN_DOWN, l, "ffn",
-                                {act, w(p + "ffn_down.weight", {s.E, s.F}, s.w)});
+    const int down = matmul(p + "ffn_down", Role::FFN_DOWN, l, "ffn", act, w(p + "ffn_down.weight", {s.E, s.F}, s.w));
     x = g.add_node(p + "ffn_residual", Op::ADD, Role::FFN_RESIDUAL, l, "ffn", {x, down});
   }
   if (s.T > 1) x = g.add_node("last_token", Op::LAST_ROW, Role::LAST_TOKEN, -1, "output", {x});
@@ -116,6 +128,13 @@ FusionSupport rows_support() {
   f.stack_gate_up = true;
   f.residual_epilogue = true;
   f.rope_store_attention = true;
+  return f;
+}
+
+// CUDA's LoRA declaration added to a support (backend_cuda.cpp, executor_rows.cpp).
+FusionSupport with_lora_first(FusionSupport f) {
+  f.lora_epilogue = true;
+  f.lora_first = true;
   return f;
 }
 
@@ -441,6 +460,14 @@ TEST(Passes, EveryDeclarationKeepsEverything) {
     f.rope_store_attention = bit == 5;
     supports.push_back(f);
   }
+  // The same with the adapters folded last (the CPU) and first (CUDA).
+  const size_t plain_supports = supports.size();
+  for (size_t k = 0; k < plain_supports; ++k) {
+    FusionSupport f = supports[k];
+    f.lora_epilogue = true;
+    supports.push_back(f);
+    supports.push_back(with_lora_first(f));
+  }
   for (DType w : {DType::F16, DType::Q4_1, DType::Q8_0})
     for (int64_t t : {1, 3})
       for (int64_t layers : {1, 3})
@@ -449,9 +476,11 @@ TEST(Passes, EveryDeclarationKeepsEverything) {
           s.w = w;
           s.T = t;
           s.layers = layers;
+          if (k >= plain_supports || k % 2 == 1) s.lora_ranks = {8, 3};
           const Graph g = llama_like(s);
           const Graph r = run_passes(g, supports[k]);
-          SCOPED_TRACE(::testing::Message() << dtype_name(w) << " T=" << t << " layers=" << layers << " support " << k);
+          SCOPED_TRACE(::testing::Message() << dtype_name(w) << " T=" << t << " layers=" << layers << " support " << k
+                                            << " adapters " << s.lora_ranks.size());
           expect_whole(g, r);
           EXPECT_EQ(r.totals().flops, g.totals().flops);
           for (const Tensor& x : g.tensors())
@@ -462,6 +491,191 @@ TEST(Passes, EveryDeclarationKeepsEverything) {
             }
           expect_no_overlap(r, plan_memory(r));
         }
+}
+
+// ---- LoRA (docs/LORA.md): the CPU folds each adapted matmul last (its fused step runs single matmuls); CUDA folds
+// first (lora_first), so that the adapted matmuls still take their norm prologue, stacks and epilogues.
+
+// The one computing node of layer l whose role (or its first member's) is `role`.
+const Node* by_role(const Graph& g, int layer, Role role) {
+  for (const Node& n : g.nodes())
+    if (n.layer == layer && n.role == role && n.op != Op::SLICE) return &n;
+  return nullptr;
+}
+
+int adapted_matmuls(const Graph& g) {
+  int c = 0;
+  for (const Node& n : g.nodes()) c += is_matmul_like(n.op) && n.fusion.lora > 0;
+  return c;
+}
+
+TEST(PassesLora, DecoderStacksAdaptedMatmulsWithTheirEpilogues) {
+  Shape s;
+  s.lora_ranks = {16, 4};  // two adapters on every projection
+  const Graph g = llama_like(s);
+  const Graph r = run_passes(g, with_lora_first(decoder_support()));
+  expect_whole(g, r);
+  EXPECT_EQ(r.totals().flops, g.totals().flops);
+  const int64_t nq = s.H * s.D, nkv = s.Hkv * s.D;
+  for (int l = 0; l < s.layers; ++l) {
+    SCOPED_TRACE(::testing::Message() << "layer " << l);
+    // norm + q|k|v + their six adapters: one node, members 0, 0, 1, 1, 2, 2.
+    const Node* qkv = by_role(r, l, Role::ATTN_Q);
+    ASSERT_NE(qkv, nullptr) << to_text(r);
+    EXPECT_EQ(qkv->fusion.n_weights, 3);
+    EXPECT_GE(qkv->fusion.norm_weight, 0);
+    EXPECT_EQ(qkv->fusion.lora, 6);
+    EXPECT_EQ(qkv->fusion.lora_member, (std::vector<int>{0, 0, 1, 1, 2, 2}));
+    const std::vector<LoraTerm> t = lora_terms(r, *qkv);
+    ASSERT_EQ(t.size(), 6u);
+    EXPECT_EQ(t[0].row0, 0);
+    EXPECT_EQ(t[0].rows, nq);
+    EXPECT_EQ(t[2].row0, nq);
+    EXPECT_EQ(t[4].row0, nq + nkv);
+    EXPECT_EQ(t[5].rows, nkv);
+    EXPECT_EQ(r.tensor(t[1].a).shape, (std::vector<int64_t>{4, s.E}));
+    EXPECT_EQ(r.tensor(t[4].b).shape, (std::vector<int64_t>{nkv, 16}));
+    EXPECT_EQ(r.tensor(t[4].b).name, "blk." + std::to_string(l) + ".attn_v.lora0_b.weight");
+    EXPECT_EQ(r.tensor(qkv->fusion.norm_weight).shape, (std::vector<int64_t>{s.E}));
+    EXPECT_EQ(count_op(r, Op::SLICE, l), 3);
+    ASSERT_NE(find(r, "blk." + std::to_string(l) + ".attn_k.cols"), nullptr);  // named by the member's matmul
+    // The o projection with its adapters accumulating into the residual; the residual is not an adapter input.
+    const Node* o = by_role(r, l, Role::ATTN_O);
+    ASSERT_NE(o, nullptr);
+    EXPECT_GE(o->fusion.residual, 0);
+    EXPECT_EQ(o->fusion.lora, 2);
+    EXPECT_EQ(r.tensor(lora_terms(r, *o)[0].a).shape, (std::vector<int64_t>{16, nq}));
+    EXPECT_EQ(o->inputs.size(), 3u + 4u);  // x, W, the residual, A0, B0, A1, B1
+    EXPECT_EQ(o->inputs[2], o->fusion.residual);
+    // norm + gate|up + SwiGLU with four adapters.
+    const Node* ffn = by_role(r, l, Role::FFN_GATE);
+    ASSERT_NE(ffn, nullptr);
+    EXPECT_TRUE(ffn->fusion.swiglu);
+    EXPECT_EQ(ffn->fusion.n_weights, 2);
+    EXPECT_EQ(ffn->fusion.lora_member, (std::vector<int>{0, 0, 1, 1}));
+    EXPECT_EQ(lora_terms(r, *ffn)[2].row0, s.F);
+    EXPECT_EQ(r.tensor(ffn->output).shape, (std::vector<int64_t>{1, s.F}));
+    const Node* down = by_role(r, l, Role::FFN_DOWN);
+    ASSERT_NE(down, nullptr);
+    EXPECT_GE(down->fusion.residual, 0);
+    EXPECT_EQ(down->fusion.lora, 2);
+    // Five computing nodes per layer, as without adapters.
+    int computing = 0;
+    for (const Node& n : r.nodes()) computing += n.layer == l && n.op != Op::SLICE;
+    EXPECT_EQ(computing, 5);
+  }
+  EXPECT_EQ(adapted_matmuls(r), 4 * static_cast<int>(s.layers));
+  expect_no_overlap(r, plan_memory(r));
+}
+
+TEST(PassesLora, RowsStacksAdaptedQkvAndGateUp) {
+  Shape s;
+  s.T = 8;
+  s.lora_ranks = {8};
+  const Graph g = llama_like(s);
+  const Graph r = run_passes(g, with_lora_first(rows_support()));
+  expect_whole(g, r);
+  for (int l = 0; l < s.layers; ++l) {
+    const Node* qkv = by_role(r, l, Role::ATTN_Q);
+    ASSERT_NE(qkv, nullptr);
+    EXPECT_EQ(qkv->fusion.n_weights, 3) << to_text(r);
+    EXPECT_EQ(qkv->fusion.lora_member, (std::vector<int>{0, 1, 2}));
+    EXPECT_LT(qkv->fusion.norm_weight, 0);
+    const Node* gu = by_role(r, l, Role::FFN_GATE);
+    ASSERT_NE(gu, nullptr);
+    EXPECT_EQ(gu->fusion.n_weights, 2);
+    EXPECT_TRUE(gu->fusion.gate_up);
+    EXPECT_FALSE(gu->fusion.swiglu);
+    EXPECT_EQ(gu->fusion.lora_member, (std::vector<int>{0, 1}));
+    EXPECT_EQ(r.tensor(lora_terms(r, *gu)[1].b).dtype, DType::F32);  // chunks' B as the builder gave it
+    EXPECT_GE(by_role(r, l, Role::ATTN_O)->fusion.residual, 0);
+    EXPECT_GE(by_role(r, l, Role::FFN_DOWN)->fusion.residual, 0);
+    EXPECT_EQ(by_role(r, l, Role::FFN_DOWN)->fusion.lora, 1);
+  }
+}
+
+// The CPU's declaration (lora_epilogue alone, last): every adapted matmul one node {x, W, A0, B0, A1, B1}, nothing
+// else fused, as its executor reads them.
+TEST(PassesLora, CpuFoldsEachMatmulAloneAsBefore) {
+  Shape s;
+  s.lora_ranks = {4, 2};
+  for (const int64_t t : {1, 5}) {
+    s.T = t;
+    const Graph g = llama_like(s);
+    const Graph r = run_passes(g, FusionSupport{.lora_epilogue = true});
+    expect_whole(g, r);
+    EXPECT_EQ(adapted_matmuls(r), 7 * static_cast<int>(s.layers));
+    for (const Node& n : r.nodes()) {
+      if (n.fusion.lora == 0) {
+        EXPECT_TRUE(n.fusion.empty()) << n.name;
+        continue;
+      }
+      EXPECT_EQ(n.fusion.n_weights, 1);
+      EXPECT_EQ(n.fusion.lora, 2);
+      EXPECT_TRUE(n.fusion.lora_member.empty());
+      EXPECT_LT(n.fusion.norm_weight, 0);
+      EXPECT_LT(n.fusion.residual, 0);
+      ASSERT_EQ(n.inputs.size(), 6u);
+      EXPECT_EQ(r.tensor(n.inputs[2]).shape[0], 4);  // A0 [4, K] right after W
+      EXPECT_EQ(r.tensor(n.inputs[5]).shape[1], 2);  // B1 [N, 2] last
+    }
+  }
+}
+
+// A quantized model's residual GEMV writes the next norm's 8-bit input only where no adapter is involved: the
+// adapters' A products read the norm's f32 output, and the residual is whole only after the adapters.
+TEST(PassesLora, QuantizedNormEpilogueLeavesAdaptedMatmulsAlone) {
+  Shape s;
+  s.w = DType::Q4_1;
+  s.lora_ranks = {8};
+  const Graph g = llama_like(s);
+  const Graph r = run_passes(g, with_lora_first(decoder_support()));
+  expect_whole(g, r);
+  for (const Node& n : r.nodes()) {
+    EXPECT_LT(n.fusion.norm_out, 0) << n.name;
+    EXPECT_FALSE(n.fusion.in_producer) << n.name;
+  }
+  const Node* qkv = by_role(r, 0, Role::ATTN_Q);
+  ASSERT_NE(qkv, nullptr);
+  EXPECT_EQ(qkv->fusion.n_weights, 3);
+  EXPECT_EQ(qkv->fusion.lora, 3);
+}
+
+// Adapters on some stack members only (q and v, not k): each adapter keeps its own member.
+TEST(PassesLora, AdaptersOnSomeMembersKeepTheirMember) {
+  Graph g(1, 0);
+  const int x = g.add_input("x", DType::F32, {1, 32});
+  const int nw = g.add_weight("n", DType::F32, {32}, bound());
+  const int h = g.add_node("norm", Op::RMSNORM, Role::NONE, 0, "attn", {x, nw}, {.eps = 1e-5f});
+  std::vector<int> outs;
+  for (const char* m : {"q", "k", "v"}) {
+    int y = g.add_node(m, Op::MATMUL, Role::NONE, 0, "attn",
+                       {h, g.add_weight(std::string(m) + ".w", DType::F16, {m[0] == 'q' ? 32 : 16, 32}, bound())});
+    if (m[0] != 'k') {
+      const int n = m[0] == 'q' ? 32 : 16;
+      const int a = g.add_node(std::string(m) + ".a", Op::MATMUL, Role::NONE, 0, "attn",
+                               {h, g.add_weight(std::string(m) + ".A", DType::F16, {8, 32}, bound())});
+      const int b = g.add_node(std::string(m) + ".b", Op::MATMUL, Role::NONE, 0, "attn",
+                               {a, g.add_weight(std::string(m) + ".B", DType::F16, {n, 8}, bound())});
+      y = g.add_node(std::string(m) + ".lora", Op::ADD, Role::NONE, 0, "attn", {y, b});
+    }
+    outs.push_back(y);
+  }
+  g.mark_output(g.add_node("sum", Op::ADD, Role::NONE, 0, "attn", {outs[1], outs[2]}));
+  g.mark_output(outs[0]);
+  const Graph r = run_passes(g, with_lora_first(decoder_support()));
+  expect_whole(g, r);
+  const Node* st = nullptr;
+  for (const Node& n : r.nodes())
+    if (n.fusion.n_weights == 3) st = &n;
+  ASSERT_NE(st, nullptr) << to_text(r);
+  EXPECT_EQ(st->fusion.lora_member, (std::vector<int>{0, 2}));
+  const auto t = lora_terms(r, *st);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[1].row0, 48);
+  EXPECT_EQ(t[1].rows, 16);
+  EXPECT_EQ(r.tensor(t[1].b).name, "v.B");
+  EXPECT_GE(st->fusion.norm_weight, 0);
 }
 
 TEST(Passes, VerifierNamesWhatWasLost) {

@@ -218,6 +218,10 @@ graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold
   f.weight_format = [](const graph::Tensor& w) { return weight_formats().runs_as(w.dtype).value_or(w.dtype); };
   f.stack_shared_input = true;
   f.residual_epilogue = true;
+  // Unmerged LoRA adapters in their matmul's node, folded first so that q|k|v and gate|up still stack and the norm,
+  // SwiGLU and residual epilogues still fold (kernels_lora.h: two launches per adapted node).
+  f.lora_epilogue = true;
+  f.lora_first = true;
   // RMSNorm folded into the float GEMVs reading its output (GemvInput::norm_w): the GEMVs read the raw input and
   // scale by themselves, one launch less per norm (TESSERA_CUDA_FOLD_NORM=0: off).
   if (fold_norm)
@@ -472,7 +476,11 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       // launches, and the small matrices stream at the big one's efficiency.
       const int n_weights = n.fusion.n_weights;
       const DeviceWeight* wp = nullptr;
-      if (n_weights == 1) {
+      // A float base with adapters: its weight with A_stack appended (DeviceAugmented); wp: the base's rows.
+      const DeviceAugmented* ag = n.fusion.lora > 0 ? sh->augmented(g, n) : nullptr;
+      if (ag != nullptr) {
+        wp = &ag->head;
+      } else if (n_weights == 1) {
         wp = &weight(n, in(1));
       } else {
         std::vector<const graph::Tensor*> members;
@@ -544,6 +552,63 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       const GemvConfig c = x.norm_out_w != nullptr ? gemv_norm_out_config(wp->dtype, wp->n, wp->k)
                                                    : gemv_default_config(wp->dtype, wp->n, wp->k);
       const size_t y_bytes = static_cast<size_t>(ot.nbytes());
+      if (n.fusion.lora > 0) {
+        // Unmerged adapters (kernels_lora.h): the base GEMV as without them, u = A_stack·x for every adapter of the
+        // node in one GEMV (the same x: normalized by the GEMV where the norm is folded, f32 beside a quantized
+        // base), then one launch adding each member's u_m·B_mᵀ to its rows of y (the stack's output or the residual)
+        // or, with the SwiGLU epilogue, forming silu(gate + Δ)·(up + Δ) from the [gate; up] output the base GEMV now
+        // writes plainly.
+        if (x.norm_out_w != nullptr || quant_norm.contains(in(0)))
+          unsupported(n, "its adapters need the f32 input, which the norm epilogue does not write");
+        const DeviceLora* lp = &sh->lora(g, n, wp->dtype);
+        const bool swiglu = n.fusion.swiglu;
+        const int64_t width = swiglu ? wp->n / 2 : wp->n;
+        if (ag != nullptr) {
+          // One GEMV over [W; A_stack] (the norm folded in for both) writes [y; u]; one launch then forms the output
+          // (y + Δ, or silu(gate + Δ)·(up + Δ)) or adds y + Δ to the residual.
+          if (ag->tail.n != lp->layout.r_total) unsupported(n, "its appended A rows are not its adapters' rank");
+          const DeviceWeight* wa = &ag->aug;
+          auto* yu = static_cast<float*>(alloc(static_cast<size_t>(wa->n) * sizeof(float)));
+          const float* u = yu + wp->n;
+          GemvInput xb = x;
+          xb.swiglu = false;
+          const GemvConfig cb = gemv_default_config(wa->dtype, wa->n, wa->k);
+          launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
+                                if (copy_first != nullptr)
+                                  TESSERA_CUDA_CHECK(
+                                      cudaMemcpyAsync(y, copy_first, y_bytes, cudaMemcpyDeviceToDevice, s));
+                                gemv(*wa, xb, yu, s, &cb);
+                                if (swiglu)
+                                  lora_b_swiglu(lp->b.get(), lp->layout, u, yu, y, width, 1, s);
+                                else
+                                  lora_b_add(lp->b.get(), lp->layout, u, y, width, width, 1, s, yu, width, accumulate);
+                              }});
+          return;
+        }
+        GemvInput xa;
+        xa.f32 = act(in(0));
+        xa.norm_w = x.norm_w;
+        xa.norm_eps = x.norm_eps;
+        if (xa.f32 == nullptr) unsupported(n, "its input has no f32 storage for the adapters");
+        auto* u = static_cast<float*>(alloc(static_cast<size_t>(lp->a.n) * sizeof(float)));
+        const GemvConfig ca = gemv_default_config(lp->a.dtype, lp->a.n, lp->a.k);
+        GemvInput xb = x;
+        xb.swiglu = false;
+        float* base_y = swiglu ? static_cast<float*>(alloc(static_cast<size_t>(wp->n) * sizeof(float))) : y;
+        const GemvConfig cb = gemv_default_config(wp->dtype, wp->n, wp->k);
+        launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
+                              if (copy_first != nullptr)
+                                TESSERA_CUDA_CHECK(
+                                    cudaMemcpyAsync(y, copy_first, y_bytes, cudaMemcpyDeviceToDevice, s));
+                              gemv(*wp, xb, base_y, s, &cb, accumulate);
+                              gemv(lp->a, xa, u, s, &ca);
+                              if (swiglu)
+                                lora_b_swiglu(lp->b.get(), lp->layout, u, base_y, y, width, 1, s);
+                              else
+                                lora_b_add(lp->b.get(), lp->layout, u, y, width, width, 1, s);
+                            }});
+        return;
+      }
       launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
                             if (copy_first != nullptr)
                               TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, copy_first, y_bytes, cudaMemcpyDeviceToDevice, s));

@@ -15,6 +15,7 @@
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/cuda_options.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels_lora.h"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/memory.h"
 #include "graph/passes/fuse.h"
@@ -28,11 +29,37 @@ bool is_quantized_dtype(DType t);
 // The positions per slot of a graph with no KV cache (CudaBackendOptions::n_ctx, or 4096 when unset).
 int64_t state_only_ctx(const CudaBackendOptions& o);
 
-// One model's weights on the device (by host data pointer; tied embeddings share one) and its stacked weights of
-// merged matmuls (by their members' host pointers): uploaded once per model, shared by every session's CudaShared.
+// A matmul node's unmerged LoRA adapters on the device (kernels_lora.h): a = A_stack [R, K], every adapter's A rows
+// grouped by stack member, in lora_a_dtype(base format) (one GEMV or GEMM gives u = x·A_stackᵀ for all of them), and
+// b, each member's B's side by side in f16 as `layout` says.
+struct DeviceLora {
+  DeviceWeight a;
+  DeviceBuffer b;
+  LoraBLayout layout;
+};
+
+// An adapted node's float base weight (its stack, or its one weight) with its adapters' A_stack appended as further
+// rows in the same format: aug [N + R, K]. The decoder's one GEMV over it writes y and u = x·A_stackᵀ together (the
+// norm prologue normalizing x for both), so an adapted node costs one launch more than its base, not two. head and
+// tail are views of aug's first N and last R rows: the rows executor multiplies by head, so the model's weights are
+// not on the device twice.
+struct DeviceAugmented {
+  DeviceWeight aug, head, tail;
+};
+
+// The format of A_stack beside a base weight of format `base` (its device format): the 16-bit type the base's
+// matmuls take x in (matmul_x16_type: bf16 beside bf16 and quantized weights, f16 beside f16), so that A reads the
+// same 16-bit copy of x in prefill; f16 beside f32 weights (no 16-bit copy; the graph gives A in f16 or f32).
+DType lora_a_dtype(DType base);
+
+// One model's weights on the device (by host data pointer; tied embeddings share one), its stacked weights of
+// merged matmuls (by their members' host pointers) and its adapters per node (by their host pointers and layout):
+// uploaded once per model, shared by every session's CudaShared.
 struct DeviceWeights {
   std::unordered_map<const void*, DeviceWeight> weights;
   std::map<std::vector<const void*>, std::unique_ptr<DeviceWeight>> stacks;
+  std::map<std::string, std::unique_ptr<DeviceLora>> loras;
+  std::map<std::string, std::unique_ptr<DeviceAugmented>> augmented;
 };
 
 struct CudaShared::Impl {
@@ -45,6 +72,8 @@ struct CudaShared::Impl {
   cudaStream_t stream = nullptr;
   std::unordered_map<const void*, DeviceWeight>& weights = store->weights;
   std::map<std::vector<const void*>, std::unique_ptr<DeviceWeight>>& stacks = store->stacks;
+  std::map<std::string, std::unique_ptr<DeviceLora>>& loras = store->loras;
+  std::map<std::string, std::unique_ptr<DeviceAugmented>>& augmented_weights = store->augmented;
   struct Cache {
     DType dtype = DType::F16;
     int64_t n_kv = 0, n_ctx = 0, hd = 0;
@@ -61,6 +90,13 @@ struct CudaShared::Impl {
   const DeviceWeight& weight(const graph::Node& n, const graph::Tensor& t);
   // The weights of `members` (same dtype and K) stacked row-wise as one matrix (uploaded on first use).
   const DeviceWeight& stack(const graph::Node& n, const std::vector<const graph::Tensor*>& members);
+  // The adapters of matmul node n of g (graph::lora_terms; n.fusion.lora > 0) beside its base weight whose device
+  // format is `base` (uploaded on first use). Error naming the node for adapters whose shapes do not fit it.
+  const DeviceLora& lora(const graph::Graph& g, const graph::Node& n, DType base);
+  // The base weight of adapted matmul node n with its A_stack appended (DeviceAugmented; uploaded on first use, in
+  // the order lora() gives u's columns), or nullptr where the base is not f32, f16 or bf16 in its own format (then the
+  // node takes stack() or weight() and lora()'s A_stack).
+  const DeviceAugmented* augmented(const graph::Graph& g, const graph::Node& n);
   // Host W [rows, k] in t's format uploaded as it is, or converted to weight_formats()'s fallback first when no
   // kernel reads that format (with the format's notice); unsupported(n, ...) when Tessera cannot read it.
   DeviceWeight upload_any(const graph::Node& n, const graph::Tensor& t, const void* host, int64_t rows, int64_t k);

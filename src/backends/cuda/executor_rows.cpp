@@ -66,6 +66,15 @@ struct CudaRowsExecutor::Impl {
   // A merged gate|up output (keyed by the stack's output and its gate slice) that its matmul writes in 16 bits
   // (matmul_x16_out16) from min_t rows on, for swiglu_rows16: buf unused, type is the 16-bit type.
   std::unordered_map<int, X16> gate_up16_of;
+  // A gate|up stack with adapters (keyed by its output): the SWIGLU after it adds their B terms (lora_b_swiglu_rows)
+  // to the gate and up it reads, so the stack's output is written once, by the matmul (in 16 bits where the base's
+  // is); u: the stack's A products. consumed: a SWIGLU took it (compile checks that each was).
+  struct LoraSwiglu {
+    const DeviceLora* lora = nullptr;
+    const float* u = nullptr;
+    bool consumed = false;
+  };
+  std::unordered_map<int, LoraSwiglu> lora_swiglu_of;
 
   // Activations and 16-bit copies: one arena planned over g (plan_cuda_memory), allocated at compile and never moved
   // (captured graphs hold its addresses).
@@ -216,6 +225,10 @@ graph::FusionSupport rows_fusion_support(bool fuse, bool merge_gate_up) {
   f.stack_qkv = true;
   f.stack_gate_up = merge_gate_up;
   f.residual_epilogue = true;
+  // Unmerged LoRA adapters in their matmul's node, folded first so that q|k|v and gate|up still stack and the
+  // residual adds still fold (kernels_lora.h: one A product for the stack's adapters, one launch for their B's).
+  f.lora_epilogue = true;
+  f.lora_first = true;
   return f;
 }
 
@@ -298,6 +311,9 @@ void CudaRowsExecutor::Impl::compile() {
     x16_of[copies[i].tensor] =
         X16{static_cast<char*>(arena.get()) + plan.extra_offsets[i], copies[i].type, copies[i].min_t};
   for (size_t i = 0; i < g.nodes().size(); ++i) compile_node(static_cast<int>(i));
+  for (const auto& [t, l] : lora_swiglu_of)
+    TESSERA_CHECK(l.consumed, "cuda backend: the adapters of gate|up stack '{}' have no SWIGLU to add their terms",
+                  g.tensor(t).name);
   logits_id = g.find_role(graph::IoRole::LOGITS);
   TESSERA_CHECK(logits_id >= 0 && g.tensor(logits_id).dtype == DType::F32 && act(logits_id) != nullptr,
                 "cuda backend: the graph has no f32 logits tensor (role LOGITS)");
@@ -367,7 +383,11 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       // launch; the SLICE nodes after it give each member's columns with a row stride.
       const int n_weights = n.fusion.n_weights;
       const DeviceWeight* wp = nullptr;
-      if (n_weights == 1) {
+      // A float base with adapters: the base's rows of its weight with A_stack appended, which the decoder reads
+      // whole (DeviceAugmented), so the weights are on the device once.
+      if (const DeviceAugmented* ag = n.fusion.lora > 0 ? sh->augmented(g, n) : nullptr; ag != nullptr) {
+        wp = &ag->head;
+      } else if (n_weights == 1) {
         wp = &sh->weight(n, g.tensor(in(1)));
       } else {
         std::vector<const graph::Tensor*> members;
@@ -407,14 +427,50 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       const X16 h = h16 != x16_of.end() ? h16->second : X16{};
       // A merged gate|up fed a 16-bit x writes its output in 16 bits too (the f32 storage holds it in its first half;
       // same columns, same row stride in elements), for swiglu_rows16.
+      // (With adapters too: the SWIGLU after it adds their terms: lora_swiglu_of.)
       const bool y16 = out16 && n.fusion.gate_up && n_weights == 2 && h.buf != nullptr;
       if (y16) gate_up16_of[out] = X16{nullptr, h.type, h.min_t};
       const int64_t y_width = width(out);
       // The logits matmul may start at a later row (RunArgs::logits_row0); the 16-bit-or-f32 choice stays with the
       // whole run's rows, which decided what the producer of x wrote.
-      const bool logits = out == g.find_role(graph::IoRole::LOGITS) && n_weights == 1 && !accumulate && !y16 && sc;
+      const bool logits = out == g.find_role(graph::IoRole::LOGITS) && n_weights == 1 && !accumulate && !y16 && sc &&
+                          n.fusion.lora == 0;
       const int64_t x_width = width(in(0));
       const size_t h_elem = h.buf != nullptr ? dtype_info(h.type).type_size : 0;
+      if (n.fusion.lora > 0) {
+        // Unmerged adapters (kernels_lora.h): the base matmul as without them, then u [rows, R] = x·A_stackᵀ for every
+        // adapter of the node in one matmul reading the same x (the 16-bit copy where the base reads it: A_stack is
+        // in that type), then one launch adding each member's u_m·B_mᵀ to its columns of y (the stack's output or
+        // the residual).
+        const DeviceLora* lp = &sh->lora(g, n, wp->dtype);
+        if (h.buf != nullptr && lp->a.dtype != h.type)
+          unsupported(n, "its adapters' A is not in the 16-bit type of its input's copy");
+        owned.emplace_back(static_cast<size_t>(T * lp->a.n) * sizeof(float));
+        float* u = owned.back().as<float>();
+        // A gate|up stack (its slices feed one SWIGLU: the passes' gate_up) leaves the terms to that SWIGLU.
+        const bool in_swiglu = n.fusion.gate_up && n_weights == 2;
+        if (in_swiglu) lora_swiglu_of[out] = LoraSwiglu{lp, u, false};
+        launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                              const int64_t rows = sc ? a.t : fixed;
+                              if (rows == 0) return;
+                              if (copy_first != nullptr)
+                                TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, copy_first,
+                                                                   static_cast<size_t>(rows * y_width) * sizeof(float),
+                                                                   cudaMemcpyDeviceToDevice, s));
+                              if (rows >= h.min_t) {
+                                if (y16)
+                                  matmul_x16_out16(*wp, h.buf, y, rows, *shp->gemm, s);
+                                else
+                                  matmul_x16(*wp, h.buf, y, rows, *shp->gemm, s, accumulate);
+                                matmul_x16(lp->a, h.buf, u, rows, *shp->gemm, s);
+                              } else {
+                                matmul(*wp, x, y, rows, *shp->gemm, s, accumulate);
+                                matmul(lp->a, x, u, rows, *shp->gemm, s);
+                              }
+                              if (!in_swiglu) lora_b_add(lp->b.get(), lp->layout, u, y, y_width, y_width, rows, s);
+                            }});
+        return;
+      }
       launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
                             const int64_t rows = sc ? a.t : fixed;
                             const int64_t r0 = logits ? std::clamp<int64_t>(a.logits_row0, 0, rows) : 0;
@@ -587,6 +643,26 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       const auto i16 = gate_up16_of.find(in(0));
       const X16 in16 = i16 != gate_up16_of.end() ? i16->second : X16{};
       const int64_t up_off = up - gp;  // up's column in the merged output (elements, so also in 16 bits)
+      // After a gate|up stack with adapters: their terms join here (the same branches, through lora_b_swiglu_rows).
+      const int gs = g.tensor(in(0)).producer;
+      if (const auto it = lora_swiglu_of.find(gs >= 0 && g.node(gs).op == Op::SLICE ? g.node(gs).inputs[0] : -1);
+          it != lora_swiglu_of.end()) {
+        it->second.consumed = true;
+        const DeviceLora* lp = it->second.lora;
+        const float* u = it->second.u;
+        launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                              const int64_t rows = sc ? a.t : fixed;
+                              if (rows == 0) return;
+                              const DType in_type = rows >= in16.min_t ? in16.type : DType::F32;
+                              if (rows >= h.min_t)
+                                lora_b_swiglu_rows(lp->b.get(), lp->layout, u, gp, in_type, ld_in, up_off, nullptr,
+                                                   h.buf, h.type, w, rows, s);
+                              else
+                                lora_b_swiglu_rows(lp->b.get(), lp->layout, u, gp, in_type, ld_in, up_off, y, nullptr,
+                                                   DType::BF16, w, rows, s);
+                            }});
+        return;
+      }
       launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
                             const int64_t rows = sc ? a.t : fixed;
                             if (rows >= in16.min_t) {

@@ -7,6 +7,7 @@
 #include "backends/cuda/executor_common.h"
 #include "core/error.h"
 #include "quant/format_support.h"
+#include "quant/quant.h"
 
 namespace tessera::cuda {
 
@@ -120,6 +121,166 @@ const DeviceWeight& CudaShared::Impl::stack(const graph::Node& n, const std::vec
   auto w = std::make_unique<DeviceWeight>(upload_any(n, w0, stacked.data(), rows, w0.shape[1]));
   bytes += w->bytes();
   return *stacks.emplace(std::move(key), std::move(w)).first->second;
+}
+
+namespace {
+
+// The adapters grouped by member (stable: a member's adapters keep the graph's order), so that each member's A
+// products are one run of u's columns and its B's one matrix side by side. lora() and augmented() both stack A so.
+std::vector<size_t> lora_order(const std::vector<graph::LoraTerm>& terms) {
+  std::vector<size_t> order(terms.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return terms[x].member < terms[y].member; });
+  return order;
+}
+
+bool float_format(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+}  // namespace
+
+const DeviceAugmented* CudaShared::Impl::augmented(const graph::Graph& g, const graph::Node& n) {
+  const std::vector<graph::LoraTerm> terms = graph::lora_terms(g, n);
+  if (terms.empty()) return nullptr;
+  const graph::Tensor& w0 = g.tensor(n.inputs.at(1));
+  const DType type = w0.dtype;
+  if (!float_format(type) || weight_formats().runs_as(type) != type || w0.shape.size() != 2) return nullptr;
+  const int64_t k = w0.shape[1];
+  std::vector<const graph::Tensor*> members;
+  std::string key = fmt::format("{} {}:", dtype_name(type), k);
+  int64_t rows = 0;
+  for (int i = 0; i < n.fusion.n_weights; ++i) {
+    const graph::Tensor& t = g.tensor(n.inputs.at(static_cast<size_t>(1 + i)));
+    if (t.dtype != type || t.data == nullptr || t.shape.size() != 2 || t.shape[1] != k) return nullptr;
+    members.push_back(&t);
+    rows += t.shape[0];
+    key += fmt::format(" {}", t.data);
+  }
+  const std::vector<size_t> order = lora_order(terms);
+  int64_t r_total = 0;
+  key += " A";
+  for (size_t i : order) {
+    const graph::Tensor& a = g.tensor(terms[i].a);
+    if (a.data == nullptr || a.shape.size() != 2 || a.shape[1] != k || !can_dequantize(a.dtype)) return nullptr;
+    r_total += a.shape[0];
+    key += fmt::format(" {}", a.data);
+  }
+  if (auto it = augmented_weights.find(key); it != augmented_weights.end()) return it->second.get();
+  const size_t row_bytes = static_cast<size_t>(*dtype_row_bytes(type, static_cast<uint64_t>(k)));
+  std::vector<uint8_t> host;
+  host.reserve(static_cast<size_t>(rows + r_total) * row_bytes);
+  for (const graph::Tensor* t : members)
+    host.insert(host.end(), static_cast<const uint8_t*>(t->data),
+                static_cast<const uint8_t*>(t->data) + static_cast<size_t>(t->shape[0]) * row_bytes);
+  std::vector<float> row(static_cast<size_t>(k));
+  for (size_t i : order) {
+    const graph::Tensor& a = g.tensor(terms[i].a);
+    const size_t a_in = static_cast<size_t>(*dtype_row_bytes(a.dtype, static_cast<uint64_t>(k)));
+    for (int64_t j = 0; j < a.shape[0]; ++j) {
+      dequantize_row(a.dtype, static_cast<const uint8_t*>(a.data) + static_cast<size_t>(j) * a_in, row.data(), k);
+      host.resize(host.size() + row_bytes);
+      if (type == DType::F32)
+        std::memcpy(host.data() + host.size() - row_bytes, row.data(), row_bytes);
+      else
+        quantize_row(type, row.data(), host.data() + host.size() - row_bytes, k);
+    }
+  }
+  auto d = std::make_unique<DeviceAugmented>();
+  d->aug = upload_weight(type, host.data(), rows + r_total, k);
+  bytes += d->aug.bytes();
+  const auto view = [&](int64_t row0, int64_t n_rows) {
+    DeviceWeight v;
+    v.dtype = type;
+    v.n = n_rows;
+    v.k = k;
+    v.layout = d->aug.layout;
+    v.quants = DeviceBuffer::view(d->aug.quants.as<uint8_t>() + static_cast<size_t>(row0) * row_bytes,
+                                  static_cast<size_t>(n_rows) * row_bytes);
+    return v;
+  };
+  d->head = view(0, rows);
+  d->tail = view(rows, r_total);
+  return augmented_weights.emplace(std::move(key), std::move(d)).first->second.get();
+}
+
+DType lora_a_dtype(DType base) {
+  const DType x16 = matmul_x16_type(base);
+  return x16 == DType::BF16 ? DType::BF16 : DType::F16;
+}
+
+const DeviceLora& CudaShared::Impl::lora(const graph::Graph& g, const graph::Node& n, DType base) {
+  const std::vector<graph::LoraTerm> terms = graph::lora_terms(g, n);
+  if (terms.empty()) unsupported(n, "it has no adapters");
+  if (n.fusion.n_weights > kLoraMaxMembers)
+    unsupported(n, "its stack of " + std::to_string(n.fusion.n_weights) + " weights has more members than " +
+                       std::to_string(kLoraMaxMembers) + " with adapters");
+  const DType a_type = lora_a_dtype(base);
+  const int64_t k = g.tensor(n.inputs.at(1)).shape.at(1);
+  const std::vector<size_t> order = lora_order(terms);
+  std::string key = fmt::format("{} {} {}:", dtype_name(a_type), k, n.fusion.n_weights);
+  for (size_t i : order) {
+    const graph::Tensor& a = g.tensor(terms[i].a);
+    const graph::Tensor& b = g.tensor(terms[i].b);
+    if (a.data == nullptr || b.data == nullptr || a.shape.size() != 2 || b.shape.size() != 2 || a.shape[1] != k ||
+        b.shape[0] != terms[i].rows || b.shape[1] != a.shape[0] || !can_dequantize(a.dtype) || !can_dequantize(b.dtype))
+      unsupported(n, "its adapter '" + a.name + "' is not A [r, K] and B [N, r] with data in a readable format");
+    key += fmt::format(" {}/{}@{}+{}", a.data, b.data, terms[i].member, terms[i].row0);
+  }
+  if (auto it = loras.find(key); it != loras.end()) return *it->second;
+
+  auto d = std::make_unique<DeviceLora>();
+  LoraBLayout& l = d->layout;
+  l.n_members = n.fusion.n_weights;
+  std::vector<uint8_t> a_host;   // A_stack [R, K] in a_type
+  std::vector<uint16_t> b_host;  // the members' B blocks, f16
+  const size_t a_row = static_cast<size_t>(*dtype_row_bytes(a_type, static_cast<uint64_t>(k)));
+  std::vector<float> row(static_cast<size_t>(k));
+  int r_total = 0;
+  for (int m = 0; m < l.n_members; ++m) {
+    std::vector<size_t> mine;
+    for (size_t i : order)
+      if (terms[i].member == m) mine.push_back(i);
+    if (mine.empty()) continue;
+    l.row0[m] = terms[mine[0]].row0;
+    l.rows[m] = terms[mine[0]].rows;
+    l.u0[m] = r_total;
+    int r = 0;
+    for (size_t i : mine) r += static_cast<int>(g.tensor(terms[i].a).shape[0]);
+    l.r[m] = r;
+    l.r_pad[m] = (r + 7) / 8 * 8;
+    l.b0[m] = static_cast<int64_t>(b_host.size());
+    b_host.resize(b_host.size() + static_cast<size_t>(l.rows[m] * l.r_pad[m]), 0);
+    int c0 = 0;  // this adapter's first column in the member's B block
+    for (size_t i : mine) {
+      const graph::Tensor& a = g.tensor(terms[i].a);
+      const graph::Tensor& b = g.tensor(terms[i].b);
+      const int64_t ra = a.shape[0];
+      const size_t a_in = static_cast<size_t>(*dtype_row_bytes(a.dtype, static_cast<uint64_t>(k)));
+      for (int64_t j = 0; j < ra; ++j) {
+        dequantize_row(a.dtype, static_cast<const uint8_t*>(a.data) + static_cast<size_t>(j) * a_in, row.data(), k);
+        a_host.resize(a_host.size() + a_row);
+        quantize_row(a_type, row.data(), a_host.data() + a_host.size() - a_row, k);
+      }
+      const size_t b_in = static_cast<size_t>(*dtype_row_bytes(b.dtype, static_cast<uint64_t>(ra)));
+      std::vector<float> brow(static_cast<size_t>(ra));
+      std::vector<uint16_t> bh(static_cast<size_t>(ra));
+      for (int64_t j = 0; j < l.rows[m]; ++j) {
+        dequantize_row(b.dtype, static_cast<const uint8_t*>(b.data) + static_cast<size_t>(j) * b_in, brow.data(), ra);
+        quantize_row(DType::F16, brow.data(), bh.data(), ra);
+        std::copy(bh.begin(), bh.end(), b_host.begin() + l.b0[m] + j * l.r_pad[m] + c0);
+      }
+      c0 += static_cast<int>(ra);
+    }
+    r_total += r;
+  }
+  l.r_total = r_total;
+  if (r_total > kLoraMaxRank)
+    unsupported(n, "its adapters' ranks sum to " + std::to_string(r_total) + ", more than the " +
+                       std::to_string(kLoraMaxRank) + " one launch takes");
+  d->a = upload_weight(a_type, a_host.data(), r_total, k);
+  d->b = DeviceBuffer(b_host.size() * sizeof(uint16_t));
+  d->b.upload(b_host.data(), d->b.bytes());
+  bytes += d->a.bytes() + d->b.bytes();
+  return *loras.emplace(std::move(key), std::move(d)).first->second;
 }
 
 void* CudaShared::Impl::cache(const graph::Tensor& t) {

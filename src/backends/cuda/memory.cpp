@@ -19,17 +19,28 @@ DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
 }
 
 DeviceBuffer::~DeviceBuffer() {
-  if (ptr_) (void)cudaFree(ptr_);  // a destructor must not throw; a failing free leaves nothing to recover
+  if (ptr_ && owned_) (void)cudaFree(ptr_);  // a destructor must not throw; a failing free leaves nothing to recover
+}
+
+DeviceBuffer DeviceBuffer::view(void* ptr, size_t bytes) {
+  DeviceBuffer b;
+  b.ptr_ = ptr;
+  b.bytes_ = bytes;
+  b.owned_ = false;
+  return b;
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+    : ptr_(std::exchange(other.ptr_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      owned_(std::exchange(other.owned_, true)) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
-    if (ptr_) (void)cudaFree(ptr_);
+    if (ptr_ && owned_) (void)cudaFree(ptr_);
     ptr_ = std::exchange(other.ptr_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
+    owned_ = std::exchange(other.owned_, true);
   }
   return *this;
 }

@@ -19,6 +19,9 @@ class DeviceBuffer {
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  // `bytes` at `ptr` inside another buffer, which must outlive this one: never freed here (the rows of a larger
+  // weight: executor_common.h, DeviceAugmented).
+  static DeviceBuffer view(void* ptr, size_t bytes);
 
   void* get() const { return ptr_; }
   template <typename T>
@@ -37,6 +40,7 @@ class DeviceBuffer {
  private:
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
+  bool owned_ = true;
 };
 
 // Makes `device` current and checks that the runtime works there; call once before any other CUDA work.

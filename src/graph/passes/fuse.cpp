@@ -126,6 +126,22 @@ void append_names(std::vector<std::string>* to, const Node& n) {
 
 bool plain(const Node& n) { return n.fusion.empty(); }
 
+// A matmul whose only fusion is its LoRA adapters (rewrite 7 run first): the later rewrites take it as a plain matmul
+// and carry its adapters (the node's last 2·lora inputs).
+bool lora_only(const Node& n) {
+  const Fusion& f = n.fusion;
+  return is_matmul_like(n.op) && f.lora > 0 && f.n_weights == 1 && f.norm_weight < 0 && f.residual < 0 && !f.swiglu &&
+         !f.gate_up && f.norm_out < 0 && !f.in_producer && !f.rope_store &&
+         n.inputs.size() >= 2 + 2 * static_cast<size_t>(f.lora);
+}
+
+bool plain_or_lora(const Node& n) { return plain(n) || lora_only(n); }
+
+// The adapters' inputs of a matmul node (A0, B0, A1, B1, ...: its last 2·lora inputs).
+std::vector<int> adapter_inputs(const Node& n) {
+  return {n.inputs.end() - 2 * static_cast<std::ptrdiff_t>(n.fusion.lora), n.inputs.end()};
+}
+
 bool is_2d_weight(const Tensor& w) { return w.kind == TensorKind::WEIGHT && w.shape.size() == 2 && w.data != nullptr; }
 
 // The tensor whose storage t lives in when the executors run t's producer in place (a residual matmul writes over its
@@ -176,7 +192,7 @@ Graph fold_norm_prologues(const Graph& g, const FusionSupport& fs) {
     for (size_t i = 0; i < readers.size(); ++i) {
       const Node& m = g.node(readers[i]);
       // The readers are the nodes right after the norm: nothing writes its input before they read it.
-      if (readers[i] != id + 1 + static_cast<int>(i) || !is_matmul_like(m.op) || !plain(m) ||
+      if (readers[i] != id + 1 + static_cast<int>(i) || !is_matmul_like(m.op) || !plain_or_lora(m) ||
           m.inputs.at(0) != n.output)
         return false;
       const Tensor& w = g.tensor(m.inputs.at(1));
@@ -196,13 +212,16 @@ Graph fold_norm_prologues(const Graph& g, const FusionSupport& fs) {
     for (size_t i = 0; i < readers.size(); ++i) {
       const Node& m = g.node(readers[i]);
       Node f = m;
+      // An adapted matmul's A products read the same normalized x (its executor passes them the norm).
       f.inputs = {norm.inputs[0], m.inputs[1], norm.inputs[1]};
+      for (int t : adapter_inputs(m)) f.inputs.push_back(t);
       f.fusion.norm_weight = norm.inputs[1];
       f.fusion.norm_eps = norm.params.eps;
       // The norm is named by its first reader; the others recompute it too (their norm_weight says so).
-      if (i == 0) f.fusion.fused_from = {norm.name, m.name};
+      f.fusion.fused_from.clear();
+      if (i == 0) f.fusion.fused_from = {norm.name};
+      append_names(&f.fusion.fused_from, m);
       f.name = joined_name({norm.name, m.name});
-      if (i != 0) f.fusion.fused_from = {m.name};
       f.flops += i == 0 ? norm.flops : 0;
       Tensor out = g.tensor(m.output);
       out.name = f.name;
@@ -337,6 +356,16 @@ Graph stack_matmuls(const Graph& g, const FusionSupport& fs) {
       rw.skip(c);
     }
     if (n.fusion.norm_weight >= 0) f.inputs.push_back(n.fusion.norm_weight);
+    // Every member's adapters, in member order, each marked with its member (lora_terms finds its rows).
+    f.fusion.lora = 0;
+    f.fusion.lora_member.clear();
+    for (size_t i = 0; i < group.size(); ++i) {
+      const Node& m = g.node(group[i]);
+      for (int t : adapter_inputs(m)) f.inputs.push_back(t);
+      for (int a = 0; a < m.fusion.lora; ++a) f.fusion.lora_member.push_back(static_cast<int>(i));
+      f.fusion.lora += m.fusion.lora;
+    }
+    if (f.fusion.lora == 0) f.fusion.lora_member.clear();
     f.fusion.n_weights = static_cast<int>(group.size());
     const int sw = swiglu_of_pair(group);
     f.fusion.gate_up = gate_up || sw >= 0;
@@ -365,7 +394,9 @@ Graph stack_matmuls(const Graph& g, const FusionSupport& fs) {
     for (int c : group) {
       const Node& m = g.node(c);
       Node s;
-      s.name = names_of(m).back() + ".cols";
+      // Named by the member's own matmul (an adapted member's names end with its adapters' three nodes each).
+      const std::vector<std::string> mn = names_of(m);
+      s.name = mn[mn.size() - 1 - 3 * static_cast<size_t>(m.fusion.lora)] + ".cols";
       s.op = Op::SLICE;
       s.role = m.role;
       s.layer = m.layer;
@@ -426,7 +457,8 @@ Graph fold_residual_adds(const Graph& g, const FusionSupport& fs) {
     append_names(&f.fusion.fused_from, n);
     append_names(&f.fusion.fused_from, add);
     f.fusion.residual = add.inputs[0];
-    f.inputs.push_back(add.inputs[0]);
+    // Before the adapters, which stay the node's last inputs.
+    f.inputs.insert(f.inputs.end() - 2 * static_cast<std::ptrdiff_t>(n.fusion.lora), add.inputs[0]);
     f.flops += add.flops;
     f.name = joined_name(f.fusion.fused_from);
     Tensor out = g.tensor(add.output);
@@ -446,7 +478,8 @@ Graph fold_residual_norms(const Graph& g, const FusionSupport& fs) {
   bool changed = false;
   for (size_t id = 0; id < nodes.size(); ++id) {
     const Node& n = g.node(static_cast<int>(id));
-    if (!is_matmul_like(n.op) || n.fusion.residual < 0 || n.fusion.n_weights != 1) continue;
+    // An adapted residual matmul's sum is whole only after its adapters: it writes no norm input.
+    if (!is_matmul_like(n.op) || n.fusion.residual < 0 || n.fusion.n_weights != 1 || n.fusion.lora > 0) continue;
     const Tensor& w = g.tensor(n.inputs.at(1));
     const auto& cs = co[static_cast<size_t>(n.output)];
     if (cs.empty()) continue;
@@ -459,7 +492,9 @@ Graph fold_residual_norms(const Graph& g, const FusionSupport& fs) {
     bool ok = true;
     for (int c : readers) {
       const Node& m = g.node(c);
-      if (!is_matmul_like(m.op) || m.inputs.at(0) != nn.output || m.fusion.norm_weight >= 0) ok = false;
+      // An adapted reader's A products read the norm's f32 output, which the norm epilogue does not write.
+      if (!is_matmul_like(m.op) || m.inputs.at(0) != nn.output || m.fusion.norm_weight >= 0 || m.fusion.lora > 0)
+        ok = false;
       if (!ok) break;
       for (int k = 0; k < m.fusion.n_weights; ++k) {
         const Tensor& wt = g.tensor(m.inputs.at(static_cast<size_t>(1 + k)));
@@ -670,13 +705,35 @@ Graph fold_lora_epilogues(const Graph& g, const FusionSupport& fs) {
   return rw.finish();
 }
 
+std::vector<LoraTerm> lora_terms(const Graph& g, const Node& n) {
+  std::vector<LoraTerm> terms;
+  if (n.fusion.lora <= 0) return terms;
+  const size_t first = n.inputs.size() - 2 * static_cast<size_t>(n.fusion.lora);
+  std::vector<int64_t> row0{0};
+  for (int i = 0; i < n.fusion.n_weights; ++i)
+    row0.push_back(row0.back() + g.tensor(n.inputs.at(static_cast<size_t>(1 + i))).shape.at(0));
+  for (int i = 0; i < n.fusion.lora; ++i) {
+    LoraTerm t;
+    t.a = n.inputs.at(first + 2 * static_cast<size_t>(i));
+    t.b = n.inputs.at(first + 2 * static_cast<size_t>(i) + 1);
+    t.member = n.fusion.lora_member.empty() ? 0 : n.fusion.lora_member.at(static_cast<size_t>(i));
+    TESSERA_CHECK(t.member >= 0 && t.member < n.fusion.n_weights, "graph passes: node '{}' has an adapter of member {}",
+                  n.name, t.member);
+    t.row0 = row0[static_cast<size_t>(t.member)];
+    t.rows = row0[static_cast<size_t>(t.member) + 1] - t.row0;
+    terms.push_back(t);
+  }
+  return terms;
+}
+
 Graph run_passes(const Graph& g, const FusionSupport& fs) {
-  Graph r = fold_norm_prologues(g, fs);
+  Graph r = fs.lora_first ? fold_lora_epilogues(g, fs) : g;
+  r = fold_norm_prologues(r, fs);
   r = stack_matmuls(r, fs);
   r = fold_residual_adds(r, fs);
   r = fold_residual_norms(r, fs);
   r = fuse_rope_store_attention(r, fs);
-  r = fold_lora_epilogues(r, fs);
+  if (!fs.lora_first) r = fold_lora_epilogues(r, fs);
   const std::vector<std::string> problems = verify_rewrite(g, r);
   TESSERA_CHECK(problems.empty(), "graph passes: {} (and {} more)", problems.empty() ? "" : problems[0],
                 problems.empty() ? 0 : problems.size() - 1);

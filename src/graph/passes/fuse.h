@@ -19,7 +19,13 @@
 //  7. LoRA epilogue: a plain matmul y = x·Wᵀ whose output is read only by ADD(y, (x·Aᵀ)·Bᵀ) (the graph builder's
 //     unmerged adapter, models/llama.cpp), A's product read only by B's and B's only by the add, becomes one matmul
 //     with fusion.lora adapters (several adapters chain: each add's output is the next one's y). Runs last, so the
-//     rewrites above see the adapters' nodes as the builder wrote them.
+//     rewrites above see the adapters' nodes as the builder wrote them (the CPU: its fused step runs single matmuls
+//     only) -- or, where the backend declares lora_first (CUDA), first: then an adapted matmul is one node reading x
+//     like its base, so rewrites 1-5 take it as they take the base matmul. Its norm prologue normalizes x for the
+//     adapters' A products too, a stack keeps every member's adapters (Fusion::lora_member: which member each adapts;
+//     lora_terms: its rows), its SwiGLU epilogue and residual epilogue apply to y with the adapters added, and rewrite
+//     5 leaves adapted matmuls alone (the A products read the norm's f32 output, and the residual's sum is whole only
+//     after the adapters).
 // The ops of the families beyond Llama (GEGLU, HEAD_RMSNORM, BIAS_ADD, SOFTCAP, SCALE) are never fused: a pattern
 // above that meets one of them between its nodes (a q norm or bias between a matmul and its rope, a post-norm between
 // a matmul and its residual add) does not match.
@@ -54,9 +60,19 @@ struct FusionSupport {
   // (the fused executor's kernels read params.window).
   bool rope_store_attention = false;
   bool windowed_attention = false;
-  // 7. A matmul with its unmerged LoRA adapters in one node.
+  // 7. A matmul with its unmerged LoRA adapters in one node; lora_first: that rewrite runs before 1 (see above).
   bool lora_epilogue = false;
+  bool lora_first = false;
 };
+
+// One adapter of a matmul node with fusion.lora: A [r, K] and B [rows, r] (tensor ids), the stack member it adapts
+// and that member's rows [row0, row0 + rows) of the node's output (before a SwiGLU epilogue: of the [gate; up] stack).
+struct LoraTerm {
+  int a = -1, b = -1;
+  int member = 0;
+  int64_t row0 = 0, rows = 0;
+};
+std::vector<LoraTerm> lora_terms(const Graph& g, const Node& n);
 
 // Runs the rewrites the backend supports and verifies the result against g (Error naming what went missing).
 Graph run_passes(const Graph& g, const FusionSupport& support);
