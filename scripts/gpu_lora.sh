@@ -8,7 +8,9 @@
 #
 # Prepare here first: scripts/make_gpu_bundle.sh (fills the git-ignored .gpu-deps/). Then, through the device tool,
 # with carry [".gpu-deps"]:   scripts/gpu_lora.sh 2>&1 | tee $OUT/log
-# Options: --rounds N (default 3), --dtype D (default bf16), --tests-only, --bench-only, -h/--help.
+# Options: --rounds N (default 3), --dtype D (default bf16), --tests-only, --bench-only, --profile (after the rounds:
+# `tessera profile --prompt-tokens 512 -n 4` of the model without and with the unmerged adapter, into
+# $OUT/lora_profile_base.txt and lora_profile_lora.txt), -h/--help.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -18,12 +20,14 @@ rounds=3
 dtype=bf16
 tests=1
 bench=1
+profile=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift ;;
     --dtype) dtype=$2; shift ;;
     --tests-only) bench=0 ;;
     --bench-only) tests=0 ;;
+    --profile) profile=1 ;;
     -h | --help) sed -n '2,/^set -uo pipefail/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_lora: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -93,6 +97,15 @@ if [ "$bench" = 1 ]; then
     done
     say "$row | $pp_base | $pp_unmerged | $pp_merged | $tg_base | $tg_unmerged | $tg_merged |"
   done
+  if [ "$profile" = 1 ]; then
+    for variant in base lora; do
+      args=()
+      [ "$variant" = lora ] && args=(--lora "$adapter")
+      timeout 200 "$bin/tessera" profile -m "$model" --device cuda --prompt-tokens 512 -n 4 --nodes "${args[@]}" \
+        > "$OUT/lora_profile_$variant.txt" 2>&1 || status=1
+      say "- profile ($variant): $(grep -E '^(prefill|decode):' "$OUT/lora_profile_$variant.txt" | tr '\n' ' ')"
+    done
+  fi
 fi
 say "- done in $(( $(date +%s) - t0 ))s, status $status"
 exit $status

@@ -363,7 +363,8 @@ void Bench::ternary_gemv() {
       y.download(yh.data(), sizeof(float) * s.n);
       for (float v : yh)
         if (!std::isfinite(v)) fail("bench: tq2_0 gemv {}x{} left a non-finite output", s.n, s.k);
-      const std::string cfg = fmt::format("{}/{}/{}{}", c.threads, c.rows, c.unroll, c.prefetch ? "+pf" : "");
+      const std::string cfg = fmt::format("{}{}/{}/{}{}", c.stationary ? "xs" : "", c.threads, c.rows, c.unroll,
+                                          c.prefetch ? "+pf" : "");
       record({{"kind", "ternary_gemv"},
               {"dtype", "tq2_0"},
               {"n", s.n},

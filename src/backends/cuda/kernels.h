@@ -134,9 +134,17 @@ struct GemvConfig {
   int rows = 0;
   int unroll = 0;
   int prefetch = 0;
+  // tq2_0 only: the x-stationary kernel (kernels/gemv_tq2_kernel.cuh: threads / 32 warps share a row, each lane holding
+  // one 64-element half-unit's activation for the whole launch; `rows` rows per block, one step), not one of
+  // gemv_configs(). gemv_default_config picks it where it measured faster; its k must be a multiple of 2048 (one
+  // half-unit per lane).
+  bool stationary = false;
 };
 const std::vector<GemvConfig>& gemv_configs();
 GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k);
+// Whether tq2_0's x-stationary GEMV (GemvConfig::stationary) runs an n x k matrix: k / 2048 warps of one half-unit
+// per lane (2 to 16 warps), without the norm_out epilogue.
+bool gemv_tq2_stationary_fits(int64_t k);
 // Whether launch shape c (one of gemv_configs()) has a GEMV kernel for weights of dtype: every shape for the float
 // formats, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q2_K and q4_K; rows * unroll <= 4 for q3_K, q5_K and q6_K
 // (their larger shapes spill registers). gemv fails for the others.

@@ -151,6 +151,59 @@ TEST(CudaGemv, DefaultConfigAtModelShapes) {
     for (const auto& s : llama) check_gemv(dtype, s[0], s[1], nullptr, rng);
 }
 
+// tq2_0's x-stationary kernel (GemvConfig::stationary, the default at Llama-3-8B's large ternary shapes) against the
+// reference: two and seven warps per row (k = 4096, 14336), five (10240), rows that leave the last block partial, four
+// and eight rows per block; then with the RMS input and accumulate against the shared kernel on the same inputs.
+TEST(CudaGemv, TernaryStationaryMatchesReference) {
+  EXPECT_TRUE(gemv_default_config(DType::TQ2_0, 14336, 4096).stationary);
+  EXPECT_TRUE(gemv_default_config(DType::TQ2_0, 4096, 14336).stationary);
+  EXPECT_FALSE(gemv_default_config(DType::TQ2_0, 4096, 4096).stationary);
+  EXPECT_FALSE(gemv_default_config(DType::TQ2_0, 2560, 6912).stationary);  // 6912 is no multiple of 2048
+  EXPECT_FALSE(gemv_norm_out_supported(gemv_default_config(DType::TQ2_0, 14336, 4096)));
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const int64_t shapes[][2] = {{8195, 4096}, {258, 14336}, {37, 10240}};
+  for (DType dtype : {DType::TQ2_0, DType::TQ1_0})
+    for (const auto& s : shapes)
+      for (int rows : {4, 8}) {
+        GemvConfig c{static_cast<int>(s[1] / 2048) * 32, rows, 1, 0};
+        c.stationary = true;
+        check_gemv(dtype, s[0], s[1], &c, rng);
+        if (HasFatalFailure()) return;
+      }
+  const int64_t n = 1027, k = 6144;  // three warps per row
+  const auto w_host = random_weight(rng, DType::TQ2_0, n, k);
+  const DeviceWeight w = upload_weight(DType::TQ2_0, w_host.data(), n, k);
+  const std::vector<float> x = random_floats(rng, static_cast<size_t>(k), -3.0f, 3.0f);
+  std::vector<int8_t> q(static_cast<size_t>(k));
+  std::vector<float2> ds(static_cast<size_t>(k / 32));
+  std::vector<float> sumsq(static_cast<size_t>(k / 32), 0.0f);
+  quantize_q8_ref(x.data(), q.data(), ds.data(), k);
+  for (int64_t i = 0; i < k; ++i) sumsq[i / 32] += x[i] * x[i];
+  const std::vector<float> y0 = random_floats(rng, static_cast<size_t>(n));
+  DeviceBuffer qd = to_device(q), dsd = to_device(ds), ssd = to_device(sumsq);
+  GemvInput in;
+  in.q8 = qd.as<int8_t>(), in.q8_ds = dsd.as<float2>(), in.rms_sumsq = ssd.as<float>(), in.rms_eps = 1e-5f;
+  GemvConfig xs{96, 4, 1, 0};
+  xs.stationary = true;
+  const GemvConfig shared{32, 8, 1, 0};
+  DeviceBuffer ya = to_device(y0), yb = to_device(y0);
+  gemv(w, in, ya.as<float>(), nullptr, &xs, true);
+  gemv(w, in, yb.as<float>(), nullptr, &shared, true);
+  synchronize();
+  const auto va = to_host<float>(ya, static_cast<size_t>(n)), vb = to_host<float>(yb, static_cast<size_t>(n));
+  double rms = 0;
+  for (int64_t i = 0; i < n; ++i) rms += double(vb[i] - y0[i]) * (vb[i] - y0[i]);
+  rms = std::sqrt(rms / static_cast<double>(n));
+  ASSERT_GT(rms, 0.0);
+  for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(va[i], vb[i], 1e-4 * rms) << "row " << i;
+  // Launch shapes it cannot run are refused with an error, never run.
+  GemvConfig bad = xs;
+  bad.threads = 64;
+  DeviceBuffer yc = poisoned(sizeof(float) * n);
+  EXPECT_THROW(gemv(w, in, yc.as<float>(), nullptr, &bad), Error);
+}
+
 // The GEMV study knobs of CudaOptions (cuda_options.h; they replaced TESSERA_CUDA_EARLY_L2, TESSERA_CUDA_PDL and
 // TESSERA_CUDA_GEMV_SHAPES): the early L2 prefetch (per-thread lines or one bulk prefetch, any amount) and PDL change
 // no arithmetic, so y is bit for bit the default's; a gemv_shapes entry makes the default launch (config null) take

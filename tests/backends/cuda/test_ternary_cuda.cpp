@@ -153,9 +153,9 @@ TEST(CudaTernaryModels, LoadAsTernary) {
   EXPECT_EQ(h.spec().architecture, "hgrn_bit");
 }
 
-// tq2_0's GEMV launch shapes (not yet swept: q4_K's rules at twice the width, a unit being 32 bytes for both) are
-// shapes its kernel is compiled for, with the warp-group epilogue's too, at the and the families' shapes;
-// tq1_0 (uploaded as tq2_0) gets tq2_0's answers. No GPU needed.
+// tq2_0's GEMV launch shapes (swept on the H100: eight rows per block of the shared kernel, or the x-stationary
+// kernel at the large 8B shapes) are shapes a kernel is compiled for, with the warp-group epilogue's too, at the
+// issue's and the families' shapes; tq1_0 (uploaded as tq2_0) gets tq2_0's answers. No GPU needed.
 TEST(CudaTernaryModels, LaunchShapesAreCompiledOnes) {
   const std::pair<int64_t, int64_t> shapes[] = {{4096, 14336}, {14336, 4096}, {4096, 4096}, {6144, 4096},
                                                 {28672, 4096}, {6912, 2560},  {2560, 6912}, {1024, 1024},
@@ -163,6 +163,7 @@ TEST(CudaTernaryModels, LaunchShapesAreCompiledOnes) {
   for (const auto& [n, k] : shapes) {
     const cuda::GemvConfig c = cuda::gemv_default_config(DType::TQ2_0, n, k);
     EXPECT_TRUE(cuda::gemv_config_supported(DType::TQ2_0, c)) << n << "x" << k;
+    EXPECT_TRUE(!c.stationary || cuda::gemv_tq2_stationary_fits(k)) << n << "x" << k;
     const cuda::GemvConfig c1 = cuda::gemv_default_config(DType::TQ1_0, n, k);
     EXPECT_TRUE(c1.threads == c.threads && c1.rows == c.rows && c1.unroll == c.unroll) << n << "x" << k;
     const cuda::GemvConfig o = cuda::gemv_norm_out_config(DType::TQ2_0, n, k);

@@ -68,10 +68,11 @@ const std::vector<GemvConfig>& gemv_configs() {
 }
 
 bool gemv_norm_out_supported(const GemvConfig& c) {
-  return detail::has_norm_out_groups(detail::Shape{c.threads, c.rows, c.unroll, c.prefetch});
+  return !c.stationary && detail::has_norm_out_groups(detail::Shape{c.threads, c.rows, c.unroll, c.prefetch});
 }
 
 bool gemv_config_supported(DType dtype, const GemvConfig& c) {
+  if (c.stationary) return dtype == DType::TQ2_0 || dtype == DType::TQ1_0;  // and k: gemv_tq2_stationary_fits
   const detail::Shape s{c.threads, c.rows, c.unroll, c.prefetch};
   return detail::shape_index(c) >= 0 && (!gemv_quantized(dtype) || detail::shape_compiled(dtype, s));
 }
@@ -192,9 +193,19 @@ const GemvConfig* swept_unit_config(DType dtype, int64_t n, int64_t k) {
 }  // namespace
 }  // namespace detail
 
+bool gemv_tq2_stationary_fits(int64_t k) { return k % 2048 == 0 && k / 2048 >= 2 && k / 2048 <= 16; }
+
 GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
   if (const GemvConfig* o = shape_override(n, k)) return *o;
   if (dtype == DType::TQ1_0) dtype = DType::TQ2_0;  // uploaded as tq2_0 (weights.cpp)
+  // tq2_0's x-stationary kernel where it beat every shape of the shared kernel (exp_gemv_tq2_sweep, H100, 2026-11-26,
+  // us): 14336x4096 6.90 (7.92 at 32/8/1), 28672x4096 11.68 (12.70), 4096x14336 7.62 (8.11 at 64/8/1); it lost at
+  // 4096x4096 and 6144x4096 (2.82 / 3.53 against 2.66 / 3.37: a grid of a few hundred blocks, one step each).
+  if (dtype == DType::TQ2_0 && gemv_tq2_stationary_fits(k) && (k > 4096 || n >= 8192)) {
+    GemvConfig c{static_cast<int>(k / 2048) * 32, 4, 1, 0};
+    c.stationary = true;
+    return c;
+  }
   // Picked from the H100 sweeps of every shape in the table (docs/CUDA_NOTES.md, runs 1-3): at the issue's large
   // shapes each choice is within ~3% of the sweep's best (q8_0/q4 at 4096x14336 within ~5%).
   if (const GemvConfig* c = detail::swept_unit_config(dtype, n, k)) return *c;
@@ -261,6 +272,19 @@ void gemv(const DeviceWeight& w, const GemvInput& x, float* y, cudaStream_t stre
   TESSERA_CUDA_REQUIRE(w.n > 0 && w.k > 0 && !w.quants.empty(), "gemv: the weight is empty (was it uploaded?)");
   TESSERA_CUDA_REQUIRE(y != nullptr, "gemv: output pointer is null");
   const GemvConfig c = config ? *config : gemv_default_config(w.dtype, w.n, w.k);
+  if (c.stationary) {
+    TESSERA_CUDA_REQUIRE(w.dtype == DType::TQ2_0 && gemv_tq2_stationary_fits(w.k) &&
+                             c.threads == static_cast<int>(w.k / 2048) * 32 && (c.rows == 4 || c.rows == 8),
+                         "gemv: the x-stationary launch shape is for tq2_0 rows of a multiple of 2048 columns (up to "
+                         "32768), k / 2048 warps, 4 or 8 rows per block");
+    TESSERA_CUDA_REQUIRE(x.norm_w == nullptr && x.norm_out_w == nullptr && !x.swiglu,
+                         "gemv: the x-stationary tq2_0 kernel has no RMSNorm, norm_out or SwiGLU epilogue");
+    TESSERA_CUDA_REQUIRE(
+        x.q8 != nullptr && x.q8_ds != nullptr && detail::aligned16(x.q8) && detail::aligned16(x.q8_ds),
+        "gemv: quantized weights need the q8 activation (16-byte aligned; see quantize_q8)");
+    detail::launch_gemv_tq2_stationary(c, detail::LaunchArgs{&w, &x, y, stream, accumulate});
+    return;
+  }
   const int index = detail::shape_index(c);
   TESSERA_CUDA_REQUIRE(index >= 0, "gemv: launch config (threads " + num(c.threads) + ", rows " + num(c.rows) +
                                        ", unroll " + num(c.unroll) + ", prefetch " + num(c.prefetch) +

@@ -242,5 +242,7 @@ void launch_gemv_quant(int index, const LaunchArgs& a);
 void launch_gemv_kquant(int index, const LaunchArgs& a);
 // tq2_0 (ternary) of launch_gemv_quant, in gemv_ternary.cu.
 void launch_gemv_ternary(int index, const LaunchArgs& a);
+// tq2_0's x-stationary kernel (GemvConfig::stationary), in gemv_tq2.cu: rows per block c.rows (4 or 8).
+void launch_gemv_tq2_stationary(const GemvConfig& c, const LaunchArgs& a);
 
 }  // namespace tessera::cuda::detail
