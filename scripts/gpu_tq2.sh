@@ -3,7 +3,8 @@
 # configuration), then
 #   1. bench/cuda/experiments/gemv_tq2_sweep.cu: the bf16 GEMV, src's tq2_0 GEMV at every launch shape and the
 #      x-stationary kernel at every shape, per Llama-3-8B / BitNet-2B4T matrix ($OUT/tq2_sweep.log, tq2_sweep.tsv);
-#   2. unless --skip-tests: the CUDA ternary tests and the op table's tq2_0 rows;
+#   2. unless --skip-tests: the CUDA ternary tests, the GEMV tests that cover tq2_0 (not the two slowest), the op
+#      table's tq2_0 rows, and tessera_bench_cuda --only ternary (src's default GEMVs against bf16, $OUT/tq2_bench.txt);
 #   3. unless --skip-e2e: tessera bench --device cuda --arch A --random-weights --dtype D -p 512 -n 128 -r 3 for
 #      A in llama3-8b bitnet-2b4t-llama and D in bf16 tq2_0 ($OUT/tq2_e2e.log), and with --profile a decode profile
 #      of the 8B tq2_0 model ($OUT/tq2_profile.txt).
@@ -33,7 +34,7 @@ echo "# gpu_tq2 $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git log -1 --format=%h 2>/dev/n
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.mem --format=csv,noheader 2>&1 | head -1
 targets="tessera_cli"
 [ $sweep = 1 ] && targets="$targets exp_gemv_tq2_sweep"
-[ $tests = 1 ] && targets="$targets test_backends_cuda test_ops"
+[ $tests = 1 ] && targets="$targets test_backends_cuda test_ops tessera_bench_cuda"
 stamp "building $targets"
 gpu_build "$OUT/tq2_build.log" $targets || { tail -40 "$OUT/tq2_build.log"; exit 1; }
 gpu_env
@@ -49,10 +50,13 @@ if [ $tests = 1 ]; then
   stamp "CUDA ternary tests and op table tq2_0 rows"
   test_bin=$(find "$root/build-gpu" -name test_backends_cuda -type f -perm -u+x | head -1)
   ops_bin=$(find "$root/build-gpu" -name test_ops -type f -perm -u+x | head -1)
-  "$test_bin" --gtest_filter='*Ternary*:*ternary*:*Tq2*:*TQ2*:*BitNet*:*Hgrn*:*Gemv*' > "$OUT/tq2_tests.log" 2>&1 || status=1
+  "$test_bin" --gtest_filter='*Ternary*:*BitNet*:*Hgrn*:CudaGemv.*:-CudaGemv.QuantLargeGrids*:CudaGemv.QuantNormOut*' \
+    > "$OUT/tq2_tests.log" 2>&1 || status=1
   tail -5 "$OUT/tq2_tests.log"; grep -E "^\[  FAILED" "$OUT/tq2_tests.log" | head
   "$ops_bin" --gtest_filter='*tq2*:*TQ2*:*tq1*:*TQ1*' > "$OUT/tq2_ops.log" 2>&1 || status=1
   tail -3 "$OUT/tq2_ops.log"; grep -E "^\[  FAILED" "$OUT/tq2_ops.log" | head
+  "$bin/tessera_bench_cuda" --only ternary > "$OUT/tq2_bench.txt" 2>&1 || status=1
+  grep -A14 "^ternary" "$OUT/tq2_bench.txt"
 fi
 if [ $e2e = 1 ]; then
   for a in llama3-8b bitnet-2b4t-llama; do

@@ -52,9 +52,8 @@ constexpr Variant v() {
 // One step per block (RB == R) with the registers capped so that the grid is one wave at the 8B shapes (MINB), and
 // the same with 256-byte L2 sectors (the rows' runs are 1-3.5 KB).
 #define ONE_WAVE(L2)                                                                                                  \
-  v<2, 4, 4, 1, 1, L2>(), v<2, 8, 8, 1, 14, L2>(), v<2, 12, 12, 1, 10, L2>(), v<2, 16, 16, 1, 7, L2>(),                \
-      v<2, 24, 24, 1, 5, L2>(), v<2, 32, 32, 1, 4, L2>(), v<7, 4, 4, 1, 1, L2>(), v<7, 8, 8, 1, 4, L2>(),              \
-      v<7, 12, 12, 1, 3, L2>(), v<7, 16, 16, 1, 2, L2>(), v<4, 8, 8, 2, 3, L2>(), v<4, 16, 16, 2, 2, L2>(),            \
+  v<2, 4, 4, 1, 1, L2>(), v<2, 8, 8, 1, 14, L2>(), v<2, 16, 16, 1, 7, L2>(), v<2, 32, 32, 1, 4, L2>(),               \
+      v<7, 4, 4, 1, 1, L2>(), v<7, 8, 8, 1, 4, L2>(), v<7, 16, 16, 1, 2, L2>(), v<4, 8, 8, 2, 3, L2>(), v<4, 16, 16, 2, 2, L2>(),            \
       v<1, 8, 8, 2, 8, L2>(), v<1, 16, 16, 2, 4, L2>(), v<2, 8, 8, 2, 6, L2>(), v<4, 8, 8, 1, 6, L2>(),                \
       v<4, 16, 16, 1, 3, L2>()
 // The arithmetic: masked codes with dp4a.u32.s32 (mode 1) and none at all (mode 2, the memory-only bound; its sums
@@ -64,8 +63,7 @@ constexpr Variant v() {
       v<7, 2, 2, 1, 1, false, M>(), v<7, 4, 4, 1, 1, false, M>(), v<7, 8, 8, 1, 1, false, M>(),               \
       v<4, 4, 4, 1, 1, false, M>(), v<4, 4, 4, 2, 1, false, M>(), v<1, 4, 4, 2, 1, false, M>(),               \
       v<2, 16, 16, 1, 7, false, M>(), v<4, 16, 16, 1, 3, false, M>()
-const Variant kVariants[] = {P1(2), P1(4), P1(5), P1(7), P1(14), P2(1), P2(2), P2(4), P4(1), P4(2), ONE_WAVE(false),
-                             MODES(1), MODES(2)};
+const Variant kVariants[] = {P1(2), P1(4), P1(7), P2(1), P2(2), P4(1), ONE_WAVE(false), MODES(1), MODES(2)};
 
 // The streamed kernel: warps per block, stages; the stage size and blocks per SM are run-time.
 using StreamFn = void (*)(const uint8_t*, const uint8_t*, const int8_t*, const float2*, float*, int, int, bool, Tq2Rms,
