@@ -66,12 +66,15 @@ struct CudaRowsExecutor::Impl {
   // A merged gate|up output (keyed by the stack's output and its gate slice) that its matmul writes in 16 bits
   // (matmul_x16_out16) from min_t rows on, for swiglu_rows16: buf unused, type is the 16-bit type.
   std::unordered_map<int, X16> gate_up16_of;
-  // A gate|up stack with adapters (keyed by its output): the SWIGLU after it adds their B terms (lora_b_swiglu_rows)
-  // to the gate and up it reads, so the stack's output is written once, by the matmul (in 16 bits where the base's
-  // is); u: the stack's A products. consumed: a SWIGLU took it (compile checks that each was).
+  // A gate|up stack with adapters (keyed by its output): below gemm_min_t rows the SWIGLU after it adds their B terms
+  // (lora_b_swiglu_rows) to the gate and up it reads, so the stack's output is written once, by the matmul (in 16
+  // bits where the base's is); from gemm_min_t rows on the matmul's node adds them on the tensor cores (u·b_bdᵀ into
+  // its output) and the SWIGLU is the plain one. u: the stack's A products. consumed: a SWIGLU took it (compile
+  // checks that each was).
   struct LoraSwiglu {
     const DeviceLora* lora = nullptr;
     const float* u = nullptr;
+    int64_t gemm_min_t = INT64_MAX;
     bool consumed = false;
   };
   std::unordered_map<int, LoraSwiglu> lora_swiglu_of;
@@ -440,16 +443,23 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       if (n.fusion.lora > 0) {
         // Unmerged adapters (kernels_lora.h): the base matmul as without them, then u [rows, R] = x·A_stackᵀ for every
         // adapter of the node in one matmul reading the same x (the 16-bit copy where the base reads it: A_stack is
-        // in that type), then one launch adding each member's u_m·B_mᵀ to its columns of y (the stack's output or
-        // the residual).
-        const DeviceLora* lp = &sh->lora(g, n, wp->dtype);
+        // in that type), then the B side: from gemm_min_t rows one tensor-core GEMM y += u·b_bdᵀ over the
+        // block-diagonal B of every member (u written in the 16-bit type; y the stack's output in f32 or 16 bits, or
+        // the residual), below that one launch of lora_b_add adding each member's u_m·B_mᵀ to its columns of y (or,
+        // for gate|up, lora_b_swiglu_rows in the SWIGLU after it).
+        const DeviceLora* lp = &sh->lora(g, n, wp->dtype, h.buf != nullptr);
         if (h.buf != nullptr && lp->a.dtype != h.type)
           unsupported(n, "its adapters' A is not in the 16-bit type of its input's copy");
-        owned.emplace_back(static_cast<size_t>(T * lp->a.n) * sizeof(float));
+        const DeviceWeight* bd = &lp->b_bd;
+        const int64_t gemm_min_t = h.buf != nullptr && !bd->quants.empty() && bd->dtype == h.type && bd->n == y_width
+                                       ? std::max(h.min_t, kLoraGemmMinT)
+                                       : INT64_MAX;
+        owned.emplace_back(static_cast<size_t>(T * lp->a.n) * sizeof(float));  // u: f32, or 16-bit in the GEMM path
         float* u = owned.back().as<float>();
-        // A gate|up stack (its slices feed one SWIGLU: the passes' gate_up) leaves the terms to that SWIGLU.
+        // A gate|up stack (its slices feed one SWIGLU: the passes' gate_up) leaves the terms to that SWIGLU below
+        // gemm_min_t rows.
         const bool in_swiglu = n.fusion.gate_up && n_weights == 2;
-        if (in_swiglu) lora_swiglu_of[out] = LoraSwiglu{lp, u, false};
+        if (in_swiglu) lora_swiglu_of[out] = LoraSwiglu{lp, u, gemm_min_t, false};
         launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
                               const int64_t rows = sc ? a.t : fixed;
                               if (rows == 0) return;
@@ -462,6 +472,14 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
                                   matmul_x16_out16(*wp, h.buf, y, rows, *shp->gemm, s);
                                 else
                                   matmul_x16(*wp, h.buf, y, rows, *shp->gemm, s, accumulate);
+                                if (rows >= gemm_min_t) {
+                                  matmul_x16_out16(lp->a, h.buf, u, rows, *shp->gemm, s);
+                                  if (y16)
+                                    matmul_x16_out16(*bd, u, y, rows, *shp->gemm, s, true);
+                                  else
+                                    matmul_x16(*bd, u, y, rows, *shp->gemm, s, true);
+                                  return;
+                                }
                                 matmul_x16(lp->a, h.buf, u, rows, *shp->gemm, s);
                               } else {
                                 matmul(*wp, x, y, rows, *shp->gemm, s, accumulate);
@@ -643,6 +661,20 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       const auto i16 = gate_up16_of.find(in(0));
       const X16 in16 = i16 != gate_up16_of.end() ? i16->second : X16{};
       const int64_t up_off = up - gp;  // up's column in the merged output (elements, so also in 16 bits)
+      const auto plain = [=](cudaStream_t s, int64_t rows) {
+        if (rows >= in16.min_t) {
+          const auto* g16 = reinterpret_cast<const uint16_t*>(gp);
+          if (rows >= h.min_t)
+            swiglu_rows16(g16, g16 + up_off, in16.type, ld_in, nullptr, h.buf, h.type, rows, w, s);
+          else
+            swiglu_rows16(g16, g16 + up_off, in16.type, ld_in, y, nullptr, DType::BF16, rows, w, s);
+        } else if (rows >= h.min_t)
+          swiglu_rows(gp, up, ld_in, nullptr, h.buf, h.type, rows, w, s);
+        else if (ld_in == w)
+          swiglu(gp, up, y, rows * w, s);
+        else
+          swiglu_rows(gp, up, ld_in, y, nullptr, DType::BF16, rows, w, s);
+      };
       // After a gate|up stack with adapters: their terms join here (the same branches, through lora_b_swiglu_rows).
       const int gs = g.tensor(in(0)).producer;
       if (const auto it = lora_swiglu_of.find(gs >= 0 && g.node(gs).op == Op::SLICE ? g.node(gs).inputs[0] : -1);
@@ -650,9 +682,14 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         it->second.consumed = true;
         const DeviceLora* lp = it->second.lora;
         const float* u = it->second.u;
+        const int64_t gemm_min_t = it->second.gemm_min_t;
         launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
                               const int64_t rows = sc ? a.t : fixed;
                               if (rows == 0) return;
+                              if (rows >= gemm_min_t) {  // the stack's node added the terms: the plain SwiGLU
+                                plain(s, rows);
+                                return;
+                              }
                               const DType in_type = rows >= in16.min_t ? in16.type : DType::F32;
                               if (rows >= h.min_t)
                                 lora_b_swiglu_rows(lp->b.get(), lp->layout, u, gp, in_type, ld_in, up_off, nullptr,
@@ -663,21 +700,7 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
                             }});
         return;
       }
-      launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
-                            const int64_t rows = sc ? a.t : fixed;
-                            if (rows >= in16.min_t) {
-                              const auto* g16 = reinterpret_cast<const uint16_t*>(gp);
-                              if (rows >= h.min_t)
-                                swiglu_rows16(g16, g16 + up_off, in16.type, ld_in, nullptr, h.buf, h.type, rows, w, s);
-                              else
-                                swiglu_rows16(g16, g16 + up_off, in16.type, ld_in, y, nullptr, DType::BF16, rows, w, s);
-                            } else if (rows >= h.min_t)
-                              swiglu_rows(gp, up, ld_in, nullptr, h.buf, h.type, rows, w, s);
-                            else if (ld_in == w)
-                              swiglu(gp, up, y, rows * w, s);
-                            else
-                              swiglu_rows(gp, up, ld_in, y, nullptr, DType::BF16, rows, w, s);
-                          }});
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) { plain(s, sc ? a.t : fixed); }});
       return;
     }
     case Op::GEGLU:

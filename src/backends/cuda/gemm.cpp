@@ -189,7 +189,6 @@ GemmPath gemm_default_path(DType dtype, int64_t t, int64_t n, int64_t k) {
 
 void gemm_lt(GemmWorkspace& ws, DType wtype, const void* w, const void* x, void* y, int64_t t, int64_t n, int64_t k,
              cudaStream_t stream, bool accumulate, bool y16) {
-  TESSERA_CHECK(!(y16 && accumulate), "gemm_lt: a 16-bit output cannot be accumulated into");
   GemmWorkspace::Impl& m = ws.impl();
   const int64_t eb = wtype == DType::F32 ? 4 : 2;
   const cudaDataType_t d_type = !y16 ? CUDA_R_32F : wtype == DType::F16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -300,8 +299,8 @@ void matmul_x16(const DeviceWeight& w, const void* x16, float* y, int64_t t, Gem
 }
 
 void matmul_x16_out16(const DeviceWeight& w, const void* x16, void* y16, int64_t t, GemmWorkspace& ws,
-                      cudaStream_t stream) {
-  matmul_x16_impl(w, x16, y16, true, t, ws, stream, false);
+                      cudaStream_t stream, bool accumulate) {
+  matmul_x16_impl(w, x16, y16, true, t, ws, stream, accumulate);
 }
 
 void matmul(const DeviceWeight& w, const float* x, float* y, int64_t t, GemmWorkspace& ws, cudaStream_t stream,

@@ -4,7 +4,10 @@
 // rows one after another, grouped by member); then one launch of this file's kernels, which adds each member's
 // u_m·B_mᵀ to its rows of y (into the residual where y accumulates into one) or, for a gate|up stack whose SwiGLU is
 // the node's epilogue, forms silu(gate + Δ) · (up + Δ) from the [gate; up] output. So an adapted node costs two
-// launches more than its base, however many members and adapters it has.
+// launches more than its base, however many members and adapters it has. These kernels run on CUDA cores: at decode
+// and in small batches (below kLoraGemmMinT rows) the work is a few MFLOP and the launch is what costs. In larger
+// prefill chunks the rows executor runs the B side as one tensor-core GEMM instead (DeviceLora::b_bd,
+// executor_rows.cpp).
 //
 // Plain C++ header (no CUDA types) for the executors.
 #pragma once
@@ -21,6 +24,14 @@ constexpr int kLoraMaxMembers = 4;  // members of one stack (q|k|v: 3)
 // R of one node: u's rows of a 16-token tile sit in shared memory (16 x (512 + 8) floats: 33 KB of the 48 KB a launch
 // gets without opting in). Rank 64 on each of q, k and v with two adapters is 384.
 constexpr int64_t kLoraMaxRank = 512;
+
+// From this many rows the rows executor adds the B terms by one cuBLASLt GEMM per node (y += u·B_bdᵀ, C = D) rather
+// than lora_b_add / lora_b_swiglu_rows. The kernels do 2·t·N·R FLOPs on CUDA cores (~14 TFLOP/s measured on the
+// H100 for Llama-3-8B's gate|up at t = 512: 0.94 GFLOP in ~50 us) and read B once per 16-token tile; the GEMM costs
+// about a launch (~3-5 us) plus one pass over y (read C, write D). Up to 16 rows the kernel is one tile and a few
+// MFLOP (gate|up at rank 32: 2·16·28672·32 = 29 MFLOP, ~2 us): no slower than the GEMM and no pass over y added to
+// the SwiGLU; at 32 rows (~4 us) they are about even, beyond that the GEMM wins by the FLOPs.
+constexpr int64_t kLoraGemmMinT = 32;
 
 // Where each member's adapters act. A member with adapters has its B's side by side as one row-major f16 matrix
 // [rows, r_pad] (r_pad: the ranks summed, rounded up to 8; zero columns) at element b0 of the B buffer, and its

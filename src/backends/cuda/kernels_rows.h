@@ -53,11 +53,12 @@ void matmul(const DeviceWeight& w, const float* x /*[t, K]*/, float* y /*[t, N]*
 // for f32 weights (they take f32 x), when t > ws.max_t(), or for a quantized matrix larger than the scratch.
 void matmul_x16(const DeviceWeight& w, const void* x16 /*[t, K] bf16 or f16*/, float* y /*[t, N]*/, int64_t t,
                 GemmWorkspace& ws, cudaStream_t stream, bool accumulate = false);
-// matmul_x16 writing y in the same 16-bit type as x (f32 accumulation, one rounding at the store; no accumulate):
-// the merged gate|up of prefill, whose [t, 2F] output is only read by swiglu_rows16 (half the bytes of f32 written
-// and read back: Llama-3-8B at t = 2048, 235 MB -> 117 MB each way per layer). Same errors as matmul_x16.
+// matmul_x16 writing y in the same 16-bit type as x (f32 accumulation, one rounding at the store): the merged gate|up
+// of prefill, whose [t, 2F] output is only read by swiglu_rows16 (half the bytes of f32 written and read back:
+// Llama-3-8B at t = 2048, 235 MB -> 117 MB each way per layer). accumulate: y16 += x·Wᵀ (C = D in 16 bits, beta 1;
+// the sum rounded once), as the LoRA adapters' B product adds into that output. Same errors as matmul_x16.
 void matmul_x16_out16(const DeviceWeight& w, const void* x16 /*[t, K]*/, void* y16 /*[t, N]*/, int64_t t,
-                      GemmWorkspace& ws, cudaStream_t stream);
+                      GemmWorkspace& ws, cudaStream_t stream, bool accumulate = false);
 // swiglu_rows over a 16-bit [gate | up] (matmul_x16_out16's output): out[r, i] = silu(gate[r, i]) * up[r, i] in f32,
 // written to exactly one of out (f32) or out16 (rounded to out16_type). gate and up rows [t, ld_in] of in_type (bf16
 // or f16); the merged gate|up passes up = gate + F with ld_in = 2F.

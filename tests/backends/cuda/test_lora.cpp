@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backends/cuda/kernels_lora.h"
+#include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/memory.h"
 #include "cuda_test_util.h"
 #include "quant/quant.h"
@@ -176,6 +177,66 @@ TEST(CudaLoraKernels, BSwigluMatchesLoops) {
     }
 }
 
+// The B side of prefill chunks from kLoraGemmMinT rows (executor_rows.cpp): u [t, R] and the members' B placed
+// block-diagonally in one [N_total, R] matrix (DeviceLora::b_bd), both bf16, one cuBLASLt GEMM adding u·B_bdᵀ into
+// an f32 output (q|k|v's stack, the residual) or a bf16 one (gate|up's 16-bit stack output: C = D in 16 bits), against
+// loops over the same rounded values. A narrow K (R = 24) and an N that is no multiple of the GEMM's tiles.
+TEST(CudaLoraKernels, BlockDiagonalGemmAddsIntoF32AndBf16) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(cuda::test::test_seed() + 2);
+  struct Block {
+    int64_t row0, rows, u0, r;
+  };
+  const std::vector<Block> blocks{{0, 96, 0, 16}, {128, 40, 16, 8}};  // rows 96..127 have no adapter
+  const int64_t n = 168, r_total = 24;
+  std::vector<float> bd(static_cast<size_t>(n * r_total), 0.0f);
+  for (const Block& b : blocks)
+    for (int64_t j = 0; j < b.rows; ++j)
+      for (int64_t c = 0; c < b.r; ++c)
+        bd[static_cast<size_t>((b.row0 + j) * r_total + b.u0 + c)] =
+            std::uniform_real_distribution<float>(-.5f, .5f)(rng);
+  const auto round16 = [](std::vector<float>& v, DType type) {  // rounded in place; returns the 16-bit values
+    std::vector<uint16_t> h(v.size());
+    quantize_row(type, v.data(), h.data(), static_cast<int64_t>(v.size()));
+    dequantize_row(type, h.data(), v.data(), static_cast<int64_t>(v.size()));
+    return h;
+  };
+  const std::vector<uint16_t> bd16 = round16(bd, DType::BF16);
+  const cuda::DeviceWeight w = cuda::upload_weight(DType::BF16, bd16.data(), n, r_total);
+  cuda::GemmWorkspace ws(512, 64, 0);
+  for (const int64_t t : {32, 37, 512})
+    for (const bool out16 : {false, true}) {
+      std::vector<float> u = random_floats(rng, static_cast<size_t>(t * r_total), -2.0f, 2.0f);
+      std::vector<float> y0 = random_floats(rng, static_cast<size_t>(t * n), -3.0f, 3.0f);
+      const std::vector<uint16_t> u16 = round16(u, DType::BF16);
+      cuda::DeviceBuffer du = cuda::test::to_device(u16), dy;
+      if (out16) {
+        dy = cuda::test::to_device(round16(y0, DType::BF16));
+        cuda::matmul_x16_out16(w, du.get(), dy.get(), t, ws, nullptr, true);
+      } else {
+        dy = cuda::test::to_device(y0);
+        cuda::matmul_x16(w, du.get(), dy.as<float>(), t, ws, nullptr, true);
+      }
+      std::vector<float> y(y0.size());
+      if (out16) {
+        const std::vector<uint16_t> h = cuda::test::to_host<uint16_t>(dy, y.size());
+        dequantize_row(DType::BF16, h.data(), y.data(), static_cast<int64_t>(y.size()));
+      } else {
+        y = cuda::test::to_host<float>(dy, y.size());
+      }
+      double worst = 0;
+      for (int64_t i = 0; i < t; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double want = y0[static_cast<size_t>(i * n + j)];
+          for (int64_t c = 0; c < r_total; ++c)
+            want += double(u[static_cast<size_t>(i * r_total + c)]) * bd[static_cast<size_t>(j * r_total + c)];
+          worst = std::max(worst, std::abs(y[static_cast<size_t>(i * n + j)] - want) / (1 + std::abs(want)));
+        }
+      // f32 accumulation of 24 products; a bf16 output adds its rounding (2^-9 relative).
+      EXPECT_LE(worst, out16 ? 5e-3 : 1e-5) << "t = " << t << (out16 ? ", bf16 output" : ", f32 output");
+    }
+}
+
 // ---- Models and adapters.
 
 constexpr int64_t kLayers = 2;
@@ -261,9 +322,10 @@ struct Adapters {
   std::string a, b;
 };
 
-// A 70-token prefill in chunks of 64 and 6 (every row's logits), then 6 decode steps.
-std::vector<float> prefill_and_decode(Session& s, int64_t vocab) {
-  const std::vector<int32_t> ids = cuda::test::random_ids(70, vocab, 5);
+// A prefill of n_prompt tokens (every row's logits; 70 in chunks of 64 and 6 unless the session's n_batch says
+// otherwise), then 6 decode steps.
+std::vector<float> prefill_and_decode(Session& s, int64_t vocab, int n_prompt = 70) {
+  const std::vector<int32_t> ids = cuda::test::random_ids(n_prompt, vocab, 5);
   std::vector<float> out = s.eval_all_logits(ids);
   for (int i = 0; i < 6; ++i) {
     const std::span<const float> x = s.decode(int32_t((i * 53 + 11) % vocab));
@@ -341,17 +403,19 @@ TEST(CudaLoraGraph, TheAdaptersMoveTheCpuLogits) {
 
 // ---- Sessions on the GPU against the CPU.
 
-void expect_matches_cpu(const std::string& dtype, double tol) {
+void expect_matches_cpu(const std::string& dtype, double tol, int n_prompt = 70, int64_t n_batch = 64) {
   const Model m = small_model(dtype);
   const Adapters ad(m.spec());
-  SessionOptions co{.n_ctx = 128, .n_batch = 64, .n_threads = 2};
+  SessionOptions co{.n_ctx = n_prompt + 58, .n_batch = n_batch, .n_threads = 2};
   co.lora = ad.specs();
   SessionOptions go = co;
   go.device = "cuda";
   Session cpu(m, co), gpu(m, go);
   const int64_t vocab = m.spec().n_vocab;
-  const double err = worst_rel(prefill_and_decode(cpu, vocab), prefill_and_decode(gpu, vocab), size_t(vocab));
-  std::printf("stacked lora on cuda, %s: worst relative L2 error %.3g\n", dtype.c_str(), err);
+  const double err =
+      worst_rel(prefill_and_decode(cpu, vocab, n_prompt), prefill_and_decode(gpu, vocab, n_prompt), size_t(vocab));
+  std::printf("stacked lora on cuda, %s, %d-token prompt in chunks of %lld: worst relative L2 error %.3g\n",
+              dtype.c_str(), n_prompt, static_cast<long long>(n_batch), err);
   EXPECT_LE(err, tol) << dtype;
 }
 
@@ -360,6 +424,13 @@ void expect_matches_cpu(const std::string& dtype, double tol) {
 TEST(CudaLoraStacked, Bf16MatchesCpu) {
   TESSERA_REQUIRE_GPU();
   expect_matches_cpu("bf16", 3e-2);
+}
+
+// A 512-token chunk and an 88-token one: the B side on the tensor cores (kLoraGemmMinT = 32; the 64-token chunks above
+// take it too, the 6-token ones lora_b_add and lora_b_swiglu_rows), u and the block-diagonal B in bf16.
+TEST(CudaLoraStacked, Bf16ChunkOf512MatchesCpu) {
+  TESSERA_REQUIRE_GPU();
+  expect_matches_cpu("bf16", 3e-2, 600, 512);
 }
 
 TEST(CudaLoraStacked, F16MatchesCpu) {
