@@ -78,6 +78,10 @@ struct CudaRowsExecutor::Impl {
     bool consumed = false;
   };
   std::unordered_map<int, LoraSwiglu> lora_swiglu_of;
+  // The f32 partial products of u = x·A_stackᵀ over slices of K (matmul_x16_split_k), [kMaxSplitK, T, R] for the
+  // widest R: one buffer for every adapted node (their launches run one after another on the stream), sized at compile
+  // and read through its address at run time.
+  DeviceBuffer lora_parts;
 
   // Activations and 16-bit copies: one arena planned over g (plan_cuda_memory), allocated at compile and never moved
   // (captured graphs hold its addresses).
@@ -456,6 +460,11 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
                                        : INT64_MAX;
         owned.emplace_back(static_cast<size_t>(T * lp->a.n) * sizeof(float));  // u: f32, or 16-bit in the GEMM path
         float* u = owned.back().as<float>();
+        const int64_t r_total = lp->a.n, k_a = lp->a.k;
+        if (const size_t need = static_cast<size_t>(kMaxSplitK * T * r_total) * sizeof(float);
+            gemm_min_t != INT64_MAX && lora_parts.bytes() < need)
+          lora_parts = DeviceBuffer(need);
+        const DeviceBuffer* parts = &lora_parts;
         // A gate|up stack (its slices feed one SWIGLU: the passes' gate_up) leaves the terms to that SWIGLU below
         // gemm_min_t rows.
         const bool in_swiglu = n.fusion.gate_up && n_weights == 2;
@@ -473,7 +482,14 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
                                 else
                                   matmul_x16(*wp, h.buf, y, rows, *shp->gemm, s, accumulate);
                                 if (rows >= gemm_min_t) {
-                                  matmul_x16_out16(lp->a, h.buf, u, rows, *shp->gemm, s);
+                                  // u in 16 bits for the B GEMM: A's few output tiles spread over slices of K.
+                                  if (const int splits = matmul_split_k_default(rows, r_total, k_a); splits > 1) {
+                                    float* pp = parts->as<float>();
+                                    matmul_x16_split_k(lp->a, h.buf, pp, rows, splits, *shp->gemm, s);
+                                    lora_sum_parts(pp, splits, rows * r_total, u, h.type, s);
+                                  } else {
+                                    matmul_x16_out16(lp->a, h.buf, u, rows, *shp->gemm, s);
+                                  }
                                   if (y16)
                                     matmul_x16_out16(*bd, u, y, rows, *shp->gemm, s, true);
                                   else

@@ -67,4 +67,9 @@ void lora_b_swiglu_rows(const void* b, const LoraBLayout& l, const float* u /*[t
                         DType in_type, int64_t ld_in, int64_t up_off, float* out, void* out16, DType out16_type,
                         int64_t f, int64_t t, cudaStream_t stream);
 
+// u16 [count] = Σ_s parts[s] [count] (f32 parts of matmul_x16_split_k: u = x·A_stackᵀ over slices of K), rounded to
+// type (BF16 or F16: the B GEMM's input). count a multiple of 4, parts 16-byte aligned.
+void lora_sum_parts(const float* parts /*[splits, count]*/, int splits, int64_t count, void* u16, DType type,
+                    cudaStream_t stream);
+
 }  // namespace tessera::cuda

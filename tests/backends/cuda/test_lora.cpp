@@ -21,6 +21,7 @@
 #include "backends/cuda/kernels_lora.h"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/memory.h"
+#include "core/error.h"
 #include "cuda_test_util.h"
 #include "quant/quant.h"
 #include "tessera/graph.h"
@@ -235,6 +236,56 @@ TEST(CudaLoraKernels, BlockDiagonalGemmAddsIntoF32AndBf16) {
       // f32 accumulation of 24 products; a bf16 output adds its rounding (2^-9 relative).
       EXPECT_LE(worst, out16 ? 5e-3 : 1e-5) << "t = " << t << (out16 ? ", bf16 output" : ", f32 output");
     }
+}
+
+// The A side of the same path: u = x·A_stackᵀ as partial products over slices of K (matmul_x16_split_k, one
+// strided-batched GEMM) summed and rounded to 16 bits by lora_sum_parts, against loops over the rounded inputs; every
+// split count that divides K, bf16 and f16, the split counts matmul_split_k_default picks for the shapes at hand.
+TEST(CudaLoraKernels, SplitKProductSumsToU) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(cuda::test::test_seed() + 3);
+  const int64_t r = 24, k = 1536;
+  EXPECT_EQ(cuda::matmul_split_k_default(512, 48, 4096), 16);  // Llama-3-8B q|k|v's A at a 512-token chunk
+  EXPECT_EQ(cuda::matmul_split_k_default(2048, 48, 4096), 8);
+  EXPECT_EQ(cuda::matmul_split_k_default(512, 4096, 4096), 1);  // not narrow: cuBLASLt's tiles fill the GPU
+  cuda::GemmWorkspace ws(512, k, 0);
+  for (const DType type : {DType::BF16, DType::F16}) {
+    std::vector<float> a = random_floats(rng, static_cast<size_t>(r * k), -0.05f, 0.05f);
+    std::vector<uint16_t> a16(a.size());
+    quantize_row(type, a.data(), a16.data(), static_cast<int64_t>(a.size()));
+    dequantize_row(type, a16.data(), a.data(), static_cast<int64_t>(a.size()));
+    const cuda::DeviceWeight w = cuda::upload_weight(type, a16.data(), r, k);
+    for (const int64_t t : {33, 512})
+      for (const int splits : {1, 2, 4, 8, cuda::matmul_split_k_default(t, r, k)}) {
+        std::vector<float> x = random_floats(rng, static_cast<size_t>(t * k), -2.0f, 2.0f);
+        std::vector<uint16_t> x16(x.size());
+        quantize_row(type, x.data(), x16.data(), static_cast<int64_t>(x.size()));
+        dequantize_row(type, x16.data(), x.data(), static_cast<int64_t>(x.size()));
+        cuda::DeviceBuffer dx = cuda::test::to_device(x16);
+        cuda::DeviceBuffer parts = cuda::test::poisoned(static_cast<size_t>(splits * t * r) * sizeof(float));
+        cuda::DeviceBuffer du = cuda::test::poisoned(static_cast<size_t>(t * r) * 2);
+        cuda::matmul_x16_split_k(w, dx.get(), parts.as<float>(), t, splits, ws, nullptr);
+        cuda::lora_sum_parts(parts.as<float>(), splits, t * r, du.get(), type, nullptr);
+        const std::vector<uint16_t> h = cuda::test::to_host<uint16_t>(du, static_cast<size_t>(t * r));
+        std::vector<float> u(h.size());
+        dequantize_row(type, h.data(), u.data(), static_cast<int64_t>(u.size()));
+        double worst = 0;
+        for (int64_t i = 0; i < t; ++i)
+          for (int64_t c = 0; c < r; ++c) {
+            double want = 0;
+            for (int64_t j = 0; j < k; ++j)
+              want += double(x[static_cast<size_t>(i * k + j)]) * a[static_cast<size_t>(c * k + j)];
+            worst = std::max(worst, std::abs(u[static_cast<size_t>(i * r + c)] - want) / (0.1 + std::abs(want)));
+          }
+        // f32 sums of 1536 products, rounded once to 16 bits (bf16: 2^-9 relative).
+        EXPECT_LE(worst, type == DType::BF16 ? 5e-3 : 1e-3)
+            << dtype_name(type) << ", t = " << t << ", " << splits << " slices";
+      }
+  }
+  // 40 / 2 = 20 values a slice: not whole 16-byte rows.
+  const cuda::DeviceWeight narrow = cuda::upload_weight(DType::BF16, std::vector<uint16_t>(8 * 40).data(), 8, 40);
+  cuda::DeviceBuffer x1(40 * 2), p2(2 * 8 * sizeof(float));
+  EXPECT_THROW(cuda::matmul_x16_split_k(narrow, x1.get(), p2.as<float>(), 1, 2, ws, nullptr), Error);
 }
 
 // ---- Models and adapters.

@@ -117,6 +117,23 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// u16[i] = Σ_s parts[s][i], four values per thread (count a multiple of 4).
+__global__ void __launch_bounds__(256) lora_sum_parts_kernel(const float4* __restrict__ parts, int splits,
+                                                             int64_t count4, uint2* __restrict__ u16, bool bf16) {
+  const int64_t i = blockIdx.x * 256ll + threadIdx.x;
+  pdl_wait();
+  if (i >= count4) return;
+  float4 a = parts[i];
+  for (int s = 1; s < splits; ++s) {
+    const float4 b = parts[s * count4 + i];
+    a.x += b.x;
+    a.y += b.y;
+    a.z += b.z;
+    a.w += b.w;
+  }
+  u16[i] = make_uint2(pack16x2(a.x, a.y, bf16), pack16x2(a.z, a.w, bf16));
+}
+
 void check_layout(const char* op, const void* b, const LoraBLayout& l, const float* u, int64_t t) {
   TESSERA_CUDA_REQUIRE(b != nullptr && u != nullptr && t >= 1, std::string(op) + ": a null pointer or no rows");
   TESSERA_CUDA_REQUIRE(
@@ -135,6 +152,18 @@ int ld_us(const LoraBLayout& l) { return (l.r_total + 8 + 3) / 4 * 4; }
 
 }  // namespace
 }  // namespace detail
+
+void lora_sum_parts(const float* parts, int splits, int64_t count, void* u16, DType type, cudaStream_t stream) {
+  TESSERA_CUDA_REQUIRE(parts != nullptr && u16 != nullptr && splits >= 1 && count >= 1 && count % 4 == 0,
+                       "lora_sum_parts: null buffers, no parts, or a count that is not a multiple of 4");
+  TESSERA_CUDA_REQUIRE(type == DType::BF16 || type == DType::F16, "lora_sum_parts: u must be bf16 or f16");
+  TESSERA_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(parts) % 16 == 0 && reinterpret_cast<uintptr_t>(u16) % 8 == 0,
+                       "lora_sum_parts: parts must be 16-byte and u 8-byte aligned");
+  const int64_t count4 = count / 4;
+  detail::launch("lora_sum_parts_kernel", detail::lora_sum_parts_kernel, dim3(detail::ceil_div(count4, 256)), dim3(256),
+                 0, stream, reinterpret_cast<const float4*>(parts), splits, count4, static_cast<uint2*>(u16),
+                 type == DType::BF16);
+}
 
 void lora_b_add(const void* b, const LoraBLayout& l, const float* u, float* y, int64_t ld_y, int64_t n, int64_t t,
                 cudaStream_t stream, const float* base, int64_t ld_base, bool accumulate) {
