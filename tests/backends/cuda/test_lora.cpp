@@ -1,12 +1,15 @@
 // Unmerged LoRA adapters on the CUDA backend inside their matmul's node (kernels_lora.h, docs/LORA.md "CUDA"):
 // - CudaLoraKernels: lora_b_add and lora_b_swiglu against plain loops (a stack whose middle member has no adapter, a
-//   member with two adapters of ranks that are not multiples of 8, one token and several tiles of tokens);
+//   member with two adapters of ranks that are not multiples of 8, one token and several tiles of tokens), and the
+//   tensor-core path of prefill chunks from kLoraGemmMinT rows: u by split-K GEMM and lora_sum_parts, the B GEMM over
+//   a block-diagonal B into f32 and 16-bit outputs, lora_b_swiglu_mma;
 // - CudaLoraGraph (no GPU needed): the CUDA passes keep q|k|v and gate|up stacked with every member's adapters, the
 //   norm and SwiGLU epilogues and the residual epilogues, for decode and prefill chunks;
 // - CudaLoraStacked: a 2-layer random SmolLM2-135M-shaped model in bf16, f16 and q8_0 with two PEFT adapters at once
 //   (rank 16 and rank 5, which LoraSet pads to 8 for CUDA sessions) on all seven projections: prefill in chunks of 64
-//   and 6 (the rows executor: 16-bit x copies from 5 rows on for bf16/f16, from 41 for q8_0) and decode steps (the
-//   one-token decoder, replayed as a CUDA graph) against the CPU's logits.
+//   and 6 (the rows executor: 16-bit x copies from 5 rows on for bf16/f16, from 41 for q8_0; the tensor-core path
+//   from 32 rows), bf16 also in chunks of 512 and 88, and decode steps (the one-token decoder, replayed as a CUDA
+//   graph) against the CPU's logits.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
