@@ -80,9 +80,9 @@ struct CudaRowsExecutor::Impl {
     bool consumed = false;
   };
   std::unordered_map<int, LoraSwiglu> lora_swiglu_of;
-  // The f32 partial products of u = x·A_stackᵀ over slices of K (matmul_x16_split_k), [kMaxSplitK, T, R] for the
-  // widest R: one buffer for every adapted node (their launches run one after another on the stream), sized at compile
-  // and read through its address at run time.
+  // The f32 partial products of u = x·A_stackᵀ over slices of K (matmul_x16_split_k), [splits, t, R] for the
+  // largest any run and node may use: one buffer for every adapted node (their launches run one after another on the
+  // stream), sized at compile and read through its address at run time.
   DeviceBuffer lora_parts;
 
   // Activations and 16-bit copies: one arena planned over g (plan_cuda_memory), allocated at compile and never moved
@@ -463,9 +463,12 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         owned.emplace_back(static_cast<size_t>(T * lp->a.n) * sizeof(float));  // u: f32, or 16-bit in the GEMM path
         float* u = owned.back().as<float>();
         const int64_t r_total = lp->a.n, k_a = lp->a.k;
-        if (const size_t need = static_cast<size_t>(kMaxSplitK * T * r_total) * sizeof(float);
-            gemm_min_t != INT64_MAX && lora_parts.bytes() < need)
-          lora_parts = DeviceBuffer(need);
+        if (gemm_min_t != INT64_MAX) {
+          int64_t most = 0;  // the largest splits x rows a run may use (~8192 from 512 rows on: splits shrink with t)
+          for (int64_t t = gemm_min_t; t <= T; ++t) most = std::max(most, matmul_split_k_default(t, r_total, k_a) * t);
+          if (const size_t need = static_cast<size_t>(most * r_total) * sizeof(float); lora_parts.bytes() < need)
+            lora_parts = DeviceBuffer(need);
+        }
         const DeviceBuffer* parts = &lora_parts;
         // A gate|up stack (its slices feed one SWIGLU: the passes' gate_up) leaves the terms to that SWIGLU below
         // gemm_min_t rows, and above where the SWIGLU takes them on the tensor cores (mma).
