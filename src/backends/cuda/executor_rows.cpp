@@ -475,41 +475,41 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         const bool in_swiglu = n.fusion.gate_up && n_weights == 2;
         const bool mma = in_swiglu && y16 && gemm_min_t != INT64_MAX && r_total <= kLoraSwigluMmaMaxRank;
         if (in_swiglu) lora_swiglu_of[out] = LoraSwiglu{lp, u, gemm_min_t, mma, false};
-        launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
-                              const int64_t rows = sc ? a.t : fixed;
-                              if (rows == 0) return;
-                              if (copy_first != nullptr)
-                                TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, copy_first,
-                                                                   static_cast<size_t>(rows * y_width) * sizeof(float),
-                                                                   cudaMemcpyDeviceToDevice, s));
-                              if (rows >= h.min_t) {
-                                if (y16)
-                                  matmul_x16_out16(*wp, h.buf, y, rows, *shp->gemm, s);
-                                else
-                                  matmul_x16(*wp, h.buf, y, rows, *shp->gemm, s, accumulate);
-                                if (rows >= gemm_min_t) {
-                                  // u in 16 bits for the B GEMM: A's few output tiles spread over slices of K.
-                                  if (const int splits = matmul_split_k_default(rows, r_total, k_a); splits > 1) {
-                                    float* pp = parts->as<float>();
-                                    matmul_x16_split_k(lp->a, h.buf, pp, rows, splits, *shp->gemm, s);
-                                    lora_sum_parts(pp, splits, rows * r_total, u, h.type, s);
-                                  } else {
-                                    matmul_x16_out16(lp->a, h.buf, u, rows, *shp->gemm, s);
-                                  }
-                                  if (mma) return;  // the SWIGLU adds the terms (lora_b_swiglu_mma)
-                                  if (y16)
-                                    matmul_x16_out16(*bd, u, y, rows, *shp->gemm, s, true);
-                                  else
-                                    matmul_x16(*bd, u, y, rows, *shp->gemm, s, true);
-                                  return;
-                                }
-                                matmul_x16(lp->a, h.buf, u, rows, *shp->gemm, s);
-                              } else {
-                                matmul(*wp, x, y, rows, *shp->gemm, s, accumulate);
-                                matmul(lp->a, x, u, rows, *shp->gemm, s);
-                              }
-                              if (!in_swiglu) lora_b_add(lp->b.get(), lp->layout, u, y, y_width, y_width, rows, s);
-                            }});
+        launches.push_back(
+            {id, [=](cudaStream_t s, const RunArgs& a) {
+               const int64_t rows = sc ? a.t : fixed;
+               if (rows == 0) return;
+               if (copy_first != nullptr)
+                 TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, copy_first, static_cast<size_t>(rows * y_width) * sizeof(float),
+                                                    cudaMemcpyDeviceToDevice, s));
+               if (rows >= h.min_t) {
+                 if (y16)
+                   matmul_x16_out16(*wp, h.buf, y, rows, *shp->gemm, s);
+                 else
+                   matmul_x16(*wp, h.buf, y, rows, *shp->gemm, s, accumulate);
+                 if (rows >= gemm_min_t) {
+                   // u in 16 bits for the B GEMM: A's few output tiles spread over slices of K.
+                   if (const int splits = matmul_split_k_default(rows, r_total, k_a); splits > 1) {
+                     float* pp = parts->as<float>();
+                     const int written = matmul_x16_split_k(lp->a, h.buf, pp, rows, splits, *shp->gemm, s);
+                     lora_sum_parts(pp, written, rows * r_total, u, h.type, s);
+                   } else {
+                     matmul_x16_out16(lp->a, h.buf, u, rows, *shp->gemm, s);
+                   }
+                   if (mma) return;  // the SWIGLU adds the terms (lora_b_swiglu_mma)
+                   if (y16)
+                     matmul_x16_out16(*bd, u, y, rows, *shp->gemm, s, true);
+                   else
+                     matmul_x16(*bd, u, y, rows, *shp->gemm, s, true);
+                   return;
+                 }
+                 matmul_x16(lp->a, h.buf, u, rows, *shp->gemm, s);
+               } else {
+                 matmul(*wp, x, y, rows, *shp->gemm, s, accumulate);
+                 matmul(lp->a, x, u, rows, *shp->gemm, s);
+               }
+               if (!in_swiglu) lora_b_add(lp->b.get(), lp->layout, u, y, y_width, y_width, rows, s);
+             }});
         return;
       }
       launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {

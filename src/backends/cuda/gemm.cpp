@@ -28,6 +28,7 @@
 #include <cublasLt.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -79,6 +80,7 @@ struct GemmWorkspace::Impl {
   // (weight type, N, t, K, alignments of A, B, C/D, D type, K slices)
   using Key = std::tuple<int, int64_t, int64_t, int64_t, int, int, int, int, int>;
   std::map<Key, Plan> plans;
+  std::set<Key> refused;  // shapes cuBLASLt had no algorithm for, asked with must = false
 
   ~Impl() {
     for (auto& [key, p] : plans) {
@@ -92,14 +94,16 @@ struct GemmWorkspace::Impl {
 
   // splits > 1: a strided batch of `splits` GEMMs over consecutive K slices of k / splits (A and B offset by the
   // slice, both with leading dimension k), D batch s at s * n * t (matmul_x16_split_k).
-  const Plan& plan(DType wtype, int64_t n, int64_t t, int64_t k, int align_a, int align_b, int align_c,
-                   cudaDataType_t d_type, int splits = 1);
+  // must = false: nullptr rather than an error where cuBLASLt has no algorithm (remembered).
+  const Plan* plan(DType wtype, int64_t n, int64_t t, int64_t k, int align_a, int align_b, int align_c,
+                   cudaDataType_t d_type, int splits = 1, bool must = true);
 };
 
-const Plan& GemmWorkspace::Impl::plan(DType wtype, int64_t n, int64_t t, int64_t k, int align_a, int align_b,
-                                      int align_c, cudaDataType_t d_type, int splits) {
+const Plan* GemmWorkspace::Impl::plan(DType wtype, int64_t n, int64_t t, int64_t k, int align_a, int align_b,
+                                      int align_c, cudaDataType_t d_type, int splits, bool must) {
   const Key key{static_cast<int>(wtype), n, t, k, align_a, align_b, align_c, static_cast<int>(d_type), splits};
-  if (auto it = plans.find(key); it != plans.end()) return it->second;
+  if (auto it = plans.find(key); it != plans.end()) return &it->second;
+  if (refused.contains(key)) return nullptr;
   const cudaDataType_t ab = wtype == DType::F32 ? CUDA_R_32F : wtype == DType::F16 ? CUDA_R_16F : CUDA_R_16BF;
   Plan p;
   check_lt(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
@@ -144,11 +148,15 @@ const Plan& GemmWorkspace::Impl::plan(DType wtype, int64_t n, int64_t t, int64_t
     cublasLtMatrixLayoutDestroy(p.b);
     cublasLtMatrixLayoutDestroy(p.c);
     cublasLtMatmulDescDestroy(p.op);
+    if (!must) {
+      refused.insert(key);
+      return nullptr;
+    }
     fail("cuBLASLt has no algorithm for a {} matmul of [{}, {}] x [{}, {}]^T ({})", dtype_name(wtype), t, k, n, k,
          cublasLtGetStatusName(s));
   }
   p.algo = result.algo;
-  return plans.emplace(key, p).first->second;
+  return &plans.emplace(key, p).first->second;
 }
 
 GemmWorkspace::GemmWorkspace(int64_t max_t, int64_t max_k, int64_t max_quant_nk) : impl_(std::make_unique<Impl>()) {
@@ -211,7 +219,7 @@ void gemm_lt(GemmWorkspace& ws, DType wtype, const void* w, const void* x, void*
   const int64_t eb = wtype == DType::F32 ? 4 : 2;
   const cudaDataType_t d_type = !y16 ? CUDA_R_32F : wtype == DType::F16 ? CUDA_R_16F : CUDA_R_16BF;
   const Plan& p =
-      m.plan(wtype, n, t, k, alignment(w, k * eb), alignment(x, k * eb), alignment(y, n * (y16 ? 2 : 4)), d_type);
+      *m.plan(wtype, n, t, k, alignment(w, k * eb), alignment(x, k * eb), alignment(y, n * (y16 ? 2 : 4)), d_type);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   check_lt(cublasLtMatmul(m.lt, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo, m.lt_ws.get(),
                           kLtWorkspaceBytes, stream),
@@ -334,8 +342,8 @@ int matmul_split_k_default(int64_t t, int64_t n, int64_t k) {
   return s;
 }
 
-void matmul_x16_split_k(const DeviceWeight& w, const void* x16, float* parts, int64_t t, int splits, GemmWorkspace& ws,
-                        cudaStream_t stream) {
+int matmul_x16_split_k(const DeviceWeight& w, const void* x16, float* parts, int64_t t, int splits, GemmWorkspace& ws,
+                       cudaStream_t stream) {
   GemmWorkspace::Impl& m = ws.impl();
   TESSERA_CHECK(w.dtype == DType::BF16 || w.dtype == DType::F16,
                 "matmul_x16_split_k: the weight must be bf16 or f16, not {}", dtype_name(w.dtype));
@@ -345,12 +353,20 @@ void matmul_x16_split_k(const DeviceWeight& w, const void* x16, float* parts, in
   TESSERA_CHECK(splits >= 1 && splits <= kMaxSplitK && w.k % (splits * 8) == 0,
                 "matmul_x16_split_k: K = {} cannot be cut into {} slices of whole 16-byte rows", w.k, splits);
   const int64_t k_bytes = w.k * 2, ks_bytes = w.k / splits * 2;
-  const Plan& p = m.plan(w.dtype, w.n, t, w.k, alignment(w.quants.get(), k_bytes | ks_bytes),
-                         alignment(x16, k_bytes | ks_bytes), alignment(parts, w.n * 4), CUDA_R_32F, splits);
+  // A batch whose A and B slices interleave within their rows: should cuBLASLt take no algorithm for it, one GEMM
+  // over the whole K (one part) rather than an error in the middle of a run.
+  const Plan* p = m.plan(w.dtype, w.n, t, w.k, alignment(w.quants.get(), k_bytes | ks_bytes),
+                         alignment(x16, k_bytes | ks_bytes), alignment(parts, w.n * 4), CUDA_R_32F, splits, false);
+  if (p == nullptr) {
+    splits = 1;
+    p = m.plan(w.dtype, w.n, t, w.k, alignment(w.quants.get(), k_bytes), alignment(x16, k_bytes),
+               alignment(parts, w.n * 4), CUDA_R_32F);
+  }
   const float alpha = 1.0f, beta = 0.0f;
-  check_lt(cublasLtMatmul(m.lt, p.op, &alpha, w.quants.get(), p.a, x16, p.b, &beta, parts, p.c, parts, p.c, &p.algo,
-                          m.lt_ws.get(), kLtWorkspaceBytes, stream),
+  check_lt(cublasLtMatmul(m.lt, p->op, &alpha, w.quants.get(), p->a, x16, p->b, &beta, parts, p->c, parts, p->c,
+                          &p->algo, m.lt_ws.get(), kLtWorkspaceBytes, stream),
            "cublasLtMatmul");
+  return splits;
 }
 
 void matmul(const DeviceWeight& w, const float* x, float* y, int64_t t, GemmWorkspace& ws, cudaStream_t stream,

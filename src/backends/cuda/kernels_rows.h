@@ -62,11 +62,12 @@ void matmul_x16_out16(const DeviceWeight& w, const void* x16 /*[t, K]*/, void* y
 // x16 · Wᵀ for a narrow W (LoRA's A_stack: N = R, a few dozen rows, against K in the thousands) as `splits` partial
 // products over consecutive K slices, one strided-batched cuBLASLt GEMM: parts[s] [t, N] f32 = x16[:, Ks·s, Ks) ·
 // W[:, Ks·s, Ks)ᵀ with Ks = K / splits, so the product's few output tiles become splits times as many blocks; the
-// caller sums the parts (lora_sum_parts). W bf16 or f16, x16 in W's type. Error for another W type, for splits
-// outside 1..kMaxSplitK or not dividing K into multiples of 8, or t > ws.max_t().
+// caller sums the parts (lora_sum_parts). Returns the parts written: `splits`, or 1 where cuBLASLt takes no algorithm
+// for the batch (then parts[0] is the whole product). W bf16 or f16, x16 in W's type. Error for another W type, for
+// splits outside 1..kMaxSplitK or not dividing K into multiples of 8, or t > ws.max_t().
 constexpr int kMaxSplitK = 16;
-void matmul_x16_split_k(const DeviceWeight& w, const void* x16 /*[t, K]*/, float* parts /*[splits, t, N]*/, int64_t t,
-                        int splits, GemmWorkspace& ws, cudaStream_t stream);
+int matmul_x16_split_k(const DeviceWeight& w, const void* x16 /*[t, K]*/, float* parts /*[splits, t, N]*/, int64_t t,
+                       int splits, GemmWorkspace& ws, cudaStream_t stream);
 // The slices matmul_x16_split_k should use for [t, K] · [n, K]ᵀ on the H100 (gemm.cpp says why); 1: none.
 int matmul_split_k_default(int64_t t, int64_t n, int64_t k);
 // swiglu_rows over a 16-bit [gate | up] (matmul_x16_out16's output): out[r, i] = silu(gate[r, i]) * up[r, i] in f32,
