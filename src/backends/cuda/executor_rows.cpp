@@ -453,7 +453,8 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         // block-diagonal B of every member (u written in the 16-bit type; y the stack's output in f32 or 16 bits, or
         // the residual), below that one launch of lora_b_add adding each member's u_m·B_mᵀ to its columns of y (or,
         // for gate|up, lora_b_swiglu_rows in the SWIGLU after it).
-        const DeviceLora* lp = &sh->lora(g, n, wp->dtype, h.buf != nullptr);
+        // b_bd only where a run can reach the tensor-core path (an executor of fewer rows never uploads it).
+        const DeviceLora* lp = &sh->lora(g, n, wp->dtype, h.buf != nullptr && T >= std::max(h.min_t, kLoraGemmMinT));
         if (h.buf != nullptr && lp->a.dtype != h.type)
           unsupported(n, "its adapters' A is not in the 16-bit type of its input's copy");
         const DeviceWeight* bd = &lp->b_bd;
