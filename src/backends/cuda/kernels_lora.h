@@ -26,11 +26,11 @@ constexpr int kLoraMaxMembers = 4;  // members of one stack (q|k|v: 3)
 constexpr int64_t kLoraMaxRank = 512;
 
 // From this many rows the rows executor adds the B terms by one cuBLASLt GEMM per node (y += u·B_bdᵀ, C = D) rather
-// than lora_b_add / lora_b_swiglu_rows. The kernels do 2·t·N·R FLOPs on CUDA cores (~14 TFLOP/s measured on the
-// H100 for Llama-3-8B's gate|up at t = 512: 0.94 GFLOP in ~50 us) and read B once per 16-token tile; the GEMM costs
-// about a launch (~3-5 us) plus one pass over y (read C, write D). Up to 16 rows the kernel is one tile and a few
-// MFLOP (gate|up at rank 32: 2·16·28672·32 = 29 MFLOP, ~2 us): no slower than the GEMM and no pass over y added to
-// the SwiGLU; at 32 rows (~4 us) they are about even, beyond that the GEMM wins by the FLOPs.
+// than lora_b_add / lora_b_swiglu_rows. The kernels do 2·t·N·r FLOPs on CUDA cores (r: each row's member's rank;
+// ~9 TFLOP/s measured on the H100 for Llama-3-8B's gate|up at t = 512, rank 16: 0.47 GFLOP in ~51 us) and read B
+// once per 16-token tile; the GEMM costs about a launch (~3-5 us) plus one pass over y (read C, write D). Up to 16 rows
+// the kernel is one tile and a few MFLOP (gate|up at rank 16: 2·16·28672·16 = 15 MFLOP, ~2 us): no slower than the
+// GEMM and no pass over y added; at 32 rows (~4 us) they are about even, beyond that the tensor cores win.
 constexpr int64_t kLoraGemmMinT = 32;
 
 // Where each member's adapters act. A member with adapters has its B's side by side as one row-major f16 matrix
