@@ -1,6 +1,6 @@
 // cuBLASLt opened at run time. Linking libcublasLt (540 MB) made every command, `tessera --help` and `inspect`
 // included, map and relocate it at start (~100 ms, ~150 MB RSS on the 2-core dev machine) and kept a binary built
-// with CUDA from starting where the CUDA libraries are absent. The engine calls 14 cuBLASLt entry points; this file
+// with CUDA from starting where the CUDA libraries are absent. The engine calls 15 cuBLASLt entry points; this file
 // defines each of them (the declarations come from cublasLt.h, so the signatures are checked by the compiler) as a
 // forward to the function found in the library, which is dlopen'ed on the first call. Nothing links libcublasLt.
 #include <cublasLt.h>
@@ -58,6 +58,9 @@ TESSERA_LT_FORWARD(cublasStatus_t, cublasLtMatrixLayoutCreate,
                    (cublasLtMatrixLayout_t * l, cudaDataType t, uint64_t rows, uint64_t cols, int64_t ld),
                    (l, t, rows, cols, ld))
 TESSERA_LT_FORWARD(cublasStatus_t, cublasLtMatrixLayoutDestroy, (cublasLtMatrixLayout_t l), (l))
+TESSERA_LT_FORWARD(cublasStatus_t, cublasLtMatrixLayoutSetAttribute,
+                   (cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t a, const void* buf, size_t n),
+                   (l, a, buf, n))
 TESSERA_LT_FORWARD(cublasStatus_t, cublasLtMatmulPreferenceCreate, (cublasLtMatmulPreference_t * p), (p))
 TESSERA_LT_FORWARD(cublasStatus_t, cublasLtMatmulPreferenceDestroy, (cublasLtMatmulPreference_t p), (p))
 TESSERA_LT_FORWARD(cublasStatus_t, cublasLtMatmulPreferenceSetAttribute,

@@ -31,11 +31,16 @@ int64_t state_only_ctx(const CudaBackendOptions& o);
 
 // A matmul node's unmerged LoRA adapters on the device (kernels_lora.h): a = A_stack [R, K], every adapter's A rows
 // grouped by stack member, in lora_a_dtype(base format) (one GEMV or GEMM gives u = x·A_stackᵀ for all of them), and
-// b, each member's B's side by side in f16 as `layout` says.
+// b, each member's B's side by side in f16 as `layout` says. For the rows executor's tensor-core path (prefill, from
+// kLoraGemmMinT rows) also b_bd: every member's B placed block-diagonally in one [N_total, r_total] matrix of A's
+// 16-bit type (member m's adapters at rows [row0_m, row0_m + rows_m) and columns [u0_m, u0_m + r_m), zeros elsewhere),
+// so that one GEMM y += u·b_bdᵀ adds every member's term to its rows; empty until a caller asks for it (lora()'s
+// gemm_b), and never built where r_total is not a multiple of 8 (rows of 16-bit values start 16-byte aligned).
 struct DeviceLora {
   DeviceWeight a;
   DeviceBuffer b;
   LoraBLayout layout;
+  DeviceWeight b_bd;
 };
 
 // An adapted node's float base weight (its stack, or its one weight) with its adapters' A_stack appended as further
@@ -91,8 +96,9 @@ struct CudaShared::Impl {
   // The weights of `members` (same dtype and K) stacked row-wise as one matrix (uploaded on first use).
   const DeviceWeight& stack(const graph::Node& n, const std::vector<const graph::Tensor*>& members);
   // The adapters of matmul node n of g (graph::lora_terms; n.fusion.lora > 0) beside its base weight whose device
-  // format is `base` (uploaded on first use). Error naming the node for adapters whose shapes do not fit it.
-  const DeviceLora& lora(const graph::Graph& g, const graph::Node& n, DType base);
+  // format is `base` (uploaded on first use). Error naming the node for adapters whose shapes do not fit it. gemm_b:
+  // with b_bd too (where r_total % 8 == 0 and A is 16-bit), uploaded once on the first call that asks.
+  const DeviceLora& lora(const graph::Graph& g, const graph::Node& n, DType base, bool gemm_b = false);
   // The base weight of adapted matmul node n with its A_stack appended (DeviceAugmented; uploaded on first use, in
   // the order lora() gives u's columns), or nullptr where the base is not f32, f16 or bf16 in its own format (then the
   // node takes stack() or weight() and lora()'s A_stack).

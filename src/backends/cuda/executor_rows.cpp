@@ -66,15 +66,24 @@ struct CudaRowsExecutor::Impl {
   // A merged gate|up output (keyed by the stack's output and its gate slice) that its matmul writes in 16 bits
   // (matmul_x16_out16) from min_t rows on, for swiglu_rows16: buf unused, type is the 16-bit type.
   std::unordered_map<int, X16> gate_up16_of;
-  // A gate|up stack with adapters (keyed by its output): the SWIGLU after it adds their B terms (lora_b_swiglu_rows)
-  // to the gate and up it reads, so the stack's output is written once, by the matmul (in 16 bits where the base's
-  // is); u: the stack's A products. consumed: a SWIGLU took it (compile checks that each was).
+  // A gate|up stack with adapters (keyed by its output): below gemm_min_t rows the SWIGLU after it adds their B terms
+  // (lora_b_swiglu_rows) to the gate and up it reads, so the stack's output is written once, by the matmul (in 16
+  // bits where the base's is). From gemm_min_t rows on u is 16-bit and the terms are products on the tensor cores:
+  // with mma (a 16-bit stack output, R <= kLoraSwigluMmaMaxRank) inside the SWIGLU (lora_b_swiglu_mma: again no pass
+  // over the stack's output of its own), else by the matmul's node (u·b_bdᵀ into its output) before a plain SWIGLU.
+  // u: the stack's A products. consumed: a SWIGLU took it (compile checks that each was).
   struct LoraSwiglu {
     const DeviceLora* lora = nullptr;
     const float* u = nullptr;
+    int64_t gemm_min_t = INT64_MAX;
+    bool mma = false;
     bool consumed = false;
   };
   std::unordered_map<int, LoraSwiglu> lora_swiglu_of;
+  // The f32 partial products of u = x·A_stackᵀ over slices of K (matmul_x16_split_k), [splits, t, R] for the
+  // largest any run and node may use: one buffer for every adapted node (their launches run one after another on the
+  // stream), sized at compile and read through its address at run time.
+  DeviceBuffer lora_parts;
 
   // Activations and 16-bit copies: one arena planned over g (plan_cuda_memory), allocated at compile and never moved
   // (captured graphs hold its addresses).
@@ -440,35 +449,68 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       if (n.fusion.lora > 0) {
         // Unmerged adapters (kernels_lora.h): the base matmul as without them, then u [rows, R] = x·A_stackᵀ for every
         // adapter of the node in one matmul reading the same x (the 16-bit copy where the base reads it: A_stack is
-        // in that type), then one launch adding each member's u_m·B_mᵀ to its columns of y (the stack's output or
-        // the residual).
-        const DeviceLora* lp = &sh->lora(g, n, wp->dtype);
+        // in that type), then the B side: from gemm_min_t rows one tensor-core GEMM y += u·b_bdᵀ over the
+        // block-diagonal B of every member (u written in the 16-bit type; y the stack's output in f32 or 16 bits, or
+        // the residual), below that one launch of lora_b_add adding each member's u_m·B_mᵀ to its columns of y (or,
+        // for gate|up, lora_b_swiglu_rows in the SWIGLU after it).
+        // b_bd only where a run can reach the tensor-core path (an executor of fewer rows never uploads it).
+        const DeviceLora* lp = &sh->lora(g, n, wp->dtype, h.buf != nullptr && T >= std::max(h.min_t, kLoraGemmMinT));
         if (h.buf != nullptr && lp->a.dtype != h.type)
           unsupported(n, "its adapters' A is not in the 16-bit type of its input's copy");
-        owned.emplace_back(static_cast<size_t>(T * lp->a.n) * sizeof(float));
+        const DeviceWeight* bd = &lp->b_bd;
+        const int64_t gemm_min_t = h.buf != nullptr && !bd->quants.empty() && bd->dtype == h.type && bd->n == y_width
+                                       ? std::max(h.min_t, kLoraGemmMinT)
+                                       : INT64_MAX;
+        owned.emplace_back(static_cast<size_t>(T * lp->a.n) * sizeof(float));  // u: f32, or 16-bit in the GEMM path
         float* u = owned.back().as<float>();
-        // A gate|up stack (its slices feed one SWIGLU: the passes' gate_up) leaves the terms to that SWIGLU.
+        const int64_t r_total = lp->a.n, k_a = lp->a.k;
+        if (gemm_min_t != INT64_MAX) {
+          int64_t most = 0;  // the largest splits x rows a run may use (~8192 from 512 rows on: splits shrink with t)
+          for (int64_t t = gemm_min_t; t <= T; ++t) most = std::max(most, matmul_split_k_default(t, r_total, k_a) * t);
+          if (const size_t need = static_cast<size_t>(most * r_total) * sizeof(float); lora_parts.bytes() < need)
+            lora_parts = DeviceBuffer(need);
+        }
+        const DeviceBuffer* parts = &lora_parts;
+        // A gate|up stack (its slices feed one SWIGLU: the passes' gate_up) leaves the terms to that SWIGLU below
+        // gemm_min_t rows, and above where the SWIGLU takes them on the tensor cores (mma).
         const bool in_swiglu = n.fusion.gate_up && n_weights == 2;
-        if (in_swiglu) lora_swiglu_of[out] = LoraSwiglu{lp, u, false};
-        launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
-                              const int64_t rows = sc ? a.t : fixed;
-                              if (rows == 0) return;
-                              if (copy_first != nullptr)
-                                TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, copy_first,
-                                                                   static_cast<size_t>(rows * y_width) * sizeof(float),
-                                                                   cudaMemcpyDeviceToDevice, s));
-                              if (rows >= h.min_t) {
-                                if (y16)
-                                  matmul_x16_out16(*wp, h.buf, y, rows, *shp->gemm, s);
-                                else
-                                  matmul_x16(*wp, h.buf, y, rows, *shp->gemm, s, accumulate);
-                                matmul_x16(lp->a, h.buf, u, rows, *shp->gemm, s);
-                              } else {
-                                matmul(*wp, x, y, rows, *shp->gemm, s, accumulate);
-                                matmul(lp->a, x, u, rows, *shp->gemm, s);
-                              }
-                              if (!in_swiglu) lora_b_add(lp->b.get(), lp->layout, u, y, y_width, y_width, rows, s);
-                            }});
+        const bool mma = in_swiglu && y16 && gemm_min_t != INT64_MAX && r_total <= kLoraSwigluMmaMaxRank;
+        if (in_swiglu) lora_swiglu_of[out] = LoraSwiglu{lp, u, gemm_min_t, mma, false};
+        launches.push_back(
+            {id, [=](cudaStream_t s, const RunArgs& a) {
+               const int64_t rows = sc ? a.t : fixed;
+               if (rows == 0) return;
+               if (copy_first != nullptr)
+                 TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, copy_first, static_cast<size_t>(rows * y_width) * sizeof(float),
+                                                    cudaMemcpyDeviceToDevice, s));
+               if (rows >= h.min_t) {
+                 if (y16)
+                   matmul_x16_out16(*wp, h.buf, y, rows, *shp->gemm, s);
+                 else
+                   matmul_x16(*wp, h.buf, y, rows, *shp->gemm, s, accumulate);
+                 if (rows >= gemm_min_t) {
+                   // u in 16 bits for the B GEMM: A's few output tiles spread over slices of K.
+                   if (const int splits = matmul_split_k_default(rows, r_total, k_a); splits > 1) {
+                     float* pp = parts->as<float>();
+                     const int written = matmul_x16_split_k(lp->a, h.buf, pp, rows, splits, *shp->gemm, s);
+                     lora_sum_parts(pp, written, rows * r_total, u, h.type, s);
+                   } else {
+                     matmul_x16_out16(lp->a, h.buf, u, rows, *shp->gemm, s);
+                   }
+                   if (mma) return;  // the SWIGLU adds the terms (lora_b_swiglu_mma)
+                   if (y16)
+                     matmul_x16_out16(*bd, u, y, rows, *shp->gemm, s, true);
+                   else
+                     matmul_x16(*bd, u, y, rows, *shp->gemm, s, true);
+                   return;
+                 }
+                 matmul_x16(lp->a, h.buf, u, rows, *shp->gemm, s);
+               } else {
+                 matmul(*wp, x, y, rows, *shp->gemm, s, accumulate);
+                 matmul(lp->a, x, u, rows, *shp->gemm, s);
+               }
+               if (!in_swiglu) lora_b_add(lp->b.get(), lp->layout, u, y, y_width, y_width, rows, s);
+             }});
         return;
       }
       launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
@@ -643,6 +685,20 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       const auto i16 = gate_up16_of.find(in(0));
       const X16 in16 = i16 != gate_up16_of.end() ? i16->second : X16{};
       const int64_t up_off = up - gp;  // up's column in the merged output (elements, so also in 16 bits)
+      const auto plain = [=](cudaStream_t s, int64_t rows) {
+        if (rows >= in16.min_t) {
+          const auto* g16 = reinterpret_cast<const uint16_t*>(gp);
+          if (rows >= h.min_t)
+            swiglu_rows16(g16, g16 + up_off, in16.type, ld_in, nullptr, h.buf, h.type, rows, w, s);
+          else
+            swiglu_rows16(g16, g16 + up_off, in16.type, ld_in, y, nullptr, DType::BF16, rows, w, s);
+        } else if (rows >= h.min_t)
+          swiglu_rows(gp, up, ld_in, nullptr, h.buf, h.type, rows, w, s);
+        else if (ld_in == w)
+          swiglu(gp, up, y, rows * w, s);
+        else
+          swiglu_rows(gp, up, ld_in, y, nullptr, DType::BF16, rows, w, s);
+      };
       // After a gate|up stack with adapters: their terms join here (the same branches, through lora_b_swiglu_rows).
       const int gs = g.tensor(in(0)).producer;
       if (const auto it = lora_swiglu_of.find(gs >= 0 && g.node(gs).op == Op::SLICE ? g.node(gs).inputs[0] : -1);
@@ -650,9 +706,25 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         it->second.consumed = true;
         const DeviceLora* lp = it->second.lora;
         const float* u = it->second.u;
+        const int64_t gemm_min_t = it->second.gemm_min_t;
+        const bool mma = it->second.mma;
         launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
                               const int64_t rows = sc ? a.t : fixed;
                               if (rows == 0) return;
+                              if (rows >= gemm_min_t && mma) {  // 16-bit gate|up and u (rows >= in16.min_t)
+                                const DeviceWeight& bd = lp->b_bd;
+                                if (rows >= h.min_t)
+                                  lora_b_swiglu_mma(bd.quants.get(), bd.k, u, gp, in16.type, ld_in, up_off, nullptr,
+                                                    h.buf, h.type, w, rows, s);
+                                else
+                                  lora_b_swiglu_mma(bd.quants.get(), bd.k, u, gp, in16.type, ld_in, up_off, y, nullptr,
+                                                    DType::BF16, w, rows, s);
+                                return;
+                              }
+                              if (rows >= gemm_min_t) {  // the stack's node added the terms: the plain SwiGLU
+                                plain(s, rows);
+                                return;
+                              }
                               const DType in_type = rows >= in16.min_t ? in16.type : DType::F32;
                               if (rows >= h.min_t)
                                 lora_b_swiglu_rows(lp->b.get(), lp->layout, u, gp, in_type, ld_in, up_off, nullptr,
@@ -663,21 +735,7 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
                             }});
         return;
       }
-      launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
-                            const int64_t rows = sc ? a.t : fixed;
-                            if (rows >= in16.min_t) {
-                              const auto* g16 = reinterpret_cast<const uint16_t*>(gp);
-                              if (rows >= h.min_t)
-                                swiglu_rows16(g16, g16 + up_off, in16.type, ld_in, nullptr, h.buf, h.type, rows, w, s);
-                              else
-                                swiglu_rows16(g16, g16 + up_off, in16.type, ld_in, y, nullptr, DType::BF16, rows, w, s);
-                            } else if (rows >= h.min_t)
-                              swiglu_rows(gp, up, ld_in, nullptr, h.buf, h.type, rows, w, s);
-                            else if (ld_in == w)
-                              swiglu(gp, up, y, rows * w, s);
-                            else
-                              swiglu_rows(gp, up, ld_in, y, nullptr, DType::BF16, rows, w, s);
-                          }});
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) { plain(s, sc ? a.t : fixed); }});
       return;
     }
     case Op::GEGLU:

@@ -207,7 +207,42 @@ DType lora_a_dtype(DType base) {
   return x16 == DType::BF16 ? DType::BF16 : DType::F16;
 }
 
-const DeviceLora& CudaShared::Impl::lora(const graph::Graph& g, const graph::Node& n, DType base) {
+namespace {
+
+// d's b_bd (executor_common.h) from the graph's B tensors: member m's adapters, in lora_order within the member, at
+// columns u0_m, u0_m + r_0, ... of its rows, as d's layout placed them; rounded once from B's format to a_type.
+DeviceWeight block_diagonal_b(const graph::Graph& g, const graph::Node& n, const std::vector<graph::LoraTerm>& terms,
+                              const LoraBLayout& l, DType a_type) {
+  int64_t n_total = 0;
+  for (int i = 0; i < n.fusion.n_weights; ++i) n_total += g.tensor(n.inputs.at(static_cast<size_t>(1 + i))).shape.at(0);
+  const int64_t r_total = l.r_total;
+  std::vector<float> bd(static_cast<size_t>(n_total * r_total), 0.0f);  // [N_total, r_total]
+  std::vector<int> c0(kLoraMaxMembers, 0);                              // next column of each member's run
+  for (size_t i : lora_order(terms)) {
+    const graph::Tensor& b = g.tensor(terms[i].b);
+    const int m = terms[i].member;
+    const int64_t ra = b.shape[1];
+    const size_t b_in = static_cast<size_t>(*dtype_row_bytes(b.dtype, static_cast<uint64_t>(ra)));
+    TESSERA_CHECK(terms[i].row0 + terms[i].rows <= n_total && l.u0[m] + c0[static_cast<size_t>(m)] + ra <= r_total,
+                  "cuda backend: adapter '{}' falls outside its node's stacked output", b.name);
+    std::vector<float> brow(static_cast<size_t>(ra));
+    for (int64_t j = 0; j < terms[i].rows; ++j) {
+      dequantize_row(b.dtype, static_cast<const uint8_t*>(b.data) + static_cast<size_t>(j) * b_in, brow.data(), ra);
+      std::copy(brow.begin(), brow.end(),
+                bd.begin() + (terms[i].row0 + j) * r_total + l.u0[m] + c0[static_cast<size_t>(m)]);
+    }
+    c0[static_cast<size_t>(m)] += static_cast<int>(ra);
+  }
+  const size_t row_bytes = static_cast<size_t>(r_total) * 2;
+  std::vector<uint8_t> host(static_cast<size_t>(n_total) * row_bytes);
+  for (int64_t j = 0; j < n_total; ++j)
+    quantize_row(a_type, bd.data() + j * r_total, host.data() + static_cast<size_t>(j) * row_bytes, r_total);
+  return upload_weight(a_type, host.data(), n_total, r_total);
+}
+
+}  // namespace
+
+const DeviceLora& CudaShared::Impl::lora(const graph::Graph& g, const graph::Node& n, DType base, bool gemm_b) {
   const std::vector<graph::LoraTerm> terms = graph::lora_terms(g, n);
   if (terms.empty()) unsupported(n, "it has no adapters");
   if (n.fusion.n_weights > kLoraMaxMembers)
@@ -225,7 +260,15 @@ const DeviceLora& CudaShared::Impl::lora(const graph::Graph& g, const graph::Nod
       unsupported(n, "its adapter '" + a.name + "' is not A [r, K] and B [N, r] with data in a readable format");
     key += fmt::format(" {}/{}@{}+{}", a.data, b.data, terms[i].member, terms[i].row0);
   }
-  if (auto it = loras.find(key); it != loras.end()) return *it->second;
+  // b_bd where asked for and possible (16-bit A: not beside an f32 base, whose matmuls take no 16-bit x).
+  const auto with_bd = [&](DeviceLora& d) -> const DeviceLora& {
+    if (gemm_b && d.b_bd.quants.empty() && d.layout.r_total % 8 == 0 && a_type == matmul_x16_type(base)) {
+      d.b_bd = block_diagonal_b(g, n, terms, d.layout, a_type);
+      bytes += d.b_bd.bytes();
+    }
+    return d;
+  };
+  if (auto it = loras.find(key); it != loras.end()) return with_bd(*it->second);
 
   auto d = std::make_unique<DeviceLora>();
   LoraBLayout& l = d->layout;
@@ -280,7 +323,7 @@ const DeviceLora& CudaShared::Impl::lora(const graph::Graph& g, const graph::Nod
   d->b = DeviceBuffer(b_host.size() * sizeof(uint16_t));
   d->b.upload(b_host.data(), d->b.bytes());
   bytes += d->a.bytes() + d->b.bytes();
-  return *loras.emplace(std::move(key), std::move(d)).first->second;
+  return with_bd(*loras.emplace(std::move(key), std::move(d)).first->second);
 }
 
 void* CudaShared::Impl::cache(const graph::Tensor& t) {

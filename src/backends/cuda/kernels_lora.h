@@ -4,7 +4,10 @@
 // rows one after another, grouped by member); then one launch of this file's kernels, which adds each member's
 // u_m·B_mᵀ to its rows of y (into the residual where y accumulates into one) or, for a gate|up stack whose SwiGLU is
 // the node's epilogue, forms silu(gate + Δ) · (up + Δ) from the [gate; up] output. So an adapted node costs two
-// launches more than its base, however many members and adapters it has.
+// launches more than its base, however many members and adapters it has. These kernels run on CUDA cores: at decode
+// and in small batches (below kLoraGemmMinT rows) the work is a few MFLOP and the launch is what costs. In larger
+// prefill chunks the rows executor runs the B side as one tensor-core GEMM instead (DeviceLora::b_bd,
+// executor_rows.cpp).
 //
 // Plain C++ header (no CUDA types) for the executors.
 #pragma once
@@ -21,6 +24,14 @@ constexpr int kLoraMaxMembers = 4;  // members of one stack (q|k|v: 3)
 // R of one node: u's rows of a 16-token tile sit in shared memory (16 x (512 + 8) floats: 33 KB of the 48 KB a launch
 // gets without opting in). Rank 64 on each of q, k and v with two adapters is 384.
 constexpr int64_t kLoraMaxRank = 512;
+
+// From this many rows the rows executor adds the B terms by one cuBLASLt GEMM per node (y += u·B_bdᵀ, C = D) rather
+// than lora_b_add / lora_b_swiglu_rows. The kernels do 2·t·N·r FLOPs on CUDA cores (r: each row's member's rank;
+// ~9 TFLOP/s measured on the H100 for Llama-3-8B's gate|up at t = 512, rank 16: 0.47 GFLOP in ~51 us) and read B
+// once per 16-token tile; the GEMM costs about a launch (~3-5 us) plus one pass over y (read C, write D). Up to 16 rows
+// the kernel is one tile and a few MFLOP (gate|up at rank 16: 2·16·28672·16 = 15 MFLOP, ~2 us): no slower than the
+// GEMM and no pass over y added; at 32 rows (~4 us) they are about even, beyond that the tensor cores win.
+constexpr int64_t kLoraGemmMinT = 32;
 
 // Where each member's adapters act. A member with adapters has its B's side by side as one row-major f16 matrix
 // [rows, r_pad] (r_pad: the ranks summed, rounded up to 8; zero columns) at element b0 of the B buffer, and its
@@ -55,5 +66,20 @@ void lora_b_swiglu(const void* b, const LoraBLayout& l, const float* u /*[t, r_t
 void lora_b_swiglu_rows(const void* b, const LoraBLayout& l, const float* u /*[t, r_total]*/, const void* gate,
                         DType in_type, int64_t ld_in, int64_t up_off, float* out, void* out16, DType out16_type,
                         int64_t f, int64_t t, cudaStream_t stream);
+
+// The SwiGLU of a gate|up stack's 16-bit output with its adapters' terms computed on the tensor cores (prefill from
+// kLoraGemmMinT rows: no pass over the stack's output besides the SwiGLU's own): out[i, j] = silu(gate[i, j] +
+// Δ(i, j)) · (gate[i, up_off + j] + Δ(i, up_off + j)), Δ(i, row) = Σ_c u16[i, c] · b_bd[row, c]. b_bd [N_total, r]
+// (DeviceLora::b_bd), u16 [t, r] and gate|up (rows ld_in elements apart, up at up_off) all in `type` (bf16 or f16);
+// r a multiple of 8 up to kLoraSwigluMmaMaxRank. Written to exactly one of out (f32 [t, f]) or out16 ([t, f] in
+// out16_type).
+constexpr int kLoraSwigluMmaMaxRank = 64;
+void lora_b_swiglu_mma(const void* b_bd, int64_t r, const void* u16 /*[t, r]*/, const void* gate, DType type,
+                       int64_t ld_in, int64_t up_off, float* out, void* out16, DType out16_type, int64_t f, int64_t t,
+                       cudaStream_t stream);
+// u16 [count] = Σ_s parts[s] [count] (f32 parts of matmul_x16_split_k: u = x·A_stackᵀ over slices of K), rounded to
+// type (BF16 or F16: the B GEMM's input). count a multiple of 4, parts 16-byte aligned.
+void lora_sum_parts(const float* parts /*[splits, count]*/, int splits, int64_t count, void* u16, DType type,
+                    cudaStream_t stream);
 
 }  // namespace tessera::cuda

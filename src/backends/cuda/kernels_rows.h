@@ -53,11 +53,23 @@ void matmul(const DeviceWeight& w, const float* x /*[t, K]*/, float* y /*[t, N]*
 // for f32 weights (they take f32 x), when t > ws.max_t(), or for a quantized matrix larger than the scratch.
 void matmul_x16(const DeviceWeight& w, const void* x16 /*[t, K] bf16 or f16*/, float* y /*[t, N]*/, int64_t t,
                 GemmWorkspace& ws, cudaStream_t stream, bool accumulate = false);
-// matmul_x16 writing y in the same 16-bit type as x (f32 accumulation, one rounding at the store; no accumulate):
-// the merged gate|up of prefill, whose [t, 2F] output is only read by swiglu_rows16 (half the bytes of f32 written
-// and read back: Llama-3-8B at t = 2048, 235 MB -> 117 MB each way per layer). Same errors as matmul_x16.
+// matmul_x16 writing y in the same 16-bit type as x (f32 accumulation, one rounding at the store): the merged gate|up
+// of prefill, whose [t, 2F] output is only read by swiglu_rows16 (half the bytes of f32 written and read back:
+// Llama-3-8B at t = 2048, 235 MB -> 117 MB each way per layer). accumulate: y16 += x·Wᵀ (C = D in 16 bits, beta 1;
+// the sum rounded once), as the LoRA adapters' B product adds into that output. Same errors as matmul_x16.
 void matmul_x16_out16(const DeviceWeight& w, const void* x16 /*[t, K]*/, void* y16 /*[t, N]*/, int64_t t,
-                      GemmWorkspace& ws, cudaStream_t stream);
+                      GemmWorkspace& ws, cudaStream_t stream, bool accumulate = false);
+// x16 · Wᵀ for a narrow W (LoRA's A_stack: N = R, a few dozen rows, against K in the thousands) as `splits` partial
+// products over consecutive K slices, one strided-batched cuBLASLt GEMM: parts[s] [t, N] f32 = x16[:, Ks·s, Ks) ·
+// W[:, Ks·s, Ks)ᵀ with Ks = K / splits, so the product's few output tiles become splits times as many blocks; the
+// caller sums the parts (lora_sum_parts). Returns the parts written: `splits`, or 1 where cuBLASLt takes no algorithm
+// for the batch (then parts[0] is the whole product). W bf16 or f16, x16 in W's type. Error for another W type, for
+// splits outside 1..kMaxSplitK or not dividing K into multiples of 8, or t > ws.max_t().
+constexpr int kMaxSplitK = 16;
+int matmul_x16_split_k(const DeviceWeight& w, const void* x16 /*[t, K]*/, float* parts /*[splits, t, N]*/, int64_t t,
+                       int splits, GemmWorkspace& ws, cudaStream_t stream);
+// The slices matmul_x16_split_k should use for [t, K] · [n, K]ᵀ on the H100 (gemm.cpp says why); 1: none.
+int matmul_split_k_default(int64_t t, int64_t n, int64_t k);
 // swiglu_rows over a 16-bit [gate | up] (matmul_x16_out16's output): out[r, i] = silu(gate[r, i]) * up[r, i] in f32,
 // written to exactly one of out (f32) or out16 (rounded to out16_type). gate and up rows [t, ld_in] of in_type (bf16
 // or f16); the merged gate|up passes up = gate + F with ld_in = 2F.

@@ -1,12 +1,15 @@
 // Unmerged LoRA adapters on the CUDA backend inside their matmul's node (kernels_lora.h, docs/LORA.md "CUDA"):
 // - CudaLoraKernels: lora_b_add and lora_b_swiglu against plain loops (a stack whose middle member has no adapter, a
-//   member with two adapters of ranks that are not multiples of 8, one token and several tiles of tokens);
+//   member with two adapters of ranks that are not multiples of 8, one token and several tiles of tokens), and the
+//   tensor-core path of prefill chunks from kLoraGemmMinT rows: u by split-K GEMM and lora_sum_parts, the B GEMM over
+//   a block-diagonal B into f32 and 16-bit outputs, lora_b_swiglu_mma;
 // - CudaLoraGraph (no GPU needed): the CUDA passes keep q|k|v and gate|up stacked with every member's adapters, the
 //   norm and SwiGLU epilogues and the residual epilogues, for decode and prefill chunks;
 // - CudaLoraStacked: a 2-layer random SmolLM2-135M-shaped model in bf16, f16 and q8_0 with two PEFT adapters at once
 //   (rank 16 and rank 5, which LoraSet pads to 8 for CUDA sessions) on all seven projections: prefill in chunks of 64
-//   and 6 (the rows executor: 16-bit x copies from 5 rows on for bf16/f16, from 41 for q8_0) and decode steps (the
-//   one-token decoder, replayed as a CUDA graph) against the CPU's logits.
+//   and 6 (the rows executor: 16-bit x copies from 5 rows on for bf16/f16, from 41 for q8_0; the tensor-core path
+//   from 32 rows), bf16 also in chunks of 512 and 88, and decode steps (the one-token decoder, replayed as a CUDA
+//   graph) against the CPU's logits.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -19,7 +22,9 @@
 #include <vector>
 
 #include "backends/cuda/kernels_lora.h"
+#include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/memory.h"
+#include "core/error.h"
 #include "cuda_test_util.h"
 #include "quant/quant.h"
 #include "tessera/graph.h"
@@ -176,6 +181,170 @@ TEST(CudaLoraKernels, BSwigluMatchesLoops) {
     }
 }
 
+// The B side of prefill chunks from kLoraGemmMinT rows (executor_rows.cpp): u [t, R] and the members' B placed
+// block-diagonally in one [N_total, R] matrix (DeviceLora::b_bd), both bf16, one cuBLASLt GEMM adding u·B_bdᵀ into
+// an f32 output (q|k|v's stack, the residual) or a bf16 one (gate|up's 16-bit stack output: C = D in 16 bits), against
+// loops over the same rounded values. A narrow K (R = 24) and an N that is no multiple of the GEMM's tiles.
+TEST(CudaLoraKernels, BlockDiagonalGemmAddsIntoF32AndBf16) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(cuda::test::test_seed() + 2);
+  struct Block {
+    int64_t row0, rows, u0, r;
+  };
+  const std::vector<Block> blocks{{0, 96, 0, 16}, {128, 40, 16, 8}};  // rows 96..127 have no adapter
+  const int64_t n = 168, r_total = 24;
+  std::vector<float> bd(static_cast<size_t>(n * r_total), 0.0f);
+  for (const Block& b : blocks)
+    for (int64_t j = 0; j < b.rows; ++j)
+      for (int64_t c = 0; c < b.r; ++c)
+        bd[static_cast<size_t>((b.row0 + j) * r_total + b.u0 + c)] =
+            std::uniform_real_distribution<float>(-.5f, .5f)(rng);
+  const auto round16 = [](std::vector<float>& v, DType type) {  // rounded in place; returns the 16-bit values
+    std::vector<uint16_t> h(v.size());
+    quantize_row(type, v.data(), h.data(), static_cast<int64_t>(v.size()));
+    dequantize_row(type, h.data(), v.data(), static_cast<int64_t>(v.size()));
+    return h;
+  };
+  const std::vector<uint16_t> bd16 = round16(bd, DType::BF16);
+  const cuda::DeviceWeight w = cuda::upload_weight(DType::BF16, bd16.data(), n, r_total);
+  cuda::GemmWorkspace ws(512, 64, 0);
+  for (const int64_t t : {32, 37, 512})
+    for (const bool out16 : {false, true}) {
+      std::vector<float> u = random_floats(rng, static_cast<size_t>(t * r_total), -2.0f, 2.0f);
+      std::vector<float> y0 = random_floats(rng, static_cast<size_t>(t * n), -3.0f, 3.0f);
+      const std::vector<uint16_t> u16 = round16(u, DType::BF16);
+      cuda::DeviceBuffer du = cuda::test::to_device(u16), dy;
+      if (out16) {
+        dy = cuda::test::to_device(round16(y0, DType::BF16));
+        cuda::matmul_x16_out16(w, du.get(), dy.get(), t, ws, nullptr, true);
+      } else {
+        dy = cuda::test::to_device(y0);
+        cuda::matmul_x16(w, du.get(), dy.as<float>(), t, ws, nullptr, true);
+      }
+      std::vector<float> y(y0.size());
+      if (out16) {
+        const std::vector<uint16_t> h = cuda::test::to_host<uint16_t>(dy, y.size());
+        dequantize_row(DType::BF16, h.data(), y.data(), static_cast<int64_t>(y.size()));
+      } else {
+        y = cuda::test::to_host<float>(dy, y.size());
+      }
+      double worst = 0;
+      for (int64_t i = 0; i < t; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double want = y0[static_cast<size_t>(i * n + j)];
+          for (int64_t c = 0; c < r_total; ++c)
+            want += double(u[static_cast<size_t>(i * r_total + c)]) * bd[static_cast<size_t>(j * r_total + c)];
+          worst = std::max(worst, std::abs(y[static_cast<size_t>(i * n + j)] - want) / (1 + std::abs(want)));
+        }
+      // f32 accumulation of 24 products; a bf16 output adds its rounding (2^-9 relative).
+      EXPECT_LE(worst, out16 ? 5e-3 : 1e-5) << "t = " << t << (out16 ? ", bf16 output" : ", f32 output");
+    }
+}
+
+// The A side of the same path: u = x·A_stackᵀ as partial products over slices of K (matmul_x16_split_k, one
+// strided-batched GEMM) summed and rounded to 16 bits by lora_sum_parts, against loops over the rounded inputs; every
+// split count that divides K, bf16 and f16, the split counts matmul_split_k_default picks for the shapes at hand.
+TEST(CudaLoraKernels, SplitKProductSumsToU) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(cuda::test::test_seed() + 3);
+  const int64_t r = 24, k = 1536;
+  EXPECT_EQ(cuda::matmul_split_k_default(512, 48, 4096), 16);  // Llama-3-8B q|k|v's A at a 512-token chunk
+  EXPECT_EQ(cuda::matmul_split_k_default(2048, 48, 4096), 8);
+  EXPECT_EQ(cuda::matmul_split_k_default(512, 4096, 4096), 1);  // not narrow: cuBLASLt's tiles fill the GPU
+  cuda::GemmWorkspace ws(512, k, 0);
+  for (const DType type : {DType::BF16, DType::F16}) {
+    std::vector<float> a = random_floats(rng, static_cast<size_t>(r * k), -0.05f, 0.05f);
+    std::vector<uint16_t> a16(a.size());
+    quantize_row(type, a.data(), a16.data(), static_cast<int64_t>(a.size()));
+    dequantize_row(type, a16.data(), a.data(), static_cast<int64_t>(a.size()));
+    const cuda::DeviceWeight w = cuda::upload_weight(type, a16.data(), r, k);
+    for (const int64_t t : {33, 512})
+      for (const int splits : {1, 2, 4, 8, cuda::matmul_split_k_default(t, r, k)}) {
+        std::vector<float> x = random_floats(rng, static_cast<size_t>(t * k), -2.0f, 2.0f);
+        std::vector<uint16_t> x16(x.size());
+        quantize_row(type, x.data(), x16.data(), static_cast<int64_t>(x.size()));
+        dequantize_row(type, x16.data(), x.data(), static_cast<int64_t>(x.size()));
+        cuda::DeviceBuffer dx = cuda::test::to_device(x16);
+        cuda::DeviceBuffer parts = cuda::test::poisoned(static_cast<size_t>(splits * t * r) * sizeof(float));
+        cuda::DeviceBuffer du = cuda::test::poisoned(static_cast<size_t>(t * r) * 2);
+        const int written = cuda::matmul_x16_split_k(w, dx.get(), parts.as<float>(), t, splits, ws, nullptr);
+        EXPECT_EQ(written, splits) << "cuBLASLt took no algorithm for the batch";
+        cuda::lora_sum_parts(parts.as<float>(), written, t * r, du.get(), type, nullptr);
+        const std::vector<uint16_t> h = cuda::test::to_host<uint16_t>(du, static_cast<size_t>(t * r));
+        std::vector<float> u(h.size());
+        dequantize_row(type, h.data(), u.data(), static_cast<int64_t>(u.size()));
+        double worst = 0;
+        for (int64_t i = 0; i < t; ++i)
+          for (int64_t c = 0; c < r; ++c) {
+            double want = 0;
+            for (int64_t j = 0; j < k; ++j)
+              want += double(x[static_cast<size_t>(i * k + j)]) * a[static_cast<size_t>(c * k + j)];
+            worst = std::max(worst, std::abs(u[static_cast<size_t>(i * r + c)] - want) / (0.1 + std::abs(want)));
+          }
+        // f32 sums of 1536 products, rounded once to 16 bits (bf16: 2^-9 relative).
+        EXPECT_LE(worst, type == DType::BF16 ? 5e-3 : 1e-3)
+            << dtype_name(type) << ", t = " << t << ", " << splits << " slices";
+      }
+  }
+  // 40 / 2 = 20 values a slice: not whole 16-byte rows.
+  const cuda::DeviceWeight narrow = cuda::upload_weight(DType::BF16, std::vector<uint16_t>(8 * 40).data(), 8, 40);
+  cuda::DeviceBuffer x1(40 * 2), p2(2 * 8 * sizeof(float));
+  EXPECT_THROW(cuda::matmul_x16_split_k(narrow, x1.get(), p2.as<float>(), 1, 2, ws, nullptr), Error);
+}
+
+// gate|up's terms on the tensor cores inside the SwiGLU (lora_b_swiglu_mma, prefill from kLoraGemmMinT rows): a
+// 16-bit [gate | up] with a row stride of its own, u and B_bd [2f, R] in the same type (R = 24: padded to the mma's
+// 32 in shared memory, and 64, the most it takes), f = 200 (partial column tiles), 37 and 512 tokens (a partial
+// token tile), an f32 and a 16-bit output, against loops over the rounded values.
+TEST(CudaLoraKernels, SwigluMmaMatchesLoops) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(cuda::test::test_seed() + 4);
+  const auto round16 = [](std::vector<float>& v, DType type) {
+    std::vector<uint16_t> h(v.size());
+    quantize_row(type, v.data(), h.data(), static_cast<int64_t>(v.size()));
+    dequantize_row(type, h.data(), v.data(), static_cast<int64_t>(v.size()));
+    return h;
+  };
+  const int64_t f = 200, ld = 2 * f + 24;
+  for (const DType type : {DType::BF16, DType::F16})
+    for (const int64_t r : {24, 64})
+      for (const int64_t t : {37, 512})
+        for (const bool out16 : {false, true}) {
+          std::vector<float> bd = random_floats(rng, static_cast<size_t>(2 * f * r), -0.3f, 0.3f);
+          std::vector<float> u = random_floats(rng, static_cast<size_t>(t * r), -1.0f, 1.0f);
+          std::vector<float> gu = random_floats(rng, static_cast<size_t>(t * ld), -3.0f, 3.0f);
+          cuda::DeviceBuffer db = cuda::test::to_device(round16(bd, type));
+          cuda::DeviceBuffer du = cuda::test::to_device(round16(u, type));
+          cuda::DeviceBuffer dg = cuda::test::to_device(round16(gu, type));
+          cuda::DeviceBuffer out = cuda::test::poisoned(static_cast<size_t>(t * f) * (out16 ? 2 : 4));
+          cuda::lora_b_swiglu_mma(db.get(), r, du.get(), dg.get(), type, ld, f, out16 ? nullptr : out.as<float>(),
+                                  out16 ? out.get() : nullptr, type, f, t, nullptr);
+          std::vector<float> y(static_cast<size_t>(t * f));
+          if (out16) {
+            const std::vector<uint16_t> h = cuda::test::to_host<uint16_t>(out, y.size());
+            dequantize_row(type, h.data(), y.data(), static_cast<int64_t>(y.size()));
+          } else {
+            y = cuda::test::to_host<float>(out, y.size());
+          }
+          const auto delta_of = [&](int64_t i, int64_t row) {
+            double d = 0;
+            for (int64_t c = 0; c < r; ++c)
+              d += double(u[static_cast<size_t>(i * r + c)]) * bd[static_cast<size_t>(row * r + c)];
+            return d;
+          };
+          double worst = 0;
+          for (int64_t i = 0; i < t; ++i)
+            for (int64_t j = 0; j < f; ++j) {
+              const double g = gu[static_cast<size_t>(i * ld + j)] + delta_of(i, j);
+              const double up = gu[static_cast<size_t>(i * ld + f + j)] + delta_of(i, f + j);
+              const double want = g / (1 + std::exp(-g)) * up;
+              worst = std::max(worst, std::abs(y[static_cast<size_t>(i * f + j)] - want) / (1 + std::abs(want)));
+            }
+          EXPECT_LE(worst, out16 ? 1e-2 : 1e-4)
+              << dtype_name(type) << ", r = " << r << ", t = " << t << (out16 ? ", 16-bit output" : ", f32 output");
+        }
+}
+
 // ---- Models and adapters.
 
 constexpr int64_t kLayers = 2;
@@ -261,9 +430,10 @@ struct Adapters {
   std::string a, b;
 };
 
-// A 70-token prefill in chunks of 64 and 6 (every row's logits), then 6 decode steps.
-std::vector<float> prefill_and_decode(Session& s, int64_t vocab) {
-  const std::vector<int32_t> ids = cuda::test::random_ids(70, vocab, 5);
+// A prefill of n_prompt tokens (every row's logits; 70 in chunks of 64 and 6 unless the session's n_batch says
+// otherwise), then 6 decode steps.
+std::vector<float> prefill_and_decode(Session& s, int64_t vocab, int n_prompt = 70) {
+  const std::vector<int32_t> ids = cuda::test::random_ids(n_prompt, vocab, 5);
   std::vector<float> out = s.eval_all_logits(ids);
   for (int i = 0; i < 6; ++i) {
     const std::span<const float> x = s.decode(int32_t((i * 53 + 11) % vocab));
@@ -341,17 +511,20 @@ TEST(CudaLoraGraph, TheAdaptersMoveTheCpuLogits) {
 
 // ---- Sessions on the GPU against the CPU.
 
-void expect_matches_cpu(const std::string& dtype, double tol) {
+void expect_matches_cpu(const std::string& dtype, double tol, int n_prompt = 70, int64_t n_batch = 64) {
   const Model m = small_model(dtype);
   const Adapters ad(m.spec());
-  SessionOptions co{.n_ctx = 128, .n_batch = 64, .n_threads = 2};
+  // The prompt, 6 decode steps and room, in whole 64-position blocks (128 for the 70-token prompt, as before).
+  SessionOptions co{.n_ctx = (n_prompt + 58 + 63) / 64 * 64, .n_batch = n_batch, .n_threads = 2};
   co.lora = ad.specs();
   SessionOptions go = co;
   go.device = "cuda";
   Session cpu(m, co), gpu(m, go);
   const int64_t vocab = m.spec().n_vocab;
-  const double err = worst_rel(prefill_and_decode(cpu, vocab), prefill_and_decode(gpu, vocab), size_t(vocab));
-  std::printf("stacked lora on cuda, %s: worst relative L2 error %.3g\n", dtype.c_str(), err);
+  const double err =
+      worst_rel(prefill_and_decode(cpu, vocab, n_prompt), prefill_and_decode(gpu, vocab, n_prompt), size_t(vocab));
+  std::printf("stacked lora on cuda, %s, %d-token prompt in chunks of %lld: worst relative L2 error %.3g\n",
+              dtype.c_str(), n_prompt, static_cast<long long>(n_batch), err);
   EXPECT_LE(err, tol) << dtype;
 }
 
@@ -360,6 +533,13 @@ void expect_matches_cpu(const std::string& dtype, double tol) {
 TEST(CudaLoraStacked, Bf16MatchesCpu) {
   TESSERA_REQUIRE_GPU();
   expect_matches_cpu("bf16", 3e-2);
+}
+
+// A 512-token chunk and an 88-token one: the B side on the tensor cores (kLoraGemmMinT = 32; the 64-token chunks above
+// take it too, the 6-token ones lora_b_add and lora_b_swiglu_rows), u and the block-diagonal B in bf16.
+TEST(CudaLoraStacked, Bf16ChunkOf512MatchesCpu) {
+  TESSERA_REQUIRE_GPU();
+  expect_matches_cpu("bf16", 3e-2, 600, 512);
 }
 
 TEST(CudaLoraStacked, F16MatchesCpu) {

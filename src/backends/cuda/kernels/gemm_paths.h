@@ -32,7 +32,7 @@ void matmul_path(const DeviceWeight& w, const float* x /*[t, K]*/, float* y /*[t
                  cudaStream_t stream, bool accumulate, GemmPath path);
 
 // The cuBLASLt GEMM alone: y[t, N] (+)= x[t, K] · W[N, K]ᵀ with W and x both of wtype (f32, f16 or bf16); y f32, or
-// with y16 (no accumulate) in wtype's 16-bit type (f32 accumulation, rounded once at the store).
+// with y16 in wtype's 16-bit type (f32 accumulation, rounded once at the store; accumulate reads C = D in 16 bits).
 void gemm_lt(GemmWorkspace& ws, DType wtype, const void* w, const void* x, void* y, int64_t t, int64_t n, int64_t k,
              cudaStream_t stream, bool accumulate, bool y16 = false);
 
