@@ -231,13 +231,17 @@ TEST(CudaLoraKernels, BlockDiagonalGemmAddsIntoF32AndBf16) {
       double worst = 0;
       for (int64_t i = 0; i < t; ++i)
         for (int64_t j = 0; j < n; ++j) {
-          double want = y0[static_cast<size_t>(i * n + j)];
-          for (int64_t c = 0; c < r_total; ++c)
-            want += double(u[static_cast<size_t>(i * r_total + c)]) * bd[static_cast<size_t>(j * r_total + c)];
-          worst = std::max(worst, std::abs(y[static_cast<size_t>(i * n + j)] - want) / (1 + std::abs(want)));
+          double want = y0[static_cast<size_t>(i * n + j)], mag = std::abs(want);
+          for (int64_t c = 0; c < r_total; ++c) {
+            const double p = double(u[static_cast<size_t>(i * r_total + c)]) * bd[static_cast<size_t>(j * r_total + c)];
+            want += p, mag += std::abs(p);
+          }
+          worst = std::max(worst, std::abs(y[static_cast<size_t>(i * n + j)] - want) / (1 + mag));
         }
-      // f32 accumulation of 24 products; a bf16 output adds its rounding (2^-9 relative).
-      EXPECT_LE(worst, out16 ? 5e-3 : 1e-5) << "t = " << t << (out16 ? ", bf16 output" : ", f32 output");
+      // f32 accumulation of 24 products. A bf16 output adds up to two roundings of 2^-9 relative (the product's, the
+      // sum's: the H100's cuBLASLt measured 6.8-7.5e-3 against |want| alone, where y0 and the product cancel), each
+      // at most 2^-9 of the magnitudes summed: 2^-8 of mag.
+      EXPECT_LE(worst, out16 ? 1.0 / 256 : 1e-5) << "t = " << t << (out16 ? ", bf16 output" : ", f32 output");
     }
 }
 
