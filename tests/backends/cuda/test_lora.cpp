@@ -238,10 +238,13 @@ TEST(CudaLoraKernels, BlockDiagonalGemmAddsIntoF32AndBf16) {
           }
           worst = std::max(worst, std::abs(y[static_cast<size_t>(i * n + j)] - want) / (1 + mag));
         }
-      // f32 accumulation of 24 products. A bf16 output adds up to two roundings of 2^-9 relative (the product's, the
-      // sum's: the H100's cuBLASLt measured 6.8-7.5e-3 against |want| alone, where y0 and the product cancel), each
-      // at most 2^-9 of the magnitudes summed: 2^-8 of mag.
-      EXPECT_LE(worst, out16 ? 1.0 / 256 : 1e-5) << "t = " << t << (out16 ? ", bf16 output" : ", f32 output");
+      // Error per (1 + the magnitudes summed). f32 output: f32 accumulation of 24 products. bf16 output: each bf16
+      // rounding costs at most 2^-9 of the magnitudes; the H100's cuBLASLt measured 3.3-4.1e-3 (t = 32, 37, 512),
+      // about two roundings (the product's and the sum's); 2^-7 leaves twice that, and a misplaced block or a lost
+      // beta is O(1).
+      std::printf("block-diagonal lora gemm, t = %d, %s output: worst error per magnitude %.3g\n", static_cast<int>(t),
+                  out16 ? "bf16" : "f32", worst);
+      EXPECT_LE(worst, out16 ? 1.0 / 128 : 1e-5) << "t = " << t << (out16 ? ", bf16 output" : ", f32 output");
     }
 }
 
