@@ -68,15 +68,13 @@ struct CudaRowsExecutor::Impl {
   std::unordered_map<int, X16> gate_up16_of;
   // A gate|up stack with adapters (keyed by its output): below gemm_min_t rows the SWIGLU after it adds their B terms
   // (lora_b_swiglu_rows) to the gate and up it reads, so the stack's output is written once, by the matmul (in 16
-  // bits where the base's is). From gemm_min_t rows on u is 16-bit and the terms are products on the tensor cores:
-  // with mma (a 16-bit stack output, R <= kLoraSwigluMmaMaxRank) inside the SWIGLU (lora_b_swiglu_mma: again no pass
-  // over the stack's output of its own), else by the matmul's node (u·b_bdᵀ into its output) before a plain SWIGLU.
-  // u: the stack's A products. consumed: a SWIGLU took it (compile checks that each was).
+  // bits where the base's is); from gemm_min_t rows on the matmul's node adds them on the tensor cores (u·b_bdᵀ into
+  // its output) and the SWIGLU is the plain one. u: the stack's A products. consumed: a SWIGLU took it (compile
+  // checks that each was).
   struct LoraSwiglu {
     const DeviceLora* lora = nullptr;
     const float* u = nullptr;
     int64_t gemm_min_t = INT64_MAX;
-    bool mma = false;
     bool consumed = false;
   };
   std::unordered_map<int, LoraSwiglu> lora_swiglu_of;
@@ -472,10 +470,9 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         }
         const DeviceBuffer* parts = &lora_parts;
         // A gate|up stack (its slices feed one SWIGLU: the passes' gate_up) leaves the terms to that SWIGLU below
-        // gemm_min_t rows, and above where the SWIGLU takes them on the tensor cores (mma).
+        // gemm_min_t rows.
         const bool in_swiglu = n.fusion.gate_up && n_weights == 2;
-        const bool mma = in_swiglu && y16 && gemm_min_t != INT64_MAX && r_total <= kLoraSwigluMmaMaxRank;
-        if (in_swiglu) lora_swiglu_of[out] = LoraSwiglu{lp, u, gemm_min_t, mma, false};
+        if (in_swiglu) lora_swiglu_of[out] = LoraSwiglu{lp, u, gemm_min_t, false};
         launches.push_back(
             {id, [=](cudaStream_t s, const RunArgs& a) {
                const int64_t rows = sc ? a.t : fixed;
@@ -497,7 +494,6 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
                    } else {
                      matmul_x16_out16(lp->a, h.buf, u, rows, *shp->gemm, s);
                    }
-                   if (mma) return;  // the SWIGLU adds the terms (lora_b_swiglu_mma)
                    if (y16)
                      matmul_x16_out16(*bd, u, y, rows, *shp->gemm, s, true);
                    else
@@ -707,20 +703,9 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         const DeviceLora* lp = it->second.lora;
         const float* u = it->second.u;
         const int64_t gemm_min_t = it->second.gemm_min_t;
-        const bool mma = it->second.mma;
         launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
                               const int64_t rows = sc ? a.t : fixed;
                               if (rows == 0) return;
-                              if (rows >= gemm_min_t && mma) {  // 16-bit gate|up and u (rows >= in16.min_t)
-                                const DeviceWeight& bd = lp->b_bd;
-                                if (rows >= h.min_t)
-                                  lora_b_swiglu_mma(bd.quants.get(), bd.k, u, gp, in16.type, ld_in, up_off, nullptr,
-                                                    h.buf, h.type, w, rows, s);
-                                else
-                                  lora_b_swiglu_mma(bd.quants.get(), bd.k, u, gp, in16.type, ld_in, up_off, y, nullptr,
-                                                    DType::BF16, w, rows, s);
-                                return;
-                              }
                               if (rows >= gemm_min_t) {  // the stack's node added the terms: the plain SwiGLU
                                 plain(s, rows);
                                 return;

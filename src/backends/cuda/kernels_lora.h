@@ -67,16 +67,6 @@ void lora_b_swiglu_rows(const void* b, const LoraBLayout& l, const float* u /*[t
                         DType in_type, int64_t ld_in, int64_t up_off, float* out, void* out16, DType out16_type,
                         int64_t f, int64_t t, cudaStream_t stream);
 
-// The SwiGLU of a gate|up stack's 16-bit output with its adapters' terms computed on the tensor cores (prefill from
-// kLoraGemmMinT rows: no pass over the stack's output besides the SwiGLU's own): out[i, j] = silu(gate[i, j] +
-// Δ(i, j)) · (gate[i, up_off + j] + Δ(i, up_off + j)), Δ(i, row) = Σ_c u16[i, c] · b_bd[row, c]. b_bd [N_total, r]
-// (DeviceLora::b_bd), u16 [t, r] and gate|up (rows ld_in elements apart, up at up_off) all in `type` (bf16 or f16);
-// r a multiple of 8 up to kLoraSwigluMmaMaxRank. Written to exactly one of out (f32 [t, f]) or out16 ([t, f] in
-// out16_type).
-constexpr int kLoraSwigluMmaMaxRank = 64;
-void lora_b_swiglu_mma(const void* b_bd, int64_t r, const void* u16 /*[t, r]*/, const void* gate, DType type,
-                       int64_t ld_in, int64_t up_off, float* out, void* out16, DType out16_type, int64_t f, int64_t t,
-                       cudaStream_t stream);
 // u16 [count] = Σ_s parts[s] [count] (f32 parts of matmul_x16_split_k: u = x·A_stackᵀ over slices of K), rounded to
 // type (BF16 or F16: the B GEMM's input). count a multiple of 4, parts 16-byte aligned.
 void lora_sum_parts(const float* parts /*[splits, count]*/, int splits, int64_t count, void* u16, DType type,

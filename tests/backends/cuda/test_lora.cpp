@@ -2,7 +2,7 @@
 // - CudaLoraKernels: lora_b_add and lora_b_swiglu against plain loops (a stack whose middle member has no adapter, a
 //   member with two adapters of ranks that are not multiples of 8, one token and several tiles of tokens), and the
 //   tensor-core path of prefill chunks from kLoraGemmMinT rows: u by split-K GEMM and lora_sum_parts, the B GEMM over
-//   a block-diagonal B into f32 and 16-bit outputs, lora_b_swiglu_mma;
+//   a block-diagonal B into f32 and 16-bit outputs;
 // - CudaLoraGraph (no GPU needed): the CUDA passes keep q|k|v and gate|up stacked with every member's adapters, the
 //   norm and SwiGLU epilogues and the residual epilogues, for decode and prefill chunks;
 // - CudaLoraStacked: a 2-layer random SmolLM2-135M-shaped model in bf16, f16 and q8_0 with two PEFT adapters at once
@@ -297,59 +297,6 @@ TEST(CudaLoraKernels, SplitKProductSumsToU) {
   const cuda::DeviceWeight narrow = cuda::upload_weight(DType::BF16, std::vector<uint16_t>(8 * 40).data(), 8, 40);
   cuda::DeviceBuffer x1(40 * 2), p2(2 * 8 * sizeof(float));
   EXPECT_THROW(cuda::matmul_x16_split_k(narrow, x1.get(), p2.as<float>(), 1, 2, ws, nullptr), Error);
-}
-
-// gate|up's terms on the tensor cores inside the SwiGLU (lora_b_swiglu_mma, prefill from kLoraGemmMinT rows): a
-// 16-bit [gate | up] with a row stride of its own, u and B_bd [2f, R] in the same type (R = 24: padded to the mma's
-// 32 in shared memory, and 64, the most it takes), f = 200 (partial column tiles), 37 and 512 tokens (a partial
-// token tile), an f32 and a 16-bit output, against loops over the rounded values.
-TEST(CudaLoraKernels, SwigluMmaMatchesLoops) {
-  TESSERA_REQUIRE_GPU();
-  std::mt19937 rng(cuda::test::test_seed() + 4);
-  const auto round16 = [](std::vector<float>& v, DType type) {
-    std::vector<uint16_t> h(v.size());
-    quantize_row(type, v.data(), h.data(), static_cast<int64_t>(v.size()));
-    dequantize_row(type, h.data(), v.data(), static_cast<int64_t>(v.size()));
-    return h;
-  };
-  const int64_t f = 200, ld = 2 * f + 24;
-  for (const DType type : {DType::BF16, DType::F16})
-    for (const int64_t r : {24, 64})
-      for (const int64_t t : {37, 512})
-        for (const bool out16 : {false, true}) {
-          std::vector<float> bd = random_floats(rng, static_cast<size_t>(2 * f * r), -0.3f, 0.3f);
-          std::vector<float> u = random_floats(rng, static_cast<size_t>(t * r), -1.0f, 1.0f);
-          std::vector<float> gu = random_floats(rng, static_cast<size_t>(t * ld), -3.0f, 3.0f);
-          cuda::DeviceBuffer db = cuda::test::to_device(round16(bd, type));
-          cuda::DeviceBuffer du = cuda::test::to_device(round16(u, type));
-          cuda::DeviceBuffer dg = cuda::test::to_device(round16(gu, type));
-          cuda::DeviceBuffer out = cuda::test::poisoned(static_cast<size_t>(t * f) * (out16 ? 2 : 4));
-          cuda::lora_b_swiglu_mma(db.get(), r, du.get(), dg.get(), type, ld, f, out16 ? nullptr : out.as<float>(),
-                                  out16 ? out.get() : nullptr, type, f, t, nullptr);
-          std::vector<float> y(static_cast<size_t>(t * f));
-          if (out16) {
-            const std::vector<uint16_t> h = cuda::test::to_host<uint16_t>(out, y.size());
-            dequantize_row(type, h.data(), y.data(), static_cast<int64_t>(y.size()));
-          } else {
-            y = cuda::test::to_host<float>(out, y.size());
-          }
-          const auto delta_of = [&](int64_t i, int64_t row) {
-            double d = 0;
-            for (int64_t c = 0; c < r; ++c)
-              d += double(u[static_cast<size_t>(i * r + c)]) * bd[static_cast<size_t>(row * r + c)];
-            return d;
-          };
-          double worst = 0;
-          for (int64_t i = 0; i < t; ++i)
-            for (int64_t j = 0; j < f; ++j) {
-              const double g = gu[static_cast<size_t>(i * ld + j)] + delta_of(i, j);
-              const double up = gu[static_cast<size_t>(i * ld + f + j)] + delta_of(i, f + j);
-              const double want = g / (1 + std::exp(-g)) * up;
-              worst = std::max(worst, std::abs(y[static_cast<size_t>(i * f + j)] - want) / (1 + std::abs(want)));
-            }
-          EXPECT_LE(worst, out16 ? 1e-2 : 1e-4)
-              << dtype_name(type) << ", r = " << r << ", t = " << t << (out16 ? ", 16-bit output" : ", f32 output");
-        }
 }
 
 // ---- Models and adapters.

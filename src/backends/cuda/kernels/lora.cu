@@ -4,11 +4,7 @@
 // the same u values: broadcasts). At decode (t = 1) a launch reads B once (rank 16 on q|k|v of Llama-3-8B: 6144 rows
 // of 32 bytes) and y once; in a chunk B is read once per 16 tokens and y once, read and written in f32 (the
 // residual, or the stack's output).
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
-
-#include <type_traits>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/common.cuh"
@@ -138,69 +134,6 @@ __global__ void __launch_bounds__(256) lora_sum_parts_kernel(const float4* __res
   u16[i] = make_uint2(pack16x2(a.x, a.y, bf16), pack16x2(a.z, a.w, bf16));
 }
 
-// lora_b_swiglu_mma: a block forms a tile of kMmaT tokens x kMmaJ SwiGLU columns. Its u rows and the tile's B_bd rows
-// of gate (j) and of up (up_off + j) go to shared memory, zero-padded from R to a multiple of 16 columns (the mma's K);
-// four warps compute Δgate and Δup [kMmaT, kMmaJ] (2 x 8 fragments of 16 x 16) into shared f32, then every thread
-// forms silu(gate + Δ)·(up + Δ) for 16 of the tile's elements, consecutive threads on consecutive columns.
-constexpr int kMmaT = 32, kMmaJ = 64, kMmaThreads = 128, kMmaLd = kMmaJ + 4;
-
-template <bool kBf16>
-__global__ void __launch_bounds__(kMmaThreads)
-    lora_b_swiglu_mma_kernel(const uint16_t* __restrict__ b, int r, const uint16_t* __restrict__ u,
-                             const uint16_t* __restrict__ gate, int64_t ld_in, int64_t up_off, void* __restrict__ out,
-                             int out16, int64_t f, int64_t t) {
-  using T = std::conditional_t<kBf16, __nv_bfloat16, __half>;
-  namespace wmma = nvcuda::wmma;
-  __shared__ __align__(32) uint16_t us[kMmaT * kLoraSwigluMmaMaxRank];
-  __shared__ __align__(32) uint16_t bs[2][kMmaJ * kLoraSwigluMmaMaxRank];
-  __shared__ __align__(32) float ds[2][kMmaT * kMmaLd];
-  const int r16 = (r + 15) / 16 * 16, v_row = r16 / 8, v_have = r / 8;  // 16-byte vectors per row: padded, present
-  const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kMmaT, j0 = static_cast<int64_t>(blockIdx.x) * kMmaJ;
-  pdl_wait();
-  for (int idx = threadIdx.x; idx < kMmaT * v_row; idx += kMmaThreads) {
-    const int tt = idx / v_row, c = idx - tt * v_row;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (c < v_have && i0 + tt < t) v = *reinterpret_cast<const uint4*>(u + (i0 + tt) * r + c * 8);
-    *reinterpret_cast<uint4*>(us + tt * r16 + c * 8) = v;
-  }
-  for (int idx = threadIdx.x; idx < 2 * kMmaJ * v_row; idx += kMmaThreads) {
-    const int which = idx / (kMmaJ * v_row), rem = idx - which * kMmaJ * v_row;
-    const int jj = rem / v_row, c = rem - jj * v_row;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (c < v_have && j0 + jj < f)
-      v = __ldg(reinterpret_cast<const uint4*>(b + ((which == 0 ? 0 : up_off) + j0 + jj) * r + c * 8));
-    *reinterpret_cast<uint4*>(bs[which] + jj * r16 + c * 8) = v;
-  }
-  __syncthreads();
-  const int warp = threadIdx.x / 32;
-  for (int fi = warp * 4; fi < warp * 4 + 4; ++fi) {  // 16 fragments: [gate, up] x 2 token rows x 4 column blocks
-    const int which = fi / 8, tr = (fi % 8) / 4, tc = fi % 4;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::fill_fragment(acc, 0.0f);
-    for (int kk = 0; kk < r16; kk += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;  // (k, j) = B row j's column k
-      wmma::load_matrix_sync(fa, reinterpret_cast<const T*>(us + tr * 16 * r16 + kk), r16);
-      wmma::load_matrix_sync(fb, reinterpret_cast<const T*>(bs[which] + tc * 16 * r16 + kk), r16);
-      wmma::mma_sync(acc, fa, fb, acc);
-    }
-    wmma::store_matrix_sync(ds[which] + tr * 16 * kMmaLd + tc * 16, acc, kMmaLd, wmma::mem_row_major);
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < kMmaT * kMmaJ; idx += kMmaThreads) {
-    const int tt = idx / kMmaJ, jj = idx - tt * kMmaJ;
-    const int64_t i = i0 + tt, j = j0 + jj;
-    if (i >= t || j >= f) continue;
-    const float g = from16(gate[i * ld_in + j], kBf16) + ds[0][tt * kMmaLd + jj];
-    const float up = from16(gate[i * ld_in + up_off + j], kBf16) + ds[1][tt * kMmaLd + jj];
-    const float v = silu_mul(g, up);
-    if (out16 == 0)
-      static_cast<float*>(out)[i * f + j] = v;
-    else
-      static_cast<uint16_t*>(out)[i * f + j] = to16(v, out16 == 1);
-  }
-}
-
 void check_layout(const char* op, const void* b, const LoraBLayout& l, const float* u, int64_t t) {
   TESSERA_CUDA_REQUIRE(b != nullptr && u != nullptr && t >= 1, std::string(op) + ": a null pointer or no rows");
   TESSERA_CUDA_REQUIRE(
@@ -230,37 +163,6 @@ void lora_sum_parts(const float* parts, int splits, int64_t count, void* u16, DT
   detail::launch("lora_sum_parts_kernel", detail::lora_sum_parts_kernel, dim3(detail::ceil_div(count4, 256)), dim3(256),
                  0, stream, reinterpret_cast<const float4*>(parts), splits, count4, static_cast<uint2*>(u16),
                  type == DType::BF16);
-}
-
-void lora_b_swiglu_mma(const void* b_bd, int64_t r, const void* u16, const void* gate, DType type, int64_t ld_in,
-                       int64_t up_off, float* out, void* out16, DType out16_type, int64_t f, int64_t t,
-                       cudaStream_t stream) {
-  TESSERA_CUDA_REQUIRE(b_bd != nullptr && u16 != nullptr && gate != nullptr && t >= 1 && f >= 1,
-                       "lora_b_swiglu_mma: a null pointer or no rows");
-  TESSERA_CUDA_REQUIRE(
-      r >= 8 && r <= kLoraSwigluMmaMaxRank && r % 8 == 0,
-      "lora_b_swiglu_mma: the adapters' rank must be a multiple of 8 up to " + std::to_string(kLoraSwigluMmaMaxRank));
-  TESSERA_CUDA_REQUIRE(type == DType::BF16 || type == DType::F16,
-                       "lora_b_swiglu_mma: B, u and gate|up must be bf16 or f16");
-  TESSERA_CUDA_REQUIRE(up_off >= f && ld_in >= up_off + f, "lora_b_swiglu_mma: the gate|up columns overlap");
-  TESSERA_CUDA_REQUIRE((out == nullptr) != (out16 == nullptr) && gate != out && gate != out16,
-                       "lora_b_swiglu_mma: exactly one output, not the input");
-  TESSERA_CUDA_REQUIRE(out16 == nullptr || out16_type == DType::BF16 || out16_type == DType::F16,
-                       "lora_b_swiglu_mma: a 16-bit output must be bf16 or f16");
-  TESSERA_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(b_bd) % 16 == 0 && reinterpret_cast<uintptr_t>(u16) % 16 == 0,
-                       "lora_b_swiglu_mma: B and u must be 16-byte aligned");
-  const int o16 = out16 == nullptr ? 0 : out16_type == DType::BF16 ? 1 : 2;
-  void* o = out16 != nullptr ? out16 : static_cast<void*>(out);
-  const dim3 grid(detail::ceil_div(f, detail::kMmaJ), detail::ceil_div(t, detail::kMmaT));
-  const auto* b = static_cast<const uint16_t*>(b_bd);
-  const auto* u = static_cast<const uint16_t*>(u16);
-  const auto* g = static_cast<const uint16_t*>(gate);
-  if (type == DType::BF16)
-    detail::launch("lora_b_swiglu_mma_kernel", detail::lora_b_swiglu_mma_kernel<true>, grid, dim3(detail::kMmaThreads),
-                   0, stream, b, static_cast<int>(r), u, g, ld_in, up_off, o, o16, f, t);
-  else
-    detail::launch("lora_b_swiglu_mma_kernel", detail::lora_b_swiglu_mma_kernel<false>, grid, dim3(detail::kMmaThreads),
-                   0, stream, b, static_cast<int>(r), u, g, ld_in, up_off, o, o16, f, t);
 }
 
 void lora_b_add(const void* b, const LoraBLayout& l, const float* u, float* y, int64_t ld_y, int64_t n, int64_t t,
