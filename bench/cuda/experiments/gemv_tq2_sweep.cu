@@ -27,6 +27,175 @@
 #include "backends/cuda/kernels/gemv_tq2_kernel.cuh"
 #include "exp_common.cuh"
 
+namespace tessera::cuda::detail {
+// ---- The streamed form (measured slower than the x-stationary kernel at every shape: docs/PERFORMANCE.md, fifteenth
+// session): persistent blocks fed by bulk copies ----
+// A tq2_0 matrix is small for its row count (Llama-3-8B's 14336x4096 is 15 MB: 5 us at the copy rate), so the GEMV is
+// won or lost on its first and last microsecond: every SM must have enough bytes in flight from the start and finish
+// with the others. Here one block per SM owns a balanced run of consecutive rows, and its first thread streams them
+// into a ring of NS shared-memory stages with 1-D bulk copies (cp.async.bulk, completing on an mbarrier per stage):
+// the bytes in flight are bounded by shared memory, not by registers, and no block waits for a slot to launch. The
+// warps are x-stationary as above: WPR warps per row (each Hw <= 32 half-units), NW / WPR rows at a time; per row each
+// warp's sum goes to shared memory, and the block adds the WPR parts of its rows at the end. The block's d scales
+// (2 bytes per 256 elements) are read into shared memory first with plain loads.
+struct Tq2Stream {
+  int rows_per_block;  // rows of one block (the last blocks may hold fewer; with norm_out a multiple of 32)
+  int stage_rows;      // rows per stage (a multiple of rows_at_once)
+  int wpr;             // warps per row: (k / 64) % wpr == 0, k / 64 / wpr <= 32
+};
+
+__device__ __forceinline__ uint32_t tq2_smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void tq2_mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nTQ2_WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra TQ2_WAIT_%=;\n}" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Rows [r, r + rows) of the quants into stage memory dst, completing on bar.
+__device__ __forceinline__ void tq2_stage_copy(uint32_t dst, const uint8_t* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stage's last generic reads before this write
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+// Dynamic shared memory of the streamed kernel: NS stages, the block's d scales, its rows' parts (and 8-byte
+// mbarriers in front).
+inline size_t tq2_stream_smem(int ns, const Tq2Stream& s, int64_t k) {
+  const size_t stage = static_cast<size_t>(s.stage_rows) * static_cast<size_t>(k / 4);
+  const size_t d = (static_cast<size_t>(s.rows_per_block) * static_cast<size_t>(k / 128) + 15) / 16 * 16;
+  return 64 + static_cast<size_t>(ns) * stage + d + static_cast<size_t>(s.rows_per_block) * s.wpr * 4;
+}
+
+template <int NW, int NS, bool NORM_OUT = false>
+__global__ void __launch_bounds__(NW * 32, 1)
+    gemv_tq2_stream_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ dscale,
+                           const int8_t* __restrict__ xq, const float2* __restrict__ xds, float* __restrict__ y, int n,
+                           int k, bool accumulate, Tq2Rms rin, Tq2NormOut no, Tq2Stream st) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem);  // NS <= 8
+  const size_t row_q = static_cast<size_t>(k) / 4, row_d = static_cast<size_t>(k) / 128;
+  const int r0 = static_cast<int>(blockIdx.x) * st.rows_per_block;
+  const int rows = max(0, min(st.rows_per_block, n - r0));
+  const size_t stage_bytes = static_cast<size_t>(st.stage_rows) * row_q;
+  uint8_t* stages = smem + 64;
+  uint16_t* dsm = reinterpret_cast<uint16_t*>(stages + NS * stage_bytes);
+  float* part = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(dsm) +
+                                         (static_cast<size_t>(st.rows_per_block) * row_d + 15) / 16 * 16);
+  const int n_stages = (rows + st.stage_rows - 1) / st.stage_rows;
+  const uint8_t* qblock = quants + static_cast<size_t>(r0) * row_q;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < NS; ++s)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(tq2_smem_u32(&bars[s])) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    // Weights never depend on an earlier kernel: the first stages stream before pdl_wait.
+    for (int i = 0; i < NS && i < n_stages; ++i) {
+      const int sr = min(st.stage_rows, rows - i * st.stage_rows);
+      tq2_stage_copy(tq2_smem_u32(stages + i * stage_bytes), qblock + static_cast<size_t>(i) * stage_bytes,
+                     static_cast<uint32_t>(sr * row_q), tq2_smem_u32(&bars[i]));
+    }
+  }
+  {  // the block's d scales (fp16 bits), plain loads
+    const uint16_t* dsrc = reinterpret_cast<const uint16_t*>(dscale + static_cast<size_t>(r0) * row_d);
+    const int nd = rows * static_cast<int>(row_d / 2);
+    for (int i = static_cast<int>(threadIdx.x); i < nd; i += NW * 32) dsm[i] = unit::ld_u16(dsrc + i);
+  }
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int hw = k / 64 / st.wpr;
+  const int at_once = NW / st.wpr;  // rows in flight across the block's warps
+  const int slot = warp / st.wpr, wr = warp % st.wpr;
+  const bool active = slot < at_once && lane < hw;
+  const int pos = wr * hw + (lane < hw ? lane : 0);
+  pdl_wait();
+  Tq2HalfX x{};
+  if (active) tq2_load_x(xq, xds, pos, x);
+  float out_scale = 1.0f;
+  if (rin.sumsq != nullptr) {
+    float ss = 0.0f;
+    for (int i = lane; i < k / 32; i += 32) ss += rin.sumsq[i];
+    out_scale = 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(k) + rin.eps);
+  }
+  __syncthreads();  // barriers initialized, d scales in shared memory
+  for (int i = 0; i < n_stages; ++i) {
+    const int s = i % NS;
+    const int sr = min(st.stage_rows, rows - i * st.stage_rows);
+    tq2_mbar_wait(tq2_smem_u32(&bars[s]), static_cast<uint32_t>((i / NS) & 1));
+    if (slot < at_once) {
+      const uint8_t* sb = stages + s * stage_bytes;
+      for (int j = slot; j < sr; j += at_once) {
+        const int lr = i * st.stage_rows + j;  // the block's row
+        float v = 0.0f;
+        if (active) {
+          const uint4 w = *reinterpret_cast<const uint4*>(sb + static_cast<size_t>(j) * row_q +
+                                                          static_cast<size_t>(pos) * 16);
+          const float d = __half2float(__ushort_as_half(dsm[static_cast<size_t>(lr) * (row_d / 2) + (pos >> 2)]));
+          v = d * tq2_half_dot(w, x);
+        }
+        v = warp_sum(v);
+        if (lane == 0) part[lr * st.wpr + wr] = v;
+      }
+    }
+    __syncthreads();  // stage s read by every warp
+    if (threadIdx.x == 0 && i + NS < n_stages) {
+      const int ni = i + NS;
+      const int nr = min(st.stage_rows, rows - ni * st.stage_rows);
+      tq2_stage_copy(tq2_smem_u32(stages + s * stage_bytes), qblock + static_cast<size_t>(ni) * stage_bytes,
+                     static_cast<uint32_t>(nr * row_q), tq2_smem_u32(&bars[s]));
+    }
+  }
+  if constexpr (NORM_OUT) {  // rows_per_block a multiple of 32 and n % 32 == 0: warp g quantizes group g
+    for (int g = warp; g * 32 < rows; g += NW) {
+      const int lr = g * 32 + lane, row = r0 + lr;
+      float v = 0.0f;
+      for (int q = 0; q < st.wpr; ++q) v += part[lr * st.wpr + q];
+      v = accumulate ? y[row] + v * out_scale : v * out_scale;
+      y[row] = v;
+      const int gi = row / 32;
+      no.q8[row] = quantize_lane_q8(v * __ldg(no.w + row), no.ds + gi);
+      const float ss = warp_sum(v * v);
+      if (lane == 0) no.sumsq[gi] = ss;
+    }
+  } else {
+    for (int lr = static_cast<int>(threadIdx.x); lr < rows; lr += NW * 32) {
+      float v = 0.0f;
+      for (int q = 0; q < st.wpr; ++q) v += part[lr * st.wpr + q];
+      const int row = r0 + lr;
+      y[row] = accumulate ? y[row] + v * out_scale : v * out_scale;
+    }
+  }
+}
+
+// The streamed kernel's plan for an n x k matrix on `sms` multiprocessors: warps per row, rows per block (balanced,
+// a multiple of 32 with norm_out), stage rows for about `stage_target` bytes per stage. wpr = 0 when k has no even
+// split of at most 32 half-units per warp within nw warps (the caller then takes the other kernel).
+inline Tq2Stream tq2_stream_plan(int64_t n, int64_t k, int sms, int nw, int stage_target, bool norm_out) {
+  Tq2Stream s{0, 0, 0};
+  if (k % 256 != 0) return s;
+  const int64_t h = k / 64;
+  for (int w = static_cast<int>((h + 31) / 32); w <= nw; ++w)
+    if (h % w == 0) {
+      s.wpr = w;
+      break;
+    }
+  if (s.wpr == 0) return s;
+  const int at_once = nw / s.wpr;
+  const int64_t gran = norm_out ? 32 : 1;
+  const int64_t units = (n + gran - 1) / gran;
+  s.rows_per_block = static_cast<int>((units + sms - 1) / sms * gran);
+  const int64_t row_q = k / 4;
+  int sr = static_cast<int>(std::max<int64_t>(1, stage_target / row_q));
+  sr = std::max(at_once, sr / at_once * at_once);
+  s.stage_rows = std::min(sr, (s.rows_per_block + at_once - 1) / at_once * at_once);
+  return s;
+}
+
+}  // namespace tessera::cuda::detail
+
 namespace tq2sweep {
 using namespace tessera;
 using namespace tessera::cuda;
@@ -42,7 +211,8 @@ struct Variant {
 };
 template <int W, int R, int RB, int P, int MINB = 1, bool L2 = false, int MODE = 0>
 constexpr Variant v() {
-  return {W, R, RB, P, MINB, L2, MODE, gemv_tq2_kernel<W, R, RB, P, false, MINB, L2, MODE>};
+  static_assert(!L2, "the 256-byte L2 sector variant measured no different and left the kernel");
+  return {W, R, RB, P, MINB, L2, MODE, gemv_tq2_kernel<W, R, RB, P, false, MINB, MODE>};
 }
 #define RBS(W, R, P) v<W, R, 8, P>(), v<W, R, 16, P>(), v<W, R, 32, P>()
 #define RBS4(W, R, P) v<W, R, 4, P>(), RBS(W, R, P)
