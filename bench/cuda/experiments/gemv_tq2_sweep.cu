@@ -28,6 +28,13 @@
 #include "exp_common.cuh"
 
 namespace tessera::cuda::detail {
+// The streamed kernel's norm_out epilogue (gemv_quant_kernel.cuh's NormOut, same meaning).
+struct Tq2NormOut {
+  const float* w;  // [n] or nullptr
+  int8_t* q8;
+  float2* ds;
+  float* sumsq;
+};
 // ---- The streamed form (measured slower than the x-stationary kernel at every shape: docs/PERFORMANCE.md, fifteenth
 // session): persistent blocks fed by bulk copies ----
 // A tq2_0 matrix is small for its row count (Llama-3-8B's 14336x4096 is 15 MB: 5 us at the copy rate), so the GEMV is
@@ -201,8 +208,7 @@ using namespace tessera;
 using namespace tessera::cuda;
 using namespace tessera::cuda::detail;
 
-using KernelFn = void (*)(const uint8_t*, const uint8_t*, const int8_t*, const float2*, float*, int, int, bool, Tq2Rms,
-                          Tq2NormOut);
+using KernelFn = void (*)(const uint8_t*, const uint8_t*, const int8_t*, const float2*, float*, int, int, bool, Tq2Rms);
 struct Variant {
   int warps, r, rb, p, minb;
   bool l2;
@@ -212,7 +218,7 @@ struct Variant {
 template <int W, int R, int RB, int P, int MINB = 1, bool L2 = false, int MODE = 0>
 constexpr Variant v() {
   static_assert(!L2, "the 256-byte L2 sector variant measured no different and left the kernel");
-  return {W, R, RB, P, MINB, L2, MODE, gemv_tq2_kernel<W, R, RB, P, false, MINB, MODE>};
+  return {W, R, RB, P, MINB, L2, MODE, gemv_tq2_kernel<W, R, RB, P, MINB, MODE>};
 }
 #define RBS(W, R, P) v<W, R, 8, P>(), v<W, R, 16, P>(), v<W, R, 32, P>()
 #define RBS4(W, R, P) v<W, R, 4, P>(), RBS(W, R, P)
@@ -273,7 +279,7 @@ void launch_new(const Problem& p, const Variant& e, int copy, cudaStream_t st) {
   cfg.numAttrs = 1;
   const DeviceWeight& w = p.w[static_cast<size_t>(copy)];
   CK(cudaLaunchKernelEx(&cfg, e.f, w.quants.as<uint8_t>(), w.scales.as<uint8_t>(), p.xq, p.xds, p.y, p.n, p.k, false,
-                        Tq2Rms{nullptr, 0.0f}, Tq2NormOut{}));
+                        Tq2Rms{nullptr, 0.0f}));
 }
 
 void launch_stream(const Problem& p, const StreamVariant& e, const Tq2Stream& plan, size_t smem, int copy,

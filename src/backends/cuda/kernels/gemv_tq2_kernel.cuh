@@ -107,29 +107,23 @@ __device__ __forceinline__ float tq2_rows_sum(const float (&a)[R], int lane, int
   return v[0];
 }
 
-// The fused RMSNorm input and output of the quantized GEMVs (gemv_quant_kernel.cuh's RmsIn and NormOut, same meaning).
+// The fused RMSNorm input of the quantized GEMVs (gemv_quant_kernel.cuh's RmsIn, same meaning).
 struct Tq2Rms {
   const float* sumsq;  // [k/32] or nullptr
   float eps;
 };
-struct Tq2NormOut {
-  const float* w;  // [n] or nullptr
-  int8_t* q8;
-  float2* ds;
-  float* sumsq;
-};
 
 // y[row] (+)= out_scale * W[row] . x for rows [blockIdx.x * RB, + RB). Requires K % 256 == 0, (K / 64) % WARPS == 0
-// and 32 (P - 1) < K / 64 / WARPS <= 32 P (tq2_config_fits); with the norm_out epilogue RB == 32 and N % 32 == 0.
+// and 32 (P - 1) < K / 64 / WARPS <= 32 P (tq2_config_fits). (No norm_out epilogue: the residual GEMVs that write the
+// next norm's input take the shared kernel's warp groups.)
 // MODE: 0 tq2_half_dot, 1 tq2_half_dot_masked, 2 no arithmetic (the words XORed: a memory-only bound, wrong sums).
 // MINB: blocks per SM the registers must allow (__launch_bounds__; the sweep's one-wave grids, which lost).
-template <int WARPS, int R, int RB, int P, bool NORM_OUT = false, int MINB = 1, int MODE = 0>
+template <int WARPS, int R, int RB, int P, int MINB = 1, int MODE = 0>
 __global__ void __launch_bounds__(WARPS * 32, MINB)
     gemv_tq2_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ dscale,
                     const int8_t* __restrict__ xq, const float2* __restrict__ xds, float* __restrict__ y, int n, int k,
-                    bool accumulate, Tq2Rms rin, Tq2NormOut no) {
+                    bool accumulate, Tq2Rms rin) {
   static_assert(RB % R == 0, "a block's rows are whole steps");
-  static_assert(!NORM_OUT || RB == 32, "the norm_out epilogue quantizes 32 rows per block");
   constexpr int G = RB / R;  // steps per block
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int hw = k / 64 / WARPS;  // half-units per warp
@@ -216,12 +210,6 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
       for (int w = 0; w < WARPS; ++w) v += part[w][t];
       v = accumulate ? y[row] + v * out_scale : v * out_scale;
       y[row] = v;
-    }
-    if constexpr (NORM_OUT) {  // RB == 32: warp 0 holds the block's 32 outputs, one per lane
-      const int gi = static_cast<int>(blockIdx.x);
-      no.q8[row] = quantize_lane_q8(v * __ldg(no.w + row), no.ds + gi);
-      const float ss = warp_sum(v * v);
-      if (t == 0) no.sumsq[gi] = ss;
     }
   }
 }
