@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <utility>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -40,6 +41,72 @@ __device__ __forceinline__ float warp_max(float v) {
 inline float median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// The copy ceiling: a 1 GiB device-to-device copy, bytes read + written per second (GB/s), median of 10 after 2.
+inline double copy_gbps(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1) {
+  const size_t bytes = size_t{1} << 30;
+  void *a, *b;
+  CK(cudaMalloc(&a, bytes));
+  CK(cudaMalloc(&b, bytes));
+  CK(cudaMemset(a, 0x5A, bytes));
+  std::vector<float> ms;
+  for (int i = 0; i < 12; ++i) {
+    CK(cudaEventRecord(e0, st));
+    CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st));
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    float t;
+    CK(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= 2) ms.push_back(t);
+  }
+  CK(cudaFree(a));
+  CK(cudaFree(b));
+  return 2.0 * static_cast<double>(bytes) / (median(ms) * 1e-3) / 1e9;
+}
+
+// Microseconds per launch(i), i in [0, batch): three warm-up launches, then one CUDA graph of the batch replayed
+// `reps` times (after one replay), median.
+template <typename F>
+float graph_us(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int batch, int reps, F&& launch) {
+  for (int i = 0; i < 3; ++i) launch(i);
+  CK(cudaStreamSynchronize(st));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < batch; ++i) launch(i);
+  CK(cudaStreamEndCapture(st, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  CK(cudaGraphLaunch(ge, st));
+  std::vector<float> us;
+  for (int r = 0; r < reps; ++r) {
+    CK(cudaEventRecord(e0, st));
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    us.push_back(ms * 1000.0f / static_cast<float>(batch));
+  }
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  return median(us);
+}
+
+// Launches kernel with programmatic dependent launch (as src's launch() does), so back-to-back launches overlap.
+template <typename... KArgs, typename... Args>
+void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  CK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
 }  // namespace exp_common

@@ -135,32 +135,6 @@ bool fits(const Variant& e, int k) {
   return bw > 32 * (e.p - 1) && bw <= 32 * e.p;
 }
 
-template <typename F>
-float time_graph(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int batch, int reps, F&& launch) {
-  for (int i = 0; i < 3; ++i) launch(i);
-  CK(cudaStreamSynchronize(st));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < batch; ++i) launch(i);
-  CK(cudaStreamEndCapture(st, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  CK(cudaGraphLaunch(ge, st));
-  std::vector<float> us;
-  for (int r = 0; r < reps; ++r) {
-    CK(cudaEventRecord(e0, st));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    us.push_back(ms * 1000.0f / static_cast<float>(batch));
-  }
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  return exp_common::median(us);
-}
-
 int run(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 15;
   const std::string want = argc > 2 ? argv[2] : "iq4_nl,q4_0,q4_1,q8_0";
@@ -171,27 +145,7 @@ int run(int argc, char** argv) {
   CK(cudaEventCreate(&e1));
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
-  double copy_gbps;
-  {
-    const size_t bytes = size_t{1} << 30;
-    void *a, *b;
-    CK(cudaMalloc(&a, bytes));
-    CK(cudaMalloc(&b, bytes));
-    CK(cudaMemset(a, 0x5A, bytes));
-    std::vector<float> ms;
-    for (int i = 0; i < 12; ++i) {
-      CK(cudaEventRecord(e0, st));
-      CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st));
-      CK(cudaEventRecord(e1, st));
-      CK(cudaEventSynchronize(e1));
-      float t;
-      CK(cudaEventElapsedTime(&t, e0, e1));
-      if (i >= 2) ms.push_back(t);
-    }
-    copy_gbps = 2.0 * static_cast<double>(bytes) / (exp_common::median(ms) * 1e-3) / 1e9;
-    CK(cudaFree(a));
-    CK(cudaFree(b));
-  }
+  const double copy_gbps = exp_common::copy_gbps(st, e0, e1);
   std::printf("device %s, copy %.0f GB/s\n", prop.name, copy_gbps);
   const char* out = std::getenv("OUT");
   std::FILE* all = std::fopen((std::string(out ? out : "/tmp") + "/q4_stationary.tsv").c_str(), "w");
@@ -271,7 +225,7 @@ int run(int argc, char** argv) {
         const int bad = check();
         if (bad) ++failures, std::printf("FAIL src %s %dx%d %d/%d/%d: %d rows\n", fname.c_str(), n, k, c.threads, c.rows,
                                          c.unroll, bad);
-        const float t = time_graph(st, e0, e1, batch, reps,
+        const float t = exp_common::graph_us(st, e0, e1, batch, reps,
                                    [&](int i) { gemv(w[static_cast<size_t>(i % copies)], in, y.as<float>(), st, &c); });
         if (all)
           std::fprintf(all, "%s\t%dx%d\tsrc\t%d/%d/%d%s\t%.3f\t%.1f\t%d\n", fname.c_str(), n, k, c.threads, c.rows,
@@ -284,18 +238,9 @@ int run(int argc, char** argv) {
       for (const Variant& e : kVariants) {
         if (e.d != d || !fits(e, k)) continue;
         auto launch = [&](int copy) {
-          cudaLaunchConfig_t cfg{};
-          cfg.gridDim = dim3((n + e.r - 1) / e.r);
-          cfg.blockDim = dim3(32 * e.warps);
-          cfg.stream = st;
-          cudaLaunchAttribute at[1];
-          at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-          at[0].val.programmaticStreamSerializationAllowed = 1;
-          cfg.attrs = at;
-          cfg.numAttrs = 1;
           const DeviceWeight& ww = w[static_cast<size_t>(copy)];
-          CK(cudaLaunchKernelEx(&cfg, e.f, ww.quants.as<uint8_t>(), ww.scales.as<uint8_t>(), in.q8, in.q8_ds,
-                                y.as<float>(), n, k));
+          exp_common::launch_pdl(e.f, dim3((n + e.r - 1) / e.r), dim3(32 * e.warps), 0, st, ww.quants.as<uint8_t>(),
+                                 ww.scales.as<uint8_t>(), in.q8, in.q8_ds, y.as<float>(), n, k);
         };
         CK(cudaMemsetAsync(y.get(), 0xFF, sizeof(float) * static_cast<size_t>(n), st));
         launch(0);
@@ -304,7 +249,7 @@ int run(int argc, char** argv) {
         if (bad)
           ++failures,
               std::printf("FAIL xs %s %dx%d w%d r%d p%d: %d rows\n", fname.c_str(), n, k, e.warps, e.r, e.p, bad);
-        const float t = time_graph(st, e0, e1, batch, reps, [&](int i) { launch(i % copies); });
+        const float t = exp_common::graph_us(st, e0, e1, batch, reps, [&](int i) { launch(i % copies); });
         if (all)
           std::fprintf(all, "%s\t%dx%d\txs\tw%d/r%d/p%d\t%.3f\t%.1f\t%d\n", fname.c_str(), n, k, e.warps, e.r, e.p, t,
                        pct(t), bad);

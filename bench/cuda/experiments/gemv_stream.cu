@@ -376,17 +376,8 @@ int main(int argc, char** argv) {
     const Set& s = sets[v.f];
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
     for (const Mat& m : s.mats) {
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3((m.n + kRows - 1) / kRows);
-      cfg.blockDim = dim3(threads_for(v.f, m));
-      cfg.stream = st;
-      cudaLaunchAttribute at[1];
-      at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      at[0].val.programmaticStreamSerializationAllowed = 1;
-      cfg.attrs = at;
-      cfg.numAttrs = 1;
-      CK(cudaLaunchKernelEx(&cfg, v.kern(threads_for(v.f, m)), m, static_cast<const int8_t*>(xq),
-                            static_cast<const float2*>(xds)));
+      exp_common::launch_pdl(v.kern(threads_for(v.f, m)), dim3((m.n + kRows - 1) / kRows), dim3(threads_for(v.f, m)), 0,
+                             st, m, static_cast<const int8_t*>(xq), static_cast<const float2*>(xds));
     }
     cudaGraph_t g;
     CK(cudaStreamEndCapture(st, &g));

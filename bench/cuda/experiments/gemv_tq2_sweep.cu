@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
           const uint4 w = *reinterpret_cast<const uint4*>(sb + static_cast<size_t>(j) * row_q +
                                                           static_cast<size_t>(pos) * 16);
           const float d = __half2float(__ushort_as_half(dsm[static_cast<size_t>(lr) * (row_d / 2) + (pos >> 2)]));
-          v = d * tq2_half_dot(w, x);
+          v = d * tq2_half_dot<false>(w, x);
         }
         v = warp_sum(v);
         if (lane == 0) part[lr * st.wpr + wr] = v;
@@ -268,62 +268,17 @@ struct Problem {
 };
 
 void launch_new(const Problem& p, const Variant& e, int copy, cudaStream_t st) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3((p.n + e.rb - 1) / e.rb);
-  cfg.blockDim = dim3(32 * e.warps);
-  cfg.stream = st;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
   const DeviceWeight& w = p.w[static_cast<size_t>(copy)];
-  CK(cudaLaunchKernelEx(&cfg, e.f, w.quants.as<uint8_t>(), w.scales.as<uint8_t>(), p.xq, p.xds, p.y, p.n, p.k, false,
-                        Tq2Rms{nullptr, 0.0f}));
+  exp_common::launch_pdl(e.f, dim3((p.n + e.rb - 1) / e.rb), dim3(32 * e.warps), 0, st, w.quants.as<uint8_t>(),
+                         w.scales.as<uint8_t>(), p.xq, p.xds, p.y, p.n, p.k, false, Tq2Rms{nullptr, 0.0f});
 }
 
 void launch_stream(const Problem& p, const StreamVariant& e, const Tq2Stream& plan, size_t smem, int copy,
                    cudaStream_t st) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3((p.n + plan.rows_per_block - 1) / plan.rows_per_block);
-  cfg.blockDim = dim3(32 * e.nw);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = st;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
   const DeviceWeight& w = p.w[static_cast<size_t>(copy)];
-  CK(cudaLaunchKernelEx(&cfg, e.f, w.quants.as<uint8_t>(), w.scales.as<uint8_t>(), p.xq, p.xds, p.y, p.n, p.k, false,
-                        Tq2Rms{nullptr, 0.0f}, Tq2NormOut{}, plan));
-}
-
-template <typename F>
-float time_graph(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int batch, int reps, F&& launch) {
-  for (int i = 0; i < 3; ++i) launch(i);
-  CK(cudaStreamSynchronize(st));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < batch; ++i) launch(i);
-  CK(cudaStreamEndCapture(st, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  CK(cudaGraphLaunch(ge, st));
-  CK(cudaGraphLaunch(ge, st));
-  std::vector<float> us;
-  for (int r = 0; r < reps; ++r) {
-    CK(cudaEventRecord(e0, st));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    us.push_back(ms * 1000.0f / static_cast<float>(batch));
-  }
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  return exp_common::median(us);
+  exp_common::launch_pdl(e.f, dim3((p.n + plan.rows_per_block - 1) / plan.rows_per_block), dim3(32 * e.nw), smem, st,
+                         w.quants.as<uint8_t>(), w.scales.as<uint8_t>(), p.xq, p.xds, p.y, p.n, p.k, false,
+                         Tq2Rms{nullptr, 0.0f}, Tq2NormOut{}, plan);
 }
 
 int check(const Problem& p, cudaStream_t st) {
@@ -348,27 +303,7 @@ int run(int argc, char** argv) {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
-  double copy_gbps;
-  {
-    const size_t bytes = size_t{1} << 30;
-    void *a, *b;
-    CK(cudaMalloc(&a, bytes));
-    CK(cudaMalloc(&b, bytes));
-    CK(cudaMemset(a, 0x5A, bytes));
-    std::vector<float> ms;
-    for (int i = 0; i < 12; ++i) {
-      CK(cudaEventRecord(e0, st));
-      CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st));
-      CK(cudaEventRecord(e1, st));
-      CK(cudaEventSynchronize(e1));
-      float t;
-      CK(cudaEventElapsedTime(&t, e0, e1));
-      if (i >= 2) ms.push_back(t);
-    }
-    copy_gbps = 2.0 * static_cast<double>(bytes) / (exp_common::median(ms) * 1e-3) / 1e9;
-    CK(cudaFree(a));
-    CK(cudaFree(b));
-  }
+  const double copy_gbps = exp_common::copy_gbps(st, e0, e1);
   std::printf("copy %.0f GB/s\n", copy_gbps);
   const char* out = std::getenv("OUT");
   std::FILE* all = std::fopen((std::string(out ? out : "/tmp") + "/tq2_sweep.tsv").c_str(), "w");
@@ -454,7 +389,7 @@ int run(int argc, char** argv) {
         w.quants.upload(hb.data(), bbytes);
       }
       const GemvConfig c = gemv_default_config(DType::BF16, p.n, p.k);
-      bf_us = time_graph(st, e0, e1, std::max(bc, 10), reps,
+      bf_us = exp_common::graph_us(st, e0, e1, std::max(bc, 10), reps,
                          [&](int i) { gemv(bw[static_cast<size_t>(i % bc)], in, p.y, st, &c); });
     }
     const int batch = std::max(p.copies, 10);
@@ -473,7 +408,7 @@ int run(int argc, char** argv) {
       gemv(p.w[0], in, p.y, st, &c);
       const int bad = check(p, st);
       if (bad) ++failures, std::printf("FAIL src %dx%d %d/%d/%d: %d rows\n", p.n, p.k, c.threads, c.rows, c.unroll, bad);
-      const float t = time_graph(st, e0, e1, batch, reps,
+      const float t = exp_common::graph_us(st, e0, e1, batch, reps,
                                  [&](int i) { gemv(p.w[static_cast<size_t>(i % p.copies)], in, p.y, st, &c); });
       if (all)
         std::fprintf(all, "%dx%d\tsrc\t%d/%d/%d%s\t%.3f\t%.1f\t%.2f\t%d\n", p.n, p.k, c.threads, c.rows, c.unroll,
@@ -491,7 +426,7 @@ int run(int argc, char** argv) {
       CK(cudaGetLastError());
       const int bad = e.mode == 2 ? 0 : check(p, st);
       if (bad) ++failures, std::printf("FAIL new %dx%d w%d r%d rb%d p%d: %d rows\n", p.n, p.k, e.warps, e.r, e.rb, e.p, bad);
-      const float t = time_graph(st, e0, e1, batch, reps, [&](int i) { launch_new(p, e, i % p.copies, st); });
+      const float t = exp_common::graph_us(st, e0, e1, batch, reps, [&](int i) { launch_new(p, e, i % p.copies, st); });
       if (all)
         std::fprintf(all, "%dx%d\tnew\tw%d/r%d/rb%d/p%d/m%d%s/c%d\t%.3f\t%.1f\t%.2f\t%d\n", p.n, p.k, e.warps, e.r,
                      e.rb, e.p, e.minb, e.l2 ? "/l2" : "", e.mode, t,
@@ -517,7 +452,7 @@ int run(int argc, char** argv) {
             ++failures, std::printf("FAIL stream %dx%d nw%d ns%d stage%d bps%d: %d rows\n", p.n, p.k, e.nw, e.ns,
                                     plan.stage_rows, bps, bad);
           const float t =
-              time_graph(st, e0, e1, batch, reps, [&](int i) { launch_stream(p, e, plan, smem, i % p.copies, st); });
+              exp_common::graph_us(st, e0, e1, batch, reps, [&](int i) { launch_stream(p, e, plan, smem, i % p.copies, st); });
           char name[96];
           std::snprintf(name, sizeof name, "nw%d/ns%d/sr%d/bps%d", e.nw, e.ns, plan.stage_rows, bps);
           if (all)

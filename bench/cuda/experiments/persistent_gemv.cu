@@ -270,16 +270,8 @@ int main(int argc, char** argv) {
   // Graph mode.
   auto launch_all = [&] {
     for (const Mat& m : mats) {
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3((m.n + kRows - 1) / kRows);
-      cfg.blockDim = dim3(kThreads);
-      cfg.stream = st;
-      cudaLaunchAttribute at[1];
-      at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      at[0].val.programmaticStreamSerializationAllowed = 1;
-      cfg.attrs = at;
-      cfg.numAttrs = 1;
-      CK(cudaLaunchKernelEx(&cfg, gemv_launch, m, static_cast<const int8_t*>(xq), static_cast<const float2*>(xds)));
+      exp_common::launch_pdl(gemv_launch, dim3((m.n + kRows - 1) / kRows), dim3(kThreads), 0, st, m,
+                             static_cast<const int8_t*>(xq), static_cast<const float2*>(xds));
     }
   };
   cudaGraph_t graph;

@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <stdexcept>
+#include <utility>
 
 #include "quant/format_traits.h"
 #include "quant/half.h"
@@ -221,6 +224,60 @@ double worst_rel(const std::vector<float>& a, const std::vector<float>& b, size_
     worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
   }
   return worst;
+}
+
+void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries) {
+  std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
+  uint64_t at = 0;
+  for (const SafetensorsEntry& e : entries) {
+    std::string shape;
+    for (int64_t d : e.shape) {
+      if (!shape.empty()) shape += ',';
+      shape += std::to_string(d);
+    }
+    const uint64_t end = at + e.data.size() * sizeof(float);
+    header += ",\"" + e.name + "\":{\"dtype\":\"F32\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+              std::to_string(at) + "," + std::to_string(end) + "]}";
+    at = end;
+  }
+  header += "}";
+  while (header.size() % 8 != 0) header += ' ';
+  std::ofstream f(path, std::ios::binary);
+  const uint64_t n = header.size();
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f.write(header.data(), static_cast<std::streamsize>(header.size()));
+  for (const SafetensorsEntry& e : entries)
+    f.write(reinterpret_cast<const char*>(e.data.data()), static_cast<std::streamsize>(e.data.size() * sizeof(float)));
+  if (!f) throw std::runtime_error("cannot write " + path);
+}
+
+void write_peft_adapter(const std::string& dir, int64_t n_layers, int64_t n_embd, int64_t q_dim, int64_t kv_dim,
+                        int64_t n_ff, int64_t r, float b_range, uint32_t seed) {
+  const std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> targets = {
+      {"self_attn.q_proj", {q_dim, n_embd}}, {"self_attn.k_proj", {kv_dim, n_embd}},
+      {"self_attn.v_proj", {kv_dim, n_embd}}, {"self_attn.o_proj", {n_embd, q_dim}},
+      {"mlp.gate_proj", {n_ff, n_embd}},      {"mlp.up_proj", {n_ff, n_embd}},
+      {"mlp.down_proj", {n_embd, n_ff}}};
+  std::mt19937 rng(seed);
+  std::vector<SafetensorsEntry> entries;
+  for (int64_t l = 0; l < n_layers; ++l)
+    for (const auto& [mod, nk] : targets) {
+      const auto [n, k] = nk;
+      const std::string p = "base_model.model.model.layers." + std::to_string(l) + "." + mod;
+      std::uniform_real_distribution<float> ua(-1.0f / std::sqrt(float(k)), 1.0f / std::sqrt(float(k)));
+      std::uniform_real_distribution<float> ub(-b_range, b_range);
+      SafetensorsEntry a{p + ".lora_A.weight", {r, k}, std::vector<float>(static_cast<size_t>(r * k))};
+      SafetensorsEntry b{p + ".lora_B.weight", {n, r}, std::vector<float>(static_cast<size_t>(n * r))};
+      for (float& x : a.data) x = ua(rng);
+      for (float& x : b.data) x = ub(rng);
+      entries.push_back(std::move(a));
+      entries.push_back(std::move(b));
+    }
+  write_safetensors(dir + "/adapter_model.safetensors", entries);
+  std::ofstream(dir + "/adapter_config.json")
+      << "{\"peft_type\":\"LORA\",\"r\":" << r << ",\"lora_alpha\":" << 2 * r
+      << ",\"bias\":\"none\",\"target_modules\":[\"q_proj\",\"k_proj\",\"v_proj\",\"o_proj\",\"gate_proj\","
+         "\"up_proj\",\"down_proj\"]}";
 }
 
 }  // namespace tessera::cuda::test

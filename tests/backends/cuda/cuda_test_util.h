@@ -119,4 +119,20 @@ void rope_head_ref(const float* x, double* out, int64_t hd, int64_t rope_dim, in
 void attn_decode_ref(const float* q, const std::vector<float>& k, const std::vector<float>& v, int64_t n_ctx,
                      int64_t n_head, int64_t n_kv, int64_t hd, int32_t pos, float scale, std::vector<double>& out);
 
+// One f32 tensor of a safetensors file.
+struct SafetensorsEntry {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+// Writes `entries` as one f32 safetensors file (8-byte header length, JSON header, data); std::runtime_error when it
+// cannot.
+void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries);
+
+// A random PEFT adapter (adapter_config.json and adapter_model.safetensors in `dir`, which exists) of rank r and
+// lora_alpha 2r on all seven projections of n_layers Llama layers with these widths (q_dim = heads x head size,
+// kv_dim = KV heads x head size): A uniform in +-1/sqrt(K), B uniform in +-b_range, drawn from `seed`.
+void write_peft_adapter(const std::string& dir, int64_t n_layers, int64_t n_embd, int64_t q_dim, int64_t kv_dim,
+                        int64_t n_ff, int64_t r, float b_range, uint32_t seed);
+
 }  // namespace tessera::cuda::test

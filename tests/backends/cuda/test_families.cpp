@@ -42,37 +42,8 @@ struct Family {
 
 constexpr int64_t kEmbd = 256, kHeads = 4, kHeadsKv = 2, kHeadDim = 64, kFf = 512, kVocab = 256, kLayers = 2;
 
-struct Entry {
-  std::string name;
-  std::vector<int64_t> shape;
-  std::vector<float> data;
-};
-
-// Writes `entries` as one f32 safetensors file (8-byte header length, JSON header, data).
-void write_safetensors(const std::string& path, const std::vector<Entry>& entries) {
-  std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
-  uint64_t at = 0;
-  for (const Entry& e : entries) {
-    std::string shape;
-    for (int64_t d : e.shape) {
-      if (!shape.empty()) shape += ',';
-      shape += std::to_string(d);
-    }
-    const uint64_t end = at + e.data.size() * sizeof(float);
-    header += ",\"" + e.name + "\":{\"dtype\":\"F32\",\"shape\":[" + shape + "],\"data_offsets\":[" +
-              std::to_string(at) + "," + std::to_string(end) + "]}";
-    at = end;
-  }
-  header += "}";
-  while (header.size() % 8 != 0) header += ' ';
-  std::ofstream f(path, std::ios::binary);
-  const uint64_t n = header.size();
-  f.write(reinterpret_cast<const char*>(&n), 8);
-  f.write(header.data(), static_cast<std::streamsize>(header.size()));
-  for (const Entry& e : entries)
-    f.write(reinterpret_cast<const char*>(e.data.data()), static_cast<std::streamsize>(e.data.size() * sizeof(float)));
-  if (!f) throw std::runtime_error("cannot write " + path);
-}
+using cuda::test::SafetensorsEntry;
+using cuda::test::write_safetensors;
 
 // A random model of family `fam` in a fresh directory (removed by the caller).
 std::string write_model(const Family& fam, uint32_t seed) {
@@ -113,7 +84,7 @@ std::string write_model(const Family& fam, uint32_t seed) {
     for (float& x : v) x = u(rng);
     return v;
   };
-  std::vector<Entry> e;
+  std::vector<SafetensorsEntry> e;
   const auto add = [&](const std::string& name, std::vector<int64_t> shape, float center, float half) {
     e.push_back({name, shape, uniform(shape, center, half)});
   };
@@ -255,34 +226,8 @@ TEST(CudaFamilyWindow, Gemma3LongContextMatchesCpu) {
 std::string write_adapter(uint32_t seed) {
   const fs::path dir = fs::temp_directory_path() / ("tessera_lora_cuda_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  constexpr int64_t r = 4;
-  const std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> targets = {
-      {"self_attn.q_proj", {kHeads * kHeadDim, kEmbd}},
-      {"self_attn.k_proj", {kHeadsKv * kHeadDim, kEmbd}},
-      {"self_attn.v_proj", {kHeadsKv * kHeadDim, kEmbd}},
-      {"self_attn.o_proj", {kEmbd, kHeads * kHeadDim}},
-      {"mlp.gate_proj", {kFf, kEmbd}},
-      {"mlp.up_proj", {kFf, kEmbd}},
-      {"mlp.down_proj", {kEmbd, kFf}}};
-  std::mt19937 rng(seed);
-  std::vector<Entry> e;
-  for (int64_t l = 0; l < kLayers; ++l)
-    for (const auto& [mod, nk] : targets) {
-      const auto [n, k] = nk;
-      const std::string p = "base_model.model.model.layers." + std::to_string(l) + "." + mod;
-      std::uniform_real_distribution<float> ua(-1.0f / std::sqrt(float(k)), 1.0f / std::sqrt(float(k)));
-      std::uniform_real_distribution<float> ub(-0.3f, 0.3f);
-      Entry a{p + ".lora_A.weight", {r, k}, std::vector<float>(static_cast<size_t>(r * k))};
-      Entry b{p + ".lora_B.weight", {n, r}, std::vector<float>(static_cast<size_t>(n * r))};
-      for (float& x : a.data) x = ua(rng);
-      for (float& x : b.data) x = ub(rng);
-      e.push_back(std::move(a));
-      e.push_back(std::move(b));
-    }
-  write_safetensors((dir / "adapter_model.safetensors").string(), e);
-  std::ofstream(dir / "adapter_config.json")
-      << "{\"peft_type\":\"LORA\",\"r\":4,\"lora_alpha\":8,\"bias\":\"none\",\"target_modules\":[\"q_proj\","
-         "\"k_proj\",\"v_proj\",\"o_proj\",\"gate_proj\",\"up_proj\",\"down_proj\"]}";
+  cuda::test::write_peft_adapter(dir.string(), kLayers, kEmbd, kHeads * kHeadDim, kHeadsKv * kHeadDim, kFf, 4, 0.3f,
+                                 seed);
   return dir.string();
 }
 

@@ -303,69 +303,14 @@ TEST(CudaLoraKernels, SplitKProductSumsToU) {
 
 constexpr int64_t kLayers = 2;
 
-struct Entry {
-  std::string name;
-  std::vector<int64_t> shape;
-  std::vector<float> data;
-};
-
-// Writes `entries` as one f32 safetensors file (8-byte header length, JSON header, data).
-void write_safetensors(const std::string& path, const std::vector<Entry>& entries) {
-  std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
-  uint64_t at = 0;
-  for (const Entry& e : entries) {
-    std::string shape;
-    for (int64_t d : e.shape) {
-      if (!shape.empty()) shape += ',';
-      shape += std::to_string(d);
-    }
-    const uint64_t end = at + e.data.size() * sizeof(float);
-    header += ",\"" + e.name + "\":{\"dtype\":\"F32\",\"shape\":[" + shape + "],\"data_offsets\":[" +
-              std::to_string(at) + "," + std::to_string(end) + "]}";
-    at = end;
-  }
-  header += "}";
-  while (header.size() % 8 != 0) header += ' ';
-  std::ofstream f(path, std::ios::binary);
-  const uint64_t n = header.size();
-  f.write(reinterpret_cast<const char*>(&n), 8);
-  f.write(header.data(), static_cast<std::streamsize>(header.size()));
-  for (const Entry& e : entries)
-    f.write(reinterpret_cast<const char*>(e.data.data()), static_cast<std::streamsize>(e.data.size() * sizeof(float)));
-  if (!f) throw std::runtime_error("cannot write " + path);
-}
-
 // A random PEFT adapter of rank r (lora_alpha 2r) on all seven projections of a model with `spec`'s shapes, in a
 // fresh directory (removed by the caller).
 std::string write_adapter(const ModelSpec& spec, int64_t r, uint32_t seed) {
   const fs::path dir =
       fs::temp_directory_path() / ("tessera_lora_stack_" + std::to_string(::getpid()) + "_" + std::to_string(seed));
   fs::create_directories(dir);
-  const int64_t e = spec.n_embd, q = spec.n_head * spec.head_dim, kv = spec.n_head_kv * spec.head_dim, f = spec.n_ff;
-  const std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> targets = {
-      {"self_attn.q_proj", {q, e}}, {"self_attn.k_proj", {kv, e}}, {"self_attn.v_proj", {kv, e}},
-      {"self_attn.o_proj", {e, q}}, {"mlp.gate_proj", {f, e}},     {"mlp.up_proj", {f, e}},
-      {"mlp.down_proj", {e, f}}};
-  std::mt19937 rng(seed);
-  std::vector<Entry> entries;
-  for (int64_t l = 0; l < spec.n_layers; ++l)
-    for (const auto& [mod, nk] : targets) {
-      const auto [n, k] = nk;
-      const std::string p = "base_model.model.model.layers." + std::to_string(l) + "." + mod;
-      std::uniform_real_distribution<float> ua(-1.0f / std::sqrt(float(k)), 1.0f / std::sqrt(float(k)));
-      std::uniform_real_distribution<float> ub(-0.1f, 0.1f);
-      Entry a{p + ".lora_A.weight", {r, k}, std::vector<float>(static_cast<size_t>(r * k))};
-      Entry b{p + ".lora_B.weight", {n, r}, std::vector<float>(static_cast<size_t>(n * r))};
-      for (float& x : a.data) x = ua(rng);
-      for (float& x : b.data) x = ub(rng);
-      entries.push_back(std::move(a));
-      entries.push_back(std::move(b));
-    }
-  write_safetensors((dir / "adapter_model.safetensors").string(), entries);
-  std::ofstream(dir / "adapter_config.json")
-      << "{\"peft_type\":\"LORA\",\"r\":" << r << ",\"lora_alpha\":" << 2 * r
-      << ",\"bias\":\"none\",\"target_modules\":[\"q_proj\",\"k_proj\",\"v_proj\",\"o_proj\",\"gate_proj\","
-         "\"up_proj\",\"down_proj\"]}";
+  cuda::test::write_peft_adapter(dir.string(), spec.n_layers, spec.n_embd, spec.n_head * spec.head_dim,
+                                 spec.n_head_kv * spec.head_dim, spec.n_ff, r, 0.1f, seed);
   return dir.string();
 }
 

@@ -9,7 +9,7 @@
 namespace tessera::cuda::detail {
 namespace {
 
-// The arithmetic per warp count: the masked codes (tq2_half_dot_masked) at two warps, the shifted ones above (the
+// The arithmetic per warp count: the masked codes (tq2_half_dot<true>) at two warps, the shifted ones above (the
 // sweep's winners at 14336x4096 and 4096x14336; within 1-2% of each other either way).
 template <int W, int R>
 void launch_w(const LaunchArgs& a) {

@@ -44,7 +44,18 @@ __device__ __forceinline__ void tq2_load_x(const int8_t* __restrict__ xq, const 
   x.off = c == 0 ? off : 0.0f;
 }
 
-// sum over the half-unit of (q - 1) x / d_w.
+// Four int8 products of an unsigned a and a signed b summed into c (dp4a.u32.s32).
+__device__ __forceinline__ int tq2_dp4a_us(uint32_t a, int b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// sum over the half-unit of (q - 1) x / d_w. MASKED: the codes masked where they lie (no shifts): bits 2s of each byte
+// are q 4^s, which dp4a takes as an unsigned byte (q 4^s <= 128) against the signed activation; the block's sum is
+// then 4^s times the true one, and d_x / 4^s (exact in float) undoes it: two integer instructions per word and block
+// instead of three. Else each block's codes shifted down first.
+template <bool MASKED>
 __device__ __forceinline__ float tq2_half_dot(const uint4& w, const Tq2HalfX& x) {
   const uint32_t wv[4] = {w.x, w.y, w.z, w.w};
   float acc = -x.off;
@@ -52,29 +63,14 @@ __device__ __forceinline__ float tq2_half_dot(const uint4& w, const Tq2HalfX& x)
   for (int s = 0; s < 4; ++s) {
     int sum = 0;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) sum = __dp4a(static_cast<int>((wv[j] >> (2 * s)) & 0x03030303u), x.q[s][j], sum);
-    acc = fmaf(x.d[s], static_cast<float>(sum), acc);
-  }
-  return acc;
-}
-
-// The same sum with the codes masked where they lie (no shifts): bits 2s of each byte are q 4^s, which dp4a takes as
-// an unsigned byte (q 4^s <= 128) against the signed activation; the block's sum is then 4^s times the true one, and
-// d_x / 4^s (exact in float) undoes it. Two integer instructions per word and block instead of three.
-__device__ __forceinline__ int tq2_dp4a_us(uint32_t a, int b, int c) {
-  int d;
-  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-__device__ __forceinline__ float tq2_half_dot_masked(const uint4& w, const Tq2HalfX& x) {
-  const uint32_t wv[4] = {w.x, w.y, w.z, w.w};
-  float acc = -x.off;
-#pragma unroll
-  for (int s = 0; s < 4; ++s) {
-    int sum = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) sum = tq2_dp4a_us(wv[j] & (0x03030303u << (2 * s)), x.q[s][j], sum);
-    acc = fmaf(x.d[s] * (1.0f / static_cast<float>(1 << (2 * s))), static_cast<float>(sum), acc);
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (MASKED)
+        sum = tq2_dp4a_us(wv[j] & (0x03030303u << (2 * s)), x.q[s][j], sum);
+      else
+        sum = __dp4a(static_cast<int>((wv[j] >> (2 * s)) & 0x03030303u), x.q[s][j], sum);
+    }
+    const float dx = MASKED ? x.d[s] * (1.0f / static_cast<float>(1 << (2 * s))) : x.d[s];
+    acc = fmaf(dx, static_cast<float>(sum), acc);
   }
   return acc;
 }
@@ -116,7 +112,7 @@ struct Tq2Rms {
 // y[row] (+)= out_scale * W[row] . x for rows [blockIdx.x * RB, + RB). Requires K % 256 == 0, (K / 64) % WARPS == 0
 // and 32 (P - 1) < K / 64 / WARPS <= 32 P (tq2_config_fits). (No norm_out epilogue: the residual GEMVs that write the
 // next norm's input take the shared kernel's warp groups.)
-// MODE: 0 tq2_half_dot, 1 tq2_half_dot_masked, 2 no arithmetic (the words XORed: a memory-only bound, wrong sums).
+// MODE: 0 tq2_half_dot<false>, 1 tq2_half_dot<true>, 2 no arithmetic (the words XORed: a memory-only bound, wrong sums).
 // MINB: blocks per SM the registers must allow (__launch_bounds__; the sweep's one-wave grids, which lost).
 template <int WARPS, int R, int RB, int P, int MINB = 1, int MODE = 0>
 __global__ void __launch_bounds__(WARPS * 32, MINB)
@@ -187,7 +183,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
           if constexpr (MODE == 2) {
             acc[r] += __int_as_float((wa[r][j].x ^ wa[r][j].y ^ wa[r][j].z ^ wa[r][j].w ^ da[r][j]) & 0x3FFFFFFFu);
           } else {
-            const float dot = MODE == 1 ? tq2_half_dot_masked(wa[r][j], x[j]) : tq2_half_dot(wa[r][j], x[j]);
+            const float dot = tq2_half_dot<MODE == 1>(wa[r][j], x[j]);
             acc[r] = fmaf(__half2float(__ushort_as_half(static_cast<unsigned short>(da[r][j]))), dot, acc[r]);
           }
         }
