@@ -67,7 +67,6 @@ TEST(CudaOptions, EveryKeyRoundTrips) {
                          "fold_norm=0",
                          "fold_swiglu=0",
                          "attn_q8=0",
-                         "lora_fold=0",
                          "quant_norm=all",
                          "chain=0",
                          "chain_steps=3",
@@ -93,7 +92,6 @@ TEST(CudaOptions, EveryKeyRoundTrips) {
   EXPECT_EQ(back.early_l2.bytes, 16384u);
   EXPECT_TRUE(back.early_l2.bulk);
   EXPECT_EQ(back.quant_norm, QuantNorm::ALL);
-  EXPECT_FALSE(back.lora_fold);
   EXPECT_EQ(back.drop_ops, (std::vector<std::string>{"rmsnorm", "swiglu"}));
 }
 
