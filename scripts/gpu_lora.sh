@@ -8,8 +8,7 @@
 #
 # Prepare here first: scripts/make_gpu_bundle.sh (fills the git-ignored .gpu-deps/). Then, through the device tool,
 # with carry [".gpu-deps"]:   scripts/gpu_lora.sh 2>&1 | tee $OUT/log
-# Options: --rounds N (default 3), --dtype D (default bf16), --tests-only, --bench-only, --unfold (a fourth variant
-# per round: unmerged with --cuda lora_fold=0, the decode step's two launches per adapted node), --profile (after the rounds:
+# Options: --rounds N (default 3), --dtype D (default bf16), --tests-only, --bench-only, --profile (after the rounds:
 # `tessera profile --prompt-tokens 512 -n 4` of the model without and with the unmerged adapter, into
 # $OUT/lora_profile_base.txt and lora_profile_lora.txt), -h/--help.
 set -uo pipefail
@@ -22,7 +21,6 @@ dtype=bf16
 tests=1
 bench=1
 profile=0
-unfold=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift ;;
@@ -30,7 +28,6 @@ while [ $# -gt 0 ]; do
     --tests-only) bench=0 ;;
     --bench-only) tests=0 ;;
     --profile) profile=1 ;;
-    --unfold) unfold=1 ;;
     -h | --help) sed -n '2,/^set -uo pipefail/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_lora: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -82,28 +79,23 @@ if [ "$bench" = 1 ]; then
   fi
   say "- $dtype 8B, rank 16 on all seven projections, \`tessera bench -m M --device cuda -p 512 -n 128 -r 3\` (tok/s):"
   say ""
-  variants="base unmerged merged"
-  [ "$unfold" = 1 ] && variants="$variants unfold"
-  say "| round | $(for v in $variants; do printf '%s pp512 | ' "$v"; done)$(for v in $variants; do printf '%s tg128 | ' "$v"; done)"
-  say "|---|$(for v in $variants; do printf -- '---|---|'; done)"
+  say "| round | base pp512 | unmerged pp512 | merged pp512 | base tg128 | unmerged tg128 | merged tg128 |"
+  say "|---|---|---|---|---|---|---|"
   field() {  # the tok/s of test $2 in the JSON rows of file $1
     "$py" -c "import json,sys; rows=json.load(open(sys.argv[1])); print(next((round(r['tok_s'],1) for r in rows if r.get('test')==sys.argv[2]),'-'))" "$1" "$2" 2>/dev/null || echo "-"
   }
   for r in $(seq 1 "$rounds"); do
     row="| $r"
-    for variant in $variants; do
+    for variant in base unmerged merged; do
       args=()
       [ "$variant" != base ] && args=(--lora "$adapter")
       [ "$variant" = merged ] && args+=(--lora-merge)
-      [ "$variant" = unfold ] && args+=(--cuda lora_fold=0)
       timeout 200 "$bin/tessera" bench -m "$model" --device cuda -p 512 -n 128 -r 3 --no-ceilings --json "${args[@]}" \
         > "$OUT/lora_$variant.json" 2>> "$logk" || status=1
       eval "pp_$variant=\$(field \"\$OUT/lora_$variant.json\" pp512)"
       eval "tg_$variant=\$(field \"\$OUT/lora_$variant.json\" tg128)"
     done
-    for v in $variants; do eval "row=\"\$row | \$pp_$v\""; done
-    for v in $variants; do eval "row=\"\$row | \$tg_$v\""; done
-    say "$row |"
+    say "$row | $pp_base | $pp_unmerged | $pp_merged | $tg_base | $tg_unmerged | $tg_merged |"
   done
   if [ "$profile" = 1 ]; then
     for variant in base lora; do

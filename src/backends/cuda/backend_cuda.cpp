@@ -219,7 +219,7 @@ graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold
   f.stack_shared_input = true;
   f.residual_epilogue = true;
   // Unmerged LoRA adapters in their matmul's node, folded first so that q|k|v and gate|up still stack and the norm,
-  // SwiGLU and residual epilogues still fold (kernels_lora.h: at decode one launch per adapted float node, gemv_lora).
+  // SwiGLU and residual epilogues still fold (kernels_lora.h: two launches per adapted node).
   f.lora_epilogue = true;
   f.lora_first = true;
   // RMSNorm folded into the float GEMVs reading its output (GemvInput::norm_w): the GEMVs read the raw input and
@@ -568,25 +568,11 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
           // (y + Δ, or silu(gate + Δ)·(up + Δ)) or adds y + Δ to the residual.
           if (ag->tail.n != lp->layout.r_total) unsupported(n, "its appended A rows are not its adapters' rank");
           const DeviceWeight* wa = &ag->aug;
-          const GemvConfig cb = gemv_default_config(wa->dtype, wa->n, wa->k);
-          if (cuda_options().lora_fold && gemv_lora_supported(*wa, cb)) {
-            // Both in one launch (gemv_lora): the grid's first blocks write u, the others add Δ before they store.
-            auto* uf = static_cast<float*>(alloc(static_cast<size_t>(lp->layout.r_total) * sizeof(float)));
-            auto* sync = static_cast<unsigned*>(alloc(2 * sizeof(unsigned)));
-            TESSERA_CUDA_CHECK(cudaMemset(sync, 0, 2 * sizeof(unsigned)));
-            const int64_t n_w = wp->n;
-            launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
-                                  if (copy_first != nullptr)
-                                    TESSERA_CUDA_CHECK(
-                                        cudaMemcpyAsync(y, copy_first, y_bytes, cudaMemcpyDeviceToDevice, s));
-                                  gemv_lora(*wa, n_w, x, lp->b.get(), lp->layout, uf, sync, y, s, cb, accumulate);
-                                }});
-            return;
-          }
           auto* yu = static_cast<float*>(alloc(static_cast<size_t>(wa->n) * sizeof(float)));
           const float* u = yu + wp->n;
           GemvInput xb = x;
           xb.swiglu = false;
+          const GemvConfig cb = gemv_default_config(wa->dtype, wa->n, wa->k);
           launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
                                 if (copy_first != nullptr)
                                   TESSERA_CUDA_CHECK(

@@ -125,7 +125,6 @@ const std::vector<Key>& keys() {
       flag("fold_norm", &CudaOptions::fold_norm),
       flag("fold_swiglu", &CudaOptions::fold_swiglu),
       flag("attn_q8", &CudaOptions::attn_q8),
-      flag("lora_fold", &CudaOptions::lora_fold),
       {"quant_norm",
        [](CudaOptions& o, std::string_view, std::string_view v) {
          if (v == "q4_1")

@@ -82,7 +82,6 @@ struct CudaOptions {
   bool fold_norm = true;    // RMSNorm folded into the float-weight GEMVs after it
   bool fold_swiglu = true;  // SwiGLU folded into the float gate|up GEMV
   bool attn_q8 = true;      // attention writes the quantized o-projection's 8-bit input itself
-  bool lora_fold = true;    // an adapted float node's B terms inside its GEMV (gemv_lora: one launch, not two)
   QuantNorm quant_norm = QuantNorm::Q4_1_ONLY;
   bool chain = true;        // greedy decoding chains steps on the device
   int chain_steps = 8;      // steps per chained graph launch (1-16)

@@ -16,7 +16,6 @@
 
 #include <cstdint>
 
-#include "backends/cuda/kernels.h"
 #include "core/dtype.h"
 
 namespace tessera::cuda {
@@ -67,17 +66,6 @@ void lora_b_swiglu(const void* b, const LoraBLayout& l, const float* u /*[t, r_t
 void lora_b_swiglu_rows(const void* b, const LoraBLayout& l, const float* u /*[t, r_total]*/, const void* gate,
                         DType in_type, int64_t ld_in, int64_t up_off, float* out, void* out16, DType out16_type,
                         int64_t f, int64_t t, cudaStream_t stream);
-
-// The decoder's adapted node in one launch (kernels/gemv_lora.cu): aug = [W; A_stack] (DeviceAugmented: n_w base rows,
-// then l.r_total A rows, bf16 or f16), x as the float GEMV takes it (f32, the RMSNorm prologue through norm_w, SwiGLU
-// through swiglu with W = [gate; up]). The grid's first blocks write u = A_stack·x [r_total] (scratch, r_total floats),
-// the others W's rows, each adding its adapters' term before it stores: y = (accumulate ? y : 0) + W·x + Δ, or
-// y [n_w / 2] = silu(gate + Δ) · (up + Δ); what gemv over aug followed by lora_b_add / lora_b_swiglu computes, in one
-// launch. sync: two zeroed unsigned counters on the device, owned by this launch site (the kernel leaves them zero).
-// Launch shapes: gemv_lora_supported (c is gemv_default_config's for aug).
-bool gemv_lora_supported(const DeviceWeight& aug, const GemvConfig& c);
-void gemv_lora(const DeviceWeight& aug, int64_t n_w, const GemvInput& x, const void* b, const LoraBLayout& l, float* u,
-               unsigned* sync, float* y, cudaStream_t stream, const GemvConfig& c, bool accumulate);
 
 // u16 [count] = Σ_s parts[s] [count] (f32 parts of matmul_x16_split_k: u = x·A_stackᵀ over slices of K), rounded to
 // type (BF16 or F16: the B GEMM's input). count a multiple of 4, parts 16-byte aligned.

@@ -2,8 +2,7 @@
 // - CudaLoraKernels: lora_b_add and lora_b_swiglu against plain loops (a stack whose middle member has no adapter, a
 //   member with two adapters of ranks that are not multiples of 8, one token and several tiles of tokens), and the
 //   tensor-core path of prefill chunks from kLoraGemmMinT rows: u by split-K GEMM and lora_sum_parts, the B GEMM over
-//   a block-diagonal B into f32 and 16-bit outputs; and the decoder's one-launch form (gemv_lora) against the two
-//   launches it replaces;
+//   a block-diagonal B into f32 and 16-bit outputs;
 // - CudaLoraGraph (no GPU needed): the CUDA passes keep q|k|v and gate|up stacked with every member's adapters, the
 //   norm and SwiGLU epilogues and the residual epilogues, for decode and prefill chunks;
 // - CudaLoraStacked: a 2-layer random SmolLM2-135M-shaped model in bf16, f16 and q8_0 with two PEFT adapters at once
@@ -180,78 +179,6 @@ TEST(CudaLoraKernels, BSwigluMatchesLoops) {
         }
       EXPECT_LE(worst, tol) << "t = " << t << ", in " << dtype_name(form.in) << ", out " << dtype_name(form.out);
     }
-}
-
-// The decoder's adapted float node in one launch (gemv_lora) against the two launches it replaces (gemv over [W;
-// A_stack], then lora_b_add or lora_b_swiglu), bf16 and f16 at both launch widths: a q|k|v-like stack whose middle
-// member has no adapter (u spread over 10 blocks of 4 rows), the RMSNorm prologue, accumulating into a residual, and
-// the SwiGLU epilogue. Each form runs three times on one pair of counters (the kernel must leave them zero).
-TEST(CudaLoraKernels, FusedGemvMatchesTwoLaunches) {
-  TESSERA_REQUIRE_GPU();
-  std::mt19937 rng(cuda::test::test_seed() + 7);
-  struct Form {
-    DType type;
-    int64_t k;
-    bool norm, accumulate, swiglu;
-  };
-  for (const Form form : {Form{DType::BF16, 4096, true, false, false}, Form{DType::F16, 4096, false, true, false},
-                          Form{DType::BF16, 1024, false, false, true}, Form{DType::F16, 1024, true, false, true},
-                          Form{DType::BF16, 1024, true, true, false}}) {
-    const int64_t k = form.k;
-    std::vector<MemberB> members;
-    if (form.swiglu)
-      members = {{0, 300, 16, {}}, {300, 300, 5, {}}};  // gate [0, 300), up [300, 600)
-    else
-      members = {{0, 200, 21, {}}, {200, 64, 0, {}}, {264, 70, 16, {}}};
-    std::vector<uint16_t> b16;
-    const cuda::LoraBLayout l = layout_of(members, rng, &b16);
-    const int64_t n_w = form.swiglu ? 600 : 334, rows = n_w + l.r_total;
-    const std::vector<float> wf = random_floats(rng, static_cast<size_t>(rows * k), -0.05f, 0.05f);
-    std::vector<uint16_t> w16(wf.size());
-    quantize_row(form.type, wf.data(), w16.data(), static_cast<int64_t>(wf.size()));
-    const cuda::DeviceWeight aug = cuda::upload_weight(form.type, w16.data(), rows, k);
-    const std::vector<float> x = random_floats(rng, static_cast<size_t>(k), -2.0f, 2.0f);
-    const std::vector<float> nw = random_floats(rng, static_cast<size_t>(k), 0.5f, 1.5f);
-    const int64_t width = form.swiglu ? n_w / 2 : n_w;
-    const std::vector<float> y0 = random_floats(rng, static_cast<size_t>(width));
-    cuda::DeviceBuffer dx = cuda::test::to_device(x), dnw = cuda::test::to_device(nw), db = cuda::test::to_device(b16);
-    cuda::GemvInput in;
-    in.f32 = dx.as<float>();
-    if (form.norm) in.norm_w = dnw.as<float>(), in.norm_eps = 1e-5f;
-    in.swiglu = form.swiglu;
-    const cuda::GemvConfig c = cuda::gemv_default_config(form.type, rows, k);
-    ASSERT_TRUE(cuda::gemv_lora_supported(aug, c)) << c.threads << "/" << c.rows;
-    // The two launches.
-    cuda::DeviceBuffer yu = cuda::test::poisoned(static_cast<size_t>(rows) * sizeof(float));
-    cuda::DeviceBuffer want_d = form.accumulate ? cuda::test::to_device(y0) : cuda::test::poisoned(width * 4);
-    cuda::GemvInput plain = in;
-    plain.swiglu = false;
-    cuda::gemv(aug, plain, yu.as<float>(), nullptr, &c);
-    const float* u = yu.as<float>() + n_w;
-    if (form.swiglu)
-      cuda::lora_b_swiglu(db.get(), l, u, yu.as<float>(), want_d.as<float>(), width, 1, nullptr);
-    else
-      cuda::lora_b_add(db.get(), l, u, want_d.as<float>(), width, width, 1, nullptr, yu.as<float>(), rows,
-                       form.accumulate);
-    const std::vector<float> want = cuda::test::to_host<float>(want_d, static_cast<size_t>(width));
-    // One launch, three times.
-    cuda::DeviceBuffer du = cuda::test::poisoned(static_cast<size_t>(l.r_total) * sizeof(float));
-    cuda::DeviceBuffer sync = cuda::test::to_device(std::vector<uint32_t>{0, 0});
-    for (int rep = 0; rep < 3; ++rep) {
-      cuda::DeviceBuffer got_d = form.accumulate ? cuda::test::to_device(y0) : cuda::test::poisoned(width * 4);
-      cuda::gemv_lora(aug, n_w, in, db.get(), l, du.as<float>(), sync.as<unsigned>(), got_d.as<float>(), nullptr, c,
-                      form.accumulate);
-      const std::vector<float> got = cuda::test::to_host<float>(got_d, static_cast<size_t>(width));
-      double worst = 0;
-      for (int64_t j = 0; j < width; ++j)
-        worst = std::max(worst, std::abs(double(got[size_t(j)]) - want[size_t(j)]) / (1 + std::abs(want[size_t(j)])));
-      EXPECT_LE(worst, 1e-5) << dtype_name(form.type) << " k " << k << " norm " << form.norm << " accumulate "
-                             << form.accumulate << " swiglu " << form.swiglu << " rep " << rep;
-      const std::vector<uint32_t> left = cuda::test::to_host<uint32_t>(sync, 2);
-      EXPECT_EQ(left[0], 0u);
-      EXPECT_EQ(left[1], 0u);
-    }
-  }
 }
 
 // The B side of prefill chunks from kLoraGemmMinT rows (executor_rows.cpp): u [t, R] and the members' B placed

@@ -53,15 +53,12 @@ __device__ __forceinline__ void float_step(const uint4 (&wv)[ROWS], const float*
 // (2n rows), a block takes ROWS/2 gate rows and the matching up rows, and writes y[n] = silu(gate · x) * (up · x):
 // the swiglu launch after the merged gate|up GEMV disappears. Each row's sum is computed exactly as without it.
 // The body is a device function so that the experiment can wrap it in variants of the kernel (gemv_float_sweep.cu).
-//
-// gemv_float_acc is the body up to the block's per-thread sums (acc, and ss for the fused RMSNorm) of block `blk`'s
-// rows, returning its first row (gate row with SWIGLU); gemv_float_rows stores them. The fused LoRA kernel
-// (gemv_lora.cu) calls the first with its own block numbering and epilogue.
 template <DType D, int THREADS, int ROWS, int UNROLL, int PF, bool NORM, bool SWIGLU>
-__device__ __forceinline__ int gemv_float_acc(const uint8_t* __restrict__ w /*[n, k], SWIGLU: [2n, k]*/,
-                                              const float* __restrict__ x /*[k]*/, int n, int k,
-                                              const float* __restrict__ norm_w /*[k] or null*/, int blk,
-                                              const EarlyL2& early, float (&acc)[ROWS], float& ss) {
+__device__ __forceinline__ void gemv_float_rows(const uint8_t* __restrict__ w /*[n, k], SWIGLU: [2n, k]*/,
+                                                const float* __restrict__ x /*[k]*/, float* __restrict__ y /*[n]*/,
+                                                int n, int k, bool accumulate,
+                                                const float* __restrict__ norm_w /*[k] or null*/, float norm_eps,
+                                                const EarlyL2& early = EarlyL2{}) {
   using F = FloatFmt<D>;
   constexpr int E = F::kElems;
   constexpr int kElemBytes = 16 / E;
@@ -71,7 +68,7 @@ __device__ __forceinline__ int gemv_float_acc(const uint8_t* __restrict__ w /*[n
   int row0;
   if constexpr (SWIGLU) {
     constexpr int H = ROWS / 2;
-    row0 = blk * H;
+    row0 = blockIdx.x * H;
 #pragma unroll
     for (int r = 0; r < H; ++r) {
       wr[r] = w + static_cast<size_t>(min(row0 + r, n - 1)) * k * kElemBytes;
@@ -80,7 +77,7 @@ __device__ __forceinline__ int gemv_float_acc(const uint8_t* __restrict__ w /*[n
     prefetch_block_l2<THREADS>(wr[0], static_cast<size_t>(min(H, n - row0)) * k * kElemBytes, early);
     prefetch_block_l2<THREADS>(wr[H], static_cast<size_t>(min(H, n - row0)) * k * kElemBytes, early);
   } else {
-    row0 = blk * ROWS;
+    row0 = blockIdx.x * ROWS;
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) wr[r] = w + static_cast<size_t>(min(row0 + r, n - 1)) * k * kElemBytes;
     prefetch_block_l2<THREADS>(wr[0], static_cast<size_t>(min(ROWS, n - row0)) * k * kElemBytes, early);
@@ -95,7 +92,8 @@ __device__ __forceinline__ int gemv_float_acc(const uint8_t* __restrict__ w /*[n
         for (int r = 0; r < ROWS; ++r) wv[u][r] = ld_stream16(wr[r] + static_cast<size_t>(b0 + u * kSlot) * kElemBytes);
       }
   };
-  // acc: zero on entry; ss: the sum of x^2 for the fused RMSNorm (every block streams all of x, so it norms by itself)
+  float acc[ROWS] = {};
+  float ss = 0.0f;  // sum of x^2 for the fused RMSNorm (every block streams all of x, so it can norm by itself)
   int base = threadIdx.x * E;
   uint4 wv[UNROLL][ROWS] = {};
   load_step(base, wv);
@@ -121,28 +119,9 @@ __device__ __forceinline__ int gemv_float_acc(const uint8_t* __restrict__ w /*[n
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) wv[u][r] = wn[u][r];
   }
-  return row0;
-}
-
-// The fused RMSNorm's scale from the block's ss (every thread gets it): correctly rounded 1/sqrt, as the rmsnorm
-// kernel, so the fused and unfused paths differ only in summation order.
-template <int THREADS>
-__device__ __forceinline__ float gemv_norm_scale(float ss, int k, float norm_eps) {
-  return 1.0f / sqrtf(block_sum_all<THREADS>(ss) / static_cast<float>(k) + norm_eps);
-}
-
-template <DType D, int THREADS, int ROWS, int UNROLL, int PF, bool NORM, bool SWIGLU>
-__device__ __forceinline__ void gemv_float_rows(const uint8_t* __restrict__ w /*[n, k], SWIGLU: [2n, k]*/,
-                                                const float* __restrict__ x /*[k]*/, float* __restrict__ y /*[n]*/,
-                                                int n, int k, bool accumulate,
-                                                const float* __restrict__ norm_w /*[k] or null*/, float norm_eps,
-                                                const EarlyL2& early = EarlyL2{}) {
-  float acc[ROWS] = {};
-  float ss = 0.0f;
-  const int row0 =
-      gemv_float_acc<D, THREADS, ROWS, UNROLL, PF, NORM, SWIGLU>(w, x, n, k, norm_w, blockIdx.x, early, acc, ss);
+  // Correctly rounded 1/sqrt, as the rmsnorm kernel: the fused and unfused paths differ only in summation order.
   float scale = 1.0f;
-  if constexpr (NORM) scale = gemv_norm_scale<THREADS>(ss, k, norm_eps);
+  if constexpr (NORM) scale = 1.0f / sqrtf(block_sum_all<THREADS>(ss) / static_cast<float>(k) + norm_eps);
   if constexpr (SWIGLU)
     block_sum_store_swiglu<THREADS, ROWS>(acc, y, row0, n, scale);
   else if constexpr (NORM)
