@@ -18,20 +18,27 @@
 //           (src's channel-major [K][N]: the blocks of one channel read adjacent pieces of one column);
 //       (a2) the same with K split in two and f32 red.global.add into y (two blocks per SM, half a list each);
 //       (b) src's split form (1024- or 2048-row stripes of the channel-major copy, K in many slices) with f32
-//           red.global.add in place of the last-block reduction and more bytes in flight per thread.
+//           red.global.add in place of the last-block reduction and more bytes in flight per thread;
+//       (c) "cl": the split form without atomics: the K slices of a stripe are one thread-block cluster (2-8 blocks)
+//           and their sums meet in rank 0's shared memory (distributed shared memory), rank 0 stores y in rank
+//           order; used for one wave of 128 blocks with 2-8x longer runs per channel (448-1792 bytes at N = 14336,
+//           128-512 at N = 4096), or two blocks per SM on the tiled copy.
+//     Names: "<form> <layout> R<rows per block> t<threads>u<16-byte loads per group>[v2: two per channel]<p: the
+//     next group's loads issued before this group's FMAs | b: one group at a time>[-cl] s<slices of K>".
 //     Every block builds its list in shared memory from x first (one contiguous run of x per thread, one block-wide
 //     scan: ascending channel order, so the store forms' sums have a fixed order), then U 16-byte loads (or 2U with
 //     VEC 2) per thread in flight per group, optionally software-pipelined (the next group's loads issued before this
-//     group's FMAs), weights through ld_stream16 (no L1 allocation). The atomic forms need y zeroed: their time
-//     includes a cudaMemsetAsync of y ("+ms"), and the kernel alone ("alone": what a residual-accumulating GEMV, the
-//     down projection, would pay) is in the TSV and the summary.
+//     group's FMAs), weights through ld_stream16 (no L1 allocation). The atomic forms (own2, split) need y zeroed:
+//     their time includes a cudaMemsetAsync of y, and the kernel alone (what a residual-accumulating GEMV, the down
+//     projection, would pay) is in the TSV (alone_us) and in [brackets] in the summary. A form whose blocks fit one
+//     wave asks for more than half an SM's shared memory, so each block gets an SM to itself.
 // Every variant is first checked against a double reference over the kept channels (|y - ref| <= 5e-5 sum|w x| +
 // 1e-6 per row: f32 accumulation of bf16 products; one missing channel is ~4e-4 of that sum); a failing one prints
 // FAIL and is not timed.
 //
-// Build here (no GPU needed): target exp_gemv_sparse_sweep. Run on the GPU machine:
-//   build-gpu/bin/experiments/exp_gemv_sparse_sweep [reps, default 200]    (writes $OUT/sparse_sweep.tsv when OUT is
-//   set)
+// Build here (no GPU needed): target exp_gemv_sparse_sweep. Run on the GPU machine (~30 s; writes
+// $OUT/sparse_sweep.tsv when OUT is set):
+//   build-gpu/bin/experiments/exp_gemv_sparse_sweep [reps, default 200]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -53,21 +60,27 @@
 namespace tessera::cuda::detail {
 
 struct SxArgs {
-  int n;            // output rows
-  int k;            // input channels (a multiple of 4, at most 65536: list indices are 16-bit)
-  int g;            // threads per channel run: the block's rows R = g * 8 * VEC
-  int splits;       // slices of k (blockIdx.y); > 1 only with `atomic`
-  int tile;         // the layout's tile rows (a multiple of R): data[t][c][r] = W[t * tile + r][c]
-  int cap;          // list capacity in entries (a multiple of 4): the longest slice
-  bool atomic;      // y[row] += the block's sums with red.global.add (y zeroed or holding the residual), else stored
+  int n;        // output rows
+  int k;        // input channels (a multiple of 4, at most 65536: list indices are 16-bit)
+  int g;        // threads per channel run: the block's rows R = g * 8 * VEC
+  int splits;   // slices of k (blockIdx.y); > 1 only with `atomic` or the cluster form
+  int tile;     // the layout's tile rows (a multiple of R): data[t][c][r] = W[t * tile + r][c]
+  int cap;      // list capacity in entries (a multiple of 4): the longest slice
+  int red_off;  // CL: byte offset of rank 0's [splits][R] float slots for the cluster's sums in dynamic shared memory
+  bool atomic;  // y[row] += the block's sums with red.global.add (y zeroed or holding the residual), else stored
   bool accumulate;  // stored form: y += instead of y =
 };
 
 __device__ __forceinline__ bool sx_keep(float v, float threshold) { return !(fabsf(v) <= threshold) && v != 0.0f; }
 
+__device__ __forceinline__ void sx_prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
 // Block (stripe blockIdx.x, slice blockIdx.y): rows [stripe * R, + R) over the kept channels of the slice. Dynamic
 // shared memory: the list (cap floats, then cap 16-bit channels), reused for the slots' partial sums at the end.
-template <int T, int U, int VEC, bool PIPE>
+// CL: the blockIdx.y slices are one thread-block cluster (splits blocks, cluster dims (1, splits, 1)); each block puts
+// its R sums into rank 0's shared memory (distributed shared memory) and rank 0 adds them in rank order and stores y:
+// the split form without atomics, workspace or a memset of y.
+template <int T, int U, int VEC, bool PIPE, bool CL>
 __global__ void __launch_bounds__(T, 1)
     sx_kernel(const uint8_t* __restrict__ w /*[N / tile][K][tile] bf16*/, const float* __restrict__ x /*[K]*/,
               float threshold, float* __restrict__ y /*[N]*/, SxArgs a) {
@@ -84,11 +97,18 @@ __global__ void __launch_bounds__(T, 1)
   const int nq = a.k / 4;
   const int q0 = static_cast<int>(static_cast<long long>(nq) * s / a.splits);
   const int q1 = static_cast<int>(static_cast<long long>(nq) * (s + 1) / a.splits);
-  pdl_wait();  // x is the previous kernel's output
+  if constexpr (CL) cluster_arrive_relaxed();  // this block runs: the others may store into it after their wait
+  pdl_wait();                                  // x is the previous kernel's output
   // ---- The list: thread t compacts float4s [qa, qb) of the slice (contiguous, in thread order), one block scan ----
   const int per = (q1 - q0 + T - 1) / T;
   const int qa = min(q0 + tid * per, q1), qb = min(qa + per, q1);
   const float4* x4 = reinterpret_cast<const float4*>(x);
+  // Every line of the thread's run requested at once (after the flush they come from DRAM: one round trip, not one
+  // per unrolled batch of the loop below).
+  if (qa < qb)
+    for (uintptr_t l = reinterpret_cast<uintptr_t>(x4 + qa) & ~uintptr_t{127}; l < reinterpret_cast<uintptr_t>(x4 + qb);
+         l += 128)
+      sx_prefetch_l1(reinterpret_cast<const void*>(l));
   int cnt = 0;
 #pragma unroll 4
   for (int q = qa; q < qb; ++q) {
@@ -230,6 +250,12 @@ __global__ void __launch_bounds__(T, 1)
     nparts = S;
   }
   __syncthreads();
+  float* red = reinterpret_cast<float*>(smem + a.red_off);  // CL: rank 0's slots
+  unsigned rank = 0;
+  if constexpr (CL) {
+    rank = cluster_rank();
+    cluster_wait_acquire();  // every block of the cluster runs (their arrive at the start)
+  }
   for (int r = tid; r < R; r += T) {
     float sum = 0.0f;
     for (int p0 = 0; p0 < nparts; p0 += 8) {  // 8 shared loads in flight, added in part order
@@ -240,12 +266,25 @@ __global__ void __launch_bounds__(T, 1)
       for (int u = 0; u < 8; ++u) sum += v[u];
     }
     const int row = row0 + r;
-    if (row < a.n) {
+    if constexpr (CL) {
+      store_cluster_f32(red + rank * R + r, 0, sum);
+    } else if (row < a.n) {
       if (a.atomic)
         atomicAdd(y + row, sum);  // result unused: red.global.add.f32
       else
         y[row] = a.accumulate ? y[row] + sum : sum;
     }
+  }
+  if constexpr (CL) {
+    cluster_arrive_release();  // the remote stores before rank 0's reads
+    cluster_wait_acquire();
+    if (rank == 0)
+      for (int r = tid; r < R; r += T) {
+        float sum = 0.0f;
+        for (int i = 0; i < a.splits; ++i) sum += red[i * R + r];
+        const int row = row0 + r;
+        if (row < a.n) y[row] = a.accumulate ? y[row] + sum : sum;
+      }
   }
 }
 
@@ -276,17 +315,19 @@ struct Kind {
   const char* name;
   int threads, unroll, vec;
   bool pipe;
+  bool cluster;  // the slices are one cluster (sums through distributed shared memory)
   Kern f;
 };
-template <int T, int U, int VEC, bool P>
+template <int T, int U, int VEC, bool P, bool CL = false>
 Kind kind(const char* name) {
-  return {name, T, U, VEC, P, sx_kernel<T, U, VEC, P>};
+  return {name, T, U, VEC, P, CL, sx_kernel<T, U, VEC, P, CL>};
 }
 // t<threads>u<loads in flight per group>[v2: two adjacent 16-byte loads per channel]p(ipelined)|b(atch).
-const Kind kKinds[] = {kind<256, 8, 1, true>("t256u8p"),   kind<512, 8, 1, true>("t512u8p"),
-                       kind<1024, 4, 1, true>("t1024u4p"), kind<512, 16, 1, false>("t512u16b"),
-                       kind<256, 16, 1, true>("t256u16p"), kind<1024, 8, 1, false>("t1024u8b"),
-                       kind<128, 8, 1, true>("t128u8p"),   kind<128, 8, 2, true>("t128u8v2p")};
+const Kind kKinds[] = {kind<256, 8, 1, true>("t256u8p"),          kind<512, 8, 1, true>("t512u8p"),
+                       kind<1024, 4, 1, true>("t1024u4p"),        kind<512, 16, 1, false>("t512u16b"),
+                       kind<256, 16, 1, true>("t256u16p"),        kind<1024, 8, 1, false>("t1024u8b"),
+                       kind<128, 8, 1, true>("t128u8p"),          kind<128, 8, 2, true>("t128u8v2p"),
+                       kind<512, 8, 1, true, true>("t512u8p-cl"), kind<256, 8, 1, true, true>("t256u8p-cl")};
 int kind_of(const char* name) {
   for (int i = 0; i < static_cast<int>(sizeof(kKinds) / sizeof(kKinds[0])); ++i)
     if (std::strcmp(kKinds[i].name, name) == 0) return i;
@@ -303,15 +344,28 @@ struct Variant {
 };
 
 // Per shape (N = 14336: tile 112; N = 4096: tile 32).
-const Variant kVarA[] = {{"own", true, 112, 1, "t256u8p"},      {"own", true, 112, 1, "t512u8p"},
-                         {"own", true, 112, 1, "t1024u4p"},     {"own", true, 112, 1, "t512u16b"},
-                         {"own", true, 112, 1, "t256u16p"},     {"own", true, 112, 1, "t1024u8b"},
-                         {"own", true, 56, 1, "t256u8p"},       {"own", true, 56, 1, "t128u8p"},
-                         {"own", false, 112, 1, "t512u8p"},     {"own", false, 112, 1, "t256u16p"},
-                         {"own", false, 128, 1, "t512u8p"},     {"own2", true, 112, 2, "t256u8p"},
-                         {"own2", true, 112, 2, "t512u8p"},     {"split", false, 1024, 19, "t128u8p"},
-                         {"split", false, 1024, 10, "t256u8p"}, {"split", false, 2048, 38, "t128u8v2p"},
-                         {"split", false, 1024, 38, "t128u8p"}};
+const Variant kVarA[] = {{"own", true, 112, 1, "t256u8p"},
+                         {"own", true, 112, 1, "t512u8p"},
+                         {"own", true, 112, 1, "t1024u4p"},
+                         {"own", true, 112, 1, "t512u16b"},
+                         {"own", true, 112, 1, "t256u16p"},
+                         {"own", true, 112, 1, "t1024u8b"},
+                         {"own", true, 56, 1, "t256u8p"},
+                         {"own", true, 56, 1, "t128u8p"},
+                         {"own", false, 112, 1, "t512u8p"},
+                         {"own", false, 112, 1, "t256u16p"},
+                         {"own", false, 128, 1, "t512u8p"},
+                         {"own2", true, 112, 2, "t256u8p"},
+                         {"own2", true, 112, 2, "t512u8p"},
+                         {"split", false, 1024, 19, "t128u8p"},
+                         {"split", false, 1024, 10, "t256u8p"},
+                         {"split", false, 2048, 38, "t128u8v2p"},
+                         {"split", false, 1024, 38, "t128u8p"},
+                         // (c) clusters: one wave of 128 blocks with 2-8x longer runs per channel (or 2 blocks per SM)
+                         {"cl", false, 224, 2, "t512u8p-cl"},
+                         {"cl", false, 448, 4, "t512u8p-cl"},
+                         {"cl", false, 896, 8, "t512u8p-cl"},
+                         {"cl", true, 112, 2, "t256u8p-cl"}};
 const Variant kVarB[] = {{"own", true, 32, 1, "t256u8p"},         {"own", true, 32, 1, "t512u8p"},
                          {"own", true, 32, 1, "t1024u4p"},        {"own", true, 32, 1, "t512u16b"},
                          {"own", true, 32, 1, "t256u16p"},        {"own", true, 32, 1, "t1024u8b"},
@@ -319,7 +373,9 @@ const Variant kVarB[] = {{"own", true, 32, 1, "t256u8p"},         {"own", true, 
                          {"own", false, 32, 1, "t512u8p"},        {"own", false, 32, 1, "t256u16p"},
                          {"own2", true, 32, 2, "t256u8p"},        {"own2", true, 32, 2, "t512u8p"},
                          {"split", false, 1024, 64, "t128u8p"},   {"split", false, 1024, 33, "t256u8p"},
-                         {"split", false, 2048, 64, "t128u8v2p"}, {"split", false, 1024, 32, "t128u8p"}};
+                         {"split", false, 2048, 64, "t128u8v2p"}, {"split", false, 1024, 32, "t128u8p"},
+                         {"cl", false, 64, 2, "t512u8p-cl"},      {"cl", false, 128, 4, "t512u8p-cl"},
+                         {"cl", false, 256, 8, "t512u8p-cl"},     {"cl", true, 32, 2, "t256u8p-cl"}};
 
 // bench_sparse.cpp's method: median µs of op over reps calls, L2 flushed (a memset of 2x L2) before each, each call
 // between its own pair of events.
@@ -568,23 +624,49 @@ int run(int argc, char** argv) {
           SxArgs a{};
           a.n = n, a.k = k, a.g = g, a.splits = v.splits, a.tile = tile;
           a.cap = 4 * ((k / 4 + v.splits - 1) / v.splits);
-          a.atomic = v.splits > 1, a.accumulate = false;
+          a.atomic = v.splits > 1 && !kd.cluster, a.accumulate = false;
           const dim3 grid(static_cast<unsigned>(n / v.rows), static_cast<unsigned>(v.splits));
           const int blocks = static_cast<int>(grid.x * grid.y);
-          size_t smem = std::max<size_t>((static_cast<size_t>(a.cap) * 6 + 15) / 16 * 16,
-                                         static_cast<size_t>(kd.threads) * rpt * 4);
+          a.red_off = static_cast<int>(std::max<size_t>((static_cast<size_t>(a.cap) * 6 + 15) / 16 * 16,
+                                                        static_cast<size_t>(kd.threads) * rpt * 4));
+          size_t smem = static_cast<size_t>(a.red_off) + (kd.cluster ? static_cast<size_t>(v.splits) * v.rows * 4 : 0);
           // One wave of at most one block per SM: shared memory enough that no second block fits beside it.
           if (blocks <= prop.multiProcessorCount)
             smem = std::max(smem, static_cast<size_t>(prop.sharedMemPerMultiprocessor) / 2 + 1024);
           smem = std::min(smem, static_cast<size_t>(prop.sharedMemPerBlockOptin));
           const uint8_t* wp = v.tiled ? tiled.as<uint8_t>() : cm.as<uint8_t>();
-          auto kernel = [&, a, grid, smem, wp] {
-            exp_common::launch_pdl(kd.f, grid, dim3(static_cast<unsigned>(kd.threads)), smem, st, wp, xin, t,
-                                   y.as<float>(), a);
-          };
+          // PDL as src's launches, and the slices as one cluster for the cluster kinds.
+          cudaLaunchConfig_t cfg{};
+          cfg.gridDim = grid;
+          cfg.blockDim = dim3(static_cast<unsigned>(kd.threads));
+          cfg.dynamicSmemBytes = smem;
+          cfg.stream = st;
+          cudaLaunchAttribute at[2];
+          at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+          at[0].val.programmaticStreamSerializationAllowed = 1;
+          at[1].id = cudaLaunchAttributeClusterDimension;
+          at[1].val.clusterDim.x = 1;
+          at[1].val.clusterDim.y = static_cast<unsigned>(v.splits);
+          at[1].val.clusterDim.z = 1;
+          cfg.attrs = at;
+          cfg.numAttrs = kd.cluster ? 2 : 1;
           char name[96];
           std::snprintf(name, sizeof name, "%s %s R%d %s s%d", v.form, v.tiled ? "tiled" : "cm", v.rows, kd.name,
                         v.splits);
+          if (kd.cluster) {  // a cluster shape the GPU cannot place is skipped, not fatal
+            int clusters = 0;
+            const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kd.f, &cfg);
+            if (e != cudaSuccess || clusters == 0) {
+              std::printf("skip %s: no cluster placement (%s, %d clusters)\n", name, cudaGetErrorString(e), clusters);
+              (void)cudaGetLastError();
+              continue;
+            }
+          }
+          auto kernel = [&, a, cfg, at, wp] {
+            cudaLaunchConfig_t c = cfg;
+            c.attrs = const_cast<cudaLaunchAttribute*>(at);  // the copy's own attributes
+            CK(cudaLaunchKernelEx(&c, kd.f, wp, xin, t, y.as<float>(), a));
+          };
           if (a.atomic)
             record(
                 name, v.tiled ? "tiled" : "cm", v.rows, &kd, v.splits, blocks,
