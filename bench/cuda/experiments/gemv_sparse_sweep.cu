@@ -336,14 +336,21 @@ int kind_of(const char* name) {
 }
 
 struct Variant {
-  const char* form;  // own, own2, split
+  const char* form;  // own (one slice), own2 and split (atomic slices), cl (a cluster's slices)
   bool tiled;        // the tiled copy, else the channel-major one
   int rows;          // R: output rows per block
-  int splits;        // slices of k (> 1: atomic)
+  int splits;        // slices of k
   const char* kind;
+  // One wave without the shared-memory request that keeps a second block off each SM (name suffix "nf"): whether the
+  // carveout switch that request costs, or the scheduler's own placement, matters.
+  bool no_force = false;
 };
 
 // Per shape (N = 14336: tile 112; N = 4096: tile 32).
+// Per shape, one wave each (132 SMs): 4096->14336 (N = 14336, tiled copy of 112-row tiles): own R112 128 blocks (one
+// per SM), R56 256, cm R128 112; own2 256 (two per SM: kinds of <= 107 registers at 256 threads); split 140-518 (2-4
+// per SM); cl 128 (R224-896 over 2-8 slices) or 256. 14336->4096 (N = 4096, 32-row tiles): own R32 128, R16 256; own2
+// 256; split 128-256; cl 128 or 256.
 const Variant kVarA[] = {{"own", true, 112, 1, "t256u8p"},
                          {"own", true, 112, 1, "t512u8p"},
                          {"own", true, 112, 1, "t1024u4p"},
@@ -356,26 +363,28 @@ const Variant kVarA[] = {{"own", true, 112, 1, "t256u8p"},
                          {"own", false, 112, 1, "t256u16p"},
                          {"own", false, 128, 1, "t512u8p"},
                          {"own2", true, 112, 2, "t256u8p"},
-                         {"own2", true, 112, 2, "t512u8p"},
+                         {"own2", true, 112, 2, "t128u8p"},
                          {"split", false, 1024, 19, "t128u8p"},
                          {"split", false, 1024, 10, "t256u8p"},
                          {"split", false, 2048, 38, "t128u8v2p"},
-                         {"split", false, 1024, 38, "t128u8p"},
+                         {"split", false, 1024, 37, "t128u8p"},
                          // (c) clusters: one wave of 128 blocks with 2-8x longer runs per channel (or 2 blocks per SM)
                          {"cl", false, 224, 2, "t512u8p-cl"},
                          {"cl", false, 448, 4, "t512u8p-cl"},
                          {"cl", false, 896, 8, "t512u8p-cl"},
-                         {"cl", true, 112, 2, "t256u8p-cl"}};
+                         {"cl", true, 112, 2, "t256u8p-cl"},
+                         {"own", true, 112, 1, "t512u8p", true}};
 const Variant kVarB[] = {{"own", true, 32, 1, "t256u8p"},         {"own", true, 32, 1, "t512u8p"},
                          {"own", true, 32, 1, "t1024u4p"},        {"own", true, 32, 1, "t512u16b"},
                          {"own", true, 32, 1, "t256u16p"},        {"own", true, 32, 1, "t1024u8b"},
                          {"own", true, 16, 1, "t256u8p"},         {"own", true, 16, 1, "t128u8p"},
                          {"own", false, 32, 1, "t512u8p"},        {"own", false, 32, 1, "t256u16p"},
-                         {"own2", true, 32, 2, "t256u8p"},        {"own2", true, 32, 2, "t512u8p"},
+                         {"own2", true, 32, 2, "t256u8p"},        {"own2", true, 32, 2, "t128u8p"},
                          {"split", false, 1024, 64, "t128u8p"},   {"split", false, 1024, 33, "t256u8p"},
                          {"split", false, 2048, 64, "t128u8v2p"}, {"split", false, 1024, 32, "t128u8p"},
                          {"cl", false, 64, 2, "t512u8p-cl"},      {"cl", false, 128, 4, "t512u8p-cl"},
-                         {"cl", false, 256, 8, "t512u8p-cl"},     {"cl", true, 32, 2, "t256u8p-cl"}};
+                         {"cl", false, 256, 8, "t512u8p-cl"},     {"cl", true, 32, 2, "t256u8p-cl"},
+                         {"own", true, 32, 1, "t512u8p", true}};
 
 // bench_sparse.cpp's method: median µs of op over reps calls, L2 flushed (a memset of 2x L2) before each, each call
 // between its own pair of events.
@@ -631,7 +640,7 @@ int run(int argc, char** argv) {
                                                         static_cast<size_t>(kd.threads) * rpt * 4));
           size_t smem = static_cast<size_t>(a.red_off) + (kd.cluster ? static_cast<size_t>(v.splits) * v.rows * 4 : 0);
           // One wave of at most one block per SM: shared memory enough that no second block fits beside it.
-          if (blocks <= prop.multiProcessorCount)
+          if (blocks <= prop.multiProcessorCount && !v.no_force)
             smem = std::max(smem, static_cast<size_t>(prop.sharedMemPerMultiprocessor) / 2 + 1024);
           smem = std::min(smem, static_cast<size_t>(prop.sharedMemPerBlockOptin));
           const uint8_t* wp = v.tiled ? tiled.as<uint8_t>() : cm.as<uint8_t>();
@@ -651,8 +660,8 @@ int run(int argc, char** argv) {
           cfg.attrs = at;
           cfg.numAttrs = kd.cluster ? 2 : 1;
           char name[96];
-          std::snprintf(name, sizeof name, "%s %s R%d %s s%d", v.form, v.tiled ? "tiled" : "cm", v.rows, kd.name,
-                        v.splits);
+          std::snprintf(name, sizeof name, "%s %s R%d %s s%d%s", v.form, v.tiled ? "tiled" : "cm", v.rows, kd.name,
+                        v.splits, v.no_force ? " nf" : "");
           if (kd.cluster) {  // a cluster shape the GPU cannot place is skipped, not fatal
             int clusters = 0;
             const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kd.f, &cfg);
@@ -683,7 +692,7 @@ int run(int argc, char** argv) {
     }
   }
   if (tsv) std::fclose(tsv);
-  // Summary: per (shape, sparsity, mode) dense, src's forms and the sweep's best eight.
+  // Summary: per (shape, sparsity, mode) dense, src's forms, the sweep's fastest six and the fastest of each form.
   std::printf("\n== summary: us median (GB/s on the bytes read; / dense); atomic forms incl. a memset of y, [alone]\n");
   for (const Shape& sh : shapes)
     for (float sp : sparsities) {
@@ -700,9 +709,15 @@ int run(int argc, char** argv) {
         std::printf("%s %d%% %s: dense %.2f", sh.what, spi, mode, dense);
         for (const Row& r : src) std::printf(" | %s %.2f (%.0f; %.3f)", r.name.c_str(), r.us, r.gbps, r.ratio);
         std::printf("\n");
-        for (size_t i = 0; i < mine.size() && i < 8; ++i) {
+        // The fastest six, then the fastest of each form not among them.
+        std::vector<std::string> shown;
+        for (size_t i = 0; i < mine.size(); ++i) {
           const Row& r = mine[i];
-          std::printf("  %-36s %7.2f (%5.0f; %.3f)", r.name.c_str(), r.us, r.gbps, r.ratio);
+          const std::string form = r.name.substr(0, r.name.find(' '));
+          const bool first_of_form = std::find(shown.begin(), shown.end(), form) == shown.end();
+          if (i >= 6 && !first_of_form) continue;
+          shown.push_back(form);
+          std::printf("  %-34s %7.2f (%5.0f; %.3f)", r.name.c_str(), r.us, r.gbps, r.ratio);
           if (r.alone_us > 0) std::printf(" [%.2f]", r.alone_us);
           std::printf("\n");
         }
