@@ -15,7 +15,9 @@
 //           needs another's partial sums (no workspace, no ticket, no atomics); stripes sized so one wave covers N
 //           (R = 112 at N = 14336: 128 blocks; R = 32 at N = 4096: 128 blocks; the halves for two blocks per SM);
 //           layout "tiled" ([N / tile][K][tile]: one block's reads stay inside its own contiguous region) or "cm"
-//           (src's channel-major [K][N]: the blocks of one channel read adjacent pieces of one column);
+//           (src's channel-major [K][N]: the blocks of one channel read adjacent pieces of one column); "pre<KB>": the
+//           block first asks L2 for the first KB of its region (one bulk prefetch, before x is read: DRAM would idle
+//           while the list is built; half of those bytes are wasted at 50%); "nf": no forced one-block-per-SM;
 //       (a2) the same with K split in two and f32 red.global.add into y (two blocks per SM, half a list each);
 //       (b) src's split form (1024- or 2048-row stripes of the channel-major copy, K in many slices) with f32
 //           red.global.add in place of the last-block reduction and more bytes in flight per thread;
@@ -67,6 +69,8 @@ struct SxArgs {
   int tile;     // the layout's tile rows (a multiple of R): data[t][c][r] = W[t * tile + r][c]
   int cap;      // list capacity in entries (a multiple of 4): the longest slice
   int red_off;  // CL: byte offset of rank 0's [splits][R] float slots for the cluster's sums in dynamic shared memory
+  int pre;      // bytes of the block's region asked of L2 before x is read (R == tile, one slice: the region is
+                // contiguous); at 50% half of them are wasted, but DRAM would idle while the list is built
   bool atomic;  // y[row] += the block's sums with red.global.add (y zeroed or holding the residual), else stored
   bool accumulate;  // stored form: y += instead of y =
 };
@@ -98,7 +102,10 @@ __global__ void __launch_bounds__(T, 1)
   const int q0 = static_cast<int>(static_cast<long long>(nq) * s / a.splits);
   const int q1 = static_cast<int>(static_cast<long long>(nq) * (s + 1) / a.splits);
   if constexpr (CL) cluster_arrive_relaxed();  // this block runs: the others may store into it after their wait
-  pdl_wait();                                  // x is the previous kernel's output
+  if (a.pre > 0 && tid == 0)                   // weights never depend on an earlier kernel
+    bulk_prefetch_l2(w + static_cast<size_t>(blockIdx.x) * static_cast<size_t>(a.k) * a.tile * 2,
+                     static_cast<size_t>(a.pre));
+  pdl_wait();  // x is the previous kernel's output
   // ---- The list: thread t compacts float4s [qa, qb) of the slice (contiguous, in thread order), one block scan ----
   const int per = (q1 - q0 + T - 1) / T;
   const int qa = min(q0 + tid * per, q1), qb = min(qa + per, q1);
@@ -344,6 +351,7 @@ struct Variant {
   // One wave without the shared-memory request that keeps a second block off each SM (name suffix "nf"): whether the
   // carveout switch that request costs, or the scheduler's own placement, matters.
   bool no_force = false;
+  int pre_kb = 0;  // SxArgs::pre in KB (name suffix "pre<KB>")
 };
 
 // Per shape (N = 14336: tile 112; N = 4096: tile 32).
@@ -373,18 +381,21 @@ const Variant kVarA[] = {{"own", true, 112, 1, "t256u8p"},
                          {"cl", false, 448, 4, "t512u8p-cl"},
                          {"cl", false, 896, 8, "t512u8p-cl"},
                          {"cl", true, 112, 2, "t256u8p-cl"},
-                         {"own", true, 112, 1, "t512u8p", true}};
-const Variant kVarB[] = {{"own", true, 32, 1, "t256u8p"},         {"own", true, 32, 1, "t512u8p"},
-                         {"own", true, 32, 1, "t1024u4p"},        {"own", true, 32, 1, "t512u16b"},
-                         {"own", true, 32, 1, "t256u16p"},        {"own", true, 32, 1, "t1024u8b"},
-                         {"own", true, 16, 1, "t256u8p"},         {"own", true, 16, 1, "t128u8p"},
-                         {"own", false, 32, 1, "t512u8p"},        {"own", false, 32, 1, "t256u16p"},
-                         {"own2", true, 32, 2, "t256u8p"},        {"own2", true, 32, 2, "t128u8p"},
-                         {"split", false, 1024, 64, "t128u8p"},   {"split", false, 1024, 33, "t256u8p"},
-                         {"split", false, 2048, 64, "t128u8v2p"}, {"split", false, 1024, 32, "t128u8p"},
-                         {"cl", false, 64, 2, "t512u8p-cl"},      {"cl", false, 128, 4, "t512u8p-cl"},
-                         {"cl", false, 256, 8, "t512u8p-cl"},     {"cl", true, 32, 2, "t256u8p-cl"},
-                         {"own", true, 32, 1, "t512u8p", true}};
+                         {"own", true, 112, 1, "t512u8p", true},
+                         {"own", true, 112, 1, "t512u8p", false, 32},
+                         {"own", true, 112, 1, "t512u8p", false, 64}};
+const Variant kVarB[] = {{"own", true, 32, 1, "t256u8p"},           {"own", true, 32, 1, "t512u8p"},
+                         {"own", true, 32, 1, "t1024u4p"},          {"own", true, 32, 1, "t512u16b"},
+                         {"own", true, 32, 1, "t256u16p"},          {"own", true, 32, 1, "t1024u8b"},
+                         {"own", true, 16, 1, "t256u8p"},           {"own", true, 16, 1, "t128u8p"},
+                         {"own", false, 32, 1, "t512u8p"},          {"own", false, 32, 1, "t256u16p"},
+                         {"own2", true, 32, 2, "t256u8p"},          {"own2", true, 32, 2, "t128u8p"},
+                         {"split", false, 1024, 64, "t128u8p"},     {"split", false, 1024, 33, "t256u8p"},
+                         {"split", false, 2048, 64, "t128u8v2p"},   {"split", false, 1024, 32, "t128u8p"},
+                         {"cl", false, 64, 2, "t512u8p-cl"},        {"cl", false, 128, 4, "t512u8p-cl"},
+                         {"cl", false, 256, 8, "t512u8p-cl"},       {"cl", true, 32, 2, "t256u8p-cl"},
+                         {"own", true, 32, 1, "t512u8p", true},     {"own", true, 32, 1, "t512u8p", false, 16},
+                         {"own", true, 32, 1, "t512u8p", false, 32}};
 
 // bench_sparse.cpp's method: median µs of op over reps calls, L2 flushed (a memset of 2x L2) before each, each call
 // between its own pair of events.
@@ -634,6 +645,11 @@ int run(int argc, char** argv) {
           a.n = n, a.k = k, a.g = g, a.splits = v.splits, a.tile = tile;
           a.cap = 4 * ((k / 4 + v.splits - 1) / v.splits);
           a.atomic = v.splits > 1 && !kd.cluster, a.accumulate = false;
+          a.pre = v.pre_kb * 1024;
+          if (a.pre > 0 && (v.rows != tile || v.splits != 1)) {
+            std::printf("skip %s pre (the block's region is not contiguous)\n", v.kind);
+            continue;
+          }
           const dim3 grid(static_cast<unsigned>(n / v.rows), static_cast<unsigned>(v.splits));
           const int blocks = static_cast<int>(grid.x * grid.y);
           a.red_off = static_cast<int>(std::max<size_t>((static_cast<size_t>(a.cap) * 6 + 15) / 16 * 16,
@@ -662,6 +678,8 @@ int run(int argc, char** argv) {
           char name[96];
           std::snprintf(name, sizeof name, "%s %s R%d %s s%d%s", v.form, v.tiled ? "tiled" : "cm", v.rows, kd.name,
                         v.splits, v.no_force ? " nf" : "");
+          if (v.pre_kb > 0)
+            std::snprintf(name + std::strlen(name), sizeof name - std::strlen(name), " pre%d", v.pre_kb);
           if (kd.cluster) {  // a cluster shape the GPU cannot place is skipped, not fatal
             int clusters = 0;
             const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kd.f, &cfg);
