@@ -687,6 +687,8 @@ int run(int argc, char** argv) {
               (void)cudaGetLastError();
               continue;
             }
+            // Clusters resident at once ("mc"): fewer than grid.x means a second wave.
+            std::snprintf(name + std::strlen(name), sizeof name - std::strlen(name), " mc%d", clusters);
           }
           auto kernel = [&, a, cfg, at, wp] {
             cudaLaunchConfig_t c = cfg;
