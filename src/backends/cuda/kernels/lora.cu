@@ -1,9 +1,9 @@
 // LoRA's B side (kernels_lora.h): one thread per output row (lora_b_add) or per SwiGLU output column (lora_b_swiglu),
-// over a tile of up to kTile tokens per block. A thread reads its row of B_m (r_pad f16 values, 16-byte loads) once per
-// tile and keeps kTile sums in registers; the tile's rows of u sit in shared memory (every thread of the block reads
-// the same u values: broadcasts). At decode (t = 1) a launch reads B once (rank 16 on q|k|v of Llama-3-8B: 6144 rows
-// of 32 bytes) and y once; in a chunk B is read once per 16 tokens and y once, read and written in f32 (the
-// residual, or the stack's output).
+// over a tile of up to kTile tokens per block (one token: the decode forms below the tiled kernels). A thread reads its
+// row of B_m (r_pad f16 values, 16-byte loads) once per tile and keeps kTile sums in registers; the tile's rows of u
+// sit in shared memory (every thread of the block reads the same u values: broadcasts). At decode (t = 1) a launch
+// reads B once (rank 16 on q|k|v of Llama-3-8B: 6144 rows of 32 bytes) and y once; in a chunk B is read once per 16
+// tokens and y once, read and written in f32 (the residual, or the stack's output).
 #include <cuda_fp16.h>
 
 #include "backends/cuda/cuda_check.h"
@@ -84,6 +84,91 @@ __global__ void __launch_bounds__(kThreads)
     const float v = acc[tt] + (base != nullptr ? base[(i0 + tt) * ld_base + row] : 0.0f);
     *yr = accumulate ? *yr + v : v;
   }
+}
+
+// ---- Decode (t = 1) forms: every member's r_pad <= kFastRank. A thread's B row goes into registers before
+// pdl_wait() (B is no earlier kernel's output), and after it u, y and the base go out together: one round trip to L2
+// where the tiled kernels above take three in series (u into shared memory and a barrier, B, then y). The sums are
+// formed in the same order as add_terms, so the results are the same bit for bit.
+constexpr int kFastRank = 32;
+
+struct BRow {
+  uint4 v[kFastRank / 8];
+};
+
+__device__ __forceinline__ void load_brow(const __half* __restrict__ b, const LoraBLayout& l, int m, int64_t row,
+                                          BRow& br) {
+  const uint4* p = reinterpret_cast<const uint4*>(b + l.b0[m] + (row - l.row0[m]) * l.r_pad[m]);
+#pragma unroll
+  for (int i = 0; i < kFastRank / 8; ++i) br.v[i] = i * 8 < l.r_pad[m] ? __ldg(p + i) : make_uint4(0, 0, 0, 0);
+}
+
+// u's columns of member m (zero past its rank: B is zero there too) into registers.
+__device__ __forceinline__ void load_urow(const float* __restrict__ u, const LoraBLayout& l, int m,
+                                          float (&uv)[kFastRank]) {
+#pragma unroll
+  for (int c = 0; c < kFastRank; ++c) uv[c] = c < l.r[m] ? __ldg(u + l.u0[m] + c) : 0.0f;
+}
+
+__device__ __forceinline__ float brow_dot(const BRow& br, const float (&uv)[kFastRank], int r_pad) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kFastRank / 8; ++i) {
+    if (i * 8 >= r_pad) break;
+    const __half2* h = reinterpret_cast<const __half2*>(&br.v[i]);
+    float s = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 p = __half22float2(h[e]);
+      s += p.x * uv[8 * i + 2 * e];
+      s += p.y * uv[8 * i + 2 * e + 1];
+    }
+    acc += s;
+  }
+  return acc;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    lora_b_add1_kernel(const __half* __restrict__ b, LoraBLayout l, const float* __restrict__ u, float* y, int64_t n,
+                       const float* __restrict__ base, bool accumulate) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
+  const int m = row < n ? member_of(l, row) : -1;
+  BRow br;
+  if (m >= 0) load_brow(b, l, m, row, br);
+  pdl_wait();
+  if (row >= n || (m < 0 && base == nullptr)) return;
+  float uv[kFastRank];
+  if (m >= 0) load_urow(u, l, m, uv);
+  const float yv = accumulate ? y[row] : 0.0f;
+  const float bv = base != nullptr ? base[row] : 0.0f;
+  const float v = (m >= 0 ? brow_dot(br, uv, l.r_pad[m]) : 0.0f) + bv;
+  y[row] = accumulate ? yv + v : v;
+}
+
+// The decoder's SwiGLU form: f32 [gate; up] in one row (up at up_off), f32 out.
+__global__ void __launch_bounds__(kThreads)
+    lora_b_swiglu1_kernel(const __half* __restrict__ b, LoraBLayout l, const float* __restrict__ u,
+                          const float* __restrict__ gu, int64_t up_off, float* __restrict__ out, int64_t f) {
+  const int64_t j = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
+  const int mg = j < f ? member_of(l, j) : -1, mu = j < f ? member_of(l, up_off + j) : -1;
+  BRow bg, bu;
+  if (mg >= 0) load_brow(b, l, mg, j, bg);
+  if (mu >= 0) load_brow(b, l, mu, up_off + j, bu);
+  pdl_wait();
+  if (j >= f) return;
+  float ug[kFastRank], uu[kFastRank];
+  if (mg >= 0) load_urow(u, l, mg, ug);
+  if (mu >= 0) load_urow(u, l, mu, uu);
+  const float g = gu[j], up = gu[up_off + j];
+  const float dg = mg >= 0 ? brow_dot(bg, ug, l.r_pad[mg]) : 0.0f;
+  const float du = mu >= 0 ? brow_dot(bu, uu, l.r_pad[mu]) : 0.0f;
+  out[j] = silu_mul(g + dg, up + du);
+}
+
+bool fast_rank(const LoraBLayout& l) {
+  for (int m = 0; m < l.n_members; ++m)
+    if (l.rows[m] > 0 && l.r_pad[m] > kFastRank) return false;
+  return true;
 }
 
 // in16: 0 f32 gate|up, 1 bf16, 2 f16; out16: 0 f32 out, 1 bf16, 2 f16.
@@ -171,6 +256,11 @@ void lora_b_add(const void* b, const LoraBLayout& l, const float* u, float* y, i
   TESSERA_CUDA_REQUIRE(y != nullptr && n >= 1 && ld_y >= n, "lora_b_add: bad output");
   TESSERA_CUDA_REQUIRE(base == nullptr ? accumulate : (ld_base >= n && base != y),
                        "lora_b_add: without a base the adapters' terms can only be added; a base is not the output");
+  if (t == 1 && ld_y == n && detail::fast_rank(l)) {
+    detail::launch("lora_b_add1_kernel", detail::lora_b_add1_kernel, dim3(detail::ceil_div(n, detail::kThreads)),
+                   dim3(detail::kThreads), 0, stream, static_cast<const __half*>(b), l, u, y, n, base, accumulate);
+    return;
+  }
   const int ld = detail::ld_us(l);
   const dim3 grid(detail::ceil_div(n, detail::kThreads), detail::ceil_div(t, detail::kTile));
   detail::launch("lora_b_add_kernel", detail::lora_b_add_kernel, grid, dim3(detail::kThreads),
@@ -193,6 +283,12 @@ void lora_b_swiglu_rows(const void* b, const LoraBLayout& l, const float* u, con
   const int in16 = in_type == DType::F32 ? 0 : in_type == DType::BF16 ? 1 : 2;
   const int o16 = out16 == nullptr ? 0 : out16_type == DType::BF16 ? 1 : 2;
   void* o = out16 != nullptr ? out16 : static_cast<void*>(out);
+  if (t == 1 && in16 == 0 && o16 == 0 && detail::fast_rank(l)) {
+    detail::launch("lora_b_swiglu1_kernel", detail::lora_b_swiglu1_kernel, dim3(detail::ceil_div(f, detail::kThreads)),
+                   dim3(detail::kThreads), 0, stream, static_cast<const __half*>(b), l, u,
+                   static_cast<const float*>(gate), up_off, out, f);
+    return;
+  }
   const int ld = detail::ld_us(l);
   const dim3 grid(detail::ceil_div(f, detail::kThreads), detail::ceil_div(t, detail::kTile));
   detail::launch("lora_b_swiglu_kernel", detail::lora_b_swiglu_kernel, grid, dim3(detail::kThreads),
