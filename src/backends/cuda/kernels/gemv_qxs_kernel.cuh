@@ -69,14 +69,6 @@ __global__ void __launch_bounds__(WARPS * 32)
     xv[j][4] = x1.x, xv[j][5] = x1.y, xv[j][6] = x1.z, xv[j][7] = x1.w;
     ds[j] = __ldg(xds + pos[j]);
   }
-  // RMS: only warp 0 stores (threads < R <= 32), so only it needs the scale; it sums the k/32 partial sums
-  // lane-strided, then the warp tree (a fixed order: the shared kernel's, so both give the same scale).
-  float out_scale = 1.0f;
-  if (rin.sumsq != nullptr && warp == 0) {
-    float ss = 0.0f;
-    for (int i = lane; i < nb; i += 32) ss += rin.sumsq[i];
-    out_scale = 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(k) + rin.eps);  // correctly rounded, as rmsnorm
-  }
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -84,6 +76,15 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
     for (int j = 0; j < P; ++j)
       if (ok[j]) acc[r] += block_dot<D>(wv[r][j], sc[r][j], xv[j], ds[j]);
+  }
+  // RMS, after the dot products (the weights' registers are free by then: ptxas gave 48 registers with it before them,
+  // 40 here, as without it): only warp 0 stores (threads < R <= 32), so only it sums the k/32 partial sums,
+  // lane-strided then the warp tree (the shared kernel's fixed order, so both give the same scale).
+  float out_scale = 1.0f;
+  if (rin.sumsq != nullptr && warp == 0) {
+    float ss = 0.0f;
+    for (int i = lane; i < nb; i += 32) ss += rin.sumsq[i];
+    out_scale = 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(k) + rin.eps);  // correctly rounded, as rmsnorm
   }
   __shared__ float part[WARPS][R];
   int row_of_lane;
