@@ -29,6 +29,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/cuda/kernels.h"
@@ -61,6 +62,16 @@ constexpr Variant v() {
   v<D, 4, 2, 1>(), v<D, 4, 4, 1>(), v<D, 4, 8, 1>(), v<D, 2, 2, 2>(), v<D, 2, 4, 2>(), v<D, 2, 8, 2>(), \
       v<D, 14, 2, 1>(), v<D, 14, 4, 1>(), v<D, 14, 8, 1>(), v<D, 7, 2, 2>(), v<D, 7, 4, 2>(), v<D, 7, 8, 2>()
 const Variant kVariants[] = {FMT(DType::IQ4_NL), FMT(DType::Q4_0), FMT(DType::Q4_1), FMT(DType::Q8_0)};
+
+// fn(i0, i1) over [0, n) in contiguous chunks, one per hardware thread.
+template <typename Fn2>
+void parallel_rows(int n, const Fn2& fn) {
+  const int nt = std::max(1, std::min(n, static_cast<int>(std::thread::hardware_concurrency())));
+  std::vector<std::thread> ts;
+  for (int t = 0; t < nt; ++t)
+    ts.emplace_back([&, t] { fn(static_cast<int>(int64_t{n} * t / nt), static_cast<int>(int64_t{n} * (t + 1) / nt)); });
+  for (auto& th : ts) th.join();
+}
 
 bool fits(const Variant& e, int k) { return qxs_config_fits(e.warps, e.p, k); }
 
@@ -95,8 +106,14 @@ int run(int argc, char** argv) {
       for (auto& f : wf) f = ud(rng);
       const size_t row_bytes = *dtype_row_bytes(d, static_cast<uint64_t>(k));
       std::vector<uint8_t> host(row_bytes * static_cast<size_t>(n));
-      quantize_row(d, wf.data(), host.data(), static_cast<int64_t>(wf.size()));
-      dequantize_row(d, host.data(), wf.data(), static_cast<int64_t>(wf.size()));
+      // Rows in parallel (the output projection's 525M weights take minutes of iq4_nl's scale search on one core).
+      parallel_rows(n, [&](int i0, int i1) {
+        const size_t e0 = static_cast<size_t>(i0) * k, rows = static_cast<size_t>(i1 - i0);
+        quantize_row(d, wf.data() + e0, host.data() + static_cast<size_t>(i0) * row_bytes,
+                     static_cast<int64_t>(rows * k));
+        dequantize_row(d, host.data() + static_cast<size_t>(i0) * row_bytes, wf.data() + e0,
+                       static_cast<int64_t>(rows * k));
+      });
       std::vector<int8_t> hx(static_cast<size_t>(k));
       std::vector<float2> hds(static_cast<size_t>(nb));
       std::uniform_int_distribution<int> qd(-127, 127);
@@ -108,15 +125,17 @@ int run(int argc, char** argv) {
         hds[static_cast<size_t>(b)] = make_float2(dx, dx * static_cast<float>(s));
       }
       std::vector<double> ref(static_cast<size_t>(n)), mag(static_cast<size_t>(n));
-      for (int i = 0; i < n; ++i) {
-        double a = 0, m = 0;
-        for (int e = 0; e < k; ++e) {
-          const double t = double(wf[static_cast<size_t>(i) * k + e]) * hds[static_cast<size_t>(e / 32)].x *
-                           hx[static_cast<size_t>(e)];
-          a += t, m += std::fabs(t);
+      parallel_rows(n, [&](int i0, int i1) {
+        for (int i = i0; i < i1; ++i) {
+          double a = 0, m = 0;
+          for (int e = 0; e < k; ++e) {
+            const double t = double(wf[static_cast<size_t>(i) * k + e]) * hds[static_cast<size_t>(e / 32)].x *
+                             hx[static_cast<size_t>(e)];
+            a += t, m += std::fabs(t);
+          }
+          ref[static_cast<size_t>(i)] = a, mag[static_cast<size_t>(i)] = m;
         }
-        ref[static_cast<size_t>(i)] = a, mag[static_cast<size_t>(i)] = m;
-      }
+      });
       const uint64_t bytes = row_bytes * static_cast<uint64_t>(n);
       const int copies = static_cast<int>(
           std::clamp<uint64_t>((4 * static_cast<uint64_t>(prop.l2CacheSize) + bytes - 1) / bytes, 1, 64));
