@@ -75,7 +75,8 @@ bool gemv_config_supported(DType dtype, const GemvConfig& c) {
   if (c.stationary) {  // and k: gemv_tq2_stationary_fits, gemv_iq4nl_stationary_fits
     const GemvConfig xs = gemv_iq4nl_stationary_config();
     return dtype == DType::TQ2_0 || dtype == DType::TQ1_0 ||
-           (dtype == DType::IQ4_NL && c.threads == xs.threads && c.rows == xs.rows);
+           (dtype == DType::IQ4_NL && c.threads == xs.threads && c.rows == xs.rows && c.unroll == xs.unroll &&
+            c.prefetch == xs.prefetch);
   }
   const detail::Shape s{c.threads, c.rows, c.unroll, c.prefetch};
   return detail::shape_index(c) >= 0 && (!gemv_quantized(dtype) || detail::shape_compiled(dtype, s));
