@@ -173,7 +173,8 @@ void KquantBench::run() {
       if (opt_.all_configs)
         for (const GemvConfig& c : gemv_configs())
           if (gemv_config_supported(dtype, c) &&
-              (c.threads != def.threads || c.rows != def.rows || c.unroll != def.unroll || c.prefetch != def.prefetch))
+              (c.stationary != def.stationary || c.threads != def.threads || c.rows != def.rows ||
+               c.unroll != def.unroll || c.prefetch != def.prefetch))
             configs.push_back(c);
       GraphTiming first{}, best{};
       std::string best_cfg;
@@ -184,7 +185,8 @@ void KquantBench::run() {
         y.download(yh.data(), sizeof(float) * s.n);
         for (float v : yh)
           if (!std::isfinite(v)) fail("bench: {} {}x{} left a non-finite output", dtype_name(dtype), s.n, s.k);
-        const std::string cfg = fmt::format("{}/{}/{}{}", c.threads, c.rows, c.unroll, c.prefetch ? "+pf" : "");
+        const std::string cfg =
+            fmt::format("{}{}/{}/{}{}", c.stationary ? "xs" : "", c.threads, c.rows, c.unroll, c.prefetch ? "+pf" : "");
         if (ci == 0) first = t;
         if (best_cfg.empty() || t.us < best.us) best = t, best_cfg = cfg;
       }
@@ -204,7 +206,8 @@ void KquantBench::run() {
       const double bf16_gbps = (bytes + static_cast<double>(s.n * s.k) * 2) / (expand.us * 1e3);
       fmt::print(
           "{:<5} {:<24} {:>11} {:>9.2f} {:>5.1f}-{:<5.1f} {:>7.0f} {:>9.2f} {:>6.1f}% {:>9.2f} {:>10.2f} {:>9.0f}\n",
-          dtype_name(dtype), s.what, fmt::format("{}/{}/{}*", def.threads, def.rows, def.unroll), first.us,
+          dtype_name(dtype), s.what,
+          fmt::format("{}{}/{}/{}*", def.stationary ? "xs" : "", def.threads, def.rows, def.unroll), first.us,
           first.min_us, first.max_us, gbps, floor_us, 100.0 * floor_us / first.us, rows.us, expand.us, bf16_gbps);
       if (configs.size() > 1)
         fmt::print("{:<5} {:<24} {:>11} {:>9.2f} {:>5.1f}-{:<5.1f} {:>7.0f} {:>9} {:>6.1f}%  (best of {})\n", "", "",

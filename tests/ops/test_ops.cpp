@@ -210,6 +210,9 @@ const std::vector<Row>& rows() {
       v.push_back(matmul_row(w, 12, 200, 1024));
       v.push_back(matmul_row(w, 130, 300, 1024));
     }
+    // iq4_nl's decode GEMV where CUDA takes its x-stationary kernel (K = 4096, N >= 14336), N leaving the last block
+    // of four rows partial.
+    v.push_back(matmul_row(DType::IQ4_NL, 1, 14338, 4096));
     for (const DType w : {DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS})  // partial CPU row groups
       for (const int64_t t : {3, 67}) v.push_back(matmul_row(w, t, 1000, 1536));
     // TEAL: SPARSIFY by top-k per row and by threshold; MATMUL_SPARSE per format at 50% (and 90%, 0%: whole blocks

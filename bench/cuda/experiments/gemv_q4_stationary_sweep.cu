@@ -9,6 +9,11 @@
 //     activation block w * bw + l (and + 32 with two per lane) for the launch, R rows per block in one step, the rows'
 //     sums by tq2_rows_sum's halving shuffles, src's block_dot for the arithmetic;
 // every variant first checked against a double reference on random weights (quantize_row of random floats).
+// First run (H100, 2026-11-26, us, src's default against the best x-stationary variant): iq4_nl 4096x4096 5.00 / 5.12,
+// 6144x4096 6.52 / 6.85, 14336x4096 14.26 / 13.83 (w4/r4/p1), 28672x4096 26.25 / 24.38 (w4/r4/p1), 4096x14336
+// 13.35 / 15.02; q4_0, q4_1 and q8_0 lost at every shape. The kernel then moved to src
+// (kernels/gemv_qxs_kernel.cuh, included here) and became iq4_nl's default at K = 4096, N >= 14336: at those shapes
+// "src def" is src's x-stationary launch (an "xs" config in the tsv) and the shared kernel's shapes follow it.
 //
 // Build here: target exp_gemv_q4_stationary_sweep. Run on the GPU machine:
 //   build/bin/experiments/exp_gemv_q4_stationary_sweep [reps] [formats, e.g. iq4_nl,q4_1]
@@ -24,11 +29,11 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/cuda/kernels.h"
-#include "backends/cuda/kernels/gemv_quant_kernel.cuh"
-#include "backends/cuda/kernels/gemv_tq2_kernel.cuh"
+#include "backends/cuda/kernels/gemv_qxs_kernel.cuh"
 #include "exp_common.cuh"
 
 namespace tessera {
@@ -37,82 +42,12 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 }  // namespace tessera
 
-namespace tessera::cuda::detail {
-
-// y[row] (+)= W[row] . x for rows [blockIdx.x * R, + R): warp w covers activation blocks [w bw, (w + 1) bw) with
-// bw = k / 32 / WARPS <= 32 P, lane l the blocks l, l + 32 (P of them).
-template <DType D, int WARPS, int R, int P>
-__global__ void __launch_bounds__(WARPS * 32)
-    gemv_q_stationary(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
-                      const int8_t* __restrict__ xq, const float2* __restrict__ xds, float* __restrict__ y, int n, int k) {
-  constexpr int QB = QuantFmt<D>::kQuantBytes, SB = QuantFmt<D>::kScaleBytes;
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int nb = k / 32, bw = nb / WARPS;
-  const int row0 = static_cast<int>(blockIdx.x) * R;
-  int pos[P];
-  bool ok[P];
-#pragma unroll
-  for (int j = 0; j < P; ++j) {
-    const int l = lane + 32 * j;
-    ok[j] = l < bw;
-    pos[j] = warp * bw + (ok[j] ? l : 0);
-  }
-  uint4 wv[R][P][QB / 16];
-  uint32_t sc[R][P];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const size_t row = static_cast<size_t>(min(row0 + r, n - 1));
-#pragma unroll
-    for (int j = 0; j < P; ++j) {
-      if (ok[j]) {
-        load_block<QB, SB>(quants + row * nb * QB, scales + row * nb * SB, pos[j], wv[r][j], sc[r][j]);
-      } else {
-#pragma unroll
-        for (int v = 0; v < QB / 16; ++v) wv[r][j][v] = make_uint4(0, 0, 0, 0);
-        sc[r][j] = 0;
-      }
-    }
-  }
-  pdl_wait();
-  int xv[P][8];
-  float2 ds[P];
-#pragma unroll
-  for (int j = 0; j < P; ++j) {
-    const int4 x0 = __ldg(reinterpret_cast<const int4*>(xq) + 2 * pos[j]);
-    const int4 x1 = __ldg(reinterpret_cast<const int4*>(xq) + 2 * pos[j] + 1);
-    xv[j][0] = x0.x, xv[j][1] = x0.y, xv[j][2] = x0.z, xv[j][3] = x0.w;
-    xv[j][4] = x1.x, xv[j][5] = x1.y, xv[j][6] = x1.z, xv[j][7] = x1.w;
-    ds[j] = __ldg(xds + pos[j]);
-  }
-  float acc[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    acc[r] = 0.0f;
-#pragma unroll
-    for (int j = 0; j < P; ++j)
-      if (ok[j]) acc[r] += block_dot<D>(wv[r][j], sc[r][j], xv[j], ds[j]);
-  }
-  __shared__ float part[WARPS][R];
-  int row_of_lane;
-  const float sum = tq2_rows_sum<R>(acc, lane, row_of_lane);
-  if (lane % (32 / R) == 0) part[warp][row_of_lane] = sum;
-  __syncthreads();
-  if (static_cast<int>(threadIdx.x) < R && row0 + static_cast<int>(threadIdx.x) < n) {
-    float v = 0.0f;
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) v += part[w][threadIdx.x];
-    y[row0 + threadIdx.x] = v;
-  }
-}
-
-}  // namespace tessera::cuda::detail
-
 namespace q4xs {
 using namespace tessera;
 using namespace tessera::cuda;
 using namespace tessera::cuda::detail;
 
-using Fn = void (*)(const uint8_t*, const uint8_t*, const int8_t*, const float2*, float*, int, int);
+using Fn = void (*)(const uint8_t*, const uint8_t*, const int8_t*, const float2*, float*, int, int, bool, RmsIn);
 struct Variant {
   DType d;
   int warps, r, p;
@@ -123,17 +58,22 @@ constexpr Variant v() {
   return {D, W, R, P, gemv_q_stationary<D, W, R, P>};
 }
 // K = 4096 (128 blocks): 4 warps of one block per lane or 2 of two; K = 14336 (448 blocks): 14 or 7.
-#define FMT(D)                                                                                                       \
-  v<D, 4, 2, 1>(), v<D, 4, 4, 1>(), v<D, 4, 8, 1>(), v<D, 2, 2, 2>(), v<D, 2, 4, 2>(), v<D, 2, 8, 2>(),              \
+#define FMT(D)                                                                                          \
+  v<D, 4, 2, 1>(), v<D, 4, 4, 1>(), v<D, 4, 8, 1>(), v<D, 2, 2, 2>(), v<D, 2, 4, 2>(), v<D, 2, 8, 2>(), \
       v<D, 14, 2, 1>(), v<D, 14, 4, 1>(), v<D, 14, 8, 1>(), v<D, 7, 2, 2>(), v<D, 7, 4, 2>(), v<D, 7, 8, 2>()
 const Variant kVariants[] = {FMT(DType::IQ4_NL), FMT(DType::Q4_0), FMT(DType::Q4_1), FMT(DType::Q8_0)};
 
-bool fits(const Variant& e, int k) {
-  const int nb = k / 32;
-  if (nb % e.warps != 0) return false;
-  const int bw = nb / e.warps;
-  return bw > 32 * (e.p - 1) && bw <= 32 * e.p;
+// fn(i0, i1) over [0, n) in contiguous chunks, one per hardware thread.
+template <typename Fn2>
+void parallel_rows(int n, const Fn2& fn) {
+  const int nt = std::max(1, std::min(n, static_cast<int>(std::thread::hardware_concurrency())));
+  std::vector<std::thread> ts;
+  for (int t = 0; t < nt; ++t)
+    ts.emplace_back([&, t] { fn(static_cast<int>(int64_t{n} * t / nt), static_cast<int>(int64_t{n} * (t + 1) / nt)); });
+  for (auto& th : ts) th.join();
 }
+
+bool fits(const Variant& e, int k) { return qxs_config_fits(e.warps, e.p, k); }
 
 int run(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 15;
@@ -149,7 +89,8 @@ int run(int argc, char** argv) {
   std::printf("device %s, copy %.0f GB/s\n", prop.name, copy_gbps);
   const char* out = std::getenv("OUT");
   std::FILE* all = std::fopen((std::string(out ? out : "/tmp") + "/q4_stationary.tsv").c_str(), "w");
-  const int shapes[][2] = {{4096, 4096}, {6144, 4096}, {14336, 4096}, {28672, 4096}, {4096, 14336}};
+  // Llama-3-8B's q|k|v, o, gate or up, gate|up, down, and the output projection (128256 x 4096, when iq4_nl).
+  const int shapes[][2] = {{4096, 4096}, {6144, 4096}, {14336, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
   const DType fmts[] = {DType::IQ4_NL, DType::Q4_0, DType::Q4_1, DType::Q8_0};
   std::mt19937 rng(4242);
   int failures = 0;
@@ -165,8 +106,14 @@ int run(int argc, char** argv) {
       for (auto& f : wf) f = ud(rng);
       const size_t row_bytes = *dtype_row_bytes(d, static_cast<uint64_t>(k));
       std::vector<uint8_t> host(row_bytes * static_cast<size_t>(n));
-      quantize_row(d, wf.data(), host.data(), static_cast<int64_t>(wf.size()));
-      dequantize_row(d, host.data(), wf.data(), static_cast<int64_t>(wf.size()));
+      // Rows in parallel (the output projection's 525M weights take minutes of iq4_nl's scale search on one core).
+      parallel_rows(n, [&](int i0, int i1) {
+        const size_t e0 = static_cast<size_t>(i0) * k, rows = static_cast<size_t>(i1 - i0);
+        quantize_row(d, wf.data() + e0, host.data() + static_cast<size_t>(i0) * row_bytes,
+                     static_cast<int64_t>(rows * k));
+        dequantize_row(d, host.data() + static_cast<size_t>(i0) * row_bytes, wf.data() + e0,
+                       static_cast<int64_t>(rows * k));
+      });
       std::vector<int8_t> hx(static_cast<size_t>(k));
       std::vector<float2> hds(static_cast<size_t>(nb));
       std::uniform_int_distribution<int> qd(-127, 127);
@@ -178,15 +125,17 @@ int run(int argc, char** argv) {
         hds[static_cast<size_t>(b)] = make_float2(dx, dx * static_cast<float>(s));
       }
       std::vector<double> ref(static_cast<size_t>(n)), mag(static_cast<size_t>(n));
-      for (int i = 0; i < n; ++i) {
-        double a = 0, m = 0;
-        for (int e = 0; e < k; ++e) {
-          const double t = double(wf[static_cast<size_t>(i) * k + e]) * hds[static_cast<size_t>(e / 32)].x *
-                           hx[static_cast<size_t>(e)];
-          a += t, m += std::fabs(t);
+      parallel_rows(n, [&](int i0, int i1) {
+        for (int i = i0; i < i1; ++i) {
+          double a = 0, m = 0;
+          for (int e = 0; e < k; ++e) {
+            const double t = double(wf[static_cast<size_t>(i) * k + e]) * hds[static_cast<size_t>(e / 32)].x *
+                             hx[static_cast<size_t>(e)];
+            a += t, m += std::fabs(t);
+          }
+          ref[static_cast<size_t>(i)] = a, mag[static_cast<size_t>(i)] = m;
         }
-        ref[static_cast<size_t>(i)] = a, mag[static_cast<size_t>(i)] = m;
-      }
+      });
       const uint64_t bytes = row_bytes * static_cast<uint64_t>(n);
       const int copies = static_cast<int>(
           std::clamp<uint64_t>((4 * static_cast<uint64_t>(prop.l2CacheSize) + bytes - 1) / bytes, 1, 64));
@@ -215,21 +164,23 @@ int run(int argc, char** argv) {
       float src_def = 0, src_best = 1e30f;
       std::vector<GemvConfig> cs{def};
       for (const auto& c : gemv_configs())
-        if (gemv_config_supported(d, c) &&
-            (c.threads != def.threads || c.rows != def.rows || c.unroll != def.unroll || c.prefetch != def.prefetch))
+        if (gemv_config_supported(d, c) && (c.stationary != def.stationary || c.threads != def.threads ||
+                                            c.rows != def.rows || c.unroll != def.unroll || c.prefetch != def.prefetch))
           cs.push_back(c);
       for (size_t ci = 0; ci < cs.size(); ++ci) {
         const GemvConfig c = cs[ci];
         CK(cudaMemsetAsync(y.get(), 0xFF, sizeof(float) * static_cast<size_t>(n), st));
         gemv(w[0], in, y.as<float>(), st, &c);
         const int bad = check();
-        if (bad) ++failures, std::printf("FAIL src %s %dx%d %d/%d/%d: %d rows\n", fname.c_str(), n, k, c.threads, c.rows,
-                                         c.unroll, bad);
-        const float t = exp_common::graph_us(st, e0, e1, batch, reps,
-                                   [&](int i) { gemv(w[static_cast<size_t>(i % copies)], in, y.as<float>(), st, &c); });
+        if (bad)
+          ++failures, std::printf("FAIL src %s %dx%d %s%d/%d/%d: %d rows\n", fname.c_str(), n, k,
+                                  c.stationary ? "xs" : "", c.threads, c.rows, c.unroll, bad);
+        const float t = exp_common::graph_us(st, e0, e1, batch, reps, [&](int i) {
+          gemv(w[static_cast<size_t>(i % copies)], in, y.as<float>(), st, &c);
+        });
         if (all)
-          std::fprintf(all, "%s\t%dx%d\tsrc\t%d/%d/%d%s\t%.3f\t%.1f\t%d\n", fname.c_str(), n, k, c.threads, c.rows,
-                       c.unroll, c.prefetch ? "+pf" : "", t, pct(t), bad);
+          std::fprintf(all, "%s\t%dx%d\tsrc\t%s%d/%d/%d%s\t%.3f\t%.1f\t%d\n", fname.c_str(), n, k,
+                       c.stationary ? "xs" : "", c.threads, c.rows, c.unroll, c.prefetch ? "+pf" : "", t, pct(t), bad);
         if (ci == 0) src_def = t;
         src_best = std::min(src_best, t);
       }
@@ -240,7 +191,8 @@ int run(int argc, char** argv) {
         auto launch = [&](int copy) {
           const DeviceWeight& ww = w[static_cast<size_t>(copy)];
           exp_common::launch_pdl(e.f, dim3((n + e.r - 1) / e.r), dim3(32 * e.warps), 0, st, ww.quants.as<uint8_t>(),
-                                 ww.scales.as<uint8_t>(), in.q8, in.q8_ds, y.as<float>(), n, k);
+                                 ww.scales.as<uint8_t>(), in.q8, in.q8_ds, y.as<float>(), n, k, false,
+                                 RmsIn{nullptr, 0.0f});
         };
         CK(cudaMemsetAsync(y.get(), 0xFF, sizeof(float) * static_cast<size_t>(n), st));
         launch(0);
@@ -256,8 +208,9 @@ int run(int argc, char** argv) {
         if (t < xs_best) xs_best = t, std::snprintf(xs_name, sizeof xs_name, "w%d/r%d/p%d", e.warps, e.r, e.p);
       }
       char line[256];
-      std::snprintf(line, sizeof line, "%-6s %5dx%-5d src def %6.2fus %5.1f%% | src best %6.2fus %5.1f%% | xs %s %6.2fus %5.1f%%",
-                    fname.c_str(), n, k, src_def, pct(src_def), src_best, pct(src_best), xs_name, xs_best, pct(xs_best));
+      std::snprintf(
+          line, sizeof line, "%-6s %5dx%-5d src def %6.2fus %5.1f%% | src best %6.2fus %5.1f%% | xs %s %6.2fus %5.1f%%",
+          fname.c_str(), n, k, src_def, pct(src_def), src_best, pct(src_best), xs_name, xs_best, pct(xs_best));
       summary.push_back(line);
       std::printf("%s\n", line);
       std::fflush(stdout);

@@ -134,10 +134,11 @@ struct GemvConfig {
   int rows = 0;
   int unroll = 0;
   int prefetch = 0;
-  // tq2_0 only: the x-stationary kernel (kernels/gemv_tq2_kernel.cuh: threads / 32 warps share a row, each lane holding
-  // one 64-element half-unit's activation for the whole launch; `rows` rows per block, one step), not one of
-  // gemv_configs(). gemv_default_config picks it where it measured faster; its k must be a multiple of 2048 (one
-  // half-unit per lane).
+  // tq2_0 and iq4_nl only: the x-stationary kernel (threads / 32 warps share a row, each lane holding its part of the
+  // activation for the whole launch; `rows` rows per block, one step), not one of gemv_configs().
+  // gemv_default_config picks it where it measured faster. tq2_0 (kernels/gemv_tq2_kernel.cuh): one 64-element
+  // half-unit per lane, k a multiple of 2048. iq4_nl (kernels/gemv_qxs_kernel.cuh): one 32-block per lane, compiled
+  // for k = 4096 only (128 threads, 4 rows).
   bool stationary = false;
 };
 const std::vector<GemvConfig>& gemv_configs();
@@ -145,9 +146,15 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k);
 // Whether tq2_0's x-stationary GEMV (GemvConfig::stationary) runs an n x k matrix: k / 2048 warps of one half-unit
 // per lane (2 to 16 warps), without the norm_out epilogue.
 bool gemv_tq2_stationary_fits(int64_t k);
+// Whether iq4_nl's x-stationary GEMV (GemvConfig::stationary) runs an n x k matrix: its one compiled launch shape is
+// four warps of one 32-block per lane (k = 4096), threads 128 and rows 4 (gemv_iq4nl_stationary_config); no
+// norm_out or SwiGLU epilogue (rms_sumsq and accumulate work).
+bool gemv_iq4nl_stationary_fits(int64_t k);
+GemvConfig gemv_iq4nl_stationary_config();
 // Whether launch shape c (one of gemv_configs()) has a GEMV kernel for weights of dtype: every shape for the float
 // formats, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q2_K and q4_K; rows * unroll <= 4 for q3_K, q5_K and q6_K
-// (their larger shapes spill registers). gemv fails for the others.
+// (their larger shapes spill registers). gemv fails for the others. A stationary c: tq2_0 and tq1_0 (the row length is
+// gemv_tq2_stationary_fits's to check), iq4_nl at gemv_iq4nl_stationary_config() (k: gemv_iq4nl_stationary_fits).
 bool gemv_config_supported(DType dtype, const GemvConfig& c);
 // Whether quantized GEMVs of launch shape c have the norm_out epilogue (GemvInput::norm_out_*): warp groups of two or
 // four rows per warp with at most two loads in flight, no prefetch.

@@ -204,6 +204,88 @@ TEST(CudaGemv, TernaryStationaryMatchesReference) {
   EXPECT_THROW(gemv(w, in, yc.as<float>(), nullptr, &bad), Error);
 }
 
+// iq4_nl's x-stationary kernel (GemvConfig::stationary, the default at K = 4096 and N >= 14336: Llama-3-8B's gate or
+// up, gate|up and output projection) against the reference at 14336x4096, 28672x4096 and rows that leave the last
+// block of four partial (and fewer rows than a block); then with accumulate, without and with the RMS input, against
+// the shared kernel on the same inputs; launch shapes and inputs it cannot run are refused. (The op table's
+// MATMUL_iq4_nl_t1_n14338_k4096 runs it through the decoder's default launch.)
+TEST(CudaGemv, Iq4nlStationaryMatchesReference) {
+  const GemvConfig xs = gemv_iq4nl_stationary_config();
+  EXPECT_TRUE(xs.stationary);
+  EXPECT_TRUE(gemv_config_supported(DType::IQ4_NL, xs));
+  EXPECT_FALSE(gemv_config_supported(DType::Q4_0, xs));
+  EXPECT_FALSE(gemv_norm_out_supported(xs));
+  EXPECT_TRUE(gemv_iq4nl_stationary_fits(4096));
+  EXPECT_FALSE(gemv_iq4nl_stationary_fits(14336));
+  for (const int64_t n : {14336, 28672, 128256}) {
+    const GemvConfig c = gemv_default_config(DType::IQ4_NL, n, 4096);
+    EXPECT_TRUE(c.stationary && c.threads == xs.threads && c.rows == xs.rows) << n;
+  }
+  EXPECT_FALSE(gemv_default_config(DType::IQ4_NL, 4096, 4096).stationary);
+  EXPECT_FALSE(gemv_default_config(DType::IQ4_NL, 6144, 4096).stationary);
+  EXPECT_FALSE(gemv_default_config(DType::IQ4_NL, 4096, 14336).stationary);
+  EXPECT_FALSE(gemv_default_config(DType::IQ4_NL, 16384, 2048).stationary);
+  EXPECT_FALSE(gemv_default_config(DType::Q4_0, 14336, 4096).stationary);  // q4_0, q4_1, q8_0 lost at every shape
+  EXPECT_FALSE(gemv_norm_out_config(DType::IQ4_NL, 4096, 14336).stationary);
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const int64_t k = 4096;
+  for (const int64_t n : {14336, 28672, 4101, 3}) {
+    check_gemv(DType::IQ4_NL, n, k, &xs, rng);
+    if (HasFatalFailure()) return;
+  }
+  const int64_t n = 1027;
+  const auto w_host = random_weight(rng, DType::IQ4_NL, n, k);
+  const DeviceWeight w = upload_weight(DType::IQ4_NL, w_host.data(), n, k);
+  const std::vector<float> x = random_floats(rng, static_cast<size_t>(k), -3.0f, 3.0f);
+  std::vector<int8_t> q(static_cast<size_t>(k));
+  std::vector<float2> ds(static_cast<size_t>(k / 32));
+  std::vector<float> sumsq(static_cast<size_t>(k / 32), 0.0f);
+  quantize_q8_ref(x.data(), q.data(), ds.data(), k);
+  for (int64_t i = 0; i < k; ++i) sumsq[i / 32] += x[i] * x[i];
+  const std::vector<float> y0 = random_floats(rng, static_cast<size_t>(n));
+  DeviceBuffer qd = to_device(q), dsd = to_device(ds), ssd = to_device(sumsq);
+  const GemvConfig shared{128, 4, 1, 0};
+  for (const bool rms_in : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "rms_sumsq " << rms_in);
+    GemvInput in;
+    in.q8 = qd.as<int8_t>(), in.q8_ds = dsd.as<float2>();
+    if (rms_in) in.rms_sumsq = ssd.as<float>(), in.rms_eps = 1e-5f;
+    DeviceBuffer ya = to_device(y0), yb = to_device(y0);
+    gemv(w, in, ya.as<float>(), nullptr, &xs, true);
+    gemv(w, in, yb.as<float>(), nullptr, &shared, true);
+    synchronize();
+    const auto va = to_host<float>(ya, static_cast<size_t>(n)), vb = to_host<float>(yb, static_cast<size_t>(n));
+    double rms = 0;
+    for (int64_t i = 0; i < n; ++i) rms += double(vb[i] - y0[i]) * (vb[i] - y0[i]);
+    rms = std::sqrt(rms / static_cast<double>(n));
+    ASSERT_GT(rms, 0.0);
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(va[i], vb[i], 1e-4 * rms) << "row " << i;
+  }
+  // Launch shapes and inputs it cannot run are refused with an error, never run.
+  GemvInput in;
+  in.q8 = qd.as<int8_t>(), in.q8_ds = dsd.as<float2>();
+  DeviceBuffer yc = poisoned(sizeof(float) * n);
+  GemvConfig bad = xs;
+  bad.rows = 8;
+  EXPECT_THROW(gemv(w, in, yc.as<float>(), nullptr, &bad), Error);
+  bad = xs;
+  bad.threads = 64;
+  EXPECT_THROW(gemv(w, in, yc.as<float>(), nullptr, &bad), Error);
+  const std::vector<float> nw(static_cast<size_t>(n), 1.0f);
+  DeviceBuffer nwd = to_device(nw);
+  GemvInput with_norm_out = in;
+  with_norm_out.norm_out_w = nwd.as<float>();
+  EXPECT_THROW(gemv(w, with_norm_out, yc.as<float>(), nullptr, &xs), Error);
+  const int64_t k2 = 2048;  // not the compiled row length
+  const auto w2_host = random_weight(rng, DType::IQ4_NL, 8, k2);
+  const DeviceWeight w2 = upload_weight(DType::IQ4_NL, w2_host.data(), 8, k2);
+  EXPECT_THROW(gemv(w2, in, yc.as<float>(), nullptr, &xs), Error);
+  const auto w3_host = random_weight(rng, DType::Q4_0, 8, k);  // another format
+  const DeviceWeight w3 = upload_weight(DType::Q4_0, w3_host.data(), 8, k);
+  EXPECT_THROW(gemv(w3, in, yc.as<float>(), nullptr, &xs), Error);
+}
+
 // The GEMV study knobs of CudaOptions (cuda_options.h; they replaced TESSERA_CUDA_EARLY_L2, TESSERA_CUDA_PDL and
 // TESSERA_CUDA_GEMV_SHAPES): the early L2 prefetch (per-thread lines or one bulk prefetch, any amount) and PDL change
 // no arithmetic, so y is bit for bit the default's; a gemv_shapes entry makes the default launch (config null) take

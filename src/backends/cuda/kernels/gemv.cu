@@ -72,7 +72,12 @@ bool gemv_norm_out_supported(const GemvConfig& c) {
 }
 
 bool gemv_config_supported(DType dtype, const GemvConfig& c) {
-  if (c.stationary) return dtype == DType::TQ2_0 || dtype == DType::TQ1_0;  // and k: gemv_tq2_stationary_fits
+  if (c.stationary) {  // and k: gemv_tq2_stationary_fits, gemv_iq4nl_stationary_fits
+    const GemvConfig xs = gemv_iq4nl_stationary_config();
+    return dtype == DType::TQ2_0 || dtype == DType::TQ1_0 ||
+           (dtype == DType::IQ4_NL && c.threads == xs.threads && c.rows == xs.rows && c.unroll == xs.unroll &&
+            c.prefetch == xs.prefetch);
+  }
   const detail::Shape s{c.threads, c.rows, c.unroll, c.prefetch};
   return detail::shape_index(c) >= 0 && (!gemv_quantized(dtype) || detail::shape_compiled(dtype, s));
 }
@@ -195,6 +200,14 @@ const GemvConfig* swept_unit_config(DType dtype, int64_t n, int64_t k) {
 
 bool gemv_tq2_stationary_fits(int64_t k) { return k % 2048 == 0 && k / 2048 >= 2 && k / 2048 <= 16; }
 
+bool gemv_iq4nl_stationary_fits(int64_t k) { return k == int64_t{32} * 32 * detail::kIq4nlXsWarps; }
+
+GemvConfig gemv_iq4nl_stationary_config() {
+  GemvConfig c{32 * detail::kIq4nlXsWarps, detail::kIq4nlXsRows, 1, 0};
+  c.stationary = true;
+  return c;
+}
+
 GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
   if (const GemvConfig* o = shape_override(n, k)) return *o;
   if (dtype == DType::TQ1_0) dtype = DType::TQ2_0;  // uploaded as tq2_0 (weights.cpp)
@@ -206,6 +219,12 @@ GemvConfig gemv_default_config(DType dtype, int64_t n, int64_t k) {
     c.stationary = true;
     return c;
   }
+  // iq4_nl's x-stationary kernel where it beat src's shared kernel at its default launch shape
+  // (exp_gemv_q4_stationary_sweep, H100, 2026-11-26, medians with L2 defeated, us; xs at its best warps/rows/blocks
+  // per lane): 14336x4096 13.83 at w4/r4/p1 (14.26), 28672x4096 24.38 at w4/r4/p1 (26.25). It lost at 4096x4096
+  // (5.12 at w4/r2/p1 against 5.00), 6144x4096 (6.85 against 6.52) and 4096x14336 (15.02 at w14/r2/p1 against 13.35).
+  // The output projection (128256x4096, when iq4_nl) takes it by the same rule (not measured).
+  if (dtype == DType::IQ4_NL && gemv_iq4nl_stationary_fits(k) && n >= 14336) return gemv_iq4nl_stationary_config();
   // Picked from the H100 sweeps of every shape in the table (docs/CUDA_NOTES.md, runs 1-3): at the issue's large
   // shapes each choice is within ~3% of the sweep's best (q8_0/q4 at 4096x14336 within ~5%).
   if (const GemvConfig* c = detail::swept_unit_config(dtype, n, k)) return *c;
@@ -273,16 +292,27 @@ void gemv(const DeviceWeight& w, const GemvInput& x, float* y, cudaStream_t stre
   TESSERA_CUDA_REQUIRE(y != nullptr, "gemv: output pointer is null");
   const GemvConfig c = config ? *config : gemv_default_config(w.dtype, w.n, w.k);
   if (c.stationary) {
-    TESSERA_CUDA_REQUIRE(w.dtype == DType::TQ2_0 && gemv_tq2_stationary_fits(w.k) &&
-                             c.threads == static_cast<int>(w.k / 2048) * 32 && (c.rows == 4 || c.rows == 8),
-                         "gemv: the x-stationary launch shape is for tq2_0 rows of a multiple of 2048 columns (up to "
-                         "32768), k / 2048 warps, 4 or 8 rows per block");
+    TESSERA_CUDA_REQUIRE(w.dtype == DType::TQ2_0 || w.dtype == DType::IQ4_NL,
+                         "gemv: the x-stationary launch shape has kernels for tq2_0 and iq4_nl weights only, not " +
+                             std::string(dtype_name(w.dtype)));
+    if (w.dtype == DType::TQ2_0)
+      TESSERA_CUDA_REQUIRE(gemv_tq2_stationary_fits(w.k) && c.threads == static_cast<int>(w.k / 2048) * 32 &&
+                               (c.rows == 4 || c.rows == 8),
+                           "gemv: the x-stationary launch shape is for tq2_0 rows of a multiple of 2048 columns (up to "
+                           "32768), k / 2048 warps, 4 or 8 rows per block");
+    else
+      TESSERA_CUDA_REQUIRE(gemv_iq4nl_stationary_fits(w.k) && gemv_config_supported(w.dtype, c),
+                           "gemv: the x-stationary iq4_nl kernel is compiled for rows of 4096 columns only, at 128 "
+                           "threads and 4 rows per block (gemv_iq4nl_stationary_config)");
     TESSERA_CUDA_REQUIRE(x.norm_w == nullptr && x.norm_out_w == nullptr && !x.swiglu,
-                         "gemv: the x-stationary tq2_0 kernel has no RMSNorm, norm_out or SwiGLU epilogue");
-    TESSERA_CUDA_REQUIRE(
-        x.q8 != nullptr && x.q8_ds != nullptr && detail::aligned16(x.q8) && detail::aligned16(x.q8_ds),
-        "gemv: quantized weights need the q8 activation (16-byte aligned; see quantize_q8)");
-    detail::launch_gemv_tq2_stationary(c, detail::LaunchArgs{&w, &x, y, stream, accumulate});
+                         "gemv: the x-stationary kernels have no RMSNorm, norm_out or SwiGLU epilogue");
+    TESSERA_CUDA_REQUIRE(x.q8 != nullptr && x.q8_ds != nullptr && detail::aligned16(x.q8) && detail::aligned16(x.q8_ds),
+                         "gemv: quantized weights need the q8 activation (16-byte aligned; see quantize_q8)");
+    const detail::LaunchArgs a{&w, &x, y, stream, accumulate};
+    if (w.dtype == DType::TQ2_0)
+      detail::launch_gemv_tq2_stationary(c, a);
+    else
+      detail::launch_gemv_q_stationary(c, a);
     return;
   }
   const int index = detail::shape_index(c);

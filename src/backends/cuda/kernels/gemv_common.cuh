@@ -244,5 +244,9 @@ void launch_gemv_kquant(int index, const LaunchArgs& a);
 void launch_gemv_ternary(int index, const LaunchArgs& a);
 // tq2_0's x-stationary kernel (GemvConfig::stationary), in gemv_tq2.cu: rows per block c.rows (4 or 8).
 void launch_gemv_tq2_stationary(const GemvConfig& c, const LaunchArgs& a);
+// iq4_nl's x-stationary kernel (GemvConfig::stationary), in gemv_qxs.cu: its one compiled launch shape, kIq4nlXsWarps
+// warps of one 32-block per lane (k = 4096) and kIq4nlXsRows rows per block.
+constexpr int kIq4nlXsWarps = 4, kIq4nlXsRows = 4;
+void launch_gemv_q_stationary(const GemvConfig& c, const LaunchArgs& a);
 
 }  // namespace tessera::cuda::detail
