@@ -477,9 +477,13 @@ int run(int argc, char** argv) {
   const double copy = exp_common::copy_gbps(st, e0, e1);
   std::printf("device %s (%d SMs, L2 %d MB), copy %.0f GB/s, %d calls per point, L2 flushed before each\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, copy, reps);
-  for (const Kind& kd : kKinds)
+  // The opt-in limit counts the kernel's static shared memory too: what is left of it may be asked for dynamically.
+  for (const Kind& kd : kKinds) {
+    cudaFuncAttributes fa{};
+    CK(cudaFuncGetAttributes(&fa, kd.f));
     CK(cudaFuncSetAttribute(kd.f, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            static_cast<int>(prop.sharedMemPerBlockOptin)));
+                            static_cast<int>(prop.sharedMemPerBlockOptin - fa.sharedSizeBytes)));
+  }
   Timer timer(st, reps, static_cast<size_t>(prop.l2CacheSize));
   const char* out = std::getenv("OUT");
   std::FILE* tsv = out ? std::fopen((std::string(out) + "/sparse_sweep.tsv").c_str(), "w") : nullptr;
@@ -657,7 +661,9 @@ int run(int argc, char** argv) {
           // One wave of at most one block per SM: shared memory enough that no second block fits beside it.
           if (blocks <= prop.multiProcessorCount && !v.no_force)
             smem = std::max(smem, static_cast<size_t>(prop.sharedMemPerMultiprocessor) / 2 + 1024);
-          smem = std::min(smem, static_cast<size_t>(prop.sharedMemPerBlockOptin));
+          cudaFuncAttributes fa{};
+          CK(cudaFuncGetAttributes(&fa, kd.f));
+          smem = std::min(smem, static_cast<size_t>(prop.sharedMemPerBlockOptin) - fa.sharedSizeBytes);
           const uint8_t* wp = v.tiled ? tiled.as<uint8_t>() : cm.as<uint8_t>();
           // PDL as src's launches, and the slices as one cluster for the cluster kinds.
           cudaLaunchConfig_t cfg{};
