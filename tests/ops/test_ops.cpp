@@ -225,7 +225,9 @@ const std::vector<Row>& rows() {
     v.push_back(matmul_sparse_row(DType::Q8_0, 1, 200, 576, 0.0f));
     v.push_back(matmul_sparse_row(DType::F16, 3, 1000, 576, 0.65f));
     v.push_back(matmul_sparse_row(DType::Q4_0, 2, 40, 64, 0.5f));
-    v.push_back(matmul_sparse_row(DType::Q6_K, 1, 64, 512, 0.5f));  // converted to f16 at load: the f16 sparse kernel
+    v.push_back(matmul_sparse_row(DType::Q6_K, 1, 64, 512, 0.5f));   // converted to f16 at load: the f16 sparse kernel
+    v.push_back(matmul_sparse_row(DType::Q4_K, 1, 96, 512, 0.5f));   // the q4_1 sparse kernel on a q4_1 copy
+    v.push_back(matmul_sparse_row(DType::TQ2_0, 1, 96, 512, 0.5f));  // no sparse path: the dense kernel on the zeroed x
     // CUDA's sparse GEMV at a Llama-3-8B width: 64-row tiles, the split form over a long list.
     v.push_back(matmul_sparse_row(DType::BF16, 1, 1000, 4096, 0.5f));
     v.push_back(matmul_sparse_row(DType::F16, 1, 4096, 1024, 0.97f));

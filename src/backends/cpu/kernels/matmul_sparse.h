@@ -45,9 +45,11 @@ struct SparseWeight {
   uint64_t bytes = 0;
 };
 
-// Whether the active ISA has sparse kernels for this weight format (f32, f16, bf16, q8_0, q4_0, q4_1 on AVX2+).
+// Whether the active ISA has sparse kernels for this weight format (f32, f16, bf16, q8_0, q4_0, q4_1 on AVX2+; and
+// q4_K, whose copy is q4_1's: every 32-element sub-block of it is w = D q + M with a 4-bit q).
 bool sparse_matmul_supports(DType dtype);
-// Builds the channel-major copy of W [n, k] (file layout). Error for a format sparse_matmul_supports rejects.
+// Builds the channel-major copy of W [n, k] (file layout). Error for a format sparse_matmul_supports rejects. A q4_K
+// weight comes back as a q4_1 one (its dtype says Q4_1).
 SparseWeight prepare_sparse_weight(DType dtype, const void* rows, int64_t n, int64_t k);
 // y[t, n] = x[t, k] · Wᵀ, each row as its own sparse GEMV. Quantized formats quantize x to 8 bits per block of 32 as
 // matmul() does (a zero stays zero). x and y must not overlap.
