@@ -607,6 +607,30 @@ void convert_rows(DType from, const void* src, DType to, void* dst, int64_t n, i
   }
 }
 
+void q4_k_rows_as_q4_1(const void* src, void* dst, int64_t n, int64_t k) {
+  TESSERA_CHECK(src != nullptr && dst != nullptr && n > 0 && k > 0 && k % kQKK == 0,
+                "q4_K rows as q4_1: null rows, or a row of {} elements (a multiple of 256 is needed)", k);
+  const int64_t kb = k / kQK, sb = k / kQKK;
+  const auto* in = static_cast<const BlockQ4_K*>(src);
+  auto* out = static_cast<BlockQ4_1*>(dst);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t s = 0; s < sb; ++s) {
+      const BlockQ4_K& b = in[r * sb + s];
+      const float d = format_detail::half_value(b.d), dmin = format_detail::half_value(b.dmin);
+      for (int j = 0; j < kQKK / kQK; ++j) {
+        int sc = 0, m = 0;
+        format_detail::q4_k_scale_min(j, b.scales, &sc, &m);
+        BlockQ4_1& o = out[r * kb + s * (kQKK / kQK) + j];
+        o.d = f32_to_fp16(d * static_cast<float>(sc));
+        o.m = f32_to_fp16(-(dmin * static_cast<float>(m)));
+        const uint8_t* q = b.qs + 32 * (j / 2);
+        const int shift = 4 * (j & 1);
+        for (int l = 0; l < kQK / 2; ++l)  // q4_1's order: element l in the low nibble of byte l, l + 16 in the high
+          o.qs[l] = static_cast<uint8_t>(((q[l] >> shift) & 0xF) | (((q[l + 16] >> shift) & 0xF) << 4));
+      }
+    }
+}
+
 double vec_dot_ref(DType t, const void* row, const float* x, int64_t n) {
   std::vector<float> w(static_cast<size_t>(n));
   dequantize_row(t, row, w.data(), n);

@@ -66,4 +66,10 @@ double dot_q8_ref(DType t, const void* row, const BlockQ8Act* x, int64_t n);
 // direction is unsupported or k is not a whole number of blocks of both formats.
 void convert_rows(DType from, const void* src, DType to, void* dst, int64_t n, int64_t k);
 
+// q4_K rows W [n, k] as q4_1 rows (dst: n * k / 32 BlockQ4_1): each 32-element sub-block w = d sc q - dmin m becomes
+// the q4_1 block D = fp16(d sc), M = fp16(-dmin m) over the same 4-bit q, so the value differs from q4_K's by the
+// fp16 rounding of D and M (at most 2^-11 of each). The TEAL sparse GEMVs run q4_K on q4_1's kernels over this copy
+// (20 bytes per 32 weights against q4_K's 18). Error for k not a multiple of 256.
+void q4_k_rows_as_q4_1(const void* src, void* dst, int64_t n, int64_t k);
+
 }  // namespace tessera

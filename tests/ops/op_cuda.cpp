@@ -126,7 +126,7 @@ std::optional<std::vector<float>> run_cuda(const OpGraph& og) {
       return floats_of(y, out.numel());
     }
     case Op::MATMUL_SPARSE: {
-      // As the executors: one row of bf16, f16, q8_0, q4_0 or q4_1 weights takes a sparse GEMV over x's nonzero
+      // As the executors: one row of bf16, f16, q8_0, q4_0, q4_1 or q4_K weights takes a sparse GEMV over x's nonzero
       // entries (threshold 0 keeps exactly those: x is already zeroed); other formats and several rows the dense
       // matmul on the zeroed x.
       const DeviceWeight w = upload(in(1));
@@ -136,9 +136,16 @@ std::optional<std::vector<float>> run_cuda(const OpGraph& og) {
         const SparseWeight sw = make_sparse_columns(w, s);
         SparseGemvWorkspace ws(w.n);
         gemv_sparse_x(sw, x.as<float>(), 0.0f, y.as<float>(), false, ws, s);
-      } else if (t == 1 && gemv_sparse_supports(w.dtype)) {
-        // Quantized: the list of x's nonzero entries with 8-bit values (the CPU's activation quantization).
-        const SparseWeight sw = make_sparse_weight(w, s);
+      } else if (t == 1 && (gemv_sparse_supports(w.dtype) || w.dtype == DType::Q4_K)) {
+        // Quantized: the list of x's nonzero entries with 8-bit values (the CPU's activation quantization). q4_K:
+        // q4_1's walk over a q4_1 copy (q4_k_rows_as_q4_1), as the decoder runs it.
+        DeviceWeight w41;
+        if (w.dtype == DType::Q4_K) {
+          std::vector<uint8_t> q41(static_cast<size_t>(w.n) * *dtype_row_bytes(DType::Q4_1, w.k));
+          q4_k_rows_as_q4_1(in(1).data, q41.data(), w.n, w.k);
+          w41 = upload_weight(DType::Q4_1, q41.data(), w.n, w.k);
+        }
+        const SparseWeight sw = make_sparse_weight(w.dtype == DType::Q4_K ? w41 : w, s);
         SparseGemvWorkspace ws(w.n);
         DeviceBuffer list(static_cast<size_t>(w.k) * sizeof(SparseEntry)), count(4);
         DeviceBuffer xz(static_cast<size_t>(w.k) * sizeof(float));

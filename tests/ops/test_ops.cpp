@@ -75,8 +75,8 @@ Row matmul_row(DType w, int64_t t, int64_t n, int64_t k) {
 
 // TEAL's sparse GEMV: against the dense reference on the same zeroed x, with MATMUL's limits (quantized formats
 // quantize x to 8 bits per block as the dense kernels do; zeros stay zero). CUDA: the sparse GEMV for one row of bf16,
-// f16, q8_0, q4_0 or q4_1 weights (f32 x; converted formats: bf16), else the dense matmul on the zeroed x, as the
-// executors run it.
+// f16, q8_0, q4_0, q4_1 or q4_K (a q4_1 copy) weights (f32 x; converted formats: bf16), else the dense matmul on the
+// zeroed x, as the executors run it.
 Row matmul_sparse_row(DType w, int64_t t, int64_t n, int64_t k, float sparsity) {
   Row r = matmul_row(w, t, n, k);
   r.name = "MATMUL_SPARSE_" + dn(w) + "_t" + std::to_string(t) + "_n" + std::to_string(n) + "_k" + std::to_string(k) +

@@ -447,6 +447,34 @@ TEST(ConvertRows, RefusesWhatItCannotDo) {
   EXPECT_THROW(convert_rows(DType::Q6_K, src.data(), DType::BF16, dst.data(), 1, 100), Error);
 }
 
+// q4_k_rows_as_q4_1 (the TEAL sparse GEMVs' copy of q4_K): every element of the q4_1 rows is q4_K's value up to the
+// fp16 rounding of D = d sc and M = -dmin m (2^-11 of each: |D q| + |M| bounds it), each block's nibbles are q4_K's
+// codes (the largest error would be ~|D| with a nibble off by one), and rows are independent.
+TEST(ConvertRows, Q4KAsQ4_1KeepsTheCodes) {
+  std::mt19937 rng(test_seed());
+  const int64_t n = 7, k = 768;
+  const auto x = random_values(rng, n * k);
+  std::vector<uint8_t> src(*dtype_row_bytes(DType::Q4_K, n * k));
+  quantize_row(DType::Q4_K, x.data(), src.data(), n * k);
+  std::vector<uint8_t> dst(*dtype_row_bytes(DType::Q4_1, n * k));
+  q4_k_rows_as_q4_1(src.data(), dst.data(), n, k);
+  std::vector<float> want(static_cast<size_t>(n * k)), got(want.size());
+  dequantize_row(DType::Q4_K, src.data(), want.data(), n * k);
+  dequantize_row(DType::Q4_1, dst.data(), got.data(), n * k);
+  const auto* blocks = reinterpret_cast<const BlockQ4_1*>(dst.data());
+  for (int64_t i = 0; i < n * k; ++i) {
+    const BlockQ4_1& b = blocks[i / 32];
+    const float d = fp16_to_f32(b.d), m = fp16_to_f32(b.m);
+    const int c = static_cast<int>(i % 32), q = c < 16 ? b.qs[c] & 0xF : b.qs[c - 16] >> 4;
+    const double bound = std::ldexp(std::fabs(d * static_cast<float>(q)) + std::fabs(m), -11) * 1.01 + 1e-12;
+    ASSERT_NEAR(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)], bound) << "element " << i;
+  }
+  std::vector<uint8_t> row(*dtype_row_bytes(DType::Q4_1, k));
+  q4_k_rows_as_q4_1(src.data() + 4 * *dtype_row_bytes(DType::Q4_K, k), row.data(), 1, k);
+  EXPECT_TRUE(std::equal(row.begin(), row.end(), dst.begin() + 4 * static_cast<int64_t>(row.size())));
+  EXPECT_THROW(q4_k_rows_as_q4_1(src.data(), dst.data(), 1, 512 + 32), Error);
+}
+
 TEST(FormatSupport, TablesAndTexts) {
   const FormatSupport s("cuda", {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1},
                         DType::BF16);

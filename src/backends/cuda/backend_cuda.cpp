@@ -195,8 +195,10 @@ struct CudaDecoder::Impl {
       return l.node >= 0 && std::find(ops.begin(), ops.end(), graph::op_name(src.node(l.node).op)) != ops.end();
     });
     embed_launch = -2;  // launch indices moved: the chain keeps the embedding as a launch (if it is still there)
-    std::fprintf(stderr, "tessera: cuda option drop_ops=%s left out %zu of %zu decode launches: outputs are wrong, "
-                 "timing study only\n", e.c_str(), before - launches.size(), before);
+    std::fprintf(stderr,
+                 "tessera: cuda option drop_ops=%s left out %zu of %zu decode launches: outputs are wrong, "
+                 "timing study only\n",
+                 e.c_str(), before - launches.size(), before);
   }
   void check_step(int32_t token, int64_t pos) const;
   void upload_step(int32_t token, int64_t pos);
@@ -310,8 +312,21 @@ bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
     for (int i = 0; i < n_weights; ++i) members.push_back(&g.tensor(n.inputs.at(static_cast<size_t>(1 + i))));
     wp = &sh->stack(n, members);
   }
-  if (!gemv_sparse_supports(wp->dtype)) return false;
-  const bool columns = !gemv_quantized(wp->dtype);  // bf16/f16: gemv_sparse_x; quantized: the list walk
+  // q4_K: q4_1's list walk over a q4_1 copy of the weights (q4_k_rows_as_q4_1), as the CPU runs it.
+  const bool q4k = wp->dtype == DType::Q4_K;
+  if (!q4k && !gemv_sparse_supports(wp->dtype)) return false;
+  std::vector<uint8_t> q4k_rows;  // the node's q4_K rows on the host (a stack: its members in order)
+  if (q4k && sparse_weights.find(wp) == sparse_weights.end()) {
+    for (int i = 0; i < n_weights; ++i) {
+      const graph::Tensor& t = g.tensor(n.inputs.at(static_cast<size_t>(1 + i)));
+      if (t.dtype != DType::Q4_K || t.data == nullptr || t.shape.size() != 2 || t.shape[1] != wp->k) return false;
+      const auto* p = static_cast<const uint8_t*>(t.data);
+      q4k_rows.insert(q4k_rows.end(), p, p + t.nbytes());
+    }
+    if (static_cast<int64_t>(q4k_rows.size()) != wp->n * static_cast<int64_t>(*dtype_row_bytes(DType::Q4_K, wp->k)))
+      return false;
+  }
+  const bool columns = !q4k && !gemv_quantized(wp->dtype);  // bf16/f16: gemv_sparse_x; quantized: the list walk
   if (columns) {
     if (sl->threshold < 0 || !sl->in_place) sl->launch = true;
     if (sl->counter < 0) sl->counter = id_in_g;
@@ -320,6 +335,14 @@ bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
     sl->list_used = true;
   }
   std::unique_ptr<SparseWeight>& sw = sparse_weights[wp];
+  if (!sw && q4k) {
+    std::vector<uint8_t> q41(static_cast<size_t>(wp->n) * *dtype_row_bytes(DType::Q4_1, wp->k));
+    q4_k_rows_as_q4_1(q4k_rows.data(), q41.data(), wp->n, wp->k);
+    const DeviceWeight w41 = upload_weight(DType::Q4_1, q41.data(), wp->n, wp->k);
+    sw = std::make_unique<SparseWeight>(make_sparse_weight(w41, stream));
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));  // w41 is freed here, its sparse copy made
+    bytes += sw->data.bytes();
+  }
   if (!sw) {
     sw = std::make_unique<SparseWeight>(columns ? make_sparse_columns(*wp, stream) : make_sparse_weight(*wp, stream));
     bytes += sw->data.bytes();

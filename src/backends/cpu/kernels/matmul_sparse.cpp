@@ -13,8 +13,7 @@
 #include "backends/cpu/kernels/matmul_internal.h"
 #include "core/error.h"
 #include "quant/blocks.h"
-#include "quant/format_traits.h"
-#include "quant/half.h"
+#include "quant/quant.h"
 
 namespace tessera::cpu {
 namespace {
@@ -23,7 +22,10 @@ using detail::kBlock;
 using detail::kSparseRows;
 
 bool quantized(DType d) { return d == DType::Q8_0 || d == DType::Q4_0 || d == DType::Q4_1; }
-// q4_K: every 32-element sub-block is w = D q + M with a 4-bit q, so its sparse copy is q4_1's (q4_k_as_q4_1).
+// q4_K: every 32-element sub-block is w = D q + M with a 4-bit q, so its sparse copy is q4_1's (q4_k_rows_as_q4_1:
+// D and M rounded to fp16). The ternary formats convert exactly the same way (D = d, M = -d), but their sparse walk
+// then reads 20 bytes per 32 weights where their dense kernel reads 8: 0.34-0.40x of it out of cache, measured
+// (docs/TEAL.md); they stay dense.
 bool as_q4_1_format(DType d) { return d == DType::Q4_K; }
 bool floating(DType d) { return d == DType::F32 || d == DType::F16 || d == DType::BF16; }
 
@@ -72,35 +74,6 @@ void repack_quant(const void* rows, int64_t n, int64_t k, uint8_t* dst) {
       }
     }
   }
-}
-
-// W [n, k] of q4_K as q4_1 rows, so that the q4_1 sparse kernel runs it on a copy of q4_1's size (20 bytes per 32
-// weights; q4_K's own are 18, the f16 conversion's 64): q4_K's sub-block j is w = d sc_j q - dmin m_j, so D and M are
-// those products rounded to fp16, which the dense kernel forms in f32 (at most 2^-11 of each apart, well inside the
-// 8-bit activations' own error), and q its nibbles. (The ternary formats convert exactly the same way, D = d and
-// M = -d, but their sparse walk then reads 20 bytes per 32 weights where their dense kernel reads 8: 0.34-0.40x of it
-// out of cache, measured; docs/TEAL.md. They stay dense.)
-std::vector<BlockQ4_1> q4_k_as_q4_1(const void* rows, int64_t n, int64_t k) {
-  const int64_t kb = k / kBlock, sb = k / kQKK;
-  std::vector<BlockQ4_1> out(static_cast<size_t>(n * kb));
-  const auto* src = static_cast<const BlockQ4_K*>(rows);
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t s = 0; s < sb; ++s) {
-      const BlockQ4_K& b = src[r * sb + s];
-      const float d = format_detail::half_value(b.d), dmin = format_detail::half_value(b.dmin);
-      for (int j = 0; j < kQKK / kBlock; ++j) {
-        int sc = 0, m = 0;
-        format_detail::q4_k_scale_min(j, b.scales, &sc, &m);
-        BlockQ4_1& o = out[static_cast<size_t>(r * kb + s * (kQKK / kBlock) + j)];
-        o.d = f32_to_fp16(d * static_cast<float>(sc));
-        o.m = f32_to_fp16(-(dmin * static_cast<float>(m)));
-        const uint8_t* q = b.qs + 32 * (j / 2);
-        const int shift = 4 * (j & 1);
-        for (int l = 0; l < 16; ++l)  // q4_1's order: element l in the low nibble of byte l, l + 16 in the high
-          o.qs[l] = static_cast<uint8_t>(((q[l] >> shift) & 0xF) | (((q[l + 16] >> shift) & 0xF) << 4));
-      }
-    }
-  return out;
 }
 
 void repack_float(DType dtype, const void* rows, int64_t n, int64_t k, uint8_t* dst) {
@@ -262,7 +235,8 @@ SparseWeight prepare_sparse_weight(DType dtype, const void* rows, int64_t n, int
                 "matmul_sparse: weight [{}, {}] of {} has no data or is not a whole number of blocks", n, k,
                 dtype_name(dtype));
   if (as_q4_1_format(dtype)) {
-    const std::vector<BlockQ4_1> q41 = q4_k_as_q4_1(rows, n, k);
+    std::vector<BlockQ4_1> q41(static_cast<size_t>(n * (k / kBlock)));
+    q4_k_rows_as_q4_1(rows, q41.data(), n, k);
     return prepare_sparse_weight(DType::Q4_1, q41.data(), n, k);
   }
   SparseWeight w;
