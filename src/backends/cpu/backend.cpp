@@ -2,8 +2,10 @@
 #include "backends/cpu/backend.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <new>
+#include <string>
 
 #include "backends/cpu/op_kernel.h"
 #include "backends/cpu/plan_step.h"
@@ -55,7 +57,15 @@ const PackedWeight& WeightCache::get(const Tensor& w) {
 const SparseWeight* WeightCache::get_sparse(const Tensor& w) {
   const PackedWeight& pw = get(w);  // the dense copy: converted formats are read as their fallback
   std::lock_guard<std::mutex> lock(mu_);
-  if (!sparse_matmul_supports(pw.dtype)) return nullptr;
+  if (!sparse_matmul_supports(pw.dtype)) {
+    // Say once per format why sparsity buys nothing here (a CPU without AVX2 runs every format dense: no notice).
+    if (active_isa() >= Isa::AVX2 && dense_sparse_.insert(pw.dtype).second)
+      std::fprintf(stderr,
+                   "tessera: %s weights have no sparse (TEAL) kernel on the CPU: their matmuls run the dense kernel on "
+                   "the sparsified input (docs/TEAL.md)\n",
+                   std::string(dtype_name(pw.dtype)).c_str());
+    return nullptr;
+  }
   auto it = sparse_.find(w.data);
   if (it != sparse_.end()) return it->second.get();
   auto sw = std::make_unique<SparseWeight>(prepare_sparse_weight(pw.dtype, pw.rows, pw.n, pw.k));

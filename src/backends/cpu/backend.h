@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -57,6 +58,7 @@ class WeightCache {
   std::map<std::vector<const void*>, std::unique_ptr<LoraWeights>> lora_;  // by the adapters' A and B data
   std::vector<std::shared_ptr<std::vector<uint8_t>>> converted_;
   ConversionNotices notices_;
+  std::set<DType> dense_sparse_;  // formats get_sparse had no kernel for (one notice each)
   uint64_t bytes_ = 0;
 };
 
