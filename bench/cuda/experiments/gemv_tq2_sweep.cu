@@ -83,7 +83,7 @@ template <int NW, int NS, bool NORM_OUT = false>
 __global__ void __launch_bounds__(NW * 32, 1)
     gemv_tq2_stream_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ dscale,
                            const int8_t* __restrict__ xq, const float2* __restrict__ xds, float* __restrict__ y, int n,
-                           int k, bool accumulate, Tq2Rms rin, Tq2NormOut no, Tq2Stream st) {
+                           int k, bool accumulate, RmsIn rin, Tq2NormOut no, Tq2Stream st) {
   extern __shared__ __align__(128) uint8_t smem[];
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem);  // NS <= 8
   const size_t row_q = static_cast<size_t>(k) / 4, row_d = static_cast<size_t>(k) / 128;
@@ -208,7 +208,7 @@ using namespace tessera;
 using namespace tessera::cuda;
 using namespace tessera::cuda::detail;
 
-using KernelFn = void (*)(const uint8_t*, const uint8_t*, const int8_t*, const float2*, float*, int, int, bool, Tq2Rms);
+using KernelFn = void (*)(const uint8_t*, const uint8_t*, const int8_t*, const float2*, float*, int, int, bool, RmsIn);
 struct Variant {
   int warps, r, rb, p, minb;
   bool l2;
@@ -242,7 +242,7 @@ constexpr Variant v() {
 const Variant kVariants[] = {P1(2), P1(4), P1(7), P2(1), P2(2), P4(1), ONE_WAVE(false), MODES(1), MODES(2)};
 
 // The streamed kernel: warps per block, stages; the stage size and blocks per SM are run-time.
-using StreamFn = void (*)(const uint8_t*, const uint8_t*, const int8_t*, const float2*, float*, int, int, bool, Tq2Rms,
+using StreamFn = void (*)(const uint8_t*, const uint8_t*, const int8_t*, const float2*, float*, int, int, bool, RmsIn,
                           Tq2NormOut, Tq2Stream);
 struct StreamVariant {
   int nw, ns;
@@ -270,7 +270,7 @@ struct Problem {
 void launch_new(const Problem& p, const Variant& e, int copy, cudaStream_t st) {
   const DeviceWeight& w = p.w[static_cast<size_t>(copy)];
   exp_common::launch_pdl(e.f, dim3((p.n + e.rb - 1) / e.rb), dim3(32 * e.warps), 0, st, w.quants.as<uint8_t>(),
-                         w.scales.as<uint8_t>(), p.xq, p.xds, p.y, p.n, p.k, false, Tq2Rms{nullptr, 0.0f});
+                         w.scales.as<uint8_t>(), p.xq, p.xds, p.y, p.n, p.k, false, RmsIn{nullptr, 0.0f});
 }
 
 void launch_stream(const Problem& p, const StreamVariant& e, const Tq2Stream& plan, size_t smem, int copy,
@@ -278,7 +278,7 @@ void launch_stream(const Problem& p, const StreamVariant& e, const Tq2Stream& pl
   const DeviceWeight& w = p.w[static_cast<size_t>(copy)];
   exp_common::launch_pdl(e.f, dim3((p.n + plan.rows_per_block - 1) / plan.rows_per_block), dim3(32 * e.nw), smem, st,
                          w.quants.as<uint8_t>(), w.scales.as<uint8_t>(), p.xq, p.xds, p.y, p.n, p.k, false,
-                         Tq2Rms{nullptr, 0.0f}, Tq2NormOut{}, plan);
+                         RmsIn{nullptr, 0.0f}, Tq2NormOut{}, plan);
 }
 
 int check(const Problem& p, cudaStream_t st) {

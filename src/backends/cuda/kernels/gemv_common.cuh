@@ -79,6 +79,23 @@ __device__ __forceinline__ void prefetch_block_l2(const uint8_t* p, size_t bytes
 // The early prefetch every decode GEMV launch passes (CudaOptions::early_l2, a study knob; default: EarlyL2{}).
 EarlyL2 early_l2();
 
+// The fused RMSNorm input of the quantized GEMVs (GemvInput::rms_sumsq): x was quantized without its 1/rms factor,
+// and the GEMV scales its outputs by it.
+struct RmsIn {
+  const float* sumsq;  // [k/32] or nullptr
+  float eps;
+};
+
+// 1/rms from rin's k/32 partial sums of squares for the calling warp (lane: its lane), or 1 without them: lane-strided
+// sums, then the warp tree (a fixed order, so every GEMV kernel gets the same scale), correctly rounded as the rmsnorm
+// kernel.
+__device__ __forceinline__ float rms_out_scale(const RmsIn& rin, int lane, int k) {
+  if (rin.sumsq == nullptr) return 1.0f;
+  float ss = 0.0f;
+  for (int i = lane; i < k / 32; i += kWarp) ss += rin.sumsq[i];
+  return 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(k) + rin.eps);
+}
+
 // The block-wide sum of v, returned to every thread (two barriers; only for the fused RMSNorm's sum of squares).
 template <int THREADS>
 __device__ __forceinline__ float block_sum_all(float v) {

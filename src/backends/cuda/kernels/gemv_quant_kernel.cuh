@@ -93,11 +93,7 @@ __device__ __forceinline__ void quant_step(const uint4 (&wv)[ROWS][QuantFmt<D>::
 // one-wave grid at K = 14336 (4096x14336 q4_0, 128/4/1: 1024 blocks, 7 per SM uncapped = 924 resident: 13.0 us;
 // capped, 8 per SM: 11.1 us). launch_shape picks it only when the grid does not fit in one uncapped wave, and only
 // for shapes whose pipeline fits 64 registers without spilling.
-// RMS (GemvInput::rms_sumsq): x was quantized without its 1/rms factor; the GEMV scales its outputs by it.
-struct RmsIn {
-  const float* sumsq;  // [k/32] or nullptr
-  float eps;
-};
+// RMS (RmsIn, gemv_common.cuh): x was quantized without its 1/rms factor; the GEMV scales its outputs by it.
 // NORM_OUT (GemvInput::norm_out_*): the outputs also quantized for the next RMSNorm's readers, rms-free, with the
 // per-32 sums of squares, as warp groups: the block owns one group of 32 output rows and is one warp per ROWS rows of
 // it (kQ / ROWS warps); each warp streams its rows as a block of 32 threads would (same slots, same order: the sums
@@ -175,12 +171,7 @@ __global__ void __launch_bounds__(THREADS, CAP ? 1024 / THREADS : 1)
   pdl_wait();
   // RMS: warp 0 sums the k/32 partial sums (lane-strided, then the warp tree: a fixed order) while the weights stream;
   // only warp 0 stores (block_sum_store), so only it needs the scale (with WG every warp stores).
-  float out_scale = 1.0f;
-  if (rin.sumsq != nullptr && tid < kWarp) {
-    float ss = 0.0f;
-    for (int j = tid; j < k / kQ; j += kWarp) ss += rin.sumsq[j];
-    out_scale = 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(k) + rin.eps);  // correctly rounded, as rmsnorm
-  }
+  const float out_scale = tid < kWarp ? rms_out_scale(rin, tid, k) : 1.0f;
   while (b < nb) {
     if constexpr (PF > 0) {
       const int ahead = b + (PF + 1) * kStep;

@@ -80,12 +80,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   // RMS, after the dot products (the weights' registers are free by then: ptxas gave 48 registers with it before them,
   // 40 here, as without it): only warp 0 stores (threads < R <= 32), so only it sums the k/32 partial sums,
   // lane-strided then the warp tree (the shared kernel's fixed order, so both give the same scale).
-  float out_scale = 1.0f;
-  if (rin.sumsq != nullptr && warp == 0) {
-    float ss = 0.0f;
-    for (int i = lane; i < nb; i += 32) ss += rin.sumsq[i];
-    out_scale = 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(k) + rin.eps);  // correctly rounded, as rmsnorm
-  }
+  const float out_scale = warp == 0 ? rms_out_scale(rin, lane, k) : 1.0f;
   __shared__ float part[WARPS][R];
   int row_of_lane;
   const float sum = tq2_rows_sum<R>(acc, lane, row_of_lane);

@@ -15,9 +15,9 @@ template <int W, int R>
 void launch_w(const LaunchArgs& a) {
   const int n = static_cast<int>(a.w->n), k = static_cast<int>(a.w->k);
   constexpr int kMode = W == 2 ? 1 : 0;
-  launch("gemv_tq2_kernel", gemv_tq2_kernel<W, R, R, 1, 1, kMode>, dim3(ceil_div(n, R)), dim3(32 * W), 0,
-         a.stream, a.w->quants.as<uint8_t>(), a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, a.accumulate,
-         Tq2Rms{a.x->rms_sumsq, a.x->rms_eps});
+  launch("gemv_tq2_kernel", gemv_tq2_kernel<W, R, R, 1, 1, kMode>, dim3(ceil_div(n, R)), dim3(32 * W), 0, a.stream,
+         a.w->quants.as<uint8_t>(), a.w->scales.as<uint8_t>(), a.x->q8, a.x->q8_ds, a.y, n, k, a.accumulate,
+         RmsIn{a.x->rms_sumsq, a.x->rms_eps});
 }
 
 template <int R, size_t... I>

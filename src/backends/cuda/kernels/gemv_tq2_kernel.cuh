@@ -18,6 +18,7 @@
 #pragma once
 
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/gemv_common.cuh"
 #include "backends/cuda/kernels/quant_units.h"
 
 namespace tessera::cuda::detail {
@@ -103,12 +104,6 @@ __device__ __forceinline__ float tq2_rows_sum(const float (&a)[R], int lane, int
   return v[0];
 }
 
-// The fused RMSNorm input of the quantized GEMVs (gemv_quant_kernel.cuh's RmsIn, same meaning).
-struct Tq2Rms {
-  const float* sumsq;  // [k/32] or nullptr
-  float eps;
-};
-
 // y[row] (+)= out_scale * W[row] . x for rows [blockIdx.x * RB, + RB). Requires K % 256 == 0, (K / 64) % WARPS == 0
 // and 32 (P - 1) < K / 64 / WARPS <= 32 P (tq2_config_fits). (No norm_out epilogue: the residual GEMVs that write the
 // next norm's input take the shared kernel's warp groups.)
@@ -118,7 +113,7 @@ template <int WARPS, int R, int RB, int P, int MINB = 1, int MODE = 0>
 __global__ void __launch_bounds__(WARPS * 32, MINB)
     gemv_tq2_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ dscale,
                     const int8_t* __restrict__ xq, const float2* __restrict__ xds, float* __restrict__ y, int n, int k,
-                    bool accumulate, Tq2Rms rin) {
+                    bool accumulate, RmsIn rin) {
   static_assert(RB % R == 0, "a block's rows are whole steps");
   constexpr int G = RB / R;  // steps per block
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -160,12 +155,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB)
       x[j] = Tq2HalfX{};
     }
   }
-  float out_scale = 1.0f;
-  if (rin.sumsq != nullptr) {  // every warp: the storing threads may sit in any
-    float ss = 0.0f;
-    for (int i = lane; i < k / 32; i += 32) ss += rin.sumsq[i];
-    out_scale = 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(k) + rin.eps);
-  }
+  const float out_scale = rms_out_scale(rin, lane, k);  // every warp: the storing threads may sit in any
   __shared__ float part[WARPS][RB];
 #pragma unroll 1
   for (int g = 0; g < G; ++g) {
