@@ -41,61 +41,28 @@ std::vector<float> sparse_x(std::mt19937& rng, int64_t t, int64_t k, float s) {
   return x;
 }
 
+// q4_K runs the q4_1 sparse kernel on a q4_1 copy (matmul_sparse.h), checked against its own dense kernel here: the
+// copy rounds D = d sc and M = -dmin m to fp16, at most 2^-11 of each, so its bound adds 2^-11 sum |x| (|D q| + |M|)
+// <= 2e-3 sum |x| for these weights (|w| <= ~1.1, so |D q| <= ~2.2 and |M| <= ~1.1); its rows are whole super-blocks.
+// The ternary formats have no sparse path (their q4_1 copy would read 2.4x their dense kernel's bytes; docs/TEAL.md).
 TEST(MatmulSparse, MatchesDenseKernelOnTheSameX) {
-  TESSERA_SEEDED_RNG(rng);
-  for (const Isa isa : test::isas()) {
-    if (isa < Isa::AVX2) continue;
-    IsaScope scope(isa);
-    for (const DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
-      for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{1000, 1536}, {96, 576}, {7, 64}}) {
-        const std::vector<uint8_t> w = random_weight(rng, dt, n, k);
-        const PackedWeight pw = prepare_weight(dt, w.data(), n, k);
-        const SparseWeight sw = prepare_sparse_weight(dt, w.data(), n, k);
-        for (const float s : {0.0f, 0.5f, 0.97f, 1.0f}) {
-          const int64_t t = 2;
-          const std::vector<float> x = sparse_x(rng, t, k, s);
-          for (ThreadPool* pool : test::pools()) {
-            std::vector<float> dense(static_cast<size_t>(t * n)), sparse(static_cast<size_t>(t * n), -1.0f);
-            matmul(*pool, pw, x.data(), dense.data(), t);
-            matmul_sparse(*pool, sw, x.data(), sparse.data(), t);
-            for (int64_t i = 0; i < t; ++i) {
-              for (int64_t j = 0; j < n; ++j) {
-                // Same products (integer sums for quantized formats), summed in another order: float rounding of
-                // sum |w x| <= k (|x| <= 1, |w| <= ~1.1).
-                const float d = dense[static_cast<size_t>(i * n + j)], sp = sparse[static_cast<size_t>(i * n + j)];
-                ASSERT_NEAR(sp, d, 1e-5f * static_cast<float>(k))
-                    << dtype_name(dt) << " isa " << isa_name(isa) << " n " << n << " k " << k << " s " << s << " row "
-                    << i << " out " << j << " threads " << pool->n_threads();
-                if (s == 1.0f) {
-                  ASSERT_EQ(sp, 0.0f);
-                }
-              }
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
-// q4_K runs the q4_1 sparse kernel on a q4_1 copy (matmul_sparse.h): against its own dense kernel on the same zeroed
-// x. The copy rounds D = d sc and M = -dmin m to fp16, at most 2^-11 of each, so the bound adds 2^-11 sum |x| (|D q| +
-// |M|) <= 2e-3 sum |x| for these weights (|w| <= ~1.1, so |D q| <= ~2.2 and |M| <= ~1.1). The ternary formats have
-// no sparse path (their q4_1 copy would read 2.4x their dense kernel's bytes; docs/TEAL.md).
-TEST(MatmulSparse, Q4KRunsAsQ4_1) {
   TESSERA_SEEDED_RNG(rng);
   for (const Isa isa : test::isas()) {
     if (isa < Isa::AVX2) continue;
     IsaScope scope(isa);
     EXPECT_FALSE(sparse_matmul_supports(DType::TQ2_0));
     EXPECT_FALSE(sparse_matmul_supports(DType::TQ1_0));
-    for (const DType dt : {DType::Q4_K}) {
+    for (const DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K}) {
+      const bool q4k = dt == DType::Q4_K;
       ASSERT_TRUE(sparse_matmul_supports(dt)) << dtype_name(dt);
-      for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{1000, 1536}, {96, 512}, {7, 256}}) {
+      const std::vector<std::pair<int64_t, int64_t>> shapes =
+          q4k ? std::vector<std::pair<int64_t, int64_t>>{{1000, 1536}, {96, 512}, {7, 256}}
+              : std::vector<std::pair<int64_t, int64_t>>{{1000, 1536}, {96, 576}, {7, 64}};
+      for (const auto& [n, k] : shapes) {
         const std::vector<uint8_t> w = random_weight(rng, dt, n, k);
         const PackedWeight pw = prepare_weight(dt, w.data(), n, k);
         const SparseWeight sw = prepare_sparse_weight(dt, w.data(), n, k);
-        EXPECT_EQ(sw.dtype, DType::Q4_1);
+        EXPECT_EQ(sw.dtype, q4k ? DType::Q4_1 : dt);
         for (const float s : {0.0f, 0.5f, 0.97f, 1.0f}) {
           const int64_t t = 2;
           const std::vector<float> x = sparse_x(rng, t, k, s);
@@ -104,13 +71,16 @@ TEST(MatmulSparse, Q4KRunsAsQ4_1) {
             matmul(*pool, pw, x.data(), dense.data(), t);
             matmul_sparse(*pool, sw, x.data(), sparse.data(), t);
             for (int64_t i = 0; i < t; ++i) {
+              // Same products (integer sums for quantized formats), summed in another order: float rounding of
+              // sum |w x| <= k (|x| <= 1, |w| <= ~1.1); q4_K's copy adds its fp16 rounding (above).
               double sum_x = 0;
               for (int64_t c = 0; c < k; ++c) sum_x += std::fabs(x[static_cast<size_t>(i * k + c)]);
-              const double tol = 1e-5 * static_cast<double>(k) + (dt == DType::Q4_K ? 2e-3 * sum_x : 0.0);
+              const double tol = 1e-5 * static_cast<double>(k) + (q4k ? 2e-3 * sum_x : 0.0);
               for (int64_t j = 0; j < n; ++j) {
                 const float d = dense[static_cast<size_t>(i * n + j)], sp = sparse[static_cast<size_t>(i * n + j)];
                 ASSERT_NEAR(sp, d, tol) << dtype_name(dt) << " isa " << isa_name(isa) << " n " << n << " k " << k
-                                        << " s " << s << " row " << i << " out " << j;
+                                        << " s " << s << " row " << i << " out " << j << " threads "
+                                        << pool->n_threads();
                 if (s == 1.0f) {
                   ASSERT_EQ(sp, 0.0f);
                 }
