@@ -151,6 +151,44 @@ TEST(CudaGemv, DefaultConfigAtModelShapes) {
     for (const auto& s : llama) check_gemv(dtype, s[0], s[1], nullptr, rng);
 }
 
+// The x-stationary launch `xs` against the shared kernel's launch `shared` on the same random n x k weight of dtype
+// and the same x: y0 + W·x accumulated, with the RMS input (x quantized without its 1/rms, the per-32 sums of
+// squares) or without it, to 1e-4 of the accumulated terms' RMS. Leaves the uploaded weight and the inputs in *c for
+// the caller's refusal checks.
+struct StationaryCase {
+  DeviceWeight w;
+  DeviceBuffer q8, ds, sumsq;
+};
+void expect_stationary_matches_shared(DType dtype, int64_t n, int64_t k, const GemvConfig& xs, const GemvConfig& shared,
+                                      const std::vector<bool>& rms_inputs, std::mt19937& rng, StationaryCase* c) {
+  const auto w_host = random_weight(rng, dtype, n, k);
+  c->w = upload_weight(dtype, w_host.data(), n, k);
+  const std::vector<float> x = random_floats(rng, static_cast<size_t>(k), -3.0f, 3.0f);
+  std::vector<int8_t> q(static_cast<size_t>(k));
+  std::vector<float2> ds(static_cast<size_t>(k / 32));
+  std::vector<float> sumsq(static_cast<size_t>(k / 32), 0.0f);
+  quantize_q8_ref(x.data(), q.data(), ds.data(), k);
+  for (int64_t i = 0; i < k; ++i) sumsq[i / 32] += x[i] * x[i];
+  const std::vector<float> y0 = random_floats(rng, static_cast<size_t>(n));
+  c->q8 = to_device(q), c->ds = to_device(ds), c->sumsq = to_device(sumsq);
+  for (const bool rms_in : rms_inputs) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " rms_sumsq " << rms_in);
+    GemvInput in;
+    in.q8 = c->q8.as<int8_t>(), in.q8_ds = c->ds.as<float2>();
+    if (rms_in) in.rms_sumsq = c->sumsq.as<float>(), in.rms_eps = 1e-5f;
+    DeviceBuffer ya = to_device(y0), yb = to_device(y0);
+    gemv(c->w, in, ya.as<float>(), nullptr, &xs, true);
+    gemv(c->w, in, yb.as<float>(), nullptr, &shared, true);
+    synchronize();
+    const auto va = to_host<float>(ya, static_cast<size_t>(n)), vb = to_host<float>(yb, static_cast<size_t>(n));
+    double rms = 0;
+    for (int64_t i = 0; i < n; ++i) rms += double(vb[i] - y0[i]) * (vb[i] - y0[i]);
+    rms = std::sqrt(rms / static_cast<double>(n));
+    ASSERT_GT(rms, 0.0);
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(va[i], vb[i], 1e-4 * rms) << "row " << i;
+  }
+}
+
 // tq2_0's x-stationary kernel (GemvConfig::stationary, the default at Llama-3-8B's large ternary shapes) against the
 // reference: two and seven warps per row (k = 4096, 14336), five (10240), rows that leave the last block partial, four
 // and eight rows per block; then with the RMS input and accumulate against the shared kernel on the same inputs.
@@ -172,36 +210,18 @@ TEST(CudaGemv, TernaryStationaryMatchesReference) {
         if (HasFatalFailure()) return;
       }
   const int64_t n = 1027, k = 6144;  // three warps per row
-  const auto w_host = random_weight(rng, DType::TQ2_0, n, k);
-  const DeviceWeight w = upload_weight(DType::TQ2_0, w_host.data(), n, k);
-  const std::vector<float> x = random_floats(rng, static_cast<size_t>(k), -3.0f, 3.0f);
-  std::vector<int8_t> q(static_cast<size_t>(k));
-  std::vector<float2> ds(static_cast<size_t>(k / 32));
-  std::vector<float> sumsq(static_cast<size_t>(k / 32), 0.0f);
-  quantize_q8_ref(x.data(), q.data(), ds.data(), k);
-  for (int64_t i = 0; i < k; ++i) sumsq[i / 32] += x[i] * x[i];
-  const std::vector<float> y0 = random_floats(rng, static_cast<size_t>(n));
-  DeviceBuffer qd = to_device(q), dsd = to_device(ds), ssd = to_device(sumsq);
-  GemvInput in;
-  in.q8 = qd.as<int8_t>(), in.q8_ds = dsd.as<float2>(), in.rms_sumsq = ssd.as<float>(), in.rms_eps = 1e-5f;
   GemvConfig xs{96, 4, 1, 0};
   xs.stationary = true;
-  const GemvConfig shared{32, 8, 1, 0};
-  DeviceBuffer ya = to_device(y0), yb = to_device(y0);
-  gemv(w, in, ya.as<float>(), nullptr, &xs, true);
-  gemv(w, in, yb.as<float>(), nullptr, &shared, true);
-  synchronize();
-  const auto va = to_host<float>(ya, static_cast<size_t>(n)), vb = to_host<float>(yb, static_cast<size_t>(n));
-  double rms = 0;
-  for (int64_t i = 0; i < n; ++i) rms += double(vb[i] - y0[i]) * (vb[i] - y0[i]);
-  rms = std::sqrt(rms / static_cast<double>(n));
-  ASSERT_GT(rms, 0.0);
-  for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(va[i], vb[i], 1e-4 * rms) << "row " << i;
+  StationaryCase sc;
+  expect_stationary_matches_shared(DType::TQ2_0, n, k, xs, GemvConfig{32, 8, 1, 0}, {true}, rng, &sc);
+  if (HasFatalFailure()) return;
   // Launch shapes it cannot run are refused with an error, never run.
+  GemvInput in;
+  in.q8 = sc.q8.as<int8_t>(), in.q8_ds = sc.ds.as<float2>();
   GemvConfig bad = xs;
   bad.threads = 64;
   DeviceBuffer yc = poisoned(sizeof(float) * n);
-  EXPECT_THROW(gemv(w, in, yc.as<float>(), nullptr, &bad), Error);
+  EXPECT_THROW(gemv(sc.w, in, yc.as<float>(), nullptr, &bad), Error);
 }
 
 // iq4_nl's x-stationary kernel (GemvConfig::stationary, the default at K = 4096 and N >= 14336: Llama-3-8B's gate or
@@ -235,36 +255,13 @@ TEST(CudaGemv, Iq4nlStationaryMatchesReference) {
     if (HasFatalFailure()) return;
   }
   const int64_t n = 1027;
-  const auto w_host = random_weight(rng, DType::IQ4_NL, n, k);
-  const DeviceWeight w = upload_weight(DType::IQ4_NL, w_host.data(), n, k);
-  const std::vector<float> x = random_floats(rng, static_cast<size_t>(k), -3.0f, 3.0f);
-  std::vector<int8_t> q(static_cast<size_t>(k));
-  std::vector<float2> ds(static_cast<size_t>(k / 32));
-  std::vector<float> sumsq(static_cast<size_t>(k / 32), 0.0f);
-  quantize_q8_ref(x.data(), q.data(), ds.data(), k);
-  for (int64_t i = 0; i < k; ++i) sumsq[i / 32] += x[i] * x[i];
-  const std::vector<float> y0 = random_floats(rng, static_cast<size_t>(n));
-  DeviceBuffer qd = to_device(q), dsd = to_device(ds), ssd = to_device(sumsq);
-  const GemvConfig shared{128, 4, 1, 0};
-  for (const bool rms_in : {false, true}) {
-    SCOPED_TRACE(::testing::Message() << "rms_sumsq " << rms_in);
-    GemvInput in;
-    in.q8 = qd.as<int8_t>(), in.q8_ds = dsd.as<float2>();
-    if (rms_in) in.rms_sumsq = ssd.as<float>(), in.rms_eps = 1e-5f;
-    DeviceBuffer ya = to_device(y0), yb = to_device(y0);
-    gemv(w, in, ya.as<float>(), nullptr, &xs, true);
-    gemv(w, in, yb.as<float>(), nullptr, &shared, true);
-    synchronize();
-    const auto va = to_host<float>(ya, static_cast<size_t>(n)), vb = to_host<float>(yb, static_cast<size_t>(n));
-    double rms = 0;
-    for (int64_t i = 0; i < n; ++i) rms += double(vb[i] - y0[i]) * (vb[i] - y0[i]);
-    rms = std::sqrt(rms / static_cast<double>(n));
-    ASSERT_GT(rms, 0.0);
-    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(va[i], vb[i], 1e-4 * rms) << "row " << i;
-  }
+  StationaryCase sc;
+  expect_stationary_matches_shared(DType::IQ4_NL, n, k, xs, GemvConfig{128, 4, 1, 0}, {false, true}, rng, &sc);
+  if (HasFatalFailure()) return;
+  const DeviceWeight& w = sc.w;
   // Launch shapes and inputs it cannot run are refused with an error, never run.
   GemvInput in;
-  in.q8 = qd.as<int8_t>(), in.q8_ds = dsd.as<float2>();
+  in.q8 = sc.q8.as<int8_t>(), in.q8_ds = sc.ds.as<float2>();
   DeviceBuffer yc = poisoned(sizeof(float) * n);
   GemvConfig bad = xs;
   bad.rows = 8;
