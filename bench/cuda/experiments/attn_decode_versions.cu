@@ -852,27 +852,8 @@ int run_shape(const Shape& s, int reps, int64_t l2_bytes, cudaStream_t st, cudaE
         }
         // Timing: a graph of n launches over the rotating caches, median of the replays.
         const int n = std::max(copies, 16);
-        for (int i = 0; i < 3; ++i) launch_version<HD, G4, G3>(static_cast<Version>(v), rope, view(i), a);
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-        for (int i = 0; i < n; ++i) launch_version<HD, G4, G3>(static_cast<Version>(v), rope, view(i), a);
-        CK(cudaStreamEndCapture(st, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
-        CK(cudaGraphLaunch(ge, st));
-        std::vector<float> t;
-        for (int r = 0; r < reps; ++r) {
-          CK(cudaEventRecord(e0, st));
-          CK(cudaGraphLaunch(ge, st));
-          CK(cudaEventRecord(e1, st));
-          CK(cudaEventSynchronize(e1));
-          float ms;
-          CK(cudaEventElapsedTime(&ms, e0, e1));
-          t.push_back(ms * 1000.0f / n);
-        }
-        CK(cudaGraphExecDestroy(ge));
-        CK(cudaGraphDestroy(g));
-        us[v] = exp_common::median(t);
+        us[v] = exp_common::graph_us(
+            st, e0, e1, n, reps, [&](int i) { launch_version<HD, G4, G3>(static_cast<Version>(v), rope, view(i), a); });
       }
       std::printf("%-14s %5d %6s", s.name, ctx, rope ? "fused" : "plain");
       for (int v = 0; v < kVersions; ++v) {

@@ -1,14 +1,15 @@
 // Helpers shared by the single-file experiments in this directory (persistent_gemv.cu, gemv_stream.cu, attn_oproj.cu,
-// attn_decode_versions.cu). CMake builds them all (TESSERA_EXPERIMENTS, CMakeLists.txt here); the standalone ones
-// still build alone with one nvcc command, this header beside it.
+// attn_decode_versions.cu, and the GEMV sweeps). CMake builds them all (TESSERA_EXPERIMENTS, CMakeLists.txt here); the
+// standalone ones still build alone with one nvcc command, this header beside it.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <utility>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <utility>
 #include <vector>
 
 #define CK(x)                                                                                  \
@@ -91,6 +92,16 @@ float graph_us(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int batch, int r
   CK(cudaGraphExecDestroy(ge));
   CK(cudaGraphDestroy(g));
   return median(us);
+}
+
+// A sweep's end: closes its TSV (if open), prints "== summary (copy C GB/s[; note]) failures=F" and its summary lines,
+// and returns the exit code (1 if any variant failed its check).
+inline int finish_sweep(std::FILE* tsv, double copy_gbps, const char* note, int failures,
+                        const std::vector<std::string>& summary) {
+  if (tsv) std::fclose(tsv);
+  std::printf("\n== summary (copy %.0f GB/s%s%s) failures=%d\n", copy_gbps, note[0] ? "; " : "", note, failures);
+  for (const std::string& s : summary) std::printf("%s\n", s.c_str());
+  return failures ? 1 : 0;
 }
 
 // Launches kernel with programmatic dependent launch (as src's launch() does), so back-to-back launches overlap.

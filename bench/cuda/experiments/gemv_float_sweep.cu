@@ -44,15 +44,7 @@
 
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels/gemv_float_kernel.cuh"
-
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
+#include "exp_common.cuh"
 
 namespace sweep {
 using namespace tessera;
@@ -234,11 +226,6 @@ void parallel_rows(long rows, Fn fn) {
   for (auto& t : ts) t.join();
 }
 
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace sweep
 
 int main(int argc, char** argv) {
@@ -254,27 +241,7 @@ int main(int argc, char** argv) {
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
 
-  double copy_gbps;
-  {
-    const size_t bytes = size_t{1} << 30;
-    void *a, *b;
-    CK(cudaMalloc(&a, bytes));
-    CK(cudaMalloc(&b, bytes));
-    CK(cudaMemset(a, 0x5A, bytes));
-    std::vector<float> ms;
-    for (int i = 0; i < 12; ++i) {
-      CK(cudaEventRecord(e0, st));
-      CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st));
-      CK(cudaEventRecord(e1, st));
-      CK(cudaEventSynchronize(e1));
-      float t;
-      CK(cudaEventElapsedTime(&t, e0, e1));
-      if (i >= 2) ms.push_back(t);
-    }
-    copy_gbps = 2.0 * bytes / (median(ms) * 1e-3) / 1e9;
-    CK(cudaFree(a));
-    CK(cudaFree(b));
-  }
+  const double copy_gbps = exp_common::copy_gbps(st, e0, e1);
   std::printf("copy %.0f GB/s\n", copy_gbps);
 
   const std::vector<Entry> all_entries = entries(std::make_index_sequence<kNumShapes>{});
@@ -453,28 +420,7 @@ int main(int argc, char** argv) {
                     e.c.rows, e.c.unroll, e.mode, bad);
       }
       // Timing: a graph of `batch` back-to-back launches over rotating copies.
-      for (int i = 0; i < 3; ++i) launch(e, i % copies);
-      cudaGraph_t g;
-      cudaGraphExec_t ge;
-      CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-      for (int i = 0; i < batch; ++i) launch(e, i % copies);
-      CK(cudaStreamEndCapture(st, &g));
-      CK(cudaGraphInstantiate(&ge, g, 0));
-      CK(cudaGraphLaunch(ge, st));
-      CK(cudaGraphLaunch(ge, st));
-      std::vector<float> us;
-      for (int r = 0; r < reps; ++r) {
-        CK(cudaEventRecord(e0, st));
-        CK(cudaGraphLaunch(ge, st));
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        us.push_back(ms * 1000.0f / batch);
-      }
-      CK(cudaGraphExecDestroy(ge));
-      CK(cudaGraphDestroy(g));
-      const float t = median(us);
+      const float t = exp_common::graph_us(st, e0, e1, batch, reps, [&](int i) { launch(e, i % copies); });
       if (tsv)
         std::fprintf(tsv, "%s\t%dx%d%s\t%d/%d/%d\tm%d\t%.3f\t%.1f\t%d\n", p.name, p.n, p.k, kind_name(p.kind),
                      e.c.threads, e.c.rows, e.c.unroll, e.mode, t, pc(t), bad);

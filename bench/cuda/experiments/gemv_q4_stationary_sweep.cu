@@ -216,10 +216,7 @@ int run(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  if (all) std::fclose(all);
-  std::printf("\n== summary (copy %.0f GB/s) failures=%d\n", copy_gbps, failures);
-  for (const auto& s : summary) std::printf("%s\n", s.c_str());
-  return failures ? 1 : 0;
+  return exp_common::finish_sweep(all, copy_gbps, "", failures, summary);
 }
 
 }  // namespace q4xs

@@ -33,15 +33,7 @@
 
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels/gemv_quant_kernel.cuh"
-
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
+#include "exp_common.cuh"
 
 namespace sweep {
 using namespace tessera;
@@ -198,11 +190,6 @@ void launch(const Problem& p, const Entry& e, int copy, cudaStream_t st) {
   }
 }
 
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 int run(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 15;
   cudaStream_t st;
@@ -214,28 +201,7 @@ int run(int argc, char** argv) {
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
 
-  // Copy ceiling: 1 GiB device to device, bytes read + written.
-  double copy_gbps;
-  {
-    const size_t bytes = size_t{1} << 30;
-    void *a, *b;
-    CK(cudaMalloc(&a, bytes));
-    CK(cudaMalloc(&b, bytes));
-    CK(cudaMemset(a, 0x5A, bytes));
-    std::vector<float> ms;
-    for (int i = 0; i < 12; ++i) {
-      CK(cudaEventRecord(e0, st));
-      CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st));
-      CK(cudaEventRecord(e1, st));
-      CK(cudaEventSynchronize(e1));
-      float t;
-      CK(cudaEventElapsedTime(&t, e0, e1));
-      if (i >= 2) ms.push_back(t);
-    }
-    copy_gbps = 2.0 * bytes / (median(ms) * 1e-3) / 1e9;
-    CK(cudaFree(a));
-    CK(cudaFree(b));
-  }
+  const double copy_gbps = exp_common::copy_gbps(st, e0, e1);  // bytes read + written
   std::printf("copy %.0f GB/s\n", copy_gbps);
 
   const int shapes[][2] = {{4096, 14336}, {14336, 4096}, {6144, 4096}, {4096, 4096}, {28672, 4096}, {1024, 4096}};
@@ -330,28 +296,7 @@ int run(int argc, char** argv) {
                       bad);
         }
         // Timing: a graph of `batch` back-to-back launches over rotating copies.
-        for (int i = 0; i < 3; ++i) launch(p, e, i % p.copies, st);
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-        for (int i = 0; i < batch; ++i) launch(p, e, i % p.copies, st);
-        CK(cudaStreamEndCapture(st, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
-        CK(cudaGraphLaunch(ge, st));
-        CK(cudaGraphLaunch(ge, st));
-        std::vector<float> us;
-        for (int r = 0; r < reps; ++r) {
-          CK(cudaEventRecord(e0, st));
-          CK(cudaGraphLaunch(ge, st));
-          CK(cudaEventRecord(e1, st));
-          CK(cudaEventSynchronize(e1));
-          float ms;
-          CK(cudaEventElapsedTime(&ms, e0, e1));
-          us.push_back(ms * 1000.0f / batch);
-        }
-        CK(cudaGraphExecDestroy(ge));
-        CK(cudaGraphDestroy(g));
-        const float t = median(us);
+        const float t = exp_common::graph_us(st, e0, e1, batch, reps, [&](int i) { launch(p, e, i % p.copies, st); });
         const double pct = 100.0 * p.bytes / (t * 1e-6) / 1e9 / copy_gbps;
         if (all)
           std::fprintf(all, "%s\t%dx%d\t%d/%d/%d\tm%d\t%.3f\t%.1f\t%d\n", fname(f), p.n, p.k, e.c.t, e.c.r, e.c.u,
@@ -380,10 +325,7 @@ int run(int argc, char** argv) {
       CK(cudaFree(p.y));
     }
   }
-  if (all) std::fclose(all);
-  std::printf("\n== summary (copy %.0f GB/s; best launch shape per mode) failures=%d\n", copy_gbps, failures);
-  for (const auto& s : summary) std::printf("%s\n", s.c_str());
-  return failures ? 1 : 0;
+  return exp_common::finish_sweep(all, copy_gbps, "best launch shape per mode", failures, summary);
 }
 
 }  // namespace sweep

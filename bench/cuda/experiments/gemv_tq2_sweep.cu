@@ -478,10 +478,7 @@ int run(int argc, char** argv) {
     CK(cudaFree(p.xf));
     CK(cudaFree(p.y));
   }
-  if (all) std::fclose(all);
-  std::printf("\n== summary (copy %.0f GB/s) failures=%d\n", copy_gbps, failures);
-  for (const auto& s : summary) std::printf("%s\n", s.c_str());
-  return failures ? 1 : 0;
+  return exp_common::finish_sweep(all, copy_gbps, "", failures, summary);
 }
 
 }  // namespace tq2sweep
