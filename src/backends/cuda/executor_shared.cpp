@@ -136,6 +136,23 @@ std::vector<size_t> lora_order(const std::vector<graph::LoraTerm>& terms) {
 
 bool float_format(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
+// Appends A_stack [R, k] in `type` to *out: every adapter's A rows in `order` (lora_order), each row read from its
+// format and written in `type`. lora() and augmented() both stack A so, so that u's columns line up in both.
+void append_a_stack(const graph::Graph& g, const std::vector<graph::LoraTerm>& terms, const std::vector<size_t>& order,
+                    int64_t k, DType type, std::vector<uint8_t>* out) {
+  const size_t row_bytes = static_cast<size_t>(*dtype_row_bytes(type, static_cast<uint64_t>(k)));
+  std::vector<float> row(static_cast<size_t>(k));
+  for (size_t i : order) {
+    const graph::Tensor& a = g.tensor(terms[i].a);
+    const size_t a_in = static_cast<size_t>(*dtype_row_bytes(a.dtype, static_cast<uint64_t>(k)));
+    for (int64_t j = 0; j < a.shape[0]; ++j) {
+      dequantize_row(a.dtype, static_cast<const uint8_t*>(a.data) + static_cast<size_t>(j) * a_in, row.data(), k);
+      out->resize(out->size() + row_bytes);
+      quantize_row(type, row.data(), out->data() + out->size() - row_bytes, k);
+    }
+  }
+}
+
 }  // namespace
 
 const DeviceAugmented* CudaShared::Impl::augmented(const graph::Graph& g, const graph::Node& n) {
@@ -171,19 +188,7 @@ const DeviceAugmented* CudaShared::Impl::augmented(const graph::Graph& g, const 
   for (const graph::Tensor* t : members)
     host.insert(host.end(), static_cast<const uint8_t*>(t->data),
                 static_cast<const uint8_t*>(t->data) + static_cast<size_t>(t->shape[0]) * row_bytes);
-  std::vector<float> row(static_cast<size_t>(k));
-  for (size_t i : order) {
-    const graph::Tensor& a = g.tensor(terms[i].a);
-    const size_t a_in = static_cast<size_t>(*dtype_row_bytes(a.dtype, static_cast<uint64_t>(k)));
-    for (int64_t j = 0; j < a.shape[0]; ++j) {
-      dequantize_row(a.dtype, static_cast<const uint8_t*>(a.data) + static_cast<size_t>(j) * a_in, row.data(), k);
-      host.resize(host.size() + row_bytes);
-      if (type == DType::F32)
-        std::memcpy(host.data() + host.size() - row_bytes, row.data(), row_bytes);
-      else
-        quantize_row(type, row.data(), host.data() + host.size() - row_bytes, k);
-    }
-  }
+  append_a_stack(g, terms, order, k, type, &host);
   auto d = std::make_unique<DeviceAugmented>();
   d->aug = upload_weight(type, host.data(), rows + r_total, k);
   bytes += d->aug.bytes();
@@ -273,10 +278,9 @@ const DeviceLora& CudaShared::Impl::lora(const graph::Graph& g, const graph::Nod
   auto d = std::make_unique<DeviceLora>();
   LoraBLayout& l = d->layout;
   l.n_members = n.fusion.n_weights;
-  std::vector<uint8_t> a_host;   // A_stack [R, K] in a_type
+  std::vector<uint8_t> a_host;  // A_stack [R, K] in a_type
+  append_a_stack(g, terms, order, k, a_type, &a_host);
   std::vector<uint16_t> b_host;  // the members' B blocks, f16
-  const size_t a_row = static_cast<size_t>(*dtype_row_bytes(a_type, static_cast<uint64_t>(k)));
-  std::vector<float> row(static_cast<size_t>(k));
   int r_total = 0;
   for (int m = 0; m < l.n_members; ++m) {
     std::vector<size_t> mine;
@@ -294,15 +298,8 @@ const DeviceLora& CudaShared::Impl::lora(const graph::Graph& g, const graph::Nod
     b_host.resize(b_host.size() + static_cast<size_t>(l.rows[m] * l.r_pad[m]), 0);
     int c0 = 0;  // this adapter's first column in the member's B block
     for (size_t i : mine) {
-      const graph::Tensor& a = g.tensor(terms[i].a);
       const graph::Tensor& b = g.tensor(terms[i].b);
-      const int64_t ra = a.shape[0];
-      const size_t a_in = static_cast<size_t>(*dtype_row_bytes(a.dtype, static_cast<uint64_t>(k)));
-      for (int64_t j = 0; j < ra; ++j) {
-        dequantize_row(a.dtype, static_cast<const uint8_t*>(a.data) + static_cast<size_t>(j) * a_in, row.data(), k);
-        a_host.resize(a_host.size() + a_row);
-        quantize_row(a_type, row.data(), a_host.data() + a_host.size() - a_row, k);
-      }
+      const int64_t ra = g.tensor(terms[i].a).shape[0];
       const size_t b_in = static_cast<size_t>(*dtype_row_bytes(b.dtype, static_cast<uint64_t>(ra)));
       std::vector<float> brow(static_cast<size_t>(ra));
       std::vector<uint16_t> bh(static_cast<size_t>(ra));
