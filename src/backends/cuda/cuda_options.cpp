@@ -127,19 +127,22 @@ const std::vector<Key>& keys() {
       flag("attn_q8", &CudaOptions::attn_q8),
       {"quant_norm",
        [](CudaOptions& o, std::string_view, std::string_view v) {
-         if (v == "q4_1")
+         if (v == "auto")
+           o.quant_norm = QuantNorm::AUTO;
+         else if (v == "q4_1")
            o.quant_norm = QuantNorm::Q4_1_ONLY;
          else if (v == "all")
            o.quant_norm = QuantNorm::ALL;
          else if (v == "none")
            o.quant_norm = QuantNorm::NONE;
          else
-           fail("cuda option quant_norm: '{}' is not q4_1, all or none", v);
+           fail("cuda option quant_norm: '{}' is not auto, q4_1, all or none", v);
        },
        [](const CudaOptions& o) {
-         return std::string(o.quant_norm == QuantNorm::Q4_1_ONLY ? "q4_1"
-                            : o.quant_norm == QuantNorm::ALL     ? "all"
-                                                                 : "none");
+         return std::string(o.quant_norm == QuantNorm::AUTO        ? "auto"
+                            : o.quant_norm == QuantNorm::Q4_1_ONLY ? "q4_1"
+                            : o.quant_norm == QuantNorm::ALL       ? "all"
+                                                                   : "none");
        }},
       flag("chain", &CudaOptions::chain),
       integer("chain_steps", &CudaOptions::chain_steps),

@@ -47,8 +47,9 @@ struct EarlyL2Options {
 
 // Which quantized formats fold the RMSNorm after a residual GEMV into that GEMV (GemvInput::norm_out_*).
 enum class QuantNorm : uint8_t {
-  Q4_1_ONLY = 0,  // the default: measured faster for q4_1 only
-  ALL,            // every quantized format
+  AUTO = 0,   // the default: the formats where it measured faster (q4_1, q4_K; tq2_0 / tq1_0 off their x-stationary GEMV)
+  Q4_1_ONLY,  // q4_1 only (the default until the seventeenth session; kept for A/B runs)
+  ALL,        // every quantized format
   NONE,
 };
 
@@ -82,7 +83,7 @@ struct CudaOptions {
   bool fold_norm = true;    // RMSNorm folded into the float-weight GEMVs after it
   bool fold_swiglu = true;  // SwiGLU folded into the float gate|up GEMV
   bool attn_q8 = true;      // attention writes the quantized o-projection's 8-bit input itself
-  QuantNorm quant_norm = QuantNorm::Q4_1_ONLY;
+  QuantNorm quant_norm = QuantNorm::AUTO;
   bool chain = true;        // greedy decoding chains steps on the device
   int chain_steps = 8;      // steps per chained graph launch (1-16)
   bool chain_embed = true;  // the next token's embedding folded into the argmax
@@ -105,7 +106,7 @@ const CudaOptions& cuda_options();
 void set_cuda_options(const CudaOptions& o);
 
 // Sets one field from "key=value" (the key is the field's name; bools take 0/1, on/off, true/false; gemv_shapes takes
-// "NxK=threads/rows/unroll/prefetch[,...]", early_l2 "blocks/bytes[/bulk]", quant_norm "q4_1|all|none", drop_ops
+// "NxK=threads/rows/unroll/prefetch[,...]", early_l2 "blocks/bytes[/bulk]", quant_norm "auto|q4_1|all|none", drop_ops
 // "op[,op...]"). tessera::Error with one sentence on an unknown key or a value that does not parse. For a repeated
 // command-line flag (--cuda KEY=VALUE) and the benchmarks.
 void parse_cuda_option(CudaOptions& o, std::string_view key_value);

@@ -95,6 +95,18 @@ TEST(CudaOptions, EveryKeyRoundTrips) {
   EXPECT_EQ(back.drop_ops, (std::vector<std::string>{"rmsnorm", "swiglu"}));
 }
 
+TEST(CudaOptions, QuantNormValuesRoundTrip) {
+  EXPECT_EQ(CudaOptions{}.quant_norm, QuantNorm::AUTO);
+  for (const auto& [text, value] : {std::pair{"auto", QuantNorm::AUTO}, std::pair{"q4_1", QuantNorm::Q4_1_ONLY},
+                                    std::pair{"all", QuantNorm::ALL}, std::pair{"none", QuantNorm::NONE}}) {
+    CudaOptions o;
+    o.quant_norm = QuantNorm::NONE == value ? QuantNorm::ALL : QuantNorm::NONE;
+    parse_cuda_option(o, std::string("quant_norm=") + text);
+    EXPECT_EQ(o.quant_norm, value) << text;
+    EXPECT_NE(format_cuda_options(o).find(std::string("quant_norm=") + text), std::string::npos) << text;
+  }
+}
+
 TEST(CudaOptions, BadValuesAreErrors) {
   CudaOptions o;
   EXPECT_THROW(parse_cuda_option(o, "pdl"), Error);             // not key=value

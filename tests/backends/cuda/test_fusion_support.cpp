@@ -97,6 +97,44 @@ TEST(CudaFusionSupport, DecoderQuantizedWeights) {
   EXPECT_LT(r.node(r.find_node("blk.0.attn_q+attn_k+attn_v")).fusion.norm_weight, 0);  // no prologue on q8
 }
 
+// quant_norm=auto (the default): the residual GEMV writes the next norm's 8-bit input for the formats where that
+// measured faster on the H100 (q4_1, q4_K; tq2_0 / tq1_0 unless its own kernel is the x-stationary one, which has no
+// norm epilogue), and only for quantized readers; q4_1 / all / none as they say.
+TEST(CudaFusionSupport, QuantNormFollowsTheMeasuredFormats) {
+  const CudaOptions saved = cuda_options();
+  const graph::FusionSupport f = decoder_fusion_support(true, true, true);
+  const auto w = [](DType d, int64_t n, int64_t k) {
+    graph::Tensor t;
+    t.dtype = d;
+    t.shape = {n, k};
+    return t;
+  };
+  const graph::Tensor q4k_reader = w(DType::Q4_K, 14336, 4096), bf16_reader = w(DType::BF16, 14336, 4096);
+  const std::vector<const graph::Tensor*> quantized{&q4k_reader}, mixed{&q4k_reader, &bf16_reader};
+  const auto with = [&](QuantNorm qn, DType d, int64_t n, int64_t k) {
+    CudaOptions o = saved;
+    o.quant_norm = qn;
+    set_cuda_options(o);
+    return f.residual_norm_out(w(d, n, k), quantized);
+  };
+  EXPECT_EQ(saved.quant_norm, QuantNorm::AUTO);
+  EXPECT_TRUE(with(QuantNorm::AUTO, DType::Q4_1, 4096, 4096));
+  EXPECT_TRUE(with(QuantNorm::AUTO, DType::Q4_K, 4096, 4096));
+  EXPECT_TRUE(with(QuantNorm::AUTO, DType::Q4_K, 4096, 14336));
+  EXPECT_TRUE(with(QuantNorm::AUTO, DType::TQ2_0, 2560, 6912));    // BitNet-2B4T's down: the shared kernel
+  EXPECT_TRUE(with(QuantNorm::AUTO, DType::TQ1_0, 2560, 2560));    // held as tq2_0
+  EXPECT_FALSE(with(QuantNorm::AUTO, DType::TQ2_0, 4096, 14336));  // Llama-3-8B's down: x-stationary
+  EXPECT_FALSE(with(QuantNorm::AUTO, DType::Q8_0, 4096, 4096));    // measured even
+  EXPECT_FALSE(with(QuantNorm::AUTO, DType::IQ4_NL, 4096, 4096));  // not measured
+  EXPECT_FALSE(with(QuantNorm::AUTO, DType::BF16, 4096, 4096));    // float weights fold the norm as a prologue
+  EXPECT_FALSE(with(QuantNorm::Q4_1_ONLY, DType::Q4_K, 4096, 4096));
+  EXPECT_TRUE(with(QuantNorm::Q4_1_ONLY, DType::Q4_1, 4096, 4096));
+  EXPECT_TRUE(with(QuantNorm::ALL, DType::Q8_0, 4096, 4096));
+  EXPECT_FALSE(with(QuantNorm::NONE, DType::Q4_1, 4096, 4096));
+  set_cuda_options(saved);
+  EXPECT_FALSE(f.residual_norm_out(w(DType::Q4_K, 4096, 4096), mixed));  // a float reader wants the f32 norm output
+}
+
 TEST(CudaFusionSupport, RowsStacksResidualsAndAttention) {
   const ModelWeights w = tiny(DType::BF16);
   const graph::Graph g = build_llama_graph(w, {.n_tokens = 8, .n_ctx = 32});
