@@ -37,7 +37,8 @@ summary="$OUT/lora_summary.md"
 : > "$summary"
 say() { echo "$*" | tee -a "$summary"; }
 t0=$(date +%s)
-say "# gpu_lora $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git rev-parse --short HEAD 2>/dev/null)"
+dirty=$(git status --porcelain 2>/dev/null | grep -q . && echo " plus uncommitted changes")
+say "# gpu_lora $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git rev-parse --short HEAD 2>/dev/null)$dirty"
 say "$(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | head -1)"
 
 . "$root/scripts/gpu_env.sh"

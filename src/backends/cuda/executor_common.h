@@ -30,7 +30,8 @@ bool is_quantized_dtype(DType t);
 int64_t state_only_ctx(const CudaBackendOptions& o);
 
 // A matmul node's unmerged LoRA adapters on the device (kernels_lora.h): a = A_stack [R, K], every adapter's A rows
-// grouped by stack member, in lora_a_dtype(base format) (one GEMV or GEMM gives u = x·A_stackᵀ for all of them), and
+// grouped by stack member, in lora_a_dtype(base format) (one GEMV or GEMM gives u = x·A_stackᵀ for all of them; beside
+// a bf16 or f16 base a view of the DeviceAugmented's tail below, which holds the same rows), and
 // b, each member's B's side by side in f16 as `layout` says. For the rows executor's tensor-core path (prefill, from
 // kLoraGemmMinT rows) also b_bd: every member's B placed block-diagonally in one [N_total, r_total] matrix of A's
 // 16-bit type (member m's adapters at rows [row0_m, row0_m + rows_m) and columns [u0_m, u0_m + r_m), zeros elsewhere),
