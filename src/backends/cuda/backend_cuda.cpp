@@ -237,7 +237,8 @@ graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold
     };
   // The residual GEMV writing the next RMSNorm's q8 input (GemvInput::norm_out_*) for quantized readers. On by default
   // (QuantNorm::AUTO) where it measured faster on the H100 (8B decode, tg128): q4_1 (warp groups, 2026-11-22: 476.2
-  // -> 498.6 tok/s), q4_K (2026-11-26: 485.4-486.5 -> 514.6-516.1), q6_K (354.9 -> 370.1) and tq2_0 / tq1_0 where the
+  // -> 498.6 tok/s), q4_0 (2026-11-26: 545.0 -> 568.0), q4_K (485.4-486.5 -> 514.6-516.1), q6_K (354.7-354.9 ->
+  // 369.4-370.1) and tq2_0 / tq1_0 where the
   // residual GEMV's own default is not the x-stationary kernel, which has no norm_out epilogue (BitNet-2B4T shape
   // 1,233.2 -> 1,259.1; at the 8B shape the o-projection alone 825.2 -> 828.6, while taking the x-stationary down
   // projection off its kernel too lost: 780.3). iq4_nl lost (489.8 -> 475.9: its down projection has no norm_out
@@ -257,7 +258,8 @@ graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold
       default:  // AUTO
         if (w.dtype == DType::TQ2_0 || w.dtype == DType::TQ1_0) {  // gemv_default_config maps tq1_0 to tq2_0
           if (gemv_default_config(w.dtype, n, k).stationary) return false;
-        } else if (w.dtype != DType::Q4_1 && w.dtype != DType::Q4_K && w.dtype != DType::Q6_K) {
+        } else if (w.dtype != DType::Q4_0 && w.dtype != DType::Q4_1 && w.dtype != DType::Q4_K &&
+                   w.dtype != DType::Q6_K) {
           return false;
         }
     }

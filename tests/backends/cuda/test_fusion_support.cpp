@@ -98,7 +98,7 @@ TEST(CudaFusionSupport, DecoderQuantizedWeights) {
 }
 
 // quant_norm=auto (the default): the residual GEMV writes the next norm's 8-bit input for the formats where that
-// measured faster on the H100 (q4_1, q4_K, q6_K; tq2_0 / tq1_0 unless its own kernel is the x-stationary one, which has no
+// measured faster on the H100 (q4_0, q4_1, q4_K, q6_K; tq2_0 / tq1_0 unless its own kernel is the x-stationary one, which has no
 // norm epilogue), and only for quantized readers; q4_1 / all / none as they say.
 TEST(CudaFusionSupport, QuantNormFollowsTheMeasuredFormats) {
   const CudaOptions saved = cuda_options();
@@ -119,6 +119,7 @@ TEST(CudaFusionSupport, QuantNormFollowsTheMeasuredFormats) {
   };
   EXPECT_EQ(saved.quant_norm, QuantNorm::AUTO);
   EXPECT_TRUE(with(QuantNorm::AUTO, DType::Q4_1, 4096, 4096));
+  EXPECT_TRUE(with(QuantNorm::AUTO, DType::Q4_0, 4096, 4096));
   EXPECT_TRUE(with(QuantNorm::AUTO, DType::Q4_K, 4096, 4096));
   EXPECT_TRUE(with(QuantNorm::AUTO, DType::Q4_K, 4096, 14336));
   EXPECT_TRUE(with(QuantNorm::AUTO, DType::Q6_K, 4096, 14336));
