@@ -162,6 +162,7 @@ const std::vector<Key>& keys() {
       flag("x16", &CudaOptions::x16),
       flag("out16", &CudaOptions::out16),
       flag("merge_gate_up", &CudaOptions::merge_gate_up),
+      flag("lora_side", &CudaOptions::lora_side),
   };
   return k;
 }

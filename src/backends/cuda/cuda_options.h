@@ -97,6 +97,7 @@ struct CudaOptions {
   bool x16 = true;            // matmul inputs written in 16 bits by their producers
   bool out16 = true;          // 16-bit gate|up and prefill-attention outputs
   bool merge_gate_up = true;  // gate and up as one matmul
+  bool lora_side = true;      // LoRA's A products on a second stream beside the base GEMM (tensor-core path)
 };
 
 // The options every launch reads (CudaOptions{} until set_cuda_options is called).

@@ -82,6 +82,15 @@ struct CudaRowsExecutor::Impl {
   // largest any run and node may use: one buffer for every adapted node (their launches run one after another on the
   // stream), sized at compile and read through its address at run time.
   DeviceBuffer lora_parts;
+  // From gemm_min_t rows, each adapted node's u = x·A_stackᵀ (the split-K GEMM and its sum) runs on a second stream
+  // while the base GEMM runs on the executor's: both read the same x, and the base GEMM's few hundred tiles leave
+  // SMs free (Llama-3-8B q|k|v at 512 rows: 96 tiles on 132 SMs). The B GEMM, which adds into the base's output,
+  // waits for both (lora_join). The side stream has its own cuBLASLt workspace: the shared one is the base GEMM's.
+  // lora_parts is only touched there. CudaOptions::lora_side off: everything on the executor's stream, in order.
+  bool lora_side_on = true;
+  cudaStream_t lora_side = nullptr;
+  cudaEvent_t lora_fork = nullptr, lora_join = nullptr;
+  std::unique_ptr<GemmWorkspace> lora_gemm;
 
   // Activations and 16-bit copies: one arena planned over g (plan_cuda_memory), allocated at compile and never moved
   // (captured graphs hold its addresses).
@@ -469,6 +478,16 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
             lora_parts = DeviceBuffer(need);
         }
         const DeviceBuffer* parts = &lora_parts;
+        const bool side = lora_side_on && gemm_min_t != INT64_MAX;
+        if (side) {
+          if (lora_side == nullptr) {
+            TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&lora_side, cudaStreamNonBlocking));
+            TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&lora_fork, cudaEventDisableTiming));
+            TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&lora_join, cudaEventDisableTiming));
+          }
+          if (!lora_gemm || lora_gemm->max_k() < k_a) lora_gemm = std::make_unique<GemmWorkspace>(T, k_a, 0);
+        }
+        Impl* self = this;  // the side stream's workspace is looked up at run time (a later node may enlarge it)
         // A gate|up stack (its slices feed one SWIGLU: the passes' gate_up) leaves the terms to that SWIGLU below
         // gemm_min_t rows.
         const bool in_swiglu = n.fusion.gate_up && n_weights == 2;
@@ -481,19 +500,33 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
                  TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, copy_first, static_cast<size_t>(rows * y_width) * sizeof(float),
                                                     cudaMemcpyDeviceToDevice, s));
                if (rows >= h.min_t) {
+                 // u in 16 bits for the B GEMM: A's few output tiles spread over slices of K; on the side stream
+                 // (forked after x's producer, joined before the B GEMM) or after the base GEMM on this one.
+                 const auto a_product = [&](cudaStream_t as, GemmWorkspace& ws) {
+                   if (const int splits = matmul_split_k_default(rows, r_total, k_a); splits > 1) {
+                     float* pp = parts->as<float>();
+                     const int written = matmul_x16_split_k(lp->a, h.buf, pp, rows, splits, ws, as);
+                     lora_sum_parts(pp, written, rows * r_total, u, h.type, as);
+                   } else {
+                     matmul_x16_out16(lp->a, h.buf, u, rows, ws, as);
+                   }
+                 };
+                 const bool fork = side && rows >= gemm_min_t;
+                 if (fork) {
+                   TESSERA_CUDA_CHECK(cudaEventRecord(self->lora_fork, s));
+                   TESSERA_CUDA_CHECK(cudaStreamWaitEvent(self->lora_side, self->lora_fork, 0));
+                   a_product(self->lora_side, *self->lora_gemm);
+                   TESSERA_CUDA_CHECK(cudaEventRecord(self->lora_join, self->lora_side));
+                 }
                  if (y16)
                    matmul_x16_out16(*wp, h.buf, y, rows, *shp->gemm, s);
                  else
                    matmul_x16(*wp, h.buf, y, rows, *shp->gemm, s, accumulate);
                  if (rows >= gemm_min_t) {
-                   // u in 16 bits for the B GEMM: A's few output tiles spread over slices of K.
-                   if (const int splits = matmul_split_k_default(rows, r_total, k_a); splits > 1) {
-                     float* pp = parts->as<float>();
-                     const int written = matmul_x16_split_k(lp->a, h.buf, pp, rows, splits, *shp->gemm, s);
-                     lora_sum_parts(pp, written, rows * r_total, u, h.type, s);
-                   } else {
-                     matmul_x16_out16(lp->a, h.buf, u, rows, *shp->gemm, s);
-                   }
+                   if (fork)
+                     TESSERA_CUDA_CHECK(cudaStreamWaitEvent(s, self->lora_join, 0));
+                   else
+                     a_product(s, *shp->gemm);
                    if (y16)
                      matmul_x16_out16(*bd, u, y, rows, *shp->gemm, s, true);
                    else
@@ -864,6 +897,7 @@ CudaRowsExecutor::CudaRowsExecutor(const graph::Graph& g, RowsMode mode, std::sh
   impl_->x16 = cuda_options().x16;
   impl_->merge_gate_up = cuda_options().merge_gate_up;
   impl_->out16 = cuda_options().out16;
+  impl_->lora_side_on = cuda_options().lora_side;
   impl_->g = graph::run_passes(g, rows_fusion_support(impl_->fuse, impl_->merge_gate_up));
   impl_->stream = impl_->sh->stream;
   impl_->compile();
@@ -877,6 +911,12 @@ CudaRowsExecutor::~CudaRowsExecutor() {
   if (impl_->cgraph != nullptr) (void)cudaGraphDestroy(impl_->cgraph);
   if (impl_->host_io != nullptr) (void)cudaFreeHost(impl_->host_io);
   if (impl_->host_logits != nullptr) (void)cudaFreeHost(impl_->host_logits);
+  if (impl_->lora_side != nullptr) {
+    (void)cudaStreamSynchronize(impl_->lora_side);
+    (void)cudaStreamDestroy(impl_->lora_side);
+    (void)cudaEventDestroy(impl_->lora_fork);
+    (void)cudaEventDestroy(impl_->lora_join);
+  }
 }
 
 int64_t CudaRowsExecutor::Impl::run_prefill(std::span<const int32_t> ids, int64_t seq, int64_t p0,

@@ -76,7 +76,8 @@ TEST(CudaOptions, EveryKeyRoundTrips) {
                          "attn_tma=0",
                          "x16=0",
                          "out16=0",
-                         "merge_gate_up=0"})
+                         "merge_gate_up=0",
+                         "lora_side=0"})
     parse_cuda_option(o, kv);
   const std::string text = format_cuda_options(o);
   EXPECT_NE(text, format_cuda_options(CudaOptions{}));

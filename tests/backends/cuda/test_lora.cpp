@@ -15,12 +15,14 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cuda_options.h"
 #include "backends/cuda/kernels_lora.h"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/memory.h"
@@ -439,6 +441,33 @@ TEST(CudaLoraStacked, Bf16MatchesCpu) {
 TEST(CudaLoraStacked, Bf16ChunkOf512MatchesCpu) {
   TESSERA_REQUIRE_GPU();
   expect_matches_cpu("bf16", 3e-2, 600, 512);
+}
+
+// The A products on the side stream (CudaOptions::lora_side, the default) give the same bits as run in order on the
+// executor's stream: the same kernels on the same inputs, the B GEMM after both. A missing fork or join (the B GEMM
+// reading u before it is written, or x read before its producer ran) shows as different logits.
+TEST(CudaLoraStacked, SideStreamGivesTheSameBits) {
+  TESSERA_REQUIRE_GPU();
+  const Model m = small_model("bf16");
+  const Adapters ad(m.spec());
+  SessionOptions go{.n_ctx = 704, .n_batch = 512, .n_threads = 2};
+  go.lora = ad.specs();
+  go.device = "cuda";
+  const int64_t vocab = m.spec().n_vocab;
+  const cuda::CudaOptions saved = cuda::cuda_options();
+  std::vector<float> runs[2];
+  for (const bool side : {false, true}) {
+    cuda::CudaOptions o = saved;
+    o.lora_side = side;
+    cuda::set_cuda_options(o);
+    Session gpu(m, go);
+    runs[side] = prefill_and_decode(gpu, vocab, 600);
+  }
+  cuda::set_cuda_options(saved);
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  size_t differ = 0;
+  for (size_t i = 0; i < runs[0].size(); ++i) differ += std::memcmp(&runs[0][i], &runs[1][i], sizeof(float)) != 0;
+  EXPECT_EQ(differ, 0u) << "of " << runs[0].size() << " logits";
 }
 
 TEST(CudaLoraStacked, F16MatchesCpu) {
