@@ -143,7 +143,8 @@ FusedRow residual(DType wt, int64_t n, int64_t k) {
 }
 
 // a, x -> MATMUL -> ADD -> RMSNORM -> MATMUL: the residual GEMV also writes the norm's quantized output (the
-// decoder's default for q4_0, q4_1, q4_K, q6_K and tq2_0 off its x-stationary kernel), and the next GEMV scales by the rms from its block sums.
+// decoder's default for q4_0, q4_1, q4_K, q6_K and tq2_0 off its x-stationary kernel), and the next GEMV scales by the
+// rms from its block sums.
 FusedRow residual_norm_out(DType wt, int64_t n, int64_t k, int64_t m) {
   FusedRow r;
   r.name =
@@ -220,8 +221,9 @@ const std::vector<FusedRow>& fused_rows() {
       v.push_back(residual(w, 576, 1536));
     v.push_back(residual_norm_out(DType::Q4_1, 576, 1536, 1536));
     v.push_back(residual_norm_out(DType::Q4_1, 4096, 4096, 1024));
-    // quant_norm=auto's other formats (backend_cuda.cpp): q4_0 and q4_K at the 8B o-projection's shape, q6_K at its down, tq2_0 at BitNet-2B4T's
-    // down projection (its shared kernel, not the x-stationary one, which has no norm epilogue).
+    // quant_norm=auto's other formats (backend_cuda.cpp): q4_0 and q4_K at the 8B o-projection's shape, q6_K at its
+    // down, tq2_0 at BitNet-2B4T's down projection (its shared kernel, not the x-stationary one, which has no norm
+    // epilogue).
     v.push_back(residual_norm_out(DType::Q4_0, 4096, 4096, 1024));
     v.push_back(residual_norm_out(DType::Q4_K, 4096, 4096, 1024));
     v.push_back(residual_norm_out(DType::Q6_K, 4096, 14336, 1024));

@@ -236,26 +236,27 @@ graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold
       return !is_quantized_dtype(gr.tensor(weights[0]).dtype);
     };
   // The residual GEMV writing the next RMSNorm's q8 input (GemvInput::norm_out_*) for quantized readers. On by default
-  // (QuantNorm::AUTO) where it measured faster on the H100 (8B decode, tg128): q4_1 (warp groups, 2026-11-22: 476.2
-  // -> 498.6 tok/s), q4_0 (2026-11-26: 545.0 -> 568.0), q4_K (485.4-486.5 -> 514.6-516.1), q6_K (354.7-354.9 ->
-  // 369.4-370.1) and tq2_0 / tq1_0 where the
-  // residual GEMV's own default is not the x-stationary kernel, which has no norm_out epilogue (BitNet-2B4T shape
-  // 1,233.2 -> 1,259.1; at the 8B shape the o-projection alone 825.2 -> 828.6, while taking the x-stationary down
-  // projection off its kernel too lost: 780.3). iq4_nl lost (489.8 -> 475.9: its down projection has no norm_out
-  // form as fast as its default), q8_0 measured even (311.8 vs 312.3-313.1); the other formats are not measured: off. CudaOptions::quant_norm q4_1 / all /
-  // none: q4_1 alone (the former default), every format, or none. Its first form, thread-block clusters, measured
-  // slower on the H100 (8B q8_0 307.7 -> 240.7 tok/s, q4_1 476.4 -> 448.8: the clusters cost more than the rmsnorm
-  // launch they replace; docs/CUDA_NOTES.md) and left src/.
+  // (QuantNorm::AUTO) where it measured faster on the H100 (8B decode, tg128; docs/PERFORMANCE.md, seventeenth
+  // session): q4_1 (warp groups, 2026-11-22: 476.2 -> 498.6 tok/s), q4_0 (2026-11-26: 545.0 -> 568.0), q4_K (485.4 ->
+  // 515.3), q6_K (354.7 -> 369.5), and tq2_0 / tq1_0 where the residual GEMV's own default is not the x-stationary
+  // kernel, which has no norm_out epilogue (BitNet-2B4T shape 1,233.2 -> 1,257.2; at the 8B shape only the
+  // o-projection takes it: even, where taking the down projection off its x-stationary kernel too lost, 780.3).
+  // Off: iq4_nl (lost, 489.8 -> 475.9), q8_0 (even), q5_K, iq4_xs and q5_0 (gained 3.8%, 1.7% and 0.9%, but their
+  // norm epilogue has not yet run in the op table on a GPU), and the formats not measured. CudaOptions::quant_norm
+  // q4_1 / all / none: q4_1 alone (the former default), every format, or none. Its first form, thread-block clusters,
+  // measured slower on the H100 (8B q8_0 307.7 -> 240.7 tok/s, q4_1 476.4 -> 448.8: the clusters cost more than the
+  // rmsnorm launch they replace; docs/CUDA_NOTES.md) and left src/.
   f.residual_norm_out = [](const graph::Tensor& w, const std::vector<const graph::Tensor*>& readers) {
     const QuantNorm qn = cuda_options().quant_norm;
     if (!is_quantized_dtype(w.dtype) || qn == QuantNorm::NONE) return false;
     const int64_t n = w.shape[0], k = w.shape[1];
     switch (qn) {
-      case QuantNorm::ALL: break;
+      case QuantNorm::ALL:
+        break;
       case QuantNorm::Q4_1_ONLY:
         if (w.dtype != DType::Q4_1) return false;
         break;
-      default:  // AUTO
+      default:                                                     // AUTO
         if (w.dtype == DType::TQ2_0 || w.dtype == DType::TQ1_0) {  // gemv_default_config maps tq1_0 to tq2_0
           if (gemv_default_config(w.dtype, n, k).stationary) return false;
         } else if (w.dtype != DType::Q4_0 && w.dtype != DType::Q4_1 && w.dtype != DType::Q4_K &&

@@ -492,54 +492,55 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
         // gemm_min_t rows.
         const bool in_swiglu = n.fusion.gate_up && n_weights == 2;
         if (in_swiglu) lora_swiglu_of[out] = LoraSwiglu{lp, u, gemm_min_t, false};
-        launches.push_back(
-            {id, [=](cudaStream_t s, const RunArgs& a) {
-               const int64_t rows = sc ? a.t : fixed;
-               if (rows == 0) return;
-               if (copy_first != nullptr)
-                 TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, copy_first, static_cast<size_t>(rows * y_width) * sizeof(float),
-                                                    cudaMemcpyDeviceToDevice, s));
-               if (rows >= h.min_t) {
-                 // u in 16 bits for the B GEMM: A's few output tiles spread over slices of K; on the side stream
-                 // (forked after x's producer, joined before the B GEMM) or after the base GEMM on this one.
-                 const auto a_product = [&](cudaStream_t as, GemmWorkspace& ws) {
-                   if (const int splits = matmul_split_k_default(rows, r_total, k_a); splits > 1) {
-                     float* pp = parts->as<float>();
-                     const int written = matmul_x16_split_k(lp->a, h.buf, pp, rows, splits, ws, as);
-                     lora_sum_parts(pp, written, rows * r_total, u, h.type, as);
-                   } else {
-                     matmul_x16_out16(lp->a, h.buf, u, rows, ws, as);
-                   }
-                 };
-                 const bool fork = side && rows >= gemm_min_t;
-                 if (fork) {
-                   TESSERA_CUDA_CHECK(cudaEventRecord(self->lora_fork, s));
-                   TESSERA_CUDA_CHECK(cudaStreamWaitEvent(self->lora_side, self->lora_fork, 0));
-                   a_product(self->lora_side, *self->lora_gemm);
-                   TESSERA_CUDA_CHECK(cudaEventRecord(self->lora_join, self->lora_side));
-                 }
-                 if (y16)
-                   matmul_x16_out16(*wp, h.buf, y, rows, *shp->gemm, s);
-                 else
-                   matmul_x16(*wp, h.buf, y, rows, *shp->gemm, s, accumulate);
-                 if (rows >= gemm_min_t) {
-                   if (fork)
-                     TESSERA_CUDA_CHECK(cudaStreamWaitEvent(s, self->lora_join, 0));
-                   else
-                     a_product(s, *shp->gemm);
-                   if (y16)
-                     matmul_x16_out16(*bd, u, y, rows, *shp->gemm, s, true);
-                   else
-                     matmul_x16(*bd, u, y, rows, *shp->gemm, s, true);
-                   return;
-                 }
-                 matmul_x16(lp->a, h.buf, u, rows, *shp->gemm, s);
-               } else {
-                 matmul(*wp, x, y, rows, *shp->gemm, s, accumulate);
-                 matmul(lp->a, x, u, rows, *shp->gemm, s);
-               }
-               if (!in_swiglu) lora_b_add(lp->b.get(), lp->layout, u, y, y_width, y_width, rows, s);
-             }});
+        launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
+                              const int64_t rows = sc ? a.t : fixed;
+                              if (rows == 0) return;
+                              if (copy_first != nullptr)
+                                TESSERA_CUDA_CHECK(cudaMemcpyAsync(y, copy_first,
+                                                                   static_cast<size_t>(rows * y_width) * sizeof(float),
+                                                                   cudaMemcpyDeviceToDevice, s));
+                              if (rows >= h.min_t) {
+                                // u in 16 bits for the B GEMM: A's few output tiles spread over slices of K; on the
+                                // side stream (forked after x's producer, joined before the B GEMM) or after the base
+                                // GEMM on this one.
+                                const auto a_product = [&](cudaStream_t as, GemmWorkspace& ws) {
+                                  if (const int splits = matmul_split_k_default(rows, r_total, k_a); splits > 1) {
+                                    float* pp = parts->as<float>();
+                                    const int written = matmul_x16_split_k(lp->a, h.buf, pp, rows, splits, ws, as);
+                                    lora_sum_parts(pp, written, rows * r_total, u, h.type, as);
+                                  } else {
+                                    matmul_x16_out16(lp->a, h.buf, u, rows, ws, as);
+                                  }
+                                };
+                                const bool fork = side && rows >= gemm_min_t;
+                                if (fork) {
+                                  TESSERA_CUDA_CHECK(cudaEventRecord(self->lora_fork, s));
+                                  TESSERA_CUDA_CHECK(cudaStreamWaitEvent(self->lora_side, self->lora_fork, 0));
+                                  a_product(self->lora_side, *self->lora_gemm);
+                                  TESSERA_CUDA_CHECK(cudaEventRecord(self->lora_join, self->lora_side));
+                                }
+                                if (y16)
+                                  matmul_x16_out16(*wp, h.buf, y, rows, *shp->gemm, s);
+                                else
+                                  matmul_x16(*wp, h.buf, y, rows, *shp->gemm, s, accumulate);
+                                if (rows >= gemm_min_t) {
+                                  if (fork)
+                                    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(s, self->lora_join, 0));
+                                  else
+                                    a_product(s, *shp->gemm);
+                                  if (y16)
+                                    matmul_x16_out16(*bd, u, y, rows, *shp->gemm, s, true);
+                                  else
+                                    matmul_x16(*bd, u, y, rows, *shp->gemm, s, true);
+                                  return;
+                                }
+                                matmul_x16(lp->a, h.buf, u, rows, *shp->gemm, s);
+                              } else {
+                                matmul(*wp, x, y, rows, *shp->gemm, s, accumulate);
+                                matmul(lp->a, x, u, rows, *shp->gemm, s);
+                              }
+                              if (!in_swiglu) lora_b_add(lp->b.get(), lp->layout, u, y, y_width, y_width, rows, s);
+                            }});
         return;
       }
       launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {

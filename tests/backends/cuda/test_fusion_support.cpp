@@ -98,8 +98,8 @@ TEST(CudaFusionSupport, DecoderQuantizedWeights) {
 }
 
 // quant_norm=auto (the default): the residual GEMV writes the next norm's 8-bit input for the formats where that
-// measured faster on the H100 (q4_0, q4_1, q4_K, q6_K; tq2_0 / tq1_0 unless its own kernel is the x-stationary one, which has no
-// norm epilogue), and only for quantized readers; q4_1 / all / none as they say.
+// measured faster on the H100 (q4_0, q4_1, q4_K, q6_K; tq2_0 / tq1_0 unless its own kernel is the x-stationary one,
+// which has no norm epilogue), and only for quantized readers; q4_1 / all / none as they say.
 TEST(CudaFusionSupport, QuantNormFollowsTheMeasuredFormats) {
   const CudaOptions saved = cuda_options();
   const graph::FusionSupport f = decoder_fusion_support(true, true, true);
@@ -237,7 +237,8 @@ TEST(CudaMemoryPlan, RowsPlanWithSixteenBitCopies) {
 }
 
 // The CUDA backend's supports(): every node a llama graph has, in a native or a converted format (q6_K runs as bf16),
-// every node of the ternary families' graphs, and no test-only op (SCALE has no CUDA kernel); the answer needs no device.
+// every node of the ternary families' graphs, and no test-only op (SCALE has no CUDA kernel); the answer needs no
+// device.
 TEST(CudaBackendSupports, LlamaNodesYesTestOnlyOpNo) {
   const backend::Backend& b = cuda_backend();
   for (DType dt : {DType::BF16, DType::Q8_0, DType::Q6_K}) {
