@@ -1,6 +1,16 @@
 # Sourced by the scripts/gpu_*.sh (after they set $root, the repository): the one Release sm_90a build in build-gpu
 # against the bundle scripts/make_gpu_bundle.sh puts in .gpu-deps/, and the environment its binaries run in.
 
+# source_id: a hash of the source the GPU machine runs (src, tests, bench, python, CMake files, as the copy of the
+# working tree has them), to quote beside a measurement. The copy's git metadata is not the session's HEAD (the device
+# tool copies the working tree, not the repository), so a commit printed there would be misleading; the same command
+# here gives the hash of the tree that ran (uncommitted changes included).
+source_id() {
+  (cd "$root" && find src tests bench python CMakeLists.txt -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.cu' \
+    -o -name '*.cuh' -o -name '*.py' -o -name 'CMakeLists.txt' \) 2>/dev/null | LC_ALL=C sort | xargs cat |
+    sha256sum | cut -c1-12 | sed 's/^/source /')
+}
+
 # gpu_build LOG TARGET...: configures build-gpu and builds the targets, appending cmake's output to LOG; its status is
 # cmake's.
 gpu_build() {

@@ -50,10 +50,10 @@ say() { echo "$*" | tee -a "$summary"; }
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 status=0
-say "# gpu_kquant $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git log -1 --format=%h 2>/dev/null)"
+. "$root/scripts/gpu_env.sh"
+say "# gpu_kquant $(date -u +%Y-%m-%dT%H:%M:%SZ) $(source_id)"
 say "- $(nvidia-smi --query-gpu=name,clocks.max.sm,clocks.mem --format=csv,noheader 2>&1 | head -1)"
 
-. "$root/scripts/gpu_env.sh"
 logt="$OUT/kquant_tests.log"
 : > "$logt"
 stamp "building (Release, sm_90a) in build-gpu"

@@ -37,11 +37,10 @@ summary="$OUT/lora_summary.md"
 : > "$summary"
 say() { echo "$*" | tee -a "$summary"; }
 t0=$(date +%s)
-dirty=$(git status --porcelain 2>/dev/null | grep -q . && echo " plus uncommitted changes")
-say "# gpu_lora $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git rev-parse --short HEAD 2>/dev/null)$dirty"
+. "$root/scripts/gpu_env.sh"
+say "# gpu_lora $(date -u +%Y-%m-%dT%H:%M:%SZ) $(source_id)"
 say "$(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | head -1)"
 
-. "$root/scripts/gpu_env.sh"
 logb="$OUT/lora_build.log"
 : > "$logb"
 if gpu_build "$logb" tessera_cli test_backends_cuda; then

@@ -15,7 +15,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do targets+=("$1"); shift; done
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 . "$root/scripts/gpu_env.sh"
-echo "# gpu_probe $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git log -1 --format=%h 2>/dev/null)"
+echo "# gpu_probe $(date -u +%Y-%m-%dT%H:%M:%SZ) $(source_id)"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.mem --format=csv,noheader 2>&1 | head -1
 stamp "building ${targets[*]}"
 gpu_build "$OUT/probe_build.log" "${targets[@]}" || { tail -40 "$OUT/probe_build.log"; exit 1; }

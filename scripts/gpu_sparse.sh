@@ -49,10 +49,10 @@ summary="$OUT/sparse_summary.md"
 : > "$summary"
 say() { echo "$*" | tee -a "$summary"; }
 t0=$(date +%s)
-say "# gpu_sparse $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git rev-parse --short HEAD 2>/dev/null)"
+. "$root/scripts/gpu_env.sh"
+say "# gpu_sparse $(date -u +%Y-%m-%dT%H:%M:%SZ) $(source_id)"
 say "$(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | head -1)"
 
-. "$root/scripts/gpu_env.sh"
 logb="$OUT/sparse_build.log"
 : > "$logb"
 targets="test_backends_cuda test_ops tessera_bench_sparse"

@@ -30,7 +30,7 @@ done
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 . "$root/scripts/gpu_env.sh"
-echo "# gpu_tq2 $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git log -1 --format=%h 2>/dev/null)"
+echo "# gpu_tq2 $(date -u +%Y-%m-%dT%H:%M:%SZ) $(source_id)"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.mem --format=csv,noheader 2>&1 | head -1
 targets="tessera_cli"
 [ $sweep = 1 ] && targets="$targets exp_gemv_tq2_sweep"
