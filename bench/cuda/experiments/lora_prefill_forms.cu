@@ -1,0 +1,256 @@
+// LoRA prefill on CUDA (issue 25: a 512-token chunk with rank-16 adapters on all seven projections >= 0.9x the base;
+// 0.826x in the seventeenth session). What is left per adapted node, by docs/LORA.md: the B GEMM's pass over the
+// node's output y (C read, D written) and its launch. This experiment times one adapted node of each Llama-3-8B kind
+// alone, at T = 512, in the forms that matter for the decision whether to build a K-extended base GEMM in src/:
+//   base  : the base GEMM alone (the target);
+//   now1  : the base GEMM, then A's split-K GEMM and its sum (u = x·A_stackᵀ), then the B GEMM y += u·B_bdᵀ
+//           (src with --cuda lora_side=0);
+//   side  : the same with A on a second stream beside the base GEMM, joined before B (src's default);
+//   kext  : A first (split-K and sum), then one GEMM over K + R: [x | u]·[W | B_bd]ᵀ, which gives y + Δ with no pass
+//           of its own (u here goes to a buffer of its own and [x | u] is prepared untimed; in src u would be written
+//           into the last R columns of x's 16-bit copy, whose row stride would be K + R: the same bytes);
+//   kgemm : the K + R GEMM alone (kext less A's product).
+// The nodes: q|k|v (N 6144, K 4096, R 48: three members of rank 16, f32 y), o (4096, 4096, 16, accumulating into the
+// f32 residual), gate|up (28672, 4096, 32, 16-bit y as matmul_x16_out16 writes it), down (4096, 14336, 16, residual).
+// B_bd is dense random here (the real one is block-diagonal with zeros): the GEMMs' cost is the same.
+// Each form is checked first: now1, side and kext must agree on y (relative L2 <= 1e-2: u is rounded to bf16 in all
+// three, kext's sum order differs); base against a double reference on sampled outputs.
+// Per node it prints µs (median of graph replays) and the overhead over base; the projection at the end sums the four
+// nodes over 32 layers against the chunk's base time (12.05 ms at 42.5k tok/s, the seventeenth session).
+//
+// Build here (no GPU needed): target exp_lora_prefill_forms. Run on the GPU machine (~1 minute, mostly the host's
+// random weights): build-gpu/bin/experiments/exp_lora_prefill_forms [reps, default 50]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels_lora.h"
+#include "backends/cuda/kernels_rows.h"
+#include "backends/cuda/memory.h"
+#include "exp_common.cuh"
+
+using namespace tessera;
+using namespace tessera::cuda;
+using exp_common::graph_us;
+
+namespace {
+
+constexpr int64_t kT = 512;
+
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Fills `out` with bf16 uniform(-a, a) from one LCG stream (fast enough for 117 M values).
+void fill(std::vector<uint16_t>& out, size_t n, float a, uint64_t seed) {
+  out.resize(n);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const float r = static_cast<float>(s >> 40) * (1.0f / 16777216.0f);
+    out[i] = to_bf16((2.0f * r - 1.0f) * a);
+  }
+}
+
+enum class Out { F32, RESIDUAL, BF16 };
+struct Node {
+  const char* name;
+  int64_t n, k, r;
+  Out out;
+};
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 50;
+  set_device(0);
+  cudaStream_t st, side;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1, fork, join;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  const Node nodes[] = {{"q|k|v", 6144, 4096, 48, Out::F32},
+                        {"o", 4096, 4096, 16, Out::RESIDUAL},
+                        {"gate|up", 28672, 4096, 32, Out::BF16},
+                        {"down", 4096, 14336, 16, Out::RESIDUAL}};
+  GemmWorkspace ws(kT, 14336 + 64, 0), ws_side(kT, 14336 + 64, 0);
+  int failures = 0;
+  double sum_base = 0, sum_now = 0, sum_side = 0, sum_kext = 0;
+  std::printf("node | N x K, R | base us | now1 us (+) | side us (+) | kext us (+) | kgemm us | check\n");
+  for (const Node& nd : nodes) {
+    const int64_t n = nd.n, k = nd.k, r = nd.r, ke = k + r;
+    std::vector<uint16_t> hw, ha, hb, hx;
+    fill(hw, static_cast<size_t>(n * k), 0.02f, 1 + n);
+    fill(ha, static_cast<size_t>(r * k), 0.02f, 2 + n);
+    fill(hb, static_cast<size_t>(n * r), 0.05f, 3 + n);
+    fill(hx, static_cast<size_t>(kT * k), 1.0f, 4 + n);
+    // [W | B_bd] [n, k + r]: each row's base weights, then its B_bd row.
+    std::vector<uint16_t> hwe(static_cast<size_t>(n * ke));
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(&hwe[static_cast<size_t>(i * ke)], &hw[static_cast<size_t>(i * k)], static_cast<size_t>(k) * 2);
+      std::memcpy(&hwe[static_cast<size_t>(i * ke + k)], &hb[static_cast<size_t>(i * r)], static_cast<size_t>(r) * 2);
+    }
+    const DeviceWeight w = upload_weight(DType::BF16, hw.data(), n, k);
+    const DeviceWeight we = upload_weight(DType::BF16, hwe.data(), n, ke);
+    const DeviceWeight a = upload_weight(DType::BF16, ha.data(), r, k);
+    const DeviceWeight b = upload_weight(DType::BF16, hb.data(), n, r);
+    std::vector<uint16_t>().swap(hwe);
+    DeviceBuffer x(static_cast<size_t>(kT * k) * 2), xe(static_cast<size_t>(kT * ke) * 2);
+    x.upload(hx.data(), x.bytes());
+    const size_t y_elem = nd.out == Out::BF16 ? 2 : 4;
+    DeviceBuffer y(static_cast<size_t>(kT * n) * y_elem), res0(static_cast<size_t>(kT * n) * y_elem);
+    DeviceBuffer u(static_cast<size_t>(kT * r) * 2);
+    const int splits = matmul_split_k_default(kT, r, k);
+    DeviceBuffer parts(static_cast<size_t>(std::max(splits, 1) * kT * r) * sizeof(float));
+    res0.fill_bytes(0);
+    const bool acc = nd.out == Out::RESIDUAL;
+    const auto gemm = [&](const DeviceWeight& wt, const void* in, bool accumulate, GemmWorkspace& g, cudaStream_t s) {
+      if (nd.out == Out::BF16)
+        matmul_x16_out16(wt, in, y.get(), kT, g, s, accumulate);
+      else
+        matmul_x16(wt, in, y.as<float>(), kT, g, s, accumulate);
+    };
+    const auto a_product = [&](GemmWorkspace& g, cudaStream_t s) {
+      if (splits > 1) {
+        const int written = matmul_x16_split_k(a, x.get(), parts.as<float>(), kT, splits, g, s);
+        lora_sum_parts(parts.as<float>(), written, kT * r, u.get(), DType::BF16, s);
+      } else {
+        matmul_x16_out16(a, x.get(), u.get(), kT, g, s);
+      }
+    };
+    // The residual nodes accumulate into y: each run starts from the same residual (zeros), copied in first by all
+    // forms alike (a pass of its own, the same in every form, in every time below).
+    const auto reset = [&](cudaStream_t s) {
+      if (acc) CK(cudaMemcpyAsync(y.get(), res0.get(), y.bytes(), cudaMemcpyDeviceToDevice, s));
+    };
+    const auto run_base = [&](int) {
+      reset(st);
+      gemm(w, x.get(), acc, ws, st);
+    };
+    const auto run_now = [&](int) {
+      reset(st);
+      gemm(w, x.get(), acc, ws, st);
+      a_product(ws, st);
+      gemm(b, u.get(), true, ws, st);
+    };
+    const auto run_side = [&](int) {
+      reset(st);
+      CK(cudaEventRecord(fork, st));
+      CK(cudaStreamWaitEvent(side, fork, 0));
+      a_product(ws_side, side);
+      CK(cudaEventRecord(join, side));
+      gemm(w, x.get(), acc, ws, st);
+      CK(cudaStreamWaitEvent(st, join, 0));
+      gemm(b, u.get(), true, ws, st);
+    };
+    const auto run_kext = [&](int) {
+      reset(st);
+      a_product(ws, st);
+      gemm(we, xe.get(), acc, ws, st);
+    };
+    const auto run_kgemm = [&](int) {
+      reset(st);
+      gemm(we, xe.get(), acc, ws, st);
+    };
+    // [x | u] for kext: x's rows with u's appended (untimed; u from a run of A first).
+    const auto prepare_xe = [&]() {
+      a_product(ws, st);
+      CK(cudaMemcpy2DAsync(xe.get(), static_cast<size_t>(ke) * 2, x.get(), static_cast<size_t>(k) * 2,
+                           static_cast<size_t>(k) * 2, kT, cudaMemcpyDeviceToDevice, st));
+      CK(cudaMemcpy2DAsync(static_cast<uint8_t*>(xe.get()) + k * 2, static_cast<size_t>(ke) * 2, u.get(),
+                           static_cast<size_t>(r) * 2, static_cast<size_t>(r) * 2, kT, cudaMemcpyDeviceToDevice, st));
+    };
+    const auto read_y = [&]() {
+      CK(cudaStreamSynchronize(st));
+      std::vector<float> out(static_cast<size_t>(kT * n));
+      if (nd.out == Out::BF16) {
+        std::vector<uint16_t> h(out.size());
+        y.download(h.data(), y.bytes());
+        for (size_t i = 0; i < h.size(); ++i) out[i] = from_bf16(h[i]);
+      } else {
+        y.download(out.data(), y.bytes());
+      }
+      return out;
+    };
+    prepare_xe();
+    run_base(0);
+    const std::vector<float> y_base = read_y();
+    run_now(0);
+    const std::vector<float> y_now = read_y();
+    run_side(0);
+    CK(cudaStreamSynchronize(side));
+    const std::vector<float> y_side = read_y();
+    run_kext(0);
+    const std::vector<float> y_kext = read_y();
+    // base against a double reference on 64 sampled outputs (x and W as uploaded).
+    double worst = 0;
+    std::mt19937 rng(7);
+    for (int sidx = 0; sidx < 64; ++sidx) {
+      const int64_t t = static_cast<int64_t>(rng() % kT), c = static_cast<int64_t>(rng() % n);
+      double ref = 0, mag = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        const double p = static_cast<double>(from_bf16(hx[static_cast<size_t>(t * k + j)])) *
+                         from_bf16(hw[static_cast<size_t>(c * k + j)]);
+        ref += p;
+        mag += std::fabs(p);
+      }
+      worst = std::max(worst, std::fabs(y_base[static_cast<size_t>(t * n + c)] - ref) / std::max(mag, 1e-12));
+    }
+    const double d_side = rel_l2(y_side, y_now), d_kext = rel_l2(y_kext, y_now), moved = rel_l2(y_base, y_now);
+    const bool ok = worst < 1e-2 && d_side == 0.0 && d_kext < 1e-2 && moved > 10 * d_kext;
+    failures += !ok;
+    const float t_base = graph_us(st, e0, e1, 1, reps, run_base);
+    const float t_now = graph_us(st, e0, e1, 1, reps, run_now);
+    const float t_side = graph_us(st, e0, e1, 1, reps, run_side);
+    const float t_kext = graph_us(st, e0, e1, 1, reps, run_kext);
+    const float t_kgemm = graph_us(st, e0, e1, 1, reps, run_kgemm);
+    std::printf(
+        "%s | %lld x %lld, %lld | %.1f | %.1f (+%.1f) | %.1f (+%.1f) | %.1f (+%.1f) | %.1f | %s (base %.1e, "
+        "side %.1e, kext %.1e, terms %.1e)\n",
+        nd.name, static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(r), t_base, t_now,
+        t_now - t_base, t_side, t_side - t_base, t_kext, t_kext - t_base, t_kgemm, ok ? "ok" : "FAIL", worst, d_side,
+        d_kext, moved);
+    sum_base += t_base;
+    sum_now += t_now;
+    sum_side += t_side;
+    sum_kext += t_kext;
+  }
+  // A chunk: 32 layers of the four nodes, plus what the rest of the layer and the output projection take (the
+  // seventeenth session's base chunk: 512 / 42,500 tok/s = 12.05 ms).
+  const double chunk_base_ms = 512.0 / 42500.0 * 1e3, layers = 32;
+  const auto ratio = [&](double sum) { return chunk_base_ms / (chunk_base_ms + layers * (sum - sum_base) * 1e-3); };
+  std::printf(
+      "\n== projection for a 512-token chunk (base %.2f ms): now1 %.3fx, side %.3fx, kext %.3fx of the base "
+      "(issue 25: >= 0.9x); failures=%d\n",
+      chunk_base_ms, ratio(sum_now), ratio(sum_side), ratio(sum_kext), failures);
+  return failures ? 1 : 0;
+}
