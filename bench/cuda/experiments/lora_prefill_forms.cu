@@ -13,8 +13,9 @@
 // The nodes: q|k|v (N 6144, K 4096, R 48: three members of rank 16, f32 y), o (4096, 4096, 16, accumulating into the
 // f32 residual), gate|up (28672, 4096, 32, 16-bit y as matmul_x16_out16 writes it), down (4096, 14336, 16, residual).
 // B_bd is dense random here (the real one is block-diagonal with zeros): the GEMMs' cost is the same.
-// Each form is checked first: now1, side and kext must agree on y (relative L2 <= 1e-2: u is rounded to bf16 in all
-// three, kext's sum order differs); base against a double reference on sampled outputs.
+// Each form is checked first: side must equal now1 (relative L2 < 1e-6: the same kernels), and kext must agree with
+// it (relative L2 <= 1e-2: u is rounded to bf16 in both, kext's sum order differs) while the adapter's terms move y
+// by at least 10x that; base against a double reference on sampled outputs.
 // Per node it prints µs (median of graph replays) and the overhead over base; the projection at the end sums the four
 // nodes over 32 layers against the chunk's base time (12.05 ms at 42.5k tok/s, the seventeenth session).
 //
@@ -226,7 +227,7 @@ int main(int argc, char** argv) {
       worst = std::max(worst, std::fabs(y_base[static_cast<size_t>(t * n + c)] - ref) / std::max(mag, 1e-12));
     }
     const double d_side = rel_l2(y_side, y_now), d_kext = rel_l2(y_kext, y_now), moved = rel_l2(y_base, y_now);
-    const bool ok = worst < 1e-2 && d_side == 0.0 && d_kext < 1e-2 && moved > 10 * d_kext;
+    const bool ok = worst < 1e-2 && d_side < 1e-6 && d_kext < 1e-2 && moved > 10 * d_kext;
     failures += !ok;
     const float t_base = graph_us(st, e0, e1, 1, reps, run_base);
     const float t_now = graph_us(st, e0, e1, 1, reps, run_now);
