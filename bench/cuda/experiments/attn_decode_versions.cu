@@ -39,6 +39,7 @@
 #include "backends/cuda/kernels/attn_decode_short.cuh"
 #include "backends/cuda/kernels/common.cuh"
 #include "exp_common.cuh"
+#include "quant/half.h"
 
 namespace tessera::cuda::detail::moved {
 
@@ -709,19 +710,6 @@ struct Shape {
   std::vector<int> ctxs;
 };
 
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // out[h] over positions 0..pos of kv head h / group, in double, from the cache as stored (bf16) and q as given.
 std::vector<double> reference(const std::vector<float>& q, const std::vector<uint16_t>& kc,
                               const std::vector<uint16_t>& vc, const Shape& s, int pos, double scale) {
@@ -732,7 +720,7 @@ std::vector<double> reference(const std::vector<float>& q, const std::vector<uin
     double mx = -INFINITY;
     for (int p = 0; p <= pos; ++p) {
       double d = 0;
-      for (int64_t j = 0; j < s.hd; ++j) d += double(q[h * s.hd + j]) * from_bf16(kc[(kvh * s.n_ctx + p) * s.hd + j]);
+      for (int64_t j = 0; j < s.hd; ++j) d += double(q[h * s.hd + j]) * bf16_to_f32(kc[(kvh * s.n_ctx + p) * s.hd + j]);
       w[p] = d * scale;
       mx = std::max(mx, w[p]);
     }
@@ -740,7 +728,7 @@ std::vector<double> reference(const std::vector<float>& q, const std::vector<uin
     for (int p = 0; p <= pos; ++p) sum += (w[p] = std::exp(w[p] - mx));
     for (int p = 0; p <= pos; ++p)
       for (int64_t j = 0; j < s.hd; ++j)
-        out[h * s.hd + j] += w[p] / sum * from_bf16(vc[(kvh * s.n_ctx + p) * s.hd + j]);
+        out[h * s.hd + j] += w[p] / sum * bf16_to_f32(vc[(kvh * s.n_ctx + p) * s.hd + j]);
   }
   return out;
 }
@@ -761,8 +749,8 @@ int run_shape(const Shape& s, int reps, int64_t l2_bytes, cudaStream_t st, cudaE
   const size_t elems = size_t(s.n_kv) * s.n_ctx * s.hd, bytes = elems * 2;
   const int copies = static_cast<int>(std::clamp<int64_t>((4 * l2_bytes) / int64_t(2 * bytes) + 1, 1, 64));
   std::vector<uint16_t> kc(elems), vc(elems);
-  for (auto& x : kc) x = to_bf16(2.0f * u(rng));
-  for (auto& x : vc) x = to_bf16(2.0f * u(rng));
+  for (auto& x : kc) x = f32_to_bf16(2.0f * u(rng));
+  for (auto& x : vc) x = f32_to_bf16(2.0f * u(rng));
   std::vector<float> q(s.n_head * s.hd), kn(s.n_kv * s.hd), vn(s.n_kv * s.hd), inv(s.hd / 2);
   for (auto& x : q) x = u(rng);
   for (auto& x : kn) x = u(rng);
@@ -833,9 +821,9 @@ int run_shape(const Shape& s, int reps, int64_t l2_bytes, cudaStream_t st, cudaE
             std::vector<float> kr(kn.begin() + kvh * s.hd, kn.begin() + (kvh + 1) * s.hd);
             rotate(kr.data(), s.hd, pos, inv);
             for (int64_t j = 0; j < s.hd; ++j) {
-              const float kk = from_bf16(k2[at + j]), want = kr[j];
+              const float kk = bf16_to_f32(k2[at + j]), want = kr[j];
               stored_ok = stored_ok && std::fabs(kk - want) <= std::ldexp(std::fabs(want), -7) + 1e-6f &&
-                          v2[at + j] == to_bf16(vn[kvh * s.hd + j]);
+                          v2[at + j] == f32_to_bf16(vn[kvh * s.hd + j]);
             }
           }
         }

@@ -45,6 +45,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels/gemv_float_kernel.cuh"
 #include "exp_common.cuh"
+#include "quant/half.h"
 
 namespace sweep {
 using namespace tessera;
@@ -136,7 +137,7 @@ using KFn = void (*)(const uint8_t*, const float*, float*, int, int, bool, const
 struct Entry {
   Shape c;
   int mode;
-  KFn f[3];      // by Kind; null where the shape cannot take it (SwiGLU: >= 128 threads, even rows)
+  KFn f[3];       // by Kind; null where the shape cannot take it (SwiGLU: >= 128 threads, even rows)
   int per_sm[3];  // resident blocks per SM (occupancy calculator)
 };
 
@@ -154,8 +155,10 @@ template <int M, size_t I>
 void add_entry(std::vector<Entry>& v) {
   constexpr Shape s = kShapes[I];
   if constexpr (s.prefetch == 0 && (M != 2 || float_cappable<DType::BF16>(s))) {
-    Entry e{s, M, {pick<M, s.threads, s.rows, s.unroll, false, false>(), pick<M, s.threads, s.rows, s.unroll, true, false>(),
-                   nullptr},
+    Entry e{s,
+            M,
+            {pick<M, s.threads, s.rows, s.unroll, false, false>(), pick<M, s.threads, s.rows, s.unroll, true, false>(),
+             nullptr},
             {0, 0, 0}};
     if constexpr (s.rows % 2 == 0 && s.threads >= 128) e.f[SWIGLU] = pick<M, s.threads, s.rows, s.unroll, true, true>();
     v.push_back(e);
@@ -189,19 +192,6 @@ struct Problem {
   const char* name;
   int n, k, kind;  // SWIGLU: n = F output rows, the weight is [2F, k]
 };
-
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-double from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // splitmix64: fast enough for a 1 GB weight, and every value differs from run to run only by the seed.
 struct Rng {
@@ -278,14 +268,13 @@ int main(int argc, char** argv) {
     if (only && !std::strstr(p.name, only)) continue;
     const int wn = p.kind == SWIGLU ? 2 * p.n : p.n;  // weight rows
     const size_t bytes = size_t(wn) * p.k * 2;
-    const int copies =
-        static_cast<int>(std::clamp<size_t>((4 * size_t(prop.l2CacheSize) + bytes - 1) / bytes, 1, 512));
+    const int copies = static_cast<int>(std::clamp<size_t>((4 * size_t(prop.l2CacheSize) + bytes - 1) / bytes, 1, 512));
     std::vector<uint16_t> hw(size_t(wn) * p.k);
     {
       const uint64_t seed = rng.next();
       parallel_rows(wn, [&](long i) {
         Rng r{seed ^ (0x9e37ull * static_cast<uint64_t>(i + 1))};
-        for (int j = 0; j < p.k; ++j) hw[size_t(i) * p.k + j] = to_bf16(r.uniform(-1.0f, 1.0f));
+        for (int j = 0; j < p.k; ++j) hw[size_t(i) * p.k + j] = f32_to_bf16(r.uniform(-1.0f, 1.0f));
       });
     }
     std::vector<float> hx(p.k), hg(p.k);
@@ -307,7 +296,7 @@ int main(int argc, char** argv) {
       double a = 0, m = 0;
       const uint16_t* row = &hw[size_t(i) * p.k];
       for (int j = 0; j < p.k; ++j) {
-        const double t = from_bf16(row[j]) * xe[j];
+        const double t = static_cast<double>(bf16_to_f32(row[j])) * xe[j];
         a += t, m += std::fabs(t);
       }
       ref[i] = a, mag[i] = m;
@@ -349,8 +338,10 @@ int main(int argc, char** argv) {
     {
       const Entry *plain = nullptr, *capped = nullptr;
       for (const Entry& e : all_entries)
-        if (same(e.c, od) && e.mode == 1) plain = &e;
-        else if (same(e.c, od) && e.mode == 2) capped = &e;
+        if (same(e.c, od) && e.mode == 1)
+          plain = &e;
+        else if (same(e.c, od) && e.mode == 2)
+          capped = &e;
       const int rows_per_block = p.kind == SWIGLU ? od.rows / 2 : od.rows;
       const int64_t grid = (p.n + rows_per_block - 1) / rows_per_block;
       if (plain && capped &&
@@ -431,9 +422,9 @@ int main(int argc, char** argv) {
       if (t < best_us[e.mode]) best_us[e.mode] = t, best[e.mode] = e.c;
     }
     char line[512];
-    int len = std::snprintf(line, sizeof line, "%-12s %6dx%-5d %-7s %3d/%d/%d%s %6.2f %5.1f%% %6.2f %5.1f%% |",
-                            p.name, wn, p.k, kind_name(p.kind), od.threads, od.rows, od.unroll,
-                            src_mode == 2 ? "c" : " ", old_us, pc(old_us), new_def_us, pc(new_def_us));
+    int len = std::snprintf(line, sizeof line, "%-12s %6dx%-5d %-7s %3d/%d/%d%s %6.2f %5.1f%% %6.2f %5.1f%% |", p.name,
+                            wn, p.k, kind_name(p.kind), od.threads, od.rows, od.unroll, src_mode == 2 ? "c" : " ",
+                            old_us, pc(old_us), new_def_us, pc(new_def_us));
     for (int m = 0; m < 4; ++m)
       len += std::snprintf(line + len, sizeof line - len, " %3d/%d/%d %6.2f %5.1f%%|", best[m].threads, best[m].rows,
                            best[m].unroll, best_us[m], pc(best_us[m]));
@@ -448,9 +439,10 @@ int main(int argc, char** argv) {
     CK(cudaFree(dy));
   }
   if (tsv) std::fclose(tsv);
-  std::printf("\n== summary (copy %.0f GB/s) failures=%d differ=%d. old: mode 0, new: src/ (mode 1, or 2 where marked c), "
-              "both at the old default shape; then the best shape of modes 0-3\n",
-              copy_gbps, failures, differ);
+  std::printf(
+      "\n== summary (copy %.0f GB/s) failures=%d differ=%d. old: mode 0, new: src/ (mode 1, or 2 where marked c), "
+      "both at the old default shape; then the best shape of modes 0-3\n",
+      copy_gbps, failures, differ);
   std::printf("%-12s %12s %-7s %-9s %6s %6s %6s %6s | %-22s| %-22s| %-22s| %-22s|\n", "problem", "N x K", "kind",
               "default", "old us", "%copy", "new us", "%copy", "m0 best", "m1 best", "m2 best (capped)",
               "m3 best (early trig)");

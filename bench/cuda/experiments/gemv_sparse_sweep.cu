@@ -58,6 +58,7 @@
 #include "backends/cuda/kernels/gemv_sparse.h"
 #include "backends/cuda/memory.h"
 #include "exp_common.cuh"
+#include "quant/half.h"
 
 namespace tessera::cuda::detail {
 
@@ -447,17 +448,6 @@ uint64_t splitmix(uint64_t& s) {
 float uniform(uint64_t& s, float lo, float hi) {
   return lo + (hi - lo) * static_cast<float>(splitmix(s) >> 40) * (1.0f / 16777216.0f);
 }
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-float from_bf16(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 struct Row {
   std::string shape, mode, name;
@@ -507,7 +497,7 @@ int run(int argc, char** argv) {
     const int n = sh.n, k = sh.k;
     // Random bf16 weights in [-0.05, 0.05) and x in [-1, 1).
     std::vector<uint16_t> hw(static_cast<size_t>(n) * k);
-    for (auto& v : hw) v = to_bf16(uniform(seed, -0.05f, 0.05f));
+    for (auto& v : hw) v = f32_to_bf16(uniform(seed, -0.05f, 0.05f));
     std::vector<float> hx(static_cast<size_t>(k));
     for (auto& v : hx) v = uniform(seed, -1.0f, 1.0f);
     DeviceWeight w;
@@ -556,7 +546,7 @@ int run(int argc, char** argv) {
         const uint16_t* wr = hw.data() + static_cast<size_t>(r) * k;
         double a = 0, b = 0;
         for (int c : kept) {
-          const double t = static_cast<double>(from_bf16(wr[c])) * hx[static_cast<size_t>(c)];
+          const double t = static_cast<double>(bf16_to_f32(wr[c])) * hx[static_cast<size_t>(c)];
           a += t, b += std::fabs(t);
         }
         ref[static_cast<size_t>(r)] = a, mag[static_cast<size_t>(r)] = b;

@@ -38,6 +38,7 @@
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/memory.h"
 #include "exp_common.cuh"
+#include "quant/half.h"
 
 using namespace tessera;
 using namespace tessera::cuda;
@@ -47,18 +48,6 @@ namespace {
 
 constexpr int64_t kT = 512;
 
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // Fills `out` with bf16 uniform(-a, a) from one LCG stream (fast enough for 117 M values).
 void fill(std::vector<uint16_t>& out, size_t n, float a, uint64_t seed) {
   out.resize(n);
@@ -66,7 +55,7 @@ void fill(std::vector<uint16_t>& out, size_t n, float a, uint64_t seed) {
   for (size_t i = 0; i < n; ++i) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     const float r = static_cast<float>(s >> 40) * (1.0f / 16777216.0f);
-    out[i] = to_bf16((2.0f * r - 1.0f) * a);
+    out[i] = f32_to_bf16((2.0f * r - 1.0f) * a);
   }
 }
 
@@ -196,7 +185,7 @@ int main(int argc, char** argv) {
       if (nd.out == Out::BF16) {
         std::vector<uint16_t> h(out.size());
         y.download(h.data(), y.bytes());
-        for (size_t i = 0; i < h.size(); ++i) out[i] = from_bf16(h[i]);
+        for (size_t i = 0; i < h.size(); ++i) out[i] = bf16_to_f32(h[i]);
       } else {
         y.download(out.data(), y.bytes());
       }
@@ -219,8 +208,8 @@ int main(int argc, char** argv) {
       const int64_t t = static_cast<int64_t>(rng() % kT), c = static_cast<int64_t>(rng() % n);
       double ref = 0, mag = 0;
       for (int64_t j = 0; j < k; ++j) {
-        const double p = static_cast<double>(from_bf16(hx[static_cast<size_t>(t * k + j)])) *
-                         from_bf16(hw[static_cast<size_t>(c * k + j)]);
+        const double p = static_cast<double>(bf16_to_f32(hx[static_cast<size_t>(t * k + j)])) *
+                         bf16_to_f32(hw[static_cast<size_t>(c * k + j)]);
         ref += p;
         mag += std::fabs(p);
       }
