@@ -143,8 +143,8 @@ FusedRow residual(DType wt, int64_t n, int64_t k) {
 }
 
 // a, x -> MATMUL -> ADD -> RMSNORM -> MATMUL: the residual GEMV also writes the norm's quantized output (the
-// decoder's default for q4_0, q4_1, q4_K, q6_K and tq2_0 off its x-stationary kernel), and the next GEMV scales by the
-// rms from its block sums.
+// decoder's default for q4_0, q4_1, q5_0, q4_K, q5_K, q6_K, iq4_xs and tq2_0 off its x-stationary kernel), and the next
+// GEMV scales by the rms from its block sums.
 FusedRow residual_norm_out(DType wt, int64_t n, int64_t k, int64_t m) {
   FusedRow r;
   r.name =
@@ -227,6 +227,9 @@ const std::vector<FusedRow>& fused_rows() {
     v.push_back(residual_norm_out(DType::Q4_0, 4096, 4096, 1024));
     v.push_back(residual_norm_out(DType::Q4_K, 4096, 4096, 1024));
     v.push_back(residual_norm_out(DType::Q6_K, 4096, 14336, 1024));
+    v.push_back(residual_norm_out(DType::Q5_0, 4096, 4096, 1024));
+    v.push_back(residual_norm_out(DType::Q5_K, 4096, 14336, 1024));
+    v.push_back(residual_norm_out(DType::IQ4_XS, 1024, 4096, 256));
     v.push_back(residual_norm_out(DType::TQ2_0, 2560, 6912, 1024));
     // Decode (one token, the default model's q and down shapes), several adapters, and prefill chunks split over
     // threads with a width that leaves the AVX2 kernel a tail.

@@ -241,8 +241,8 @@ graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold
   // 515.3), q6_K (354.7 -> 369.5), and tq2_0 / tq1_0 where the residual GEMV's own default is not the x-stationary
   // kernel, which has no norm_out epilogue (BitNet-2B4T shape 1,233.2 -> 1,257.2; at the 8B shape only the
   // o-projection takes it: even, where taking the down projection off its x-stationary kernel too lost, 780.3).
-  // Off: iq4_nl (lost, 489.8 -> 475.9), q8_0 (even), q5_K, iq4_xs and q5_0 (gained 3.8%, 1.7% and 0.9%, but their
-  // norm epilogue has not yet run in the op table on a GPU), and the formats not measured. CudaOptions::quant_norm
+  // Also q5_K (398.2 -> 413.4), iq4_xs (453.7 -> 461.4) and q5_0 (434.4 -> 438.5). Off: iq4_nl (lost, 489.8 ->
+  // 475.9), q8_0 (even), and the formats not measured. CudaOptions::quant_norm
   // q4_1 / all / none: q4_1 alone (the former default), every format, or none. Its first form, thread-block clusters,
   // measured slower on the H100 (8B q8_0 307.7 -> 240.7 tok/s, q4_1 476.4 -> 448.8: the clusters cost more than the
   // rmsnorm launch they replace; docs/CUDA_NOTES.md) and left src/.
@@ -259,8 +259,9 @@ graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold
       default:                                                     // AUTO
         if (w.dtype == DType::TQ2_0 || w.dtype == DType::TQ1_0) {  // gemv_default_config maps tq1_0 to tq2_0
           if (gemv_default_config(w.dtype, n, k).stationary) return false;
-        } else if (w.dtype != DType::Q4_0 && w.dtype != DType::Q4_1 && w.dtype != DType::Q4_K &&
-                   w.dtype != DType::Q6_K) {
+        } else if (w.dtype != DType::Q4_0 && w.dtype != DType::Q4_1 && w.dtype != DType::Q5_0 &&
+                   w.dtype != DType::Q4_K && w.dtype != DType::Q5_K && w.dtype != DType::Q6_K &&
+                   w.dtype != DType::IQ4_XS) {
           return false;
         }
     }

@@ -47,7 +47,7 @@ struct EarlyL2Options {
 
 // Which quantized formats fold the RMSNorm after a residual GEMV into that GEMV (GemvInput::norm_out_*).
 enum class QuantNorm : uint8_t {
-  AUTO = 0,   // the default: where it measured faster (q4_0, q4_1, q4_K, q6_K; tq2_0 / tq1_0 off x-stationary)
+  AUTO = 0,   // the default: where it measured faster (q4_0/1, q5_0, q4/5/6_K, iq4_xs; tq2_0 off x-stationary)
   Q4_1_ONLY,  // q4_1 only (the default until the seventeenth session; kept for A/B runs)
   ALL,        // every quantized format
   NONE,

@@ -98,8 +98,8 @@ TEST(CudaFusionSupport, DecoderQuantizedWeights) {
 }
 
 // quant_norm=auto (the default): the residual GEMV writes the next norm's 8-bit input for the formats where that
-// measured faster on the H100 (q4_0, q4_1, q4_K, q6_K; tq2_0 / tq1_0 unless its own kernel is the x-stationary one,
-// which has no norm epilogue), and only for quantized readers; q4_1 / all / none as they say.
+// measured faster on the H100 (q4_0, q4_1, q5_0, q4_K, q5_K, q6_K, iq4_xs; tq2_0 / tq1_0 unless its own kernel is the
+// x-stationary one, which has no norm epilogue), and only for quantized readers; q4_1 / all / none as they say.
 TEST(CudaFusionSupport, QuantNormFollowsTheMeasuredFormats) {
   const CudaOptions saved = cuda_options();
   const graph::FusionSupport f = decoder_fusion_support(true, true, true);
@@ -123,6 +123,9 @@ TEST(CudaFusionSupport, QuantNormFollowsTheMeasuredFormats) {
   EXPECT_TRUE(with(QuantNorm::AUTO, DType::Q4_K, 4096, 4096));
   EXPECT_TRUE(with(QuantNorm::AUTO, DType::Q4_K, 4096, 14336));
   EXPECT_TRUE(with(QuantNorm::AUTO, DType::Q6_K, 4096, 14336));
+  EXPECT_TRUE(with(QuantNorm::AUTO, DType::Q5_K, 4096, 14336));
+  EXPECT_TRUE(with(QuantNorm::AUTO, DType::IQ4_XS, 4096, 4096));
+  EXPECT_TRUE(with(QuantNorm::AUTO, DType::Q5_0, 4096, 4096));
   EXPECT_TRUE(with(QuantNorm::AUTO, DType::TQ2_0, 2560, 6912));    // BitNet-2B4T's down: the shared kernel
   EXPECT_TRUE(with(QuantNorm::AUTO, DType::TQ1_0, 2560, 2560));    // held as tq2_0
   EXPECT_FALSE(with(QuantNorm::AUTO, DType::TQ2_0, 4096, 14336));  // Llama-3-8B's down: x-stationary
