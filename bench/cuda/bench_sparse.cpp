@@ -132,7 +132,7 @@ void SparseBench::run() {
                           {14336, 4096, "4096->14336 (gate, up)"},
                           {4096, 14336, "14336->4096 (down)"}};
   const float sparsities[] = {0.0f, 0.25f, 0.40f, 0.50f, 0.65f, 0.80f};
-  const DType formats[] = {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_1, DType::Q4_0, DType::TQ2_0};
+  const DType formats[] = {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_1, DType::Q4_0};
   fmt::print("\n{:<5} {:<23} {:>5} {:>7} {:>9} {:>9} {:>7} {:>6} {:>9} {:>7} {:>6} {:>8} {:>9}\n", "fmt", "shape",
              "sp%", "achvd%", "sparse us", "dense us", "ratio", "splits", "sparse GB/s", "%copy", "dense GB/s",
              "topk/thr us", "max rel");
@@ -146,11 +146,9 @@ void SparseBench::run() {
       w.k = s.k;
       w.layout = quant ? GemvLayout::SPLIT_Q : GemvLayout::ROWS;
       if (quant) {
-        // The SPLIT_Q arrays (kernels.h): random quant bytes, small random fp16 scales (q4_1: (d, m) pairs; tq2_0: one
-        // d per 256 values, and random 2-bit codes, whose code 3 both kernels read as the value 2).
-        const bool tq2 = dtype == DType::TQ2_0;
-        const size_t qbytes = static_cast<size_t>(s.n * s.k) / (dtype == DType::Q8_0 ? 1 : tq2 ? 4 : 2);
-        const size_t sbytes = static_cast<size_t>(s.n * s.k / (tq2 ? 256 : 32)) * (dtype == DType::Q4_1 ? 4 : 2);
+        // The SPLIT_Q arrays (kernels.h): random quant bytes, small random fp16 scales (q4_1: (d, m) pairs).
+        const size_t qbytes = static_cast<size_t>(s.n * s.k) / (dtype == DType::Q8_0 ? 1 : 2);
+        const size_t sbytes = static_cast<size_t>(s.n * s.k / 32) * (dtype == DType::Q4_1 ? 4 : 2);
         w.quants = DeviceBuffer(qbytes);
         w.scales = DeviceBuffer(sbytes);
         fill_random(FillKind::BYTES, w.quants.get(), qbytes, 0, 0, seed_++, stream_);

@@ -126,9 +126,9 @@ std::optional<std::vector<float>> run_cuda(const OpGraph& og) {
       return floats_of(y, out.numel());
     }
     case Op::MATMUL_SPARSE: {
-      // As the executors: one row of bf16, f16, q8_0, q4_0, q4_1, q4_K or tq2_0 (and tq1_0, held as tq2_0) weights
-      // takes a sparse GEMV over x's nonzero entries (threshold 0 keeps exactly those: x is already zeroed); other
-      // formats and several rows the dense matmul on the zeroed x.
+      // As the executors: one row of bf16, f16, q8_0, q4_0, q4_1 or q4_K weights takes a sparse GEMV over x's nonzero
+      // entries (threshold 0 keeps exactly those: x is already zeroed); other formats and several rows the dense
+      // matmul on the zeroed x.
       const DeviceWeight w = upload(in(1));
       DeviceBuffer x = input(0), y = poisoned(out.nbytes());
       if (t == 1 && gemv_sparse_supports(w.dtype) && !gemv_quantized(w.dtype)) {

@@ -1,14 +1,13 @@
 // TEAL on CUDA (kernels/gemv_sparse.h): the device SPARSIFY against a host reference of the CPU's rule (the
 // floor(sparsity * k) smallest magnitudes zeroed, ties the first in index order; or |x| <= threshold), bit for bit,
 // with its surviving-channel list and counters; and the sparse GEMV against the double-precision reference on the
-// zeroed x, for bf16, f16, q8_0, q4_0, q4_1 and tq2_0, row counts that are not a multiple of the 64-row tile, every
-// split form and accumulate.
+// zeroed x, for bf16, f16, q8_0, q4_0 and q4_1, row counts that are not a multiple of the 64-row tile, every split form
+// and accumulate.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
-#include <utility>
 #include <vector>
 
 #include "backends/cuda/kernels/gemv_sparse.h"
@@ -197,11 +196,8 @@ void check_gemv_sparse(DType dtype, int64_t n, int64_t k, float sparsity, int sp
 TEST(GemvSparse, MatchesTheReferenceOnTheZeroedInput) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
-  using Shapes = std::vector<std::pair<int64_t, int64_t>>;
-  const Shapes shapes = {{64, 256}, {100, 576}, {1536, 576}, {1024, 4096}};
-  const Shapes tq2_shapes = {{64, 256}, {100, 512}, {1536, 768}, {1024, 4096}};  // rows of whole 256-blocks
-  for (const DType dtype : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::TQ2_0}) {
-    for (const auto& [n, k] : dtype == DType::TQ2_0 ? tq2_shapes : shapes) {
+  for (const DType dtype : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{64, 256}, {100, 576}, {1536, 576}, {1024, 4096}}) {
       for (const float sp : {0.0f, 0.5f, 0.97f, 1.0f}) {
         for (const int splits : {0, 1, 3, 64}) {
           check_gemv_sparse(dtype, n, k, sp, splits, false, rng);
@@ -298,9 +294,8 @@ TEST(GemvSparse, ColumnsMatchTheReferenceOnTheThresholdedInput) {
   }
 }
 
-// The decoder's quantized shapes (smollm2: q|k|v 960 x 576, gate|up 3072 x 576, down 576 x 1536; tq2_0: BitNet-2B4T's
-// q|k|v 3840 x 2560, gate|up 13824 x 2560, down 2560 x 6912) through the list walk, accumulating as the residual GEMVs
-// do.
+// The decoder's quantized shapes (smollm2: q|k|v 960 x 576, gate|up 3072 x 576, down 576 x 1536) through the list
+// walk, accumulating as the residual GEMVs do.
 TEST(GemvSparse, QuantizedDecoderShapes) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
@@ -310,11 +305,6 @@ TEST(GemvSparse, QuantizedDecoderShapes) {
         check_gemv_sparse(dtype, n, k, 0.5f, 0, acc, rng);
         if (::testing::Test::HasFatalFailure()) return;
       }
-  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{3840, 2560}, {13824, 2560}, {2560, 6912}})
-    for (const bool acc : {false, true}) {
-      check_gemv_sparse(DType::TQ2_0, n, k, 0.5f, 0, acc, rng);
-      if (::testing::Test::HasFatalFailure()) return;
-    }
 }
 
 TEST(GemvSparse, RefusesWhatItCannotRun) {

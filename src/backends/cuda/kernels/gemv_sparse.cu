@@ -284,10 +284,10 @@ void launch_sparse_tile(const SparseWeight& w, const SparseEntry* list, const in
 
 bool gemv_sparse_supports(DType dtype) {
   return dtype == DType::BF16 || dtype == DType::F16 || dtype == DType::Q8_0 || dtype == DType::Q4_0 ||
-         dtype == DType::Q4_1 || dtype == DType::TQ2_0;
+         dtype == DType::Q4_1;
 }
 
-int sparse_quant_run(DType dtype) { return dtype == DType::Q8_0 ? 64 : dtype == DType::TQ2_0 ? 16 : 32; }
+int sparse_quant_run(DType dtype) { return dtype == DType::Q8_0 ? 64 : 32; }
 int sparse_quant_header(DType dtype) { return dtype == DType::Q4_1 ? 256 : 128; }
 
 uint64_t SparseWeight::bytes_per_channel() const {
@@ -393,7 +393,6 @@ void gemv_sparse(const SparseWeight& w, const SparseEntry* list, const int32_t* 
     case DType::Q8_0:
     case DType::Q4_0:
     case DType::Q4_1:
-    case DType::TQ2_0:
       detail::launch_sparse_quant(w, list, count, y, accumulate, ws, stream, splits);
       break;
     default:

@@ -25,11 +25,10 @@ constexpr int kSparseTile = 64;
 bool sparse_tile_supported(int tile);  // 64, 128, 256
 
 // W [n, k] channel-blocked. Float formats (bf16, f16): data[t][c][r] = W[t * tile + r, c] (rows past n are zero).
-// Quantized formats (q8_0, q4_0, q4_1, tq2_0; tile 64): per (tile t, block b of 32 channels) a chunk of
-// sparse_quant_header(dtype) bytes of the 64 rows' scales (fp16 d per row; q4_1 (d, m) pairs; tq2_0 the d of the
-// 256-block holding b), then the block's 32 channels, each sparse_quant_run(dtype) bytes: the 64 rows' quants (q8_0
-// int8; q4 a byte per two rows, the even row in the low nibble; tq2_0 a byte per four rows, row r in bits 2 (r % 4)),
-// the file's values unchanged. A surviving channel costs its run in every tile, and a block with
+// Quantized formats (q8_0, q4_0, q4_1; tile 64): per (tile t, block b of 32 channels) a chunk of
+// sparse_quant_header(dtype) bytes of the 64 rows' scales (fp16 d per row; q4_1 (d, m) pairs), then the block's 32
+// channels, each sparse_quant_run(dtype) bytes: the 64 rows' quants (q8_0 int8; q4 a byte per two rows, the even row
+// in the low nibble), the file's values unchanged. A surviving channel costs its run in every tile, and a block with
 // any survivor its header once per tile (read through L1 by the block's channels).
 struct SparseWeight {
   DType dtype = DType::BF16;
@@ -42,11 +41,10 @@ struct SparseWeight {
   // Bytes one surviving channel costs the sparse GEMV (all tiles' runs of that channel; quantized: without headers).
   uint64_t bytes_per_channel() const;
 };
-int sparse_quant_run(DType dtype);     // q8_0 64, q4_0 / q4_1 32, tq2_0 16
-int sparse_quant_header(DType dtype);  // q8_0 / q4_0 / tq2_0 128, q4_1 256
+int sparse_quant_run(DType dtype);     // q8_0 64, q4_0 / q4_1 32
+int sparse_quant_header(DType dtype);  // q8_0 / q4_0 128, q4_1 256
 
-// Weight formats with a sparse GEMV: bf16, f16, q8_0, q4_0, q4_1, tq2_0 (tq1_0 is held as tq2_0 on the device; q4_K
-// runs q4_1's over a q4_1 copy in the decoder; the other K-quants: not yet).
+// Weight formats with a sparse GEMV: bf16, f16, q8_0, q4_0, q4_1 (the K-quants: not yet).
 bool gemv_sparse_supports(DType dtype);
 
 // The channel-blocked copy of w (bf16/f16 GemvLayout::ROWS, or q8_0/q4_0/q4_1 SPLIT_Q), made on the device on

@@ -1,11 +1,10 @@
-// The sparse GEMV for q8_0, q4_0, q4_1 and tq2_0 weights (gemv_sparse.h's quantized layout): f32 x from the list (no
-// 8-bit activations: the list already holds each surviving value, and a dequantized weight d * q is exact in f32, so
-// the result is the dense reference's on the zeroed x up to summation order).
+// The sparse GEMV for q8_0, q4_0 and q4_1 weights (gemv_sparse.h's quantized layout): f32 x from the list (no 8-bit
+// activations: the list already holds each surviving value, and a dequantized weight d * q is exact in f32, so the
+// result is the dense reference's on the zeroed x up to summation order).
 #include <algorithm>
 
 #include "backends/cuda/kernels/gemv_sparse_kernel.cuh"
 #include "core/error.h"
-#include "quant/format_traits.h"
 
 namespace tessera::cuda::detail {
 namespace {
@@ -13,11 +12,6 @@ namespace {
 __device__ __forceinline__ uint2 ld_stream8(const void* p) {
   uint2 v;
   asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint32_t ld_stream4(const void* p) {
-  uint32_t v;
-  asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
 
@@ -30,18 +24,15 @@ __device__ __forceinline__ uint32_t word_of(const uint4 (&a)[N], int i) {
 
 template <DType D>
 struct SparseQ {
-  // bytes of one channel's 64 rows: q8_0 a byte a row, q4 a nibble, tq2_0 two bits
-  static constexpr int kRun = D == DType::Q8_0 ? 64 : D == DType::TQ2_0 ? 16 : 32;
+  static constexpr int kRun = D == DType::Q8_0 ? 64 : 32;       // bytes of one channel's 64 rows
   static constexpr int kHeader = D == DType::Q4_1 ? 256 : 128;  // the 64 rows' scales
   static constexpr int kChunk = kHeader + 32 * kRun;
   static constexpr int kScaleBytes = kHeader / 64;  // per row: fp16 d, or q4_1's (d, m)
 };
 
 // dst chunk (tile, b) from the SPLIT_Q arrays (kernels.h): quants [n, k] (q8_0) or [n, k/2] (q4: per block 16 bytes,
-// element j in byte j's low nibble, j + 16 in byte j's high nibble), scales [n, k/32] x 2 or 4 bytes. tq2_0: quants
-// [n, k/256, 64] in the file's order (format_detail::k_quant_2bit), scales [n, k/256] fp16 d; its header repeats the
-// rows' d of the 256-block that holds block b, and its run packs the 64 rows' codes (0..2, the value is d (q - 1)) four
-// to a byte, row r in bits 2 (r % 4) of byte r / 4. One thread per output byte: a one-time copy at compile.
+// element j in byte j's low nibble, j + 16 in byte j's high nibble), scales [n, k/32] x 2 or 4 bytes. One thread per
+// output byte: a one-time copy at compile.
 template <DType D>
 __global__ void sparse_quant_repack_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
                                            uint8_t* __restrict__ dst, int n, int k, size_t total) {
@@ -57,22 +48,10 @@ __global__ void sparse_quant_repack_kernel(const uint8_t* __restrict__ quants, c
     uint8_t v = 0;
     if (off < Q::kHeader) {
       const int row = tile * 64 + off / Q::kScaleBytes;
-      if constexpr (D == DType::TQ2_0) {
-        if (row < n) v = scales[(static_cast<size_t>(row) * (nb / 8) + b / 8) * 2 + off % 2];
-      } else {
-        if (row < n) v = scales[(static_cast<size_t>(row) * nb + b) * Q::kScaleBytes + off % Q::kScaleBytes];
-      }
+      if (row < n) v = scales[(static_cast<size_t>(row) * nb + b) * Q::kScaleBytes + off % Q::kScaleBytes];
     } else {
       const int o = off - Q::kHeader, cc = o / Q::kRun, j = o % Q::kRun;
-      if constexpr (D == DType::TQ2_0) {
-        const int c = b * 32 + cc;  // the channel; its 256-block and place in it
-        for (int h = 0; h < 4; ++h) {
-          const int row = tile * 64 + 4 * j + h;
-          if (row >= n) continue;
-          const uint8_t* qs = quants + (static_cast<size_t>(row) * (nb / 8) + c / 256) * 64;
-          v |= static_cast<uint8_t>(format_detail::k_quant_2bit(qs, c % 256) << (2 * h));
-        }
-      } else if constexpr (D == DType::Q8_0) {
+      if constexpr (D == DType::Q8_0) {
         const int row = tile * 64 + j;
         if (row < n) v = quants[(static_cast<size_t>(row) * nb + b) * 32 + cc];
       } else {
@@ -90,9 +69,9 @@ __global__ void sparse_quant_repack_kernel(const uint8_t* __restrict__ quants, c
 }
 
 // As gemv_sparse_kernel (gemv_sparse.cu), with 4 threads per channel of a 64-row tile, 16 rows each: per entry a
-// thread loads its 16 rows' quants (q8_0 16 bytes, q4 8 bytes, tq2_0 4 bytes, streamed) and their scales from the
-// block's header (32 or 64 bytes through L1: the block's other surviving channels read the same lines), then acc[r] +=
-// w[r] * x with w = d q (q8_0), d (q - 8) (q4_0), d q + m (q4_1) or d (q - 1) (tq2_0).
+// thread loads its 16 rows' quants (q8_0 16 bytes, q4 8 bytes, streamed) and their scales from the block's header
+// (32 or 64 bytes through L1: the block's other surviving channels read the same lines), then acc[r] += w[r] * x with
+// w = d q (q8_0), d (q - 8) (q4_0) or d q + m (q4_1).
 template <DType D, int THREADS, int UNROLL>
 __global__ void __launch_bounds__(THREADS)
     gemv_sparse_quant_kernel(const uint8_t* __restrict__ w, const SparseEntry* __restrict__ list,
@@ -102,7 +81,7 @@ __global__ void __launch_bounds__(THREADS)
   constexpr int G = 4, RPT = 16;
   constexpr int kSlots = THREADS / G;
   constexpr int kStep = kSlots * UNROLL;
-  constexpr int kQBytes = Q::kRun / G;  // this thread's quants of one channel: 16 (q8_0), 8 (q4) or 4 (tq2_0)
+  constexpr int kQBytes = Q::kRun / G;  // this thread's quants of one channel: 16 (q8_0) or 8 (q4)
   const int tile = blockIdx.x, s = blockIdx.y;
   const int g = threadIdx.x % G, slot = threadIdx.x / G;
   const int nb = k / 32;
@@ -134,8 +113,6 @@ __global__ void __launch_bounds__(THREADS)
         q[u] = make_uint4(0, 0, 0, 0);
       } else if constexpr (kQBytes == 16) {
         q[u] = ld_stream16(qp);
-      } else if constexpr (kQBytes == 4) {
-        q[u] = make_uint4(ld_stream4(qp), 0, 0, 0);
       } else {
         const uint2 h = ld_stream8(qp);
         q[u] = make_uint4(h.x, h.y, 0, 0);
@@ -155,8 +132,6 @@ __global__ void __launch_bounds__(THREADS)
         float qf;
         if constexpr (D == DType::Q8_0) {
           qf = static_cast<float>(static_cast<int8_t>((qw[r / 4] >> (8 * (r % 4))) & 0xff));
-        } else if constexpr (D == DType::TQ2_0) {
-          qf = static_cast<float>(static_cast<int>((qw[0] >> (2 * r)) & 3) - 1);
         } else {
           const int nib = static_cast<int>((qw[r / 8] >> (4 * (r % 8))) & 15);
           qf = static_cast<float>(D == DType::Q4_0 ? nib - 8 : nib);
@@ -208,7 +183,7 @@ void launch_q(const SparseWeight& w, const SparseEntry* list, const int32_t* cou
 }  // namespace
 
 SparseWeight make_sparse_quant(const DeviceWeight& w, cudaStream_t stream) {
-  if (w.layout != GemvLayout::SPLIT_Q || w.k % (w.dtype == DType::TQ2_0 ? 256 : 32) != 0)
+  if (w.layout != GemvLayout::SPLIT_Q || w.k % 32 != 0)
     fail("gemv_sparse: {} weights must be in the SPLIT_Q layout with whole blocks", dtype_name(w.dtype));
   if (w.n <= 0 || w.k <= 0 || w.n > INT32_MAX || w.k > INT32_MAX)
     fail("gemv_sparse: weight shape {}x{} out of range", w.n, w.k);
@@ -219,8 +194,6 @@ SparseWeight make_sparse_quant(const DeviceWeight& w, cudaStream_t stream) {
       return make_q<DType::Q4_0>(w, stream);
     case DType::Q4_1:
       return make_q<DType::Q4_1>(w, stream);
-    case DType::TQ2_0:
-      return make_q<DType::TQ2_0>(w, stream);
     default:
       fail("gemv_sparse: no sparse GEMV for {} weights", dtype_name(w.dtype));
   }
@@ -235,8 +208,6 @@ void launch_sparse_quant(const SparseWeight& w, const SparseEntry* list, const i
       return launch_q<DType::Q4_0>(w, list, count, y, accumulate, ws, stream, splits);
     case DType::Q4_1:
       return launch_q<DType::Q4_1>(w, list, count, y, accumulate, ws, stream, splits);
-    case DType::TQ2_0:
-      return launch_q<DType::TQ2_0>(w, list, count, y, accumulate, ws, stream, splits);
     default:
       fail("gemv_sparse: no sparse GEMV for {} weights", dtype_name(w.dtype));
   }
