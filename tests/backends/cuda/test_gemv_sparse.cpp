@@ -84,7 +84,8 @@ void check_sparsify(const std::vector<float>& x, int64_t t, int64_t k, float spa
 TEST(GemvSparse, SparsifyMatchesTheCpuRule) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
-  for (const int64_t k : {3, 576, 1000, 1536, 4096, 14336}) {
+  // 40992: past the rows staged in shared memory (kSpStageMax), read from global memory by the same code.
+  for (const int64_t k : {3, 576, 1000, 1536, 4096, 14336, 40992}) {
     for (const float sp : {0.0f, 0.25f, 0.4f, 0.5f, 0.97f, 1.0f}) {
       const int64_t t = 3;
       check_sparsify(random_floats(rng, static_cast<size_t>(t * k)), t, k, sp, -1.0f);
@@ -115,7 +116,7 @@ TEST(GemvSparse, SparsifyInPlace) {
 TEST(GemvSparse, SparsifyQ8ListMatchesTheCpuQuantization) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
-  for (const int64_t k : {int64_t{576}, int64_t{1536}, int64_t{14336}}) {
+  for (const int64_t k : {int64_t{576}, int64_t{1536}, int64_t{14336}, int64_t{40992}}) {
     for (const float sp : {0.0f, 0.5f, 0.9f}) {
       SCOPED_TRACE(::testing::Message() << "k=" << k << " sparsity=" << sp);
       const auto x = random_floats(rng, static_cast<size_t>(k));

@@ -13,7 +13,6 @@ namespace {
 // ---- SPARSIFY ----
 
 constexpr int kSpThreads = 1024;      // one block per row: 32 warps, so the warp totals fit one warp's scan
-constexpr int kSpMaxQ8Blocks = 1024;  // q8 list values: rows of at most 32768 entries
 
 // Block-wide exclusive prefix sum of v (every thread of the 1024 calls it); *total gets the sum of all v.
 __device__ __forceinline__ int block_scan_excl(int v, int* total, int* smem /*[32]*/) {
@@ -44,120 +43,190 @@ __device__ __forceinline__ int block_scan_excl(int v, int* total, int* smem /*[3
 
 __device__ __forceinline__ uint32_t mag_key(float v) { return __float_as_uint(v) & 0x7fffffffu; }
 
+// Rows of at most this many entries are staged in shared memory (dynamic, 4 bytes an entry) and read from there by
+// every pass; longer rows are read from global memory (L1 and L2) by the same code.
+constexpr int kSpStageMax = 40960;
+
+// The sum of v over the warps before this one (v: one value per warp, in shared memory) and, in *total, over all.
+__device__ __forceinline__ int warps_before(const int* v /*[32]*/, int warp, int lane, int* total) {
+  const int mine = v[lane];
+  *total = __reduce_add_sync(0xffffffffu, mine);
+  return __reduce_add_sync(0xffffffffu, lane < warp ? mine : 0);
+}
+
 // One row per block. Top-k (threshold < 0, drop = floor(sparsity * k) > 0): the drop-th smallest magnitude `cut` by
 // a radix select over |x|'s bits (non-negative floats order as their bit patterns: 11, 11 and 9 bits, one histogram
-// pass each over the row, which stays in L1/L2), leaving `rank` = how many entries equal to cut go too. Then one
-// chunk of consecutive entries per thread, so that index order is thread order: a scan numbers the ties (the first
-// `rank` of them are zeroed, as the CPU does) and a second the survivors (their list positions).
+// pass each), leaving `rank` = how many entries equal to cut go too. Then the row is cut into chunks of 32 entries,
+// each warp a run of consecutive chunks, a lane an entry: ballots number the ties in index order (the first `rank`
+// are zeroed, as the CPU does) and the survivors (their list positions), each warp's counts offset by the warps
+// before it. Every pass reads the row from shared memory (kStaged) and writes coalesced.
+template <bool kStaged>
 __global__ void __launch_bounds__(kSpThreads)
     sparsify_kernel(const float* x /*[t, k]*/, float* y /*[t, k] or null*/, int k, int drop, float threshold,
                     SparseEntry* list /*[t, k] or null*/, int32_t* count /*[t] or null*/,
                     unsigned long long* zeros /*[2] or null*/, bool q8_list) {
-  __shared__ int hist[2048];
-  __shared__ float s_d[kSpMaxQ8Blocks];
+  extern __shared__ float s_row[];  // [k] when kStaged
+  __shared__ int whist[kSpThreads / kWarp][256];  // each warp's histogram of the radix pass
   __shared__ int scan[kWarp];
+  __shared__ int s_ties[kWarp], s_kept[kWarp];
   __shared__ uint32_t s_prefix;
   __shared__ int s_rank;
   const int row = blockIdx.x;
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, lane = tid & (kWarp - 1), warp = tid / kWarp;
   pdl_wait();
   x += static_cast<size_t>(row) * k;
   if (y) y += static_cast<size_t>(row) * k;
   if (list) list += static_cast<size_t>(row) * k;
+  const float* src = x;
+  if constexpr (kStaged) {
+    // Four loads in flight per thread before their stores (a load-store loop waits for each load in turn).
+    constexpr int kIn = 4;
+    if ((k & 3) == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0) {
+      const auto* x4 = reinterpret_cast<const float4*>(x);
+      auto* s4 = reinterpret_cast<float4*>(s_row);
+      const int k4 = k / 4;
+      for (int base = tid; base < k4; base += kIn * kSpThreads) {
+        float4 v[kIn];
+#pragma unroll
+        for (int j = 0; j < kIn; ++j)
+          if (base + j * kSpThreads < k4) v[j] = x4[base + j * kSpThreads];
+#pragma unroll
+        for (int j = 0; j < kIn; ++j)
+          if (base + j * kSpThreads < k4) s4[base + j * kSpThreads] = v[j];
+      }
+    } else {
+      for (int base = tid; base < k; base += kIn * kSpThreads) {
+        float v[kIn];
+#pragma unroll
+        for (int j = 0; j < kIn; ++j)
+          if (base + j * kSpThreads < k) v[j] = x[base + j * kSpThreads];
+#pragma unroll
+        for (int j = 0; j < kIn; ++j)
+          if (base + j * kSpThreads < k) s_row[base + j * kSpThreads] = v[j];
+      }
+    }
+    __syncthreads();
+    src = s_row;
+  }
   const bool topk = threshold < 0.0f;
+  const bool select = topk && drop > 0;
+  // Each warp's run of 32-entry chunks (a chunk is one of the quantized kernels' blocks of 32).
+  const int chunks = (k + kWarp - 1) / kWarp;
+  const int per = (chunks + kSpThreads / kWarp - 1) / (kSpThreads / kWarp);
+  const int ch0 = min(warp * per, chunks), ch1 = min(ch0 + per, chunks);
   uint32_t cut = 0;
   int ties_drop = 0;
-  if (topk && drop > 0) {
+  if (select) {
+    // Four passes over the 31 bits of |x| (7, 8, 8, 8 bits). Each warp counts its own entries into its own histogram,
+    // so warps never contend (warp aggregation, by __match_any_sync or by ballots of the most crowded buckets,
+    // measured slower on the H100 than plain atomics that serialize the lanes sharing a bucket); then
+    // four threads a bucket add up the 32 histograms and a scan over the buckets finds the one holding the rank sought.
     uint32_t prefix = 0, mask = 0;
     int rank = drop;  // 1-based rank of the key sought among the keys matching prefix
+    const int bin = tid / 4, quarter = tid % 4;
 #pragma unroll 1
-    for (int pass = 0; pass < 3; ++pass) {
-      const int shift = pass == 0 ? 20 : pass == 1 ? 9 : 0;
-      const int nb = pass == 2 ? 512 : 2048;
-      for (int i = tid; i < 2048; i += kSpThreads) hist[i] = 0;
-      __syncthreads();
-      // Warp-aggregated: activations crowd a few buckets (one exponent holds half the row), so lanes with the same
-      // bucket add once, by their first lane. Unrolled so that several loads are in flight per thread.
+    for (int pass = 0; pass < 4; ++pass) {
+      const int shift = 24 - 8 * pass;
+      const int nb = pass == 0 ? 128 : 256;
+      int* mine = whist[warp];
+#pragma unroll
+      for (int i = lane; i < 256; i += kWarp) mine[i] = 0;
+      __syncwarp();
 #pragma unroll 4
-      for (int c = tid; c < k; c += kSpThreads) {
-        const uint32_t u = mag_key(x[c]);
-        const bool in = (u & mask) == prefix;
-        const unsigned bucket = in ? (u >> shift) & static_cast<unsigned>(nb - 1) : 0xffffffffu;
-        const unsigned peers = __match_any_sync(__activemask(), bucket);
-        if (in && (threadIdx.x & (kWarp - 1)) == __ffs(peers) - 1) atomicAdd(&hist[bucket], __popc(peers));
+      for (int ch = ch0; ch < ch1; ++ch) {
+        const int c = ch * kWarp + lane;
+        const uint32_t u = c < k ? mag_key(src[c]) : 0u;
+        if (c < k && (u & mask) == prefix) atomicAdd(&mine[(u >> shift) & static_cast<unsigned>(nb - 1)], 1);
       }
       __syncthreads();
-      const int a = 2 * tid < nb ? hist[2 * tid] : 0;
-      const int b = 2 * tid + 1 < nb ? hist[2 * tid + 1] : 0;
+      int v = 0;
+      if (bin < nb) {
+#pragma unroll
+        for (int w = 0; w < kSpThreads / kWarp / 4; ++w) v += whist[quarter * (kSpThreads / kWarp / 4) + w][bin];
+      }
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      if (quarter != 0) v = 0;
       int total = 0;
-      const int ex = block_scan_excl(a + b, &total, scan);
-      if (ex < rank && rank <= ex + a) {
-        s_prefix = prefix | (static_cast<uint32_t>(2 * tid) << shift);
+      const int ex = block_scan_excl(v, &total, scan);
+      if (quarter == 0 && bin < nb && ex < rank && rank <= ex + v) {
+        s_prefix = prefix | (static_cast<uint32_t>(bin) << shift);
         s_rank = rank - ex;
-      } else if (ex + a < rank && rank <= ex + a + b) {
-        s_prefix = prefix | (static_cast<uint32_t>(2 * tid + 1) << shift);
-        s_rank = rank - ex - a;
       }
       __syncthreads();
       prefix = s_prefix;
       rank = s_rank;
       mask |= static_cast<uint32_t>(nb - 1) << shift;
-      __syncthreads();
     }
     cut = prefix;  // drop = (entries below cut) + rank
     ties_drop = rank;
   }
-  const int per = (k + kSpThreads - 1) / kSpThreads;
-  const int lo = min(tid * per, k), hi = min(lo + per, k);
-  const bool select = topk && drop > 0;
-  int my_ties = 0;
-  if (select)
-    for (int c = lo; c < hi; ++c) my_ties += mag_key(x[c]) == cut;
-  int total = 0;
-  const int tie0 = block_scan_excl(my_ties, &total, scan);
-  auto keep = [&](float v, int& tie) {
-    if (!topk) return !(fabsf(v) <= threshold);
-    if (!select) return true;
-    const uint32_t u = mag_key(v);
-    if (u != cut) return u > cut;
-    return tie++ >= ties_drop;
+  const unsigned below = (1u << lane) - 1u;
+  // Ties (entries whose magnitude equals cut) in index order: the warps' counts, then each warp's first tie's rank.
+  int tie0 = 0;
+  if (select) {
+    int ties = 0;
+#pragma unroll 1
+    for (int ch = ch0; ch < ch1; ++ch) {
+      const int c = ch * kWarp + lane;
+      ties += __popc(__ballot_sync(0xffffffffu, c < k && mag_key(src[c]) == cut));
+    }
+    if (lane == 0) s_ties[warp] = ties;
+    __syncthreads();
+    int unused = 0;
+    tie0 = warps_before(s_ties, warp, lane, &unused);
+  }
+  // Entry c of this lane survives (and is listed when nonzero); tie: the warp's running count of ties before chunk.
+  const auto survives = [&](int c, float v, int& tie) {
+    bool kv;
+    if (!topk) {
+      kv = !(fabsf(v) <= threshold);
+    } else if (!select) {
+      kv = true;
+    } else {
+      const uint32_t u = mag_key(v);
+      const unsigned tb = __ballot_sync(0xffffffffu, c < k && u == cut);
+      kv = u != cut ? u > cut : tie + __popc(tb & below) >= ties_drop;
+      tie += __popc(tb);
+    }
+    return c < k && kv;
   };
   int kept = 0;
-  int tie = tie0;
-  for (int c = lo; c < hi; ++c) {
-    const float v = x[c];
-    kept += keep(v, tie) && v != 0.0f;
+  {
+    int tie = tie0;
+#pragma unroll 1
+    for (int ch = ch0; ch < ch1; ++ch) {
+      const int c = ch * kWarp + lane;
+      const float v = c < k ? src[c] : 0.0f;
+      kept += __popc(__ballot_sync(0xffffffffu, survives(c, v, tie) && v != 0.0f));
+    }
   }
+  if (lane == 0) s_kept[warp] = kept;
+  __syncthreads();
   int kept_total = 0;
-  int pos = block_scan_excl(kept, &kept_total, scan);
-  tie = tie0;
-  for (int c = lo; c < hi; ++c) {
-    const float v = x[c];
-    const bool kv = keep(v, tie);
-    if (y) y[c] = kv ? v : 0.0f;
-    if (list && !q8_list && kv && v != 0.0f) list[pos++] = make_int2(c, __float_as_int(v));
-  }
-  if (list && q8_list) {
-    // The list's values as the 8-bit activations the quantized kernels read (the CPU's sparse and dense kernels
-    // quantize the zeroed x per block of 32: d = amax / 127, q = round(v * 127 / amax)), so the quantized sparse GEMV
-    // sums the CPU's products: d * q per surviving entry. y (written above, visible to the block after the barrier) is
-    // the zeroed row; a kept entry is exactly a nonzero y.
-    __syncthreads();
-    const int lane = tid & (kWarp - 1);
-    for (int b = tid / kWarp; b * kWarp < k; b += kSpThreads / kWarp) {
-      const int c = b * kWarp + lane;
-      const float amax = warp_max(fabsf(c < k ? y[c] : 0.0f));
-      if (lane == 0) s_d[b] = amax;
-    }
-    __syncthreads();
-    for (int c = lo; c < hi; ++c) {
-      const float v = y[c];
-      if (v == 0.0f) continue;
-      // The CPU's quantize_act (backends/cpu/kernels/matmul_scalar.cpp): id = 127 / amax, round half to even.
-      const float amax = s_d[c / kWarp];
+  int pos = warps_before(s_kept, warp, lane, &kept_total);
+  int tie = tie0;
+#pragma unroll 1
+  for (int ch = ch0; ch < ch1; ++ch) {
+    const int c = ch * kWarp + lane;
+    const float v = c < k ? src[c] : 0.0f;
+    const bool kv = survives(c, v, tie);
+    const float out = kv ? v : 0.0f;
+    if (y && c < k) y[c] = out;
+    const bool listed = kv && v != 0.0f;
+    const unsigned lb = __ballot_sync(0xffffffffu, listed);
+    float val = v;
+    if (q8_list) {
+      // The list's values as the 8-bit activations the quantized kernels read (the CPU's sparse and dense kernels
+      // quantize the zeroed x per block of 32, here this chunk: d = amax / 127, q = round(v * 127 / amax), as
+      // quantize_act in backends/cpu/kernels/matmul_scalar.cpp), so the quantized sparse GEMV sums the CPU's
+      // products: d * q per surviving entry.
+      const float amax = warp_max(fabsf(out));
       const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-      list[pos++] = make_int2(c, __float_as_int(amax / 127.0f * rintf(v * id)));
+      val = amax / 127.0f * rintf(v * id);
     }
+    if (list && listed) list[pos + __popc(lb & below)] = make_int2(c, __float_as_int(val));
+    pos += __popc(lb);
   }
   if (tid == 0) {
     if (count) count[row] = kept_total;
@@ -327,13 +396,26 @@ void sparsify(const float* x, float* y, int64_t t, int64_t k, float sparsity, fl
   if (threshold < 0 && !(sparsity >= 0.0f && sparsity <= 1.0f))
     fail("sparsify: sparsity {} is outside [0, 1]", sparsity);
   if ((list == nullptr) != (count == nullptr)) fail("sparsify: list and count go together");
-  if (q8_list && (list == nullptr || y == nullptr || k % 32 != 0 || k > 32 * detail::kSpMaxQ8Blocks))
-    fail("sparsify: 8-bit list values need the list, the zeroed row and whole 32-blocks (at most 32768 entries)");
+  if (q8_list && (list == nullptr || y == nullptr || k % 32 != 0))
+    fail("sparsify: 8-bit list values need the list, the zeroed row and whole 32-blocks");
   // The same rounding as the CPU (floor of the product in double).
   const auto drop =
       threshold < 0 ? static_cast<int>(std::floor(static_cast<double>(sparsity) * static_cast<double>(k))) : 0;
-  detail::launch("sparsify_kernel", detail::sparsify_kernel, dim3(static_cast<unsigned>(t)), dim3(detail::kSpThreads),
-                 0, stream, x, y, static_cast<int>(k), drop, threshold, list, count, zeros, q8_list);
+  if (k <= detail::kSpStageMax) {
+    static const bool sized = [] {
+      TESSERA_CUDA_CHECK(cudaFuncSetAttribute(detail::sparsify_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              detail::kSpStageMax * static_cast<int>(sizeof(float))));
+      return true;
+    }();
+    (void)sized;
+    detail::launch("sparsify_kernel", detail::sparsify_kernel<true>, dim3(static_cast<unsigned>(t)),
+                   dim3(detail::kSpThreads), static_cast<size_t>(k) * sizeof(float), stream, x, y, static_cast<int>(k),
+                   drop, threshold, list, count, zeros, q8_list);
+  } else {
+    detail::launch("sparsify_kernel", detail::sparsify_kernel<false>, dim3(static_cast<unsigned>(t)),
+                   dim3(detail::kSpThreads), 0, stream, x, y, static_cast<int>(k), drop, threshold, list, count, zeros,
+                   q8_list);
+  }
 }
 
 unsigned long long* sparsity_counters() {
