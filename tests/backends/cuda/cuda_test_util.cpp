@@ -215,13 +215,8 @@ double worst_rel(const std::vector<float>& a, const std::vector<float>& b, size_
   EXPECT_EQ(a.size(), b.size());
   double worst = 0;
   for (size_t r = 0; r + width <= std::min(a.size(), b.size()); r += width) {
-    double num = 0, den = 0;
-    for (size_t i = r; i < r + width; ++i) {
-      EXPECT_TRUE(std::isfinite(b[i])) << "logit " << i;
-      num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-      den += double(a[i]) * a[i];
-    }
-    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+    for (size_t i = r; i < r + width; ++i) EXPECT_TRUE(std::isfinite(b[i])) << "logit " << i;
+    worst = std::max(worst, rel_l2(b.data() + r, a.data() + r, width));
   }
   return worst;
 }

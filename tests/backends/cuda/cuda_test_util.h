@@ -37,6 +37,18 @@ uint32_t test_seed();
 namespace tessera::cuda::test {
 
 std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f);
+// ||a - ref|| / ||ref|| over n values, summed in double (a NaN in a gives NaN, which fails any bound; a zero ref
+// counts as 1e-30). a and ref may be float or double.
+template <typename A, typename R>
+double rel_l2(const A* a, const R* ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(a[i]) - static_cast<double>(ref[i]);
+    num += d * d;
+    den += static_cast<double>(ref[i]) * static_cast<double>(ref[i]);
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
 // Largest relative L2 error of b against a over rows of `width` values (logits); a non-finite value of b, or sizes
 // that differ, fail the calling test.
 double worst_rel(const std::vector<float>& a, const std::vector<float>& b, size_t width);
@@ -79,12 +91,7 @@ double check_rows_rel(const std::vector<float>& o, int64_t t, int64_t width, int
   double worst = 0;
   for (int64_t r = 0; r < t; ++r) {
     const auto& ref = ref_row(r);
-    double err = 0, norm = 0;
-    for (int64_t i = 0; i < width; ++i) {
-      const double d = o[r * width + i] - ref[i];
-      err += d * d, norm += ref[i] * ref[i];
-    }
-    const double rel = std::sqrt(err / norm);
+    const double rel = rel_l2(o.data() + r * width, &ref[0], static_cast<size_t>(width));
     EXPECT_TRUE(rel <= limit) << "row " << r << " (position " << p0 + r << "): relative error " << rel;
     if (!(rel <= limit)) return rel;
     worst = std::max(worst, rel);

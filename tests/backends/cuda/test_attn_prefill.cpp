@@ -181,12 +181,7 @@ void check_prefill_f32(const PrefillCase& c, std::mt19937& rng) {
     for (int64_t r = 0; r < c.t; ++r) {
       std::vector<double> ref;
       attn_decode_ref(&q[r * ld_q], kf, vf, n_ctx, c.n_head, c.n_kv, c.hd, static_cast<int32_t>(c.p0 + r), scale, ref);
-      double err = 0, norm = 0;
-      for (int64_t i = 0; i < width; ++i) {
-        const double d = o[r * width + i] - ref[i];
-        err += d * d, norm += ref[i] * ref[i];
-      }
-      const double rel = std::sqrt(err / norm);
+      const double rel = rel_l2(o.data() + r * width, ref.data(), static_cast<size_t>(width));
       ASSERT_TRUE(rel <= 1e-5) << "variant " << variant << " row " << r << " (position " << c.p0 + r
                                << "): relative error " << rel;
     }

@@ -145,13 +145,8 @@ TEST(CudaBackend, MatchesCpuOnDefaultModel) {
     for (int64_t t = 0; t < n; ++t) {
       const float* a = x.data() + static_cast<size_t>(t) * v;
       const float* r = ref.data() + static_cast<size_t>(t) * v;
-      double num = 0, den = 0;
-      for (size_t i = 0; i < v; ++i) {
-        EXPECT_TRUE(std::isfinite(a[i])) << "logit " << i << " at step " << t;
-        num += (double(a[i]) - r[i]) * (double(a[i]) - r[i]);
-        den += double(r[i]) * r[i];
-      }
-      rel.push_back(std::sqrt(num / std::max(den, 1e-30)));
+      for (size_t i = 0; i < v; ++i) EXPECT_TRUE(std::isfinite(a[i])) << "logit " << i << " at step " << t;
+      rel.push_back(cuda::test::rel_l2(a, r, v));
       agree += std::max_element(a, a + v) - a == std::max_element(r, r + v) - r ? 1 : 0;
     }
     std::sort(rel.begin(), rel.end());
@@ -866,13 +861,9 @@ ProfiledDecode decode_profiled(const Model& m, const std::vector<int32_t>& ids,
 // ||a - b|| / ||b|| over two runs' logits (every value of a finite).
 double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    EXPECT_TRUE(std::isfinite(a[i])) << "logit " << i;
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / den);
+  const size_t n = std::min(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) EXPECT_TRUE(std::isfinite(a[i])) << "logit " << i;
+  return cuda::test::rel_l2(a.data(), b.data(), n);
 }
 
 // Float weights: the decoder folds each RMSNorm into the GEMVs reading it and the SwiGLU into the gate|up GEMV's

@@ -304,14 +304,6 @@ void write_model(const Layout& l, const std::string& path, uint32_t seed) {
   w.write(path);
 }
 
-double rel_l2(const float* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(a[i]) * a[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
 size_t count(const std::string& s, const std::string& what) {
   size_t c = 0;
@@ -354,9 +346,9 @@ Compared compare_backends(const Model& m, const std::vector<int32_t>& ids) {
     const float* c = cpu.data() + static_cast<size_t>(t) * v;
     const float* g = gpu.data() + static_cast<size_t>(t) * v;
     for (size_t i = 0; i < v; ++i) EXPECT_TRUE(std::isfinite(g[i])) << "logit " << i << " at step " << t;
-    r.rel.push_back(rel_l2(c, g, v));
+    r.rel.push_back(cuda::test::rel_l2(g, c, v));
     r.worst = std::max(r.worst, r.rel.back());
-    r.worst_prefill = std::max(r.worst_prefill, rel_l2(c, gpu_prefill.data() + static_cast<size_t>(t) * v, v));
+    r.worst_prefill = std::max(r.worst_prefill, cuda::test::rel_l2(gpu_prefill.data() + static_cast<size_t>(t) * v, c, v));
     r.agree += std::max_element(c, c + v) - c == std::max_element(g, g + v) - g ? 1 : 0;
     ++r.steps;
   }
