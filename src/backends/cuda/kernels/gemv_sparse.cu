@@ -55,7 +55,7 @@ __device__ __forceinline__ int warps_before(const int* v /*[32]*/, int warp, int
 }
 
 // One row per block. Top-k (threshold < 0, drop = floor(sparsity * k) > 0): the drop-th smallest magnitude `cut` by
-// a radix select over |x|'s bits (non-negative floats order as their bit patterns: 11, 11 and 9 bits, one histogram
+// a radix select over |x|'s bits (non-negative floats order as their bit patterns: 7, 8, 8 and 8 bits, one histogram
 // pass each), leaving `rank` = how many entries equal to cut go too. Then the row is cut into chunks of 32 entries,
 // each warp a run of consecutive chunks, a lane an entry: ballots number the ties in index order (the first `rank`
 // are zeroed, as the CPU does) and the survivors (their list positions), each warp's counts offset by the warps

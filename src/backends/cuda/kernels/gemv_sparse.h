@@ -56,7 +56,7 @@ using SparseEntry = int2;
 
 // SPARSIFY (graph.h) on the device, one block per row: y[i, :] = x[i, :] with |x| <= threshold zeroed when
 // threshold >= 0 (calibrated thresholds), else with the floor(sparsity * k) smallest magnitudes zeroed, ties the
-// first ones in index order: the CPU kernel's rule (backends/cpu/ops/sparsify.cpp), found by a three-pass radix
+// first ones in index order: the CPU kernel's rule (backends/cpu/ops/sparsify.cpp), found by a four-pass radix
 // select on |x|'s bits. y may equal x, or be null. With `list` and `count`, row i's surviving nonzero entries go to
 // list[i * k ...] in ascending channel order and their number to count[i]. With `zeros` (two counters, never reset
 // here): zeros[0] += entries zeroed or zero, zeros[1] += t * k (achieved sparsity, as the CPU counts it).
