@@ -9,7 +9,10 @@
 //   kext  : A first (split-K and sum), then one GEMM over K + R: [x | u]·[W | B_bd]ᵀ, which gives y + Δ with no pass
 //           of its own (u here goes to a buffer of its own and [x | u] is prepared untimed; in src u would be written
 //           into the last R columns of x's 16-bit copy, whose row stride would be K + R: the same bytes);
-//   kgemm : the K + R GEMM alone (kext less A's product).
+//   kgemm : the K + R GEMM alone (kext less A's product);
+//   kpad  : kext with K + R padded to whole 128-value tiles by zero columns (the eighteenth session's kgemm cost more
+//           than its FLOPs: down at K = 14352 +12.5 us), and its GEMM alone; and A's product alone, as src runs it
+//           (split-K GEMM and sum) and as one cuBLASLt GEMM, for the projection of a faster A.
 // The nodes: q|k|v (N 6144, K 4096, R 48: three members of rank 16, f32 y), o (4096, 4096, 16, accumulating into the
 // f32 residual), gate|up (28672, 4096, 32, 16-bit y as matmul_x16_out16 writes it), down (4096, 14336, 16, residual).
 // B_bd is dense random here (the real one is block-diagonal with zeros): the GEMMs' cost is the same.
@@ -92,12 +95,13 @@ int main(int argc, char** argv) {
                         {"o", 4096, 4096, 16, Out::RESIDUAL},
                         {"gate|up", 28672, 4096, 32, Out::BF16},
                         {"down", 4096, 14336, 16, Out::RESIDUAL}};
-  GemmWorkspace ws(kT, 14336 + 64, 0), ws_side(kT, 14336 + 64, 0);
+  GemmWorkspace ws(kT, 14336 + 256, 0), ws_side(kT, 14336 + 256, 0);
   int failures = 0;
-  double sum_base = 0, sum_now = 0, sum_side = 0, sum_kext = 0;
+  double sum_base = 0, sum_now = 0, sum_side = 0, sum_kext = 0, sum_kpad = 0, sum_a = 0, sum_a1 = 0;
   std::printf("node | N x K, R | base us | now1 us (+) | side us (+) | kext us (+) | kgemm us | check\n");
   for (const Node& nd : nodes) {
     const int64_t n = nd.n, k = nd.k, r = nd.r, ke = k + r;
+    const int64_t kp = (ke + 127) / 128 * 128;  // K + R padded with zero columns to whole 128-value tiles
     std::vector<uint16_t> hw, ha, hb, hx;
     fill(hw, static_cast<size_t>(n * k), 0.02f, 1 + n);
     fill(ha, static_cast<size_t>(r * k), 0.02f, 2 + n);
@@ -111,10 +115,19 @@ int main(int argc, char** argv) {
     }
     const DeviceWeight w = upload_weight(DType::BF16, hw.data(), n, k);
     const DeviceWeight we = upload_weight(DType::BF16, hwe.data(), n, ke);
+    DeviceWeight wpad;
+    {
+      std::vector<uint16_t> hwp(static_cast<size_t>(n * kp), 0);
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(&hwp[static_cast<size_t>(i * kp)], &hwe[static_cast<size_t>(i * ke)], static_cast<size_t>(ke) * 2);
+      wpad = upload_weight(DType::BF16, hwp.data(), n, kp);
+    }
     const DeviceWeight a = upload_weight(DType::BF16, ha.data(), r, k);
     const DeviceWeight b = upload_weight(DType::BF16, hb.data(), n, r);
     std::vector<uint16_t>().swap(hwe);
-    DeviceBuffer x(static_cast<size_t>(kT * k) * 2), xe(static_cast<size_t>(kT * ke) * 2);
+    DeviceBuffer x(static_cast<size_t>(kT * k) * 2), xe(static_cast<size_t>(kT * ke) * 2),
+        xp(static_cast<size_t>(kT * kp) * 2);
+    xp.fill_bytes(0);
     x.upload(hx.data(), x.bytes());
     const size_t y_elem = nd.out == Out::BF16 ? 2 : 4;
     DeviceBuffer y(static_cast<size_t>(kT * n) * y_elem), res0(static_cast<size_t>(kT * n) * y_elem);
@@ -171,6 +184,19 @@ int main(int argc, char** argv) {
       reset(st);
       gemm(we, xe.get(), acc, ws, st);
     };
+    // The same with K + R padded to whole 128-value tiles (zero columns in both operands).
+    const auto run_kpad = [&](int) {
+      reset(st);
+      a_product(ws, st);
+      gemm(wpad, xp.get(), acc, ws, st);
+    };
+    const auto run_kpgemm = [&](int) {
+      reset(st);
+      gemm(wpad, xp.get(), acc, ws, st);
+    };
+    // A's product alone: src's split-K GEMM and its sum, and one cuBLASLt GEMM without the split.
+    const auto run_a = [&](int) { a_product(ws, st); };
+    const auto run_a1 = [&](int) { matmul_x16_out16(a, x.get(), u.get(), kT, ws, st); };
     // [x | u] for kext: x's rows with u's appended (untimed; u from a run of A first).
     const auto prepare_xe = [&]() {
       a_product(ws, st);
@@ -178,6 +204,8 @@ int main(int argc, char** argv) {
                            static_cast<size_t>(k) * 2, kT, cudaMemcpyDeviceToDevice, st));
       CK(cudaMemcpy2DAsync(static_cast<uint8_t*>(xe.get()) + k * 2, static_cast<size_t>(ke) * 2, u.get(),
                            static_cast<size_t>(r) * 2, static_cast<size_t>(r) * 2, kT, cudaMemcpyDeviceToDevice, st));
+      CK(cudaMemcpy2DAsync(xp.get(), static_cast<size_t>(kp) * 2, xe.get(), static_cast<size_t>(ke) * 2,
+                           static_cast<size_t>(ke) * 2, kT, cudaMemcpyDeviceToDevice, st));
     };
     const auto read_y = [&]() {
       CK(cudaStreamSynchronize(st));
@@ -201,6 +229,8 @@ int main(int argc, char** argv) {
     const std::vector<float> y_side = read_y();
     run_kext(0);
     const std::vector<float> y_kext = read_y();
+    run_kpad(0);
+    const std::vector<float> y_kpad = read_y();
     // base against a double reference on 64 sampled outputs (x and W as uploaded).
     double worst = 0;
     std::mt19937 rng(7);
@@ -216,13 +246,18 @@ int main(int argc, char** argv) {
       worst = std::max(worst, std::fabs(y_base[static_cast<size_t>(t * n + c)] - ref) / std::max(mag, 1e-12));
     }
     const double d_side = rel_l2(y_side, y_now), d_kext = rel_l2(y_kext, y_now), moved = rel_l2(y_base, y_now);
-    const bool ok = worst < 1e-2 && d_side < 1e-6 && d_kext < 1e-2 && moved > 10 * d_kext;
+    const double d_kpad = rel_l2(y_kpad, y_kext);  // the zero columns change the tiling and sum order only
+    const bool ok = worst < 1e-2 && d_side < 1e-6 && d_kext < 1e-2 && moved > 10 * d_kext && d_kpad < 1e-2;
     failures += !ok;
     const float t_base = graph_us(st, e0, e1, 1, reps, run_base);
     const float t_now = graph_us(st, e0, e1, 1, reps, run_now);
     const float t_side = graph_us(st, e0, e1, 1, reps, run_side);
     const float t_kext = graph_us(st, e0, e1, 1, reps, run_kext);
     const float t_kgemm = graph_us(st, e0, e1, 1, reps, run_kgemm);
+    const float t_kpad = graph_us(st, e0, e1, 1, reps, run_kpad);
+    const float t_kpgemm = graph_us(st, e0, e1, 1, reps, run_kpgemm);
+    const float t_a = graph_us(st, e0, e1, 1, reps, run_a);
+    const float t_a1 = graph_us(st, e0, e1, 1, reps, run_a1);
     std::printf(
         "%s | %lld x %lld, %lld | %.1f | %.1f (+%.1f) | %.1f (+%.1f) | %.1f (+%.1f) | %.1f | %s (base %.1e, "
         "side %.1e, kext %.1e, terms %.1e)\n",
@@ -233,6 +268,12 @@ int main(int argc, char** argv) {
     sum_now += t_now;
     sum_side += t_side;
     sum_kext += t_kext;
+    sum_kpad += t_kpad;
+    sum_a += t_a;
+    sum_a1 += t_a1;
+    std::printf("  %s, K + R padded to %lld: kpad %.1f (+%.1f), its GEMM alone %.1f (kpad vs kext %.1e) | A alone: "
+                "split-K + sum %.1f, one GEMM %.1f\n",
+                nd.name, static_cast<long long>(kp), t_kpad, t_kpad - t_base, t_kpgemm, d_kpad, t_a, t_a1);
   }
   // A chunk: 32 layers of the four nodes, plus what the rest of the layer and the output projection take (the
   // seventeenth session's base chunk: 512 / 42,500 tok/s = 12.05 ms).
@@ -242,5 +283,8 @@ int main(int argc, char** argv) {
       "\n== projection for a 512-token chunk (base %.2f ms): now1 %.3fx, side %.3fx, kext %.3fx of the base "
       "(issue 25: >= 0.9x); failures=%d\n",
       chunk_base_ms, ratio(sum_now), ratio(sum_side), ratio(sum_kext), failures);
+  // The padded form, with A as src runs it, with A as one GEMM, and with A free (the bound a faster A kernel has).
+  std::printf("== padded K + R: kpad %.3fx, kpad with A as one GEMM %.3fx, kpad with A free %.3fx\n", ratio(sum_kpad),
+              ratio(sum_kpad - sum_a + sum_a1), ratio(sum_kpad - sum_a));
   return failures ? 1 : 0;
 }
