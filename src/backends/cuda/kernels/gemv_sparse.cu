@@ -48,10 +48,26 @@ __device__ __forceinline__ uint32_t mag_key(float v) { return __float_as_uint(v)
 constexpr int kSpStageMax = 40960;
 
 // The sum of v over the warps before this one (v: one value per warp, in shared memory) and, in *total, over all.
-__device__ __forceinline__ int warps_before(const int* v /*[32]*/, int warp, int lane, int* total) {
+__device__ __forceinline__ int warps_before(const int* v /*[32]*/, int warp, int lane, int* total = nullptr) {
   const int mine = v[lane];
-  *total = __reduce_add_sync(0xffffffffu, mine);
+  if (total != nullptr) *total = __reduce_add_sync(0xffffffffu, mine);
   return __reduce_add_sync(0xffffffffu, lane < warp ? mine : 0);
+}
+
+// dst[0, n) = src[0, n) by the block, four loads in flight per thread before their stores (a load-store loop waits
+// for each load in turn).
+template <typename T>
+__device__ __forceinline__ void copy_in_flight(const T* src, T* dst, int n) {
+  constexpr int kIn = 4;
+  for (int base = threadIdx.x; base < n; base += kIn * kSpThreads) {
+    T v[kIn];
+#pragma unroll
+    for (int j = 0; j < kIn; ++j)
+      if (base + j * kSpThreads < n) v[j] = src[base + j * kSpThreads];
+#pragma unroll
+    for (int j = 0; j < kIn; ++j)
+      if (base + j * kSpThreads < n) dst[base + j * kSpThreads] = v[j];
+  }
 }
 
 // One row per block. Top-k (threshold < 0, drop = floor(sparsity * k) > 0): the drop-th smallest magnitude `cut` by
@@ -79,32 +95,10 @@ __global__ void __launch_bounds__(kSpThreads)
   if (list) list += static_cast<size_t>(row) * k;
   const float* src = x;
   if constexpr (kStaged) {
-    // Four loads in flight per thread before their stores (a load-store loop waits for each load in turn).
-    constexpr int kIn = 4;
-    if ((k & 3) == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0) {
-      const auto* x4 = reinterpret_cast<const float4*>(x);
-      auto* s4 = reinterpret_cast<float4*>(s_row);
-      const int k4 = k / 4;
-      for (int base = tid; base < k4; base += kIn * kSpThreads) {
-        float4 v[kIn];
-#pragma unroll
-        for (int j = 0; j < kIn; ++j)
-          if (base + j * kSpThreads < k4) v[j] = x4[base + j * kSpThreads];
-#pragma unroll
-        for (int j = 0; j < kIn; ++j)
-          if (base + j * kSpThreads < k4) s4[base + j * kSpThreads] = v[j];
-      }
-    } else {
-      for (int base = tid; base < k; base += kIn * kSpThreads) {
-        float v[kIn];
-#pragma unroll
-        for (int j = 0; j < kIn; ++j)
-          if (base + j * kSpThreads < k) v[j] = x[base + j * kSpThreads];
-#pragma unroll
-        for (int j = 0; j < kIn; ++j)
-          if (base + j * kSpThreads < k) s_row[base + j * kSpThreads] = v[j];
-      }
-    }
+    if ((k & 3) == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0)
+      copy_in_flight(reinterpret_cast<const float4*>(x), reinterpret_cast<float4*>(s_row), k / 4);
+    else
+      copy_in_flight(x, s_row, k);
     __syncthreads();
     src = s_row;
   }
@@ -173,8 +167,7 @@ __global__ void __launch_bounds__(kSpThreads)
     }
     if (lane == 0) s_ties[warp] = ties;
     __syncthreads();
-    int unused = 0;
-    tie0 = warps_before(s_ties, warp, lane, &unused);
+    tie0 = warps_before(s_ties, warp, lane);
   }
   // Entry c of this lane survives (and is listed when nonzero); tie: the warp's running count of ties before chunk.
   const auto survives = [&](int c, float v, int& tie) {
