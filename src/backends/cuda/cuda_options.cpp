@@ -144,6 +144,20 @@ const std::vector<Key>& keys() {
                             : o.quant_norm == QuantNorm::ALL       ? "all"
                                                                    : "none");
        }},
+      {"teal_walk",
+       [](CudaOptions& o, std::string_view, std::string_view v) {
+         if (v == "q8_0")
+           o.teal_walk = TealWalk::Q8_0;
+         else if (v == "all")
+           o.teal_walk = TealWalk::ALL;
+         else if (v == "none")
+           o.teal_walk = TealWalk::NONE;
+         else
+           fail("cuda option teal_walk: '{}' is not q8_0, all or none", v);
+       },
+       [](const CudaOptions& o) {
+         return std::string(o.teal_walk == TealWalk::Q8_0 ? "q8_0" : o.teal_walk == TealWalk::ALL ? "all" : "none");
+       }},
       flag("chain", &CudaOptions::chain),
       integer("chain_steps", &CudaOptions::chain_steps),
       flag("chain_embed", &CudaOptions::chain_embed),

@@ -53,6 +53,14 @@ enum class QuantNorm : uint8_t {
   NONE,
 };
 
+// Which quantized formats take TEAL's sparse list walk at decode (kernels/gemv_sparse.h); the others run their dense
+// GEMV on the zeroed input (SPARSIFY still zeroes it, the GEMV quantizes it as the CPU does).
+enum class TealWalk : uint8_t {
+  Q8_0 = 0,  // the default: q8_0 only (its walk beats its dense GEMV at the FFN shapes; q4_0/q4_1/q4_K's lose everywhere)
+  ALL,       // every format with a walk (q8_0, q4_0, q4_1, q4_K through its q4_1 copy)
+  NONE,
+};
+
 struct CudaOptions {
   // ---- [kernel] launches ----
   // Programmatic dependent launch between kernels (kernels/common.cuh). Off: every kernel waits for the previous
@@ -84,6 +92,7 @@ struct CudaOptions {
   bool fold_swiglu = true;  // SwiGLU folded into the float gate|up GEMV
   bool attn_q8 = true;      // attention writes the quantized o-projection's 8-bit input itself
   QuantNorm quant_norm = QuantNorm::AUTO;
+  TealWalk teal_walk = TealWalk::Q8_0;
   bool chain = true;        // greedy decoding chains steps on the device
   int chain_steps = 8;      // steps per chained graph launch (1-16)
   bool chain_embed = true;  // the next token's embedding folded into the argmax

@@ -77,7 +77,8 @@ TEST(CudaOptions, EveryKeyRoundTrips) {
                          "x16=0",
                          "out16=0",
                          "merge_gate_up=0",
-                         "lora_side=0"})
+                         "lora_side=0",
+                         "teal_walk=all"})
     parse_cuda_option(o, kv);
   const std::string text = format_cuda_options(o);
   EXPECT_NE(text, format_cuda_options(CudaOptions{}));
@@ -106,6 +107,20 @@ TEST(CudaOptions, QuantNormValuesRoundTrip) {
     EXPECT_EQ(o.quant_norm, value) << text;
     EXPECT_NE(format_cuda_options(o).find(std::string("quant_norm=") + text), std::string::npos) << text;
   }
+}
+
+TEST(CudaOptions, TealWalkValuesRoundTrip) {
+  EXPECT_EQ(CudaOptions{}.teal_walk, TealWalk::Q8_0);
+  for (const auto& [text, value] :
+       {std::pair{"q8_0", TealWalk::Q8_0}, std::pair{"all", TealWalk::ALL}, std::pair{"none", TealWalk::NONE}}) {
+    CudaOptions o;
+    o.teal_walk = TealWalk::NONE == value ? TealWalk::ALL : TealWalk::NONE;
+    parse_cuda_option(o, std::string("teal_walk=") + text);
+    EXPECT_EQ(o.teal_walk, value) << text;
+    EXPECT_NE(format_cuda_options(o).find(std::string("teal_walk=") + text), std::string::npos) << text;
+  }
+  CudaOptions o;
+  EXPECT_THROW(parse_cuda_option(o, "teal_walk=q4_1"), Error);
 }
 
 TEST(CudaOptions, BadValuesAreErrors) {
