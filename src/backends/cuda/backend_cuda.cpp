@@ -162,7 +162,8 @@ struct CudaDecoder::Impl {
   // TEAL (kernels/gemv_sparse.h): per SPARSIFY output, what its readers need. bf16/f16 sparse GEMVs read the row
   // itself (gemv_sparse_x: the channel-major copy, the threshold applied in the GEMV), so with calibrated thresholds
   // the SPARSIFY launch is skipped when every reader is such a GEMV and the plan put its output over its input (the
-  // GEMVs then read the untouched x there). Top-k, another reader, or the quantized GEMVs (which walk the list)
+  // GEMVs then read the untouched x there). A quantized GEMV without its walk (CudaOptions::teal_walk) likewise, its
+  // input's quantize_q8 applying the threshold. Top-k, another reader, or the quantized walks (which read the list)
   // keep the launch. The flags are final when compile ends, before the first launch reads them.
   struct SparseList {
     float threshold = -1.0f;  // >= 0: calibrated thresholds
@@ -521,7 +522,6 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
     }
     case Op::MATMUL_SPARSE:
       if (compile_sparse_matmul(id_in_g)) return;
-      if (const auto it = sparse_lists.find(in(0)); it != sparse_lists.end()) it->second->launch = true;
       [[fallthrough]];
     case Op::MATMUL: {
       // A stack of weights (q|k|v, gate|up: Fusion::n_weights) runs as one GEMV over the stacked matrix: fewer
@@ -539,6 +539,16 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
         for (int i = 0; i < n_weights; ++i) members.push_back(&g.tensor(in(static_cast<size_t>(1 + i))));
         wp = &sh->stack(n, members);
       }
+      // The dense GEMV on a SPARSIFY output (a MATMUL_SPARSE without a sparse GEMV): with calibrated thresholds, the
+      // output over the input and a quantized weight whose 8-bit input is made here, that quantization applies the
+      // threshold and counts the achieved sparsity itself (the same bits), so this reader needs no SPARSIFY launch.
+      // Otherwise the launch writes the zeroed row it reads.
+      SparseList* sparse_in = nullptr;
+      if (n.op == Op::MATMUL_SPARSE)
+        if (const auto it = sparse_lists.find(in(0)); it != sparse_lists.end()) sparse_in = it->second.get();
+      const bool fold_threshold = sparse_in != nullptr && sparse_in->threshold >= 0.0f && sparse_in->in_place &&
+                                  is_quantized_dtype(wp->dtype) && !q8_of(in(0)).written;
+      if (sparse_in != nullptr && !fold_threshold) sparse_in->launch = true;
       GemvInput x;
       if (is_quantized_dtype(wp->dtype)) {
         Q8& b = q8_of(in(0));
@@ -547,7 +557,13 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
           int8_t* q = b.q8.as<int8_t>();
           float2* ds = b.ds.as<float2>();
           const int64_t k = wp->k;
-          launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { quantize_q8(xf, q, ds, k, s); }});
+          const SparseList* sl = fold_threshold ? sparse_in : nullptr;
+          unsigned long long* counters = sl != nullptr ? sparsity_counters() : nullptr;
+          // sl->launch is final when compile ends: if another reader still needs the SPARSIFY launch, it counts.
+          launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
+                                if (sl == nullptr) return quantize_q8(xf, q, ds, k, s);
+                                quantize_q8(xf, q, ds, k, s, sl->threshold, sl->launch ? nullptr : counters);
+                              }});
           b.written = true;
         }
         x.q8 = b.q8.as<int8_t>();

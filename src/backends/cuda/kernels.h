@@ -169,8 +169,12 @@ GemvConfig gemv_norm_out_config(DType dtype, int64_t n, int64_t k);
 void gemv(const DeviceWeight& w, const GemvInput& x, float* y /*[N]*/, cudaStream_t stream,
           const GemvConfig* config = nullptr, bool accumulate = false);
 
-// x [K] f32 -> q8 [K] + ds [K/32] as GemvInput describes. K % 32 == 0.
-void quantize_q8(const float* x /*[K]*/, int8_t* q8 /*[K]*/, float2* ds /*[K/32]*/, int64_t k, cudaStream_t stream);
+// x [K] f32 -> q8 [K] + ds [K/32] as GemvInput describes. K % 32 == 0. threshold >= 0: SPARSIFY's calibrated rule
+// first (entries with |x| <= threshold become 0: the same bits as sparsify's zeroed row, then this quantization);
+// zeros (with a threshold): the achieved-sparsity counters as sparsify keeps them (zeros[0] += entries zero after the
+// rule, zeros[1] += K).
+void quantize_q8(const float* x /*[K]*/, int8_t* q8 /*[K]*/, float2* ds /*[K/32]*/, int64_t k, cudaStream_t stream,
+                 float threshold = -1.0f, unsigned long long* zeros = nullptr);
 
 // ---------------------------------------------------------------------------------------------------------------------
 // Normalization and elementwise ops

@@ -111,6 +111,38 @@ TEST(GemvSparse, SparsifyInPlace) {
   for (int64_t i = 0; i < k; ++i) ASSERT_EQ(y[i], ref[i]) << i;
 }
 
+// The quantized dense GEMV's input with calibrated thresholds (the decoder's fold when a format has no walk):
+// quantize_q8 with a threshold gives the bits of SPARSIFY's zeroed row quantized, and counts what SPARSIFY counts.
+TEST(GemvSparse, QuantizeWithThresholdIsSparsifyThenQuantize) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const int64_t k : {int64_t{576}, int64_t{4096}, int64_t{14336}}) {
+    for (const float th : {0.0f, 0.3f, 0.7f}) {
+      SCOPED_TRACE(::testing::Message() << "k=" << k << " threshold=" << th);
+      auto x = random_floats(rng, static_cast<size_t>(k));
+      for (int64_t i = 0; i < k; i += 97) x[static_cast<size_t>(i)] = 0.0f;  // zeros already there count too
+      DeviceBuffer xd = to_device(x), zd = poisoned(sizeof(float) * k);
+      DeviceBuffer q_ref = poisoned(k), ds_ref = poisoned(sizeof(float) * 2 * (k / 32));
+      DeviceBuffer q = poisoned(k), ds = poisoned(sizeof(float) * 2 * (k / 32));
+      DeviceBuffer z1(2 * sizeof(unsigned long long)), z2(2 * sizeof(unsigned long long));
+      z1.fill_bytes(0);
+      z2.fill_bytes(0);
+      sparsify(xd.as<float>(), zd.as<float>(), 1, k, 0.0f, th, nullptr, nullptr, z1.as<unsigned long long>(), nullptr);
+      quantize_q8(zd.as<float>(), q_ref.as<int8_t>(), ds_ref.as<float2>(), k, nullptr);
+      quantize_q8(xd.as<float>(), q.as<int8_t>(), ds.as<float2>(), k, nullptr, th, z2.as<unsigned long long>());
+      synchronize();
+      EXPECT_EQ(to_host<int8_t>(q, static_cast<size_t>(k)), to_host<int8_t>(q_ref, static_cast<size_t>(k)));
+      const auto a = to_host<uint32_t>(ds, static_cast<size_t>(2 * (k / 32)));
+      const auto b = to_host<uint32_t>(ds_ref, static_cast<size_t>(2 * (k / 32)));
+      EXPECT_EQ(a, b);  // (d, d * sum q) bit for bit
+      const auto c1 = to_host<unsigned long long>(z1, 2), c2 = to_host<unsigned long long>(z2, 2);
+      EXPECT_EQ(c2[0], c1[0]);
+      EXPECT_EQ(c2[1], c1[1]);
+      EXPECT_GT(c2[0], 0u);
+    }
+  }
+}
+
 // q8_list: the list's values are the zeroed row's 8-bit activations, as the CPU's quantize_act computes them
 // (id = 127 / amax per block of 32, round half to even, d = amax / 127), bit for bit.
 TEST(GemvSparse, SparsifyQ8ListMatchesTheCpuQuantization) {

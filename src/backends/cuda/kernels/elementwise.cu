@@ -115,11 +115,20 @@ __global__ void __launch_bounds__(1024)
 }
 
 __global__ void __launch_bounds__(kEltThreads)
-    quantize_q8_kernel(const float* __restrict__ x /*[k]*/, int8_t* __restrict__ q8, float2* __restrict__ ds, int k) {
+    quantize_q8_kernel(const float* __restrict__ x /*[k]*/, int8_t* __restrict__ q8, float2* __restrict__ ds, int k,
+                       float threshold, unsigned long long* zeros) {
   pdl_wait();
   const int i = blockIdx.x * kEltThreads + threadIdx.x;  // k % 32 == 0: whole warps are in or out together
-  if (i - static_cast<int>(threadIdx.x & (kWarp - 1)) >= k) return;
-  q8[i] = quantize_lane_q8(x[i], ds + i / kQ);
+  const int lane = static_cast<int>(threadIdx.x & (kWarp - 1));
+  if (i - lane >= k) return;
+  float v = x[i];
+  if (threshold >= 0.0f && fabsf(v) <= threshold) v = 0.0f;  // SPARSIFY's calibrated rule (a NaN stays)
+  q8[i] = quantize_lane_q8(v, ds + i / kQ);
+  if (zeros != nullptr) {
+    const unsigned zero = __ballot_sync(0xffffffffu, v == 0.0f);
+    if (lane == 0) atomicAdd(&zeros[0], static_cast<unsigned long long>(__popc(zero)));
+    if (i == 0) atomicAdd(&zeros[1], static_cast<unsigned long long>(k));
+  }
 }
 
 
@@ -231,12 +240,14 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t t, int64_t d, flo
                  0, stream, x, w, y, static_cast<int>(d), eps, q8, ds, static_cast<uint16_t*>(y16), bf16);
 }
 
-void quantize_q8(const float* x, int8_t* q8, float2* ds, int64_t k, cudaStream_t stream) {
+void quantize_q8(const float* x, int8_t* q8, float2* ds, int64_t k, cudaStream_t stream, float threshold,
+                 unsigned long long* zeros) {
   detail::require_size("quantize_q8", k);
   TESSERA_CUDA_REQUIRE(x && q8 && ds, "quantize_q8: a pointer argument is null");
   TESSERA_CUDA_REQUIRE(k % detail::kQ == 0, "quantize_q8: length " + detail::num(k) + " is not a multiple of 32");
   detail::launch("quantize_q8_kernel", detail::quantize_q8_kernel, dim3(detail::ceil_div(k, detail::kEltThreads)),
-                 dim3(detail::kEltThreads), 0, stream, x, q8, ds, static_cast<int>(k));
+                 dim3(detail::kEltThreads), 0, stream, x, q8, ds, static_cast<int>(k), threshold,
+                 threshold >= 0.0f ? zeros : nullptr);
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream, int8_t* q8, float2* ds) {
