@@ -183,9 +183,10 @@ std::pair<std::vector<Row>, std::vector<Row>> group(const std::vector<NodeAgg>& 
   std::map<std::string, Row> classes, roles;
   for (const NodeAgg& n : nodes) {
     // A matmul without a role is a LoRA adapter's product (the only such node a builder makes); the CPU's fused step
-    // reports its time under the base matmul's role, so the row shows the unfused paths' (reference, CUDA).
+    // reports its time under the base matmul's role, so the row shows the unfused paths' (reference, CUDA). Every
+    // node of the matmul class counts under its role (TEAL's matmul_sparse too).
     const std::string role = n.role.empty() ? "lora adapters" : n.role;
-    for (Row* r : {&classes[n.op_class], n.op == "matmul" ? &roles[role] : nullptr}) {
+    for (Row* r : {&classes[n.op_class], n.op_class == "matmul" ? &roles[role] : nullptr}) {
       if (r == nullptr) continue;
       r->ns += n.ns;
       r->flops += n.flops;

@@ -81,6 +81,17 @@ TEST(ProfileCli, NodeTimesAddUpToTheWallTime) {
   EXPECT_NEAR(sum_of(j["decode"]["nodes"], "flops"), expect, 1e-9 * expect);
 }
 
+// With TEAL the decode's matmuls are matmul_sparse nodes: they count under their roles as the dense ones do.
+TEST(ProfileCli, SparseDecodeCountsUnderItsRoles) {
+  TESSERA_REQUIRE_DEFAULT_MODEL(model);
+  const json j = run_json("profile -m " + model + " -n 4 -t 2 --json --no-ceilings --sparsity 0.5");
+  ASSERT_TRUE(j.contains("decode"));
+  bool sparse = false;
+  for (const json& n : j["decode"]["nodes"]) sparse |= n["op"] == "matmul_sparse";
+  EXPECT_TRUE(sparse) << "no matmul_sparse node in the decode";
+  check_phase(j["decode"], "sparse decode");
+}
+
 TEST(ProfileCli, ChunkedPrefillAndText) {
   TESSERA_REQUIRE_DEFAULT_MODEL(model);
   // 40 random ids in chunks of 16, 16 and 8: every chunk's work and time is counted once.
