@@ -44,6 +44,7 @@ struct GraphFlags {
   int threads = 0;
   bool chains = false;  // --chains: the matmul chains and their orders (graph/passes/chain.h) instead of the graph
   LoraFlags lora;       // --lora, --lora-merge: the adapters' nodes in the graph
+  TealFlags teal;       // --sparsity, --teal: TEAL's SPARSIFY and MATMUL_SPARSE nodes
 };
 
 int64_t layer_count(const GraphView& g) {
@@ -85,6 +86,7 @@ GraphRender measure(const GraphFlags& f, const Model& model, const GraphView& sh
   so.n_threads = cap_threads(f.threads);
   so.device = device;
   apply_lora_flags(f.lora, so);
+  apply_teal_flags(f.teal, so);
   Session session(model, so);
   const auto argmax = [](std::span<const float> x) {
     return static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());
@@ -195,7 +197,8 @@ int run(GraphFlags f) {
 
   SessionOptions lora;
   apply_lora_flags(f.lora, lora);
-  const GraphOptions go{f.ctx, f.kv_type, f.all_logits, f.device, lora.lora, lora.lora_merge};
+  const GraphOptions go{f.ctx,     f.kv_type,       f.all_logits,     f.device,
+                        lora.lora, lora.lora_merge, f.teal.sparsity, f.teal.teal};
   Model model;
   GraphView g;
   if (f.random_weights && !f.profile) {
@@ -274,6 +277,7 @@ const int registered = register_command(
                     "Print the matmul chains (a LoRA adapter's x·Aᵀ·Bᵀ), every order considered with its FLOPs, "
                     "bytes and modelled cost, and the order chosen");
        add_lora_flags(app, f->lora);
+       add_teal_flags(app, f->teal);
        app.add_option("--layers", f->layers,
                       "svg/html: draw layers A-B (or A) in full, the others as one box each (svg default: 0)");
        app.add_option("--device", f->device,

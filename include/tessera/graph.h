@@ -60,6 +60,11 @@ struct GraphOptions {
   // LoRA adapters shown in the graph (their x·Aᵀ·Bᵀ chains beside the base matmuls), or merged into the weights.
   std::vector<LoraSpec> lora;
   bool lora_merge = false;
+  // TEAL (docs/TEAL.md) as a session with these options would run it: zero this share of every block matmul's input
+  // per token (top-k), or the thresholds of a `tessera calibrate` file (a model's graph only: the file names its
+  // model). In a one-token graph the matmuls reading a sparsified input become MATMUL_SPARSE.
+  float sparsity = 0;
+  std::string teal;
 };
 
 // What the model views (svg, html) show beyond the graph: measured time per node and the layers drawn in full.

@@ -2,9 +2,11 @@
 #include "backends/backend.h"
 #include "core/error.h"
 #include "graph/passes/chain.h"
+#include "graph/passes/sparsify.h"
 #include "graph/printer.h"
 #include "models/llama.h"
 #include "models/model_graph.h"
+#include "tessera/calibrate.h"
 #include "tessera/random_model.h"
 
 namespace tessera {
@@ -104,6 +106,15 @@ GraphView rewrite_view(const GraphView& v, const std::string& device) {
 
 }  // namespace
 
+namespace {
+
+void check_teal(const GraphOptions& o) {
+  TESSERA_CHECK(o.sparsity >= 0 && o.sparsity < 1, "--sparsity {} is outside [0, 1)", o.sparsity);
+  TESSERA_CHECK(o.sparsity == 0 || o.teal.empty(), "give --sparsity or --teal, not both");
+}
+
+}  // namespace
+
 GraphView build_graph(const Model& model, int64_t n_tokens, int64_t n_past, const GraphOptions& options) {
   TESSERA_CHECK(model.loaded(), "no model is loaded");
   TESSERA_CHECK(n_tokens > 0, "the token count must be positive (got {})", n_tokens);
@@ -119,12 +130,18 @@ GraphView build_graph(const Model& model, int64_t n_tokens, int64_t n_past, cons
     kv = DType::F32;
   else
     TESSERA_CHECK(options.kv_dtype == "f16", "kv cache type '{}' is not supported (f16 or f32)", options.kv_dtype);
-  return make_graph_view(build_model_graph(model.impl()->weights, ModelGraphOptions{.n_tokens = n_tokens,
-                                                                                    .n_past = n_past,
-                                                                                    .n_ctx = options.n_ctx,
-                                                                                    .kv_dtype = kv,
-                                                                                    .all_logits = options.all_logits,
-                                                                                    .lora = lora.get()}));
+  check_teal(options);
+  graph::SparsifyOptions so;
+  so.sparsity = options.sparsity;
+  if (!options.teal.empty()) so.thresholds = load_teal_thresholds(model, options.teal);
+  return make_graph_view(graph::sparsify(build_model_graph(model.impl()->weights,
+                                                           ModelGraphOptions{.n_tokens = n_tokens,
+                                                                             .n_past = n_past,
+                                                                             .n_ctx = options.n_ctx,
+                                                                             .kv_dtype = kv,
+                                                                             .all_logits = options.all_logits,
+                                                                             .lora = lora.get()}),
+                                         so));
 }
 
 GraphView build_preset_graph(const std::string& arch, const std::string& dtype, int64_t n_tokens, int64_t n_past,
@@ -185,11 +202,17 @@ GraphView build_preset_graph(const std::string& arch, const std::string& dtype, 
   if (!c.tied_output) add("output.weight", *dt, {c.n_vocab, E});
   const ModelWeights w = ModelWeights::from_views(c, std::move(views), c.name);
   // Presets are Llama-family architectures (random_model.h), so the Llama builder is theirs.
-  GraphView v = make_graph_view(build_llama_graph(w, LlamaGraphOptions{.n_tokens = n_tokens,
-                                                                       .n_past = n_past,
-                                                                       .n_ctx = options.n_ctx,
-                                                                       .kv_dtype = kv,
-                                                                       .all_logits = options.all_logits}));
+  check_teal(options);
+  TESSERA_CHECK(options.teal.empty(),
+                "--teal names a model's thresholds file: give the model (-m FILE), or --sparsity for a preset");
+  graph::SparsifyOptions so;
+  so.sparsity = options.sparsity;
+  GraphView v = make_graph_view(graph::sparsify(build_llama_graph(w, LlamaGraphOptions{.n_tokens = n_tokens,
+                                                                                        .n_past = n_past,
+                                                                                        .n_ctx = options.n_ctx,
+                                                                                        .kv_dtype = kv,
+                                                                                        .all_logits = options.all_logits}),
+                                                so));
   return options.device.empty() ? v : rewrite_view(v, options.device);
 }
 
