@@ -170,7 +170,6 @@ struct CudaDecoder::Impl {
     bool in_place = false;    // the output's storage is the input's
     bool launch = false;      // the sparsify launch runs (writes the zeroed row, counts the achieved sparsity)
     bool list_used = false;   // and writes the surviving-channel list for a quantized sparse GEMV
-    bool producer = false;    // the input's producer thresholds and quantizes it for its readers (teal_q8_target)
     int counter = -1;         // where the launch is skipped: the reader (node id) whose GEMV counts instead
     SparseEntry* list = nullptr;
     int32_t* count = nullptr;
@@ -178,42 +177,6 @@ struct CudaDecoder::Impl {
   std::unordered_map<int, std::unique_ptr<SparseList>> sparse_lists;
   std::unordered_map<const DeviceWeight*, std::unique_ptr<SparseWeight>> sparse_weights;
   std::unique_ptr<SparseGemvWorkspace> sparse_ws;
-  SparseList& sparse_list(int tid) {
-    std::unique_ptr<SparseList>& p = sparse_lists[tid];
-    if (!p) p = std::make_unique<SparseList>();
-    return *p;
-  }
-  // Whether a quantized weight of format d takes TEAL's sparse list walk (CudaOptions::teal_walk); else a
-  // MATMUL_SPARSE with it runs the dense GEMV on the zeroed input.
-  static bool quantized_walk(DType d) {
-    if (d != DType::Q4_K && !gemv_sparse_supports(d)) return false;
-    const TealWalk walk = cuda_options().teal_walk;
-    return walk == TealWalk::ALL || (walk == TealWalk::Q8_0 && d == DType::Q8_0);
-  }
-  // TEAL with calibrated thresholds: where tensor tid's only reader is a SPARSIFY with a threshold, written over tid,
-  // whose readers are all dense quantized GEMVs (MATMUL_SPARSE without a walk, reading the 8-bit copy only), tid's
-  // producer (rmsnorm, swiglu) applies the threshold, writes that copy and counts the zeros itself: no SPARSIFY and no
-  // quantize_q8 launch. Returns the SPARSIFY output, or -1.
-  int teal_q8_target(int tid) const {
-    const auto& c = consumers[static_cast<size_t>(tid)];
-    if (c.size() != 1) return -1;
-    const graph::Node& sp = g.node(c[0]);
-    if (sp.op != Op::SPARSIFY || sp.params.sparse_threshold < 0 || sp.inputs.at(0) != tid) return -1;
-    const int out = sp.output;
-    const int64_t off = plan.offsets[static_cast<size_t>(out)];
-    if (off < 0 || off != plan.offsets[static_cast<size_t>(tid)] || g.tensor(out).numel() % 32 != 0) return -1;
-    const auto& readers = consumers[static_cast<size_t>(out)];
-    if (readers.empty()) return -1;
-    for (int r : readers) {
-      const graph::Node& m = g.node(r);
-      if (m.op != Op::MATMUL_SPARSE || m.inputs.at(0) != out || m.fusion.lora > 0 || m.fusion.norm_weight >= 0)
-        return -1;
-      const DType d0 = g.tensor(m.inputs.at(1)).dtype;
-      const DType d = weight_formats().runs_as(d0).value_or(d0);
-      if (!is_quantized_dtype(d) || quantized_walk(d)) return -1;
-    }
-    return out;
-  }
   // A MATMUL_SPARSE as a sparse GEMV; false where it has none (the K-quants, an input that is not a SPARSIFY
   // output, a fused RMSNorm epilogue): the caller compiles it as the dense MATMUL on the zeroed input, the same values.
   bool compile_sparse_matmul(int id_in_g);
@@ -378,7 +341,10 @@ bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
   // 8B shapes at 50%) q4_0's and q4_1's walks took 1.3-1.9x their dense GEMV's time at every shape, q8_0's 0.68x at
   // 4096->14336 and 1.04-1.37x elsewhere; a format without its walk runs the dense GEMV on the zeroed x (no sparse
   // copy of its weights either).
-  if ((q4k || gemv_quantized(wp->dtype)) && !quantized_walk(wp->dtype)) return false;
+  if (q4k || gemv_quantized(wp->dtype)) {
+    const TealWalk walk = cuda_options().teal_walk;
+    if (walk == TealWalk::NONE || (walk == TealWalk::Q8_0 && wp->dtype != DType::Q8_0)) return false;
+  }
   std::vector<uint8_t> q4k_rows;  // the node's q4_K rows on the host (a stack: its members in order)
   if (q4k && sparse_weights.find(wp) == sparse_weights.end()) {
     for (int i = 0; i < n_weights; ++i) {
@@ -521,28 +487,14 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       const int64_t d = ot.numel();
       int8_t* q = nullptr;
       float2* ds = nullptr;
-      const SparseList* teal = nullptr;  // TEAL's threshold applied here (teal_q8_target)
-      const int teal_out = d % 32 == 0 && !feeds_quantized_matmul(out) ? teal_q8_target(out) : -1;
-      if ((d % 32 == 0 && feeds_quantized_matmul(out)) || teal_out >= 0) {
-        Q8& b = q8_of(teal_out >= 0 ? teal_out : out);
+      if (d % 32 == 0 && feeds_quantized_matmul(out)) {
+        Q8& b = q8_of(out);
         b.written = true;
         q = b.q8.as<int8_t>();
         ds = b.ds.as<float2>();
       }
-      if (teal_out >= 0) {
-        SparseList& sl = sparse_list(teal_out);
-        sl.producer = true;
-        teal = &sl;
-      }
       const float eps = n.params.eps;
-      unsigned long long* counters = sparsity_counters();
-      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
-                            if (teal == nullptr) return rmsnorm(x, w, y, 1, d, eps, s, q, ds);
-                            // The threshold is the SPARSIFY node's (set at its compile); it counts unless that launch
-                            // runs after all (another reader's reason).
-                            rmsnorm(x, w, y, 1, d, eps, s, q, ds, nullptr, DType::BF16, teal->threshold,
-                                    teal->launch ? nullptr : counters);
-                          }});
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { rmsnorm(x, w, y, 1, d, eps, s, q, ds); }});
       return;
     }
     case Op::SPARSIFY: {
@@ -550,7 +502,9 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       const float* x = act(in(0));
       float* y = new_act();
       const int64_t k = ot.numel();
-      SparseList* sl = &sparse_list(out);  // made by its input's producer already where that thresholds it
+      auto& slp = sparse_lists[out];
+      slp = std::make_unique<SparseList>();
+      SparseList* sl = slp.get();
       sl->list = static_cast<SparseEntry*>(alloc(static_cast<size_t>(k) * sizeof(SparseEntry)));
       sl->count = static_cast<int32_t*>(alloc(sizeof(int32_t)));
       sl->threshold = n.params.sparse_threshold;
@@ -594,7 +548,7 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
         if (const auto it = sparse_lists.find(in(0)); it != sparse_lists.end()) sparse_in = it->second.get();
       const bool fold_threshold = sparse_in != nullptr && sparse_in->threshold >= 0.0f && sparse_in->in_place &&
                                   is_quantized_dtype(wp->dtype) && !q8_of(in(0)).written;
-      if (sparse_in != nullptr && !fold_threshold && !sparse_in->producer) sparse_in->launch = true;
+      if (sparse_in != nullptr && !fold_threshold) sparse_in->launch = true;
       GemvInput x;
       if (is_quantized_dtype(wp->dtype)) {
         Q8& b = q8_of(in(0));
@@ -808,24 +762,13 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       const int64_t count = ot.numel();
       int8_t* q = nullptr;
       float2* ds = nullptr;
-      const SparseList* teal = nullptr;  // as RMSNORM's
-      const int teal_out = count % 32 == 0 && !feeds_quantized_matmul(out) ? teal_q8_target(out) : -1;
-      if ((count % 32 == 0 && feeds_quantized_matmul(out)) || teal_out >= 0) {
-        Q8& b = q8_of(teal_out >= 0 ? teal_out : out);
+      if (count % 32 == 0 && feeds_quantized_matmul(out)) {
+        Q8& b = q8_of(out);
         b.written = true;
         q = b.q8.as<int8_t>();
         ds = b.ds.as<float2>();
       }
-      if (teal_out >= 0) {
-        SparseList& sl = sparse_list(teal_out);
-        sl.producer = true;
-        teal = &sl;
-      }
-      unsigned long long* counters = sparsity_counters();
-      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) {
-                            if (teal == nullptr) return swiglu(gp, up, y, count, s, q, ds);
-                            swiglu(gp, up, y, count, s, q, ds, teal->threshold, teal->launch ? nullptr : counters);
-                          }});
+      launches.push_back({id, [=](cudaStream_t s, const RunArgs&) { swiglu(gp, up, y, count, s, q, ds); }});
       return;
     }
     case Op::GEGLU:

@@ -182,20 +182,14 @@ void quantize_q8(const float* x /*[K]*/, int8_t* q8 /*[K]*/, float2* ds /*[K/32]
 // y[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * w. y may equal x. When q8 and ds are given (d % 32 == 0), y is
 // also written quantized for the next quantized GEMV (saves one launch and one pass over y). When y16 is given, y is
 // also written rounded (to nearest even) to y16_type, BF16 or F16: the input of kernels_rows.h's matmul_x16, so a
-// prefill GEMM needs no conversion pass; y may then be nullptr (no f32 output). threshold >= 0: TEAL's calibrated
-// SPARSIFY rule applied to the result before every output is written (|y| <= threshold becomes 0: the bits sparsify
-// would write over y, then quantize_q8 of them), and zeros, if given, counts as sparsify does (zeros[0] += entries
-// zero after the rule, zeros[1] += d per row): the producer of a quantized matmul's input thresholds it itself.
+// prefill GEMM needs no conversion pass; y may then be nullptr (no f32 output).
 void rmsnorm(const float* x /*[t, d]*/, const float* w /*[d]*/, float* y /*[t, d] or nullptr*/, int64_t t, int64_t d,
              float eps, cudaStream_t stream, int8_t* q8 = nullptr /*[t, d]*/, float2* ds = nullptr /*[t, d/32]*/,
-             void* y16 = nullptr /*[t, d]*/, DType y16_type = DType::BF16, float threshold = -1.0f,
-             unsigned long long* zeros = nullptr);
+             void* y16 = nullptr /*[t, d]*/, DType y16_type = DType::BF16);
 
-// out = silu(gate) * up. out may equal gate or up. Optional quantized copy as in rmsnorm (n % 32 == 0), and the
-// threshold and zero count as in rmsnorm (counting needs n % 32 == 0).
+// out = silu(gate) * up. out may equal gate or up. Optional quantized copy as in rmsnorm (n % 32 == 0).
 void swiglu(const float* gate /*[n]*/, const float* up /*[n]*/, float* out /*[n]*/, int64_t n, cudaStream_t stream,
-            int8_t* q8 = nullptr /*[n]*/, float2* ds = nullptr /*[n/32]*/, float threshold = -1.0f,
-            unsigned long long* zeros = nullptr);
+            int8_t* q8 = nullptr /*[n]*/, float2* ds = nullptr /*[n/32]*/);
 
 // swiglu over t rows of n columns whose gate and up rows lie ld_in elements apart (ld_in = 2n: the two halves of one
 // merged gate|up matmul output; ld_in = n: separate contiguous tensors). Writes out (f32) and/or out16 (rounded to

@@ -143,54 +143,6 @@ TEST(GemvSparse, QuantizeWithThresholdIsSparsifyThenQuantize) {
   }
 }
 
-// The producers' form of the same rule (the decoder's teal_q8_target, TEAL with calibrated thresholds before a dense
-// quantized GEMV): rmsnorm and swiglu given the threshold write what they write without it followed by sparsify's
-// threshold and quantize_q8, bit for bit (the f32 output too), and count the same zeros. d = 20480 takes rmsnorm's
-// scalar kernel (d / 4 > 4096), the others its vector kernel.
-TEST(GemvSparse, ProducersThresholdAsSparsifyThenQuantize) {
-  TESSERA_REQUIRE_GPU();
-  std::mt19937 rng(test_seed());
-  for (const int64_t d : {int64_t{576}, int64_t{4096}, int64_t{14336}, int64_t{20480}}) {
-    for (const float th : {0.0f, 0.4f}) {
-      auto x = random_floats(rng, static_cast<size_t>(d));
-      const auto w = random_floats(rng, static_cast<size_t>(d)), u = random_floats(rng, static_cast<size_t>(d));
-      for (int64_t i = 0; i < d; i += 97) x[static_cast<size_t>(i)] = 0.0f;
-      DeviceBuffer xd = to_device(x), wd = to_device(w), ud = to_device(u);
-      for (const bool norm : {true, false}) {
-        SCOPED_TRACE(::testing::Message() << (norm ? "rmsnorm" : "swiglu") << " d=" << d << " threshold=" << th);
-        const size_t fb = sizeof(float) * static_cast<size_t>(d), nb = static_cast<size_t>(d / 32);
-        DeviceBuffer y_ref = poisoned(fb), z_ref = poisoned(fb), y = poisoned(fb);
-        DeviceBuffer q_ref = poisoned(static_cast<size_t>(d)), ds_ref = poisoned(sizeof(float) * 2 * nb);
-        DeviceBuffer q = poisoned(static_cast<size_t>(d)), ds = poisoned(sizeof(float) * 2 * nb);
-        DeviceBuffer z1(2 * sizeof(unsigned long long)), z2(2 * sizeof(unsigned long long));
-        z1.fill_bytes(0);
-        z2.fill_bytes(0);
-        if (norm)
-          rmsnorm(xd.as<float>(), wd.as<float>(), y_ref.as<float>(), 1, d, 1e-5f, nullptr);
-        else
-          swiglu(xd.as<float>(), ud.as<float>(), y_ref.as<float>(), d, nullptr);
-        sparsify(y_ref.as<float>(), z_ref.as<float>(), 1, d, 0.0f, th, nullptr, nullptr, z1.as<unsigned long long>(),
-                 nullptr);
-        quantize_q8(z_ref.as<float>(), q_ref.as<int8_t>(), ds_ref.as<float2>(), d, nullptr);
-        if (norm)
-          rmsnorm(xd.as<float>(), wd.as<float>(), y.as<float>(), 1, d, 1e-5f, nullptr, q.as<int8_t>(), ds.as<float2>(),
-                  nullptr, DType::BF16, th, z2.as<unsigned long long>());
-        else
-          swiglu(xd.as<float>(), ud.as<float>(), y.as<float>(), d, nullptr, q.as<int8_t>(), ds.as<float2>(), th,
-                 z2.as<unsigned long long>());
-        synchronize();
-        EXPECT_EQ(to_host<uint32_t>(y, static_cast<size_t>(d)), to_host<uint32_t>(z_ref, static_cast<size_t>(d)));
-        EXPECT_EQ(to_host<int8_t>(q, static_cast<size_t>(d)), to_host<int8_t>(q_ref, static_cast<size_t>(d)));
-        EXPECT_EQ(to_host<uint32_t>(ds, 2 * nb), to_host<uint32_t>(ds_ref, 2 * nb));
-        const auto c1 = to_host<unsigned long long>(z1, 2), c2 = to_host<unsigned long long>(z2, 2);
-        EXPECT_EQ(c2[0], c1[0]);
-        EXPECT_EQ(c2[1], c1[1]);
-        EXPECT_GT(c2[0], 0u);
-      }
-    }
-  }
-}
-
 // q8_list: the list's values are the zeroed row's 8-bit activations, as the CPU's quantize_act computes them
 // (id = 127 / amax per block of 32, round half to even, d = amax / 127), bit for bit.
 TEST(GemvSparse, SparsifyQ8ListMatchesTheCpuQuantization) {

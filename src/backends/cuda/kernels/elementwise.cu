@@ -19,8 +19,7 @@ __device__ __forceinline__ uint2 pack4(float4 v, bool bf16) {
 __global__ void __launch_bounds__(kNormThreads)
     rmsnorm_kernel(const float* x /*[t, d]*/, const float* __restrict__ w /*[d]*/, float* y /*[t, d] or null*/, int d,
                    float eps, int8_t* __restrict__ q8 /*[t, d] or null*/, float2* __restrict__ ds /*[t, d/32]*/,
-                   uint16_t* __restrict__ y16 /*[t, d] or null*/, bool bf16, float threshold,
-                   unsigned long long* __restrict__ zeros) {
+                   uint16_t* __restrict__ y16 /*[t, d] or null*/, bool bf16) {
   pdl_wait();
   const size_t row = blockIdx.x;
   const float* xr = x + row * d;
@@ -43,17 +42,11 @@ __global__ void __launch_bounds__(kNormThreads)
   // Warp-uniform loop (base steps by whole warps) so the 32 lanes of a warp hold one quantization block together.
   for (int base = warp * kWarp; base < d; base += kNormThreads) {
     const int i = base + lane;
-    float v = i < d ? xr[i] * r * w[i] : 0.0f;
-    if (threshold >= 0.0f && fabsf(v) <= threshold) v = 0.0f;  // SPARSIFY's calibrated rule (a NaN stays)
+    const float v = i < d ? xr[i] * r * w[i] : 0.0f;
     if (i < d && y) y[row * d + i] = v;
     if (i < d && y16) y16[row * d + i] = to16(v, bf16);
     if (q8) q8[row * d + i] = quantize_lane_q8(v, ds + (row * d + base) / kQ);
-    if (zeros != nullptr) {
-      const unsigned zero = __ballot_sync(0xffffffffu, i < d && v == 0.0f);
-      if (lane == 0) atomicAdd(&zeros[0], static_cast<unsigned long long>(__popc(zero)));
-    }
   }
-  if (zeros != nullptr && threadIdx.x == 0) atomicAdd(&zeros[1], static_cast<unsigned long long>(d));
 }
 
 // Row-per-block RMSNorm with the row held in registers (VPT float4 vectors per thread, up to 1024 threads): one read
@@ -64,8 +57,7 @@ template <int VPT>
 __global__ void __launch_bounds__(1024)
     rmsnorm_vec_kernel(const float4* x /*[t, d/4]*/, const float4* __restrict__ w, float4* y /*or null*/, int d4,
                        float eps, int8_t* __restrict__ q8 /*[t, d] or null*/, float2* __restrict__ ds /*[t, d/32]*/,
-                       uint2* __restrict__ y16 /*[t, d/4] 4 x 16 bits, or null*/, bool bf16, float threshold,
-                       unsigned long long* __restrict__ zeros) {
+                       uint2* __restrict__ y16 /*[t, d/4] 4 x 16 bits, or null*/, bool bf16) {
   pdl_wait();
   const size_t row = blockIdx.x;
   const float4* xr = x + row * d4;
@@ -90,7 +82,6 @@ __global__ void __launch_bounds__(1024)
   }
   __syncthreads();
   const float r = 1.0f / sqrtf(total / static_cast<float>(4 * d4) + eps);
-  int zero_count = 0;  // with zeros: this thread's entries that are zero after the threshold
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
@@ -98,13 +89,6 @@ __global__ void __launch_bounds__(1024)
     if (i < d4) {
       const float4 wv = w[i];
       o = make_float4(v[j].x * r * wv.x, v[j].y * r * wv.y, v[j].z * r * wv.z, v[j].w * r * wv.w);
-      if (threshold >= 0.0f) {  // SPARSIFY's calibrated rule (a NaN stays)
-        if (fabsf(o.x) <= threshold) o.x = 0.0f;
-        if (fabsf(o.y) <= threshold) o.y = 0.0f;
-        if (fabsf(o.z) <= threshold) o.z = 0.0f;
-        if (fabsf(o.w) <= threshold) o.w = 0.0f;
-      }
-      zero_count += (o.x == 0.0f) + (o.y == 0.0f) + (o.z == 0.0f) + (o.w == 0.0f);
       if (y) y[row * d4 + i] = o;
       if (y16) y16[row * d4 + i] = pack4(o, bf16);
     }
@@ -128,11 +112,6 @@ __global__ void __launch_bounds__(1024)
       }
     }
   }
-  if (zeros != nullptr) {
-    for (int off = 16; off > 0; off >>= 1) zero_count += __shfl_xor_sync(0xffffffffu, zero_count, off);
-    if (lane == 0) atomicAdd(&zeros[0], static_cast<unsigned long long>(zero_count));
-    if (threadIdx.x == 0) atomicAdd(&zeros[1], static_cast<unsigned long long>(4 * d4));
-  }
 }
 
 __global__ void __launch_bounds__(kEltThreads)
@@ -154,26 +133,16 @@ __global__ void __launch_bounds__(kEltThreads)
 
 
 __global__ void __launch_bounds__(kEltThreads) swiglu_kernel(const float* gate, const float* up, float* out, int n,
-                                                             int8_t* __restrict__ q8, float2* __restrict__ ds,
-                                                             float threshold, unsigned long long* zeros) {
+                                                             int8_t* __restrict__ q8, float2* __restrict__ ds) {
   pdl_wait();
   const int i = blockIdx.x * kEltThreads + threadIdx.x;
-  const int lane = static_cast<int>(threadIdx.x & (kWarp - 1));
-  if (q8 || zeros) {  // n % 32 == 0: whole warps are in or out together
-    if (i - lane >= n) return;
-    float v = silu_mul(gate[i], up[i]);
-    if (threshold >= 0.0f && fabsf(v) <= threshold) v = 0.0f;  // SPARSIFY's calibrated rule (a NaN stays)
+  if (q8) {  // n % 32 == 0: whole warps are in or out together
+    if (i - static_cast<int>(threadIdx.x & (kWarp - 1)) >= n) return;
+    const float v = silu_mul(gate[i], up[i]);
     out[i] = v;
-    if (q8) q8[i] = quantize_lane_q8(v, ds + i / kQ);
-    if (zeros != nullptr) {
-      const unsigned zero = __ballot_sync(0xffffffffu, v == 0.0f);
-      if (lane == 0) atomicAdd(&zeros[0], static_cast<unsigned long long>(__popc(zero)));
-      if (i == 0) atomicAdd(&zeros[1], static_cast<unsigned long long>(n));
-    }
+    q8[i] = quantize_lane_q8(v, ds + i / kQ);
   } else if (i < n) {
-    float v = silu_mul(gate[i], up[i]);
-    if (threshold >= 0.0f && fabsf(v) <= threshold) v = 0.0f;
-    out[i] = v;
+    out[i] = silu_mul(gate[i], up[i]);
   }
 }
 
@@ -241,14 +210,13 @@ void require_size(const char* op, int64_t n) {
 }  // namespace detail
 
 void rmsnorm(const float* x, const float* w, float* y, int64_t t, int64_t d, float eps, cudaStream_t stream, int8_t* q8,
-             float2* ds, void* y16, DType y16_type, float threshold, unsigned long long* zeros) {
+             float2* ds, void* y16, DType y16_type) {
   detail::require_size("rmsnorm", d);
   detail::require_size("rmsnorm", t * d);
   TESSERA_CUDA_REQUIRE(x && w && (y || y16), "rmsnorm: a pointer argument is null (y may be only when y16 is given)");
   TESSERA_CUDA_REQUIRE(y16_type == DType::BF16 || y16_type == DType::F16,
                        "rmsnorm: the 16-bit output must be bf16 or f16");
   detail::require_q8_pair("rmsnorm", q8, ds, d);
-  if (threshold < 0.0f) zeros = nullptr;
   const bool bf16 = y16_type == DType::BF16;
   const int64_t d4 = d / 4;
   const bool q8_aligned = q8 == nullptr || (reinterpret_cast<uintptr_t>(q8) & 3u) == 0;  // packed 4-byte stores
@@ -265,12 +233,11 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t t, int64_t d, flo
                    : vpt == 2 ? detail::rmsnorm_vec_kernel<2>
                               : detail::rmsnorm_vec_kernel<4>;
     detail::launch("rmsnorm_vec_kernel", kernel, dim3(grid), dim3(threads), 0, stream, xv, wv, yv, static_cast<int>(d4),
-                   eps, q8, ds, static_cast<uint2*>(y16), bf16, threshold, zeros);
+                   eps, q8, ds, static_cast<uint2*>(y16), bf16);
     return;
   }
   detail::launch("rmsnorm_kernel", detail::rmsnorm_kernel, dim3(static_cast<unsigned>(t)), dim3(detail::kNormThreads),
-                 0, stream, x, w, y, static_cast<int>(d), eps, q8, ds, static_cast<uint16_t*>(y16), bf16, threshold,
-                 zeros);
+                 0, stream, x, w, y, static_cast<int>(d), eps, q8, ds, static_cast<uint16_t*>(y16), bf16);
 }
 
 void quantize_q8(const float* x, int8_t* q8, float2* ds, int64_t k, cudaStream_t stream, float threshold,
@@ -283,16 +250,12 @@ void quantize_q8(const float* x, int8_t* q8, float2* ds, int64_t k, cudaStream_t
                  threshold >= 0.0f ? zeros : nullptr);
 }
 
-void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream, int8_t* q8, float2* ds,
-            float threshold, unsigned long long* zeros) {
+void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream, int8_t* q8, float2* ds) {
   detail::require_size("swiglu", n);
   TESSERA_CUDA_REQUIRE(gate && up && out, "swiglu: a pointer argument is null");
   detail::require_q8_pair("swiglu", q8, ds, n);
-  if (threshold < 0.0f) zeros = nullptr;
-  TESSERA_CUDA_REQUIRE(zeros == nullptr || n % detail::kQ == 0,
-                       "swiglu: counting zeros needs a length that is a multiple of 32, not " + detail::num(n));
   detail::launch("swiglu_kernel", detail::swiglu_kernel, dim3(detail::ceil_div(n, detail::kEltThreads)),
-                 dim3(detail::kEltThreads), 0, stream, gate, up, out, static_cast<int>(n), q8, ds, threshold, zeros);
+                 dim3(detail::kEltThreads), 0, stream, gate, up, out, static_cast<int>(n), q8, ds);
 }
 
 void swiglu_rows(const float* gate, const float* up, int64_t ld_in, float* out, void* out16, DType out16_type, int64_t t,
