@@ -19,12 +19,20 @@
 // Each form is checked first: side must equal now1 (relative L2 < 1e-6: the same kernels), and kext must agree with
 // it (relative L2 <= 1e-2: u is rounded to bf16 in both, kext's sum order differs) while the adapter's terms move y
 // by at least 10x that; base against a double reference on sampled outputs.
+// The nineteenth session adds (the kpad projection was 0.902x with A as one cuBLASLt GEMM, and q|k|v's GEMM at
+// K = 4224 cost 55.6 us against 39.7 at 4096):
+//   afast : A's product by a kernel of its own (a_wmma_kernel: bf16 tensor cores, K split into slices of 256-448
+//           over 8 blocks of 64 rows; the slices' partial sums then added in a fixed order by a second launch, which
+//           writes u rounded to bf16 straight into the padded x's R columns), alone and before the kpad GEMM (kfast);
+//   pads  : the K + R GEMM alone at K + 64, K + 128 and K + 256 (zero columns), to find a K whose cuBLASLt choice
+//           keeps the base GEMM's speed.
 // Per node it prints µs (median of graph replays) and the overhead over base; the projection at the end sums the four
 // nodes over 32 layers against the chunk's base time (12.05 ms at 42.5k tok/s, the seventeenth session).
 //
 // Build here (no GPU needed): target exp_lora_prefill_forms. Run on the GPU machine (~1 minute, mostly the host's
 // random weights): build-gpu/bin/experiments/exp_lora_prefill_forms [reps, default 50]
 #include <cuda_bf16.h>
+#include <mma.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -78,6 +86,93 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
+// u_parts[split][t][r] = sum over the split's K slice of x[t][k] * A[r][k]: one warp per 16 rows of t and every r
+// (R / 16 accumulators), 4 warps a block (64 rows); grid (T / 64, splits). x [T][ldx] bf16 (its first K columns), A
+// [R][K] bf16. R a multiple of 16 (at most 64), the slice a multiple of 16.
+__global__ void __launch_bounds__(128) a_wmma_kernel(const __nv_bfloat16* __restrict__ x, int64_t ldx,
+                                                     const __nv_bfloat16* __restrict__ a, int k, int r, int slice,
+                                                     float* __restrict__ parts, int t_rows) {
+  using namespace nvcuda;
+  const int warp = threadIdx.x / 32;
+  const int t0 = blockIdx.x * 64 + warp * 16;
+  const int k0 = blockIdx.y * slice, k1 = min(k, k0 + slice);
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4];
+  const int nf = r / 16;
+  for (int f = 0; f < 4; ++f) wmma::fill_fragment(acc[f], 0.0f);
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+  for (int kk = k0; kk < k1; kk += 16) {
+    wmma::load_matrix_sync(fa, x + static_cast<int64_t>(t0) * ldx + kk, static_cast<unsigned>(ldx));
+    for (int f = 0; f < nf; ++f) {
+      wmma::load_matrix_sync(fb, a + static_cast<int64_t>(f * 16) * k + kk, static_cast<unsigned>(k));
+      wmma::mma_sync(acc[f], fa, fb, acc[f]);
+    }
+  }
+  float* out = parts + (static_cast<int64_t>(blockIdx.y) * t_rows + t0) * r;
+  for (int f = 0; f < nf; ++f) wmma::store_matrix_sync(out + f * 16, acc[f], static_cast<unsigned>(r), wmma::mem_row_major);
+}
+
+// The same product with the block's whole x slice [64][slice] and A slice [R][slice] first copied to shared memory
+// by cp.async (every 16-byte piece in flight at once: one memory round trip per block), then the tensor-core steps
+// from shared memory. Rows padded by 8 values (16 bytes) against bank conflicts. Dynamic shared memory:
+// (64 + R) * (slice + 8) * 2 bytes.
+__global__ void __launch_bounds__(128) a_smem_kernel(const __nv_bfloat16* __restrict__ x, int64_t ldx,
+                                                     const __nv_bfloat16* __restrict__ a, int k, int r, int slice,
+                                                     float* __restrict__ parts, int t_rows) {
+  using namespace nvcuda;
+  extern __shared__ __align__(128) unsigned char sm[];
+  const int ld = slice + 8;
+  auto* xs = reinterpret_cast<__nv_bfloat16*>(sm);
+  __nv_bfloat16* as = xs + 64 * ld;
+  const int tb = blockIdx.x * 64, k0 = blockIdx.y * slice;
+  const int pieces = slice / 8;  // 16-byte pieces per row
+  for (int i = threadIdx.x; i < (64 + r) * pieces; i += 128) {
+    const int row = i / pieces, c = (i % pieces) * 8;
+    const __nv_bfloat16* src = row < 64 ? x + static_cast<int64_t>(tb + row) * ldx + k0 + c
+                                        : a + static_cast<int64_t>(row - 64) * k + k0 + c;
+    __nv_bfloat16* dst = (row < 64 ? xs + row * ld : as + (row - 64) * ld) + c;
+    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+  __syncthreads();
+  const int warp = threadIdx.x / 32;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4];
+  const int nf = r / 16;
+  for (int f = 0; f < 4; ++f) wmma::fill_fragment(acc[f], 0.0f);
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+  for (int kk = 0; kk < slice; kk += 16) {
+    wmma::load_matrix_sync(fa, xs + warp * 16 * ld + kk, static_cast<unsigned>(ld));
+    for (int f = 0; f < nf; ++f) {
+      wmma::load_matrix_sync(fb, as + f * 16 * ld + kk, static_cast<unsigned>(ld));
+      wmma::mma_sync(acc[f], fa, fb, acc[f]);
+    }
+  }
+  float* out = parts + (static_cast<int64_t>(blockIdx.y) * t_rows + tb + warp * 16) * r;
+  for (int f = 0; f < nf; ++f) wmma::store_matrix_sync(out + f * 16, acc[f], static_cast<unsigned>(r), wmma::mem_row_major);
+}
+
+// u[t][r] = the splits' partial sums in split order, rounded to bf16 into dst[t * ldd + r] (the padded x's R columns).
+__global__ void a_sum_kernel(const float* __restrict__ parts, int splits, int t_rows, int r, __nv_bfloat16* dst,
+                             int64_t ldd) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= t_rows * r) return;
+  // Eight loads in flight, then their sums in split order (a fixed order: the same bits every run).
+  float v = 0.0f;
+  const int64_t step = static_cast<int64_t>(t_rows) * r;
+  int s = 0;
+  for (; s + 8 <= splits; s += 8) {
+    float p[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) p[j] = parts[(s + j) * step + i];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v += p[j];
+  }
+  for (; s < splits; ++s) v += parts[s * step + i];
+  dst[static_cast<int64_t>(i / r) * ldd + i % r] = __float2bfloat16_rn(v);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,7 +192,8 @@ int main(int argc, char** argv) {
                         {"down", 4096, 14336, 16, Out::RESIDUAL}};
   GemmWorkspace ws(kT, 14336 + 256, 0), ws_side(kT, 14336 + 256, 0);
   int failures = 0;
-  double sum_base = 0, sum_now = 0, sum_side = 0, sum_kext = 0, sum_kpad = 0, sum_a = 0, sum_a1 = 0;
+  double sum_base = 0, sum_now = 0, sum_side = 0, sum_kext = 0, sum_kpad = 0, sum_a = 0, sum_a1 = 0, sum_kfast = 0,
+         sum_kbestpad = 0, sum_afast = 0, sum_ksmem = 0, sum_asmem = 0;
   std::printf("node | N x K, R | base us | now1 us (+) | side us (+) | kext us (+) | kgemm us | check\n");
   for (const Node& nd : nodes) {
     const int64_t n = nd.n, k = nd.k, r = nd.r, ke = k + r;
@@ -274,6 +370,100 @@ int main(int argc, char** argv) {
     std::printf("  %s, K + R padded to %lld: kpad %.1f (+%.1f), its GEMM alone %.1f (kpad vs kext %.1e) | A alone: "
                 "split-K + sum %.1f, one GEMM %.1f\n",
                 nd.name, static_cast<long long>(kp), t_kpad, t_kpad - t_base, t_kpgemm, d_kpad, t_a, t_a1);
+
+    // The fast A: a_wmma_kernel's slices and a_sum_kernel writing u into xp's pad columns, then the kpad GEMM.
+    const int a_splits = static_cast<int>(std::min<int64_t>(32, k / 256));
+    const int a_slice = static_cast<int>((k / a_splits + 15) / 16 * 16);
+    DeviceBuffer a_parts(static_cast<size_t>(a_splits) * kT * r * sizeof(float));
+    const auto* xb16 = static_cast<const __nv_bfloat16*>(x.get());
+    auto* xpad_u = reinterpret_cast<__nv_bfloat16*>(static_cast<uint8_t*>(xp.get()) + k * 2);
+    const auto* a16 = static_cast<const __nv_bfloat16*>(a.quants.get());
+    const auto run_afast = [&](int) {
+      a_wmma_kernel<<<dim3(static_cast<unsigned>(kT / 64), static_cast<unsigned>(a_splits)), 128, 0, st>>>(
+          xb16, k, a16, static_cast<int>(k), static_cast<int>(r), a_slice, a_parts.as<float>(), static_cast<int>(kT));
+      a_sum_kernel<<<static_cast<unsigned>((kT * r + 255) / 256), 256, 0, st>>>(
+          a_parts.as<float>(), a_splits, static_cast<int>(kT), static_cast<int>(r), xpad_u, kp);
+    };
+    // The shared-memory form at 32 slices (its smem: (64 + R) * (slice + 8) * 2 bytes).
+    const int s_splits = static_cast<int>(std::min<int64_t>(64, k / 128));
+    const int s_slice = static_cast<int>((k / s_splits + 15) / 16 * 16);
+    const size_t s_smem = static_cast<size_t>(64 + r) * (s_slice + 8) * 2;
+    CK(cudaFuncSetAttribute(a_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    DeviceBuffer s_parts(static_cast<size_t>(s_splits) * kT * r * sizeof(float));
+    const auto run_asmem = [&](int) {
+      a_smem_kernel<<<dim3(static_cast<unsigned>(kT / 64), static_cast<unsigned>(s_splits)), 128, s_smem, st>>>(
+          xb16, k, a16, static_cast<int>(k), static_cast<int>(r), s_slice, s_parts.as<float>(), static_cast<int>(kT));
+      a_sum_kernel<<<static_cast<unsigned>((kT * r + 255) / 256), 256, 0, st>>>(
+          s_parts.as<float>(), s_splits, static_cast<int>(kT), static_cast<int>(r), xpad_u, kp);
+    };
+    const auto run_ksmem = [&](int) {
+      reset(st);
+      run_asmem(0);
+      gemm(wpad, xp.get(), acc, ws, st);
+    };
+    run_ksmem(0);
+    CK(cudaGetLastError());
+    const double d_ksmem = rel_l2(read_y(), y_kext);
+    const bool ok_smem = d_ksmem < 1e-2 && moved > 10 * d_ksmem;
+    failures += !ok_smem;
+    const float t_asmem = graph_us(st, e0, e1, 1, reps, run_asmem);
+    const float t_ksmem = graph_us(st, e0, e1, 1, reps, run_ksmem);
+    const float t_asum = graph_us(st, e0, e1, 1, reps, [&](int) {
+      a_sum_kernel<<<static_cast<unsigned>((kT * r + 255) / 256), 256, 0, st>>>(
+          s_parts.as<float>(), s_splits, static_cast<int>(kT), static_cast<int>(r), xpad_u, kp);
+    });
+    std::printf("  %s: smem A alone %.1f (its sum launch alone %.1f; %d slices of %d; y vs kext %.1e %s), ksmem %.1f "
+                "(+%.1f)\n",
+                nd.name, t_asmem, t_asum, s_splits, s_slice, d_ksmem, ok_smem ? "ok" : "FAIL", t_ksmem,
+                t_ksmem - t_base);
+    sum_ksmem += t_ksmem;
+    sum_asmem += t_asmem;
+    const auto run_kfast = [&](int) {
+      reset(st);
+      run_afast(0);
+      gemm(wpad, xp.get(), acc, ws, st);
+    };
+    run_kfast(0);
+    CK(cudaGetLastError());
+    const std::vector<float> y_kfast = read_y();
+    const double d_kfast = rel_l2(y_kfast, y_kext);
+    const bool ok_fast = d_kfast < 1e-2 && moved > 10 * d_kfast;
+    failures += !ok_fast;
+    const float t_afast = graph_us(st, e0, e1, 1, reps, run_afast);
+    const float t_kfast = graph_us(st, e0, e1, 1, reps, run_kfast);
+    // The K + R GEMM alone at other pads (zero columns past K + R).
+    std::string pads;
+    float best_pad_gemm = t_kpgemm;
+    for (const int64_t extra : {int64_t{64}, int64_t{128}, int64_t{256}}) {
+      const int64_t k2 = k + extra;
+      if (k2 < ke) continue;
+      DeviceWeight w2;
+      w2.dtype = DType::BF16;
+      w2.n = n;
+      w2.k = k2;
+      w2.layout = GemvLayout::ROWS;
+      w2.quants = DeviceBuffer(static_cast<size_t>(n * k2) * 2);
+      w2.quants.fill_bytes(0);
+      CK(cudaMemcpy2D(w2.quants.get(), static_cast<size_t>(k2) * 2, wpad.quants.get(), static_cast<size_t>(kp) * 2,
+                      static_cast<size_t>(ke) * 2, static_cast<size_t>(n), cudaMemcpyDeviceToDevice));
+      DeviceBuffer x2(static_cast<size_t>(kT * k2) * 2);
+      x2.fill_bytes(0);
+      CK(cudaMemcpy2D(x2.get(), static_cast<size_t>(k2) * 2, xp.get(), static_cast<size_t>(kp) * 2,
+                      static_cast<size_t>(ke) * 2, static_cast<size_t>(kT), cudaMemcpyDeviceToDevice));
+      const float tg = graph_us(st, e0, e1, 1, reps, [&](int) {
+        reset(st);
+        gemm(w2, x2.get(), acc, ws, st);
+      });
+      best_pad_gemm = std::min(best_pad_gemm, tg);
+      char b[64];
+      std::snprintf(b, sizeof(b), " K=%lld %.1f", static_cast<long long>(k2), tg);
+      pads += b;
+    }
+    std::printf("  %s: fast A alone %.1f (%d slices; y vs kext %.1e %s), kfast %.1f (+%.1f) | K + R GEMM alone at:%s\n",
+                nd.name, t_afast, a_splits, d_kfast, ok_fast ? "ok" : "FAIL", t_kfast, t_kfast - t_base, pads.c_str());
+    sum_kfast += t_kfast;
+    sum_afast += t_afast;
+    sum_kbestpad += best_pad_gemm;
   }
   // A chunk: 32 layers of the four nodes, plus what the rest of the layer and the output projection take (the
   // seventeenth session's base chunk: 512 / 42,500 tok/s = 12.05 ms).
@@ -286,5 +476,10 @@ int main(int argc, char** argv) {
   // The padded form, with A as src runs it, with A as one GEMM, and with A free (the bound a faster A kernel has).
   std::printf("== padded K + R: kpad %.3fx, kpad with A as one GEMM %.3fx, kpad with A free %.3fx\n", ratio(sum_kpad),
               ratio(sum_kpad - sum_a + sum_a1), ratio(sum_kpad - sum_a));
+  // The fast A in sequence (kfast), and the bound with the best pad's GEMM and the fast A alone added to it.
+  std::printf("== fast A: kfast %.3fx; best pad's GEMM + fast A %.3fx\n", ratio(sum_kfast),
+              ratio(sum_kbestpad + sum_afast));
+  std::printf("== smem A: ksmem %.3fx; best pad's GEMM + smem A %.3fx\n", ratio(sum_ksmem),
+              ratio(sum_kbestpad + sum_asmem));
   return failures ? 1 : 0;
 }
