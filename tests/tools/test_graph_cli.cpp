@@ -54,6 +54,41 @@ TEST(GraphCli, JsonNodesEdgesAndTotals) {
   }
 }
 
+// --sparsity: TEAL's rewrite as a session runs it. A decode graph gains one SPARSIFY per block input (q|k|v, o,
+// gate|up, down: four a block) and its seven block matmuls become MATMUL_SPARSE; a prefill chunk keeps its matmuls
+// dense (prefill is not sparsified). Bad values and --sparsity with --teal are refused with one line and a non-zero
+// exit.
+TEST(GraphCli, SparsityShowsTealsNodes) {
+  TESSERA_REQUIRE_DEFAULT_MODEL(model);
+  for (int t : {1, 64}) {
+    std::string out;
+    ASSERT_EQ(run_stdout("graph -m " + model + " --format json --sparsity 0.5 --tokens " + std::to_string(t), &out), 0)
+        << out;
+    const json j = json::parse(out);
+    int sparsify = 0, sparse_mm = 0, dense_mm = 0;
+    for (const auto& n : j["nodes"]) {
+      sparsify += n["op"] == "sparsify";
+      sparse_mm += n["op"] == "matmul_sparse";
+      dense_mm += n["op"] == "matmul";
+    }
+    if (t == 1) {
+      EXPECT_EQ(sparsify, 30 * 4);
+      EXPECT_EQ(sparse_mm, 30 * 7);
+      EXPECT_EQ(dense_mm, 1);  // the output projection
+    } else {
+      EXPECT_EQ(sparsify, 0);
+      EXPECT_EQ(sparse_mm, 0);
+    }
+  }
+  for (const std::string bad : {"--sparsity 1.5", "--sparsity -0.1", "--sparsity 0.5 --teal /nonexistent.json",
+                                "--teal /nonexistent.json"}) {
+    std::string out;
+    const int rc = run_command("{ " + cli_path() + " graph -m " + model + " " + bad + " 2>&1; }", &out);
+    EXPECT_NE(rc, 0) << bad << "\n" << out;
+    EXPECT_NE(out.find("error"), std::string::npos) << bad << "\n" << out;
+  }
+}
+
 TEST(GraphCli, DotAndText) {
   TESSERA_REQUIRE_DEFAULT_MODEL(model);
   std::string out;
