@@ -290,23 +290,6 @@ void SparseBench::run() {
               cus, zus, csplits, cg, 100.0 * cg / copy_gbps_, cus / dense_us, crel, crel > 1e-4 ? "  MISMATCH" : "");
           results_[fmt::format("cols {} {} {}", dtype_name(dtype), s.what, static_cast<int>(std::lround(100 * sp)))] = {
               cus, dense_us};
-          if (sp == 0.4f || sp == 0.5f || sp == 0.0f) {  // the other launch shapes (variant: us / default splits)
-            std::string line;
-            for (int v = 1; v < gemv_sparse_x_variants(); ++v) {
-              gemv_sparse_x(*cols, x.as<float>(), th, ys.as<float>(), false, ws, stream_, nullptr, 0, v);
-              TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-              ys.download(hs.data(), sizeof(float) * s.n);
-              double vd = 0;
-              for (int64_t i = 0; i < s.n; ++i)
-                vd = std::max(vd,
-                              std::fabs(static_cast<double>(hd[static_cast<size_t>(i)]) - hs[static_cast<size_t>(i)]));
-              const double us = time_flushed(
-                  [&] { gemv_sparse_x(*cols, x.as<float>(), th, ys.as<float>(), false, ws, stream_, nullptr, 0, v); });
-              line += fmt::format(" v{}:{:.2f}/{}{}", v, us, gemv_sparse_x_default_splits(*cols, v),
-                                  (maxy > 0 ? vd / maxy : vd) > 1e-4 ? "(MISMATCH)" : "");
-            }
-            fmt::print("      cols launch shapes (1: 256x8, 2: 128x16, 3: 128x8 unroll 16):{}\n", line);
-          }
           if (opt_.splits_sweep || (sp == 0.5f && (!opt_.fast || dtype == DType::BF16))) {
             std::string line;
             for (int sp2 : {1, 2, 4, 8, 12, 16, 24, 32, 48, 64}) {

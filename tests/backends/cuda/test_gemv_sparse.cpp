@@ -252,10 +252,9 @@ TEST(GemvSparse, MatchesTheReferenceOnTheZeroedInput) {
 // GEMV reads SPARSIFY's zeroed row). A thread sums at most a slice's k / splits products in sequence, then the splits'
 // partials: (k + 64) * 2^-24 * mag bounds it.
 void check_gemv_sparse_x(DType dtype, int64_t n, int64_t k, float threshold, int splits, bool accumulate,
-                         std::mt19937& rng, bool zeroed = false, int variant = 0) {
+                         std::mt19937& rng, bool zeroed = false) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " threshold=" << threshold
-                                    << " splits=" << splits << " accumulate=" << accumulate << " zeroed=" << zeroed
-                                    << " variant=" << variant);
+                                    << " splits=" << splits << " accumulate=" << accumulate << " zeroed=" << zeroed);
   const auto w_host = random_weight(rng, dtype, n, k);
   auto x = random_floats(rng, static_cast<size_t>(k));
   if (zeroed) x = sparsify_ref(x, 0.5f, -1.0f);
@@ -268,7 +267,7 @@ void check_gemv_sparse_x(DType dtype, int64_t n, int64_t k, float threshold, int
   const auto y0 = random_floats(rng, static_cast<size_t>(n));
   DeviceBuffer yd = accumulate ? to_device(y0) : poisoned(sizeof(float) * n);
   gemv_sparse_x(sw, xd.as<float>(), threshold, yd.as<float>(), accumulate, ws, nullptr, zeros.as<unsigned long long>(),
-                splits, variant);
+                splits);
   synchronize();
   const auto y = to_host<float>(yd, static_cast<size_t>(n));
   const auto z = to_host<unsigned long long>(zeros, 2);
@@ -291,7 +290,7 @@ void check_gemv_sparse_x(DType dtype, int64_t n, int64_t k, float threshold, int
   }
   if (!accumulate) {  // the same x gives the same bits
     DeviceBuffer y2 = poisoned(sizeof(float) * n);
-    gemv_sparse_x(sw, xd.as<float>(), threshold, y2.as<float>(), false, ws, nullptr, nullptr, splits, variant);
+    gemv_sparse_x(sw, xd.as<float>(), threshold, y2.as<float>(), false, ws, nullptr, nullptr, splits);
     synchronize();
     const auto again = to_host<float>(y2, static_cast<size_t>(n));
     ASSERT_EQ(std::memcmp(again.data(), y.data(), sizeof(float) * n), 0);
@@ -319,8 +318,7 @@ TEST(GemvSparse, ColumnsMatchTheReferenceOnTheThresholdedInput) {
       }
       check_gemv_sparse_x(dtype, n, k, 0.5f, 0, true, rng);
       check_gemv_sparse_x(dtype, n, k, 0.0f, 0, false, rng, true);
-      for (int v = 1; v < gemv_sparse_x_variants(); ++v)  // the benchmark's other launch shapes
-        for (const int splits : {0, 3}) check_gemv_sparse_x(dtype, n, k, 0.5f, splits, splits == 3, rng, false, v);
+      check_gemv_sparse_x(dtype, n, k, 0.5f, 3, true, rng);
       if ((k + 2047) / 2048 <= 1) check_gemv_sparse_x(dtype, n, k, 0.5f, 1, true, rng);
       if (::testing::Test::HasFatalFailure()) return;
     }

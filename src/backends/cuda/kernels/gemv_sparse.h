@@ -116,17 +116,13 @@ void gemv_sparse(const SparseWeight& w, const SparseEntry* list /*[k]*/, const i
 // W [n, k] as data[c][r] = W[r, c], rows padded to a multiple of 64 (tile = the padded n, columns = true). bf16/f16.
 SparseWeight make_sparse_columns(const DeviceWeight& w, cudaStream_t stream);
 
-// Launch shapes (the benchmark times each): 0 (the default) 128 threads x 8 rows, 1 256 x 8, 2 128 x 16 (two
-// adjacent 16-byte loads per channel), 3 128 x 8 with 16 channels per pipeline group.
-int gemv_sparse_x_variants();
-// Slices of k (blocks per stripe of rows) gemv_sparse_x uses by default.
-int gemv_sparse_x_default_splits(const SparseWeight& w, int variant = 0);
+// Slices of k (blocks per stripe of rows) gemv_sparse_x uses by default (128 threads, 8 rows each, a block).
+int gemv_sparse_x_default_splits(const SparseWeight& w);
 
 // y[N] (+)= W · x' where x'[c] = x[c] if !(|x[c]| <= threshold) and x[c] != 0, else 0: SPARSIFY's calibrated-threshold
 // rule folded in (threshold >= 0; 0 keeps x's nonzero entries). Fixed summation order (the same x gives the same bits).
 // zeros: as sparsify's (the achieved-sparsity counters), or null. splits 0: the default; else at least k / 2048.
 void gemv_sparse_x(const SparseWeight& w, const float* x /*[k]*/, float threshold, float* y /*[N]*/, bool accumulate,
-                   SparseGemvWorkspace& ws, cudaStream_t stream, unsigned long long* zeros = nullptr, int splits = 0,
-                   int variant = 0);
+                   SparseGemvWorkspace& ws, cudaStream_t stream, unsigned long long* zeros = nullptr, int splits = 0);
 
 }  // namespace tessera::cuda

@@ -14,14 +14,14 @@ namespace {
 
 constexpr int kColMaxSlice = 2048;  // channels per block at most (shared memory: 16 KB)
 
-// Launch shapes (gemv_sparse_x's `variant`; the benchmark times them all): THREADS threads, RPT rows per thread
-// (RPT / 8 adjacent 16-byte loads per channel), UNROLL channels per pipeline group.
+// The launch shape: THREADS threads, RPT rows per thread (RPT / 8 adjacent 16-byte loads per channel), UNROLL channels
+// per pipeline group. Three others (256 x 8, 128 x 16, and 16 channels per group) were measured beside it on the H100
+// (tessera_bench_sparse, twelfth to eighteenth sessions) and were never faster; they left src in the nineteenth.
 struct ColShape {
   int threads, rpt, unroll;
   int stripe() const { return threads * rpt; }
 };
-constexpr ColShape kColShapes[] = {{128, 8, 8}, {256, 8, 8}, {128, 16, 8}, {128, 8, 16}};
-constexpr int kColVariants = 4;
+constexpr ColShape kColShape{128, 8, 8};
 
 // Block (stripe, s): rows [stripe * THREADS * RPT, +THREADS * RPT) over channels [k * s / splits, k * (s + 1) /
 // splits). An entry is kept when !(|v| <= threshold) and v != 0 (threshold 0: x's nonzero entries, for an x SPARSIFY
@@ -192,31 +192,16 @@ __global__ void sparse_cols_repack_kernel(const uint16_t* __restrict__ src /*[n,
   }
 }
 
-int stripes_of(const SparseWeight& w, int variant) { return ceil_div(w.tile, kColShapes[variant].stripe()); }
+int stripes_of(const SparseWeight& w) { return ceil_div(w.tile, kColShape.stripe()); }
 
-template <DType D, int V>
+template <DType D>
 void launch_cols(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
                  SparseGemvWorkspace& ws, cudaStream_t stream, unsigned long long* zeros, int splits) {
-  constexpr ColShape S = kColShapes[V];
-  const dim3 grid(static_cast<unsigned>(stripes_of(w, V)), static_cast<unsigned>(splits));
+  constexpr ColShape S = kColShape;
+  const dim3 grid(static_cast<unsigned>(stripes_of(w)), static_cast<unsigned>(splits));
   launch("gemv_sparse_cols_kernel", gemv_sparse_cols_kernel<D, S.threads, S.rpt, S.unroll>, grid, dim3(S.threads), 0,
          stream, w.data.as<uint8_t>(), x, threshold, y, ws.partials(), ws.tickets(), zeros, static_cast<int>(w.n),
          w.tile, static_cast<int>(w.k), splits, accumulate);
-}
-
-template <DType D>
-void launch_cols_variant(int variant, const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
-                         SparseGemvWorkspace& ws, cudaStream_t stream, unsigned long long* zeros, int splits) {
-  switch (variant) {
-    case 0:
-      return launch_cols<D, 0>(w, x, threshold, y, accumulate, ws, stream, zeros, splits);
-    case 1:
-      return launch_cols<D, 1>(w, x, threshold, y, accumulate, ws, stream, zeros, splits);
-    case 2:
-      return launch_cols<D, 2>(w, x, threshold, y, accumulate, ws, stream, zeros, splits);
-    default:
-      return launch_cols<D, 3>(w, x, threshold, y, accumulate, ws, stream, zeros, splits);
-  }
 }
 
 }  // namespace
@@ -240,14 +225,11 @@ SparseWeight make_sparse_columns(const DeviceWeight& w, cudaStream_t stream) {
   return s;
 }
 
-int gemv_sparse_x_variants() { return detail::kColVariants; }
-
-int gemv_sparse_x_default_splits(const SparseWeight& w, int variant) {
+int gemv_sparse_x_default_splits(const SparseWeight& w) {
   // About two blocks of 128 threads per SM (one of 256), slices of at least 64 channels (the partial sums' traffic,
   // 8 bytes per row and slice, stays a few percent of the weights read), at most kColMaxSlice channels (shared memory).
-  if (variant < 0 || variant >= detail::kColVariants) fail("gemv_sparse_x: no launch shape {}", variant);
-  const int64_t stripes = detail::stripes_of(w, variant);
-  const int64_t want = int64_t{256} * detail::sm_count() / detail::kColShapes[variant].threads;
+  const int64_t stripes = detail::stripes_of(w);
+  const int64_t want = int64_t{256} * detail::sm_count() / detail::kColShape.threads;
   const int64_t by_blocks = (want + stripes - 1) / stripes;
   const int64_t hi = std::max<int64_t>(1, std::min<int64_t>(w.k / 64, SparseGemvWorkspace::kMaxSplits));
   const int64_t lo = (w.k + detail::kColMaxSlice - 1) / detail::kColMaxSlice;
@@ -255,20 +237,19 @@ int gemv_sparse_x_default_splits(const SparseWeight& w, int variant) {
 }
 
 void gemv_sparse_x(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
-                   SparseGemvWorkspace& ws, cudaStream_t stream, unsigned long long* zeros, int splits, int variant) {
+                   SparseGemvWorkspace& ws, cudaStream_t stream, unsigned long long* zeros, int splits) {
   if (!w.columns) fail("gemv_sparse_x: the weight is not the channel-major copy (make_sparse_columns)");
   if (w.tile > ws.max_rows())
     fail("gemv_sparse: workspace sized for {} rows, the weight has {}", ws.max_rows(), w.tile);
   if (!(threshold >= 0.0f)) fail("gemv_sparse_x: threshold {} is negative", threshold);
-  if (variant < 0 || variant >= detail::kColVariants) fail("gemv_sparse_x: no launch shape {}", variant);
-  if (splits == 0) splits = gemv_sparse_x_default_splits(w, variant);
+  if (splits == 0) splits = gemv_sparse_x_default_splits(w);
   const int64_t min_splits = (w.k + detail::kColMaxSlice - 1) / detail::kColMaxSlice;
   if (splits < min_splits || splits > SparseGemvWorkspace::kMaxSplits)
     fail("gemv_sparse_x: splits {} outside [{}, {}]", splits, min_splits, SparseGemvWorkspace::kMaxSplits);
   if (w.dtype == DType::BF16)
-    detail::launch_cols_variant<DType::BF16>(variant, w, x, threshold, y, accumulate, ws, stream, zeros, splits);
+    detail::launch_cols<DType::BF16>(w, x, threshold, y, accumulate, ws, stream, zeros, splits);
   else
-    detail::launch_cols_variant<DType::F16>(variant, w, x, threshold, y, accumulate, ws, stream, zeros, splits);
+    detail::launch_cols<DType::F16>(w, x, threshold, y, accumulate, ws, stream, zeros, splits);
 }
 
 }  // namespace tessera::cuda
