@@ -343,7 +343,10 @@ bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
   // copy of its weights either).
   if (q4k || gemv_quantized(wp->dtype)) {
     const TealWalk walk = cuda_options().teal_walk;
-    if (walk == TealWalk::NONE || (walk == TealWalk::Q8_0 && wp->dtype != DType::Q8_0)) return false;
+    const bool q8 = wp->dtype == DType::Q8_0;
+    const bool wide = wp->n >= 2 * wp->k;  // the gate|up stack (28672 x 4096 at the 8B shape), or a lone gate or up
+    if (!(walk == TealWalk::ALL || (walk == TealWalk::Q8_0 && q8) || (walk == TealWalk::AUTO && q8 && wide)))
+      return false;
   }
   std::vector<uint8_t> q4k_rows;  // the node's q4_K rows on the host (a stack: its members in order)
   if (q4k && sparse_weights.find(wp) == sparse_weights.end()) {

@@ -152,11 +152,16 @@ const std::vector<Key>& keys() {
            o.teal_walk = TealWalk::ALL;
          else if (v == "none")
            o.teal_walk = TealWalk::NONE;
+         else if (v == "auto")
+           o.teal_walk = TealWalk::AUTO;
          else
-           fail("cuda option teal_walk: '{}' is not q8_0, all or none", v);
+           fail("cuda option teal_walk: '{}' is not q8_0, auto, all or none", v);
        },
        [](const CudaOptions& o) {
-         return std::string(o.teal_walk == TealWalk::Q8_0 ? "q8_0" : o.teal_walk == TealWalk::ALL ? "all" : "none");
+         return std::string(o.teal_walk == TealWalk::Q8_0  ? "q8_0"
+                            : o.teal_walk == TealWalk::ALL ? "all"
+                            : o.teal_walk == TealWalk::AUTO ? "auto"
+                                                            : "none");
        }},
       flag("chain", &CudaOptions::chain),
       integer("chain_steps", &CudaOptions::chain_steps),
