@@ -38,10 +38,11 @@ class CudaTeal : public ::testing::TestWithParam<TealCase> {};
 
 // Decodes ids on the CPU and the GPU with the same options (but the device) and compares the logits step by step.
 void expect_gpu_matches_cpu(const Model& m, const SessionOptions& cpu_o, const std::string& what, bool quant,
-                            float min_sparsity) {
+                            float min_sparsity, const std::vector<std::string>& gpu_options = {}) {
   const std::vector<int32_t> ids = random_ids(24, 49152, 13);
   SessionOptions gpu_o = cpu_o;
   gpu_o.device = "cuda";
+  gpu_o.backend_options = gpu_options;
   Session cpu(m, cpu_o);
   Session gpu(m, gpu_o);
   cpu.reset_achieved_sparsity();
@@ -102,6 +103,32 @@ TEST(CudaTeal, CalibratedThresholdsMatchCpu) {
     SessionOptions o{.n_ctx = 64, .n_threads = 2};
     o.teal = thr;
     expect_gpu_matches_cpu(m, o, dtype + " calibrated at 0.5", dtype != "bf16", 0.2f);
+  }
+}
+
+// q8_0 under each teal_walk: its list walk everywhere (q8_0), for the wide gate|up stack only with the dense GEMV on
+// the zeroed x elsewhere (auto: one layer mixes both forms, each SPARSIFY input serving one), or nowhere (none); top-k
+// and calibrated thresholds.
+TEST(CudaTeal, Q8WalkFormsMatchCpu) {
+  TESSERA_REQUIRE_GPU();
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string text = (dir / "tessera_teal_cuda_q8.txt").string();
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 40; ++i) f << "And God said, Let there be light: and there was light, and it was good. ";
+  }
+  const Model m = make_random_model({.arch = "smollm2-135m", .dtype = "q8_0", .seed = 7, .n_layers = 2},
+                                    {.load_tokenizer = true});
+  const std::string thr = (dir / "tessera_teal_cuda_q8_walk.json").string();
+  save_teal_thresholds(
+      calibrate(m, {.text_path = text, .sparsity = 0.5f, .n_threads = 2, .n_ctx = 64, .max_tokens = 128}), thr);
+  for (const std::string walk : {"auto", "q8_0", "none"}) {
+    SessionOptions topk{.n_ctx = 64, .n_threads = 2};
+    topk.sparsity = 0.5f;
+    expect_gpu_matches_cpu(m, topk, "q8_0 top-k 0.5, teal_walk=" + walk, true, 0.49f, {"teal_walk=" + walk});
+    SessionOptions cal{.n_ctx = 64, .n_threads = 2};
+    cal.teal = thr;
+    expect_gpu_matches_cpu(m, cal, "q8_0 calibrated at 0.5, teal_walk=" + walk, true, 0.2f, {"teal_walk=" + walk});
   }
 }
 
