@@ -109,8 +109,10 @@ GraphView rewrite_view(const GraphView& v, const std::string& device) {
 namespace {
 
 void check_teal(const GraphOptions& o) {
-  TESSERA_CHECK(o.sparsity >= 0 && o.sparsity < 1, "--sparsity {} is outside [0, 1)", o.sparsity);
-  TESSERA_CHECK(o.sparsity == 0 || o.teal.empty(), "give --sparsity or --teal, not both");
+  // The Session's own checks (runtime/session.cpp), in its words.
+  TESSERA_CHECK(o.sparsity >= 0 && o.sparsity < 1, "sparsity {} must be at least 0 and below 1", o.sparsity);
+  TESSERA_CHECK(o.sparsity == 0 || o.teal.empty(),
+                "--sparsity and --teal both set the activation sparsity; give one of them");
 }
 
 }  // namespace
