@@ -6,6 +6,7 @@
 #include "graph/printer.h"
 #include "models/llama.h"
 #include "models/model_graph.h"
+#include "runtime/session.h"
 #include "tessera/calibrate.h"
 #include "tessera/random_model.h"
 
@@ -104,15 +105,18 @@ GraphView rewrite_view(const GraphView& v, const std::string& device) {
   return make_graph_view(b->rewrite_for_display(v.impl().graph));
 }
 
-}  // namespace
-
-namespace {
-
-void check_teal(const GraphOptions& o) {
-  // The Session's own checks (runtime/session.cpp), in its words.
-  TESSERA_CHECK(o.sparsity >= 0 && o.sparsity < 1, "sparsity {} must be at least 0 and below 1", o.sparsity);
-  TESSERA_CHECK(o.sparsity == 0 || o.teal.empty(),
-                "--sparsity and --teal both set the activation sparsity; give one of them");
+// TEAL's rewrite as a session with these options runs it (runtime::Engine::build_graph); `model` null: a preset, which
+// has no thresholds file of its own.
+graph::SparsifyOptions sparsify_options(const GraphOptions& o, const Model* model) {
+  runtime::check_teal_options(o.sparsity, o.teal);
+  graph::SparsifyOptions so;
+  so.sparsity = o.sparsity;
+  if (!o.teal.empty()) {
+    TESSERA_CHECK(model != nullptr,
+                  "--teal names a model's thresholds file: give the model (-m FILE), or --sparsity for a preset");
+    so.thresholds = load_teal_thresholds(*model, o.teal);
+  }
+  return so;
 }
 
 }  // namespace
@@ -132,18 +136,15 @@ GraphView build_graph(const Model& model, int64_t n_tokens, int64_t n_past, cons
     kv = DType::F32;
   else
     TESSERA_CHECK(options.kv_dtype == "f16", "kv cache type '{}' is not supported (f16 or f32)", options.kv_dtype);
-  check_teal(options);
-  graph::SparsifyOptions so;
-  so.sparsity = options.sparsity;
-  if (!options.teal.empty()) so.thresholds = load_teal_thresholds(model, options.teal);
-  return make_graph_view(graph::sparsify(build_model_graph(model.impl()->weights,
-                                                           ModelGraphOptions{.n_tokens = n_tokens,
-                                                                             .n_past = n_past,
-                                                                             .n_ctx = options.n_ctx,
-                                                                             .kv_dtype = kv,
-                                                                             .all_logits = options.all_logits,
-                                                                             .lora = lora.get()}),
-                                         so));
+  const graph::SparsifyOptions so = sparsify_options(options, &model);
+  return make_graph_view(
+      graph::sparsify(build_model_graph(model.impl()->weights, ModelGraphOptions{.n_tokens = n_tokens,
+                                                                                 .n_past = n_past,
+                                                                                 .n_ctx = options.n_ctx,
+                                                                                 .kv_dtype = kv,
+                                                                                 .all_logits = options.all_logits,
+                                                                                 .lora = lora.get()}),
+                      so));
 }
 
 GraphView build_preset_graph(const std::string& arch, const std::string& dtype, int64_t n_tokens, int64_t n_past,
@@ -204,17 +205,14 @@ GraphView build_preset_graph(const std::string& arch, const std::string& dtype, 
   if (!c.tied_output) add("output.weight", *dt, {c.n_vocab, E});
   const ModelWeights w = ModelWeights::from_views(c, std::move(views), c.name);
   // Presets are Llama-family architectures (random_model.h), so the Llama builder is theirs.
-  check_teal(options);
-  TESSERA_CHECK(options.teal.empty(),
-                "--teal names a model's thresholds file: give the model (-m FILE), or --sparsity for a preset");
-  graph::SparsifyOptions so;
-  so.sparsity = options.sparsity;
-  GraphView v = make_graph_view(graph::sparsify(build_llama_graph(w, LlamaGraphOptions{.n_tokens = n_tokens,
-                                                                                        .n_past = n_past,
-                                                                                        .n_ctx = options.n_ctx,
-                                                                                        .kv_dtype = kv,
-                                                                                        .all_logits = options.all_logits}),
-                                                so));
+  const graph::SparsifyOptions so = sparsify_options(options, nullptr);
+  GraphView v =
+      make_graph_view(graph::sparsify(build_llama_graph(w, LlamaGraphOptions{.n_tokens = n_tokens,
+                                                                             .n_past = n_past,
+                                                                             .n_ctx = options.n_ctx,
+                                                                             .kv_dtype = kv,
+                                                                             .all_logits = options.all_logits}),
+                                      so));
   return options.device.empty() ? v : rewrite_view(v, options.device);
 }
 

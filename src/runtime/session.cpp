@@ -76,12 +76,16 @@ EngineOptions resolve_options(const SessionOptions& o, const ModelConfig& c) {
                 "the reference path runs on the CPU only, not on device '{}'", o.device);
   e.device = o.device;
   e.backend_options = o.backend_options;
-  TESSERA_CHECK(o.sparsity >= 0 && o.sparsity < 1, "sparsity {} must be at least 0 and below 1", o.sparsity);
-  TESSERA_CHECK(o.sparsity == 0 || o.teal.empty(),
-                "--sparsity and --teal both set the activation sparsity; give one of them");
+  check_teal_options(o.sparsity, o.teal);
   e.sparsify.sparsity = o.sparsity;
   e.sparsify.all_rows = o.sparsify_prefill;
   return e;
+}
+
+void check_teal_options(float sparsity, const std::string& teal) {
+  TESSERA_CHECK(sparsity >= 0 && sparsity < 1, "sparsity {} must be at least 0 and below 1", sparsity);
+  TESSERA_CHECK(sparsity == 0 || teal.empty(),
+                "--sparsity and --teal both set the activation sparsity; give one of them");
 }
 
 Engine::Engine(ModelWeights weights, std::shared_ptr<backend::WeightStore> store, const EngineOptions& options)

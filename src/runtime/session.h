@@ -38,6 +38,10 @@ struct EngineOptions {
 // Resolves SessionOptions against the model (defaults, limits); Error naming the bad option.
 EngineOptions resolve_options(const SessionOptions& o, const ModelConfig& c);
 
+// TEAL's two ways of asking (SessionOptions::sparsity and ::teal, and the graph API's GraphOptions): a sparsity in
+// [0, 1), and not both. Error naming the problem.
+void check_teal_options(float sparsity, const std::string& teal);
+
 class Engine {
  public:
   // store: the model's weights on options.device, shared by its sessions (null: a store private to this engine).

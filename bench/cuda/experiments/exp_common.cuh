@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -92,6 +93,95 @@ float graph_us(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int batch, int r
   CK(cudaGraphExecDestroy(ge));
   CK(cudaGraphDestroy(g));
   return median(us);
+}
+
+// Microseconds of op() alone with the L2 flushed before each call (a cudaMemsetAsync of twice the L2 in between, each
+// call between its own pair of events), median of `reps` after one untimed call: the sparse-GEMV sweeps' method
+// (bench_sparse.cpp's).
+class FlushedTimer {
+ public:
+  FlushedTimer(cudaStream_t st, int reps, size_t l2) : st_(st), reps_(reps), flush_bytes_(2 * l2), ev0_(reps), ev1_(reps) {
+    CK(cudaMalloc(&flush_, flush_bytes_));
+    for (int i = 0; i < reps; ++i) {
+      CK(cudaEventCreate(&ev0_[static_cast<size_t>(i)]));
+      CK(cudaEventCreate(&ev1_[static_cast<size_t>(i)]));
+    }
+  }
+  ~FlushedTimer() {
+    for (auto e : ev0_) cudaEventDestroy(e);
+    for (auto e : ev1_) cudaEventDestroy(e);
+    cudaFree(flush_);
+  }
+  FlushedTimer(const FlushedTimer&) = delete;
+  FlushedTimer& operator=(const FlushedTimer&) = delete;
+  template <typename F>
+  double us(F&& op) {
+    op();
+    CK(cudaStreamSynchronize(st_));
+    for (int i = 0; i < reps_; ++i) {
+      CK(cudaMemsetAsync(flush_, i & 0xff, flush_bytes_, st_));
+      CK(cudaEventRecord(ev0_[static_cast<size_t>(i)], st_));
+      op();
+      CK(cudaEventRecord(ev1_[static_cast<size_t>(i)], st_));
+    }
+    CK(cudaStreamSynchronize(st_));
+    CK(cudaGetLastError());
+    std::vector<double> v;
+    for (int i = 0; i < reps_; ++i) {
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, ev0_[static_cast<size_t>(i)], ev1_[static_cast<size_t>(i)]));
+      v.push_back(ms * 1e3);
+    }
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  }
+
+ private:
+  cudaStream_t st_;
+  int reps_;
+  size_t flush_bytes_;
+  void* flush_ = nullptr;
+  std::vector<cudaEvent_t> ev0_, ev1_;
+};
+
+// A seeded stream of uniform floats in [lo, hi) (splitmix64), the same on every machine.
+inline uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+inline float uniform(uint64_t& s, float lo, float hi) {
+  return lo + (hi - lo) * static_cast<float>(splitmix(s) >> 40) * (1.0f / 16777216.0f);
+}
+
+// sm_90 bulk copies into shared memory guarded by mbarriers (the TMA experiments).
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nEXP_WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra EXP_WAIT_%=;\n}" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Orders this thread's earlier generic accesses to shared memory before later async-proxy (bulk copy) writes: a
+// stage the threads have read is refilled only after it.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// One contiguous run of `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
+// completing on `bar`.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
 }
 
 // A sweep's end: closes its TSV (if open), prints "== summary (copy C GB/s[; note]) failures=F" and its summary lines,

@@ -399,55 +399,8 @@ const Variant kVarB[] = {{"own", true, 32, 1, "t256u8p"},           {"own", true
 
 // bench_sparse.cpp's method: median µs of op over reps calls, L2 flushed (a memset of 2x L2) before each, each call
 // between its own pair of events.
-class Timer {
- public:
-  Timer(cudaStream_t st, int reps, size_t l2) : st_(st), reps_(reps), flush_(2 * l2), ev0_(reps), ev1_(reps) {
-    for (int i = 0; i < reps; ++i) {
-      CK(cudaEventCreate(&ev0_[static_cast<size_t>(i)]));
-      CK(cudaEventCreate(&ev1_[static_cast<size_t>(i)]));
-    }
-  }
-  ~Timer() {
-    for (auto e : ev0_) cudaEventDestroy(e);
-    for (auto e : ev1_) cudaEventDestroy(e);
-  }
-  double us(const std::function<void()>& op) {
-    op();
-    CK(cudaStreamSynchronize(st_));
-    for (int i = 0; i < reps_; ++i) {
-      CK(cudaMemsetAsync(flush_.get(), i & 0xff, flush_.bytes(), st_));
-      CK(cudaEventRecord(ev0_[static_cast<size_t>(i)], st_));
-      op();
-      CK(cudaEventRecord(ev1_[static_cast<size_t>(i)], st_));
-    }
-    CK(cudaStreamSynchronize(st_));
-    CK(cudaGetLastError());
-    std::vector<double> v;
-    for (int i = 0; i < reps_; ++i) {
-      float ms = 0;
-      CK(cudaEventElapsedTime(&ms, ev0_[static_cast<size_t>(i)], ev1_[static_cast<size_t>(i)]));
-      v.push_back(ms * 1e3);
-    }
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  }
-
- private:
-  cudaStream_t st_;
-  int reps_;
-  DeviceBuffer flush_;
-  std::vector<cudaEvent_t> ev0_, ev1_;
-};
-
-uint64_t splitmix(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-float uniform(uint64_t& s, float lo, float hi) {
-  return lo + (hi - lo) * static_cast<float>(splitmix(s) >> 40) * (1.0f / 16777216.0f);
-}
+using exp_common::FlushedTimer;
+using exp_common::uniform;
 
 struct Row {
   std::string shape, mode, name;
@@ -474,7 +427,7 @@ int run(int argc, char** argv) {
     CK(cudaFuncSetAttribute(kd.f, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             static_cast<int>(prop.sharedMemPerBlockOptin - fa.sharedSizeBytes)));
   }
-  Timer timer(st, reps, static_cast<size_t>(prop.l2CacheSize));
+  FlushedTimer timer(st, reps, static_cast<size_t>(prop.l2CacheSize));
   const char* out = std::getenv("OUT");
   std::FILE* tsv = out ? std::fopen((std::string(out) + "/sparse_sweep.tsv").c_str(), "w") : nullptr;
   if (tsv)

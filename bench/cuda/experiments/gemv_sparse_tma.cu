@@ -15,6 +15,10 @@
 // gemv_sparse_x (threshold mode), and each variant "R<rows> S<stages> G<channels per stage> s<slices>": us (median of
 // the reps, the L2 flushed by a 2x L2 memset before each call), GB/s on the bytes read, and the ratio to src's sparse.
 //
+// The nineteenth session's figures (docs/PERFORMANCE.md) were measured before the issuing thread fenced the proxies
+// ahead of each refill (fence_proxy_async: the stage's generic reads ordered before the copy engine's writes); the
+// kernel passed its checks then, and the fence is one instruction per group.
+//
 // Build here (no GPU needed): target exp_gemv_sparse_tma. Run on the GPU machine (~20 s):
 //   build-gpu/bin/experiments/exp_gemv_sparse_tma [reps, default 200]
 #include <cuda_runtime.h>
@@ -36,31 +40,13 @@
 
 namespace tessera::cuda::detail {
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-// One contiguous run of `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
-// completing on `bar`.
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-}
+using exp_common::bulk_load;
+using exp_common::fence_proxy_async;
+using exp_common::mbar_expect_tx;
+using exp_common::mbar_init;
+using exp_common::mbar_wait;
+using exp_common::smem_u32;
+
 __device__ __forceinline__ void red_add(float* p, float v) {
   asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
 }
@@ -87,7 +73,7 @@ __global__ void __launch_bounds__(THREADS) tma_sparse_kernel(const uint16_t* __r
   int* list_c = reinterpret_cast<int*>(smem + ring_bytes);
   float* list_x = reinterpret_cast<float*>(list_c + slice);
   if (tid == 0) {
-    for (int s = 0; s < stages; ++s) mbar_init(smem_addr(&bars[s]), 1);
+    for (int s = 0; s < stages; ++s) mbar_init(smem_u32(&bars[s]), 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     total = 0;
   }
@@ -114,12 +100,13 @@ __global__ void __launch_bounds__(THREADS) tma_sparse_kernel(const uint16_t* __r
   }
   const int m = total;
   const int groups = (m + g - 1) / g;
-  const uint32_t ring = smem_addr(smem);
+  const uint32_t ring = smem_u32(smem);
   const uint32_t run = R * 2;
   const auto issue = [&](int gi) {
     const int s = gi % stages;
     const int first = gi * g, cnt = min(g, m - first);
-    const uint32_t bar = smem_addr(&bars[s]);
+    const uint32_t bar = smem_u32(&bars[s]);
+    fence_proxy_async();  // the stage's reads by every thread (joined at the barrier before) precede this refill
     mbar_expect_tx(bar, cnt * run);
     for (int j = 0; j < cnt; ++j)
       bulk_load(ring + (s * g + j) * run, data + static_cast<size_t>(list_c[first + j]) * n + row0, run, bar);
@@ -129,7 +116,7 @@ __global__ void __launch_bounds__(THREADS) tma_sparse_kernel(const uint16_t* __r
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int gi = 0; gi < groups; ++gi) {
     const int s = gi % stages;
-    mbar_wait(smem_addr(&bars[s]), static_cast<uint32_t>((gi / stages) & 1));
+    mbar_wait(smem_u32(&bars[s]), static_cast<uint32_t>((gi / stages) & 1));
     const int first = gi * g, cnt = min(g, m - first);
     for (int j = 0; j < cnt; ++j) {
       const uint4 wv = *reinterpret_cast<const uint4*>(smem + (static_cast<size_t>(s) * g + j) * run + tid * 16);
@@ -161,59 +148,8 @@ namespace {
 using namespace tessera;
 using namespace tessera::cuda;
 
-class Timer {
- public:
-  Timer(cudaStream_t st, int reps, size_t l2) : st_(st), reps_(reps), flush_(2 * l2), ev0_(reps), ev1_(reps) {
-    for (int i = 0; i < reps; ++i) {
-      CK(cudaEventCreate(&ev0_[static_cast<size_t>(i)]));
-      CK(cudaEventCreate(&ev1_[static_cast<size_t>(i)]));
-    }
-  }
-  ~Timer() {
-    for (auto e : ev0_) cudaEventDestroy(e);
-    for (auto e : ev1_) cudaEventDestroy(e);
-  }
-  double us(const std::function<void()>& op) {
-    op();
-    CK(cudaStreamSynchronize(st_));
-    for (int i = 0; i < reps_; ++i) {
-      CK(cudaMemsetAsync(flush_.get(), i & 0xff, flush_.bytes(), st_));
-      CK(cudaEventRecord(ev0_[static_cast<size_t>(i)], st_));
-      op();
-      CK(cudaEventRecord(ev1_[static_cast<size_t>(i)], st_));
-    }
-    CK(cudaStreamSynchronize(st_));
-    CK(cudaGetLastError());
-    std::vector<double> v;
-    for (int i = 0; i < reps_; ++i) {
-      float ms = 0;
-      CK(cudaEventElapsedTime(&ms, ev0_[static_cast<size_t>(i)], ev1_[static_cast<size_t>(i)]));
-      v.push_back(ms * 1e3);
-    }
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  }
-
- private:
-  cudaStream_t st_;
-  int reps_;
-  DeviceBuffer flush_;
-  std::vector<cudaEvent_t> ev0_, ev1_;
-};
-
-uint64_t splitmix(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-float uniform(uint64_t& s, float lo, float hi) {
-  return lo + (hi - lo) * static_cast<float>(splitmix(s) >> 40) * (1.0f / 16777216.0f);
-}
-
-struct Cfg {
-  int threads, stages, g, slices;
-};
+using exp_common::FlushedTimer;
+using exp_common::uniform;
 
 int run(int argc, char** argv) {
   const int reps = argc > 1 ? std::max(3, std::atoi(argv[1])) : 200;
@@ -229,7 +165,7 @@ int run(int argc, char** argv) {
               prop.multiProcessorCount, prop.l2CacheSize >> 20, copy, reps);
   for (auto f : {detail::tma_sparse_kernel<128>, detail::tma_sparse_kernel<256>})
     CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
-  Timer timer(st, reps, static_cast<size_t>(prop.l2CacheSize));
+  FlushedTimer timer(st, reps, static_cast<size_t>(prop.l2CacheSize));
   struct Shape {
     int n, k;
     const char* what;

@@ -68,6 +68,30 @@ std::string join(const std::vector<std::string>& parts, const char* sep) {
   return out;
 }
 
+// A key whose value is one of a few names, each naming one value of an enum field (the error lists them in order).
+template <typename E>
+Key choice(const char* name, E CudaOptions::*field, std::vector<std::pair<const char*, E>> values) {
+  return {name,
+          [field, values](CudaOptions& o, std::string_view k, std::string_view v) {
+            std::vector<std::string> names;
+            for (const auto& [n, e] : values) {
+              if (v == n) {
+                o.*field = e;
+                return;
+              }
+              names.emplace_back(n);
+            }
+            const std::string last = names.back();
+            names.pop_back();
+            fail("cuda option {}: '{}' is not {} or {}", k, v, join(names, ", "), last);
+          },
+          [field, values](const CudaOptions& o) {
+            for (const auto& [n, e] : values)
+              if (o.*field == e) return std::string(n);
+            return std::string("?");
+          }};
+}
+
 std::vector<GemvShapeOverride> parse_gemv_shapes(std::string_view v) {
   std::vector<GemvShapeOverride> out;
   if (v.empty()) return out;
@@ -125,44 +149,13 @@ const std::vector<Key>& keys() {
       flag("fold_norm", &CudaOptions::fold_norm),
       flag("fold_swiglu", &CudaOptions::fold_swiglu),
       flag("attn_q8", &CudaOptions::attn_q8),
-      {"quant_norm",
-       [](CudaOptions& o, std::string_view, std::string_view v) {
-         if (v == "auto")
-           o.quant_norm = QuantNorm::AUTO;
-         else if (v == "q4_1")
-           o.quant_norm = QuantNorm::Q4_1_ONLY;
-         else if (v == "all")
-           o.quant_norm = QuantNorm::ALL;
-         else if (v == "none")
-           o.quant_norm = QuantNorm::NONE;
-         else
-           fail("cuda option quant_norm: '{}' is not auto, q4_1, all or none", v);
-       },
-       [](const CudaOptions& o) {
-         return std::string(o.quant_norm == QuantNorm::AUTO        ? "auto"
-                            : o.quant_norm == QuantNorm::Q4_1_ONLY ? "q4_1"
-                            : o.quant_norm == QuantNorm::ALL       ? "all"
-                                                                   : "none");
-       }},
-      {"teal_walk",
-       [](CudaOptions& o, std::string_view, std::string_view v) {
-         if (v == "q8_0")
-           o.teal_walk = TealWalk::Q8_0;
-         else if (v == "all")
-           o.teal_walk = TealWalk::ALL;
-         else if (v == "none")
-           o.teal_walk = TealWalk::NONE;
-         else if (v == "auto")
-           o.teal_walk = TealWalk::AUTO;
-         else
-           fail("cuda option teal_walk: '{}' is not q8_0, auto, all or none", v);
-       },
-       [](const CudaOptions& o) {
-         return std::string(o.teal_walk == TealWalk::Q8_0  ? "q8_0"
-                            : o.teal_walk == TealWalk::ALL ? "all"
-                            : o.teal_walk == TealWalk::AUTO ? "auto"
-                                                            : "none");
-       }},
+      choice("quant_norm", &CudaOptions::quant_norm,
+             {{"auto", QuantNorm::AUTO},
+              {"q4_1", QuantNorm::Q4_1_ONLY},
+              {"all", QuantNorm::ALL},
+              {"none", QuantNorm::NONE}}),
+      choice("teal_walk", &CudaOptions::teal_walk,
+             {{"q8_0", TealWalk::Q8_0}, {"auto", TealWalk::AUTO}, {"all", TealWalk::ALL}, {"none", TealWalk::NONE}}),
       flag("chain", &CudaOptions::chain),
       integer("chain_steps", &CudaOptions::chain_steps),
       flag("chain_embed", &CudaOptions::chain_embed),
