@@ -15,6 +15,12 @@
 // (kernels/gemv_qxs_kernel.cuh, included here) and became iq4_nl's default at K = 4096, N >= 14336: at those shapes
 // "src def" is src's x-stationary launch (an "xs" config in the tsv) and the shared kernel's shapes follow it.
 //
+// The K-quant unit form (gemv_unit_stationary below, twentieth session; q4_k, q6_k): first run (H100, 2026-11-27,
+// us, src's default against the best unit variant): q4_K 4096x4096 5.03 / 4.17 (w2 r808), 6144x4096 6.27 / 6.82,
+// 14336x4096 13.20 / 12.80, 28672x4096 23.62 / 23.35, 4096x14336 13.83 / 12.81 (w7 r202), 128256x4096 95.5 / 94.7;
+// q6_K within 2% either way. Its wins are at o and down, the two GEMVs that carry the next RMSNorm's 8-bit input
+// in a 32-row epilogue (quant_norm, +6.1% for q4_K): in blocks of 32 rows (RG row groups) it measured 4.99 (o) and
+// 14.28 (down), no better than src's, and a per-group ticket was not tried. Not moved to src.
 // Build here: target exp_gemv_q4_stationary_sweep. Run on the GPU machine:
 //   build/bin/experiments/exp_gemv_q4_stationary_sweep [reps] [formats, e.g. iq4_nl,q4_1]
 // (writes $OUT/q4_stationary.tsv when OUT is set).
@@ -57,6 +63,107 @@ template <DType D, int W, int R, int P>
 constexpr Variant v() {
   return {D, W, R, P, gemv_q_stationary<D, W, R, P>};
 }
+// The x-stationary form for the 64-element unit formats (q4_K, q5_K, q6_K; quant_units.h), written in the twentieth
+// session (issue 21: q4_K decode at 73% of its byte floor): lane l of warp w holds unit w * bu + l (and + 32 with
+// P = 2) of x for the launch (Act::load once), and the block streams RB rows past it, R rows a step, the next step's
+// loads issued before this step's arithmetic (as gemv_tq2_kernel). The shared kernel loads each unit's 64 activation
+// bytes again for every ROWS rows of 32-48 weight bytes.
+// RG row groups per block: warps [g WK, (g + 1) WK) take rows [g RB / RG, (g + 1) RB / RG) of the block's RB, so a
+// block of 32 rows (the norm_out epilogue's group) can still hold enough warps and loads in flight.
+template <DType D, int WK, int RG, int R, int RB, int P>
+__global__ void __launch_bounds__(WK * RG * 32)
+    gemv_unit_stationary(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ scales,
+                         const int8_t* __restrict__ xq, const float2* __restrict__ xds, float* __restrict__ y, int n,
+                         int k, bool accumulate, RmsIn rin) {
+  using Q = QuantFmt<D>;
+  using Scale = typename Q::Scale;
+  constexpr int V = Q::kVecs, QB = Q::kQuantBytes, SB = Q::kScaleBytes, RPG = RB / RG, G = RPG / R;
+  static_assert(RB % RG == 0 && RPG % R == 0, "whole steps");
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int kw = warp % WK, rg = warp / WK;
+  const int nb = k / Q::kUnit, bu = nb / WK;
+  const int row0 = static_cast<int>(blockIdx.x) * RB + rg * RPG;
+  int pos[P];
+  bool ok[P];
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const int l = lane + 32 * j;
+    ok[j] = l < bu;
+    pos[j] = kw * bu + (ok[j] ? l : 0);
+  }
+  auto load = [&](int g, uint4(&wv)[R][P][V], Scale(&sc)[R][P]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const size_t row = static_cast<size_t>(min(row0 + g * R + r, n - 1));
+      const uint8_t* qr = quants + row * nb * QB;
+      const uint8_t* sr = scales + row * nb * SB;
+      const uint8_t* tr = tail_row<D>(scales, n, nb, row);
+#pragma unroll
+      for (int j = 0; j < P; ++j)
+        if (ok[j]) Q::load(qr, sr, tr, pos[j], wv[r][j], sc[r][j]);
+    }
+  };
+  uint4 wa[R][P][V] = {};
+  Scale sa[R][P] = {};
+  load(0, wa, sa);
+  pdl_wait();
+  typename Q::Act x[P];
+#pragma unroll
+  for (int j = 0; j < P; ++j) x[j] = Q::Act::load(xq, xds, pos[j]);
+  const float out_scale = rms_out_scale(rin, lane, k);
+  __shared__ float part[WK][RB];
+#pragma unroll 1
+  for (int g = 0; g < G; ++g) {
+    if (row0 + g * R >= n) break;
+    uint4 wb[R][P][V] = {};
+    Scale sb[R][P] = {};
+    if (g + 1 < G && row0 + (g + 1) * R < n) load(g + 1, wb, sb);
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      acc[r] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < P; ++j)
+        if (ok[j]) acc[r] += Q::dot(wa[r][j], sa[r][j], x[j]);
+    }
+    int row_of_lane;
+    const float sum = tq2_rows_sum<R>(acc, lane, row_of_lane);
+    if (lane % (32 / R) == 0) part[kw][rg * RPG + g * R + row_of_lane] = sum;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int j = 0; j < P; ++j) {
+        sa[r][j] = sb[r][j];
+#pragma unroll
+        for (int v = 0; v < V; ++v) wa[r][j][v] = wb[r][j][v];
+      }
+  }
+  __syncthreads();
+  const int t = static_cast<int>(threadIdx.x);
+  const int brow = static_cast<int>(blockIdx.x) * RB + t;
+  if (t < RB && brow < n) {
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < WK; ++w) v += part[w][t];
+    y[brow] = accumulate ? y[brow] + v * out_scale : v * out_scale;
+  }
+}
+// Variant fields for the unit kernels: warps = WK * RG (the block), r = RG * 10000 + R * 100 + RB, p = P.
+template <DType D, int WK, int R, int RB, int P, int RG = 1>
+constexpr Variant u() {
+  return {D, WK * RG, RG * 10000 + R * 100 + RB, P, gemv_unit_stationary<D, WK, RG, R, RB, P>};
+}
+// K = 4096 (64 units): 2 warps of one unit per lane or 1 of two; K = 14336 (224 units): 7 warps of one or 4 of two.
+// The RB = 32 rows (RG groups) are the norm_out epilogue's candidates.
+#define UFMT(D)                                                                                                   \
+  u<D, 2, 4, 4, 1>(), u<D, 2, 8, 8, 1>(), u<D, 2, 4, 8, 1>(), u<D, 2, 4, 16, 1>(), u<D, 2, 2, 8, 1>(),          \
+      u<D, 1, 4, 4, 2>(), u<D, 1, 2, 4, 2>(), u<D, 4, 4, 4, 1>(), u<D, 4, 4, 8, 1>(), u<D, 7, 4, 4, 1>(),       \
+      u<D, 7, 8, 8, 1>(), u<D, 7, 4, 8, 1>(), u<D, 7, 2, 2, 1>(), u<D, 7, 2, 4, 1>(), u<D, 4, 4, 4, 2>(),       \
+      u<D, 4, 2, 4, 2>(), u<D, 2, 4, 32, 1, 4>(), u<D, 2, 8, 32, 1, 4>(), u<D, 2, 4, 32, 1, 8>(),               \
+      u<D, 2, 2, 32, 1, 8>(), u<D, 2, 4, 32, 1, 2>(), u<D, 7, 4, 32, 1, 2>(), u<D, 7, 2, 32, 1, 2>(),           \
+      u<D, 7, 4, 32, 1, 4>(), u<D, 7, 2, 32, 1, 4>(), u<D, 7, 8, 32, 1>(), u<D, 7, 4, 32, 1>()
+const Variant kUnitVariants[] = {UFMT(DType::Q4_K), UFMT(DType::Q6_K)};
+
 // K = 4096 (128 blocks): 4 warps of one block per lane or 2 of two; K = 14336 (448 blocks): 14 or 7.
 #define FMT(D)                                                                                          \
   v<D, 4, 2, 1>(), v<D, 4, 4, 1>(), v<D, 4, 8, 1>(), v<D, 2, 2, 2>(), v<D, 2, 4, 2>(), v<D, 2, 8, 2>(), \
@@ -73,7 +180,10 @@ void parallel_rows(int n, const Fn2& fn) {
   for (auto& th : ts) th.join();
 }
 
-bool fits(const Variant& e, int k) { return qxs_config_fits(e.warps, e.p, k); }
+// The unit kernels' units are 64 elements: qxs_config_fits over k / 2 counts them as its 32-blocks.
+bool fits(const Variant& e, int k, bool unit) {
+  return unit ? k % 64 == 0 && qxs_config_fits(e.warps, e.p, k / 2) : qxs_config_fits(e.warps, e.p, k);
+}
 
 int run(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 15;
@@ -91,13 +201,14 @@ int run(int argc, char** argv) {
   std::FILE* all = std::fopen((std::string(out ? out : "/tmp") + "/q4_stationary.tsv").c_str(), "w");
   // Llama-3-8B's q|k|v, o, gate or up, gate|up, down, and the output projection (128256 x 4096, when iq4_nl).
   const int shapes[][2] = {{4096, 4096}, {6144, 4096}, {14336, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}};
-  const DType fmts[] = {DType::IQ4_NL, DType::Q4_0, DType::Q4_1, DType::Q8_0};
+  const DType fmts[] = {DType::IQ4_NL, DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K, DType::Q6_K};
   std::mt19937 rng(4242);
   int failures = 0;
   std::vector<std::string> summary;
   for (DType d : fmts) {
     const std::string fname(dtype_name(d));
-    if (want.find(fname) == std::string::npos) continue;
+    if (("," + want + ",").find("," + fname + ",") == std::string::npos) continue;
+    const bool unit_fmt = d == DType::Q4_K || d == DType::Q6_K;
     for (const auto& sh : shapes) {
       const int n = sh[0], k = sh[1], nb = k / 32;
       // Random weights: quantize_row of uniform floats; the reference dequantizes the same blocks.
@@ -186,11 +297,16 @@ int run(int argc, char** argv) {
       }
       float xs_best = 1e30f;
       char xs_name[64] = "none";
-      for (const Variant& e : kVariants) {
-        if (e.d != d || !fits(e, k)) continue;
+      std::vector<Variant> vs(std::begin(kVariants), std::end(kVariants));
+      vs.insert(vs.end(), std::begin(kUnitVariants), std::end(kUnitVariants));
+      for (const Variant& e : vs) {
+        if (e.d != d) continue;
+        const int rb = unit_fmt ? e.r % 100 : e.r;  // rows per block (unit variants: r = RG * 10000 + R * 100 + RB)
+        const int wk = unit_fmt ? e.warps / (e.r / 10000) : e.warps;
+        if (!fits(Variant{e.d, wk, e.r, e.p, e.f}, k, unit_fmt)) continue;
         auto launch = [&](int copy) {
           const DeviceWeight& ww = w[static_cast<size_t>(copy)];
-          exp_common::launch_pdl(e.f, dim3((n + e.r - 1) / e.r), dim3(32 * e.warps), 0, st, ww.quants.as<uint8_t>(),
+          exp_common::launch_pdl(e.f, dim3((n + rb - 1) / rb), dim3(32 * e.warps), 0, st, ww.quants.as<uint8_t>(),
                                  ww.scales.as<uint8_t>(), in.q8, in.q8_ds, y.as<float>(), n, k, false,
                                  RmsIn{nullptr, 0.0f});
         };

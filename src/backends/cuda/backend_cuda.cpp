@@ -337,7 +337,7 @@ bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
   // q4_K: q4_1's list walk over a q4_1 copy of the weights (q4_k_rows_as_q4_1), as the CPU runs it.
   const bool q4k = wp->dtype == DType::Q4_K;
   if (!q4k && !gemv_sparse_supports(wp->dtype)) return false;
-  // The quantized walks (CudaOptions::teal_walk): by default q8_0's (auto: for its wide weights only). On the H100
+  // The quantized walks (CudaOptions::teal_walk): by default q8_0's for its wide weights only (auto). On the H100
   // (tessera_bench_sparse, L2 flushed, 8B shapes at 50%) q4_0's and q4_1's walks took 1.3-1.9x their dense GEMV's time
   // at every shape, q8_0's 0.68x at 4096->14336 and 1.04-1.37x elsewhere; a format without its walk runs the dense
   // GEMV on the zeroed x (no sparse copy of its weights either).

@@ -56,13 +56,14 @@ enum class QuantNorm : uint8_t {
 // Which quantized formats take TEAL's sparse list walk at decode (kernels/gemv_sparse.h); the others run their dense
 // GEMV on the zeroed input (SPARSIFY still zeroes it, the GEMV quantizes it as the CPU does).
 enum class TealWalk : uint8_t {
-  Q8_0 = 0,  // the default: q8_0 only, at every shape (q4_0/q4_1/q4_K's walks lose everywhere)
+  Q8_0 = 0,  // q8_0 only, at every shape (q4_0/q4_1/q4_K's walks lose everywhere)
   ALL,       // every format with a walk (q8_0, q4_0, q4_1, q4_K through its q4_1 copy)
   NONE,
-  AUTO,      // q8_0's walk only where its weight has at least twice as many rows as columns (the gate|up
-             // stack: the one shape where it measured faster than the dense GEMV, 0.68x; 1.04-1.37x elsewhere). 8B q8_0
-             // on the H100: --teal 50% 278.8 tok/s (q8_0: 252.3, none: 272.1), top-k 211.9 (193.8, 208.1). To become
-             // the default once CudaTeal.Q8WalkFormsMatchCpu has run on a GPU (its mixed layers never have).
+  AUTO,      // the default: q8_0's walk only where its weight has at least twice as many rows as columns (the
+             // gate|up stack: the one shape where it measured faster than the dense GEMV, 0.68x; 1.04-1.37x elsewhere).
+             // 8B q8_0 on the H100: --teal 50% 278.8 tok/s (q8_0: 252.3, none: 272.1), top-k 211.9 (193.8, 208.1).
+             // CudaTeal.Q8WalkFormsMatchCpu checks its mixed layers against the CPU (passed on the H100, twentieth
+             // session).
 };
 
 struct CudaOptions {
@@ -96,7 +97,7 @@ struct CudaOptions {
   bool fold_swiglu = true;  // SwiGLU folded into the float gate|up GEMV
   bool attn_q8 = true;      // attention writes the quantized o-projection's 8-bit input itself
   QuantNorm quant_norm = QuantNorm::AUTO;
-  TealWalk teal_walk = TealWalk::Q8_0;
+  TealWalk teal_walk = TealWalk::AUTO;
   bool chain = true;        // greedy decoding chains steps on the device
   int chain_steps = 8;      // steps per chained graph launch (1-16)
   bool chain_embed = true;  // the next token's embedding folded into the argmax

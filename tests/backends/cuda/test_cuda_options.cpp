@@ -110,7 +110,7 @@ TEST(CudaOptions, QuantNormValuesRoundTrip) {
 }
 
 TEST(CudaOptions, TealWalkValuesRoundTrip) {
-  EXPECT_EQ(CudaOptions{}.teal_walk, TealWalk::Q8_0);
+  EXPECT_EQ(CudaOptions{}.teal_walk, TealWalk::AUTO);
   for (const auto& [text, value] :
        {std::pair{"q8_0", TealWalk::Q8_0}, std::pair{"all", TealWalk::ALL}, std::pair{"none", TealWalk::NONE},
         std::pair{"auto", TealWalk::AUTO}}) {

@@ -38,7 +38,8 @@ class CudaTeal : public ::testing::TestWithParam<TealCase> {};
 
 // Decodes ids on the CPU and the GPU with the same options (but the device) and compares the logits step by step.
 void expect_gpu_matches_cpu(const Model& m, const SessionOptions& cpu_o, const std::string& what, bool quant,
-                            float min_sparsity, const std::vector<std::string>& gpu_options = {}) {
+                            float min_sparsity, const std::vector<std::string>& gpu_options = {},
+                            double tol_override = 0) {
   const std::vector<int32_t> ids = random_ids(24, 49152, 13);
   SessionOptions gpu_o = cpu_o;
   gpu_o.device = "cuda";
@@ -52,7 +53,7 @@ void expect_gpu_matches_cpu(const Model& m, const SessionOptions& cpu_o, const s
   // 50% 7e-6, 25% 0.024, calibrated 0.035 (10 of 157k entries decided differently); q8_0 dense 0.002, 50% 0.038,
   // calibrated 3e-7; q4_1 dense 0.011, 50% 0.096; top-1 equal in every step. The kernels themselves are checked
   // against references in test_gemv_sparse.cpp (the list's 8-bit values bit for bit against the CPU's).
-  const double tol = quant ? 1.2e-1 : 5e-2;
+  const double tol = tol_override > 0 ? tol_override : quant ? 1.2e-1 : 5e-2;
   double worst = 0;
   int agree = 0;
   for (int32_t id : ids) {
@@ -84,8 +85,9 @@ TEST_P(CudaTeal, SparseDecodeMatchesCpu) {
 }
 
 // Calibrated thresholds (--teal), TEAL's decode form: the bf16 decoder skips the SPARSIFY launches and its sparse
-// GEMVs threshold x themselves (gemv_sparse_x); q8_0 keeps the launch (the list walk); q4_1 (no walk by default:
-// CudaOptions::teal_walk) skips it too, its dense GEMVs' quantize_q8 applying the threshold. Calibrated on the CPU.
+// GEMVs threshold x themselves (gemv_sparse_x); q8_0 keeps the launch for its gate|up walk only (teal_walk=auto, the
+// default), its other inputs and q4_1's (no walk by default: CudaOptions::teal_walk) skipping it, their dense GEMVs'
+// quantize_q8 applying the threshold (q8_0's bound: Q8WalkFormsMatchCpu below says why). Calibrated on the CPU.
 TEST(CudaTeal, CalibratedThresholdsMatchCpu) {
   TESSERA_REQUIRE_GPU();
   const auto dir = std::filesystem::temp_directory_path();
@@ -102,13 +104,20 @@ TEST(CudaTeal, CalibratedThresholdsMatchCpu) {
         calibrate(m, {.text_path = text, .sparsity = 0.5f, .n_threads = 2, .n_ctx = 64, .max_tokens = 128}), thr);
     SessionOptions o{.n_ctx = 64, .n_threads = 2};
     o.teal = thr;
-    expect_gpu_matches_cpu(m, o, dtype + " calibrated at 0.5", dtype != "bf16", 0.2f);
+    expect_gpu_matches_cpu(m, o, dtype + " calibrated at 0.5", dtype != "bf16", 0.2f, {}, dtype == "q8_0" ? 0.3 : 0);
   }
 }
 
 // q8_0 under each teal_walk: its list walk everywhere (q8_0), for the wide gate|up stack only with the dense GEMV on
 // the zeroed x elsewhere (auto: one layer mixes both forms, each SPARSIFY input serving one), or nowhere (none); top-k
 // and calibrated thresholds.
+// Calibrated thresholds in front of a dense GEMV are applied by the GEMV's own quantize_q8, to x as the fused norm
+// computes it: entries within rounding of a threshold fall on the other side of it than on the CPU. Measured on the
+// H100 (twentieth session): the walk (SPARSIFY on the same f32 x as the CPU) 3.8e-7 relative L2 and the same achieved
+// sparsity to six digits; auto and none 0.224 with the sparsity 6e-5 apart (about 9 of the 157k entries decided
+// differently), top-1 equal in 20 of 24 steps. This random two-layer model moves that far on so few flips (the CPU's
+// own fast path against its reference: 0.30-0.37 under --teal, docs/TEAL.md), so those two forms get 0.3; a threshold
+// applied at the wrong scale or to the wrong input would move the achieved sparsity, which stays within 0.005.
 TEST(CudaTeal, Q8WalkFormsMatchCpu) {
   TESSERA_REQUIRE_GPU();
   const auto dir = std::filesystem::temp_directory_path();
@@ -128,7 +137,8 @@ TEST(CudaTeal, Q8WalkFormsMatchCpu) {
     expect_gpu_matches_cpu(m, topk, "q8_0 top-k 0.5, teal_walk=" + walk, true, 0.49f, {"teal_walk=" + walk});
     SessionOptions cal{.n_ctx = 64, .n_threads = 2};
     cal.teal = thr;
-    expect_gpu_matches_cpu(m, cal, "q8_0 calibrated at 0.5, teal_walk=" + walk, true, 0.2f, {"teal_walk=" + walk});
+    expect_gpu_matches_cpu(m, cal, "q8_0 calibrated at 0.5, teal_walk=" + walk, true, 0.2f, {"teal_walk=" + walk},
+                           walk == "q8_0" ? 0 : 0.3);
   }
 }
 
