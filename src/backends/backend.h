@@ -55,8 +55,10 @@ class WeightStore {
   virtual uint64_t bytes() const = 0;  // bytes held beyond the mapped file
 };
 
-// How a session's graphs are built: T tokens, logits of every row or of the last.
-using GraphBuilder = std::function<graph::Graph(int64_t n_tokens, bool all_logits)>;
+// How a session's graphs are built: T tokens, logits of every row or of the last; decode_rows: the T rows are one
+// decode step each of its own sequence (batched decode), not a prompt chunk, so TEAL thresholds every row as the
+// one-token decode graph does (graph::SparsifyOptions::all_rows), its matmuls staying dense (docs/TEAL.md).
+using GraphBuilder = std::function<graph::Graph(int64_t n_tokens, bool all_logits, bool decode_rows)>;
 
 struct SessionConfig {
   int64_t n_ctx = 0;    // positions per sequence slot

@@ -105,18 +105,23 @@ Engine::Engine(ModelWeights weights, std::shared_ptr<backend::WeightStore> store
   c.reference = o_.reference;
   c.kv_dtype = o_.kv_dtype;
   c.options = o_.backend_options;
-  c.build_graph = [this](int64_t n_tokens, bool all_logits) { return build_graph(n_tokens, 0, all_logits); };
+  c.build_graph = [this](int64_t n_tokens, bool all_logits, bool decode_rows) {
+    return build_graph(n_tokens, 0, all_logits, decode_rows);
+  };
   dev_ = b.open(c, std::move(store));
 }
 
-graph::Graph Engine::build_graph(int64_t n_tokens, int64_t n_past, bool all_logits) const {
+graph::Graph Engine::build_graph(int64_t n_tokens, int64_t n_past, bool all_logits, bool decode_rows) const {
+  // Batched decode rows are decode steps: TEAL thresholds each of them (a prompt chunk stays dense unless asked).
+  graph::SparsifyOptions so = o_.sparsify;
+  so.all_rows |= decode_rows;
   return graph::sparsify(build_model_graph(w_, ModelGraphOptions{.n_tokens = n_tokens,
                                                                  .n_past = n_past,
                                                                  .n_ctx = std::max(o_.n_ctx, n_past + n_tokens),
                                                                  .kv_dtype = o_.kv_dtype,
                                                                  .all_logits = all_logits,
                                                                  .lora = o_.lora.get()}),
-                         o_.sparsify);
+                         so);
 }
 
 void Engine::check_seq(int64_t seq) const {

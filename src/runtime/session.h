@@ -96,7 +96,7 @@ class Engine {
   void truncate(int64_t n) { truncate(0, n); }
   void truncate(int64_t seq, int64_t n);
 
-  graph::Graph build_graph(int64_t n_tokens, int64_t n_past, bool all_logits) const;
+  graph::Graph build_graph(int64_t n_tokens, int64_t n_past, bool all_logits, bool decode_rows = false) const;
   void set_profiling(bool on) { dev_->set_profiling(on); }
   std::vector<uint64_t> profile_ns(int64_t n_tokens) const { return dev_->profile_ns(n_tokens); }
   std::vector<uint64_t> profile_thread_spans(int64_t n_tokens) const { return dev_->profile_thread_spans(n_tokens); }

@@ -42,7 +42,7 @@ class CpuSession : public backend::DeviceSession {
       : c_(c), backend_(backend_options(c), std::move(weights)) {
     // The caches' shapes are the graph's: one K and one V [n_kv, n_ctx, head_dim] per layer, or (recurrent models)
     // one state per layer, IoRole::STATE, of a fixed size whatever the context.
-    const graph::Graph g = c_.build_graph(1, false);
+    const graph::Graph g = c_.build_graph(1, false, true);
     int64_t layers = 0, n_kv = 0, hd = 0;
     std::vector<const graph::Tensor*> states;
     for (const graph::Tensor& t : g.tensors()) {
@@ -125,7 +125,7 @@ class CpuSession : public backend::DeviceSession {
           p = ((t == 1 && !all) || (t == c_.n_batch && !all && s == 0)) ? std::next(p) : plans_.erase(p);
         }
       it = plans_
-               .emplace(key, backend_.compile(c_.build_graph(n_tokens, all_logits),
+               .emplace(key, backend_.compile(c_.build_graph(n_tokens, all_logits, false),
                                               slots_[static_cast<size_t>(seq)].bindings))
                .first;
     }
@@ -155,7 +155,7 @@ class CpuSession : public backend::DeviceSession {
   std::vector<uint64_t> to_builder_nodes(int64_t n_tokens, const std::vector<uint64_t>& per_plan, size_t width) const {
     const auto names = profile_names_.find(n_tokens);
     if (names == profile_names_.end()) return per_plan;  // no fused node: the plan's nodes are the builder's
-    const graph::Graph g = c_.build_graph(n_tokens, false);
+    const graph::Graph g = c_.build_graph(n_tokens, false, false);
     std::vector<uint64_t> out(g.nodes().size() * width, 0);
     for (size_t i = 0; i < names->second.size() && (i + 1) * width <= per_plan.size(); ++i) {
       const int src = g.find_node(names->second[i]);

@@ -44,7 +44,7 @@ class CudaSession : public backend::DeviceSession {
     CudaBackendOptions bo;
     bo.n_ctx = c.n_ctx;  // graphs with a recurrent state and no KV cache take the session's context
     shared_ = std::make_shared<CudaShared>(c.n_seq, std::max(c.n_batch, c.n_seq), bo, std::move(weights));
-    const graph::Graph g1 = c.build_graph(1, false);
+    const graph::Graph g1 = c.build_graph(1, false, true);
     for (const graph::Tensor& t : g1.tensors()) has_state_ |= t.io == graph::IoRole::STATE;
     if (has_state_) state_pos_.assign(static_cast<size_t>(c.n_seq), 0);
     decoder_ = std::make_unique<CudaDecoder>(g1, shared_);
@@ -66,7 +66,7 @@ class CudaSession : public backend::DeviceSession {
     }
     // One executor compiled for n_batch rows serves every chunk length t <= n_batch and every position.
     auto& e = prefill_[all_rows ? 1 : 0];
-    if (!e) e = std::make_unique<CudaRowsExecutor>(c_.build_graph(c_.n_batch, all_rows), RowsMode::PREFILL, shared_);
+    if (!e) e = std::make_unique<CudaRowsExecutor>(c_.build_graph(c_.n_batch, all_rows, false), RowsMode::PREFILL, shared_);
     e->set_profile(slot(t));
     return e->prefill(ids, seq, pos);
   }
@@ -75,7 +75,7 @@ class CudaSession : public backend::DeviceSession {
                                                  std::span<const int32_t> targets) override {
     const StateStep st = state_step(seq, pos, static_cast<int64_t>(ids.size()));
     auto& e = prefill_[1];  // the all-row graph: its logits stay on the device, reduced there
-    if (!e) e = std::make_unique<CudaRowsExecutor>(c_.build_graph(c_.n_batch, true), RowsMode::PREFILL, shared_);
+    if (!e) e = std::make_unique<CudaRowsExecutor>(c_.build_graph(c_.n_batch, true, false), RowsMode::PREFILL, shared_);
     e->set_profile(slot(static_cast<int64_t>(ids.size())));
     const std::span<const double> s = e->prefill_scores(ids, seq, pos, targets);
     scores_.resize(ids.size());
@@ -147,7 +147,7 @@ class CudaSession : public backend::DeviceSession {
   std::vector<uint64_t>* slot(int64_t n_tokens) { return profiling_ ? &profile_[n_tokens] : nullptr; }
   CudaRowsExecutor& batch(int64_t rows) {
     auto& e = batch_[rows];
-    if (!e) e = std::make_unique<CudaRowsExecutor>(c_.build_graph(rows, true), RowsMode::BATCH, shared_);
+    if (!e) e = std::make_unique<CudaRowsExecutor>(c_.build_graph(rows, true, true), RowsMode::BATCH, shared_);
     return *e;
   }
 
