@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats/gguf.h"
@@ -107,6 +110,69 @@ TEST(ConfigGgufFamilies, QwenAndPhi3) {
   EXPECT_FLOAT_EQ(c.rope_scaling.attn_factor, 1.19f);
   EXPECT_EQ(c.rope_scaling.original_context, 4096);
   EXPECT_NE(error_of(base("gpt2")).find("architecture 'gpt2' is not supported yet"), std::string::npos);
+}
+
+// Gemma 3's family keys that config_from_gguf reads and ModelConfig::validate checks, each bad value refused in one
+// sentence naming the file and the key or field: a negative sliding window or pattern (GGUF's unsigned read refuses a
+// negative signed value), a window past int64, and a local rope base or final logit softcap that is NaN, infinite or
+// negative (an f64 past float's range turns infinite). Zero is a value, not an error, for the three: no window, the
+// global rope base for the local layers, no softcap.
+TEST(ConfigGgufFamilies, Gemma3BadWindowLocalBaseAndSoftcapAreRefused) {
+  const auto one_sentence = [](const std::string& e, const std::string& want) {
+    EXPECT_EQ(e.rfind("m.gguf: ", 0), 0u) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    EXPECT_NE(e.find(want), std::string::npos) << e;
+  };
+  const auto with = [](const std::string& key, const gguf::Value& v) {
+    gguf::Writer w = base("gemma3", 12);
+    w.set("gemma3.attention.sliding_window", gguf::Value::from_u32(512));
+    w.set(key, v);
+    return w;
+  };
+  const float nan = std::nanf(""), inf = std::numeric_limits<float>::infinity();
+
+  // The window and its period.
+  one_sentence(error_of(with("gemma3.attention.sliding_window", gguf::Value::from_i32(-1))),
+               "metadata key 'gemma3.attention.sliding_window' is negative (-1)");
+  one_sentence(error_of(with("gemma3.attention.sliding_window", gguf::Value::from_i64(-4096))),
+               "metadata key 'gemma3.attention.sliding_window' is negative (-4096)");
+  one_sentence(error_of(with("gemma3.attention.sliding_window", gguf::Value::from_u64(uint64_t{1} << 63))),
+               "metadata 'gemma3.attention.sliding_window' = 9223372036854775808 is out of range");
+  one_sentence(error_of(with("gemma3.attention.sliding_window_pattern", gguf::Value::from_i32(-6))),
+               "metadata key 'gemma3.attention.sliding_window_pattern' is negative (-6)");
+  ModelConfig c = parse(with("gemma3.attention.sliding_window", gguf::Value::from_i32(0)));
+  EXPECT_EQ(c.sliding_window, 0);
+  for (int l = 0; l < 12; ++l) EXPECT_FALSE(c.is_local_layer(l)) << l;
+  c = parse(with("gemma3.attention.sliding_window", gguf::Value::from_i32(1024)));  // a signed >= 0 value reads
+  EXPECT_EQ(c.sliding_window, 1024);
+  EXPECT_TRUE(c.is_local_layer(0));
+
+  // The local layers' rope base (rope.freq_base_swa).
+  for (const auto& [v, text] :
+       std::vector<std::pair<gguf::Value, std::string>>{{gguf::Value::from_f32(nan), "nan"},
+                                                        {gguf::Value::from_f32(-1.0f), "-1"},
+                                                        {gguf::Value::from_f32(inf), "inf"},
+                                                        {gguf::Value::from_f64(1e300), "inf"},
+                                                        {gguf::Value::from_i32(-10000), "-10000"}})
+    one_sentence(error_of(with("gemma3.rope.freq_base_swa", v)), "local rope base " + text + " is not a number >= 0");
+  EXPECT_EQ(parse(with("gemma3.rope.freq_base_swa", gguf::Value::from_f32(0.0f))).rope_base_local, 0.0f);
+  EXPECT_EQ(parse(with("gemma3.rope.freq_base_swa", gguf::Value::from_u32(20000))).rope_base_local, 20000.0f);
+  // The global base must be positive: zero is refused there.
+  one_sentence(error_of(with("gemma3.rope.freq_base", gguf::Value::from_f32(0.0f))),
+               "rope base 0 is not a positive number");
+  one_sentence(error_of(with("gemma3.rope.freq_base", gguf::Value::from_f32(nan))),
+               "rope base nan is not a positive number");
+
+  // The final logit softcap.
+  for (const auto& [v, text] :
+       std::vector<std::pair<gguf::Value, std::string>>{{gguf::Value::from_f32(nan), "nan"},
+                                                        {gguf::Value::from_f32(-30.0f), "-30"},
+                                                        {gguf::Value::from_f32(-inf), "-inf"},
+                                                        {gguf::Value::from_f64(-1e300), "-inf"}})
+    one_sentence(error_of(with("gemma3.final_logit_softcapping", v)),
+                 "final logit softcap " + text + " is not a number >= 0");
+  EXPECT_EQ(parse(with("gemma3.final_logit_softcapping", gguf::Value::from_f32(0.0f))).final_softcap, 0.0f);
+  EXPECT_EQ(parse(with("gemma3.final_logit_softcapping", gguf::Value::from_f32(30.0f))).final_softcap, 30.0f);
 }
 
 }  // namespace

@@ -1,11 +1,18 @@
 // TEAL's flags on the commands (docs/TEAL.md): run refuses a bad or doubled setting in one sentence, bench and
-// perplexity report the achieved sparsity, calibrate writes a file that --teal reads and another model refuses.
+// perplexity report the achieved sparsity, calibrate writes a file that --teal reads and another model refuses; logits
+// and chat apply --sparsity (deterministically, and --sparsity 0 is dense) and refuse bad settings in one line.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "test_util.h"
 
@@ -48,6 +55,106 @@ TEST(TealCli, FlagsReachTheSessionAndAreReported) {
   }
   std::remove(text.c_str());
   std::remove(thr.c_str());
+}
+
+// The logits `tessera logits` wrote to a .npy (float32 [rows, cols]; tests/tools/test_logits_cli.cpp checks the
+// format), or nothing when the file is not one.
+std::vector<float> read_npy(const std::string& path, int64_t* rows, int64_t* cols) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  *rows = *cols = 0;
+  if (b.size() < 10 || std::memcmp(b.data(), "\x93NUMPY", 6) != 0) return {};
+  const size_t hlen = static_cast<unsigned char>(b[8]) | (static_cast<size_t>(static_cast<unsigned char>(b[9])) << 8);
+  const std::string header(b.data() + 10, std::min(hlen, b.size() - 10));
+  long r = 0, c = 0;
+  if (std::sscanf(header.c_str(), "{'descr': '<f4', 'fortran_order': False, 'shape': (%ld, %ld), }", &r, &c) != 2)
+    return {};
+  if (b.size() != 10 + hlen + static_cast<size_t>(r * c) * 4) return {};
+  std::vector<float> v(static_cast<size_t>(r * c));
+  std::memcpy(v.data(), b.data() + 10 + hlen, v.size() * 4);
+  *rows = r;
+  *cols = c;
+  return v;
+}
+
+// logits --sparsity: every prompt row is sparsified, so the logits move away from the dense ones (by a good share of
+// their scale at 50%), the same run twice gives the same bytes, and --sparsity 0 is the dense run. A bad value or both
+// flags are refused in one line.
+TEST(TealCli, LogitsSparsityDiffersFromDenseAndIsDeterministic) {
+  TESSERA_REQUIRE_DEFAULT_MODEL(model);
+  const std::string out =
+      (std::filesystem::temp_directory_path() / ("tessera_teal_cli_" + std::to_string(::getpid()) + "_logits.npy"))
+          .string();
+  const auto logits = [&](const std::string& flags) {
+    std::string log;
+    std::filesystem::remove(out);
+    EXPECT_EQ(run_command(cli_path() + " logits -m " + model + " --ids 1,504,3537,314,4649,30 -t 2 -q --out " + out +
+                              " " + flags,
+                          &log),
+              0)
+        << flags << ": " << log;
+    int64_t rows = 0, cols = 0;
+    std::vector<float> v = read_npy(out, &rows, &cols);
+    EXPECT_EQ(rows, 6) << flags;
+    EXPECT_EQ(cols, 49152) << flags;
+    return v;
+  };
+  const std::vector<float> dense = logits(""), sparse = logits("--sparsity 0.5"), again = logits("--sparsity 0.5"),
+                           zero = logits("--sparsity 0");
+  std::filesystem::remove(out);
+  ASSERT_EQ(dense.size(), 6u * 49152u);
+  ASSERT_EQ(sparse.size(), dense.size());
+  ASSERT_EQ(zero.size(), dense.size());
+  double scale = 0, moved = 0;
+  for (size_t i = 0; i < dense.size(); ++i) {
+    scale = std::max(scale, std::fabs(double(dense[i])));
+    moved = std::max(moved, std::fabs(double(sparse[i]) - double(dense[i])));
+  }
+  EXPECT_GT(moved, 0.05 * scale) << "--sparsity 0.5 did not change the logits";
+  EXPECT_EQ(sparse, again) << "two runs of --sparsity 0.5 differ";
+  EXPECT_EQ(zero, dense) << "--sparsity 0 is dense";
+  std::string log;
+  EXPECT_EQ(run_command(cli_path() + " logits -m " + model + " --ids 1,2 -t 2 --out " + out + " --sparsity 1.5", &log),
+            1);
+  EXPECT_EQ(log, "tessera: error: sparsity 1.5 must be at least 0 and below 1\n");
+  EXPECT_EQ(run_command(cli_path() + " logits -m " + model + " --ids 1,2 -t 2 --out " + out +
+                            " --sparsity 0.5 --teal /nonexistent.json",
+                        &log),
+            1);
+  EXPECT_EQ(log.rfind("tessera: error: ", 0), 0u) << log;
+  EXPECT_NE(log.find("give one of them"), std::string::npos) << log;
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
+  std::filesystem::remove(out);
+}
+
+// chat --sparsity (stdin-driven, as tests/tools/test_chat_cli.cpp): the reply is produced, the same every time, other
+// than the dense reply at 50%, and the dense one at 0. A bad value and a missing thresholds file are one line, exit 1.
+TEST(TealCli, ChatTakesSparsity) {
+  TESSERA_REQUIRE_DEFAULT_MODEL(model);
+  const auto chat = [&](const std::string& flags, std::string* out) {
+    return run_command("{ printf 'Hello, who are you?\\n' | " + cli_path() + " chat -m " + model +
+                           " -n 12 --temp 0 -t 2 " + flags + " 2>/dev/null; }",
+                       out);
+  };
+  std::string dense, sparse, again, zero;
+  ASSERT_EQ(chat("", &dense), 0) << dense;
+  ASSERT_EQ(chat("--sparsity 0.5", &sparse), 0) << sparse;
+  ASSERT_EQ(chat("--sparsity 0.5", &again), 0) << again;
+  ASSERT_EQ(chat("--sparsity 0", &zero), 0) << zero;
+  ASSERT_GT(sparse.size(), 2u);
+  EXPECT_EQ(sparse.back(), '\n');
+  EXPECT_EQ(sparse, again);
+  EXPECT_NE(sparse, dense) << "--sparsity 0.5 did not change the greedy reply";
+  EXPECT_EQ(zero, dense);
+  std::string out;
+  for (const std::string& bad : {std::string("--sparsity 1.5"), std::string("--sparsity -0.1"),
+                                 std::string("--teal /nonexistent/thresholds.json")}) {
+    EXPECT_EQ(
+        run_command("{ printf 'Hello\\n' | " + cli_path() + " chat -m " + model + " -n 2 -t 2 " + bad + "; }", &out), 1)
+        << bad;
+    EXPECT_EQ(out.rfind("tessera: error: ", 0), 0u) << bad << ": " << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << bad << ": " << out;
+  }
 }
 
 }  // namespace

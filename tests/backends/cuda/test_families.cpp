@@ -1,10 +1,13 @@
 // The families beyond Llama on the CUDA backend against the CPU backend: small random Hugging Face models of each
-// family (Qwen2: q/k/v biases, BIAS_ADD; Qwen3: q/k norms, HEAD_RMSNORM), written here as a config.json and one f32
+// family (Qwen2: q/k/v biases, BIAS_ADD; Qwen3: q/k norms, HEAD_RMSNORM; Mistral: every layer windowed; Phi-3: fused
+// qkv_proj and gate_up_proj, split at load, and half-head rotary), written here as a config.json and one f32
 // model.safetensors, loaded through tessera::Model and run by a cpu and a cuda Session: the prefill (chunks of 8, the
 // rows executor) with every row's logits, then decode steps (the one-token decoder, its CUDA graph replayed).
 // tests/data/hf's tiny models have head sizes 8 and 16, which the CUDA attention kernels do not take (64, 128, 256):
 // these models have the tiny models' layout at head size 64. Gemma 3 once with both layers global (GEGLU, SCALE,
-// SOFTCAP, HEAD_RMSNORM, sandwich norms) and once with a local layer of window 4 (windowed attention kernels).
+// SOFTCAP, HEAD_RMSNORM, sandwich norms) and once with a local layer of window 4 (windowed attention kernels); Mistral
+// with a window of 4 on both layers (Tessera loads it as "llama" with a sliding window); Phi-3 with
+// partial_rotary_factor 0.5 (rope on 32 of the 64 dimensions) and no window.
 //
 // Tolerance: f32 weights on both; both keep an f16 cache; the GPU's prefill attention rounds q and the probabilities
 // to 16 bits for the tensor cores and sums in another order: 2% relative L2 error per row of logits (the synthetic
@@ -40,6 +43,18 @@ struct Family {
   bool bias = false, qk_norm = false, windowed = false;
 };
 
+// The architecture Tessera loads a family as: Mistral is a Llama with a sliding window (models/config_hf.cpp).
+std::string loaded_architecture(const Family& fam) { return std::string(fam.name) == "mistral" ? "llama" : fam.name; }
+
+// Every family: Qwen2, Qwen3, Gemma 3 (all global; a local layer of window 4), Mistral (window 4), Phi-3.
+const auto kFamilies =
+    ::testing::Values(Family{"qwen2", true, false}, Family{"qwen3", false, true}, Family{"gemma3", false, true},
+                      Family{"gemma3", false, true, true}, Family{"mistral", false, false, true}, Family{"phi3"});
+
+std::string family_test_name(const ::testing::TestParamInfo<Family>& info) {
+  return std::string(info.param.name) + (info.param.windowed ? "_swa" : "");
+}
+
 constexpr int64_t kEmbd = 256, kHeads = 4, kHeadsKv = 2, kHeadDim = 64, kFf = 512, kVocab = 256, kLayers = 2;
 
 using cuda::test::SafetensorsEntry;
@@ -48,15 +63,17 @@ using cuda::test::write_safetensors;
 // A random model of family `fam` in a fresh directory (removed by the caller).
 std::string write_model(const Family& fam, uint32_t seed) {
   const std::string family = fam.name;
-  const bool gemma = family == "gemma3";
+  const bool gemma = family == "gemma3", phi3 = family == "phi3";
   const fs::path dir = fs::temp_directory_path() /
                        ("tessera_family_" + family + (fam.windowed ? "_swa_" : "_") + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::ostringstream c;
   c << "{\"architectures\":[\""
-    << (gemma               ? std::string("Gemma3")
-        : family == "qwen2" ? std::string("Qwen2")
-                            : std::string("Qwen3"))
+    << (gemma                 ? std::string("Gemma3")
+        : family == "qwen2"   ? std::string("Qwen2")
+        : family == "qwen3"   ? std::string("Qwen3")
+        : family == "mistral" ? std::string("Mistral")
+                              : std::string("Phi3"))
     << "ForCausalLM\"],\"model_type\":\"" << (gemma ? "gemma3_text" : family) << "\",\"hidden_size\":" << kEmbd
     << ",\"intermediate_size\":" << kFf << ",\"num_attention_heads\":" << kHeads
     << ",\"num_key_value_heads\":" << kHeadsKv << ",\"head_dim\":" << kHeadDim << ",\"num_hidden_layers\":" << kLayers
@@ -69,6 +86,16 @@ std::string write_model(const Family& fam, uint32_t seed) {
          "\"final_logit_softcapping\":5.0,\"rope_local_base_freq\":10000.0,\"sliding_window\":4,"
          "\"tie_word_embeddings\":true,\"layer_types\":[\""
       << (fam.windowed ? "sliding" : "full") << "_attention\",\"full_attention\"]}";
+  } else if (family == "mistral") {
+    // Mistral: Llama's layout; a window of 4 on every layer when windowed (null: full attention).
+    c << ",\"hidden_act\":\"silu\",\"tie_word_embeddings\":false,\"sliding_window\":" << (fam.windowed ? "4" : "null")
+      << "}";
+  } else if (phi3) {
+    // Phi-3 (the keys of tests/data/hf/tiny-phi3-f32 and Phi-3-mini's): fused projections, rope on half of each head.
+    c << ",\"hidden_act\":\"silu\",\"tie_word_embeddings\":false,\"original_max_position_embeddings\":2048,"
+         "\"partial_rotary_factor\":0.5,\"rope_scaling\":null,\"attention_dropout\":0.0,\"embd_pdrop\":0.0,"
+         "\"resid_pdrop\":0.0,\"sliding_window\":"
+      << (fam.windowed ? "4" : "null") << "}";
   } else {
     c << ",\"hidden_act\":\"silu\",\"tie_word_embeddings\":false,\"use_sliding_window\":false,"
          "\"sliding_window\":null,\"attention_bias\":"
@@ -100,9 +127,13 @@ std::string write_model(const Family& fam, uint32_t seed) {
       add(p + "pre_feedforward_layernorm.weight", {kEmbd}, norm, 0.2f);
       add(p + "post_feedforward_layernorm.weight", {kEmbd}, norm, 0.2f);
     }
-    add(p + "self_attn.q_proj.weight", {kHeads * kHeadDim, kEmbd}, 0.0f, 2 * w_in);
-    add(p + "self_attn.k_proj.weight", {kHeadsKv * kHeadDim, kEmbd}, 0.0f, 2 * w_in);
-    add(p + "self_attn.v_proj.weight", {kHeadsKv * kHeadDim, kEmbd}, 0.0f, 2 * w_in);
+    if (phi3) {  // q | k | v stacked by rows
+      add(p + "self_attn.qkv_proj.weight", {(kHeads + 2 * kHeadsKv) * kHeadDim, kEmbd}, 0.0f, 2 * w_in);
+    } else {
+      add(p + "self_attn.q_proj.weight", {kHeads * kHeadDim, kEmbd}, 0.0f, 2 * w_in);
+      add(p + "self_attn.k_proj.weight", {kHeadsKv * kHeadDim, kEmbd}, 0.0f, 2 * w_in);
+      add(p + "self_attn.v_proj.weight", {kHeadsKv * kHeadDim, kEmbd}, 0.0f, 2 * w_in);
+    }
     add(p + "self_attn.o_proj.weight", {kEmbd, kHeads * kHeadDim}, 0.0f, w_in);
     if (fam.bias) {
       add(p + "self_attn.q_proj.bias", {kHeads * kHeadDim}, 0.0f, 0.5f);
@@ -113,8 +144,12 @@ std::string write_model(const Family& fam, uint32_t seed) {
       add(p + "self_attn.q_norm.weight", {kHeadDim}, norm, 0.5f);
       add(p + "self_attn.k_norm.weight", {kHeadDim}, norm, 0.5f);
     }
-    add(p + "mlp.gate_proj.weight", {kFf, kEmbd}, 0.0f, 2 * w_in);
-    add(p + "mlp.up_proj.weight", {kFf, kEmbd}, 0.0f, 2 * w_in);
+    if (phi3) {  // gate | up stacked by rows (gate first)
+      add(p + "mlp.gate_up_proj.weight", {2 * kFf, kEmbd}, 0.0f, 2 * w_in);
+    } else {
+      add(p + "mlp.gate_proj.weight", {kFf, kEmbd}, 0.0f, 2 * w_in);
+      add(p + "mlp.up_proj.weight", {kFf, kEmbd}, 0.0f, 2 * w_in);
+    }
     add(p + "mlp.down_proj.weight", {kEmbd, kFf}, 0.0f, w_ff);
   }
   add("model.norm.weight", {kEmbd}, norm, 0.2f);
@@ -132,8 +167,10 @@ TEST_P(CudaFamilyModel, LoadsAndRunsOnCpu) {
   const std::string dir = write_model(fam, 3);
   const Model m = Model::load(dir, {.load_tokenizer = false});
   fs::remove_all(dir);
-  EXPECT_EQ(m.spec().architecture, std::string(fam.name));
+  EXPECT_EQ(m.spec().architecture, loaded_architecture(fam));
   EXPECT_EQ(m.spec().head_dim, kHeadDim);
+  // Gemma 3 writes its window of 4 either way (layer_types choose the local layers); the others only when windowed.
+  EXPECT_EQ(m.spec().sliding_window, fam.windowed || std::string(fam.name) == "gemma3" ? 4 : 0);
   std::vector<int32_t> ids;
   for (int i = 0; i < 12; ++i) ids.push_back(int32_t((i * 37 + 5) % kVocab));
   Session ref(m, {.n_ctx = 64, .n_batch = 8, .n_threads = 2, .reference = true});
@@ -145,12 +182,7 @@ TEST_P(CudaFamilyModel, LoadsAndRunsOnCpu) {
   EXPECT_LE(worst_rel(a, fast.eval_all_logits(ids), kVocab), 1e-2);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, CudaFamilyModel,
-                         ::testing::Values(Family{"qwen2", true, false}, Family{"qwen3", false, true},
-                                           Family{"gemma3", false, true}, Family{"gemma3", false, true, true}),
-                         [](const auto& info) {
-                           return std::string(info.param.name) + (info.param.windowed ? "_swa" : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(Families, CudaFamilyModel, kFamilies, family_test_name);
 
 class CudaFamily : public ::testing::TestWithParam<Family> {};
 
@@ -182,12 +214,7 @@ TEST_P(CudaFamily, MatchesCpu) {
   std::printf("%s: worst relative L2 error prefill %.3g, decode %.3g\n", fam.name, prefill, decode);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, CudaFamily,
-                         ::testing::Values(Family{"qwen2", true, false}, Family{"qwen3", false, true},
-                                           Family{"gemma3", false, true}, Family{"gemma3", false, true, true}),
-                         [](const auto& info) {
-                           return std::string(info.param.name) + (info.param.windowed ? "_swa" : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(Families, CudaFamily, kFamilies, family_test_name);
 
 // Gemma 3 with a local layer of window 4 at long contexts: a prefill of 700 ids in chunks of 256 (the rows
 // executor's attn_prefill for the local layer, the TMA kernel or cuDNN for the global one) and decode steps past the
