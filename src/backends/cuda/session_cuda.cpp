@@ -45,7 +45,16 @@ class CudaSession : public backend::DeviceSession {
     bo.n_ctx = c.n_ctx;  // graphs with a recurrent state and no KV cache take the session's context
     shared_ = std::make_shared<CudaShared>(c.n_seq, std::max(c.n_batch, c.n_seq), bo, std::move(weights));
     const graph::Graph g1 = c.build_graph(1, false, true);
-    for (const graph::Tensor& t : g1.tensors()) has_state_ |= t.io == graph::IoRole::STATE;
+    for (const graph::Tensor& t : g1.tensors()) {
+      has_state_ |= t.io == graph::IoRole::STATE;
+      // A prompt of more than one token runs the prefill attention, whose kernels take head sizes 64 and 128 (decode
+      // takes 256 too): refuse the model here, in the user's terms, not at its first prompt (docs/CORRECTNESS.md).
+      TESSERA_CHECK(t.kind != graph::TensorKind::KV_CACHE || t.io == graph::IoRole::STATE || t.shape.size() != 3 ||
+                        t.shape[2] == 64 || t.shape[2] == 128,
+                    "cuda backend: this model's attention heads are {} wide, and CUDA's prefill attention takes 64 or "
+                    "128 (Gemma 3's 256 is not supported yet); run it with --device cpu",
+                    t.shape.size() == 3 ? t.shape[2] : 0);
+    }
     if (has_state_) state_pos_.assign(static_cast<size_t>(c.n_seq), 0);
     decoder_ = std::make_unique<CudaDecoder>(g1, shared_);
     device_sample_ = cuda_options().sample;
