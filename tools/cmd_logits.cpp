@@ -136,7 +136,8 @@ int run(LogitsFlags& f) {
   if (f.out.empty()) throw Error("--out is required (a directory with --prompts, a .npy file otherwise)");
   if (f.batched && f.prompts_path.empty()) throw Error("--batched needs several prompts: use --prompts FILE");
 
-  Model model = Model::load(f.model);
+  // Token ids need no tokenizer: a model folder without one (a test base, a bare safetensors export) still runs.
+  Model model = Model::load(f.model, {.load_tokenizer = !f.text.empty()});
   std::vector<Prompt> prompts;
   if (!f.prompts_path.empty()) {
     prompts = read_prompts(f.prompts_path);

@@ -129,6 +129,24 @@ TEST(LogitsCli, PromptsFileAndBatchedAgree) {
   fs::remove_all(dir);
 }
 
+// Token ids need no tokenizer: an HF folder with only config.json and model.safetensors (tests/data/lora/base) runs
+// with --ids and --prompts, and --text there says what is missing in one line.
+TEST(LogitsCli, IdsRunOnAModelWithoutTokenizer) {
+  const std::string base = std::string(TESSERA_TEST_DATA) + "/lora/base";
+  ASSERT_FALSE(fs::exists(base + "/tokenizer.json")) << "the test needs a model folder without a tokenizer";
+  const fs::path dir = scratch("notok");
+  fs::create_directories(dir);
+  std::string out;
+  ASSERT_EQ(run_command(cli_path() + " logits -m " + base + " --ids 1,2,3 -q --out " + (dir / "x.npy").string(), &out),
+            0)
+      << out;
+  EXPECT_TRUE(fs::exists(dir / "x.npy"));
+  EXPECT_EQ(run_command(cli_path() + " logits -m " + base + " --text hello --out " + (dir / "y.npy").string(), &out), 1)
+      << out;
+  EXPECT_NE(out.find("tessera: error: "), std::string::npos) << out;
+  fs::remove_all(dir);
+}
+
 TEST(LogitsCli, BadInputFailsWithOneLine) {
   TESSERA_REQUIRE_DEFAULT_MODEL(model_path);
   const fs::path dir = scratch("bad");
