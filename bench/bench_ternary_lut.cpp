@@ -190,25 +190,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void lut_gemv_avx5
   }
 }
 
-struct Case {
-  std::vector<uint8_t> tq2;  // [n, k] TQ2_0
-  std::vector<float> x;      // [k]
-};
-
-Case make_case(int64_t n, int64_t k) {
-  Case c;
-  const std::vector<float> wf = random_floats(static_cast<size_t>(n * k), 5);
-  const uint64_t row = *dtype_row_bytes(DType::TQ2_0, static_cast<uint64_t>(k));
-  c.tq2.resize(row * static_cast<uint64_t>(n));
-  for (int64_t j = 0; j < n; ++j) quantize_row(DType::TQ2_0, wf.data() + j * k, c.tq2.data() + row * j, k);
-  c.x = random_floats(static_cast<size_t>(k), 6);
-  return c;
-}
-
 // impl: 0 Tessera's kernel, 1 the LUT kernel. isa: Isa::AVX2 or Isa::AVX512_VNNI.
 void bm_lut(benchmark::State& state, int64_t n, int64_t k, cpu::Isa isa, int impl) {
   if (!cpu::isa_supported(isa)) return state.SkipWithError("ISA not supported here");
-  const Case c = make_case(n, k);
+  const Tq2Case c = make_tq2_case(n, k);
   const cpu::Isa before = cpu::active_isa();
   cpu::set_active_isa(isa);
   const cpu::PackedWeight pw = cpu::prepare_weight(DType::TQ2_0, c.tq2.data(), n, k);

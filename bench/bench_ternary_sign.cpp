@@ -95,15 +95,21 @@ void widen_act(const BlockQ8Act* x, int64_t k, int16_t* x16) {
   for (int64_t e = 0; e < k; ++e) x16[e] = x[e / 32].qs[e % 32];
 }
 
-// One pass of G tiles starting at tile t0. kInts: also store the int16 block sums to ints[row][k / 32].
-template <int G, bool kInts>
+// One pass of G tiles starting at tile t0. kInts: also store the int16 block sums to ints[row][k / 32]. kVtest: the
+// "signmask_vtest" form, its masks made by vptestmw from the per-row bit words vt (vtest_pack), else kmovd loads of
+// the packed masks; the rest (block sums to f32, the per-256 d, the stores) is the same for both.
+template <int G, bool kInts, bool kVtest>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) inline void sign_pass(const SignWeight& w,
+                                                                                    const uint16_t* vt,
                                                                                     const BlockQ8Act* x,
                                                                                     const int16_t* x16, int64_t t0,
                                                                                     float* y, int32_t* ints) {
   const int64_t k = w.k, kb = k / 256;
   const uint32_t* m[G];
   for (int g = 0; g < G; ++g) m[g] = reinterpret_cast<const uint32_t*>(w.pn.data() + (t0 + g) * k);
+  __m512i bit[16];
+  if constexpr (kVtest)
+    for (int i = 0; i < 16; ++i) bit[i] = _mm512_set1_epi16(static_cast<int16_t>(1u << i));
   __m512 acc[G][2];
   for (int g = 0; g < G; ++g) acc[g][0] = acc[g][1] = _mm512_setzero_ps();
   for (int64_t b = 0; b < kb; ++b) {
@@ -111,28 +117,56 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) inline void sign_p
     for (int g = 0; g < G; ++g) part[g][0] = part[g][1] = _mm512_setzero_ps();
     for (int j = 0; j < 8; ++j) {
       const int64_t blk = 8 * b + j;
-      __m512i s[G], sn[G];
-      for (int g = 0; g < G; ++g) s[g] = sn[g] = _mm512_setzero_si512();
-      const int16_t* xb = x16 + 32 * blk;
-      const uint32_t* mb[G];
-      for (int g = 0; g < G; ++g) mb[g] = m[g] + 64 * blk;
-#pragma GCC unroll 32
-      for (int e = 0; e < 32; ++e) {
-        const __m512i xe = _mm512_set1_epi16(xb[e]);
-        // kmovd k, m32; vpaddw s{k}, s, xe; kmovd k, m32; vpsubw s{k}, s, xe (inline asm: GCC 12 otherwise adds a
-        // register copy per masked op).
-        for (int g = 0; g < G; ++g) {
-          __mmask32 kp, kn;
-          __asm__(
-              "kmovd %[mp], %[kp]\n\t"
-              "kmovd %[mn], %[kn]\n\t"
-              "vpaddw %[xe], %[s], %[s]%{%[kp]%}\n\t"
-              "vpaddw %[xe], %[sn], %[sn]%{%[kn]%}"
-              : [s] "+v"(s[g]), [sn] "+v"(sn[g]), [kp] "=&Yk"(kp), [kn] "=&Yk"(kn)
-              : [xe] "v"(xe), [mp] "m"(mb[g][2 * e]), [mn] "m"(mb[g][2 * e + 1]));
+      __m512i s[G];
+      for (int g = 0; g < G; ++g) s[g] = _mm512_setzero_si512();
+      if constexpr (kVtest) {
+        for (int h = 0; h < 2; ++h) {
+          const int16_t* xb = x16 + 32 * blk + 16 * h;
+          __m512i pv[G], nv[G];
+          for (int g = 0; g < G; ++g) {
+            const uint16_t* q = vt + (((t0 + g) * (k / 16) + 2 * blk + h) * 2) * kRows;
+            pv[g] = _mm512_loadu_si512(q);
+            nv[g] = _mm512_loadu_si512(q + kRows);
+          }
+#pragma GCC unroll 16
+          for (int i = 0; i < 16; ++i) {
+            const __m512i xe = _mm512_set1_epi16(xb[i]);
+            for (int g = 0; g < G; ++g) {
+              __mmask32 kp, kn;
+              __asm__(
+                  "vptestmw %[bit], %[pv], %[kp]\n\t"
+                  "vptestmw %[bit], %[nv], %[kn]\n\t"
+                  "vpaddw %[xe], %[s], %[s]%{%[kp]%}\n\t"
+                  "vpsubw %[xe], %[s], %[s]%{%[kn]%}"
+                  : [s] "+v"(s[g]), [kp] "=&Yk"(kp), [kn] "=&Yk"(kn)
+                  : [xe] "v"(xe), [pv] "v"(pv[g]), [nv] "v"(nv[g]), [bit] "v"(bit[i]));
+            }
+          }
         }
+      } else {
+        __m512i sn[G];
+        for (int g = 0; g < G; ++g) sn[g] = _mm512_setzero_si512();
+        const int16_t* xb = x16 + 32 * blk;
+        const uint32_t* mb[G];
+        for (int g = 0; g < G; ++g) mb[g] = m[g] + 64 * blk;
+#pragma GCC unroll 32
+        for (int e = 0; e < 32; ++e) {
+          const __m512i xe = _mm512_set1_epi16(xb[e]);
+          // kmovd k, m32; vpaddw s{k}, s, xe; kmovd k, m32; vpsubw s{k}, s, xe (inline asm: GCC 12 otherwise adds a
+          // register copy per masked op).
+          for (int g = 0; g < G; ++g) {
+            __mmask32 kp, kn;
+            __asm__(
+                "kmovd %[mp], %[kp]\n\t"
+                "kmovd %[mn], %[kn]\n\t"
+                "vpaddw %[xe], %[s], %[s]%{%[kp]%}\n\t"
+                "vpaddw %[xe], %[sn], %[sn]%{%[kn]%}"
+                : [s] "+v"(s[g]), [sn] "+v"(sn[g]), [kp] "=&Yk"(kp), [kn] "=&Yk"(kn)
+                : [xe] "v"(xe), [mp] "m"(mb[g][2 * e]), [mn] "m"(mb[g][2 * e + 1]));
+          }
+        }
+        for (int g = 0; g < G; ++g) s[g] = _mm512_sub_epi16(s[g], sn[g]);
       }
-      for (int g = 0; g < G; ++g) s[g] = _mm512_sub_epi16(s[g], sn[g]);
       const __m512 xd = _mm512_set1_ps(x[blk].d);
       for (int g = 0; g < G; ++g) {
         if constexpr (kInts) {
@@ -166,78 +200,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) inline void sign_p
       _mm512_store_ps(out + 16, acc[g][1]);
       for (int r = 0; row0 + r < w.n; ++r) y[row0 + r] = out[r];
     }
-  }
-}
-
-template <int G, bool kInts>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) inline void vtest_pass(const SignWeight& w,
-                                                                                     const uint16_t* vt,
-                                                                                     const BlockQ8Act* x,
-                                                                                     const int16_t* x16, int64_t t0,
-                                                                                     float* y, int32_t* ints) {
-  const int64_t k = w.k, kb = k / 256;
-  __m512i bit[16];
-  for (int i = 0; i < 16; ++i) bit[i] = _mm512_set1_epi16(static_cast<int16_t>(1u << i));
-  __m512 acc[G][2];
-  for (int g = 0; g < G; ++g) acc[g][0] = acc[g][1] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < kb; ++b) {
-    __m512 part[G][2];
-    for (int g = 0; g < G; ++g) part[g][0] = part[g][1] = _mm512_setzero_ps();
-    for (int j = 0; j < 8; ++j) {
-      const int64_t blk = 8 * b + j;
-      __m512i s[G];
-      for (int g = 0; g < G; ++g) s[g] = _mm512_setzero_si512();
-      for (int h = 0; h < 2; ++h) {
-        const int16_t* xb = x16 + 32 * blk + 16 * h;
-        __m512i pv[G], nv[G];
-        for (int g = 0; g < G; ++g) {
-          const uint16_t* q = vt + (((t0 + g) * (k / 16) + 2 * blk + h) * 2) * kRows;
-          pv[g] = _mm512_loadu_si512(q);
-          nv[g] = _mm512_loadu_si512(q + kRows);
-        }
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; ++i) {
-          const __m512i xe = _mm512_set1_epi16(xb[i]);
-          for (int g = 0; g < G; ++g) {
-            __mmask32 kp, kn;
-            __asm__(
-                "vptestmw %[bit], %[pv], %[kp]\n\t"
-                "vptestmw %[bit], %[nv], %[kn]\n\t"
-                "vpaddw %[xe], %[s], %[s]%{%[kp]%}\n\t"
-                "vpsubw %[xe], %[s], %[s]%{%[kn]%}"
-                : [s] "+v"(s[g]), [kp] "=&Yk"(kp), [kn] "=&Yk"(kn)
-                : [xe] "v"(xe), [pv] "v"(pv[g]), [nv] "v"(nv[g]), [bit] "v"(bit[i]));
-          }
-        }
-      }
-      const __m512 xd = _mm512_set1_ps(x[blk].d);
-      for (int g = 0; g < G; ++g) {
-        if constexpr (kInts) {
-          alignas(64) int16_t tmp[kRows];
-          _mm512_store_si512(tmp, s[g]);
-          for (int r = 0; r < kRows; ++r) {
-            const int64_t row = (t0 + g) * kRows + r;
-            if (row < w.n) ints[row * (k / 32) + blk] = tmp[r];
-          }
-        }
-        const __m512i lo = _mm512_cvtepi16_epi32(_mm512_castsi512_si256(s[g]));
-        const __m512i hi = _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(s[g], 1));
-        part[g][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), xd, part[g][0]);
-        part[g][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), xd, part[g][1]);
-      }
-    }
-    for (int g = 0; g < G; ++g) {
-      const float* d = w.d.data() + ((t0 + g) * kb + b) * kRows;
-      acc[g][0] = _mm512_fmadd_ps(_mm512_loadu_ps(d), part[g][0], acc[g][0]);
-      acc[g][1] = _mm512_fmadd_ps(_mm512_loadu_ps(d + 16), part[g][1], acc[g][1]);
-    }
-  }
-  for (int g = 0; g < G; ++g) {
-    const int64_t row0 = (t0 + g) * kRows;
-    alignas(64) float out[kRows];
-    _mm512_store_ps(out, acc[g][0]);
-    _mm512_store_ps(out + 16, acc[g][1]);
-    for (int r = 0; r < kRows && row0 + r < w.n; ++r) y[row0 + r] = out[r];
   }
 }
 
@@ -378,35 +340,14 @@ void sign8_gemv(const Sign8Weight& w, const BlockQ8Act* x, const uint8_t* xp, co
   for (; t < w.tiles; ++t) sign8_pass<1, kInts>(w, x, xp, xn, t, y, ints);
 }
 
-template <int G, bool kInts = false>
-void vtest_gemv(const SignWeight& w, const uint16_t* vt, const BlockQ8Act* x, const int16_t* x16, float* y,
-                int32_t* ints = nullptr) {
+// G: tiles per pass (they share each activation broadcast); the tail runs one tile per pass. kVtest: the vptestmw
+// form on vtest_pack's words vt (null for the kmovd form).
+template <int G, bool kVtest, bool kInts = false>
+void sign_gemv(const SignWeight& w, const uint16_t* vt, const BlockQ8Act* x, const int16_t* x16, float* y,
+               int32_t* ints = nullptr) {
   int64_t t = 0;
-  for (; t + G <= w.tiles; t += G) vtest_pass<G, kInts>(w, vt, x, x16, t, y, ints);
-  for (; t < w.tiles; ++t) vtest_pass<1, kInts>(w, vt, x, x16, t, y, ints);
-}
-
-// G: tiles per pass (they share each activation broadcast); the tail runs one tile per pass.
-template <int G, bool kInts = false>
-void sign_gemv(const SignWeight& w, const BlockQ8Act* x, const int16_t* x16, float* y, int32_t* ints = nullptr) {
-  int64_t t = 0;
-  for (; t + G <= w.tiles; t += G) sign_pass<G, kInts>(w, x, x16, t, y, ints);
-  for (; t < w.tiles; ++t) sign_pass<1, kInts>(w, x, x16, t, y, ints);
-}
-
-struct Case {
-  std::vector<uint8_t> tq2;  // [n, k] TQ2_0
-  std::vector<float> x;      // [k]
-};
-
-Case make_case(int64_t n, int64_t k, uint64_t seed = 5) {
-  Case c;
-  const std::vector<float> wf = random_floats(static_cast<size_t>(n * k), seed);
-  const uint64_t row = *dtype_row_bytes(DType::TQ2_0, static_cast<uint64_t>(k));
-  c.tq2.resize(row * static_cast<uint64_t>(n));
-  for (int64_t j = 0; j < n; ++j) quantize_row(DType::TQ2_0, wf.data() + j * k, c.tq2.data() + row * j, k);
-  c.x = random_floats(static_cast<size_t>(k), seed + 1);
-  return c;
+  for (; t + G <= w.tiles; t += G) sign_pass<G, kInts, kVtest>(w, vt, x, x16, t, y, ints);
+  for (; t < w.tiles; ++t) sign_pass<1, kInts, kVtest>(w, vt, x, x16, t, y, ints);
 }
 
 constexpr int kG = 4;   // tiles per pass, kmovd variant
@@ -416,7 +357,7 @@ constexpr int kG8 = 2;  // tiles (of 64 rows) per pass, byte variant
 // Bit-exact check of the integer block sums against a scalar reference; returns the number of mismatches.
 // run(ints) runs the kernel under test with its int16 block sums stored to ints[row][k / 32].
 template <class Run>
-int64_t check_ints(const Case& c, int64_t n, int64_t k, const std::vector<BlockQ8Act>& xq, Run run) {
+int64_t check_ints(const Tq2Case& c, int64_t n, int64_t k, const std::vector<BlockQ8Act>& xq, Run run) {
   const int64_t kb = k / 256;
   std::vector<int32_t> ints(static_cast<size_t>(n * (k / 32)), INT32_MIN);
   run(ints.data());
@@ -438,7 +379,7 @@ int64_t check_ints(const Case& c, int64_t n, int64_t k, const std::vector<BlockQ
 void bm_sign(benchmark::State& state, int64_t n, int64_t k, int impl) {
   const cpu::Isa isa = cpu::Isa::AVX512_VNNI;
   if (!cpu::isa_supported(isa)) return state.SkipWithError("ISA not supported here");
-  const Case c = make_case(n, k);
+  const Tq2Case c = make_tq2_case(n, k);
   const cpu::Isa before = cpu::active_isa();
   cpu::set_active_isa(isa);
   const cpu::PackedWeight pw = cpu::prepare_weight(DType::TQ2_0, c.tq2.data(), n, k);
@@ -455,8 +396,8 @@ void bm_sign(benchmark::State& state, int64_t n, int64_t k, int impl) {
     widen_act(xq.data(), k, x16.data());
     bias_act(xq.data(), k, xp.data(), xn.data());
     const int64_t bad = check_ints(c, n, k, xq, [&](int32_t* ints) {
-      if (impl == 1) sign_gemv<kG, true>(sw, xq.data(), x16.data(), y.data(), ints);
-      if (impl == 2) vtest_gemv<kGv, true>(sw, vt.data(), xq.data(), x16.data(), y.data(), ints);
+      if (impl == 1) sign_gemv<kG, false, true>(sw, nullptr, xq.data(), x16.data(), y.data(), ints);
+      if (impl == 2) sign_gemv<kGv, true, true>(sw, vt.data(), xq.data(), x16.data(), y.data(), ints);
       if (impl == 3) sign8_gemv<kG8, true>(s8, xq.data(), xp.data(), xn.data(), y.data(), ints);
     });
     state.counters["int_mismatch"] = static_cast<double>(bad);
@@ -472,10 +413,10 @@ void bm_sign(benchmark::State& state, int64_t n, int64_t k, int impl) {
       quantize_act_q8(c.x.data(), xq.data(), k);
       if (impl == 1) {
         widen_act(xq.data(), k, x16.data());
-        sign_gemv<kG>(sw, xq.data(), x16.data(), y.data());
+        sign_gemv<kG, false>(sw, nullptr, xq.data(), x16.data(), y.data());
       } else if (impl == 2) {
         widen_act(xq.data(), k, x16.data());
-        vtest_gemv<kGv>(sw, vt.data(), xq.data(), x16.data(), y.data());
+        sign_gemv<kGv, true>(sw, vt.data(), xq.data(), x16.data(), y.data());
       } else {
         bias_act(xq.data(), k, xp.data(), xn.data());
         sign8_gemv<kG8>(s8, xq.data(), xp.data(), xn.data(), y.data());

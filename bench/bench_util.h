@@ -5,7 +5,9 @@
 #include <random>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "quant/quant.h"
 
 namespace tessera::bench {
 
@@ -22,6 +24,22 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0
   std::vector<float> v(n);
   for (auto& e : v) e = dist(rng);
   return v;
+}
+
+// The ternary kernels' case (bench_ternary_lut.cpp, bench_ternary_sign.cpp): a random [n, k] TQ2_0 matrix
+// (quantize_row of uniform floats, seed 5) and an input row (seed 6).
+struct Tq2Case {
+  std::vector<uint8_t> tq2;  // [n, k] TQ2_0
+  std::vector<float> x;      // [k]
+};
+inline Tq2Case make_tq2_case(int64_t n, int64_t k) {
+  Tq2Case c;
+  const std::vector<float> wf = random_floats(static_cast<size_t>(n * k), 5);
+  const uint64_t row = *dtype_row_bytes(DType::TQ2_0, static_cast<uint64_t>(k));
+  c.tq2.resize(row * static_cast<uint64_t>(n));
+  for (int64_t j = 0; j < n; ++j) quantize_row(DType::TQ2_0, wf.data() + j * k, c.tq2.data() + row * j, k);
+  c.x = random_floats(static_cast<size_t>(k), 6);
+  return c;
 }
 
 }  // namespace tessera::bench

@@ -1,7 +1,9 @@
 // Helpers shared by the test binaries.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tessera::test {
 
@@ -14,6 +16,15 @@ std::string data_path(const std::string& rel);
 int run_command(const std::string& cmd, std::string* out);
 // The built `tessera` executable.
 std::string cli_path();
+
+// A float32 [rows, cols] .npy as `tessera logits` writes it. read_npy parses what numpy needs (magic, version 1.0,
+// header length, the dict, the data's size); data stays empty when the file is not one.
+struct Npy {
+  std::string header;
+  int64_t rows = 0, cols = 0;
+  std::vector<float> data;
+};
+Npy read_npy(const std::string& path);
 
 }  // namespace tessera::test
 

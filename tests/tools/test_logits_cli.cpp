@@ -18,33 +18,10 @@
 namespace {
 
 using tessera::test::cli_path;
+using tessera::test::Npy;
+using tessera::test::read_npy;
 using tessera::test::run_command;
 namespace fs = std::filesystem;
-
-struct Npy {
-  std::string header;
-  int64_t rows = 0, cols = 0;
-  std::vector<float> data;
-};
-
-// Parses what numpy needs: magic, version 1.0, header length, the dict, data at a multiple of 64.
-Npy read_npy(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::vector<char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  Npy n;
-  if (b.size() < 10 || std::memcmp(b.data(), "\x93NUMPY\x01\x00", 8) != 0) return n;
-  const size_t hlen = static_cast<unsigned char>(b[8]) | (static_cast<size_t>(static_cast<unsigned char>(b[9])) << 8);
-  if (b.size() < 10 + hlen) return n;
-  n.header.assign(b.data() + 10, hlen);
-  if (std::sscanf(n.header.c_str(), "{'descr': '<f4', 'fortran_order': False, 'shape': (%ld, %ld), }", &n.rows,
-                  &n.cols) != 2)
-    return n;
-  const size_t count = static_cast<size_t>(n.rows * n.cols);
-  if (b.size() != 10 + hlen + count * 4) return n;
-  n.data.resize(count);
-  std::memcpy(n.data.data(), b.data() + 10 + hlen, count * 4);
-  return n;
-}
 
 fs::path scratch(const std::string& name) {
   const fs::path p = fs::temp_directory_path() / ("tessera_logits_" + std::to_string(::getpid()) + "_" + name);
@@ -109,7 +86,7 @@ TEST(LogitsCli, PromptsFileAndBatchedAgree) {
   tessera::Session s(m, {.n_ctx = 16, .n_threads = 2});
   const std::vector<std::vector<int32_t>> ids = {{1, 504, 3537, 314, 4649}, {9, 8}, {100, 200, 300, 400, 500, 600, 700}};
   for (size_t p = 0; p < ids.size(); ++p) {
-    const std::string name = "p" + std::to_string(p);
+    const std::string name = std::string("p").append(std::to_string(p));  // (GCC 12's -Wrestrict misfires on "p" + s)
     const Npy a = read_npy((dir / "single" / (name + ".npy")).string());
     const Npy b = read_npy((dir / "batched" / (name + ".npy")).string());
     ASSERT_EQ(a.rows, static_cast<int64_t>(ids[p].size())) << name;

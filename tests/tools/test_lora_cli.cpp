@@ -82,25 +82,6 @@ void write_smol_adapter(const std::string& path) {
   w.write(path);
 }
 
-// A .npy of float32 [rows, cols] as `tessera logits` writes it (tests/tools/test_logits_cli.cpp checks the format).
-std::vector<float> read_npy(const std::string& path, int64_t* rows, int64_t* cols) {
-  std::ifstream f(path, std::ios::binary);
-  std::vector<char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  *rows = *cols = 0;
-  if (b.size() < 10 || std::memcmp(b.data(), "\x93NUMPY", 6) != 0) return {};
-  const size_t hlen = static_cast<unsigned char>(b[8]) | (static_cast<size_t>(static_cast<unsigned char>(b[9])) << 8);
-  const std::string header(b.data() + 10, std::min(hlen, b.size() - 10));
-  long r = 0, c = 0;
-  if (std::sscanf(header.c_str(), "{'descr': '<f4', 'fortran_order': False, 'shape': (%ld, %ld), }", &r, &c) != 2)
-    return {};
-  if (b.size() != 10 + hlen + static_cast<size_t>(r * c) * 4) return {};
-  std::vector<float> v(static_cast<size_t>(r * c));
-  std::memcpy(v.data(), b.data() + 10 + hlen, v.size() * 4);
-  *rows = r;
-  *cols = c;
-  return v;
-}
-
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
@@ -155,12 +136,11 @@ TEST(LoraCli, LogitsApplyTheAdapterMergedOrNot) {
     EXPECT_EQ(run_cli("logits -m " + model + " --ids 1,504,3537,314,4649,30 -t 2 -q --out " + out + " " + flags, &log),
               0)
         << log;
-    int64_t rows = 0, cols = 0;
-    std::vector<float> v = read_npy(out, &rows, &cols);
-    EXPECT_EQ(rows, 6) << name;
-    EXPECT_EQ(cols, 49152) << name;
+    tessera::test::Npy npy = tessera::test::read_npy(out);
+    EXPECT_EQ(npy.rows, 6) << name;
+    EXPECT_EQ(npy.cols, 49152) << name;
     std::filesystem::remove(out);
-    return v;
+    return std::move(npy.data);
   };
   const std::vector<float> base = logits("", "base"), lora = logits("--lora " + adapter, "lora"),
                            zero = logits("--lora " + adapter + ":0", "zero"),

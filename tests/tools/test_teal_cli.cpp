@@ -57,26 +57,6 @@ TEST(TealCli, FlagsReachTheSessionAndAreReported) {
   std::remove(thr.c_str());
 }
 
-// The logits `tessera logits` wrote to a .npy (float32 [rows, cols]; tests/tools/test_logits_cli.cpp checks the
-// format), or nothing when the file is not one.
-std::vector<float> read_npy(const std::string& path, int64_t* rows, int64_t* cols) {
-  std::ifstream f(path, std::ios::binary);
-  std::vector<char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  *rows = *cols = 0;
-  if (b.size() < 10 || std::memcmp(b.data(), "\x93NUMPY", 6) != 0) return {};
-  const size_t hlen = static_cast<unsigned char>(b[8]) | (static_cast<size_t>(static_cast<unsigned char>(b[9])) << 8);
-  const std::string header(b.data() + 10, std::min(hlen, b.size() - 10));
-  long r = 0, c = 0;
-  if (std::sscanf(header.c_str(), "{'descr': '<f4', 'fortran_order': False, 'shape': (%ld, %ld), }", &r, &c) != 2)
-    return {};
-  if (b.size() != 10 + hlen + static_cast<size_t>(r * c) * 4) return {};
-  std::vector<float> v(static_cast<size_t>(r * c));
-  std::memcpy(v.data(), b.data() + 10 + hlen, v.size() * 4);
-  *rows = r;
-  *cols = c;
-  return v;
-}
-
 // logits --sparsity: every prompt row is sparsified, so the logits move away from the dense ones (by a good share of
 // their scale at 50%), the same run twice gives the same bytes, and --sparsity 0 is the dense run. A bad value or both
 // flags are refused in one line.
@@ -93,11 +73,10 @@ TEST(TealCli, LogitsSparsityDiffersFromDenseAndIsDeterministic) {
                           &log),
               0)
         << flags << ": " << log;
-    int64_t rows = 0, cols = 0;
-    std::vector<float> v = read_npy(out, &rows, &cols);
-    EXPECT_EQ(rows, 6) << flags;
-    EXPECT_EQ(cols, 49152) << flags;
-    return v;
+    tessera::test::Npy npy = tessera::test::read_npy(out);
+    EXPECT_EQ(npy.rows, 6) << flags;
+    EXPECT_EQ(npy.cols, 49152) << flags;
+    return std::move(npy.data);
   };
   const std::vector<float> dense = logits(""), sparse = logits("--sparsity 0.5"), again = logits("--sparsity 0.5"),
                            zero = logits("--sparsity 0");

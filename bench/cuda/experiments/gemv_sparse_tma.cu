@@ -34,19 +34,14 @@
 
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels/gemv_sparse.h"
+#include "backends/cuda/kernels/mbarrier.cuh"
 #include "backends/cuda/memory.h"
 #include "exp_common.cuh"
 #include "quant/half.h"
 
 namespace tessera::cuda::detail {
 
-using exp_common::bulk_load;
-using exp_common::fence_proxy_async;
-using exp_common::mbar_expect_tx;
-using exp_common::mbar_init;
-using exp_common::mbar_wait;
-using exp_common::smem_u32;
-
+// The barriers and bulk copies: kernels/mbarrier.cuh (src's, as the TMA prefill attention uses them).
 __device__ __forceinline__ void red_add(float* p, float v) {
   asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
 }
