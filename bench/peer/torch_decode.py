@@ -22,6 +22,8 @@ Implementations (rows' "impl"):
   hf-static-compile  transformers' own path to the same idea, off by default to keep the run short: generate with
                      cache_implementation="static", which compiles the decoding forward with
                      CompileConfig(mode="reduce-overhead") during the warm-up; generate's per-step Python stays.
+--hf-dir DIR (repeatable) times a saved transformers folder of any family (e.g. python/hf_oracle.py's random
+gemma3-270m case): the hf-* impls only, and with --prefill its eager forward over the --prompt tokens ("hf-forward").
 Extras for the prefill issue: --prefill (transformers' forward of 2048 tokens at Llama-3-8B shape, batch 1, SDPA,
 only the last position's logits: tok/s and TFLOP/s) and --sdpa (torch's scaled_dot_product_attention, causal, 32
 query heads, 8 kv heads, head 128, bf16, at 2k/8k/16k tokens, per backend: TFLOP/s counting the causal half).
@@ -116,6 +118,28 @@ def build_hf(spec: dict, device: str, dtype, attn: str = "sdpa"):
             layer.self_attn.k_proj.weight.mul_(qk_scale)
     model.generation_config.pad_token_id = 0
     return model
+
+
+def load_hf_dir(path: str, device: str):
+    """A saved transformers model folder (--hf-dir) in bf16 on the device; returns (model, {"vocab_size": ...})."""
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(device).eval().requires_grad_(False)
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = 0
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return model, {"vocab_size": cfg.vocab_size}
+
+
+def bench_forward(model, name: str, ids, repeats: int, timer: Timer) -> dict:
+    """transformers' forward over the prompt (the prefill, eager, no cache kept), last position's logits only."""
+    def fwd():
+        return model(ids, use_cache=False, logits_to_keep=1)
+    with torch.no_grad():
+        timer(fwd)  # warm-up
+        ts = [timer(fwd)[0] for _ in range(repeats)]
+    t = statistics.median(ts)
+    return {"model": name, "impl": "hf-forward", "batch": int(ids.shape[0]), "prompt": int(ids.shape[1]),
+            "tok_s": ids.numel() / t, "ms": t * 1e3}
 
 
 def hf_generate_timed(model, timer: Timer, ids, n: int, static_cc=None):
@@ -443,12 +467,16 @@ def main() -> int:
     ap.add_argument("--prefill-len", type=int, default=2048)
     ap.add_argument("--sdpa", action="store_true", help="also time causal SDPA at 2k/8k/16k tokens")
     ap.add_argument("--sdpa-lens", default="2048,8192,16384")
+    ap.add_argument("--hf-dir", action="append", default=[], metavar="DIR",
+                    help="also time a saved transformers model folder (any family it reads, in bf16; repeatable): "
+                         "the hf-* impls, and with --prefill its forward over --prompt tokens")
     ap.add_argument("--json", help="write the rows here (rewritten after every row)")
     ap.add_argument("--json-key", help="store the result under this key of the existing JSON object in --json")
     args = ap.parse_args()
     global SAMPLE
     SAMPLE = args.sample
-    models = args.models.split(",") if args.models else (TINY_MODELS if args.tiny else FULL_MODELS)
+    models = (args.models.split(",") if args.models else
+              [] if args.hf_dir else TINY_MODELS if args.tiny else FULL_MODELS)  # --hf-dir alone: those folders only
     impls = args.impls.split(",") if args.impls else []
     for m in models:
         if m not in MODELS:
@@ -474,10 +502,14 @@ def main() -> int:
     print(f"torch {torch.__version__} on {report.doc['device']}; prompt {prompt}, gen {gen}, repeats {args.repeats}")
     print(f"{'model':<14} {'impl':<19} {'batch':>5} {'prompt':>6} {'gen':>5} {'tok/s':>10} {'ms/step':>9}", flush=True)
     t_start = time.perf_counter()
-    for m in models if impls else []:
-        spec = MODELS[m]
+    runs = [(m, None) for m in (models if impls else [])] + [(os.path.basename(d.rstrip("/")), d) for d in args.hf_dir]
+    for m, hf_dir in runs:
         try:
-            hf = build_hf(spec, device, torch.bfloat16)
+            if hf_dir is None:
+                spec = MODELS[m]
+                hf = build_hf(spec, device, torch.bfloat16)
+            else:
+                hf, spec = load_hf_dir(hf_dir, device)
         except Exception as e:  # noqa: BLE001
             report.error(f"{m}: building the model failed: {type(e).__name__}: {e}")
             continue
@@ -485,7 +517,17 @@ def main() -> int:
             g = torch.Generator(device="cpu").manual_seed(b)
             ids = torch.randint(0, spec["vocab_size"], (b, prompt), generator=g).to(device)
             hf_tokens = None
+            if hf_dir is not None and args.prefill:
+                try:
+                    r = bench_forward(hf, m, ids, args.repeats, timer)
+                    report.add(r)
+                    print(f"{r['model']:<14} {r['impl']:<19} {b:>5} {prompt:>6} {0:>5} {r['tok_s']:>10.1f}"
+                          f" {r['ms']:>9.3f} ms/prefill", flush=True)
+                except Exception as e:  # noqa: BLE001
+                    report.error(f"{m} prefill batch {b}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
             for impl in impls:
+                if hf_dir is not None and not impl.startswith("hf-"):
+                    continue  # the gpt-fast model is written for Llama's modules
                 try:
                     if impl.startswith("hf-"):
                         r = bench_hf(hf, impl, ids, gen, args.repeats, timer, device)

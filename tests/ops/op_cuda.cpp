@@ -206,8 +206,8 @@ std::optional<std::vector<float>> run_cuda(const OpGraph& og) {
       // One row: split-K decode attention (the decoder's kernel); more rows: the prefill kernel (an f32 cache takes
       // its FFMA path). Chunks of >= 256 rows with a 16-bit cache take attn_prefill_tma or cuDNN in the executor.
       const graph::OpParams& p = n.params;
-      // Head sizes the kernels take (decode 64, 128, 256; prefill 64, 128): others have no CUDA kernel.
-      if (p.head_dim != 64 && p.head_dim != 128 && (t > 1 || p.head_dim != 256)) return std::nullopt;
+      // Head sizes the kernels take (64, 128, 256): others have no CUDA kernel.
+      if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return std::nullopt;
       DeviceBuffer q = input(0), y = poisoned(out.nbytes());
       DeviceBuffer ck = to_device(og.caches.at(in(1).name)), cv = to_device(og.caches.at(in(2).name));
       KvCacheView c = view(in(1).dtype, ck.get(), cv.get(), in(1));

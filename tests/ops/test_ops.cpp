@@ -161,7 +161,12 @@ const std::vector<Row>& rows() {
         // Sliding windows (Mistral, Gemma 3's local layers): decode, a prefill chunk whose queries' windows start in
         // different key blocks, and one with a window shorter than a key block.
         attention_row(DType::F16, 1, 8, 2, 64, 256, 150, 100), attention_row(DType::F16, 40, 8, 2, 64, 256, 90, 70),
-        attention_row(DType::F32, 17, 4, 1, 32, 64, 20, 5), add_row(1, 576), add_row(7, 1000), swiglu_row(1, 1536),
+        attention_row(DType::F32, 17, 4, 1, 32, 64, 20, 5),
+        // Head size 256 (Gemma 3: 4 heads over 1 kv head): decode, prefill chunks over 16-bit and f32 caches (key
+        // tiles of 32 and 16), and a windowed chunk as its local layers run.
+        attention_row(DType::F16, 1, 4, 1, 256, 128, 45), attention_row(DType::F16, 70, 4, 1, 256, 128, 30),
+        attention_row(DType::F32, 37, 4, 1, 256, 64, 11), attention_row(DType::F16, 50, 4, 1, 256, 128, 60, 40),
+        add_row(1, 576), add_row(7, 1000), swiglu_row(1, 1536),
         swiglu_row(5, 1000), last_row_row(1, 576), last_row_row(9, 576),
         simple_row(graph::Op::SCALE, {{7, 1000}}, {.scale = -0.75f}, kExact, kExact),
         // The families' ops: their registered kernels are both CPU modes (so exact); their values are checked

@@ -47,12 +47,12 @@ class CudaSession : public backend::DeviceSession {
     const graph::Graph g1 = c.build_graph(1, false, true);
     for (const graph::Tensor& t : g1.tensors()) {
       has_state_ |= t.io == graph::IoRole::STATE;
-      // A prompt of more than one token runs the prefill attention, whose kernels take head sizes 64 and 128 (decode
-      // takes 256 too): refuse the model here, in the user's terms, not at its first prompt (docs/CORRECTNESS.md).
+      // Head sizes the attention kernels take (decode and prefill: 64, 128 and 256): refuse others here, in the
+      // user's terms, not at the first prompt.
       TESSERA_CHECK(t.kind != graph::TensorKind::KV_CACHE || t.io == graph::IoRole::STATE || t.shape.size() != 3 ||
-                        t.shape[2] == 64 || t.shape[2] == 128,
-                    "cuda backend: this model's attention heads are {} wide, and CUDA's prefill attention takes 64 or "
-                    "128 (Gemma 3's 256 is not supported yet); run it with --device cpu",
+                        t.shape[2] == 64 || t.shape[2] == 128 || t.shape[2] == 256,
+                    "cuda backend: this model's attention heads are {} wide, and CUDA's attention takes 64, 128 or "
+                    "256; run it with --device cpu",
                     t.shape.size() == 3 ? t.shape[2] : 0);
     }
     if (has_state_) state_pos_.assign(static_cast<size_t>(c.n_seq), 0);

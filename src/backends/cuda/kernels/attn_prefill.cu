@@ -137,22 +137,25 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(const PrefillPar
   const int kv_len = p.p0 + r1;
   const int n_tiles = (kv_len + BN - 1) / BN;
 
-  // A thread copies the same chunk column of rows ld_row, ld_row + 128 / CH, ...: the row step is a multiple of 8, so
-  // the swizzled offset is one base plus constants.
-  static_assert(kThreads % CH == 0 && (kThreads / CH) % 8 == 0);
+  // A thread copies the same chunk column of rows ld_row, ld_row + 128 / CH, ...: at HD 64 and 128 the row step is a
+  // multiple of 8, so the swizzled offset is one base plus constants; at HD 256 (4 rows per step) it alternates
+  // between two bases.
+  constexpr int kRowStep = kThreads / CH;
+  static_assert(kThreads % CH == 0 && (kRowStep % 8 == 0 || kRowStep == 4));
   const int ld_row = tid / CH, ld_c = tid % CH;
   const uint32_t s_kv = smem_addr(skv);
-  const uint32_t ld_dst = s_kv + 2 * swz<HD>(ld_row, ld_c);
+  const uint32_t ld_dst0 = s_kv + 2 * swz<HD>(ld_row, ld_c);
+  const uint32_t ld_dst1 = s_kv + 2 * (swz<HD>(ld_row + 4, ld_c) - 4 * HD);  // odd steps when the step is 4 rows
   auto load_tile = [&](int j, int stage) {
-    const uint32_t dst = ld_dst + stage * (4 * BN * HD);  // bytes
 #pragma unroll
     for (int i = 0; i < BN * CH / kThreads; ++i) {
-      const int row = ld_row + i * (kThreads / CH);
+      const uint32_t dst = ((kRowStep % 8 == 0 || i % 2 == 0) ? ld_dst0 : ld_dst1) + stage * (4 * BN * HD);  // bytes
+      const int row = ld_row + i * kRowStep;
       const int key = j * BN + row;
       const int bytes = key < kv_len ? 16 : 0;
       const size_t off = static_cast<size_t>(min(key, kv_len - 1)) * HD + ld_c * 8;
-      cp_async16(dst + 2 * (i * (kThreads / CH) * HD), kg + off, bytes);
-      cp_async16(dst + 2 * (BN * HD + i * (kThreads / CH) * HD), vg + off, bytes);
+      cp_async16(dst + 2 * (i * kRowStep * HD), kg + off, bytes);
+      cp_async16(dst + 2 * (BN * HD + i * kRowStep * HD), vg + off, bytes);
     }
     cp_async_commit();
   };
@@ -365,14 +368,16 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_kernel(const PrefillPar
 // on FFMA in f32 throughout. A block owns kF32Rows query rows of one head; 4 lanes share a row, lane quarter c
 // holding float4 chunks c, c + 4, ... of the head (the 4 lanes of a row read 64 consecutive bytes of a shared K or V
 // row and the warp's 8 rows read the same ones: broadcast, no bank conflicts). A tile's scores stay in registers;
-// the online softmax runs in base 2 as above but with exp2f (the accurate one).
+// the online softmax runs in base 2 as above but with exp2f (the accurate one). KEYS keys per tile: 32, or 16 at head
+// size 256, where q and the accumulator take 128 registers and a 32-key tile's scores would spill (and 32 keys of
+// K and V in f32 would be 64 KB of static shared memory).
 constexpr int kF32Rows = kThreads / 4;
-constexpr int kF32Keys = 32;
 
-template <int HD>
+template <int HD, int KEYS>
 __global__ void __launch_bounds__(kThreads) attn_prefill_f32_kernel(const PrefillParams p) {
   constexpr int C4 = HD / 4;   // float4 chunks per row
   constexpr int NV = HD / 16;  // chunks per lane
+  constexpr int kF32Keys = KEYS;
   __shared__ float4 s_k[kF32Keys][C4];
   __shared__ float4 s_v[kF32Keys][C4];
   const int head = blockIdx.x, kvh = head / p.group;
@@ -460,7 +465,7 @@ __global__ void __launch_bounds__(kThreads) attn_prefill_f32_kernel(const Prefil
 template <int HD>
 void launch_prefill_f32(const PrefillParams& p, int n_head, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(n_head), static_cast<unsigned>((p.t + kF32Rows - 1) / kF32Rows));
-  attn_prefill_f32_kernel<HD><<<grid, kThreads, 0, stream>>>(p);
+  attn_prefill_f32_kernel<HD, HD == 256 ? 16 : 32><<<grid, kThreads, 0, stream>>>(p);
   TESSERA_CUDA_CHECK_LAUNCH("attn_prefill_f32_kernel");
 }
 
@@ -472,7 +477,11 @@ struct Shape {
 constexpr int kNumShapes = 3;
 constexpr Shape kShapes64[kNumShapes] = {{1, 64}, {2, 64}, {2, 32}};
 constexpr Shape kShapes128[kNumShapes] = {{1, 64}, {2, 32}, {2, 48}};
-constexpr Shape shape_of(int hd, int variant) { return hd == 64 ? kShapes64[variant] : kShapes128[variant]; }
+// At HD 256 the output alone is 128 registers per thread at one row tile: one row tile, 32 or 16 keys per tile.
+constexpr Shape kShapes256[kNumShapes] = {{1, 32}, {1, 16}, {1, 32}};
+constexpr Shape shape_of(int hd, int variant) {
+  return hd == 64 ? kShapes64[variant] : hd == 128 ? kShapes128[variant] : kShapes256[variant];
+}
 
 template <typename T, int HD, int MT, int BN, bool kWindow = false>
 void launch_prefill(const PrefillParams& p, int n_head, cudaStream_t stream) {
@@ -510,7 +519,7 @@ void launch_shape(int variant, const PrefillParams& p, int n_head, cudaStream_t 
 int attn_prefill_variant_count() { return kNumShapes; }
 
 std::string attn_prefill_variant_name(int variant, int64_t hd) {
-  const Shape s = shape_of(hd == 64 ? 64 : 128, std::clamp(variant, 0, kNumShapes - 1));
+  const Shape s = shape_of(hd == 64 || hd == 128 ? static_cast<int>(hd) : 256, std::clamp(variant, 0, kNumShapes - 1));
   const bool qregs = s.mt * (hd / 16) * 4 <= 32;
   return "m" + num(kWarps * 16 * s.mt) + " n" + num(s.bn) + (qregs ? " q:regs" : " q:smem");
 }
@@ -519,7 +528,7 @@ int attn_prefill_default_variant(int64_t hd, int64_t n_head, int64_t t) {
   // 128-row blocks do the most work per shared-memory byte, but a grid of fewer than two of them per SM leaves SMs
   // idle behind the long diagonal tiles (SmolLM2's 9 heads at 2k: 144 blocks, 106 TFLOP/s vs 115 with 64-row ones).
   const bool big_grid = n_head * ((t + 127) / 128) >= 2 * sm_count();
-  if (!big_grid) return 0;
+  if (!big_grid || hd == 256) return 0;
   return hd == 64 ? 1 : 2;
 }
 
@@ -534,7 +543,8 @@ void attn_prefill_variant(int variant, const float* q, int64_t ld_q, const KvCac
                        o + ": the 16-bit output must be bf16 or f16");
   TESSERA_CUDA_REQUIRE(c.dtype == DType::F16 || c.dtype == DType::BF16 || c.dtype == DType::F32,
                        o + ": the KV cache must be f16, bf16 or f32");
-  TESSERA_CUDA_REQUIRE(c.hd == 64 || c.hd == 128, o + ": head size " + num(c.hd) + " is not 64 or 128");
+  TESSERA_CUDA_REQUIRE(c.hd == 64 || c.hd == 128 || c.hd == 256,
+                       o + ": head size " + num(c.hd) + " is not 64, 128 or 256");
   TESSERA_CUDA_REQUIRE(c.n_kv > 0 && n_head > 0 && n_head % c.n_kv == 0 && n_head < 65536,
                        o + ": " + num(n_head) + " query heads do not divide into " + num(c.n_kv) + " kv heads");
   TESSERA_CUDA_REQUIRE(c.n_seq > 0 && seq >= 0 && seq < c.n_seq,
@@ -572,14 +582,17 @@ void attn_prefill_variant(int variant, const float* q, int64_t ld_q, const KvCac
   const int nh = static_cast<int>(n_head);
   if (c.dtype == DType::F32) {  // one launch shape: `variant` selects among the 16-bit kernel's shapes only
     if (c.hd == 64) return launch_prefill_f32<64>(p, nh, stream);
-    return launch_prefill_f32<128>(p, nh, stream);
+    if (c.hd == 128) return launch_prefill_f32<128>(p, nh, stream);
+    return launch_prefill_f32<256>(p, nh, stream);
   }
   if (c.dtype == DType::F16) {
     if (c.hd == 64) return launch_shape<__half, 64>(variant, p, nh, stream);
-    return launch_shape<__half, 128>(variant, p, nh, stream);
+    if (c.hd == 128) return launch_shape<__half, 128>(variant, p, nh, stream);
+    return launch_shape<__half, 256>(variant, p, nh, stream);
   }
   if (c.hd == 64) return launch_shape<__nv_bfloat16, 64>(variant, p, nh, stream);
-  return launch_shape<__nv_bfloat16, 128>(variant, p, nh, stream);
+  if (c.hd == 128) return launch_shape<__nv_bfloat16, 128>(variant, p, nh, stream);
+  return launch_shape<__nv_bfloat16, 256>(variant, p, nh, stream);
 }
 
 }  // namespace detail
