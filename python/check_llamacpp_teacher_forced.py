@@ -12,6 +12,9 @@ top-1 agreement at the positions where llama.cpp's top-2 gap exceeds 0.4 nats (t
 divergence from llama.cpp over its top-5 with the rest of the row lumped into one bucket (target < 0.01). The default
 prompt is long enough (with the continuation, past 512 tokens) that Gemma 3's sliding-window layers drop keys.
 Exit status 1 when a target is missed.
+
+On the GPU machine (no llama.cpp there): save llama.cpp's side here with --save-ref ref.npz (a few hundred KB), carry
+it, and run there with --ref ref.npz --device cuda (numpy only).
 """
 from __future__ import annotations
 
@@ -51,6 +54,30 @@ _PROSE = (
     "summary of this history in five sentences, then list the inventors it names.\n\nSummary:")
 
 
+def reference(a) -> dict:
+    """llama.cpp's side: the token sequence and, per position, what the metrics need of its logits (top-5 ids and
+    logits, log-sum-exp, top-2 gap, argmax): small enough to carry to the GPU machine (--save-ref / --ref)."""
+    src, build = golden.llamacpp_dirs()
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = golden.compile_helper(src, build, tmp)
+        ids = golden.tokenize(os.path.join(build, "bin"), a.model, a.prompt)
+        prompt_logits, gen_ids, gen_logits = golden.run_helper(exe, a.model, ids, a.n_gen, a.threads, tmp)
+    # Row s of gen_logits predicts the token after prompt + gen[:s]: rows 1.. follow the prompt rows.
+    ref = np.concatenate([prompt_logits, gen_logits[1:]])
+    seq = ids + [int(t) for t in gen_ids[:-1]]
+    top2 = np.sort(ref, axis=1)[:, -2:]
+    tids, tls, lses = [], [], []
+    for t in range(len(seq)):
+        tid, tl = golden.top_k(ref[t], 5)
+        tids.append(tid)
+        tls.append(tl)
+        lses.append(float(golden.rf.log_sum_exp(ref[t].astype(np.float64)[None])[0]))
+    return {"seq": np.asarray(seq, dtype=np.int64), "n_prompt": np.int64(len(ids)), "n_gen": np.int64(a.n_gen),
+            "gap": (top2[:, 1] - top2[:, 0]).astype(np.float64), "top1": ref.argmax(axis=1).astype(np.int64),
+            "top5_ids": np.asarray(tids, dtype=np.int64), "top5_logits": np.asarray(tls, dtype=np.float64),
+            "lse": np.asarray(lses, dtype=np.float64)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
@@ -59,38 +86,36 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompt", default=_PROSE)
     ap.add_argument("--gap", type=float, default=0.4, help="top-2 gap (nats) above which top-1 must agree")
+    ap.add_argument("--device", default="cpu", help="tessera's device (cpu or cuda)")
+    ap.add_argument("--save-ref", metavar="NPZ", help="only run llama.cpp and save what the check needs of it here")
+    ap.add_argument("--ref", metavar="NPZ", help="llama.cpp's side from --save-ref (no llama.cpp needed: the GPU "
+                    "machine runs tessera against it)")
     a = ap.parse_args()
 
-    src, build = golden.llamacpp_dirs()
+    if a.ref:
+        r = dict(np.load(a.ref))
+    else:
+        r = reference(a)
+    if a.save_ref:
+        np.savez_compressed(a.save_ref, **r)
+        print(f"saved llama.cpp's reference for {len(r['seq'])} positions to {a.save_ref}")
+        return 0
+    seq = [int(x) for x in r["seq"]]
+    n = len(seq)
     with tempfile.TemporaryDirectory() as tmp:
-        exe = golden.compile_helper(src, build, tmp)
-        ids = golden.tokenize(os.path.join(build, "bin"), a.model, a.prompt)
-        prompt_logits, gen_ids, gen_logits = golden.run_helper(exe, a.model, ids, a.n_gen, a.threads, tmp)
-        # Row s of gen_logits predicts the token after prompt + gen[:s]: rows 1.. follow the prompt rows.
-        ref = np.concatenate([prompt_logits, gen_logits[1:]])
-        seq = ids + [int(t) for t in gen_ids[:-1]]
-        del prompt_logits, gen_logits
         out = os.path.join(tmp, "tessera.npy")
         subprocess.run([a.tessera, "logits", "-m", a.model, "--ids", ",".join(map(str, seq)), "-o", out, "-t",
-                        str(a.threads), "-q"], check=True)
+                        str(a.threads), "-q", "--device", a.device], check=True)
         got = np.load(out)
-    assert got.shape == ref.shape, (got.shape, ref.shape)
-    n = len(seq)
-    top2 = np.sort(ref, axis=1)[:, -2:]
-    gap = top2[:, 1] - top2[:, 0]
-    ref_top1 = ref.argmax(axis=1)
+    assert got.shape[0] == n, (got.shape, n)
     got_top1 = got.argmax(axis=1)
-    clear = gap > a.gap
-    agree = (ref_top1 == got_top1)
-    kls = []
-    for t in range(n):
-        row = ref[t].astype(np.float64)
-        lse = float(golden.rf.log_sum_exp(row[None])[0])
-        tid, tl = golden.top_k(ref[t], 5)
-        kls.append(golden.kl_topk(tid, tl, lse, got[t].astype(np.float64)))
-    kls = np.asarray(kls)
+    clear = r["gap"] > a.gap
+    agree = r["top1"] == got_top1
+    kls = np.asarray([golden.kl_topk(r["top5_ids"][t], r["top5_logits"][t], float(r["lse"][t]),
+                                     got[t].astype(np.float64)) for t in range(n)])
     top1_clear = float(agree[clear].mean()) if clear.any() else 1.0
-    print(f"{os.path.basename(a.model)}: {len(ids)} prompt + {a.n_gen - 1} greedy tokens = {n} positions")
+    print(f"{os.path.basename(a.model)} on {a.device}: {int(r['n_prompt'])} prompt + {int(r['n_gen']) - 1} greedy "
+          f"tokens = {n} positions")
     print(f"  top-1 agreement: {agree.sum()}/{n} overall; {agree[clear].sum()}/{clear.sum()} = {100 * top1_clear:.2f}% "
           f"where llama.cpp's top-2 gap > {a.gap}")
     print(f"  KL(llama.cpp || tessera) over llama.cpp's top-5: mean {kls.mean():.5f}, max {kls.max():.4f} "

@@ -29,8 +29,11 @@ import sys
 from dataclasses import dataclass, field
 
 import numpy as np
-from gguf import GGUFReader
-from gguf import quants as gguf_quants
+try:  # gguf-py loads the weights; the helpers below (log_sum_exp, ...) need numpy only (the GPU machine has no gguf-py)
+    from gguf import GGUFReader
+    from gguf import quants as gguf_quants
+except ImportError:  # pragma: no cover - only where gguf-py is absent
+    GGUFReader = gguf_quants = None
 
 DEFAULT_MODEL = os.path.join(os.path.expanduser(os.environ.get("TESSERA_HOME", "~/.cache/tessera/models")),
                              "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -79,7 +82,7 @@ def llama3_freq_factors(rope_dim: int, base: float, factor: float, low_freq_fact
     return inv_freq / scaled
 
 
-def _field(reader: GGUFReader, key: str, default=None):
+def _field(reader, key: str, default=None):
     f = reader.fields.get(key)
     if f is None:
         return default

@@ -82,31 +82,12 @@ if [ "$quick" = 1 ] && [ "${only_given:-0}" = 0 ]; then
 fi
 has() { case ",$phases," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
-parts="$HOME/.cache/tessera/parts"
 default_model="$HOME/.cache/tessera/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 # Staging (scripts/gpu_model_parts.sh): each carried .gpu-model-K holds part K of N and the whole file's sha256; the
-# call that completes the set assembles the model.
-for d in .gpu-model-*; do
-  [ -f "$d/part" ] && [ -f "$d/index" ] && [ "$stage_model" = 1 ] || continue
-  read -r k n sum < "$d/index"
-  mkdir -p "$parts" && cp "$d/part" "$parts/part$k" && echo "$n $sum" > "$parts/index" && echo "staged part $k of $n of the default model"
-done
-if [ -f "$parts/index" ] && [ ! -f "$default_model" ]; then
-  read -r n sum < "$parts/index"
-  have=0
-  for ((k = 0; k < n; k++)); do [ -f "$parts/part$k" ] && have=$((have + 1)); done
-  if [ "$have" = "$n" ]; then
-    mkdir -p "$(dirname "$default_model")"
-    for ((k = 0; k < n; k++)); do cat "$parts/part$k"; done > "$default_model.tmp"
-    if [ "$(sha256sum "$default_model.tmp" | cut -d' ' -f1)" = "$sum" ]; then
-      mv "$default_model.tmp" "$default_model" && echo "assembled the default model from $n parts"
-    else
-      echo "gpu_check: the assembled default model has the wrong sha256; not used" >&2
-      rm -f "$default_model.tmp"
-    fi
-  else
-    echo "gpu_check: $have of $n parts of the default model staged so far"
-  fi
+# call that completes the set assembles the model (stage_model_parts, scripts/gpu_env.sh).
+if [ "$stage_model" = 1 ]; then
+  . "$root/scripts/gpu_env.sh"
+  stage_model_parts
 fi
 
 summary="$OUT/summary.md"

@@ -34,3 +34,39 @@ gpu_env() {
     [ -d "$cudnn_lib" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cudnn_lib"
   export TESSERA_SOURCE_DIR="$root"
 }
+
+# stage_model_parts: the model parts carried in .gpu-model-K (scripts/gpu_model_parts.sh: index "K N SHA256 NAME")
+# are copied to ~/.cache/tessera/parts/NAME/ (kept while the machine stays warm); once all N are there they are
+# joined into ~/.cache/tessera/models/NAME, checked against the sha256 (a mismatch is said and nothing is kept).
+stage_model_parts() {
+  local d k n sum name parts model have
+  for d in "$root"/.gpu-model-*; do
+    [ -f "$d/part" ] && [ -f "$d/index" ] || continue
+    read -r k n sum name < "$d/index"
+    name=${name:-SmolLM2-135M-Instruct.Q4_1.gguf}  # indexes written before the name was recorded
+    parts="$HOME/.cache/tessera/parts/$name"
+    mkdir -p "$parts" && cp "$d/part" "$parts/part$k" && echo "$n $sum" > "$parts/index" &&
+      echo "staged part $k of $n of $name"
+  done
+  for parts in "$HOME"/.cache/tessera/parts/*/; do
+    [ -f "$parts/index" ] || continue
+    name=$(basename "$parts")
+    model="$HOME/.cache/tessera/models/$name"
+    [ -f "$model" ] && continue
+    read -r n sum < "$parts/index"
+    have=0
+    for ((k = 0; k < n; k++)); do [ -f "$parts/part$k" ] && have=$((have + 1)); done
+    if [ "$have" != "$n" ]; then
+      echo "stage_model_parts: $have of $n parts of $name staged so far"
+      continue
+    fi
+    mkdir -p "$(dirname "$model")"
+    for ((k = 0; k < n; k++)); do cat "$parts/part$k"; done > "$model.tmp"
+    if [ "$(sha256sum "$model.tmp" | cut -d' ' -f1)" = "$sum" ]; then
+      mv "$model.tmp" "$model" && echo "assembled $name from $n parts"
+    else
+      echo "stage_model_parts: the assembled $name has the wrong sha256; not used" >&2
+      rm -f "$model.tmp"
+    fi
+  done
+}

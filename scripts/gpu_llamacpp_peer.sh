@@ -5,8 +5,9 @@
 #
 # Prepare here:   scripts/gpu_llamacpp_peer.sh --pack     (the source, trimmed to what llama-bench needs, into the
 #                                                          git-ignored .gpu-llama/, ~22 MB; needs scripts/build_llamacpp.sh --source)
-# GPU machine:    carry [".gpu-deps", ".gpu-llama"]; scripts/gpu_llamacpp_peer.sh [--arch A] [FORMAT...]
-#                 (default formats q4_k q6_k; writes $OUT/peer_llamacpp.md and the raw logs)
+# GPU machine:    carry [".gpu-deps", ".gpu-llama"]; scripts/gpu_llamacpp_peer.sh [--arch A] [--file GGUF]... [FORMAT...]
+#                 (default formats q4_k q6_k, none when a --file is given: --file benches that GGUF as it is, e.g. a
+#                 real model staged with scripts/gpu_model_parts.sh; writes $OUT/peer_llamacpp.md and the raw logs)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -24,8 +25,17 @@ if [ "${1:-}" = "--pack" ]; then
   exit 0
 fi
 arch=llama3-8b
-if [ "${1:-}" = "--arch" ]; then arch=$2; shift 2; fi
+files=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --arch) arch=$2; shift 2 ;;
+    --file) files+=("$2"); shift 2 ;;
+    *) break ;;
+  esac
+done
+for f in "${files[@]}"; do [ -f "$f" ] || { echo "gpu_llamacpp_peer: no file $f" >&2; exit 2; }; done
 formats=${*:-q4_k q6_k}
+[ ${#files[@]} -gt 0 ] && [ $# -eq 0 ] && formats=""
 OUT=${OUT:-$root/build-gpu/out}
 mkdir -p "$OUT"
 [ -d .gpu-llama ] || { echo "gpu_llamacpp_peer: no .gpu-llama (run --pack here and carry it)" >&2; exit 1; }
@@ -46,26 +56,37 @@ cli=build-gpu/bin/tessera
 md="$OUT/peer_llamacpp.md"
 echo "| model | test | llama.cpp tok/s | tessera tok/s | tessera / llama.cpp |" > "$md"
 echo "|---|---|---|---|---|" >> "$md"
+# compare NAME LLAMA_JSON TESSERA_JSON: one table row per test both ran.
+compare() {
+  python3 - "$1" "$2" "$3" >> "$md" <<'PY'
+import json, sys
+name, lj, tj = sys.argv[1:4]
+try:
+    l = json.load(open(lj)); t = json.load(open(tj)); t = t if isinstance(t, list) else [t]
+except Exception as e:
+    print(f"| {name} | - | (no result: {e}) | | |"); sys.exit()
+lt = {("pp%d" % r["n_prompt"]) if r["n_gen"] == 0 else ("tg%d" % r["n_gen"]): r["avg_ts"] for r in l}
+for r in t:
+    test = r["test"]
+    if test in lt:
+        print(f"| {name} | {test} | {lt[test]:.1f} | {r['tok_s']:.1f} | {r['tok_s'] / lt[test]:.2f}x |")
+PY
+}
+# bench_pair NAME GGUF: llama-bench and tessera bench on one file.
+bench_pair() {
+  timeout 240 "$lb" -m "$2" -p 512 -n 128 -fa 1 -ngl 99 -r 3 -o json > "$OUT/llama-$1.json" 2>> "$OUT/peer.log"
+  timeout 240 "$cli" bench -m "$2" --device cuda -p 512 -n 128 -r 3 --no-ceilings --json > "$OUT/tessera-$1.json" 2>> "$OUT/peer.log"
+  compare "$1" "$OUT/llama-$1.json" "$OUT/tessera-$1.json"
+}
 for f in $formats; do
   m=/tmp/peer-$arch-$f.gguf
   timeout 300 "$cli" bench --arch "$arch" --random-weights --dtype "$f" --write-model "$m" > /dev/null 2>> "$OUT/peer.log" ||
     { echo "- $f: could not write the model" | tee -a "$md"; continue; }
   echo "[$(( $(date +%s) - t0 ))s] $f written ($(du -h "$m" | cut -f1))"
-  timeout 240 "$lb" -m "$m" -p 512 -n 128 -fa 1 -ngl 99 -r 3 -o json > "$OUT/llama-$f.json" 2>> "$OUT/peer.log"
-  timeout 240 "$cli" bench -m "$m" --device cuda -p 512 -n 128 -r 3 --no-ceilings --json > "$OUT/tessera-$f.json" 2>> "$OUT/peer.log"
-  python3 - "$f" "$OUT/llama-$f.json" "$OUT/tessera-$f.json" "$arch" >> "$md" <<'PY'
-import json, sys
-f, lj, tj, arch = sys.argv[1:5]
-try:
-    l = json.load(open(lj)); t = json.load(open(tj)); t = t if isinstance(t, list) else [t]
-except Exception as e:
-    print(f"| {arch} {f} | - | (no result: {e}) | | |"); sys.exit()
-lt = {("pp%d" % r["n_prompt"]) if r["n_gen"] == 0 else ("tg%d" % r["n_gen"]): r["avg_ts"] for r in l}
-for r in t:
-    name = r["test"]
-    if name in lt:
-        print(f"| {arch} {f} | {name} | {lt[name]:.1f} | {r['tok_s']:.1f} | {r['tok_s'] / lt[name]:.2f}x |")
-PY
+  bench_pair "$arch-$f" "$m"
   rm -f "$m"
+done
+for f in "${files[@]}"; do
+  bench_pair "$(basename "$f" .gguf)" "$f"
 done
 cat "$md"
