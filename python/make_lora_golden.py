@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A tiny random-weight Llama base and random PEFT LoRA adapters, with transformers + peft logits, for
-tests/runtime/test_lora.cpp.
+tests/models/test_lora.cpp.
 
 Regenerate (needs torch, transformers, peft and safetensors, e.g. the scratch venv of make_family_hf_golden.py plus
 `/tmp/hfvenv/bin/pip install peft`; the GGUF form needs llama.cpp's source tree for convert_lora_to_gguf.py and gguf-py):
@@ -13,6 +13,8 @@ writes into --out:
   golden.json    ids and float64 logits [T, vocab] of the base, base+a, base+b and base+a+b (both adapters active
                  at once in one PeftModel), each from transformers' eager forward of the saved f32 weights.
 B is drawn at random too (peft's init_lora_weights=False), so each adapter changes the logits.
+Then python/make_lora_llamacpp_golden.py adds the base as a GGUF and llama.cpp's own logits without and with
+adapter_a.gguf (tests/models/test_lora_llamacpp.cpp); rerun it after this script.
 """
 from __future__ import annotations
 

@@ -37,6 +37,10 @@ int run_command(const std::string& cmd, std::string* out) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+int run_cli_stdout(const std::string& args, std::string* out) {
+  return run_command("{ " + cli_path() + " " + args + " 2>/dev/null; }", out);
+}
+
 Npy read_npy(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::vector<char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

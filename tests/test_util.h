@@ -16,6 +16,8 @@ std::string data_path(const std::string& rel);
 int run_command(const std::string& cmd, std::string* out);
 // The built `tessera` executable.
 std::string cli_path();
+// Runs `tessera ARGS`; returns its exit status with its stdout only in *out (stderr dropped).
+int run_cli_stdout(const std::string& args, std::string* out);
 
 // A float32 [rows, cols] .npy as `tessera logits` writes it. read_npy parses what numpy needs (magic, version 1.0,
 // header length, the dict, the data's size); data stays empty when the file is not one.

@@ -22,7 +22,9 @@ void add_model_source_flags(CLI::App& app, ModelSource& s) {
                "Use seeded random weights of the --arch preset instead of a file (nothing is downloaded)");
   app.add_option("--dtype", s.dtype,
                  "Weight dtype of the synthetic model (every format with a quantizer): f32, f16, bf16, q8_0, q4_0 "
-                 "(default), q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, tq1_0, tq2_0");
+                 "(default), q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, tq1_0, tq2_0; the "
+                 "MatMul-free LM presets (mmfreelm-*) keep their weights ternary: tq2_0 (their default), tq1_0, bf16, "
+                 "f16 or f32");
   app.add_option("--seed", s.seed, "Seed of the synthetic weights (default 1)");
   app.add_option("--layers", s.layers, "Synthetic model with only this many layers (default: the preset's)");
 }
@@ -46,10 +48,11 @@ Model load_model_source(const ModelSource& s, bool want_tokenizer) {
     if (!known) throw Error(fmt::format("unknown --arch '{}' (presets: {})", s.arch, archs));
   }
   const auto t0 = std::chrono::steady_clock::now();
-  fmt::print(stderr, "tessera: building a random {} ({}, seed {})...\n", s.arch, s.dtype, s.seed);
+  const std::string dtype = s.dtype.empty() ? random_model_default_dtype(s.arch) : s.dtype;
+  fmt::print(stderr, "tessera: building a random {} ({}, seed {})...\n", s.arch, dtype, s.seed);
   RandomModelOptions ro;
   ro.arch = s.arch;
-  ro.dtype = s.dtype;
+  ro.dtype = dtype;
   ro.seed = s.seed;
   ro.n_layers = s.layers;
   Model m = make_random_model(ro);

@@ -16,7 +16,7 @@ struct ModelSource {
   std::string model;  // -m
   std::string arch;   // --arch
   bool random_weights = false;
-  std::string dtype = "q4_0";
+  std::string dtype;  // "": the preset's default (random_model_default_dtype)
   uint64_t seed = 1;
   int64_t layers = 0;
 };

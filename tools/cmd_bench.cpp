@@ -160,10 +160,12 @@ int run_ceilings(const BenchFlags& f) {
 
 int run(BenchFlags& f) {
   if (f.list_archs) {
-    for (const RandomModelPreset& p : random_model_presets())
-      fmt::print("{:<16} {:<20} layers {:>3}  width {:>5}  heads {:>3}/{:<3} ffn {:>6}  vocab {:>6}{}\n", p.name,
-                 p.description, p.spec.n_layers, p.spec.n_embd, p.spec.n_head, p.spec.n_head_kv, p.spec.n_ff,
-                 p.spec.n_vocab, p.spec.tied_output ? "  tied" : "");
+    for (const auto* presets : {&random_model_presets(), &random_model_hgrn_bit_presets()})
+      for (const RandomModelPreset& p : *presets)
+        fmt::print("{:<16} {:<20} layers {:>3}  width {:>5}  heads {:>3}/{:<3} ffn {:>6}  vocab {:>6}{}{}\n", p.name,
+                   p.description, p.spec.n_layers, p.spec.n_embd, p.spec.n_head, p.spec.n_head_kv, p.spec.n_ff,
+                   p.spec.n_vocab, p.spec.tied_output ? "  tied" : "",
+                   p.spec.recurrent ? "  hgrn_bit (MLGRU, no KV cache; ternary: tq2_0 default)" : "");
     return 0;
   }
   apply_ngl(f.ngl, f.device);

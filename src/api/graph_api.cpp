@@ -154,6 +154,12 @@ GraphView build_preset_graph(const std::string& arch, const std::string& dtype, 
   const RandomModelPreset* preset = nullptr;
   for (const RandomModelPreset& p : random_model_presets())
     if (p.name == arch) preset = &p;
+  for (const RandomModelPreset& p : random_model_hgrn_bit_presets())
+    TESSERA_CHECK(p.name != arch,
+                  "the MatMul-free LM preset '{}' has no weightless graph (its recurrent layers are built from its "
+                  "tensors): write it with `tessera bench --arch {} --random-weights --write-model FILE` and pass -m "
+                  "FILE",
+                  arch, arch);
   if (preset == nullptr) {
     std::string list;
     for (const std::string& a : random_model_archs()) list += (list.empty() ? "" : ", ") + a;

@@ -44,21 +44,7 @@ Model Model::load(const std::string& path, const ModelOptions& options) {
   impl->weights = ModelWeights::open(resolved);
   const ModelConfig& c = impl->weights.config();
   check_gguf_vocabulary(impl->weights, c, resolved);
-  ModelSpec& s = impl->spec;
-  s.architecture = c.architecture;
-  s.name = c.name;
-  s.n_layers = c.n_layers;
-  s.n_embd = c.n_embd;
-  s.n_head = c.n_head;
-  s.n_head_kv = c.n_head_kv;
-  s.head_dim = c.head_dim;
-  s.n_ff = c.n_ff;
-  s.n_vocab = c.n_vocab;
-  s.n_ctx_train = c.n_ctx_train;
-  s.sliding_window = c.sliding_window;
-  s.tied_output = c.tied_output;
-  s.rope_scaling = c.rope_scaling.type;
-  s.recurrent = c.architecture == "hgrn_bit";
+  impl->spec = spec_of(c);
   if (options.load_tokenizer) {
     impl->tokenizer.emplace(Tokenizer::from_model(resolved));
     TESSERA_CHECK(impl->tokenizer->n_vocab() <= c.n_vocab,

@@ -17,6 +17,26 @@
 
 namespace tessera {
 
+// The public summary of a model's configuration.
+inline ModelSpec spec_of(const ModelConfig& c) {
+  ModelSpec s;
+  s.architecture = c.architecture;
+  s.name = c.name;
+  s.n_layers = c.n_layers;
+  s.n_embd = c.n_embd;
+  s.n_head = c.n_head;
+  s.n_head_kv = c.n_head_kv;
+  s.head_dim = c.head_dim;
+  s.n_ff = c.n_ff;
+  s.n_vocab = c.n_vocab;
+  s.n_ctx_train = c.n_ctx_train;
+  s.sliding_window = c.sliding_window;
+  s.tied_output = c.tied_output;
+  s.rope_scaling = c.rope_scaling.type;
+  s.recurrent = c.architecture == "hgrn_bit";
+  return s;
+}
+
 struct Model::Impl {
   std::string path;
   ModelWeights weights;

@@ -10,14 +10,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <numbers>
 #include <thread>
 
+#include "api/model_impl.h"
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "models/hgrn_bit.h"
 #include "quant/quant.h"
 
 namespace tessera {
@@ -60,6 +63,7 @@ const Preset& find_preset(const std::string& name) {
     if (name == p.name) return p;
   std::string all;
   for (const Preset& p : kPresets) all += std::string(all.empty() ? "" : ", ") + p.name;
+  for (const std::string& h : hgrn_bit_preset_names()) all += ", " + h;
   fail("unknown architecture preset '{}' (known: {})", name, all);
 }
 
@@ -169,14 +173,15 @@ std::vector<WeightSpec> weight_specs(const Preset& p, int64_t n_layers) {
 }
 
 // `blocks` quantized blocks of seeded random values, uniform with the standard deviation of the usual 0.02 init
-// (a std of 0.02 keeps activations finite through every layer). Chunks are seeded by index, so the pool is the same
-// whatever the thread count.
-std::vector<uint8_t> make_pool(DType dt, uint64_t blocks, uint64_t seed) {
+// (a std of 0.02 keeps activations finite through every layer), or with `ternary` the values -s, 0, s equally likely
+// (the same standard deviation: s = 0.02 sqrt(3/2)), which TQ1_0, TQ2_0 and the float formats hold exactly. Chunks
+// are seeded by index, so the pool is the same whatever the thread count.
+std::vector<uint8_t> make_pool(DType dt, uint64_t blocks, uint64_t seed, bool ternary = false) {
   const DTypeInfo& info = dtype_info(dt);
   std::vector<uint8_t> pool(blocks * info.type_size);
   constexpr uint64_t kChunkBlocks = 1 << 14;
   const uint64_t chunks = (blocks + kChunkBlocks - 1) / kChunkBlocks;
-  const float a = 0.02f * std::sqrt(3.0f);
+  const float a = 0.02f * std::sqrt(3.0f), s = 0.02f * std::sqrt(1.5f);
   const unsigned n_threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
   std::vector<std::thread> threads;
   for (unsigned t = 0; t < n_threads; ++t)
@@ -187,7 +192,8 @@ std::vector<uint8_t> make_pool(DType dt, uint64_t blocks, uint64_t seed) {
         uint64_t state = seed * 0x2545F4914F6CDD1Dull + c;
         const size_t n = static_cast<size_t>(nb * info.block_size);
         for (size_t i = 0; i < n; ++i)
-          buf[i] = a * (2.0f * static_cast<float>(splitmix64(state) >> 40) * (1.0f / 16777216.0f) - 1.0f);
+          buf[i] = ternary ? s * static_cast<float>(static_cast<int>(splitmix64(state) % 3) - 1)
+                           : a * (2.0f * static_cast<float>(splitmix64(state) >> 40) * (1.0f / 16777216.0f) - 1.0f);
         quantize_row(dt, buf.data(), pool.data() + b0 * info.type_size, static_cast<int64_t>(n));
       }
     });
@@ -205,7 +211,123 @@ void check_free_space(const std::string& path, uint64_t need) {
                 dir.string(), double(need) / double(1ull << 30), double(avail) / double(1ull << 30));
 }
 
+// ---- The MatMul-free LM (hgrn_bit) in its own graph's layout (src/models/hgrn_bit.cpp) ----
+
+// "mmfreelm-1.3b" -> "MatMul-free LM 1.3B"
+std::string hgrn_bit_description(const std::string& name) {
+  std::string size = name.substr(name.find('-') + 1);
+  for (char& ch : size) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return "MatMul-free LM " + size;
+}
+
+bool is_hgrn_bit_preset(const std::string& name) {
+  const std::vector<std::string> names = hgrn_bit_preset_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// Formats that hold ternary x scale exactly: the ternary ones and the float ones. Any other would store a model that
+// is not the MatMul-free LM (q8_0 rounds the scale to 127 steps of an fp16 d, q4_0 cannot hold both -s and s, q4_1
+// not 0), so it is refused.
+bool holds_ternary(DType t) {
+  return t == DType::TQ2_0 || t == DType::TQ1_0 || t == DType::BF16 || t == DType::F16 || t == DType::F32;
+}
+
+// The tensors the hgrn_bit graph reads, under the names config_from_gguf's "hgrn_bit" expects: every linear (attn_i,
+// attn_f, attn_g, attn_output, ffn_gate, ffn_up, ffn_down, output) ternary in `dt` from one pool, each with its own
+// input norm (gate and up share ffn_gate's); the embedding bf16 for the ternary formats (the checkpoints' float
+// embedding, which Tessera keeps as it is) and `dt` otherwise; norms ones; the lower bounds [L, E] seeded in [-1, 1].
+void write_hgrn_bit_model(const RandomModelOptions& o, ModelConfig c, DType dt, const std::string& path) {
+  TESSERA_CHECK(holds_ternary(dt),
+                "{} (the MatMul-free LM) has ternary weights, which dtype '{}' does not hold exactly (use tq2_0, "
+                "tq1_0, bf16, f16 or f32)",
+                o.arch, dtype_name(dt));
+  TESSERA_CHECK(o.n_layers >= 0, "layer count {} must not be negative", o.n_layers);
+  TESSERA_CHECK(o.n_layers <= c.n_layers, "{} has {} layers; {} were asked for", o.arch, c.n_layers, o.n_layers);
+  if (o.n_layers > 0) c.n_layers = o.n_layers;
+  const int64_t E = c.n_embd, F = c.n_ff, V = c.n_vocab, L = c.n_layers;
+  const DType embd_dt = dt == DType::TQ1_0 || dt == DType::TQ2_0 ? DType::BF16 : dt;
+
+  gguf::Writer w;
+  const std::string a = "hgrn_bit.";
+  w.set("general.architecture", gguf::Value::from_string("hgrn_bit"));
+  w.set("general.name",
+        gguf::Value::from_string(hgrn_bit_description(o.arch) + " (random " + std::string(dtype_name(dt)) + ", seed " +
+                                 std::to_string(o.seed) + ")"));
+  w.set(a + "context_length", gguf::Value::from_u32(uint32_t(c.n_ctx_train)));
+  w.set(a + "embedding_length", gguf::Value::from_u32(uint32_t(E)));
+  w.set(a + "block_count", gguf::Value::from_u32(uint32_t(L)));
+  w.set(a + "feed_forward_length", gguf::Value::from_u32(uint32_t(F)));
+  w.set(a + "attention.head_count", gguf::Value::from_u32(uint32_t(c.n_head)));
+  w.set(a + "attention.head_count_kv", gguf::Value::from_u32(uint32_t(c.n_head_kv)));
+  w.set(a + "attention.layer_norm_rms_epsilon", gguf::Value::from_f32(c.norm_eps));
+  w.set(a + "vocab_size", gguf::Value::from_u32(uint32_t(V)));
+  add_placeholder_vocab(w, V);
+
+  std::vector<WeightSpec> linears;  // [N, K]
+  for (int64_t l = 0; l < L; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    for (const char* m : {"attn_i", "attn_f", "attn_g", "attn_output"}) linears.push_back({b + m + ".weight", {E, E}});
+    linears.push_back({b + "ffn_gate.weight", {F, E}});
+    linears.push_back({b + "ffn_up.weight", {F, E}});
+    linears.push_back({b + "ffn_down.weight", {E, F}});
+  }
+  linears.push_back({"output.weight", {V, E}});
+  const DTypeInfo& info = dtype_info(dt);
+  const DTypeInfo& embd_info = dtype_info(embd_dt);
+  uint64_t max_blocks = 0, total_bytes = static_cast<uint64_t>(V * E) / embd_info.block_size * embd_info.type_size;
+  for (const WeightSpec& s : linears) {
+    const uint64_t blocks = static_cast<uint64_t>(s.shape[0] * s.shape[1]) / info.block_size;
+    max_blocks = std::max(max_blocks, blocks);
+    total_bytes += blocks * info.type_size;
+  }
+  const uint64_t pool_blocks = max_blocks + std::max<uint64_t>(max_blocks / 8, 1 << 12);
+  check_free_space(path, total_bytes);
+  const std::vector<uint8_t> pool = make_pool(dt, pool_blocks, o.seed, /*ternary=*/true);
+  const std::vector<uint8_t> embd = make_pool(embd_dt, static_cast<uint64_t>(V * E) / embd_info.block_size, o.seed + 1);
+  w.add_tensor_ref("token_embd.weight", embd_dt, {V, E}, embd.data(), embd.size());
+  uint64_t state = o.seed;
+  for (const WeightSpec& s : linears) {
+    const uint64_t blocks = static_cast<uint64_t>(s.shape[0] * s.shape[1]) / info.block_size;
+    const uint64_t offset = splitmix64(state) % (pool_blocks - blocks + 1);
+    w.add_tensor_ref(s.name, dt, s.shape, pool.data() + offset * info.type_size, blocks * info.type_size);
+  }
+  const std::vector<float> ones(static_cast<size_t>(std::max(E, F)), 1.0f);
+  const auto norm = [&](const std::string& name, int64_t n) {
+    w.add_tensor(name, DType::F32, {n}, ones.data(), static_cast<uint64_t>(n) * sizeof(float));
+  };
+  for (int64_t l = 0; l < L; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    for (const char* m : {"attn_norm", "attn_i_in_norm", "attn_f_in_norm", "attn_g_in_norm", "attn_g_norm",
+                          "attn_output_in_norm", "ffn_norm", "ffn_gate_in_norm"})
+      norm(b + m + ".weight", E);
+    norm(b + "ffn_down_in_norm.weight", F);
+  }
+  norm("output_norm.weight", E);
+  norm("output_in_norm.weight", E);
+  std::vector<float> lb(static_cast<size_t>(L * E));
+  uint64_t lb_state = o.seed ^ 0x6C62ull;
+  for (float& v : lb) v = 2.0f * static_cast<float>(splitmix64(lb_state) >> 40) * (1.0f / 16777216.0f) - 1.0f;
+  w.add_tensor("lower_bounds", DType::F32, {L, E}, lb.data(), lb.size() * sizeof(float));
+  w.write(path);
+}
+
 }  // namespace
+
+const std::vector<RandomModelPreset>& random_model_hgrn_bit_presets() {
+  static const std::vector<RandomModelPreset> all = [] {
+    std::vector<RandomModelPreset> v;
+    for (const std::string& name : hgrn_bit_preset_names()) {
+      const ModelConfig c = hgrn_bit_preset(name);
+      ModelSpec s = spec_of(c);
+      s.name = hgrn_bit_description(name);
+      v.push_back({name, s.name, s});
+    }
+    return v;
+  }();
+  return all;
+}
+
+std::string random_model_default_dtype(const std::string& arch) { return is_hgrn_bit_preset(arch) ? "tq2_0" : "q4_0"; }
 
 const std::vector<RandomModelPreset>& random_model_presets() {
   static const std::vector<RandomModelPreset> all = [] {
@@ -234,19 +356,22 @@ const std::vector<RandomModelPreset>& random_model_presets() {
 std::vector<std::string> random_model_archs() {
   std::vector<std::string> v;
   for (const Preset& p : kPresets) v.emplace_back(p.name);
+  for (const std::string& name : hgrn_bit_preset_names()) v.push_back(name);
   return v;
 }
 
 void write_random_model(const RandomModelOptions& o, const std::string& path) {
-  const Preset& p = find_preset(o.arch);
-  const std::optional<DType> dt = dtype_from_name(o.dtype);
-  TESSERA_CHECK(dt.has_value(), "unknown dtype '{}' for the random weights", o.dtype);
+  const std::string dtype = o.dtype.empty() ? random_model_default_dtype(o.arch) : o.dtype;
+  const std::optional<DType> dt = dtype_from_name(dtype);
+  TESSERA_CHECK(dt.has_value(), "unknown dtype '{}' for the random weights", dtype);
   if (!can_quantize(*dt)) {
     std::string can;
     for (const FormatInfo& f : formats())
       if (f.from_float != nullptr) can += std::string(can.empty() ? "" : ", ") + f.name;
-    fail("random weights cannot be made in dtype '{}' (supported: {})", o.dtype, can);
+    fail("random weights cannot be made in dtype '{}' (supported: {})", dtype, can);
   }
+  if (is_hgrn_bit_preset(o.arch)) return write_hgrn_bit_model(o, hgrn_bit_preset(o.arch), *dt, path);
+  const Preset& p = find_preset(o.arch);
   TESSERA_CHECK(o.n_layers >= 0, "layer count {} must not be negative", o.n_layers);
   const int64_t n_layers = o.n_layers == 0 ? p.n_layers : o.n_layers;
   TESSERA_CHECK(n_layers <= p.n_layers, "{} has {} layers; {} were asked for", p.name, p.n_layers, n_layers);
@@ -255,7 +380,7 @@ void write_random_model(const RandomModelOptions& o, const std::string& path) {
   gguf::Writer w;
   const std::string a = "llama.";
   w.set("general.architecture", gguf::Value::from_string("llama"));
-  w.set("general.name", gguf::Value::from_string(std::string(p.description) + " (random " + o.dtype + ", seed " +
+  w.set("general.name", gguf::Value::from_string(std::string(p.description) + " (random " + dtype + ", seed " +
                                                  std::to_string(o.seed) + ")"));
   if (const int ft = file_type_of(*dt); ft >= 0) w.set("general.file_type", gguf::Value::from_u32(uint32_t(ft)));
   w.set(a + "context_length", gguf::Value::from_u32(uint32_t(p.n_ctx_train)));

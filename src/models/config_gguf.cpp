@@ -81,6 +81,42 @@ float opt_float(const gguf::File& f, const std::string& key, float dflt) {
   return v ? static_cast<float>(*v) : dflt;
 }
 
+// ---- bitnet.cpp's BitNet b1.58 files and Tessera's own hgrn_bit files (the architectures beyond llama.cpp's) ----
+
+// microsoft/BitNet's converters: utils/convert-hf-to-gguf-bitnet.py (BitnetModel, the 2B4T GGUF on Hugging Face)
+// writes "bitnet-b1.58", the earlier utils/convert-ms-to-gguf-bitnet.py "bitnet-25"; its llama.cpp fork runs both
+// with build_bitnet_158. Keys under that prefix, llama.cpp's bitnet tensor names (attn_sub_norm, ffn_sub_norm), no
+// permutation of q/k (NeoX rotation), relu(gate)^2 * up, every linear reading int8 activations (its I2_S dot products
+// are ggml_vec_dot_i2_i8_s of src/ggml-bitnet-mad.cpp; one scale per token, as BitNet's activation quantizer),
+// lm_head tied to token_embd unless output.weight is there.
+bool is_bitnet_cpp_arch(const std::string& arch) { return arch == "bitnet-b1.58" || arch == "bitnet-25"; }
+
+// Runs it as Tessera's "bitnet" family. The linears hold ternary x scale: I2_S (read as TQ2_0 or F32 by the GGUF
+// reader) or float (its f32 files before llama-quantize), so "mul" with no scale tensors keeps them as they are or
+// stores float ones as TQ2_0.
+void read_bitnet_cpp(const gguf::File& f, ModelConfig& c) {
+  c.architecture = "bitnet";
+  c.rope_neox = true;
+  c.sub_norms = true;
+  c.ffn_act = "relu2";
+  c.act_quant_i8 = true;
+  c.ternary = "mul";
+  c.tied_output = f.find_tensor("output.weight") == nullptr;
+}
+
+// The MatMul-free LM as Tessera's random-model writer stores it (src/api/random_model.cpp; no converter writes this
+// architecture): the hgrn_bit graph's tensor names (blk.N.attn_{i,f,g}, their *_in_norm, attn_g_norm, lower_bounds,
+// output_in_norm), weights stored as they run (ternary x scale in TQ2_0, TQ1_0 or a float format; no conversion at
+// load), one head, no rope.
+void read_hgrn_bit(const gguf::File& f, ModelConfig& c) {
+  c.act_quant_i8 = true;
+  c.ternary_output = true;
+  c.hgrn_lower_bound = f.find_tensor("lower_bounds") != nullptr;
+  c.ternary = "none";
+  TESSERA_CHECK(!c.tied_output, "{}: hgrn_bit needs output.weight (its lm_head is a BitLinear of its own)", f.path());
+  c.rope_dim = c.head_dim % 2 == 0 ? c.head_dim : c.head_dim - 1;  // no rope: any valid value
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const gguf::File& f) {
@@ -90,9 +126,9 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   c.architecture = std::string(*arch);
   TESSERA_CHECK(c.architecture == "llama" || c.architecture == "mistral" || c.architecture == "gemma3" ||
                     c.architecture == "qwen2" || c.architecture == "qwen3" || c.architecture == "phi3" ||
-                    c.architecture == "bitnet",
+                    c.architecture == "bitnet" || is_bitnet_cpp_arch(c.architecture) || c.architecture == "hgrn_bit",
                 "{}: architecture '{}' is not supported yet (supported: llama, mistral, gemma3, qwen2, qwen3, phi3, "
-                "bitnet)",
+                "bitnet, bitnet-b1.58, bitnet-25, hgrn_bit)",
                 f.path(), c.architecture);
   if (auto name = f.get_string("general.name")) c.name = std::string(*name);
   const std::string a = c.architecture + ".";
@@ -177,6 +213,8 @@ ModelConfig config_from_gguf(const gguf::File& f) {
     c.tied_output = true;
     c.ternary = "mul";
   }
+  if (is_bitnet_cpp_arch(c.architecture)) read_bitnet_cpp(f, c);
+  if (c.architecture == "hgrn_bit") read_hgrn_bit(f, c);
   if (c.architecture == "gemma3") {
     // llama.cpp's gemma3: the converter stores the norms' (1 + w) so they are plain RMSNorm here; GEGLU; embeddings
     // times sqrt(E); post-norms; local layers (five of six) with a 10000 rope base, values llama.cpp fixes in code

@@ -32,9 +32,7 @@ int run_cli(const std::string& args, std::string* out) {
 }
 
 // stdout alone (stderr dropped): a reply, a text, a JSON document.
-int run_stdout(const std::string& args, std::string* out) {
-  return run_command("{ " + cli_path() + " " + args + " 2>/dev/null; }", out);
-}
+int run_stdout(const std::string& args, std::string* out) { return tessera::test::run_cli_stdout(args, out); }
 
 std::string scratch(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("tessera_lora_cli_" + std::to_string(::getpid()) + "_" + name))

@@ -19,9 +19,7 @@ using tessera::test::cli_path;
 using tessera::test::data_path;
 using tessera::test::run_command;
 
-int run_stdout(const std::string& args, std::string* out) {
-  return run_command("{ " + cli_path() + " " + args + " 2>/dev/null; }", out);
-}
+int run_stdout(const std::string& args, std::string* out) { return tessera::test::run_cli_stdout(args, out); }
 
 json run_json(const std::string& args) {
   std::string out;

@@ -13,7 +13,7 @@ using tessera::test::cli_path;
 using tessera::test::run_command;
 
 // stdout only (stderr discarded).
-int run_stdout(const std::string& args, std::string* out) { return run_command("{ " + cli_path() + " " + args + " 2>/dev/null; }", out); }
+int run_stdout(const std::string& args, std::string* out) { return tessera::test::run_cli_stdout(args, out); }
 
 TEST(RunCli, StreamsTextAndPrintsStats) {
   TESSERA_REQUIRE_DEFAULT_MODEL(model);
