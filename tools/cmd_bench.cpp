@@ -379,6 +379,8 @@ int run(BenchFlags& f) {
   fmt::print("\npeak host memory {}; device memory n/a ({})\n", human_bytes(peak), f.device);
   if (const std::string t = teal_line(f.teal, tg_sparsity); !t.empty()) fmt::print("tg: {}\n", t);
   if (!f.limits && f.device != "cuda") fmt::print("% of limit: measure this machine's limits with --limits\n");
+  if (f.limits && f.device == "cuda")
+    fmt::print("% of limit: --limits measures the CPU's; the GPU's: `tessera bench --ceilings --device cuda`\n");
   if (over)
     fmt::print(">100% of limit: faster than the measured memory bandwidth allows, so the weights came from caches\n");
   if (f.limits && f.device != "cuda") {
