@@ -163,9 +163,10 @@ const std::vector<Row>& rows() {
         attention_row(DType::F16, 1, 8, 2, 64, 256, 150, 100), attention_row(DType::F16, 40, 8, 2, 64, 256, 90, 70),
         attention_row(DType::F32, 17, 4, 1, 32, 64, 20, 5),
         // Head size 256 (Gemma 3: 4 heads over 1 kv head): decode, prefill chunks over 16-bit and f32 caches (key
-        // tiles of 32 and 16), and a windowed chunk as its local layers run.
+        // tiles of 32 and 16), a windowed chunk as its local layers run, and a windowed decode step.
         attention_row(DType::F16, 1, 4, 1, 256, 128, 45), attention_row(DType::F16, 70, 4, 1, 256, 128, 30),
         attention_row(DType::F32, 37, 4, 1, 256, 64, 11), attention_row(DType::F16, 50, 4, 1, 256, 128, 60, 40),
+        attention_row(DType::F16, 1, 4, 1, 256, 768, 600, 512),  // decode past Gemma 3's 512-token window
         add_row(1, 576), add_row(7, 1000), swiglu_row(1, 1536),
         swiglu_row(5, 1000), last_row_row(1, 576), last_row_row(9, 576),
         simple_row(graph::Op::SCALE, {{7, 1000}}, {.scale = -0.75f}, kExact, kExact),

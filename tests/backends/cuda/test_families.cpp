@@ -41,6 +41,7 @@ namespace fs = std::filesystem;
 struct Family {
   const char* name;  // model_type
   bool bias = false, qk_norm = false, windowed = false;
+  int64_t head_dim = 64;  // Gemma 3 270M's is 256 (CudaFamilyWindow.Gemma3HeadSize256MatchesCpu)
 };
 
 // The architecture Tessera loads a family as: Mistral is a Llama with a sliding window (models/config_hf.cpp).
@@ -62,6 +63,7 @@ using cuda::test::write_safetensors;
 
 // A random model of family `fam` in a fresh directory (removed by the caller).
 std::string write_model(const Family& fam, uint32_t seed) {
+  const int64_t hd = fam.head_dim;
   const std::string family = fam.name;
   const bool gemma = family == "gemma3", phi3 = family == "phi3";
   const fs::path dir = fs::temp_directory_path() /
@@ -76,14 +78,14 @@ std::string write_model(const Family& fam, uint32_t seed) {
                               : std::string("Phi3"))
     << "ForCausalLM\"],\"model_type\":\"" << (gemma ? "gemma3_text" : family) << "\",\"hidden_size\":" << kEmbd
     << ",\"intermediate_size\":" << kFf << ",\"num_attention_heads\":" << kHeads
-    << ",\"num_key_value_heads\":" << kHeadsKv << ",\"head_dim\":" << kHeadDim << ",\"num_hidden_layers\":" << kLayers
+    << ",\"num_key_value_heads\":" << kHeadsKv << ",\"head_dim\":" << hd << ",\"num_hidden_layers\":" << kLayers
     << ",\"vocab_size\":" << kVocab
     << ",\"max_position_embeddings\":2048,\"rms_norm_eps\":1e-06,\"rope_theta\":1000000.0";
   if (gemma) {
     // Gemma 3: GEGLU, the embedding scale, q/k norms, sandwich norms, final softcapping; a window of 4 on the first
     // layer when windowed (else both layers global, so every op but the window runs on the GPU).
-    c << ",\"hidden_activation\":\"gelu_pytorch_tanh\",\"query_pre_attn_scalar\":64,"
-         "\"final_logit_softcapping\":5.0,\"rope_local_base_freq\":10000.0,\"sliding_window\":4,"
+    c << ",\"hidden_activation\":\"gelu_pytorch_tanh\",\"query_pre_attn_scalar\":" << hd
+      << ",\"final_logit_softcapping\":5.0,\"rope_local_base_freq\":10000.0,\"sliding_window\":4,"
          "\"tie_word_embeddings\":true,\"layer_types\":[\""
       << (fam.windowed ? "sliding" : "full") << "_attention\",\"full_attention\"]}";
   } else if (family == "mistral") {
@@ -128,21 +130,21 @@ std::string write_model(const Family& fam, uint32_t seed) {
       add(p + "post_feedforward_layernorm.weight", {kEmbd}, norm, 0.2f);
     }
     if (phi3) {  // q | k | v stacked by rows
-      add(p + "self_attn.qkv_proj.weight", {(kHeads + 2 * kHeadsKv) * kHeadDim, kEmbd}, 0.0f, 2 * w_in);
+      add(p + "self_attn.qkv_proj.weight", {(kHeads + 2 * kHeadsKv) * hd, kEmbd}, 0.0f, 2 * w_in);
     } else {
-      add(p + "self_attn.q_proj.weight", {kHeads * kHeadDim, kEmbd}, 0.0f, 2 * w_in);
-      add(p + "self_attn.k_proj.weight", {kHeadsKv * kHeadDim, kEmbd}, 0.0f, 2 * w_in);
-      add(p + "self_attn.v_proj.weight", {kHeadsKv * kHeadDim, kEmbd}, 0.0f, 2 * w_in);
+      add(p + "self_attn.q_proj.weight", {kHeads * hd, kEmbd}, 0.0f, 2 * w_in);
+      add(p + "self_attn.k_proj.weight", {kHeadsKv * hd, kEmbd}, 0.0f, 2 * w_in);
+      add(p + "self_attn.v_proj.weight", {kHeadsKv * hd, kEmbd}, 0.0f, 2 * w_in);
     }
-    add(p + "self_attn.o_proj.weight", {kEmbd, kHeads * kHeadDim}, 0.0f, w_in);
+    add(p + "self_attn.o_proj.weight", {kEmbd, kHeads * hd}, 0.0f, w_in);
     if (fam.bias) {
-      add(p + "self_attn.q_proj.bias", {kHeads * kHeadDim}, 0.0f, 0.5f);
-      add(p + "self_attn.k_proj.bias", {kHeadsKv * kHeadDim}, 0.0f, 0.5f);
-      add(p + "self_attn.v_proj.bias", {kHeadsKv * kHeadDim}, 0.0f, 0.5f);
+      add(p + "self_attn.q_proj.bias", {kHeads * hd}, 0.0f, 0.5f);
+      add(p + "self_attn.k_proj.bias", {kHeadsKv * hd}, 0.0f, 0.5f);
+      add(p + "self_attn.v_proj.bias", {kHeadsKv * hd}, 0.0f, 0.5f);
     }
     if (fam.qk_norm) {
-      add(p + "self_attn.q_norm.weight", {kHeadDim}, norm, 0.5f);
-      add(p + "self_attn.k_norm.weight", {kHeadDim}, norm, 0.5f);
+      add(p + "self_attn.q_norm.weight", {hd}, norm, 0.5f);
+      add(p + "self_attn.k_norm.weight", {hd}, norm, 0.5f);
     }
     if (phi3) {  // gate | up stacked by rows (gate first)
       add(p + "mlp.gate_up_proj.weight", {2 * kFf, kEmbd}, 0.0f, 2 * w_in);
@@ -244,6 +246,37 @@ TEST(CudaFamilyWindow, Gemma3LongContextMatchesCpu) {
   const double decode = worst_rel(da, db, kVocab);
   EXPECT_LE(decode, kTol) << "decode at positions 700-707";
   std::printf("gemma3 window 4, 700 positions: worst relative L2 error prefill %.3g, decode %.3g\n", prefill, decode);
+}
+
+// Gemma 3 at its real head size, 256 (the 270M's: 4 heads over 1 kv head there; 4 over 2 here), a local layer of
+// window 4 and a global one: prefill chunks of 128 (attn_prefill's one-row-tile shape at head size 256, windowed and
+// not) and decode steps (the decode kernels at head size 256).
+TEST(CudaFamilyWindow, Gemma3HeadSize256MatchesCpu) {
+  TESSERA_REQUIRE_GPU();
+  const std::string dir = write_model(Family{"gemma3", false, true, true, 256}, 9);
+  const Model m = Model::load(dir, {.load_tokenizer = false});
+  fs::remove_all(dir);
+  ASSERT_EQ(m.spec().head_dim, 256);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 300; ++i) ids.push_back(int32_t((i * 41 + 3) % kVocab));
+  SessionOptions co{.n_ctx = 512, .n_batch = 128, .n_threads = 2};
+  SessionOptions go = co;
+  go.device = "cuda";
+  Session cpu(m, co), gpu(m, go);
+  constexpr double kTol = 2e-2;
+  const double prefill = worst_rel(cpu.eval_all_logits(ids), gpu.eval_all_logits(ids), kVocab);
+  EXPECT_LE(prefill, kTol) << "prefill (chunks of 128)";
+  std::vector<float> da, db;
+  for (int i = 0; i < 8; ++i) {
+    const int32_t id = int32_t((i * 53 + 11) % kVocab);
+    const std::span<const float> x = cpu.decode(id);
+    da.insert(da.end(), x.begin(), x.end());
+    const std::span<const float> y = gpu.decode(id);
+    db.insert(db.end(), y.begin(), y.end());
+  }
+  const double decode = worst_rel(da, db, kVocab);
+  EXPECT_LE(decode, kTol) << "decode at positions 300-307";
+  std::printf("gemma3 head size 256, window 4: worst relative L2 error prefill %.3g, decode %.3g\n", prefill, decode);
 }
 
 // ---- LoRA on the CUDA backend (docs/LORA.md): the CPU runs adapters in its fused step, CUDA as the graph's unfused
