@@ -194,6 +194,7 @@ int run(BenchFlags& f) {
   apply_teal_flags(f.teal, so);
   apply_lora_flags(f.lora, so);
   Session session(model, so);
+  announce_adapters(session);
   double tg_sparsity = 0;  // measured over the tg runs (prefill stays dense)
   const int64_t n_vocab = session.n_vocab();
   const WorkCost decode0 = work_cost(session.graph(1, 0));

@@ -90,6 +90,7 @@ int run(ChatFlags& f) {
   const Tokenizer& tok = model.tokenizer();
   const ChatTemplate tmpl = chat_template_for(tok, f.g.chat_template);
   Session session(model, f.g.session);
+  announce_adapters(session);
   const int64_t n_ctx = session.n_ctx();
   const bool interactive = isatty(STDIN_FILENO) != 0;
   if (interactive) catch_sigint();

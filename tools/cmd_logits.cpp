@@ -164,6 +164,7 @@ int run(LogitsFlags& f) {
   apply_lora_flags(f.lora, so);
   so.sparsify_prefill = true;
   Session session(model, so);
+  if (!f.quiet) announce_adapters(session);
   const int64_t vocab = session.n_vocab();
   for (const Prompt& p : prompts)
     if (static_cast<int64_t>(p.ids.size()) > session.n_ctx())

@@ -162,6 +162,7 @@ int run(PplFlags& f) {
   apply_lora_flags(f.lora, so);
   so.sparsify_prefill = true;  // every scored position sparsified as decode would see it (docs/TEAL.md)
   Session session(model, so);
+  announce_adapters(session);
 
   PerplexityOptions po;
   po.n_chunks = f.n_chunks;

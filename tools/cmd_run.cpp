@@ -35,6 +35,7 @@ int run(RunFlags& f) {
   if (!f.g.no_escape) f.prompt = process_escapes(f.prompt);
   Model model = Model::load(f.g.model);
   Session session(model, f.g.session);
+  announce_adapters(session);
   std::string text = f.prompt;
   if (f.chat) {
     std::vector<ChatMessage> msgs;

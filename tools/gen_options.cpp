@@ -113,6 +113,12 @@ void add_lora_flags(CLI::App& app, LoraFlags& f) {
                "instead of running them beside the base matmuls");
 }
 
+void announce_adapters(const Session& s) {
+  for (const AdapterInfo& a : s.adapters())
+    fmt::print(stderr, "tessera: LoRA {} ({}, {} matmuls, rank up to {}, scale {:g}), {}\n", a.path, a.format,
+               a.matmuls, a.max_rank, a.scale, a.merged ? "merged" : "unmerged");
+}
+
 void apply_lora_flags(const LoraFlags& f, SessionOptions& so) {
   if (f.merge && f.specs.empty()) throw Error("--lora-merge needs at least one --lora adapter");
   for (const std::string& s : f.specs) so.lora.push_back(LoraSpec::parse(s));

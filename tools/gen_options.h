@@ -68,6 +68,8 @@ void add_gen_flags(CLI::App& app, GenFlags& f);
 void finish_gen_flags(GenFlags& f);
 // "prompt 12 tok, 230.1 tok/s; generated 64 tok, 95.2 tok/s; peak RSS 181.2 MiB"
 std::string stats_line(const Timings& t);
+// One stderr line per LoRA adapter the session runs (path, format, rank, matmuls, scale, merged or not).
+void announce_adapters(const Session& s);
 
 // More threads than the machine has only slow everything down (and used to hang it): caps `requested` to the
 // hardware threads with a one-line notice on stderr. Error for a negative count; 0 stays 0 (all cores).

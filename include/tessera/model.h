@@ -26,6 +26,16 @@ struct LoraSpec {
   static LoraSpec parse(const std::string& spec);
 };
 
+// A LoRA adapter as a session runs it (Session::adapters).
+struct AdapterInfo {
+  std::string path;
+  std::string format;    // "peft" or "gguf"
+  int64_t matmuls = 0;   // base weights it adapts
+  int64_t max_rank = 0;  // the largest r among them
+  float scale = 1.0f;    // the user's scale (LoraSpec::scale)
+  bool merged = false;   // merged into copies of the weights when the session opened
+};
+
 // Hyperparameters as the engine understands them.
 struct ModelSpec {
   std::string architecture;  // "llama"

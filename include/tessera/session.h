@@ -120,6 +120,8 @@ class Session {
   // Share of matmul-input entries the TEAL sparsification zeroed since the session opened or the last reset (0 when
   // it is off): measured, not the requested sparsity. CPU: the counters are process-wide, so with several sessions
   // open it counts all of them since the latest opening or reset.
+  // The LoRA adapters this session runs (SessionOptions::lora, in order; empty without any).
+  std::vector<AdapterInfo> adapters() const;
   double achieved_sparsity() const;
   void reset_achieved_sparsity();
   // Calibration (tessera calibrate, include/tessera/calibrate.h): while on, the sparsification nodes add their inputs'

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "api/model_impl.h"
 #include "core/error.h"
 #include "runtime/session.h"
@@ -55,6 +57,23 @@ const Model& Session::model() const { return impl_->model; }
 int64_t Session::n_ctx() const { return impl_->engine->n_ctx(); }
 int64_t Session::n_batch() const { return impl_->engine->options().n_batch; }
 int Session::n_threads() const { return impl_->engine->n_threads(); }
+std::vector<AdapterInfo> Session::adapters() const {
+  std::vector<AdapterInfo> out;
+  const std::shared_ptr<const LoraSet>& set = impl_->engine->options().lora;
+  if (!set) return out;
+  for (size_t i = 0; i < set->adapters.size(); ++i) {
+    const LoraAdapter& a = *set->adapters[i];
+    AdapterInfo info;
+    info.path = a.path;
+    info.format = a.format;
+    info.matmuls = static_cast<int64_t>(a.targets.size());
+    for (const LoraTarget& t : a.targets) info.max_rank = std::max(info.max_rank, t.rank);
+    if (i < impl_->options.lora.size()) info.scale = impl_->options.lora[i].scale;
+    info.merged = set->merged;
+    out.push_back(std::move(info));
+  }
+  return out;
+}
 double Session::achieved_sparsity() const {
   const auto [zeros, total] = impl_->engine->sparsity_counts();
   return total ? static_cast<double>(zeros) / static_cast<double>(total) : 0.0;

@@ -120,6 +120,30 @@ TEST(LoraCli, BadFlagsAreOneLine) {
   EXPECT_NE(out.find("--chains prints text"), std::string::npos) << out;
 }
 
+// The commands say which adapters they run (stderr: path, format, matmuls, rank, scale, merged or not); -q keeps
+// logits quiet.
+TEST(LoraCli, CommandsAnnounceTheirAdapters) {
+  const std::string base = data_path("lora/base"), a = data_path("lora/adapter_a"), b = data_path("lora/adapter_b");
+  const std::string out = scratch("announce.npy");
+  std::string log;
+  ASSERT_EQ(run_cli("logits -m " + base + " --ids 1,2,3 --out " + out + " --lora " + a + " --lora " + b + ":0.5", &log),
+            0)
+      << log;
+  EXPECT_NE(log.find("tessera: LoRA " + a + " (peft, "), std::string::npos) << log;
+  EXPECT_NE(log.find("rank up to 4, scale 1), unmerged"), std::string::npos) << log;
+  EXPECT_NE(log.find("tessera: LoRA " + b + " (peft, "), std::string::npos) << log;
+  EXPECT_NE(log.find("scale 0.5), unmerged"), std::string::npos) << log;
+  ASSERT_EQ(run_cli("logits -m " + base + " --ids 1,2,3 --out " + out + " --lora " + a + ".gguf --lora-merge", &log), 0)
+      << log;
+  EXPECT_NE(log.find("(gguf, "), std::string::npos) << log;
+  EXPECT_NE(log.find("), merged"), std::string::npos) << log;
+  ASSERT_EQ(run_cli("logits -m " + base + " --ids 1,2,3 --out " + out + " -q --lora " + a, &log), 0) << log;
+  EXPECT_EQ(log.find("tessera: LoRA"), std::string::npos) << log;
+  ASSERT_EQ(run_cli("logits -m " + base + " --ids 1,2,3 --out " + out, &log), 0) << log;
+  EXPECT_EQ(log.find("tessera: LoRA"), std::string::npos) << "no adapter, no line: " << log;
+  std::filesystem::remove(out);
+}
+
 // logits: the adapter moves the logits (by a large share of their scale), the same adapter at scale 0 gives the base's
 // logits, and --lora-merge gives the unmerged adapter's up to the requantization of the two merged Q4_1 matrices (far
 // closer to it than to the base).
