@@ -229,27 +229,7 @@ if has hf; then
   fi
   for mode in single batched; do
     dump=/tmp/hf_dump_$mode
-    rm -rf "$dump"
-    for case_dir in "$oracle"/*/; do
-      [ -f "$case_dir/prompts.json" ] || continue
-      case_name=$(basename "$case_dir")
-      extra=()
-      [ "$mode" = batched ] && extra=(--batched)
-      # f32 cases run with the f32 KV cache: the default f16 cache alone costs ~2.5e-3 relative logit error on an f32
-      # model (limit 1e-3), so with it the oracle would judge the cache type, not the f32 path.
-      case "$case_name" in *-f32) extra+=(--kv-type f32) ;; esac
-      if [ "$mode" = batched ]; then
-        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d['prompts']=[p for p in d['prompts'] if p['name'].startswith('batch')]; json.dump(d, open(sys.argv[2],'w'))" \
-          "$case_dir/prompts.json" /tmp/batch_prompts.json
-        pf=/tmp/batch_prompts.json
-      else
-        pf="$case_dir/prompts.json"
-      fi
-      echo "== $mode $case_name" >> "$hlog"
-      timeout 300 "$cli" logits -m "$case_dir" --prompts "$pf" --out "$dump/$case_name" --device cuda -c 4096 \
-        "${extra[@]}" >> "$hlog" 2>&1
-      echo "tessera logits exit $?" >> "$hlog"
-    done
+    hf_oracle_dump "$oracle" "$dump" "$mode" "$cli" "$hlog"
     python3 python/hf_oracle.py --ref "$oracle" --compare "$dump" >> "$hlog" 2>&1
     rc=$?
     say "- hf oracle ($mode, --device cuda): compare exit $rc"

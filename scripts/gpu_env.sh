@@ -70,3 +70,30 @@ stage_model_parts() {
     fi
   done
 }
+
+# hf_oracle_dump ORACLE DUMP MODE CLI LOG [DEVICE]: `tessera logits` on every case of a python/hf_oracle.py oracle
+# folder into DUMP (cleared first), one prompt at a time (MODE single) or the batch0..7 prompts decoded together
+# (MODE batched); f32 cases with the f32 KV cache (the default f16 cache alone costs ~2.5e-3 relative logit error on
+# an f32 model, limit 1e-3, so with it the oracle would judge the cache type, not the f32 path). Output to LOG; DEVICE
+# defaults to cuda. Compare afterwards with `python3 python/hf_oracle.py --ref ORACLE --compare DUMP`.
+hf_oracle_dump() {
+  local oracle=$1 dump=$2 mode=$3 cli=$4 log=$5 device=${6:-cuda} case_dir case_name pf
+  rm -rf "$dump"
+  for case_dir in "$oracle"/*/; do
+    [ -f "$case_dir/prompts.json" ] || continue
+    case_name=$(basename "$case_dir")
+    local extra=()
+    [ "$mode" = batched ] && extra=(--batched)
+    case "$case_name" in *-f32) extra+=(--kv-type f32) ;; esac
+    pf="$case_dir/prompts.json"
+    if [ "$mode" = batched ]; then
+      pf="$dump.batch_prompts.json"
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d['prompts']=[p for p in d['prompts'] if p['name'].startswith('batch')]; json.dump(d, open(sys.argv[2],'w'))" \
+        "$case_dir/prompts.json" "$pf"
+    fi
+    echo "== $mode $case_name" >> "$log"
+    timeout 300 "$cli" logits -m "$case_dir" --prompts "$pf" --out "$dump/$case_name" --device "$device" -c 4096 \
+      "${extra[@]}" >> "$log" 2>&1
+    echo "tessera logits exit $?" >> "$log"
+  done
+}

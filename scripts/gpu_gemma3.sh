@@ -66,24 +66,7 @@ if [ "$oracle_run" = 1 ]; then
   fi
   for mode in single batched; do
     dump=/tmp/hf_dump_gemma3_$mode
-    rm -rf "$dump"
-    for case_dir in "$oracle"/*/; do
-      [ -f "$case_dir/prompts.json" ] || continue
-      case_name=$(basename "$case_dir")
-      extra=()
-      [ "$mode" = batched ] && extra=(--batched)
-      case "$case_name" in *-f32) extra+=(--kv-type f32) ;; esac  # as gpu_check.sh: judge the f32 path, not the cache
-      pf="$case_dir/prompts.json"
-      if [ "$mode" = batched ]; then
-        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d['prompts']=[p for p in d['prompts'] if p['name'].startswith('batch')]; json.dump(d, open(sys.argv[2],'w'))" \
-          "$case_dir/prompts.json" /tmp/batch_prompts_gemma3.json
-        pf=/tmp/batch_prompts_gemma3.json
-      fi
-      echo "== $mode $case_name" >> "$hlog"
-      timeout 300 "$cli" logits -m "$case_dir" --prompts "$pf" --out "$dump/$case_name" --device cuda -c 4096 \
-        "${extra[@]}" >> "$hlog" 2>&1
-      echo "tessera logits exit $?" >> "$hlog"
-    done
+    hf_oracle_dump "$oracle" "$dump" "$mode" "$cli" "$hlog"
     python3 python/hf_oracle.py --ref "$oracle" --compare "$dump" >> "$hlog" 2>&1
     rc=$?
     say "- hf oracle ($mode, --device cuda): compare exit $rc"

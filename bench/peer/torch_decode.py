@@ -555,7 +555,7 @@ def main() -> int:
         del hf
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
-    if args.prefill:
+    if args.prefill and (args.models or not args.hf_dir):  # with --hf-dir alone, --prefill times those folders only
         spec = MODELS["tiny-untied" if args.tiny else "llama3-8b"]
         t_len = min(args.prefill_len, 256) if args.tiny else args.prefill_len
         try:

@@ -211,6 +211,31 @@ void check_free_space(const std::string& path, uint64_t need) {
                 dir.string(), double(need) / double(1ull << 30), double(avail) / double(1ull << 30));
 }
 
+// The weights `specs` as windows of one seeded pool of `dt` blocks at seeded offsets (distinct memory for the
+// engine to read, values that repeat): checks the disk for them plus `other_bytes` of the file's other tensors, adds
+// each weight as a reference into the pool and returns the pool, which must outlive w.write.
+std::vector<uint8_t> add_pooled_weights(gguf::Writer& w, const std::vector<WeightSpec>& specs, DType dt, uint64_t seed,
+                                        bool ternary, const std::string& path, uint64_t other_bytes) {
+  const DTypeInfo& info = dtype_info(dt);
+  uint64_t max_blocks = 0, total_bytes = other_bytes;
+  for (const WeightSpec& s : specs) {
+    const uint64_t blocks = static_cast<uint64_t>(s.shape[0] * s.shape[1]) / info.block_size;
+    max_blocks = std::max(max_blocks, blocks);
+    total_bytes += blocks * info.type_size;
+  }
+  // A few extra blocks, so that same-sized tensors start at different offsets.
+  const uint64_t pool_blocks = max_blocks + std::max<uint64_t>(max_blocks / 8, 1 << 12);
+  check_free_space(path, total_bytes);
+  std::vector<uint8_t> pool = make_pool(dt, pool_blocks, seed, ternary);
+  uint64_t state = seed;
+  for (const WeightSpec& s : specs) {
+    const uint64_t blocks = static_cast<uint64_t>(s.shape[0] * s.shape[1]) / info.block_size;
+    const uint64_t offset = splitmix64(state) % (pool_blocks - blocks + 1);
+    w.add_tensor_ref(s.name, dt, s.shape, pool.data() + offset * info.type_size, blocks * info.type_size);
+  }
+  return pool;
+}
+
 // ---- The MatMul-free LM (hgrn_bit) in its own graph's layout (src/models/hgrn_bit.cpp) ----
 
 // "mmfreelm-1.3b" -> "MatMul-free LM 1.3B"
@@ -272,25 +297,12 @@ void write_hgrn_bit_model(const RandomModelOptions& o, ModelConfig c, DType dt, 
     linears.push_back({b + "ffn_down.weight", {E, F}});
   }
   linears.push_back({"output.weight", {V, E}});
-  const DTypeInfo& info = dtype_info(dt);
   const DTypeInfo& embd_info = dtype_info(embd_dt);
-  uint64_t max_blocks = 0, total_bytes = static_cast<uint64_t>(V * E) / embd_info.block_size * embd_info.type_size;
-  for (const WeightSpec& s : linears) {
-    const uint64_t blocks = static_cast<uint64_t>(s.shape[0] * s.shape[1]) / info.block_size;
-    max_blocks = std::max(max_blocks, blocks);
-    total_bytes += blocks * info.type_size;
-  }
-  const uint64_t pool_blocks = max_blocks + std::max<uint64_t>(max_blocks / 8, 1 << 12);
-  check_free_space(path, total_bytes);
-  const std::vector<uint8_t> pool = make_pool(dt, pool_blocks, o.seed, /*ternary=*/true);
-  const std::vector<uint8_t> embd = make_pool(embd_dt, static_cast<uint64_t>(V * E) / embd_info.block_size, o.seed + 1);
+  const uint64_t embd_blocks = static_cast<uint64_t>(V * E) / embd_info.block_size;
+  const std::vector<uint8_t> embd = make_pool(embd_dt, embd_blocks, o.seed + 1);
   w.add_tensor_ref("token_embd.weight", embd_dt, {V, E}, embd.data(), embd.size());
-  uint64_t state = o.seed;
-  for (const WeightSpec& s : linears) {
-    const uint64_t blocks = static_cast<uint64_t>(s.shape[0] * s.shape[1]) / info.block_size;
-    const uint64_t offset = splitmix64(state) % (pool_blocks - blocks + 1);
-    w.add_tensor_ref(s.name, dt, s.shape, pool.data() + offset * info.type_size, blocks * info.type_size);
-  }
+  const std::vector<uint8_t> pool =
+      add_pooled_weights(w, linears, dt, o.seed, /*ternary=*/true, path, embd_blocks * embd_info.type_size);
   const std::vector<float> ones(static_cast<size_t>(std::max(E, F)), 1.0f);
   const auto norm = [&](const std::string& name, int64_t n) {
     w.add_tensor(name, DType::F32, {n}, ones.data(), static_cast<uint64_t>(n) * sizeof(float));
@@ -375,7 +387,6 @@ void write_random_model(const RandomModelOptions& o, const std::string& path) {
   TESSERA_CHECK(o.n_layers >= 0, "layer count {} must not be negative", o.n_layers);
   const int64_t n_layers = o.n_layers == 0 ? p.n_layers : o.n_layers;
   TESSERA_CHECK(n_layers <= p.n_layers, "{} has {} layers; {} were asked for", p.name, p.n_layers, n_layers);
-  const DTypeInfo& info = dtype_info(*dt);
 
   gguf::Writer w;
   const std::string a = "llama.";
@@ -397,23 +408,8 @@ void write_random_model(const RandomModelOptions& o, const std::string& path) {
   w.set(a + "vocab_size", gguf::Value::from_u32(uint32_t(p.n_vocab)));
   add_placeholder_vocab(w, p.n_vocab);
 
-  const std::vector<WeightSpec> specs = weight_specs(p, n_layers);
-  uint64_t max_blocks = 0, total_bytes = 0;
-  for (const WeightSpec& s : specs) {
-    const uint64_t blocks = static_cast<uint64_t>(s.shape[0] * s.shape[1]) / info.block_size;
-    max_blocks = std::max(max_blocks, blocks);
-    total_bytes += blocks * info.type_size;
-  }
-  // A few extra blocks, so that same-sized tensors start at different offsets.
-  const uint64_t pool_blocks = max_blocks + std::max<uint64_t>(max_blocks / 8, 1 << 12);
-  check_free_space(path, total_bytes);
-  const std::vector<uint8_t> pool = make_pool(*dt, pool_blocks, o.seed);
-  uint64_t state = o.seed;
-  for (const WeightSpec& s : specs) {
-    const uint64_t blocks = static_cast<uint64_t>(s.shape[0] * s.shape[1]) / info.block_size;
-    const uint64_t offset = splitmix64(state) % (pool_blocks - blocks + 1);
-    w.add_tensor_ref(s.name, *dt, s.shape, pool.data() + offset * info.type_size, blocks * info.type_size);
-  }
+  const std::vector<uint8_t> pool =
+      add_pooled_weights(w, weight_specs(p, n_layers), *dt, o.seed, /*ternary=*/false, path, 0);
   const std::vector<float> ones(static_cast<size_t>(p.n_embd), 1.0f);
   for (int64_t l = 0; l < n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";

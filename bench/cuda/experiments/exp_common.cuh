@@ -22,6 +22,16 @@
     }                                                                                          \
   } while (0)
 
+// A cuBLASLt call, checked (for the experiments that include cublasLt.h).
+#define LT(x)                                                                                         \
+  do {                                                                                                \
+    cublasStatus_t s_ = (x);                                                                          \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cublasLtGetStatusString(s_)); \
+      std::exit(1);                                                                                   \
+    }                                                                                                 \
+  } while (0)
+
 namespace exp_common {
 
 // 16 bytes of weights that are read once: no L1 allocation.
@@ -43,6 +53,28 @@ __device__ __forceinline__ float warp_max(float v) {
 inline float median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// f() on stream st: 3 untimed runs, then the median of `reps` runs between CUDA events, in microseconds.
+template <typename F>
+float time_us(F&& f, int reps, cudaStream_t st) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) f();
+  std::vector<float> v;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(e0, st));
+    f();
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    v.push_back(ms * 1e3f);
+  }
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return median(std::move(v));
 }
 
 // The copy ceiling: a 1 GiB device-to-device copy, bytes read + written per second (GB/s), median of 10 after 2.

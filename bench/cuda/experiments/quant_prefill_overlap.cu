@@ -14,7 +14,7 @@
 // STATUS (twenty-first session, its only run, H100): the check FAILED: every comparison against src gave a relative
 // L2 of 0.84-0.86 (q4_K) and 1.2 (tq2_0), and the check does not say which form differs (it keeps the worst). The
 // timings are therefore not a result yet, though they time the same work whatever the values: src 541.8 us for one
-// 8B q4_K layer, every sliced or overlapped form slower (ovl2 +9% to +27% per matrix, ovl8 up to 2.6x), the GEMMs
+// 8B q4_K layer, every sliced or overlapped form slower (ovl2 +8% to +34% per matrix, ovl8 up to 2.8x), the GEMMs
 // alone 344.9. Next: check each form on its own (gemm_only against src first) and find the layout error.
 //
 // Build here (no GPU needed): target exp_quant_prefill_overlap. Run on the GPU machine:
@@ -40,20 +40,12 @@
 
 using namespace tessera;
 using namespace tessera::cuda;
+using exp_common::time_us;
 
 namespace {
 
 constexpr int64_t kT = 512;
 constexpr size_t kWsBytes = size_t{32} << 20;
-
-#define LT(x)                                                                                         \
-  do {                                                                                                \
-    cublasStatus_t s_ = (x);                                                                          \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cublasLtGetStatusString(s_)); \
-      std::exit(1);                                                                                   \
-    }                                                                                                 \
-  } while (0)
 
 // One bf16 GEMM D[rows, T] (ld ldc) = A[K, rows]ᵀ · B[K, T], f32 D: a slice of W's rows against all of x.
 struct Gemm {
@@ -100,27 +92,6 @@ DeviceWeight slice_of(const DeviceWeight& w, int64_t r0, int64_t rows) {
   return s;
 }
 
-template <typename F>
-float time_us(F&& f, int reps, cudaStream_t st) {
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<float> v;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(e0, st));
-    f();
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    v.push_back(ms * 1e3f);
-  }
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  return exp_common::median(v);
-}
-
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -145,7 +116,7 @@ int main(int argc, char** argv) {
   CK(cudaStreamCreate(&s2));
   cublasLtHandle_t lt;
   LT(cublasLtCreate(&lt));
-  DeviceBuffer lt_ws(kWsBytes), lt_ws2(kWsBytes);
+  DeviceBuffer lt_ws(kWsBytes);
   GemmWorkspace gws(kT, 14336, 28672 * 4096);
   std::mt19937 rng(11);
   std::printf("T = %lld, x bf16, median of %d runs (us)\n", static_cast<long long>(kT), reps);
@@ -283,7 +254,6 @@ int main(int argc, char** argv) {
   for (int ti = 0; ti < 2; ++ti)
     std::printf("%s, one 8B layer: src %.1f us, best overlapped form per matrix %.1f (%.2fx), GEMMs alone %.1f\n",
                 types[ti] == DType::Q4_K ? "q4_K" : "tq2_0", tot_src[ti], tot_best[ti], tot_src[ti] / tot_best[ti], tot_gemm[ti]);
-  (void)lt_ws2;
   cublasLtDestroy(lt);
   return 0;
 }

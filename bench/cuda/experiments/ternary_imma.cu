@@ -44,15 +44,6 @@ namespace {
 
 constexpr int64_t kT = 512;
 
-#define LT(x)                                                                                         \
-  do {                                                                                                \
-    cublasStatus_t s_ = (x);                                                                          \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cublasLtGetStatusString(s_)); \
-      std::exit(1);                                                                                   \
-    }                                                                                                 \
-  } while (0)
-
 // x [T, K] f32 -> q [T, K] int8 and s [T]: q = round(x / s), s = absmax / 127 (one block of 256 threads a row).
 __global__ void quant_rows_i8(const float* x, int64_t k, int8_t* q, float* s) {
   __shared__ float red[8];
@@ -128,27 +119,6 @@ Int8Gemm make_int8_gemm(cublasLtHandle_t lt, int64_t n, int64_t t, int64_t k, si
                 static_cast<long long>(t), static_cast<long long>(k), cublasLtGetStatusString(st), found);
   }
   return g;
-}
-
-template <typename F>
-float time_ms(F&& f, int reps, cudaStream_t st) {
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<float> v;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(e0, st));
-    f();
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    v.push_back(ms);
-  }
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  return exp_common::median(v);
 }
 
 uint16_t to_half_bits(float f) {
@@ -272,9 +242,10 @@ int main(int argc, char** argv) {
     err_s /= scale;
     const bool ok = err_i < 1e-5;
 
-    const float t_src = time_ms(src, reps, st) * 1e3f, t_imma = time_ms(imma, reps, st) * 1e3f;
-    const float t_g8 = time_ms(gemm8, reps, st) * 1e3f, t_exp = time_ms(expand, reps, st) * 1e3f;
-    const float t_b16 = time_ms(bf16gemm, reps, st) * 1e3f;
+    using exp_common::time_us;
+    const float t_src = time_us(src, reps, st), t_imma = time_us(imma, reps, st);
+    const float t_g8 = time_us(gemm8, reps, st), t_exp = time_us(expand, reps, st);
+    const float t_b16 = time_us(bf16gemm, reps, st);
     std::printf("%-14s %9.1f %9.1f %9.1f %9.1f %9.1f %8.2fx  imma %.1e src %.1e %s\n", sh.name, t_src, t_imma, t_g8,
                 t_exp, t_b16, t_src / t_imma, err_i, err_s, ok ? "ok" : "FAIL");
     const int m = sh.name[0] == '8' ? 0 : 1;

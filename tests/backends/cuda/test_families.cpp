@@ -186,6 +186,29 @@ TEST_P(CudaFamilyModel, LoadsAndRunsOnCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Families, CudaFamilyModel, kFamilies, family_test_name);
 
+// A cpu and a cuda session of `m` (the CPU's `co`, the same on the GPU): the worst relative L2 error per row of
+// every prompt row's logits (prefill in chunks of co.n_batch), then of 8 decode steps after it.
+struct CpuGpuErrors {
+  double prefill = 0, decode = 0;
+};
+CpuGpuErrors compare_with_cpu(const Model& m, const std::vector<int32_t>& ids, const SessionOptions& co) {
+  SessionOptions go = co;
+  go.device = "cuda";
+  Session cpu(m, co), gpu(m, go);
+  CpuGpuErrors e;
+  e.prefill = worst_rel(cpu.eval_all_logits(ids), gpu.eval_all_logits(ids), kVocab);
+  std::vector<float> da, db;
+  for (int i = 0; i < 8; ++i) {
+    const int32_t id = int32_t((i * 53 + 11) % kVocab);
+    const std::span<const float> x = cpu.decode(id);
+    da.insert(da.end(), x.begin(), x.end());
+    const std::span<const float> y = gpu.decode(id);
+    db.insert(db.end(), y.begin(), y.end());
+  }
+  e.decode = worst_rel(da, db, kVocab);
+  return e;
+}
+
 class CudaFamily : public ::testing::TestWithParam<Family> {};
 
 TEST_P(CudaFamily, MatchesCpu) {
@@ -197,21 +220,9 @@ TEST_P(CudaFamily, MatchesCpu) {
   std::vector<int32_t> ids;
   for (int i = 0; i < 20; ++i) ids.push_back(int32_t((i * 37 + 5) % kVocab));
   SessionOptions co{.n_ctx = 64, .n_batch = 8, .n_threads = 2};
-  SessionOptions go = co;
-  go.device = "cuda";
-  Session cpu(m, co), gpu(m, go);
   constexpr double kTol = 2e-2;
-  const double prefill = worst_rel(cpu.eval_all_logits(ids), gpu.eval_all_logits(ids), kVocab);
+  const auto [prefill, decode] = compare_with_cpu(m, ids, co);
   EXPECT_LE(prefill, kTol) << fam.name << " prefill (chunks of 8)";
-  std::vector<float> da, db;
-  for (int i = 0; i < 8; ++i) {
-    const int32_t id = int32_t((i * 53 + 11) % kVocab);
-    const std::span<const float> x = cpu.decode(id);
-    da.insert(da.end(), x.begin(), x.end());
-    const std::span<const float> y = gpu.decode(id);
-    db.insert(db.end(), y.begin(), y.end());
-  }
-  const double decode = worst_rel(da, db, kVocab);
   EXPECT_LE(decode, kTol) << fam.name << " decode after prefill";
   std::printf("%s: worst relative L2 error prefill %.3g, decode %.3g\n", fam.name, prefill, decode);
 }
@@ -229,21 +240,9 @@ TEST(CudaFamilyWindow, Gemma3LongContextMatchesCpu) {
   std::vector<int32_t> ids;
   for (int i = 0; i < 700; ++i) ids.push_back(int32_t((i * 37 + 5) % kVocab));
   SessionOptions co{.n_ctx = 1024, .n_batch = 256, .n_threads = 2};
-  SessionOptions go = co;
-  go.device = "cuda";
-  Session cpu(m, co), gpu(m, go);
   constexpr double kTol = 2e-2;
-  const double prefill = worst_rel(cpu.eval_all_logits(ids), gpu.eval_all_logits(ids), kVocab);
+  const auto [prefill, decode] = compare_with_cpu(m, ids, co);
   EXPECT_LE(prefill, kTol) << "prefill (chunks of 256)";
-  std::vector<float> da, db;
-  for (int i = 0; i < 8; ++i) {
-    const int32_t id = int32_t((i * 53 + 11) % kVocab);
-    const std::span<const float> x = cpu.decode(id);
-    da.insert(da.end(), x.begin(), x.end());
-    const std::span<const float> y = gpu.decode(id);
-    db.insert(db.end(), y.begin(), y.end());
-  }
-  const double decode = worst_rel(da, db, kVocab);
   EXPECT_LE(decode, kTol) << "decode at positions 700-707";
   std::printf("gemma3 window 4, 700 positions: worst relative L2 error prefill %.3g, decode %.3g\n", prefill, decode);
 }
@@ -260,21 +259,9 @@ TEST(CudaFamilyWindow, Gemma3HeadSize256MatchesCpu) {
   std::vector<int32_t> ids;
   for (int i = 0; i < 300; ++i) ids.push_back(int32_t((i * 41 + 3) % kVocab));
   SessionOptions co{.n_ctx = 512, .n_batch = 128, .n_threads = 2};
-  SessionOptions go = co;
-  go.device = "cuda";
-  Session cpu(m, co), gpu(m, go);
   constexpr double kTol = 2e-2;
-  const double prefill = worst_rel(cpu.eval_all_logits(ids), gpu.eval_all_logits(ids), kVocab);
+  const auto [prefill, decode] = compare_with_cpu(m, ids, co);
   EXPECT_LE(prefill, kTol) << "prefill (chunks of 128)";
-  std::vector<float> da, db;
-  for (int i = 0; i < 8; ++i) {
-    const int32_t id = int32_t((i * 53 + 11) % kVocab);
-    const std::span<const float> x = cpu.decode(id);
-    da.insert(da.end(), x.begin(), x.end());
-    const std::span<const float> y = gpu.decode(id);
-    db.insert(db.end(), y.begin(), y.end());
-  }
-  const double decode = worst_rel(da, db, kVocab);
   EXPECT_LE(decode, kTol) << "decode at positions 300-307";
   std::printf("gemma3 head size 256, window 4: worst relative L2 error prefill %.3g, decode %.3g\n", prefill, decode);
 }
