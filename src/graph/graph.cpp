@@ -122,10 +122,26 @@ int Graph::add_weight(std::string name, DType dtype, std::vector<int64_t> shape,
 }
 
 int Graph::add_constant(std::string name, std::vector<float> values) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  return add_constant(std::move(name), std::move(values), {n});
+}
+
+int Graph::add_constant(std::string name, std::vector<float> values, std::vector<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  TESSERA_CHECK(n == static_cast<int64_t>(values.size()), "graph: constant '{}' of shape {} is given {} values", name,
+                shape_string(shape), values.size());
   auto store = std::make_shared<std::vector<float>>(std::move(values));
-  constants_.push_back(store);
-  const int64_t n = static_cast<int64_t>(store->size());
-  return add_weight(std::move(name), DType::F32, {n}, store->data());
+  const int id = add_weight(std::move(name), DType::F32, std::move(shape), store->data());
+  constants_.push_back(std::move(store));
+  return id;
+}
+
+bool Graph::owns(const void* data) const {
+  if (data == nullptr) return false;
+  for (const auto& c : constants_)
+    if (c->data() == data) return true;
+  return false;
 }
 
 int Graph::add_kv_cache(std::string name, DType dtype, std::vector<int64_t> shape) {

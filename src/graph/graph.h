@@ -180,6 +180,12 @@ struct Fusion {
   // q and k unrotated (rotated with params.rope_dim / rope_neox), k and v stored at positions before attending.
   bool rope_store = false;
   bool empty() const { return fused_from.empty() && !in_producer; }
+  // Whether the node's op alone computes the source nodes it names, with nothing else set (the matmul-chain rewrite's
+  // matmul by a folded weight, passes/chain.h): executors run it as they run its op unfused.
+  bool names_only() const {
+    return !fused_from.empty() && n_weights == 1 && norm_weight < 0 && residual < 0 && !swiglu && !gate_up &&
+           norm_out < 0 && lora == 0 && lora_member.empty() && !in_producer && !rope_store;
+  }
 };
 
 // What part of the model a node computes; names follow shared/DESIGN.md.
@@ -283,6 +289,13 @@ class Graph {
   int add_weight(std::string name, DType dtype, std::vector<int64_t> shape, const void* data);
   // A weight whose values the graph computes and owns (e.g. rope inverse frequencies), f32 [n].
   int add_constant(std::string name, std::vector<float> values);
+  // The same with a shape (values row-major; Error unless their count is the shape's): the matmul-chain rewrite's
+  // folded weight-only products (passes/chain.h), f32 [N, K].
+  int add_constant(std::string name, std::vector<float> values, std::vector<int64_t> shape);
+  // Whether `data` is the storage of one of this graph's constants. It lives as long as the graph and its copies
+  // (they share it), not as long as the model: a cache keyed by weight addresses that outlives the graph must not hold
+  // it, since another graph's constant may later be allocated at the same address.
+  bool owns(const void* data) const;
   int add_kv_cache(std::string name, DType dtype, std::vector<int64_t> shape);
 
   // Appends a node whose output tensor is named after it; checks the inputs' shapes against the op (Error on a

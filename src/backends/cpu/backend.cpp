@@ -166,8 +166,10 @@ const char* CpuBackend::reject_reason(const graph::Node& n, const graph::Graph& 
 const char* CpuBackend::reject_reason(const graph::Node& n, const graph::Graph& g, bool reference) {
   const auto in = [&](size_t i) -> const Tensor& { return g.tensor(n.inputs.at(i)); };
   const auto inputs_ok = [](bool ok) -> const char* { return ok ? nullptr : "is not supported with these inputs"; };
-  // The CPU declares one fusion, fast mode only (cpu_fusion_support): a matmul with its LoRA adapters.
-  if (!n.fusion.empty()) {
+  // The CPU declares one fusion, fast mode only (cpu_fusion_support): a matmul with its LoRA adapters. A matmul by a
+  // folded weight (the chain rewrite's, also fast mode only) is a plain matmul, in either mode.
+  const bool folded = n.op == Op::MATMUL && n.fusion.names_only() && n.inputs.size() == 2;
+  if (!n.fusion.empty() && !folded) {
     const graph::Fusion& f = n.fusion;
     const bool lora_only = !reference && n.op == Op::MATMUL && f.lora > 0 && f.n_weights == 1 && f.norm_weight < 0 &&
                            f.residual < 0 && !f.swiglu && f.norm_out < 0 &&
@@ -214,11 +216,27 @@ constexpr uint64_t kAlign = 64;
 
 }  // namespace
 
+graph::FusionSupport cpu_fusion_support(bool reference) {
+  graph::FusionSupport f;
+  if (reference) return f;
+  f.chain_orders = graph::ChainCostModel{};
+  f.weight_values = [](const Tensor& w) {
+    std::vector<float> v;
+    if (w.shape.size() != 2 || w.data == nullptr || !can_dequantize(w.dtype) ||
+        w.shape[1] % dtype_info(w.dtype).block_size != 0)
+      return v;  // a format the CPU cannot read: the chain stays as built
+    v.resize(static_cast<size_t>(w.numel()));
+    convert_rows(w.dtype, w.data, DType::F32, v.data(), w.shape[0], w.shape[1]);
+    return v;
+  };
+  f.lora_epilogue = true;
+  return f;
+}
+
 std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vector<StateBinding>& state) {
   auto plan = std::make_unique<Plan>();
-  // The CPU fuses only a matmul with its unmerged LoRA adapters, in fast mode (the reference mode runs the builder's
-  // nodes: the fused step's oracle); the passes verify the rewrite either way.
-  plan->graph_ = graph::run_passes(g, graph::FusionSupport{.lora_epilogue = !options_.reference});
+  // The passes verify the rewrite in either mode (cpu_fusion_support).
+  plan->graph_ = graph::run_passes(g, cpu_fusion_support(options_.reference));
   const graph::Graph& pg = plan->graph_;
   for (const graph::Node& n : pg.nodes()) {
     const char* why = reject_reason(n, pg);
@@ -293,7 +311,13 @@ std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vect
         s.w_dtype = in(1).dtype;
         s.w_raw = in(1).data;
         TESSERA_CHECK(s.w_raw != nullptr, "cpu backend: weight '{}' has no data", in(1).name);
-        if (!options_.reference) s.w = &weights_->get(in(1));
+        if (!options_.reference && pg.owns(s.w_raw)) {
+          plan->own_weights_.push_back(
+              std::make_unique<PackedWeight>(prepare_weight(s.w_dtype, s.w_raw, in(1).shape[0], in(1).shape[1])));
+          s.w = plan->own_weights_.back().get();
+        } else if (!options_.reference) {
+          s.w = &weights_->get(in(1));
+        }
         // No sparse kernel (scalar ISA, a format without one): the dense kernel on the zeroed x, same values.
         if (!options_.reference && n.op == Op::MATMUL_SPARSE) s.sw = weights_->get_sparse(in(1));
         s.t = in(0).shape[0];

@@ -24,6 +24,7 @@
 #include "backends/cpu/kernels/matmul_sparse.h"
 #include "core/thread_pool.h"
 #include "graph/graph.h"
+#include "graph/passes/fuse.h"
 #include "quant/format_support.h"
 
 namespace tessera::cpu {
@@ -109,7 +110,16 @@ class Plan {
   std::vector<std::pair<std::string, int>> input_ids_;  // INPUT tensors by name
   std::vector<std::unique_ptr<OpCall>> calls_;          // bindings of the steps that run a registered op kernel
   std::vector<std::unique_ptr<Lora>> loras_;            // the LoRA epilogues of fused matmuls
+  // Matmul weights graph_ owns (the chain rewrite's folded constants): prepared per plan, never in the WeightCache,
+  // whose entries, keyed by address, outlive this graph.
+  std::vector<std::unique_ptr<PackedWeight>> own_weights_;
 };
+
+// What the CPU's plans run fused, declared to the graph passes (graph/passes/fuse.h): in fast mode, matmul chains in
+// the order the chain pass finds cheapest under graph::ChainCostModel's defaults (a 2-core AVX2 machine's f32 path),
+// weight-only products folded into f32 constants, and each matmul with its unmerged LoRA adapters in one step;
+// nothing in reference mode (it runs the builder's nodes: the fast mode's oracle).
+graph::FusionSupport cpu_fusion_support(bool reference);
 
 class CpuBackend {
  public:

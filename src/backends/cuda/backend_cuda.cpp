@@ -119,7 +119,7 @@ struct CudaDecoder::Impl {
     return owned.back().get();
   }
   [[noreturn]] void unsupported(const graph::Node& n, const std::string& why) { CudaShared::Impl::unsupported(n, why); }
-  const DeviceWeight& weight(const graph::Node& n, int tid) { return sh->weight(n, g.tensor(tid)); }
+  const DeviceWeight& weight(const graph::Node& n, int tid) { return sh->weight(g, n, g.tensor(tid)); }
   // A 1-D weight (norm weight, rope frequencies) as f32 on the device.
   float* vector_f32(const graph::Node& n, int tid) {
     if (ptr[static_cast<size_t>(tid)] != nullptr) return static_cast<float*>(ptr[static_cast<size_t>(tid)]);
@@ -217,6 +217,10 @@ graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold
   f.rope_store_attention = true;  // rope and stores have no launch of their own (TESSERA_CUDA_FUSE_ATTN=0: two)
   f.windowed_attention = true;    // attn_decode* mask keys outside the window (KvCacheView::window)
   if (!fuse) return f;
+  // Matmul chains in their cheapest order (executor_common.h): at one token no LoRA adapter folds, but the decoder
+  // takes the rewrite's plain matmul by an f32 constant (the f32 GEMV) wherever a chain does.
+  f.chain_orders = cuda_chain_cost_model();
+  f.weight_values = cuda_weight_values;
   // Weights whose format has no kernel run as their converted copy (bf16): they stack with weights of that format.
   f.weight_format = [](const graph::Tensor& w) { return weight_formats().runs_as(w.dtype).value_or(w.dtype); };
   f.stack_shared_input = true;
@@ -332,7 +336,7 @@ bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
   } else {
     std::vector<const graph::Tensor*> members;
     for (int i = 0; i < n_weights; ++i) members.push_back(&g.tensor(n.inputs.at(static_cast<size_t>(1 + i))));
-    wp = &sh->stack(n, members);
+    wp = &sh->stack(g, n, members);
   }
   // q4_K: q4_1's list walk over a q4_1 copy of the weights (q4_k_rows_as_q4_1), as the CPU runs it.
   const bool q4k = wp->dtype == DType::Q4_K;
@@ -540,7 +544,7 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       } else {
         std::vector<const graph::Tensor*> members;
         for (int i = 0; i < n_weights; ++i) members.push_back(&g.tensor(in(static_cast<size_t>(1 + i))));
-        wp = &sh->stack(n, members);
+        wp = &sh->stack(g, n, members);
       }
       // The dense GEMV on a SPARSIFY output (a MATMUL_SPARSE without a sparse GEMV): with calibrated thresholds, the
       // output over the input and a quantized weight whose 8-bit input is made here, that quantization applies the

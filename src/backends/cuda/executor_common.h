@@ -60,9 +60,14 @@ DType lora_a_dtype(DType base);
 
 // One model's weights on the device (by host data pointer; tied embeddings share one), its stacked weights of
 // merged matmuls (by their members' host pointers) and its adapters per node (by their host pointers and layout):
-// uploaded once per model, shared by every session's CudaShared.
+// uploaded once per model, shared by every session's CudaShared. A weight a graph owns (the matmul-chain rewrite's
+// folded constants, graph::Graph::owns) is keyed by its content instead (constant_key): its storage lives only as long
+// as its graph, so another compile's constant may later be allocated at the same address, while equal contents (a
+// chain folded alike in the prefill and batch graphs, or by another session with the same adapters) may share one
+// upload.
 struct DeviceWeights {
   std::unordered_map<const void*, DeviceWeight> weights;
+  std::map<std::string, DeviceWeight> constants;
   std::map<std::vector<const void*>, std::unique_ptr<DeviceWeight>> stacks;
   std::map<std::string, std::unique_ptr<DeviceLora>> loras;
   std::map<std::string, std::unique_ptr<DeviceAugmented>> augmented;
@@ -77,6 +82,7 @@ struct CudaShared::Impl {
   bool fuse = true;  // declare stacked matmuls and epilogues to the graph passes (TESSERA_CUDA_FUSE=0: off)
   cudaStream_t stream = nullptr;
   std::unordered_map<const void*, DeviceWeight>& weights = store->weights;
+  std::map<std::string, DeviceWeight>& constants = store->constants;
   std::map<std::vector<const void*>, std::unique_ptr<DeviceWeight>>& stacks = store->stacks;
   std::map<std::string, std::unique_ptr<DeviceLora>>& loras = store->loras;
   std::map<std::string, std::unique_ptr<DeviceAugmented>>& augmented_weights = store->augmented;
@@ -92,10 +98,12 @@ struct CudaShared::Impl {
 
   // Error text prefix for a node that cannot run: "cuda backend: node 'x' (op) cannot run on the GPU: why".
   [[noreturn]] static void unsupported(const graph::Node& n, const std::string& why);
-  // The device copy of a 2-D weight (uploaded on first use).
-  const DeviceWeight& weight(const graph::Node& n, const graph::Tensor& t);
-  // The weights of `members` (same dtype and K) stacked row-wise as one matrix (uploaded on first use).
-  const DeviceWeight& stack(const graph::Node& n, const std::vector<const graph::Tensor*>& members);
+  // The device copy of 2-D weight t of graph g (uploaded on first use; by content where g owns it: constant_key).
+  const DeviceWeight& weight(const graph::Graph& g, const graph::Node& n, const graph::Tensor& t);
+  // The weights of `members` (same dtype and K) stacked row-wise as one matrix (uploaded on first use, by the
+  // members' addresses). unsupported(n, ...) for a member g owns: the passes never stack one (stack_matmuls).
+  const DeviceWeight& stack(const graph::Graph& g, const graph::Node& n,
+                            const std::vector<const graph::Tensor*>& members);
   // The adapters of matmul node n of g (graph::lora_terms; n.fusion.lora > 0) beside its base weight whose device
   // format is `base` (uploaded on first use). Error naming the node for adapters whose shapes do not fit it. gemm_b:
   // with b_bd too (where r_total % 8 == 0 and A is 16-bit), uploaded once on the first call that asks.
@@ -117,13 +125,37 @@ struct CudaShared::Impl {
   uint64_t gemm_generation = 0;  // bumped when the workspace is replaced: graphs captured over the old one are stale
 };
 
+// The key of a graph-owned weight in DeviceWeights::constants: its name, format, shape and a 64-bit hash of its bytes.
+// Two keys are equal for equal contents; different contents under one name and shape (the same chain folded from
+// another adapter) collide only if their hashes do (about 2^-64 per pair).
+std::string constant_key(const graph::Tensor& t);
+
+// The matmul-chain rewrite (graph/passes/chain.h, docs/GRAPH.md "Matmul chains") as both executors declare it: chains
+// in the order cheapest under cuda_chain_cost_model(), weight-only products folded into f32 constants (run natively:
+// f32 is a GPU weight format) from the values cuda_weight_values() reads. Host code only.
+// The ceilings are those of the f32 path the folded constant's product runs on (the f32 GEMV; cuBLASLt's f32 GEMM,
+// CUBLAS_COMPUTE_32F without TF32): 50 TFLOP/s, ~75% of the H100's 67 TFLOP/s f32 FMA peak (docs/CUDA_NOTES.md; a
+// large SGEMM's usual share, not measured here), and the 2.99 TB/s copy, in 4-byte elements (the constant and the f32
+// activations it multiplies: a norm output read by it gets no 16-bit copy). Not the bf16 GEMM's 725 TFLOP/s: the
+// builder's order runs its products on the tensor cores (bf16 or f16 A and B), but the fold's T x K x N product would
+// run ~14x slower than those figures say, and a wrong fold costs more than a missed one. At ~67 FLOP per element, as
+// the CPU's 40, only narrow chains differ: a LoRA folds at ranks far above min(K, N) / 2 in long prefill chunks (a
+// rank-48 adapter on a 64-wide base: attention projections from T = 86, FFN ones from T = 194, none at T = 64), at
+// r <= min(K, N) / 2 only where min(K, N) < 128 (64 x 64 at rank 32: from T = 129), and never in the one-token decoder
+// (a GEMV of any order moves each weight once; the fold only adds a K x N product).
+graph::ChainCostModel cuda_chain_cost_model();
+// A weight's values in f32, [N, K] row-major, dequantized on the host (quant/quant.h); empty where the host cannot
+// read its format, a 2-D shape or data is missing (the chain then stays as built).
+std::vector<float> cuda_weight_values(const graph::Tensor& w);
+
 // What the executors run fused, declared to the graph passes (graph/passes/fuse.h). Host code only: no device needed.
-// The one-token decoder: norm prologues (float weights; fold_norm), every matmul sharing an input stacked, SwiGLU
-// epilogues (float weights, fold_swiglu; quantized opt-in), residual epilogues, the residual GEMV writing the next
-// norm's q8 input (quantized readers; q4_1 by default), rope + stores + attention. fuse = false: the last only.
+// The one-token decoder: matmul chains in their cheapest order (cuda_chain_cost_model), norm prologues (float weights;
+// fold_norm), every matmul sharing an input stacked, SwiGLU epilogues (float weights, fold_swiglu; quantized opt-in),
+// residual epilogues, the residual GEMV writing the next norm's q8 input (quantized readers; q4_1 by default), rope +
+// stores + attention. fuse = false: the last only (the builder's chains left to right).
 graph::FusionSupport decoder_fusion_support(bool fuse, bool fold_norm, bool fold_swiglu);
-// The T-row executor: q|k|v stacked where they feed the attention only, gate|up (merge_gate_up), residual epilogues,
-// rope + stores + attention. fuse = false: the last only.
+// The T-row executor: matmul chains in their cheapest order, q|k|v stacked where they feed the attention only, gate|up
+// (merge_gate_up), residual epilogues, rope + stores + attention. fuse = false: the last only.
 graph::FusionSupport rows_fusion_support(bool fuse, bool merge_gate_up);
 
 // The CUDA executors' activations: one arena per executor planned by graph::plan_memory over the rewritten graph

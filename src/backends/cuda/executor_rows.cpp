@@ -236,6 +236,11 @@ graph::FusionSupport rows_fusion_support(bool fuse, bool merge_gate_up) {
   f.rope_store_attention = true;
   f.windowed_attention = true;  // attn_decode_rows and attn_prefill mask keys outside it (KvCacheView::window)
   if (!fuse) return f;
+  // Matmul chains in their cheapest order (executor_common.h): a LoRA of rank far above min(K, N) / 2 in a long
+  // enough chunk becomes x·(B·A)ᵀ, B·A an f32 constant multiplied by the f32 GEMM (no TF32) beside the base; the rest
+  // of this support then takes that matmul and its add as any other (its add folds as a residual epilogue).
+  f.chain_orders = cuda_chain_cost_model();
+  f.weight_values = cuda_weight_values;
   // Weights whose format has no kernel run as their converted copy (bf16): they stack with weights of that format.
   f.weight_format = [](const graph::Tensor& w) { return weight_formats().runs_as(w.dtype).value_or(w.dtype); };
   f.stack_qkv = true;
@@ -350,7 +355,7 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
   const auto in = [&](size_t i) { return n.inputs.at(i); };
   switch (n.op) {
     case Op::EMBED: {
-      const DeviceWeight* wp = &sh->weight(n, g.tensor(in(0)));
+      const DeviceWeight* wp = &sh->weight(g, n, g.tensor(in(0)));
       embd_rows = wp->n;
       const auto* ids = reinterpret_cast<const int32_t*>(act(in(1)));
       float* y = new_act(n, out);
@@ -404,11 +409,11 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
       if (const DeviceAugmented* ag = n.fusion.lora > 0 ? sh->augmented(g, n) : nullptr; ag != nullptr) {
         wp = &ag->head;
       } else if (n_weights == 1) {
-        wp = &sh->weight(n, g.tensor(in(1)));
+        wp = &sh->weight(g, n, g.tensor(in(1)));
       } else {
         std::vector<const graph::Tensor*> members;
         for (int i = 0; i < n_weights; ++i) members.push_back(&g.tensor(in(static_cast<size_t>(1 + i))));
-        wp = &sh->stack(n, members);
+        wp = &sh->stack(g, n, members);
       }
       const float* x = act(in(0));
       const bool sc = scaled[size_t(in(0))];

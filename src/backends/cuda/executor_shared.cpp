@@ -1,7 +1,9 @@
 // CudaShared (weights, stacks, caches, stream, matmul workspace), per-node profiling and CUDA graph capture.
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/executor_common.h"
@@ -54,9 +56,64 @@ void CudaShared::Impl::unsupported(const graph::Node& n, const std::string& why)
   fail("cuda backend: node '{}' ({}) cannot run on the GPU: {}", n.name, graph::op_name(n.op), why);
 }
 
-const DeviceWeight& CudaShared::Impl::weight(const graph::Node& n, const graph::Tensor& t) {
+namespace {
+
+// MurmurHash3's 64-bit mixing over 8-byte words (one lane), then its finalizer: every input bit reaches every output
+// bit. Not cryptographic: the keys it makes are compared only with other weights' (constant_key).
+uint64_t hash_bytes(const uint8_t* p, size_t n) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+  const auto mix = [&h](uint64_t w) {
+    w *= 0x87C37B91114253D5ull;
+    w = std::rotl(w, 31) * 0x4CF5AD432745937Full;
+    h = std::rotl(h ^ w, 27) * 5 + 0x52DCE729;
+  };
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w = 0;
+    std::memcpy(&w, p + i, 8);
+    mix(w);
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, p + i, n - i);
+  mix(tail);
+  h ^= h >> 33;
+  h *= 0xFF51AFD7ED558CCDull;
+  h ^= h >> 33;
+  h *= 0xC4CEB9FE1A85EC53ull;
+  return h ^ (h >> 33);
+}
+
+}  // namespace
+
+std::string constant_key(const graph::Tensor& t) {
+  return fmt::format("{} {} {} {:016x}", t.name, dtype_name(t.dtype), graph::shape_string(t.shape),
+                     hash_bytes(static_cast<const uint8_t*>(t.data), static_cast<size_t>(t.nbytes())));
+}
+
+graph::ChainCostModel cuda_chain_cost_model() { return graph::ChainCostModel{5e13, 3e12, 4}; }
+
+std::vector<float> cuda_weight_values(const graph::Tensor& w) {
+  std::vector<float> v;
+  if (w.shape.size() != 2 || w.data == nullptr || !can_dequantize(w.dtype)) return v;
+  const std::optional<uint64_t> row_bytes = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.shape[1]));
+  if (!row_bytes) return v;  // rows that are not whole blocks of the format
+  v.resize(static_cast<size_t>(w.numel()));
+  for (int64_t i = 0; i < w.shape[0]; ++i)
+    dequantize_row(w.dtype, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(i) * *row_bytes,
+                   v.data() + i * w.shape[1], w.shape[1]);
+  return v;
+}
+
+const DeviceWeight& CudaShared::Impl::weight(const graph::Graph& g, const graph::Node& n, const graph::Tensor& t) {
   if (t.kind != graph::TensorKind::WEIGHT || t.data == nullptr || t.shape.size() != 2)
     unsupported(n, "its weight '" + t.name + "' is not a 2-D weight with data");
+  if (g.owns(t.data)) {  // a folded constant: by content, never by its address (DeviceWeights)
+    std::string key = constant_key(t);
+    if (auto it = constants.find(key); it != constants.end()) return it->second;
+    DeviceWeight w = upload_any(n, t, t.data, t.shape[0], t.shape[1]);
+    bytes += w.bytes();
+    return constants.emplace(std::move(key), std::move(w)).first->second;
+  }
   auto it = weights.find(t.data);
   if (it != weights.end()) return it->second;
   DeviceWeight w = upload_any(n, t, t.data, t.shape[0], t.shape[1]);
@@ -78,9 +135,13 @@ DeviceWeight CudaShared::Impl::upload_any(const graph::Node& n, const graph::Ten
   return upload_weight(*as, converted.data(), rows, k);
 }
 
-const DeviceWeight& CudaShared::Impl::stack(const graph::Node& n, const std::vector<const graph::Tensor*>& members) {
+const DeviceWeight& CudaShared::Impl::stack(const graph::Graph& g, const graph::Node& n,
+                                            const std::vector<const graph::Tensor*>& members) {
   std::vector<const void*> key;
-  for (const graph::Tensor* t : members) key.push_back(t->data);
+  for (const graph::Tensor* t : members) {
+    if (g.owns(t->data)) unsupported(n, "it stacks '" + t->name + "', a constant of the graph (never stacked)");
+    key.push_back(t->data);
+  }
   auto it = stacks.find(key);
   if (it != stacks.end()) return *it->second;
   const graph::Tensor& w0 = *members.front();

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <map>
 
 #include "core/error.h"
+#include "graph/passes/fuse.h"
 
 namespace tessera::graph {
 
@@ -35,6 +37,39 @@ void check_chain(const std::vector<int64_t>& dims, const std::vector<std::string
 
 std::string wrap(const std::string& s, bool single) { return single ? s : "(" + s + ")"; }
 
+// Walks the tree `splits` (ChainOrder::splits, preorder) over matrices i..j from splits[*pos]: f(i, s, j) for each
+// product, in preorder. Error for splits that are not a tree over i..j.
+void walk_tree(const std::vector<size_t>& splits, size_t i, size_t j, size_t* pos,
+               const std::function<void(size_t, size_t, size_t)>& f) {
+  if (i == j) return;
+  TESSERA_CHECK(*pos < splits.size() && splits[*pos] >= i && splits[*pos] < j,
+                "a chain order's splits are not a tree over matrices {}..{}", i, j);
+  const size_t s = splits[(*pos)++];
+  f(i, s, j);
+  walk_tree(splits, i, s, pos, f);
+  walk_tree(splits, s + 1, j, pos, f);
+}
+
+// Each product's split by its matrices (i, j), for the tree over n matrices.
+std::map<std::pair<size_t, size_t>, size_t> split_table(const std::vector<size_t>& splits, size_t n) {
+  std::map<std::pair<size_t, size_t>, size_t> t;
+  size_t pos = 0;
+  walk_tree(splits, 0, n - 1, &pos, [&](size_t i, size_t s, size_t j) { t[{i, j}] = s; });
+  TESSERA_CHECK(pos == splits.size(), "a chain order of {} matrices has {} splits", n, splits.size());
+  return t;
+}
+
+// The tree's expression over the operand names: "(x·A)·B".
+std::string tree_expr(const std::vector<size_t>& splits, const std::vector<std::string>& names) {
+  const auto split = split_table(splits, names.size());
+  const std::function<std::string(size_t, size_t)> expr = [&](size_t i, size_t j) -> std::string {
+    if (i == j) return names[i];
+    const size_t s = split.at({i, j});
+    return wrap(expr(i, s), s == i) + "·" + wrap(expr(s + 1, j), s + 1 == j);
+  };
+  return expr(0, names.size() - 1);
+}
+
 }  // namespace
 
 ChainOrder optimal_chain_order(const std::vector<int64_t>& dims, const std::vector<std::string>& names,
@@ -58,12 +93,16 @@ ChainOrder optimal_chain_order(const std::vector<int64_t>& dims, const std::vect
         }
       }
     }
-  const std::function<std::string(size_t, size_t)> expr = [&](size_t i, size_t j) -> std::string {
-    if (i == j) return names[i];
-    const size_t s = split[i][j];
-    return wrap(expr(i, s), s == i) + "·" + wrap(expr(s + 1, j), s + 1 == j);
+  ChainOrder o{"", cost[0][n - 1], {}};
+  const std::function<void(size_t, size_t)> tree = [&](size_t i, size_t j) {
+    if (i == j) return;
+    o.splits.push_back(split[i][j]);
+    tree(i, split[i][j]);
+    tree(split[i][j] + 1, j);
   };
-  return {expr(0, n - 1), cost[0][n - 1]};
+  tree(0, n - 1);
+  o.expr = tree_expr(o.splits, names);
+  return o;
 }
 
 std::vector<ChainOrder> all_chain_orders(const std::vector<int64_t>& dims, const std::vector<std::string>& names,
@@ -73,12 +112,14 @@ std::vector<ChainOrder> all_chain_orders(const std::vector<int64_t>& dims, const
                 names.size());
   const std::function<std::vector<ChainOrder>(size_t, size_t)> orders = [&](size_t i,
                                                                             size_t j) -> std::vector<ChainOrder> {
-    if (i == j) return {{names[i], {}}};
+    if (i == j) return {{names[i], {}, {}}};
     std::vector<ChainOrder> out;
     for (size_t s = i; s < j; ++s)
       for (const ChainOrder& l : orders(i, s))
         for (const ChainOrder& r : orders(s + 1, j)) {
-          ChainOrder o{wrap(l.expr, s == i) + "·" + wrap(r.expr, s + 1 == j), l.cost};
+          ChainOrder o{wrap(l.expr, s == i) + "·" + wrap(r.expr, s + 1 == j), l.cost, {s}};
+          o.splits.insert(o.splits.end(), l.splits.begin(), l.splits.end());
+          o.splits.insert(o.splits.end(), r.splits.begin(), r.splits.end());
           add(o.cost, r.cost);
           add(o.cost, product_cost(dims[i], dims[s + 1], dims[j + 1], model));
           out.push_back(std::move(o));
@@ -94,10 +135,11 @@ std::vector<ChainOrder> all_chain_orders(const std::vector<int64_t>& dims, const
 ChainOrder left_to_right_order(const std::vector<int64_t>& dims, const std::vector<std::string>& names,
                                const ChainCostModel& model) {
   check_chain(dims, names);
-  ChainOrder o{names[0], {}};
+  ChainOrder o{names[0], {}, {}};
   for (size_t i = 1; i < names.size(); ++i) {
     o.expr = wrap(o.expr, i == 1) + "·" + names[i];
     add(o.cost, product_cost(dims[0], dims[i], dims[i + 1], model));
+    o.splits.insert(o.splits.begin(), i - 1);
   }
   return o;
 }
@@ -152,6 +194,120 @@ std::vector<Chain> find_chains(const Graph& g, const ChainCostModel& model) {
   return out;
 }
 
+Graph apply_chain_orders(const Graph& g, const ChainCostModel& model, const WeightValues& values) {
+  TESSERA_CHECK(values != nullptr, "the matmul-chain rewrite needs a reader of weight values");
+  Graph r = g;  // gains the folded constants; its nodes are replaced at the end
+  std::vector<Node> nodes = g.nodes();
+  std::vector<bool> dropped(nodes.size(), false);
+  std::map<int, std::string> renamed;  // a rewritten node's output tensor: its new name
+  bool changed = false;
+  for (const Chain& c : find_chains(g, model)) {
+    if (c.best.splits == c.built.splits) continue;
+    const size_t n = c.names.size();  // matrix 0 is x, matrix m >= 1 the weight of node c.nodes[m - 1]
+    const auto split = split_table(c.best.splits, n);
+    const auto node_of = [&](size_t m) { return c.nodes[m - 1]; };
+    const auto weight_of = [&](size_t m) -> const Tensor& { return g.tensor(g.node(node_of(m)).inputs[1]); };
+    // The tree's left spine x·F1·F2·...: factor Fi is matrices [a, b].
+    std::vector<std::pair<size_t, size_t>> factors;
+    for (size_t j = n - 1; j > 0;) {
+      const size_t s = split.at({0, j});
+      factors.emplace_back(s + 1, j);
+      j = s;
+    }
+    std::reverse(factors.begin(), factors.end());
+    // The values of every weight to fold; none (the chain stays as built) where one cannot be read or an intermediate
+    // to drop is a graph output.
+    std::map<size_t, std::vector<float>> leaf;
+    bool ok = true;
+    for (const auto& [a, b] : factors)
+      for (size_t m = a; a < b && m <= b && ok; ++m) {
+        const Tensor& w = weight_of(m);
+        const Tensor& y = g.tensor(g.node(node_of(m)).output);
+        ok = w.data != nullptr && (m == b || (!y.is_output && y.io == IoRole::NONE));
+        if (!ok) break;
+        std::vector<float> v = values(w);
+        ok = static_cast<int64_t>(v.size()) == w.numel();
+        leaf[m] = std::move(v);
+      }
+    if (!ok) continue;
+    // The product of matrices a..b stored as a MATMUL weight, (M(a)·...·M(b))ᵀ = W(b)·...·W(a) [d(b+1), d(a)],
+    // multiplied in the order the DP chose and accumulated in double (it runs once per compile).
+    const std::function<std::vector<double>(size_t, size_t)> fold = [&](size_t a, size_t b) -> std::vector<double> {
+      if (a == b) return {leaf.at(a).begin(), leaf.at(a).end()};
+      const size_t s = split.at({a, b});
+      const std::vector<double> lw = fold(a, s), rw = fold(s + 1, b);  // [d(s+1), d(a)], [d(b+1), d(s+1)]
+      const size_t rows = static_cast<size_t>(c.dims[b + 1]), mid = static_cast<size_t>(c.dims[s + 1]),
+                   cols = static_cast<size_t>(c.dims[a]);
+      std::vector<double> p(rows * cols, 0.0);
+      for (size_t i = 0; i < rows; ++i)
+        for (size_t k = 0; k < mid; ++k) {
+          const double v = rw[i * mid + k];
+          for (size_t j = 0; j < cols; ++j) p[i * cols + j] += v * lw[k * cols + j];
+        }
+      return p;
+    };
+    for (const auto& [a, b] : factors) {
+      if (a == b) continue;  // one weight: its node stays, reading the previous factor's output (same tensor)
+      const Node& first = g.node(node_of(a));
+      const Node& last = g.node(node_of(b));
+      Node f;
+      for (size_t m = a; m <= b; ++m) f.fusion.fused_from.push_back(g.node(node_of(m)).name);
+      f.name = joined_name(f.fusion.fused_from);
+      f.op = Op::MATMUL;
+      f.role = first.role;
+      f.layer = first.layer;
+      f.block = first.block;
+      f.source = first.source;
+      const std::vector<double> p = fold(a, b);
+      const int w =
+          r.add_constant(f.name + ".folded", std::vector<float>(p.begin(), p.end()), {c.dims[b + 1], c.dims[a]});
+      f.inputs = {first.inputs[0], w};
+      Tensor out = r.tensor(last.output);
+      op_info(Op::MATMUL).infer(r, f, out);  // shape [T, d(b+1)], the one `last` wrote; FLOPs and bytes
+      TESSERA_CHECK(out.shape == r.tensor(last.output).shape, "chain rewrite: '{}' changed its output's shape", f.name);
+      f.output = last.output;
+      if (!out.is_output) renamed[last.output] = f.name;  // a graph output keeps its name: runtimes read it by name
+      nodes[static_cast<size_t>(node_of(b))] = std::move(f);
+      for (size_t m = a; m < b; ++m) dropped[static_cast<size_t>(node_of(m))] = true;
+      changed = true;
+    }
+  }
+  if (!changed) return g;
+  // Drop the folded nodes and their outputs; renumber tensors (node sources keep indexing the graph passes start from).
+  std::vector<Tensor> all = r.tensors();
+  for (const auto& [t, name] : renamed) all[static_cast<size_t>(t)].name = name;
+  std::vector<bool> dead(all.size(), false);
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (dropped[i]) dead[static_cast<size_t>(nodes[i].output)] = true;
+  std::vector<int> remap(all.size(), -1);
+  std::vector<Tensor> tensors;
+  for (size_t t = 0; t < all.size(); ++t)
+    if (!dead[t]) {
+      remap[t] = static_cast<int>(tensors.size());
+      tensors.push_back(std::move(all[t]));
+    }
+  const auto map = [&](int t) {
+    if (t < 0) return t;
+    TESSERA_CHECK(remap[static_cast<size_t>(t)] >= 0, "chain rewrite: a dropped tensor is still read");
+    return remap[static_cast<size_t>(t)];
+  };
+  std::vector<Node> kept;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (dropped[i]) continue;
+    Node nd = std::move(nodes[i]);
+    for (int& t : nd.inputs) t = map(t);
+    nd.output = map(nd.output);
+    nd.fusion.norm_weight = map(nd.fusion.norm_weight);
+    nd.fusion.residual = map(nd.fusion.residual);
+    nd.fusion.norm_out = map(nd.fusion.norm_out);
+    tensors[static_cast<size_t>(nd.output)].producer = static_cast<int>(kept.size());
+    kept.push_back(std::move(nd));
+  }
+  for (Tensor& t : tensors) t.alias = map(t.alias);
+  r.replace_contents(std::move(tensors), std::move(kept));
+  return r;
+}
+
 std::string format_chains(const Graph& g, const ChainCostModel& model) {
   const std::vector<Chain> chains = find_chains(g, model);
   std::string s = fmt::format(
@@ -171,9 +327,16 @@ std::string format_chains(const Graph& g, const ChainCostModel& model) {
     differs += same ? 0 : 1;
     s += fmt::format("  choice: {}{}\n", c.best.expr,
                      same ? " (the graph's order)"
-                          : " (differs from the graph's left-to-right order, which the graph's ops alone express)");
+                          : " (differs from the graph's left-to-right order; rewritten: weight-only products folded "
+                            "into constants at compile, by the CPU's fast mode, and by CUDA where its own ceilings "
+                            "choose this order too)");
   }
-  s += fmt::format("\n{} of {} chains run in their optimal order\n", chains.size() - differs, chains.size());
+  s += fmt::format(
+      "\n{} of {} chains run in their optimal order{}\n", chains.size() - differs, chains.size(),
+      differs ? fmt::format(" as built; the CPU's fast mode rewrites the other {} into theirs, CUDA those its own "
+                            "ceilings choose",
+                            differs)
+              : "");
   return s;
 }
 

@@ -12,6 +12,15 @@
 
 namespace tessera::graph {
 
+std::string joined_name(const std::vector<std::string>& names) {
+  std::string prefix;
+  if (const size_t dot = names[0].rfind('.'); dot != std::string::npos) prefix = names[0].substr(0, dot + 1);
+  std::string s = names[0];
+  for (size_t i = 1; i < names.size(); ++i)
+    s += "+" + (names[i].starts_with(prefix) ? names[i].substr(prefix.size()) : names[i]);
+  return s;
+}
+
 std::vector<std::vector<int>> consumers_of(const Graph& g) {
   std::vector<std::vector<int>> c(g.tensors().size());
   for (size_t i = 0; i < g.nodes().size(); ++i)
@@ -108,16 +117,6 @@ Graph Rewriter::finish() {
 // The names a node stands for: its fused_from, or its own name.
 std::vector<std::string> names_of(const Node& n) {
   return n.fusion.fused_from.empty() ? std::vector<std::string>{n.name} : n.fusion.fused_from;
-}
-
-// "blk.3.ffn_gate+ffn_up": the first name whole, the others without the first one's "blk.N." prefix.
-std::string joined_name(const std::vector<std::string>& names) {
-  std::string prefix;
-  if (const size_t dot = names[0].rfind('.'); dot != std::string::npos) prefix = names[0].substr(0, dot + 1);
-  std::string s = names[0];
-  for (size_t i = 1; i < names.size(); ++i)
-    s += "+" + (names[i].starts_with(prefix) ? names[i].substr(prefix.size()) : names[i]);
-  return s;
 }
 
 void append_names(std::vector<std::string>* to, const Node& n) {
@@ -244,8 +243,12 @@ Graph stack_matmuls(const Graph& g, const FusionSupport& fs) {
     return a.inputs.at(0) == b.inputs.at(0) && a.fusion.norm_weight == b.fusion.norm_weight &&
            a.fusion.norm_eps == b.fusion.norm_eps;
   };
+  // Not a matmul by a weight the graph owns (the chain rewrite's folded constants, passes/chain.h): executors keep a
+  // stacked matrix by its members' addresses for as long as the model (CUDA's DeviceWeights), and a constant's address
+  // is valid only while its graph lives (Graph::owns).
   const auto stackable = [&](const Node& m) {
-    return is_matmul_like(m.op) && m.fusion.n_weights == 1 && m.fusion.residual < 0 && !m.fusion.swiglu;
+    return is_matmul_like(m.op) && m.fusion.n_weights == 1 && m.fusion.residual < 0 && !m.fusion.swiglu &&
+           !g.owns(g.tensor(m.inputs.at(1)).data);
   };
   const auto feeds_attention_only = [&](int node) {
     const auto& c = co[static_cast<size_t>(g.node(node).output)];
@@ -597,8 +600,16 @@ std::vector<std::string> verify_rewrite(const Graph& source, const Graph& rewrit
   std::vector<std::string> problems;
   std::map<std::string, int> named;  // source node name -> fused_from mentions
   std::set<std::string> kept;
-  std::map<std::string, Op> ops;
-  for (const Node& n : source.nodes()) ops[n.name] = n.op;
+  std::map<std::string, Op> ops;  // the source's unfused nodes
+  // The nodes the source computes, in order: its unfused nodes, and the nodes its fused ones name (a source that is
+  // itself a rewrite); a SLICE stands for none.
+  std::vector<std::string> wanted;
+  for (const Node& n : source.nodes()) {
+    if (n.fusion.fused_from.empty()) ops[n.name] = n.op;
+    if (n.fusion.fused_from.empty() && n.op == Op::SLICE) continue;
+    append_names(&wanted, n);
+  }
+  const std::set<std::string> computed(wanted.begin(), wanted.end());
   for (const Node& n : rewritten.nodes()) {
     if (n.fusion.fused_from.empty()) {
       if (n.op == Op::SLICE) continue;  // a view of a stack, standing for no source node
@@ -613,16 +624,17 @@ std::vector<std::string> verify_rewrite(const Graph& source, const Graph& rewrit
       continue;
     }
     for (const std::string& f : n.fusion.fused_from) {
-      if (!ops.contains(f)) problems.push_back(fmt::format("node '{}' fuses '{}', which is no source node", n.name, f));
+      if (!computed.contains(f))
+        problems.push_back(fmt::format("node '{}' fuses '{}', which is no source node", n.name, f));
       ++named[f];
     }
   }
-  for (const Node& n : source.nodes()) {
-    const int c = named.contains(n.name) ? named[n.name] : 0;
-    const bool k = kept.contains(n.name);
-    if (!k && c == 0) problems.push_back(fmt::format("source node '{}' was lost", n.name));
-    if (k && c > 0) problems.push_back(fmt::format("source node '{}' is both kept and fused", n.name));
-    if (c > 1) problems.push_back(fmt::format("source node '{}' is fused {} times", n.name, c));
+  for (const std::string& name : wanted) {
+    const int c = named.contains(name) ? named[name] : 0;
+    const bool k = kept.contains(name);
+    if (!k && c == 0) problems.push_back(fmt::format("source node '{}' was lost", name));
+    if (k && c > 0) problems.push_back(fmt::format("source node '{}' is both kept and fused", name));
+    if (c > 1) problems.push_back(fmt::format("source node '{}' is fused {} times", name, c));
   }
   for (const Tensor& t : source.tensors())
     if (t.io != IoRole::NONE && rewritten.find_role(t.io, t.io_layer) < 0)
@@ -727,7 +739,10 @@ std::vector<LoraTerm> lora_terms(const Graph& g, const Node& n) {
 }
 
 Graph run_passes(const Graph& g, const FusionSupport& fs) {
-  Graph r = fs.lora_first ? fold_lora_epilogues(g, fs) : g;
+  TESSERA_CHECK(!fs.chain_orders || fs.weight_values,
+                "graph passes: the chain rewrite needs FusionSupport::weight_values");
+  Graph r = fs.chain_orders ? apply_chain_orders(g, *fs.chain_orders, fs.weight_values) : g;
+  if (fs.lora_first) r = fold_lora_epilogues(r, fs);
   r = fold_norm_prologues(r, fs);
   r = stack_matmuls(r, fs);
   r = fold_residual_adds(r, fs);

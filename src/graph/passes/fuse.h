@@ -4,11 +4,17 @@
 // nodes unchanged where one fails; verify_rewrite proves nothing was lost.
 //
 // The rewrites, in the order they run:
+//  0. matmul chains (passes/chain.h, apply_chain_orders): a chain of matmuls by weights whose cheapest order under the
+//     backend's cost model is not left to right is computed in that order, its weight-only products folded into f32
+//     constants at rewrite time; each remaining product is a plain MATMUL of an activation by a weight (fused_from:
+//     the builder's nodes it computes). First, so the rewrites below take such a matmul (and a rewritten LoRA's add)
+//     as they take any other node: LoRA's fold (7) does not match it, the add stays an add.
 //  1. norm prologue: an RMSNORM whose readers are the matmuls right after it (so nothing writes its input in between)
 //     is folded into them: each reads the raw input and the norm weight (MATMUL with fusion.norm_weight).
 //  2. stacks: matmuls reading the same x with weights of one format and K run as one matmul over the stacked weights
 //     ([sum N, K]); SLICE nodes give each member's columns (a view). Three policies (FusionSupport): every such
-//     group, or only q|k|v feeding rope/cache stores, or only a gate|up pair feeding SWIGLU.
+//     group, or only q|k|v feeding rope/cache stores, or only a gate|up pair feeding SWIGLU. A matmul by a folded
+//     constant (0) is never a member: stacks are cached by their members' addresses beyond the graph's life.
 //  3. swiglu epilogue: a stacked [gate; up] whose only reader is SWIGLU(gate, up) computes it itself (output [T, F]).
 //  4. residual epilogue: a matmul whose only reader is ADD(a, y), the last reader of a, accumulates into a in place.
 //  5. norm epilogue: a residual matmul whose sum is first read by an RMSNORM read only by matmuls whose weights the
@@ -32,15 +38,21 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "graph/graph.h"
+#include "graph/passes/chain.h"
 
 namespace tessera::graph {
 
 // What a backend's executor runs fused. Empty (the default): nothing, run_passes returns the graph unchanged.
 struct FusionSupport {
+  // 0. Matmul chains in the order this cost model makes cheapest (nullopt: as built), folding weight-only products
+  // with the values weight_values reads (required with chain_orders).
+  std::optional<ChainCostModel> chain_orders;
+  WeightValues weight_values;
   // 1. RMSNorm folded into matmuls reading its output, when every reader's weight passes (nullptr: never).
   std::function<bool(const Tensor& weight)> norm_prologue;
   // The format the backend runs a weight in (a backend converts a format it has no kernel for at load); stacks group
@@ -87,11 +99,16 @@ Graph fold_lora_epilogues(const Graph& g, const FusionSupport& support);
 
 // Checks that `rewritten` computes everything `source` does: every source node is either kept (same name and op, no
 // fusion) or named in exactly one fused node's fused_from; every fused_from name is a source node; every role of the
-// source (tokens, positions, logits, caches) is still held by a tensor. Returns the problems, one sentence each (empty
-// when the rewrite is whole).
+// source (tokens, positions, logits, caches) is still held by a tensor. A source that is itself a rewrite (a graph
+// the chain rewrite returned, compiled again) stands for the nodes its fused nodes name: each of those must be named
+// exactly once too. Returns the problems, one sentence each (empty when the rewrite is whole).
 std::vector<std::string> verify_rewrite(const Graph& source, const Graph& rewritten);
 
 // Per tensor, the nodes reading it (a node reading it twice appears twice), in node order.
 std::vector<std::vector<int>> consumers_of(const Graph& g);
+
+// The name of a node fusing these (source nodes' names, in order): "blk.3.ffn_gate+ffn_up", the first name whole, the
+// others without the first one's "blk.N." prefix.
+std::string joined_name(const std::vector<std::string>& names);
 
 }  // namespace tessera::graph

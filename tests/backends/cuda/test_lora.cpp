@@ -9,7 +9,11 @@
 //   (rank 16 and rank 5, which LoraSet pads to 8 for CUDA sessions) on all seven projections: prefill in chunks of 64
 //   and 6 (the rows executor: 16-bit x copies from 5 rows on for bf16/f16, from 41 for q8_0; the tensor-core path
 //   from 32 rows), bf16 also in chunks of 512 and 88, and decode steps (the one-token decoder, replayed as a CUDA
-//   graph) against the CPU's logits.
+//   graph) against the CPU's logits;
+// - CudaLoraChain: the matmul-chain rewrite (graph/passes/chain.h) on CUDA: a rank-48 adapter (lora_high_rank.h, the
+//   CPU's LoraChain tests' writer) on a 64-wide f32 Llama, folded to x·(B·A)ᵀ by the CUDA passes in 256-row prefill
+//   graphs and in none of 64 rows or one token (no GPU needed), and CUDA sessions running it against the CPU's logits,
+//   one adapter after another on one model (its folded constants are keyed by content on the device).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -22,12 +26,14 @@
 #include <string>
 #include <vector>
 
+#include "api/model_impl.h"
 #include "backends/cuda/cuda_options.h"
 #include "backends/cuda/kernels_lora.h"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/memory.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
+#include "models/lora_high_rank.h"
 #include "quant/quant.h"
 #include "tessera/graph.h"
 #include "tessera/model.h"
@@ -480,6 +486,146 @@ TEST(CudaLoraStacked, F16MatchesCpu) {
 TEST(CudaLoraStacked, Q8_0MatchesCpu) {
   TESSERA_REQUIRE_GPU();
   expect_matches_cpu("q8_0", 3e-2);
+}
+
+// ---- The matmul-chain rewrite (graph/passes/chain.h) on CUDA.
+
+// tests/data/lora's 32-wide base has head size 8, which the CUDA attention kernels do not take (64, 128, 256), so
+// these tests write its layout at head size 64: hidden 64, one query and one KV head of 64, FFN 128, vocabulary 128,
+// two layers, f32 weights ~1/sqrt(K) (config.json and model.safetensors in a fresh directory, removed by the caller).
+// Under cuda_chain_cost_model (the f32 path's ceilings) x·(B·A)ᵀ is cheaper than (x·Aᵀ)·Bᵀ at rank 48 from T = 86 for
+// the attention projections (64 x 64) and from T = 194 for the FFN ones (64 x 128, 128 x 64).
+constexpr int64_t kChainEmbd = 64, kChainFf = 128, kChainVocab = 128, kChainRank = 48;
+
+std::string write_chain_base() {
+  const fs::path dir = fs::temp_directory_path() / ("tessera_lora_chain_base_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json")
+      << "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"hidden_size\":" << kChainEmbd
+      << ",\"intermediate_size\":" << kChainFf
+      << ",\"num_attention_heads\":1,\"num_key_value_heads\":1,\"head_dim\":" << kChainEmbd
+      << ",\"num_hidden_layers\":" << kLayers << ",\"vocab_size\":" << kChainVocab
+      << ",\"max_position_embeddings\":2048,\"rms_norm_eps\":1e-05,\"rope_theta\":10000.0,\"hidden_act\":\"silu\","
+         "\"tie_word_embeddings\":false,\"attention_bias\":false}";
+  std::mt19937 rng(31);
+  std::vector<cuda::test::SafetensorsEntry> e;
+  const auto add = [&](const std::string& name, std::vector<int64_t> shape, float center, float half) {
+    e.push_back({name, shape,
+                 random_floats(rng, static_cast<size_t>(shape[0] * (shape.size() > 1 ? shape[1] : 1)), center - half,
+                               center + half)});
+  };
+  const float w_in = 1.0f / std::sqrt(float(kChainEmbd)), w_ff = 1.0f / std::sqrt(float(kChainFf));
+  add("model.embed_tokens.weight", {kChainVocab, kChainEmbd}, 0.0f, 1.0f);
+  for (int64_t l = 0; l < kLayers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {kChainEmbd}, 1.0f, 0.2f);
+    add(p + "post_attention_layernorm.weight", {kChainEmbd}, 1.0f, 0.2f);
+    for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj"})
+      add(p + "self_attn." + m + ".weight", {kChainEmbd, kChainEmbd}, 0.0f, 2 * w_in);
+    add(p + "mlp.gate_proj.weight", {kChainFf, kChainEmbd}, 0.0f, 2 * w_in);
+    add(p + "mlp.up_proj.weight", {kChainFf, kChainEmbd}, 0.0f, 2 * w_in);
+    add(p + "mlp.down_proj.weight", {kChainEmbd, kChainFf}, 0.0f, 2 * w_ff);
+  }
+  add("model.norm.weight", {kChainEmbd}, 1.0f, 0.2f);
+  add("lm_head.weight", {kChainVocab, kChainEmbd}, 0.0f, 2 * w_in);
+  cuda::test::write_safetensors((dir / "model.safetensors").string(), e);
+  return dir.string();
+}
+
+// The base and a rank-48 adapter on it (seed: the adapter's values), removed at the end.
+struct ChainCase {
+  explicit ChainCase(uint32_t seed = 48)
+      : dir(write_chain_base()),
+        model(Model::load(dir, {.load_tokenizer = false})),
+        adapter(test::write_high_rank_adapter(
+            model.impl()->weights, kChainRank,
+            "tessera_lora_chain_cuda_" + std::to_string(::getpid()) + "_" + std::to_string(seed) + ".gguf", seed)) {}
+  ~ChainCase() {
+    fs::remove_all(dir);
+    fs::remove(adapter);
+  }
+  std::string dir;
+  Model model;
+  std::string adapter;
+};
+
+// Nodes of the T-token graph as the CUDA passes rewrite it that multiply by a folded constant ("<nodes>.folded").
+int folded_nodes(const Model& m, const std::string& adapter, int64_t t) {
+  GraphOptions o;
+  o.device = "cuda";
+  o.lora = {LoraSpec{adapter, 1.0f}};
+  const GraphView v = build_graph(m, t, 0, o);
+  int n = 0;
+  for (const GraphNode& node : v.nodes()) {
+    int folded = 0;
+    for (const std::string& in : node.inputs) folded += in.ends_with(".folded");
+    EXPECT_LE(folded, 1) << node.name << ": a stack of folded constants";
+    n += folded;
+  }
+  return n;
+}
+
+TEST(CudaLoraChain, PassesFoldLongPrefillChunksOnly) {
+  const ChainCase c;
+  // The rows executor's 256-row graph: all seven projections of both layers; 64 rows and the decoder's one token:
+  // none (there the fold's K x N product costs more than the [T, r] intermediate it spares).
+  EXPECT_EQ(folded_nodes(c.model, c.adapter, 256), 14);
+  EXPECT_EQ(folded_nodes(c.model, c.adapter, 64), 0);
+  EXPECT_EQ(folded_nodes(c.model, c.adapter, 1), 0);
+}
+
+// A prompt of 300 tokens (every row's logits: the 256-row executor runs a chunk of 256 and one of 44, both folded),
+// then 6 decode steps (the decoder: the adapters unfolded in its GEMVs).
+std::vector<float> chain_logits(const Model& m, const std::string& adapter, const std::string& device) {
+  SessionOptions so{.n_ctx = 384, .n_batch = 256, .n_threads = 2, .kv_dtype = "f32"};
+  if (!adapter.empty()) so.lora = {LoraSpec{adapter, 1.0f}};
+  so.device = device;
+  Session s(m, so);
+  std::vector<float> out = s.eval_all_logits(cuda::test::random_ids(300, kChainVocab, 5));
+  for (int i = 0; i < 6; ++i) {
+    const std::span<const float> x = s.decode(int32_t((i * 53 + 11) % kChainVocab));
+    out.insert(out.end(), x.begin(), x.end());
+  }
+  return out;
+}
+
+// f32 weights and an f32 cache on both sides, the adapters in the same f16 A and (prefill) f32 B: the folded B·A is
+// the same f32 constant on both (the CPU's fast mode folds the attention projections at 256 rows, none at 44; CUDA
+// folds all in both chunks), multiplied by the f32 GEMM without TF32 or by the CPU's f32 matmul, and at decode both
+// run the adapters unfolded with B in f16. So the two differ by summation order and association alone (~1e-6 relative
+// per product), as CudaBackend.F32CacheMatchesCpuOnF32Model's paths do: its 1e-4 relative L2 per row leaves two
+// orders of margin (measured on an H100: 3.0e-6 and, for the second adapter, 3.2e-6). The adapter moves the logits by
+// ~1 (checked: > 1e-2), so a dropped or stale constant fails.
+void expect_chain_matches_cpu(const Model& m, const std::string& adapter) {
+  const double tol = 1e-4;
+  const std::vector<float> cpu = chain_logits(m, adapter, "cpu");
+  const std::vector<float> gpu = chain_logits(m, adapter, "cuda");
+  const double moved = worst_rel(chain_logits(m, "", "cpu"), cpu, size_t(kChainVocab));
+  const double err = worst_rel(cpu, gpu, size_t(kChainVocab));
+  std::printf("%s folded on cuda: worst relative L2 error %.3g against the cpu; the adapter moves the logits by %.3g\n",
+              fs::path(adapter).filename().c_str(), err, moved);
+  EXPECT_LE(err, tol) << adapter;
+  EXPECT_GT(moved, 100 * tol) << adapter;
+}
+
+TEST(CudaLoraChain, HighRankAdapterFoldedMatchesCpu) {
+  TESSERA_REQUIRE_GPU();
+  const ChainCase c;
+  ASSERT_EQ(folded_nodes(c.model, c.adapter, 256), 14);
+  expect_chain_matches_cpu(c.model, c.adapter);
+}
+
+// Folded constants live with their graph, and the next session's may land at the same host addresses: the device
+// copies are keyed by content (CudaShared::Impl::weight), so a second adapter of the same names and shapes on the same
+// model (one device weight store, kept across sessions) gets its own constants, not the first one's.
+TEST(CudaLoraChain, ConstantsAreKeyedByContent) {
+  TESSERA_REQUIRE_GPU();
+  const ChainCase c(48);
+  expect_chain_matches_cpu(c.model, c.adapter);
+  const std::string second = test::write_high_rank_adapter(
+      c.model.impl()->weights, kChainRank, "tessera_lora_chain_cuda_" + std::to_string(::getpid()) + "_49.gguf", 49);
+  expect_chain_matches_cpu(c.model, second);
+  fs::remove(second);
 }
 
 }  // namespace
