@@ -134,8 +134,8 @@ std::string teal_line(const TealFlags& f, double achieved) {
 
 void add_backend_flags(CLI::App& app, BackendFlags& f) {
   app.add_option("--cuda", f.cuda,
-                 "KEY=VALUE: a CUDA backend option (repeatable; e.g. graph=0, sample=0, attn_tma=0; every key with its "
-                 "default in docs/ENVIRONMENT.md)");
+                 "KEY=VALUE: a CUDA backend option (repeatable; e.g. graph=0, sample=0, attn_tma=0, "
+                 "quant_gemm=auto|tile|expand; every key with its default in docs/ENVIRONMENT.md)");
   app.add_option("--cpu-isa", f.cpu_isa,
                  "CPU kernels' instruction set: scalar, avx2, avx2_vnni or avx512_vnni "
                  "(default: the best this CPU runs)");

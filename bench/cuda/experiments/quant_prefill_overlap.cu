@@ -4,7 +4,7 @@
 // T = 512) run one after the other. Here the matrix is cut into S slices of rows: slice i is dequantized on a second
 // stream into one of two buffers while the GEMM of slice i - 1 runs, each GEMM writing its rows of y (ld N). Forms,
 // per Llama-3-8B matrix in q4_K and tq2_0 at T = 512 (x already bf16, as src's producers write it):
-//   src     : matmul_x16 (the whole matrix dequantized, then one GEMM);
+//   src     : matmul_x16 with --cuda quant_gemm=expand (the whole matrix dequantized, then one GEMM);
 //   seqS    : S slices, dequantize then GEMM, one stream (what slicing alone costs);
 //   ovlS    : S slices, the dequantization on a second stream one slice ahead (S = 2, 4, 8);
 //   gemm    : the bf16 GEMM alone on a pre-dequantized matrix (the floor for any form that expands).
@@ -59,6 +59,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/cuda/cuda_options.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels/gemm_paths.h"
 #include "backends/cuda/kernels_rows.h"
@@ -147,6 +148,11 @@ int main(int argc, char** argv) {
   LT(cublasLtCreate(&lt));
   DeviceBuffer lt_ws(kWsBytes);
   GemmWorkspace gws(kT, 14336, 28672 * 4096);
+  // src is the expansion this experiment slices: q4_K's per-tile GEMM, which matmul_x16 takes by default at T <= 512,
+  // is quant_prefill_tile.cu's subject.
+  CudaOptions expand = cuda_options();
+  expand.quant_gemm = QuantGemm::EXPAND;
+  const CudaOptionsScope expand_scope(expand);
   std::mt19937 rng(11);
   std::printf("T = %lld, x bf16, median of %d runs (us)\n", static_cast<long long>(kT), reps);
   std::printf("%-8s %-8s %8s %8s %8s %8s %8s %8s %8s   (check lines first; nan: the form failed, not timed)\n", "type",

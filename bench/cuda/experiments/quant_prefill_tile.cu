@@ -72,6 +72,12 @@
 // loses from T = 1024 on; a src path would take it for T <= 512 and keep the expansion above. The exact form keeps
 // src's weights bit for bit at 1.06x (T = 512).
 //
+// In src since (GemmPath::TILE, src/backends/cuda/kernels/gemm_q4k_tile.cu; --cuda quant_gemm): the exact wgtsk form,
+// 256x128 above t = 128 and 128x128 up to it, its dequantization in gemm_q4k_tile.h, the split-K sum a kernel of its
+// own, PDL, rows past t or N masked. Here "src tile" runs src's launcher (the form "wgtsk 256x128" above, exact, before
+// the move) and "src" is matmul_x16 with quant_gemm=expand (the expansion: matmul_x16's default takes the tile path at
+// t <= 512 now).
+//
 // Build here (no GPU needed): target exp_quant_prefill_tile. Run on the GPU machine (~10 s):
 //   build-gpu/bin/experiments/exp_quant_prefill_tile [reps, default 20] [T list, default 128,256,512,1024,2048]
 //   build-gpu/bin/experiments/exp_quant_prefill_tile host     (the host emulation alone)
@@ -90,6 +96,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cuda_options.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels/gemm_paths.h"
 #include "backends/cuda/kernels/mbarrier.cuh"
@@ -921,6 +928,11 @@ void launch_wgp(const DeviceWeight& w, const __nv_bfloat16* x, float* y, int t, 
   CK(cudaGetLastError());
 }
 
+// src's TILE path (launch_gemm_q4k_tile: 128-token tiles up to t = 128, else 256), its split-K partial sums in g_parts.
+void launch_src_tile(const DeviceWeight& w, const __nv_bfloat16* x, float* y, int t, cudaStream_t st) {
+  detail::launch_gemm_q4k_tile(w, x, y, false, t, false, g_parts, kPartsFloats, st);
+}
+
 struct TileForm {
   const char* name;
   int tok, rows;
@@ -935,7 +947,7 @@ const TileForm kTileForms[] = {
     {"wgp 256x128 ffma", 256, 128, false, launch_wgp<256, false>},
     {"wgt 256x128 ffma", 256, 128, false, launch_wgt<256, false, false>},
     {"wgtsk 128x128 ffma", 128, 128, false, launch_wgt<128, false, true>},
-    {"wgtsk 256x128", 256, 128, true, launch_wgt<256, true, true>},
+    {"src tile", 128, 128, true, launch_src_tile},
     {"wgtsk 256x128 ffma", 256, 128, false, launch_wgt<256, false, true>},
 };
 
@@ -1112,6 +1124,10 @@ int main(int argc, char** argv) {
   cudaStream_t st;
   CK(cudaStreamCreate(&st));
   GemmWorkspace gws(kMaxT, 14336, 28672 * 4096);
+  // "src": the expansion (matmul_x16 takes src's tile path at t <= 512 by default).
+  CudaOptions expand = cuda_options();
+  expand.quant_gemm = QuantGemm::EXPAND;
+  const CudaOptionsScope expand_scope(expand);
   DeviceBuffer parts(static_cast<size_t>(kPartsFloats) * 4);
   g_parts = parts.as<float>();
   exp_common::FlushedTimer timer(st, reps, static_cast<size_t>(prop.l2CacheSize));

@@ -125,6 +125,8 @@ const std::vector<Key>& keys() {
   static const std::vector<Key> k = {
       flag("pdl", &CudaOptions::pdl),
       flag("cudnn", &CudaOptions::cudnn),
+      choice("quant_gemm", &CudaOptions::quant_gemm,
+             {{"auto", QuantGemm::AUTO}, {"tile", QuantGemm::TILE}, {"expand", QuantGemm::EXPAND}}),
       integer("attn_short", &CudaOptions::attn_short),
       integer("attn_compact", &CudaOptions::attn_compact),
       integer("attn_chunk", &CudaOptions::attn_chunk),

@@ -66,6 +66,16 @@ enum class TealWalk : uint8_t {
              // session).
 };
 
+// Which path a quantized matmul of many rows takes where it would otherwise expand the matrix to bf16 for cuBLASLt
+// (gemm.cpp: matmul past the multi-row GEMV's rows, matmul_x16 and matmul_x16_out16 at every row count).
+enum class QuantGemm : uint8_t {
+  AUTO = 0,  // the default: q4_K's per-tile GEMM (kernels/gemm_q4k_tile.cu) up to kQ4kTileAutoMaxT = 512 rows, where
+             // it measured faster (H100, one Llama-3-8B layer: 1.56x the expansion at t = 256, 1.06x at 512, 0.93x at
+             // 1,024), the expansion above and for the other formats
+  TILE,      // q4_K's per-tile GEMM at every row count (the expansion for the other formats)
+  EXPAND,    // the expansion everywhere (the only path before the tile GEMM)
+};
+
 struct CudaOptions {
   // ---- [kernel] launches ----
   // Programmatic dependent launch between kernels (kernels/common.cuh). Off: every kernel waits for the previous
@@ -73,6 +83,8 @@ struct CudaOptions {
   bool pdl = true;
   // cuDNN's fused SDPA for prefill attention where libcudnn loads (attn_cudnn.h); off: attn_prefill instead.
   bool cudnn = true;
+  // Quantized prefill GEMMs: q4_K's per-tile kernel or the bf16 expansion + cuBLASLt (QuantGemm above).
+  QuantGemm quant_gemm = QuantGemm::AUTO;
 
   // ---- [study] decode attention (kernels/attn_decode.cu) ----
   // Contexts of at most this many positions take the short-context register path (attn_decode_short.cuh); -1: up to
@@ -121,9 +133,9 @@ const CudaOptions& cuda_options();
 void set_cuda_options(const CudaOptions& o);
 
 // Sets one field from "key=value" (the key is the field's name; bools take 0/1, on/off, true/false; gemv_shapes takes
-// "NxK=threads/rows/unroll/prefetch[,...]", early_l2 "blocks/bytes[/bulk]", quant_norm "auto|q4_1|all|none", drop_ops
-// "op[,op...]"). tessera::Error with one sentence on an unknown key or a value that does not parse. For a repeated
-// command-line flag (--cuda KEY=VALUE) and the benchmarks.
+// "NxK=threads/rows/unroll/prefetch[,...]", early_l2 "blocks/bytes[/bulk]", quant_norm "auto|q4_1|all|none", quant_gemm
+// "auto|tile|expand", drop_ops "op[,op...]"). tessera::Error with one sentence on an unknown key or a value that does
+// not parse. For a repeated command-line flag (--cuda KEY=VALUE) and the benchmarks.
 void parse_cuda_option(CudaOptions& o, std::string_view key_value);
 // Every key parse_cuda_option takes, in the struct's order.
 const std::vector<std::string>& cuda_option_keys();

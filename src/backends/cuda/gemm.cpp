@@ -13,6 +13,11 @@
 //    the model is never kept dequantized) and multiplied by the bf16 GEMM. The expansion costs one write and one
 //    read of N*K*2 bytes per call, small next to 2*t*N*K flops once t is in the hundreds; below that the multi-row
 //    GEMV's repeated passes over the 4/8-bit weights are cheaper.
+//  - q4_K up to kQ4kTileAutoMaxT = 512 rows (CudaOptions::quant_gemm): no expansion; x in bf16 and one kernel whose
+//    CTAs dequantize their W tiles into wgmma's register fragments (kernels/gemm_q4k_tile.cu, sm_90), to the same bf16
+//    weights as the expansion. Where the expansion is a large part of the call it wins (H100, one Llama-3-8B layer's
+//    four matrices: 1.88x at t = 128, 1.56x at 256, 1.06x at 512); from t = 1,024 on the GEMM dominates and
+//    cuBLASLt's is faster than the tile kernel's dequantization-bound loop (0.93x).
 //  - matmul_x16: the same cuBLASLt GEMMs fed a 16-bit x that its producer (rmsnorm, swiglu_rows) wrote directly. At
 //    prefill sizes the conversion of x is a memory-bound pass of its own (Llama-3-8B, t = 2048: down's x is
 //    [2048, 14336] f32, 117 MB read and 59 MB written per layer, ~60 us of ~350).
@@ -33,6 +38,7 @@
 #include <tuple>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_options.h"
 #include "backends/cuda/kernels/gemm_paths.h"
 #include "backends/cuda/kernels_rows.h"
 #include "core/error.h"
@@ -50,6 +56,20 @@ void check_lt(cublasStatus_t s, const char* what) {
 bool is_quant(DType t) { return gemv_quantized(t); }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Whether CudaOptions::quant_gemm sends a quantized GEMM of t rows to the per-tile kernel (before checking that the
+// kernel takes the weight, x and device: gemm_q4k_tile_supported).
+bool quant_gemm_tile(DType dtype, int64_t t) {
+  if (dtype != DType::Q4_K) return false;
+  switch (cuda_options().quant_gemm) {
+    case QuantGemm::TILE:
+      return true;
+    case QuantGemm::EXPAND:
+      return false;
+    default:
+      return t <= detail::kQ4kTileAutoMaxT;
+  }
+}
 
 // The largest power of two <= 256 dividing both the address and the leading dimension in bytes: what cuBLASLt may
 // assume about every column of the operand.
@@ -174,10 +194,22 @@ GemmWorkspace::GemmWorkspace(int64_t max_t, int64_t max_k, int64_t max_quant_nk)
   m.q8 = DeviceBuffer(static_cast<size_t>(elems));
   m.ds = DeviceBuffer(static_cast<size_t>(max_t * ((max_k + 31) / 32)) * sizeof(float2));
   m.deq = DeviceBuffer(static_cast<size_t>(max_quant_nk) * 2);
+  detail::gemm_q4k_tile_prepare();  // outside any graph capture (the matmuls may be captured)
 }
 GemmWorkspace::~GemmWorkspace() = default;
 int64_t GemmWorkspace::max_t() const { return impl_->max_t; }
 int64_t GemmWorkspace::max_k() const { return impl_->max_k; }
+
+namespace {
+
+// The TILE path. Split-K's partial sums ([S, t, N] f32) go to the dequantization scratch, which this path leaves
+// unused; launch_gemm_q4k_tile splits only where they fit (a scratch of this matrix's N K bf16: S t <= K / 2).
+void tile_gemm(const DeviceWeight& w, const void* x16, void* y, bool y16, int64_t t, GemmWorkspace::Impl& m,
+               cudaStream_t stream, bool accumulate) {
+  detail::launch_gemm_q4k_tile(w, x16, y, y16, t, accumulate, m.deq.as<float>(), m.max_quant_nk / 2, stream);
+}
+
+}  // namespace
 
 namespace detail {
 
@@ -187,9 +219,15 @@ const char* gemm_path_name(GemmPath path) {
       return "rows";
     case GemmPath::CUBLAS:
       return "cublaslt";
+    case GemmPath::TILE:
+      return "q4k_tile";
     default:
       return "auto";
   }
+}
+
+GemmPath matmul_x16_path(const DeviceWeight& w, const void* x16, int64_t t) {
+  return quant_gemm_tile(w.dtype, t) && gemm_q4k_tile_supported(w, x16) ? GemmPath::TILE : GemmPath::CUBLAS;
 }
 
 GemmPath gemm_default_path(DType dtype, int64_t t, int64_t n, int64_t k) {
@@ -206,9 +244,11 @@ GemmPath gemm_default_path(DType dtype, int64_t t, int64_t n, int64_t k) {
   //    large matrices (>= 48M weights) cross over near t = 40, the small ones near t = 24.
   // At t = 2048 the bf16 GEMM runs at 654-743 TFLOP/s (85-97% of the 765 TFLOP/s 8192^3 peak), the quantized path at
   // 506-582 (66-76%: the expansion and x's conversion are not hidden).
+  //  - q4_K past the multi-row GEMV's rows: the per-tile GEMM where quant_gemm_tile says (header comment).
   if (is_quant(dtype)) {
     const bool large = n * k >= (int64_t{48} << 20);
-    return t <= 16 || (large && t <= 40) ? GemmPath::ROWS : GemmPath::CUBLAS;
+    if (t <= 16 || (large && t <= 40)) return GemmPath::ROWS;
+    return quant_gemm_tile(dtype, t) ? GemmPath::TILE : GemmPath::CUBLAS;
   }
   return t <= 4 ? GemmPath::ROWS : GemmPath::CUBLAS;
 }
@@ -252,9 +292,19 @@ void matmul_path(const DeviceWeight& w, const float* x, float* y, int64_t t, Gem
     }
     path = gemm_default_path(w.dtype, t, w.n, w.k);
     // Graceful degradations rather than failures inside an executor's graph: an unaligned float x cannot feed the
-    // 16-byte loads of the multi-row GEMV, and a quantized matrix larger than the scratch cannot be expanded.
+    // 16-byte loads of the multi-row GEMV, the tile GEMM needs an sm_90 device, and a quantized matrix larger than the
+    // scratch cannot be expanded.
     if (path == GemmPath::ROWS && !quant && !aligned16(x)) path = GemmPath::CUBLAS;
+    if (path == GemmPath::TILE && !gemm_q4k_tile_supported(w, nullptr)) path = GemmPath::CUBLAS;
     if (path == GemmPath::CUBLAS && quant && w.n * w.k > m.max_quant_nk) path = GemmPath::ROWS;
+  }
+  if (path == GemmPath::TILE) {
+    std::string why;
+    TESSERA_CHECK(gemm_q4k_tile_supported(w, nullptr, &why),
+                  "matmul: the {} weight [{}, {}] cannot take the tile path: {}", dtype_name(w.dtype), w.n, w.k, why);
+    launch_f32_to_16bit(x, m.x16.get(), t * w.k, true, stream);
+    tile_gemm(w, m.x16.get(), y, false, t, m, stream, accumulate);
+    return;
   }
   if (path == GemmPath::ROWS) {
     if (quant) {
@@ -307,6 +357,10 @@ void matmul_x16_impl(const DeviceWeight& w, const void* x16, void* y, bool y16, 
   TESSERA_CHECK(x16 != nullptr && y != nullptr, "{}: the input or output pointer is null", op);
   TESSERA_CHECK(t >= 1 && t <= m.max_t, "{}: t = {} rows is outside the workspace's 1..{}", op, t, m.max_t);
   if (is_quant(w.dtype)) {
+    if (detail::matmul_x16_path(w, x16, t) == detail::GemmPath::TILE) {
+      tile_gemm(w, x16, y, y16, t, m, stream, accumulate);
+      return;
+    }
     TESSERA_CHECK(w.n * w.k <= m.max_quant_nk,
                   "{}: the {} weight [{}, {}] needs {} elements of dequantization scratch, the workspace has {}", op,
                   dtype_name(w.dtype), w.n, w.k, w.n * w.k, m.max_quant_nk);

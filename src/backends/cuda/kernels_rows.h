@@ -49,8 +49,10 @@ void matmul(const DeviceWeight& w, const float* x /*[t, K]*/, float* y /*[t, N]*
 // matmul with the activation already in 16 bits, so the op producing x (rmsnorm, swiglu_rows) writes it once in the
 // GEMM's input type instead of matmul converting an f32 copy on every call: x16 [t, K] is in matmul_x16_type(w.dtype)
 // (bf16 for bf16 and quantized weights, f16 for f16). Always the cuBLASLt path (quantized weights dequantized to bf16
-// in the workspace's scratch first), at any t; below matmul_x16_min_t the multi-row GEMV of matmul is faster. Error
-// for f32 weights (they take f32 x), when t > ws.max_t(), or for a quantized matrix larger than the scratch.
+// in the workspace's scratch first), at any t, except q4_K where CudaOptions::quant_gemm takes its per-tile GEMM
+// (gemm.cpp; the same bf16 weights, no expansion); below matmul_x16_min_t the multi-row GEMV of matmul is faster.
+// Error for f32 weights (they take f32 x), when t > ws.max_t(), or for a matrix the expansion needs and the scratch
+// cannot hold.
 void matmul_x16(const DeviceWeight& w, const void* x16 /*[t, K] bf16 or f16*/, float* y /*[t, N]*/, int64_t t,
                 GemmWorkspace& ws, cudaStream_t stream, bool accumulate = false);
 // matmul_x16 writing y in the same 16-bit type as x (f32 accumulation, one rounding at the store): the merged gate|up

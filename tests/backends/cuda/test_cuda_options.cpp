@@ -78,7 +78,8 @@ TEST(CudaOptions, EveryKeyRoundTrips) {
                          "out16=0",
                          "merge_gate_up=0",
                          "lora_side=0",
-                         "teal_walk=all"})
+                         "teal_walk=all",
+                         "quant_gemm=expand"})
     parse_cuda_option(o, kv);
   const std::string text = format_cuda_options(o);
   EXPECT_NE(text, format_cuda_options(CudaOptions{}));
@@ -94,7 +95,22 @@ TEST(CudaOptions, EveryKeyRoundTrips) {
   EXPECT_EQ(back.early_l2.bytes, 16384u);
   EXPECT_TRUE(back.early_l2.bulk);
   EXPECT_EQ(back.quant_norm, QuantNorm::ALL);
+  EXPECT_EQ(back.quant_gemm, QuantGemm::EXPAND);
   EXPECT_EQ(back.drop_ops, (std::vector<std::string>{"rmsnorm", "swiglu"}));
+}
+
+TEST(CudaOptions, QuantGemmValuesRoundTrip) {
+  EXPECT_EQ(CudaOptions{}.quant_gemm, QuantGemm::AUTO);
+  for (const auto& [text, value] : {std::pair{"auto", QuantGemm::AUTO}, std::pair{"tile", QuantGemm::TILE},
+                                    std::pair{"expand", QuantGemm::EXPAND}}) {
+    CudaOptions o;
+    o.quant_gemm = QuantGemm::EXPAND == value ? QuantGemm::TILE : QuantGemm::EXPAND;
+    parse_cuda_option(o, std::string("quant_gemm=") + text);
+    EXPECT_EQ(o.quant_gemm, value) << text;
+    EXPECT_NE(format_cuda_options(o).find(std::string("quant_gemm=") + text), std::string::npos) << text;
+  }
+  CudaOptions o;
+  EXPECT_THROW(parse_cuda_option(o, "quant_gemm=on"), Error);
 }
 
 TEST(CudaOptions, QuantNormValuesRoundTrip) {

@@ -27,6 +27,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/mbarrier.cuh"
+#include "backends/cuda/kernels/tensor_map.cuh"
 #include "backends/cuda/kernels_rows.h"
 
 namespace tessera::cuda {
@@ -367,19 +368,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 namespace {
 using namespace attn_tma;
-
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    cudaDriverEntryPointQueryResult q{};
-    void* f = nullptr;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess)
-      encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  });
-  return encode;
-}
 
 // A 3-D map of 16-bit elements, innermost first: dims {hd, d1, d2}, byte strides of dims 1 and 2, boxes of 64 x b1 x
 // b2, 128-byte swizzle, zeros outside.

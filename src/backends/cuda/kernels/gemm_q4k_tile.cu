@@ -1,0 +1,444 @@
+// q4_K prefill GEMM by per-tile dequantization (GemmPath::TILE, gemm_paths.h): y[t, N] (+)= x[t, K] · W[N, K]ᵀ with x
+// bf16 (as rmsnorm / swiglu_rows write it), W q4_K in upload_weight's SPLIT_Q layout, f32 accumulation, y f32 or bf16.
+// The expansion path (launch_dequant_bf16 into the workspace's scratch, then cuBLASLt) writes and reads N*K*2 bytes per
+// call; here each CTA dequantizes its own W tile on the way to the tensor cores, so the bf16 matrix never exists in
+// memory, and W is read at its 0.56 bytes a weight. Grown in bench/cuda/experiments/quant_prefill_tile.cu ("wgtsk",
+// whose header has the steps and the H100 figures); docs/CUDA_NOTES.md has the summary.
+//
+// CTA: TOK tokens (128 or 256) x 128 W rows, 256 threads as two warpgroups of 64 rows; D [64 rows][TOK] per warpgroup
+// in registers (TOK / 2 floats a thread). One pipeline step = 64 values of K, kStages = 4 steps in flight:
+//  - x's tile [TOK][64] bf16 by TMA (one thread; the copy engine writes the 128-byte swizzle wgmma's K-major
+//    descriptor reads; an mbarrier per stage). Rows past t come in as zeros and are not stored. (x by every thread's
+//    cp.async needed a fence.proxy.async each step, which measured as if it waited for the wgmmas in flight.)
+//  - each W row's 32 qs bytes and 16-byte head by cp.async into [128 rows][48 B] (gemm_q4k_tile.h); rows past N
+//    re-read row N - 1 and are not stored.
+//  - each warp dequantizes its 16 rows straight into wgmma's register A fragments (gemm_q4k_tile.h's row_frags: the
+//    expansion's arithmetic, so the same bf16 weights bit for bit; only the f32 summation order differs from the
+//    expansion + cuBLASLt path).
+//  - per step: issue step s's four m64nTOKk16 wgmmas, wait for step s - 1's (wait_group 1), refill step s - 1's stage,
+//    and dequantize step s + 1 into the other register set while step s runs.
+// Grid (token tiles, W tiles, S): the CTAs of one W tile run side by side, so W's bytes come from DRAM once and x from
+// L2. Split-K where the grid is under one wave: S = 2 or 4 CTAs per tile over consecutive slices of K, each writing
+// its partial sums to the workspace ([S][t][N] f32), then gemm_q4k_tile_sum_kernel adds them in a fixed order
+// (deterministic: the same bits on every run).
+//
+// PDL (common.cuh): W is a weight no kernel writes, so each CTA's first kStages - 1 steps of W bytes are requested
+// before pdl_wait(); x (the previous kernel's output) and every global write come after it. The sum kernel waits first.
+//
+// wgmma and this TMA form exist on sm_90a only: the compute_90 PTX (for other GPUs) gets empty kernels, which
+// gemm_q4k_tile_supported never lets run.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+
+#include <string>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/gemm_paths.h"
+#include "backends/cuda/kernels/gemm_q4k_tile.h"
+#include "backends/cuda/kernels/mbarrier.cuh"
+#include "backends/cuda/kernels/tensor_map.cuh"
+
+namespace tessera::cuda::detail {
+// Named, not anonymous: the compute_90 pass references none of these helpers, which -Werror would otherwise reject.
+namespace q4k_tile {
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving the accumulators across the points where no wgmma is in flight (attn_prefill_tma.cu).
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+// K-major operand, 128-byte swizzle: LBO unused (1), SBO = 1,024 B between groups of 8 rows (attn_prefill_tma.cu's).
+__device__ __forceinline__ uint64_t desc_kmajor(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+// A box of x ([TOK rows][64 columns] at column c0, row r0) by TMA, completing on `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int r0, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(r0), "r"(bar)
+      : "memory");
+}
+
+// The accumulator operands of a wgmma asm statement: "+f"(d[0]) .. "+f"(d[N - 1]).
+#define TESSERA_Q4KT_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define TESSERA_Q4KT_F16(i) TESSERA_Q4KT_F4(i), TESSERA_Q4KT_F4(i + 4), TESSERA_Q4KT_F4(i + 8), TESSERA_Q4KT_F4(i + 12)
+#define TESSERA_Q4KT_D64 TESSERA_Q4KT_F16(0), TESSERA_Q4KT_F16(16), TESSERA_Q4KT_F16(32), TESSERA_Q4KT_F16(48)
+#define TESSERA_Q4KT_D128 \
+  TESSERA_Q4KT_D64, TESSERA_Q4KT_F16(64), TESSERA_Q4KT_F16(80), TESSERA_Q4KT_F16(96), TESSERA_Q4KT_F16(112)
+
+// D[64 x 128] += A[64 x 16] (registers, the m16n8k16 A layout per warp) · B (shared, K-major, 128-byte swizzle).
+__device__ __forceinline__ void wgmma_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+      "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+      "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, "
+      "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, "
+      "1, 0;\n}\n"
+      : TESSERA_Q4KT_D64
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+// D[64 x 256] += A[64 x 16] · B, as wgmma_n128.
+__device__ __forceinline__ void wgmma_n256(float (&d)[128], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+      "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+      "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, "
+      "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, "
+      "%71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, "
+      "%91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, "
+      "%109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, "
+      "%125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+      : TESSERA_Q4KT_D128
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+#undef TESSERA_Q4KT_D128
+#undef TESSERA_Q4KT_D64
+#undef TESSERA_Q4KT_F16
+#undef TESSERA_Q4KT_F4
+
+// The CTA's shared memory: kStages x stages [TOK][128 B] (1,024-byte aligned: swizzle atoms), then kStages raw W
+// stages [kRows][48 B].
+template <int TOK>
+constexpr uint32_t kXBytes = static_cast<uint32_t>(TOK) * kXRow;
+constexpr uint32_t kRawBytes = kRows * kRawRow;
+template <int TOK>
+constexpr size_t kSmem = static_cast<size_t>(kStages) * (kXBytes<TOK> + kRawBytes) + 1024;  // + the alignment slack
+
+// The arguments every step needs.
+struct Ctx {
+  const uint8_t* quants;  // [N * K / 256, 128]
+  const uint8_t* heads;   // [N * K / 256, 16]
+  const CUtensorMap* xmap;
+  uint32_t base, bars;  // shared addresses of the stages and of the kStages mbarriers
+  const unsigned char* sm;
+  int64_t nb;  // super-blocks per W row
+  int n, t0, n0, s0, steps;
+};
+
+// Step s's W bytes (s: the step of the whole K) into raw stage `slot`, spread over the CTA's threads (one cp.async
+// group per step, committed by the caller). W rows past N re-read row N - 1 (in bounds; not stored).
+template <int TOK>
+__device__ __forceinline__ void load_w_stage(const Ctx& cx, int slot, int s) {
+  const uint32_t raw = cx.base + kStages * kXBytes<TOK> + slot * kRawBytes;
+#pragma unroll
+  for (int it = 0; it < (kRows * 3 + kThreads - 1) / kThreads; ++it) {
+    const int i = static_cast<int>(threadIdx.x) + it * kThreads;
+    if (i < kRows * 3) {
+      const int r = i / 3, p = i - 3 * r;
+      const int64_t row = min(cx.n0 + r, cx.n - 1);
+      cp_async16(raw + static_cast<uint32_t>(r * kRawRow + p * 16),
+                 (p < 2 ? cx.quants : cx.heads) + raw_src(row, cx.nb, s, p));
+    }
+  }
+}
+
+// Step s's x tile into stage `slot` by TMA (thread 0 only).
+template <int TOK>
+__device__ __forceinline__ void load_x_stage(const Ctx& cx, int slot, int s) {
+  mbar_expect_tx(cx.bars + 8 * slot, kXBytes<TOK>);  // the whole box, rows past t (zero-filled) included
+  tma_load_2d(cx.base + slot * kXBytes<TOK>, cx.xmap, s * kStepK, cx.t0, cx.bars + 8 * slot);
+}
+
+// The A fragments of this warp's m16 tile (stage rows r0 .. r0 + 15) for the step's four k16 slices.
+__device__ __forceinline__ void tile_frags(const unsigned char* raw, int r0, int g, int c, int sub,
+                                           uint32_t (&a)[4][4]) {
+  uint32_t f[2][4][2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const unsigned char* p = raw + (r0 + g + 8 * h) * kRawRow;
+    const uint4 hv = *reinterpret_cast<const uint4*>(p + 32);
+    const uint32_t head[4] = {hv.x, hv.y, hv.z, hv.w};
+    row_frags(reinterpret_cast<const uint32_t*>(p), head, c, sub, f[h]);
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    a[j][0] = f[0][j][0];
+    a[j][1] = f[1][j][0];
+    a[j][2] = f[0][j][1];
+    a[j][3] = f[1][j][1];
+  }
+}
+
+// Step s of the CTA's slice (0 .. steps - 1): issue its wgmmas from `cur`, then, once step s - 1's are done, refill
+// that stage with step s + kStages - 1 and dequantize step s + 1 into `nxt`.
+template <int TOK>
+__device__ __forceinline__ void step(const Ctx& cx, float (&d)[TOK / 2], const uint32_t (&cur)[4][4],
+                                     uint32_t (&nxt)[4][4], int s, int r0, int g, int c) {
+  const int slot = s % kStages;
+  const uint32_t xs = cx.base + slot * kXBytes<TOK>;
+  mbar_wait(cx.bars + 8 * slot, static_cast<uint32_t>((s / kStages) & 1));  // x(s) has landed
+  wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if constexpr (TOK == 128)
+      wgmma_n128(d, cur[j], desc_kmajor(xs + 32 * j));
+    else
+      wgmma_n256(d, cur[j], desc_kmajor(xs + 32 * j));
+  }
+  wgmma_commit();
+  wgmma_wait<1>();         // step s - 1's wgmmas are done: `nxt` and stage (s - 1) % kStages are free
+  cp_wait<kStages - 3>();  // this thread's W bytes of step s + 1 have landed
+  __syncthreads();         // everyone's have, and both warpgroups are past step s - 1
+  const int sn = s + kStages - 1;
+  if (sn < cx.steps) {
+    load_w_stage<TOK>(cx, sn % kStages, cx.s0 + sn);
+    if (threadIdx.x == 0) load_x_stage<TOK>(cx, sn % kStages, cx.s0 + sn);
+  }
+  cp_commit();  // empty groups at the end keep the wait count's arithmetic
+  if (s + 1 < cx.steps)
+    tile_frags(cx.sm + kStages * kXBytes<TOK> + ((s + 1) % kStages) * kRawBytes, r0, g, c, (cx.s0 + s + 1) & 3, nxt);
+}
+
+// Grid (ceil(t / TOK), ceil(N / 128), S). S == 1: y [t, N] (f32, or bf16 with kY16) written, or added to when
+// accumulate. S > 1: CTA z takes steps [z K / (64 S), (z + 1) K / (64 S)) and writes its partial sums to parts
+// [S][t][N] (f32), for gemm_q4k_tile_sum_kernel.
+template <int TOK, bool kY16>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_q4k_tile_kernel(const uint8_t* __restrict__ quants, const uint8_t* __restrict__ heads,
+                         const __grid_constant__ CUtensorMap xmap /*x [t, K] bf16*/, void* __restrict__ y,
+                         float* __restrict__ parts, int t, int n, int k, bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int ND = TOK / 2;
+  static_assert(TOK == 128 || TOK == 256, "wgmma n128 or n256; a TMA box is at most 256 rows");
+  static_assert(kXBytes<TOK> % 1024 == 0, "swizzle atoms are 1,024-byte aligned");
+  extern __shared__ unsigned char smem_dyn[];
+  __shared__ alignas(8) uint64_t bar_mem[kStages];
+  unsigned char* sm = smem_dyn + ((1024u - (smem_u32(smem_dyn) & 1023u)) & 1023u);
+  const int steps = k / kStepK / static_cast<int>(gridDim.z);
+  const Ctx cx{quants,
+               heads,
+               &xmap,
+               smem_u32(sm),
+               smem_u32(bar_mem),
+               sm,
+               k / 256,
+               n,
+               static_cast<int>(blockIdx.x) * TOK,
+               static_cast<int>(blockIdx.y) * kRows,
+               static_cast<int>(blockIdx.z) * steps,
+               steps};
+  const int lane = static_cast<int>(threadIdx.x) & 31, g = lane >> 2, c = lane & 3;
+  const int r0 = (static_cast<int>(threadIdx.x) >> 5) * 16;  // warp w: stage rows 16 w .. 16 w + 15
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) mbar_init(cx.bars + 8 * i, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < steps) load_w_stage<TOK>(cx, s, cx.s0 + s);
+    cp_commit();
+  }
+  pdl_wait();  // x is the previous kernel's output; y and parts may still be read by it
+  if (threadIdx.x == 0)
+    for (int s = 0; s < kStages - 1 && s < steps; ++s) load_x_stage<TOK>(cx, s, cx.s0 + s);
+
+  float d[ND];
+#pragma unroll
+  for (int i = 0; i < ND; ++i) d[i] = 0.0f;
+  uint32_t a0[4][4], a1[4][4];
+  cp_wait<kStages - 2>();  // this thread's W bytes of step 0
+  __syncthreads();
+  tile_frags(sm + kStages * kXBytes<TOK>, r0, g, c, cx.s0 & 3, a0);
+  fence_regs(d);
+  for (int s = 0; s < steps; s += 2) {  // two steps per trip: the register sets swap roles at compile time
+    step<TOK>(cx, d, a0, a1, s, r0, g, c);
+    if (s + 1 < steps) step<TOK>(cx, d, a1, a0, s + 1, r0, g, c);
+  }
+  wgmma_wait<0>();
+  fence_regs(d);
+  cp_wait<0>();
+  // d[i]: W row n0 + r0 + g + 8 ((i / 2) % 2), token t0 + 8 (i / 4) + 2c + i % 2 (wgmma's accumulator layout).
+  float* part = gridDim.z > 1 ? parts + static_cast<int64_t>(blockIdx.z) * t * n : nullptr;
+#pragma unroll
+  for (int i = 0; i < ND; ++i) {
+    const int row = cx.n0 + r0 + g + 8 * ((i >> 1) & 1), tok = cx.t0 + 8 * (i >> 2) + 2 * c + (i & 1);
+    if (row >= n || tok >= t) continue;
+    const int64_t at = static_cast<int64_t>(tok) * n + row;
+    if (part != nullptr) {
+      part[at] = d[i];
+    } else if constexpr (kY16) {
+      __nv_bfloat16* yh = static_cast<__nv_bfloat16*>(y) + at;
+      *yh = __float2bfloat16_rn(accumulate ? __bfloat162float(*yh) + d[i] : d[i]);
+    } else {
+      float* yf = static_cast<float*>(y) + at;
+      *yf = accumulate ? *yf + d[i] : d[i];
+    }
+  }
+#else
+  (void)quants, (void)heads, (void)xmap, (void)y, (void)parts, (void)t, (void)n, (void)k, (void)accumulate;
+#endif
+}
+
+// y[i] (+)= parts[0][i] + parts[1][i] + ... (the S parts of count floats, added in this order), four values a thread
+// where `vec` (count % 4 == 0, y aligned for the vector store), else one.
+template <bool kY16>
+__global__ void __launch_bounds__(256) gemm_q4k_tile_sum_kernel(const float* __restrict__ parts, void* __restrict__ y,
+                                                                int64_t count, int splits, bool accumulate, bool vec) {
+  pdl_wait();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (vec) {
+    if (4 * i >= count) return;
+    float4 a = reinterpret_cast<const float4*>(parts)[i];
+    for (int z = 1; z < splits; ++z) {
+      const float4 b = reinterpret_cast<const float4*>(parts + z * count)[i];
+      a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+    }
+    if constexpr (kY16) {
+      uint2* yp = static_cast<uint2*>(y) + i;
+      if (accumulate) {
+        const uint2 o = *yp;
+        a.x += bf16_lo(o.x), a.y += bf16_hi(o.x), a.z += bf16_lo(o.y), a.w += bf16_hi(o.y);
+      }
+      *yp = make_uint2(pack16x2(a.x, a.y, true), pack16x2(a.z, a.w, true));
+    } else {
+      float4* yp = static_cast<float4*>(y) + i;
+      if (accumulate) {
+        const float4 o = *yp;
+        a.x = o.x + a.x, a.y = o.y + a.y, a.z = o.z + a.z, a.w = o.w + a.w;
+      }
+      *yp = a;
+    }
+    return;
+  }
+  if (i >= count) return;
+  float a = parts[i];
+  for (int z = 1; z < splits; ++z) a += parts[z * count + i];
+  if constexpr (kY16) {
+    uint16_t* yp = static_cast<uint16_t*>(y) + i;
+    *yp = to16(accumulate ? from16(*yp, true) + a : a, true);
+  } else {
+    float* yp = static_cast<float*>(y) + i;
+    *yp = accumulate ? *yp + a : a;
+  }
+}
+
+}  // namespace q4k_tile
+
+namespace {
+using namespace q4k_tile;
+
+int tile_tokens(int64_t t) { return t <= kQ4kTileSmallT ? 128 : 256; }
+
+template <int TOK, bool kY16>
+void allow_smem() {
+  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(gemm_q4k_tile_kernel<TOK, kY16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kSmem<TOK>)));
+}
+
+// Whether this process's device runs the kernels (sm_90, the driver's tensor-map encoder), with their shared-memory
+// limits raised: once, on the first call (a throw, from cudaFuncSetAttribute, leaves it to the next call).
+bool device_ready() {
+  static const bool ok = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess || major != 9 ||
+        minor != 0 || tensor_map_encoder() == nullptr) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    allow_smem<128, false>();
+    allow_smem<128, true>();
+    allow_smem<256, false>();
+    allow_smem<256, true>();
+    return true;
+  }();
+  return ok;
+}
+
+// x [t, K] bf16 as a TMA tensor map: boxes of 64 columns (128 bytes, the swizzle's span) x tok rows, 128-byte
+// swizzle, zeros past row t.
+CUtensorMap x_map(const void* x, int64_t t, int64_t k, int tok) {
+  CUtensorMap m{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(t)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kStepK), static_cast<cuuint32_t>(tok)}, es[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(x), dims, strides,
+                                          box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TESSERA_CUDA_REQUIRE(r == CUDA_SUCCESS, "gemm_q4k_tile: the driver refused x's tensor map");
+  return m;
+}
+
+template <int TOK, bool kY16>
+void run(const DeviceWeight& w, const void* x16, void* y, int64_t t, bool accumulate, float* parts, int splits,
+         cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((t + TOK - 1) / TOK), static_cast<unsigned>((w.n + kRows - 1) / kRows),
+                  static_cast<unsigned>(splits));
+  launch("gemm_q4k_tile_kernel", gemm_q4k_tile_kernel<TOK, kY16>, grid, dim3(kThreads), kSmem<TOK>, stream,
+         w.quants.as<uint8_t>(), w.scales.as<uint8_t>(), x_map(x16, t, w.k, TOK), y, parts, static_cast<int>(t),
+         static_cast<int>(w.n), static_cast<int>(w.k), accumulate);
+  if (splits > 1) {
+    const int64_t count = t * w.n;
+    const bool vec = count % 4 == 0 && aligned16(parts) && (reinterpret_cast<uintptr_t>(y) % (kY16 ? 8 : 16)) == 0;
+    const int64_t threads = vec ? count / 4 : count;
+    launch("gemm_q4k_tile_sum_kernel", gemm_q4k_tile_sum_kernel<kY16>,
+           dim3(static_cast<unsigned>(ceil_div(threads, 256))), dim3(256), 0, stream, static_cast<const float*>(parts),
+           y, count, splits, accumulate, vec);
+  }
+}
+
+}  // namespace
+
+bool gemm_q4k_tile_supported(const DeviceWeight& w, const void* x16, std::string* why) {
+  const auto no = [&](const char* r) {
+    if (why != nullptr) *why = r;
+    return false;
+  };
+  if (w.dtype != DType::Q4_K || w.layout != GemvLayout::SPLIT_Q) return no("the weight is not q4_K in SPLIT_Q layout");
+  if (w.n < 1 || w.k < 256 || w.k % 256 != 0 || w.n > (int64_t{1} << 30) || w.k > (int64_t{1} << 30))
+    return no("the weight's shape (K must be a multiple of 256)");
+  if (w.quants.bytes() < static_cast<size_t>(w.n * w.k / 2) || w.scales.bytes() < static_cast<size_t>(w.n * w.k / 16))
+    return no("the weight's buffers are shorter than its shape");
+  if (x16 != nullptr && !aligned16(x16)) return no("x is not 16-byte aligned (TMA)");
+  if (!device_ready()) return no("not an sm_90 device with the driver's tensor-map encoder (wgmma, TMA)");
+  return true;
+}
+
+void gemm_q4k_tile_prepare() { (void)device_ready(); }
+
+int gemm_q4k_tile_splits(int64_t t, int64_t n, int64_t k, int64_t parts_floats) {
+  const int64_t tok = tile_tokens(t);
+  const int64_t ctas = (t + tok - 1) / tok * ((n + kRows - 1) / kRows), steps = k / kStepK;
+  int splits = 1;
+  for (const int s : {2, 4})
+    if (ctas * s <= sm_count() && steps % s == 0 && s * t * n <= parts_floats) splits = s;
+  return splits;
+}
+
+void launch_gemm_q4k_tile(const DeviceWeight& w, const void* x16, void* y, bool y16, int64_t t, bool accumulate,
+                          float* parts, int64_t parts_floats, cudaStream_t stream) {
+  std::string why;
+  TESSERA_CUDA_REQUIRE(gemm_q4k_tile_supported(w, x16, &why), "gemm_q4k_tile: " + why);
+  TESSERA_CUDA_REQUIRE(x16 != nullptr && y != nullptr, "gemm_q4k_tile: the input or output pointer is null");
+  TESSERA_CUDA_REQUIRE(t >= 1 && t <= (int64_t{1} << 30) && t * w.n <= (int64_t{1} << 40),
+                       "gemm_q4k_tile: t is outside 1..2^30");
+  const int splits = parts == nullptr ? 1 : gemm_q4k_tile_splits(t, w.n, w.k, parts_floats);
+  if (tile_tokens(t) == 128)
+    (y16 ? run<128, true> : run<128, false>)(w, x16, y, t, accumulate, parts, splits, stream);
+  else
+    (y16 ? run<256, true> : run<256, false>)(w, x16, y, t, accumulate, parts, splits, stream);
+}
+
+}  // namespace tessera::cuda::detail

@@ -1,0 +1,135 @@
+// The q4_K tile GEMM's layout and dequantization (kernels/gemm_q4k_tile.cu), as functions both compilers take: the
+// kernel calls them on the device, and tests/backends/cuda/test_gemm_q4k_tile.cpp runs the same functions on the host
+// (no GPU) against Format<Q4_K>::dequantize rounded to bf16, which is what src's expansion writes (gemm_convert.cu).
+// Grown in bench/cuda/experiments/quant_prefill_tile.cu (its header has the design and the H100 figures).
+//
+// One pipeline step covers 64 values of K: one 32-byte group of a super-block's 128 qs bytes (sub-block 2i in the low
+// nibbles, 2i + 1 in the high ones). A W row's step sits in shared memory as [48 B]: the 32 qs bytes, then the
+// super-block's 16-byte head (fp16 d, fp16 dmin, 12 packed scale bytes; SPLIT_Q keeps both 16-byte aligned). 48 rather
+// than 32 + a separate head array: rows 12 banks apart, so the 8 rows a warp reads at once fall in distinct banks.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "quant/format_traits.h"
+#include "quant/half.h"
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#define TESSERA_Q4KT_HD __host__ __device__ __forceinline__
+#else
+#define TESSERA_Q4KT_HD inline
+#endif
+
+namespace tessera::cuda::detail::q4k_tile {
+
+constexpr int kStepK = 64;   // K per pipeline step
+constexpr int kXRow = 128;   // bytes of one token's x per step (64 bf16): one 128-byte swizzle row
+constexpr int kRawRow = 48;  // bytes of one W row per step in shared memory
+constexpr int kStages = 4;   // steps in flight (loads issued kStages - 1 steps ahead of their use)
+constexpr int kRows = 128;   // W rows per CTA: two warpgroups of 64
+constexpr int kThreads = 256;
+
+// Source of W's 16-byte piece p of row `row` at step s (of the whole K): p = 0, 1 the step's qs bytes 16p .. 16p + 15
+// in quants ([n * nb, 128]), p = 2 the super-block's head in heads ([n * nb, 16]); byte offsets. nb = K / 256.
+TESSERA_Q4KT_HD int64_t raw_src(int64_t row, int64_t nb, int s, int p) {
+  const int64_t blk = row * nb + s / 4;
+  return p < 2 ? blk * 128 + (s % 4) * 32 + p * 16 : blk * 16;
+}
+
+// PTX prmt (default mode; selectors here never set a nibble's sign bit).
+TESSERA_Q4KT_HD uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(a, b, sel);
+#else
+  const uint64_t v = static_cast<uint64_t>(b) << 32 | a;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((v >> (8 * ((sel >> (4 * i)) & 7))) & 0xFFu) << (8 * i);
+  return r;
+#endif
+}
+
+// Round to nearest even, as src's pack16x2 (device) and quant/half.h's f32_to_bf16 (host).
+TESSERA_Q4KT_HD uint32_t pack_bf16(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  uint32_t u;
+  memcpy(&u, &h, 4);
+  return u;
+#else
+  return static_cast<uint32_t>(f32_to_bf16(lo)) | static_cast<uint32_t>(f32_to_bf16(hi)) << 16;
+#endif
+}
+
+// Separately rounded products and differences (no contraction), as the expansion (gemm_convert.cu's ksb_lane) forms
+// them: the same f32 value, so the same bf16 weight.
+TESSERA_Q4KT_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+TESSERA_Q4KT_HD float sub_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+// format_detail::q4_k_scale_min on the head's three scale words (bytes 0..11) with j known only at run time: selects,
+// not an indexed array (which would live in local memory).
+TESSERA_Q4KT_HD int scale_byte(uint32_t s0, uint32_t s1, uint32_t s2, int i) {
+  const uint32_t w = i < 4 ? s0 : i < 8 ? s1 : s2;
+  return static_cast<int>((w >> (8 * (i & 3))) & 0xFFu);
+}
+TESSERA_Q4KT_HD void scale_min(uint32_t s0, uint32_t s1, uint32_t s2, int j, int& sc, int& m) {
+  if (j < 4) {
+    sc = scale_byte(s0, s1, s2, j) & 63;
+    m = scale_byte(s0, s1, s2, j + 4) & 63;
+  } else {
+    sc = (scale_byte(s0, s1, s2, j + 4) & 0xF) | ((scale_byte(s0, s1, s2, j - 4) >> 6) << 4);
+    m = (scale_byte(s0, s1, s2, j + 4) >> 4) | ((scale_byte(s0, s1, s2, j) >> 6) << 4);
+  }
+}
+
+// Four values from the 4-bit codes in the four bytes of x (each 0..15, the other nibble masked off) as two bf16 pairs:
+// lo = (byte 0, byte 1), hi = (byte 2, byte 3). A byte permute puts each code into 128.0f's mantissa (0x43 into bits
+// 24..31, the code into bits 16..23: the float 128 + q, exactly, where I2F would run at quarter rate); then
+// q = (128 + q) - 128 and d q - m, each rounded: the expansion's value bit for bit. (The experiment's one-FFMA form,
+// fma(d, 128 + q, -(128 d + m)), measured ~5% faster but moves 5 of 8,192 weights by one bf16 unit: not src's.)
+TESSERA_Q4KT_HD void codes4(uint32_t x, float d, float m, uint32_t& lo, uint32_t& hi) {
+  const auto value = [&](uint32_t sel) {
+    return sub_rn(mul_rn(d, format_detail::bits_to_float(prmt(x, 0x43u, sel)) - 128.0f), m);
+  };
+  lo = pack_bf16(value(0x4055u), value(0x4155u));
+  hi = pack_bf16(value(0x4255u), value(0x4355u));
+}
+
+// One W row's part of the A fragments of a step for the lane with lane % 4 = c: out[j][0] holds the row's values at
+// k = 16 j + 2c, 2c + 1 and out[j][1] at 16 j + 2c + 8, 2c + 9 (j = 0..3 the step's four k16 slices; the m16n8k16 A
+// layout, which is wgmma's register A per warp: a0/a2 for row g, a1/a3 for row g + 8). q32: the row's 32 qs bytes of
+// the step as 8 words, h: its head (d | dmin << 16, then scale bytes 0..11), sub: the step's place in its super-block
+// (0..3). Slices j = 0, 1 are sub-block 2 sub's values (low nibbles of qs bytes 0..15, 16..31), j = 2, 3 sub-block
+// 2 sub + 1's (the high nibbles). Lane c needs bytes 2c, 2c + 1, 2c + 8, 2c + 9 of each 16-byte half: two word loads
+// and one byte permute per half.
+TESSERA_Q4KT_HD void row_frags(const uint32_t* q32, const uint32_t (&h)[4], int c, int sub, uint32_t (&out)[4][2]) {
+  const int w = c >> 1;
+  const uint32_t sel = (c & 1) ? 0x7632u : 0x5410u;  // bytes 2c, 2c + 1 of word w and of word w + 2
+  const uint32_t p0 = prmt(q32[w], q32[w + 2], sel), p1 = prmt(q32[w + 4], q32[w + 6], sel);
+  const float d = format_detail::half_value(static_cast<uint16_t>(h[0] & 0xFFFFu));
+  const float dmin = format_detail::half_value(static_cast<uint16_t>(h[0] >> 16));
+  int sc, m;
+  scale_min(h[1], h[2], h[3], 2 * sub, sc, m);
+  const float dl = mul_rn(d, static_cast<float>(sc)), ml = mul_rn(dmin, static_cast<float>(m));
+  scale_min(h[1], h[2], h[3], 2 * sub + 1, sc, m);
+  const float dh = mul_rn(d, static_cast<float>(sc)), mh = mul_rn(dmin, static_cast<float>(m));
+  codes4(p0 & 0x0F0F0F0Fu, dl, ml, out[0][0], out[0][1]);
+  codes4(p1 & 0x0F0F0F0Fu, dl, ml, out[1][0], out[1][1]);
+  codes4((p0 >> 4) & 0x0F0F0F0Fu, dh, mh, out[2][0], out[2][1]);
+  codes4((p1 >> 4) & 0x0F0F0F0Fu, dh, mh, out[3][0], out[3][1]);
+}
+
+}  // namespace tessera::cuda::detail::q4k_tile
