@@ -99,7 +99,9 @@
 #include "backends/cuda/cuda_options.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels/gemm_paths.h"
+#include "backends/cuda/kernels/gemm_q4k_tile.h"
 #include "backends/cuda/kernels/mbarrier.cuh"
+#include "backends/cuda/kernels/tensor_map.cuh"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/memory.h"
 #include "backends/cuda/split_layout.h"
@@ -112,73 +114,26 @@ using namespace tessera::cuda;
 
 namespace {
 
-constexpr int kStepK = 64;   // K per pipeline step: one 32-byte qs group of a super-block (two sub-blocks)
-constexpr int kXRow = 128;   // bytes of one token's x per step (64 bf16): one 128-byte swizzle row
-constexpr int kRawRow = 48;  // bytes of one W row per step in shared memory: 32 qs bytes, then the 16-byte head.
-                             // 48 (not 32 + a separate head array): rows 12 banks apart, so the 8 rows one warp
-                             // reads at once fall in distinct banks
-constexpr int kStages = 4;   // steps in flight: loads are issued 3 (mma) or 2 (wgmma) steps ahead of their use
-
-#define QT_HD __host__ __device__ __forceinline__
-
 // ---- Index math and dequantization shared by the kernels and the host emulation ----
+// The stage layout (kStepK, kXRow, kRawRow, kStages), raw_src and the exact dequantization are src's
+// (gemm_q4k_tile.h, where the exact form moved); below is only what the experiment adds: x_off (src loads x by TMA,
+// whose swizzle the copy engine does), the one-FFMA dequantization and the ldmatrix addressing.
+using detail::fence_proxy_async;  // before wgmma (async proxy) reads what cp.async (generic proxy) wrote
+using detail::smem_u32;
+using detail::q4k_tile::kRawRow;
+using detail::q4k_tile::kStages;
+using detail::q4k_tile::kStepK;
+using detail::q4k_tile::kXRow;
+using detail::q4k_tile::mul_rn;
+using detail::q4k_tile::pack_bf16;
+using detail::q4k_tile::prmt;
+using detail::q4k_tile::raw_src;
+using detail::q4k_tile::scale_min;
 
 // Byte offset of 16-byte chunk ch (0..7) of row r of a [rows][128 B] tile with the 128-byte swizzle.
-QT_HD uint32_t x_off(int r, int ch) { return static_cast<uint32_t>(r * kXRow + ((ch ^ (r & 7)) << 4)); }
+TESSERA_Q4KT_HD uint32_t x_off(int r, int ch) { return static_cast<uint32_t>(r * kXRow + ((ch ^ (r & 7)) << 4)); }
 
-// Source of W's 16-byte piece p of row `row` at step s: p = 0, 1 the step's qs bytes 16p .. 16p + 15 in quants
-// ([n * nb, 128]), p = 2 the super-block's head in heads ([n * nb, 16]); byte offsets.
-QT_HD int64_t raw_src(int64_t row, int64_t nb, int s, int p) {
-  const int64_t blk = row * nb + s / 4;
-  return p < 2 ? blk * 128 + (s % 4) * 32 + p * 16 : blk * 16;
-}
-
-QT_HD uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-#if defined(__CUDA_ARCH__)
-  return __byte_perm(a, b, sel);
-#else
-  const uint64_t v = static_cast<uint64_t>(b) << 32 | a;
-  uint32_t r = 0;
-  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((v >> (8 * ((sel >> (4 * i)) & 7))) & 0xFFu) << (8 * i);
-  return r;
-#endif
-}
-QT_HD float bits_f(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-#endif
-}
-// Round to nearest even, as src's pack16x2 (device) and quant/half.h's f32_to_bf16 (host).
-QT_HD uint32_t pack_bf16(float lo, float hi) {
-#if defined(__CUDA_ARCH__)
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  uint32_t u;
-  memcpy(&u, &h, 4);
-  return u;
-#else
-  return static_cast<uint32_t>(f32_to_bf16(lo)) | static_cast<uint32_t>(f32_to_bf16(hi)) << 16;
-#endif
-}
-// Separately rounded products and differences (no contraction), as src's expansion forms them.
-QT_HD float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-QT_HD float sub_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-QT_HD float fma_rn(float a, float b, float c) {
+TESSERA_Q4KT_HD float fma_rn(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)
   return __fmaf_rn(a, b, c);
 #else
@@ -186,46 +141,23 @@ QT_HD float fma_rn(float a, float b, float c) {
 #endif
 }
 
-// format_detail::q4_k_scale_min on the head's three scale words (bytes 0..11), j known only at run time: selects, not
-// an indexed array (which would live in local memory).
-QT_HD int scale_byte(uint32_t s0, uint32_t s1, uint32_t s2, int i) {
-  const uint32_t w = i < 4 ? s0 : i < 8 ? s1 : s2;
-  return static_cast<int>((w >> (8 * (i & 3))) & 0xFFu);
-}
-QT_HD void scale_min(uint32_t s0, uint32_t s1, uint32_t s2, int j, int& sc, int& m) {
-  if (j < 4) {
-    sc = scale_byte(s0, s1, s2, j) & 63;
-    m = scale_byte(s0, s1, s2, j + 4) & 63;
-  } else {
-    sc = (scale_byte(s0, s1, s2, j + 4) & 0xF) | ((scale_byte(s0, s1, s2, j - 4) >> 6) << 4);
-    m = (scale_byte(s0, s1, s2, j + 4) >> 4) | ((scale_byte(s0, s1, s2, j) >> 6) << 4);
-  }
-}
-
-// Four values from the 4-bit codes in the four bytes of x (each byte 0..15, the other nibble masked off) as two bf16
-// pairs: lo = (byte 0, byte 1), hi = (byte 2, byte 3). One byte permute per value builds the float 128 + q: the code
-// into bits 16..23 and 0x43 into bits 24..31 (128.0f is 0x43000000), exactly, where I2F would be quarter rate.
-// kExact: q = (128 + q) - 128, then d q - m, each rounded (src's value bit for bit); else one FFMA with
-// negc = -(128 d + m), whose rounding can move the f32 value by a few ulps.
-template <bool kExact>
-QT_HD void codes4(uint32_t x, float d, float m, float negc, uint32_t& lo, uint32_t& hi) {
-  const float f[4] = {bits_f(prmt(x, 0x43u, 0x4055u)), bits_f(prmt(x, 0x43u, 0x4155u)), bits_f(prmt(x, 0x43u, 0x4255u)),
-                      bits_f(prmt(x, 0x43u, 0x4355u))};
+// src's codes4 (the same codes, bytes and pairs) with one FFMA a value: fma(d, 128 + q, negc), negc = -(128 d + m),
+// whose rounding can move the f32 value by a few ulps (src's form: q = (128 + q) - 128, then d q - m, each rounded).
+TESSERA_Q4KT_HD void codes4_ffma(uint32_t x, float d, float negc, uint32_t& lo, uint32_t& hi) {
+  using format_detail::bits_to_float;
+  const float f[4] = {bits_to_float(prmt(x, 0x43u, 0x4055u)), bits_to_float(prmt(x, 0x43u, 0x4155u)),
+                      bits_to_float(prmt(x, 0x43u, 0x4255u)), bits_to_float(prmt(x, 0x43u, 0x4355u))};
   float v[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] = kExact ? sub_rn(mul_rn(d, f[i] - 128.0f), m) : fma_rn(d, f[i], negc);
+  for (int i = 0; i < 4; ++i) v[i] = fma_rn(d, f[i], negc);
   lo = pack_bf16(v[0], v[1]);
   hi = pack_bf16(v[2], v[3]);
 }
 
-// One W row's part of the A fragments of a step, for the lane with lane % 4 = c: out[j][0] holds the row's values at
-// k = 16 j + 2c, 2c + 1 and out[j][1] at 16 j + 2c + 8, 2c + 9 (j = 0..3 the step's four k16 slices; the m16n8k16 A
-// layout: a0/a2 for row g, a1/a3 for row g + 8). q32: the row's 32 qs bytes of the step as 8 words (words c/2 + 0, 2,
-// 4, 6 read), h: its head (d | dmin << 16, then scale bytes 0..11), sub: the step's place in its super-block. Slice
-// j = 0, 1 are sub-block 2 sub's values (low nibbles of qs bytes 0..15, 16..31), j = 2, 3 sub-block 2 sub + 1's (the
-// high nibbles).
-template <bool kExact>
-QT_HD void row_frags(const uint32_t* q32, const uint32_t (&h)[4], int c, int sub, uint32_t (&out)[4][2]) {
+// src's row_frags (the same fragment layout) with codes4_ffma. Its prologue is src's again: src's row_frags calls the
+// exact codes4 and hands out neither the selected bytes nor the sub-block scales.
+TESSERA_Q4KT_HD void row_frags_ffma(const uint32_t* q32, const uint32_t (&h)[4], int c, int sub,
+                                    uint32_t (&out)[4][2]) {
   const int w = c >> 1;
   const uint32_t sel = (c & 1) ? 0x7632u : 0x5410u;  // bytes 2c, 2c + 1 of word w and of word w + 2
   const uint32_t p0 = prmt(q32[w], q32[w + 2], sel), p1 = prmt(q32[w + 4], q32[w + 6], sel);
@@ -237,22 +169,32 @@ QT_HD void row_frags(const uint32_t* q32, const uint32_t (&h)[4], int c, int sub
   scale_min(h[1], h[2], h[3], 2 * sub + 1, sc, m);
   const float dh = mul_rn(d, static_cast<float>(sc)), mh = mul_rn(dmin, static_cast<float>(m));
   const float cl = -fma_rn(128.0f, dl, ml), ch = -fma_rn(128.0f, dh, mh);
-  codes4<kExact>(p0 & 0x0F0F0F0Fu, dl, ml, cl, out[0][0], out[0][1]);
-  codes4<kExact>(p1 & 0x0F0F0F0Fu, dl, ml, cl, out[1][0], out[1][1]);
-  codes4<kExact>((p0 >> 4) & 0x0F0F0F0Fu, dh, mh, ch, out[2][0], out[2][1]);
-  codes4<kExact>((p1 >> 4) & 0x0F0F0F0Fu, dh, mh, ch, out[3][0], out[3][1]);
+  codes4_ffma(p0 & 0x0F0F0F0Fu, dl, cl, out[0][0], out[0][1]);
+  codes4_ffma(p1 & 0x0F0F0F0Fu, dl, cl, out[1][0], out[1][1]);
+  codes4_ffma((p0 >> 4) & 0x0F0F0F0Fu, dh, ch, out[2][0], out[2][1]);
+  codes4_ffma((p1 >> 4) & 0x0F0F0F0Fu, dh, ch, out[3][0], out[3][1]);
+}
+
+// One W row's part of the A fragments of a step (gemm_q4k_tile.h's row_frags has the layout): kExact, src's
+// row_frags (the expansion's value bit for bit); else row_frags_ffma.
+template <bool kExact>
+TESSERA_Q4KT_HD void form_row_frags(const uint32_t* q32, const uint32_t (&h)[4], int c, int sub,
+                                    uint32_t (&out)[4][2]) {
+  if constexpr (kExact)
+    detail::q4k_tile::row_frags(q32, h, c, sub, out);
+  else
+    row_frags_ffma(q32, h, c, sub, out);
 }
 
 // ldmatrix.x4 of a [16 tokens][16 k] block of x: lane l addresses row l % 8 of matrix l / 8, the matrices being
 // (tokens 0..7, k chunk 0), (0..7, chunk 1), (8..15, chunk 0), (8..15, chunk 1): the b0, b1 registers of two n8 tiles.
-QT_HD int lm_token(int lane) { return ((lane >> 4) << 3) + (lane & 7); }
-QT_HD int lm_chunk(int lane) { return (lane >> 3) & 1; }
+TESSERA_Q4KT_HD int lm_token(int lane) { return ((lane >> 4) << 3) + (lane & 7); }
+TESSERA_Q4KT_HD int lm_chunk(int lane) { return (lane >> 3) & 1; }
 
 // ---- Device helpers ----
+// gemm_q4k_tile.cu has its own copies of the cp.async, wgmma and TMA wrappers below, but in a .cu of the library
+// (not includable: it defines the launcher), so the experiment keeps its own.
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
@@ -274,8 +216,6 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-// cp.async writes through the generic proxy, wgmma reads through the async proxy (attn_wgmma.cu's helpers).
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -375,7 +315,7 @@ __device__ __forceinline__ void smem_row_frags(const unsigned char* raw, int row
   const unsigned char* p = raw + row * kRawRow;
   const uint4 hv = *reinterpret_cast<const uint4*>(p + 32);
   const uint32_t h[4] = {hv.x, hv.y, hv.z, hv.w};
-  row_frags<kExact>(reinterpret_cast<const uint32_t*>(p), h, c, sub, out);
+  form_row_frags<kExact>(reinterpret_cast<const uint32_t*>(p), h, c, sub, out);
 }
 
 // The A fragments of an m16 tile (rows r0 .. r0 + 15 of the stage) for the step's four k16 slices.
@@ -854,15 +794,10 @@ void launch_wgmma(const DeviceWeight& w, const __nv_bfloat16* x, float* y, int t
 
 // x [rows, k] bf16 as a TMA tensor map: boxes of 64 columns (128 bytes, the swizzle's span) x TOK rows, swizzled.
 CUtensorMap x_map(const __nv_bfloat16* x, int64_t rows, int64_t k, int tok) {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = detail::tensor_map_encoder();
   if (encode == nullptr) {
-    cudaDriverEntryPointQueryResult q{};
-    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode), 12000,
-                                        cudaEnableDefault, &q));
-    if (q != cudaDriverEntryPointSuccess || encode == nullptr) {
-      std::fprintf(stderr, "cuTensorMapEncodeTiled is not available\n");
-      std::exit(1);
-    }
+    std::fprintf(stderr, "cuTensorMapEncodeTiled is not available\n");
+    std::exit(1);
   }
   CUtensorMap m{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
@@ -979,8 +914,9 @@ void dequant_row(const std::vector<uint8_t>& q, int64_t k, int64_t r, float* out
 }
 
 // The host emulation of the tile kernels' indexing (no GPU): W's shared-memory rows placed by raw_src and dequantized
-// by row_frags against Format<Q4_K>::dequantize rounded to bf16 (exact: equal bits; ffma: within one bf16 unit), and
-// x placed by x_off and read by the ldmatrix addresses against the m16n8k16 B layout. Returns the failures.
+// by form_row_frags against Format<Q4_K>::dequantize rounded to bf16 (exact, src's row_frags: equal bits; ffma: within
+// one bf16 unit), and x placed by x_off and read by the ldmatrix addresses against the m16n8k16 B layout. Returns the
+// failures.
 int host_emulation() {
   int fails = 0;
   constexpr int R = 16, K = 512, NB = K / 256;
@@ -1006,8 +942,8 @@ int host_emulation() {
         const uint32_t* q32 = img + r * kRawRow / 4;
         const uint32_t h[4] = {q32[8], q32[9], q32[10], q32[11]};
         uint32_t fe[4][2], ff[4][2];
-        row_frags<true>(q32, h, c, s % 4, fe);
-        row_frags<false>(q32, h, c, s % 4, ff);
+        form_row_frags<true>(q32, h, c, s % 4, fe);
+        form_row_frags<false>(q32, h, c, s % 4, ff);
         for (int j = 0; j < 4; ++j)
           for (int half = 0; half < 2; ++half) {
             const int kk = s * kStepK + 16 * j + 2 * c + 8 * half;
