@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <map>
@@ -36,6 +37,18 @@ void check_chain(const std::vector<int64_t>& dims, const std::vector<std::string
 }
 
 std::string wrap(const std::string& s, bool single) { return single ? s : "(" + s + ")"; }
+
+// Whether cost a beats b: less modelled time, and where the times tie (to 1e-9 relative: the same bytes summed in
+// another order) fewer FLOPs, then fewer bytes. Without the tie-break a chain whose every product is byte-bound would
+// take whichever order the DP tried first (a weight-only fold doing 4x the FLOPs in the same modelled time).
+bool cheaper(const ProductCost& a, const ProductCost& b) {
+  if (std::isinf(a.seconds) || std::isinf(b.seconds)) return a.seconds < b.seconds;  // the DP's "none yet"
+  const double tol = 1e-9 * std::max(a.seconds, b.seconds);
+  if (a.seconds < b.seconds - tol) return true;
+  if (b.seconds < a.seconds - tol) return false;
+  if (a.flops != b.flops) return a.flops < b.flops;
+  return a.bytes < b.bytes;
+}
 
 // Walks the tree `splits` (ChainOrder::splits, preorder) over matrices i..j from splits[*pos]: f(i, s, j) for each
 // product, in preorder. Error for splits that are not a tree over i..j.
@@ -87,7 +100,7 @@ ChainOrder optimal_chain_order(const std::vector<int64_t>& dims, const std::vect
         ProductCost c = cost[i][s];
         add(c, cost[s + 1][j]);
         add(c, product_cost(dims[i], dims[s + 1], dims[j + 1], model));
-        if (c.seconds < cost[i][j].seconds) {
+        if (cheaper(c, cost[i][j])) {
           cost[i][j] = c;
           split[i][j] = s;
         }
@@ -128,7 +141,7 @@ std::vector<ChainOrder> all_chain_orders(const std::vector<int64_t>& dims, const
   };
   std::vector<ChainOrder> all = orders(0, names.size() - 1);
   std::stable_sort(all.begin(), all.end(),
-                   [](const ChainOrder& a, const ChainOrder& b) { return a.cost.seconds < b.cost.seconds; });
+                   [](const ChainOrder& a, const ChainOrder& b) { return cheaper(a.cost, b.cost); });
   return all;
 }
 

@@ -15,8 +15,9 @@
 // so its per-call cost is at most the DP's. For LoRA the optimum is left to right whenever r <= min(K, N) / 2 (by
 // FLOPs, at any token count T: 2·T·r·(K + N) <= 2·K·r·N + 2·T·K·N), and the rewrite leaves such chains alone; with the
 // bytes counted too, only matrices a few dozen wide differ: at large T every product is then byte-bound and folding
-// spares the [T, r] intermediate's write and read, which pays where K·N < 20·(K + N + 2r) under the default ceilings
-// (tests/data/lora's 32-wide base folds its rank-4 adapter from T = 128; 64 wide and up never does).
+// spares the [T, r] intermediate's write and read, which pays once T·r > K·N while the fold stays byte-bound (K·N <
+// 20·(K + N + 2r) under the default ceilings) (tests/data/lora's 32-wide base folds its rank-4 adapter at k and v from
+// T = 192; 64 wide and up never does).
 #pragma once
 
 #include <cstdint>
