@@ -102,6 +102,7 @@
 #include "backends/cuda/kernels/gemm_q4k_tile.h"
 #include "backends/cuda/kernels/mbarrier.cuh"
 #include "backends/cuda/kernels/tensor_map.cuh"
+#include "backends/cuda/kernels/wgmma.cuh"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/memory.h"
 #include "backends/cuda/split_layout.h"
@@ -115,20 +116,21 @@ using namespace tessera::cuda;
 namespace {
 
 // ---- Index math and dequantization shared by the kernels and the host emulation ----
-// The stage layout (kStepK, kXRow, kRawRow, kStages), raw_src and the exact dequantization are src's
-// (gemm_q4k_tile.h, where the exact form moved); below is only what the experiment adds: x_off (src loads x by TMA,
-// whose swizzle the copy engine does), the one-FFMA dequantization and the ldmatrix addressing.
+// The stage layout (kStepK, kXRow, kRawRow, kStages), raw_src, a lane's bytes and scales (row_lane) and the exact
+// dequantization are src's (gemm_q4k_tile.h, where the exact form moved); below is only what the experiment adds:
+// x_off (src loads x by TMA, whose swizzle the copy engine does), the one-FFMA dequantization and the ldmatrix
+// addressing.
 using detail::fence_proxy_async;  // before wgmma (async proxy) reads what cp.async (generic proxy) wrote
 using detail::smem_u32;
 using detail::q4k_tile::kRawRow;
 using detail::q4k_tile::kStages;
 using detail::q4k_tile::kStepK;
 using detail::q4k_tile::kXRow;
-using detail::q4k_tile::mul_rn;
 using detail::q4k_tile::pack_bf16;
 using detail::q4k_tile::prmt;
 using detail::q4k_tile::raw_src;
-using detail::q4k_tile::scale_min;
+using detail::q4k_tile::row_lane;
+using detail::q4k_tile::RowLane;
 
 // Byte offset of 16-byte chunk ch (0..7) of row r of a [rows][128 B] tile with the 128-byte swizzle.
 TESSERA_Q4KT_HD uint32_t x_off(int r, int ch) { return static_cast<uint32_t>(r * kXRow + ((ch ^ (r & 7)) << 4)); }
@@ -154,25 +156,15 @@ TESSERA_Q4KT_HD void codes4_ffma(uint32_t x, float d, float negc, uint32_t& lo, 
   hi = pack_bf16(v[2], v[3]);
 }
 
-// src's row_frags (the same fragment layout) with codes4_ffma. Its prologue is src's again: src's row_frags calls the
-// exact codes4 and hands out neither the selected bytes nor the sub-block scales.
+// src's row_frags (the same fragment layout, the same bytes and scales: src's row_lane) with codes4_ffma.
 TESSERA_Q4KT_HD void row_frags_ffma(const uint32_t* q32, const uint32_t (&h)[4], int c, int sub,
                                     uint32_t (&out)[4][2]) {
-  const int w = c >> 1;
-  const uint32_t sel = (c & 1) ? 0x7632u : 0x5410u;  // bytes 2c, 2c + 1 of word w and of word w + 2
-  const uint32_t p0 = prmt(q32[w], q32[w + 2], sel), p1 = prmt(q32[w + 4], q32[w + 6], sel);
-  const float d = format_detail::half_value(static_cast<uint16_t>(h[0] & 0xFFFFu));
-  const float dmin = format_detail::half_value(static_cast<uint16_t>(h[0] >> 16));
-  int sc, m;
-  scale_min(h[1], h[2], h[3], 2 * sub, sc, m);
-  const float dl = mul_rn(d, static_cast<float>(sc)), ml = mul_rn(dmin, static_cast<float>(m));
-  scale_min(h[1], h[2], h[3], 2 * sub + 1, sc, m);
-  const float dh = mul_rn(d, static_cast<float>(sc)), mh = mul_rn(dmin, static_cast<float>(m));
-  const float cl = -fma_rn(128.0f, dl, ml), ch = -fma_rn(128.0f, dh, mh);
-  codes4_ffma(p0 & 0x0F0F0F0Fu, dl, cl, out[0][0], out[0][1]);
-  codes4_ffma(p1 & 0x0F0F0F0Fu, dl, cl, out[1][0], out[1][1]);
-  codes4_ffma((p0 >> 4) & 0x0F0F0F0Fu, dh, ch, out[2][0], out[2][1]);
-  codes4_ffma((p1 >> 4) & 0x0F0F0F0Fu, dh, ch, out[3][0], out[3][1]);
+  const RowLane r = row_lane(q32, h, c, sub);
+  const float cl = -fma_rn(128.0f, r.dl, r.ml), ch = -fma_rn(128.0f, r.dh, r.mh);
+  codes4_ffma(r.p0 & 0x0F0F0F0Fu, r.dl, cl, out[0][0], out[0][1]);
+  codes4_ffma(r.p1 & 0x0F0F0F0Fu, r.dl, cl, out[1][0], out[1][1]);
+  codes4_ffma((r.p0 >> 4) & 0x0F0F0F0Fu, r.dh, ch, out[2][0], out[2][1]);
+  codes4_ffma((r.p1 >> 4) & 0x0F0F0F0Fu, r.dh, ch, out[3][0], out[3][1]);
 }
 
 // One W row's part of the A fragments of a step (gemm_q4k_tile.h's row_frags has the layout): kExact, src's
@@ -192,17 +184,20 @@ TESSERA_Q4KT_HD int lm_token(int lane) { return ((lane >> 4) << 3) + (lane & 7);
 TESSERA_Q4KT_HD int lm_chunk(int lane) { return (lane >> 3) & 1; }
 
 // ---- Device helpers ----
-// gemm_q4k_tile.cu has its own copies of the cp.async, wgmma and TMA wrappers below, but in a .cu of the library
-// (not includable: it defines the launcher), so the experiment keeps its own.
+// The cp.async, wgmma and TMA wrappers are src's (kernels/wgmma.cuh); below are the experiment's own: ldmatrix and
+// mma.sync (the mma form), a warpgroup barrier (wgp) and wgmma with both operands in shared memory (wgp).
+using detail::cp_async16;
+using detail::cp_commit;
+using detail::cp_wait;
+using detail::desc_kmajor;
+using detail::fence_regs;
+using detail::tma_load_2d;
+using detail::wgmma_commit;
+using detail::wgmma_fence;
+using detail::wgmma_rs_n128;
+using detail::wgmma_rs_n256;
+using detail::wgmma_wait;
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -216,72 +211,15 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
 // A barrier of one warpgroup's 128 threads (ids 1, 2; 0 is __syncthreads').
 __device__ __forceinline__ void wg_barrier(int id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-// K-major operand, 128-byte swizzle: LBO unused (1), SBO = 1,024 B between groups of 8 rows (attn_wgmma.cu's).
-__device__ __forceinline__ uint64_t desc_kmajor(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// The accumulator operands of a wgmma asm statement: "+f"(d[0]) .. "+f"(d[N - 1]).
-#define QT_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
-#define QT_F16(i) QT_F4(i), QT_F4(i + 4), QT_F4(i + 8), QT_F4(i + 12)
-#define QT_D64 QT_F16(0), QT_F16(16), QT_F16(32), QT_F16(48)
-#define QT_D128 QT_D64, QT_F16(64), QT_F16(80), QT_F16(96), QT_F16(112)
-
-// D[64 x 128] += A[64 x 16] (registers, the m16n8k16 A layout per warp) · B (shared, K-major, 128-byte swizzle).
-__device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
-      "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
-      "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, "
-      "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, "
-      "1, 0;\n}\n"
-      : QT_D64
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-}
-
-// D[64 x 256] += A[64 x 16] · B, as wgmma_rs_n128.
-__device__ __forceinline__ void wgmma_rs_n256(float (&d)[128], const uint32_t (&a)[4], uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
-      "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
-      "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, "
-      "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, "
-      "%71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, "
-      "%91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, "
-      "%109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, "
-      "%125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
-      : QT_D128
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-}
 
 // D[64 x 256] += A (shared, K-major, 128-byte swizzle) · B (the same), f32 accumulation.
 __device__ __forceinline__ void wgmma_ss_n256(float (&d)[128], uint64_t da, uint64_t db) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
-      "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
-      "%31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, "
-      "%51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, "
-      "%71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, "
-      "%91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, "
-      "%109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, "
-      "%125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-      : QT_D128
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " TESSERA_WGMMA_ACC128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
+      : TESSERA_WGMMA_D128
       : "l"(da), "l"(db), "r"(1));
 }
 
@@ -510,13 +448,6 @@ __global__ void __launch_bounds__(256, 1)
 // (read by the threads' own loads: no proxy crossing). The loop then has no fence.proxy.async: cp.async's writes
 // (generic proxy) feeding wgmma (async proxy) need one each step, and q4k_tile_wgmma measured as if that fence waited
 // for the wgmmas in flight (a step took the dequantization's time plus the wgmmas', not the larger of the two).
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int r0, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::
-          "r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(r0), "r"(bar)
-      : "memory");
-}
 
 // Step s's loads into stage `slot`: x by TMA (thread 0), W's rows by cp.async (every thread), one cp.async group.
 template <int TOK>

@@ -108,14 +108,17 @@ TESSERA_Q4KT_HD void codes4(uint32_t x, float d, float m, uint32_t& lo, uint32_t
   hi = pack_bf16(value(0x4255u), value(0x4355u));
 }
 
-// One W row's part of the A fragments of a step for the lane with lane % 4 = c: out[j][0] holds the row's values at
-// k = 16 j + 2c, 2c + 1 and out[j][1] at 16 j + 2c + 8, 2c + 9 (j = 0..3 the step's four k16 slices; the m16n8k16 A
-// layout, which is wgmma's register A per warp: a0/a2 for row g, a1/a3 for row g + 8). q32: the row's 32 qs bytes of
-// the step as 8 words, h: its head (d | dmin << 16, then scale bytes 0..11), sub: the step's place in its super-block
-// (0..3). Slices j = 0, 1 are sub-block 2 sub's values (low nibbles of qs bytes 0..15, 16..31), j = 2, 3 sub-block
-// 2 sub + 1's (the high nibbles). Lane c needs bytes 2c, 2c + 1, 2c + 8, 2c + 9 of each 16-byte half: two word loads
-// and one byte permute per half.
-TESSERA_Q4KT_HD void row_frags(const uint32_t* q32, const uint32_t (&h)[4], int c, int sub, uint32_t (&out)[4][2]) {
+// What lane c (lane % 4) dequantizes of one W row's step (row_frags has the layout): p0, p1 its qs bytes 2c, 2c + 1,
+// 2c + 8, 2c + 9 of the first and of the second 16-byte half (two word loads and one byte permute per half; sub-block
+// 2 sub's codes in the low nibbles, 2 sub + 1's in the high ones), and the two sub-blocks' scales d sc and mins dmin m,
+// each rounded as the expansion rounds it. A function of its own so that the experiment's one-FFMA form
+// (bench/cuda/experiments/quant_prefill_tile.cu) shares it.
+struct RowLane {
+  uint32_t p0, p1;
+  float dl, ml;  // sub-block 2 sub
+  float dh, mh;  // sub-block 2 sub + 1
+};
+TESSERA_Q4KT_HD RowLane row_lane(const uint32_t* q32, const uint32_t (&h)[4], int c, int sub) {
   const int w = c >> 1;
   const uint32_t sel = (c & 1) ? 0x7632u : 0x5410u;  // bytes 2c, 2c + 1 of word w and of word w + 2
   const uint32_t p0 = prmt(q32[w], q32[w + 2], sel), p1 = prmt(q32[w + 4], q32[w + 6], sel);
@@ -126,10 +129,21 @@ TESSERA_Q4KT_HD void row_frags(const uint32_t* q32, const uint32_t (&h)[4], int 
   const float dl = mul_rn(d, static_cast<float>(sc)), ml = mul_rn(dmin, static_cast<float>(m));
   scale_min(h[1], h[2], h[3], 2 * sub + 1, sc, m);
   const float dh = mul_rn(d, static_cast<float>(sc)), mh = mul_rn(dmin, static_cast<float>(m));
-  codes4(p0 & 0x0F0F0F0Fu, dl, ml, out[0][0], out[0][1]);
-  codes4(p1 & 0x0F0F0F0Fu, dl, ml, out[1][0], out[1][1]);
-  codes4((p0 >> 4) & 0x0F0F0F0Fu, dh, mh, out[2][0], out[2][1]);
-  codes4((p1 >> 4) & 0x0F0F0F0Fu, dh, mh, out[3][0], out[3][1]);
+  return {p0, p1, dl, ml, dh, mh};
+}
+
+// One W row's part of the A fragments of a step for the lane with lane % 4 = c: out[j][0] holds the row's values at
+// k = 16 j + 2c, 2c + 1 and out[j][1] at 16 j + 2c + 8, 2c + 9 (j = 0..3 the step's four k16 slices; the m16n8k16 A
+// layout, which is wgmma's register A per warp: a0/a2 for row g, a1/a3 for row g + 8). q32: the row's 32 qs bytes of
+// the step as 8 words, h: its head (d | dmin << 16, then scale bytes 0..11), sub: the step's place in its super-block
+// (0..3). Slices j = 0, 1 are sub-block 2 sub's values (low nibbles of qs bytes 0..15, 16..31), j = 2, 3 sub-block
+// 2 sub + 1's (the high nibbles). Lane c needs bytes 2c, 2c + 1, 2c + 8, 2c + 9 of each 16-byte half (row_lane).
+TESSERA_Q4KT_HD void row_frags(const uint32_t* q32, const uint32_t (&h)[4], int c, int sub, uint32_t (&out)[4][2]) {
+  const RowLane r = row_lane(q32, h, c, sub);
+  codes4(r.p0 & 0x0F0F0F0Fu, r.dl, r.ml, out[0][0], out[0][1]);
+  codes4(r.p1 & 0x0F0F0F0Fu, r.dl, r.ml, out[1][0], out[1][1]);
+  codes4((r.p0 >> 4) & 0x0F0F0F0Fu, r.dh, r.mh, out[2][0], out[2][1]);
+  codes4((r.p1 >> 4) & 0x0F0F0F0Fu, r.dh, r.mh, out[3][0], out[3][1]);
 }
 
 }  // namespace tessera::cuda::detail::q4k_tile
