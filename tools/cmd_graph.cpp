@@ -197,7 +197,8 @@ int run(GraphFlags f) {
 
   SessionOptions lora;
   apply_lora_flags(f.lora, lora);
-  const GraphOptions go{f.ctx,     f.kv_type,       f.all_logits,     f.device,
+  // --chains: the builder's chains (a device's view has them rewritten already), weighed by the device's ceilings.
+  const GraphOptions go{f.ctx,     f.kv_type,       f.all_logits,    f.chains ? std::string() : f.device,
                         lora.lora, lora.lora_merge, f.teal.sparsity, f.teal.teal};
   Model model;
   GraphView g;
@@ -242,7 +243,7 @@ int run(GraphFlags f) {
     r.wall_ms = m.wall_ms;
     r.profile = m.profile;
   }
-  const std::string text = g.format(f.format, r);
+  const std::string text = f.chains ? g.format_chains(f.device) : g.format(f.format, r);
   if (f.output.empty() || f.output == "-") {
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
@@ -275,7 +276,7 @@ const int registered = register_command(
        app.add_option("-o,--output", f->output, "Write to this file instead of stdout");
        app.add_flag("--chains", f->chains,
                     "Print the matmul chains (a LoRA adapter's x·Aᵀ·Bᵀ), every order considered with its FLOPs, "
-                    "bytes and modelled cost, and the order chosen");
+                    "bytes and modelled cost, and the order chosen (with --device, under that backend's ceilings)");
        add_lora_flags(app, f->lora);
        add_teal_flags(app, f->teal);
        app.add_option("--layers", f->layers,

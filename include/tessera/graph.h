@@ -93,6 +93,9 @@ class GraphView {
   // Error otherwise (svg: also when Graphviz is missing).
   std::string format(std::string_view format) const;
   std::string format(std::string_view format, const GraphRender& render) const;
+  // format("chains") under `device`'s ceilings ("cpu" or empty: the CPU's; "cuda": needs a build with CUDA, not a
+  // GPU), on this view's graph (build it without GraphOptions::device: a device's view has its chains rewritten).
+  std::string format_chains(std::string_view device) const;
 
   struct Impl;
   explicit GraphView(std::shared_ptr<const Impl> impl);

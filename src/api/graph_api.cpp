@@ -1,3 +1,5 @@
+#include <fmt/core.h>
+
 #include "api/model_impl.h"
 #include "backends/backend.h"
 #include "core/error.h"
@@ -86,6 +88,16 @@ std::string GraphView::format(std::string_view format, const GraphRender& r) con
   o.full_last = r.full_last;
   o.collapse_others = r.collapse_others;
   return format == "svg" ? graph::to_svg(g, o) : graph::to_html(g, o);
+}
+
+std::string GraphView::format_chains(std::string_view device) const {
+  if (device.empty() || device == "cpu") return graph::format_chains(impl_->graph);
+  const backend::Backend* b = backend::find_compiled(device);
+  if (b == nullptr && device == "cuda")
+    fail("device 'cuda': this build of Tessera has no CUDA backend (nvcc was not found at configure time)");
+  if (b == nullptr) fail("device '{}' is not supported", device);
+  return fmt::format("as the {} backend's chain pass weighs them\n", device) +
+         graph::format_chains(impl_->graph, b->chain_cost_model());
 }
 
 namespace {

@@ -28,6 +28,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "graph/graph.h"
+#include "graph/passes/chain.h"
 
 namespace tessera::backend {
 
@@ -225,6 +226,9 @@ class Backend {
   // The builder's graph `g` as this backend's executors would run it (its graph passes, default options), for display
   // (`tessera graph --device`); host code only, so it needs no device. T = 1: the decode executor's passes.
   virtual graph::Graph rewrite_for_display(const graph::Graph& g) const { return g; }
+  // The ceilings this backend's matmul-chain pass weighs orders by (graph/passes/chain.h; `tessera graph --chains
+  // --device`); the default is the CPU's.
+  virtual graph::ChainCostModel chain_cost_model() const { return {}; }
 };
 
 // The backend named `name` ("cpu", "cuda"), ready to run. Error naming the backends there are when no backend has

@@ -109,6 +109,26 @@ TEST(LoraCli, GraphChainsListsEveryAdapterChainAndItsChoice) {
   EXPECT_EQ(out.find("lora0"), std::string::npos) << out;  // merged: no adapter nodes
 }
 
+// --chains --device: the builder's chains (a device's view would have them rewritten already) under that backend's
+// ceilings, or one line saying the build has no such backend.
+TEST(LoraCli, GraphChainsWeighsByTheDevicesCeilings) {
+  const std::string base = data_path("lora/base"), a = data_path("lora/adapter_a");
+  std::string out;
+  ASSERT_EQ(run_cli("graph -m " + base + " --lora " + a + " -T 256 --chains --device cpu", &out), 0) << out;
+  EXPECT_NE(out.find("14 matmul chains at T = 256 (cost: max(FLOPs / 200 GFLOP/s, bytes / 20 GB/s)"), std::string::npos)
+      << out;
+  const int rc = run_cli("graph -m " + base + " --lora " + a + " -T 256 --chains --device cuda", &out);
+  if (rc != 0) {
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(out.find("no CUDA backend"), std::string::npos) << out;
+    return;
+  }
+  EXPECT_NE(out.find("as the cuda backend's chain pass weighs them"), std::string::npos) << out;
+  EXPECT_NE(out.find("14 matmul chains at T = 256 (cost: max(FLOPs / 50000 GFLOP/s, bytes / 3000 GB/s)"),
+            std::string::npos)
+      << out;
+}
+
 TEST(LoraCli, BadFlagsAreOneLine) {
   const std::string base = data_path("lora/base");
   std::string out;

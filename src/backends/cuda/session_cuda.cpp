@@ -75,7 +75,8 @@ class CudaSession : public backend::DeviceSession {
     }
     // One executor compiled for n_batch rows serves every chunk length t <= n_batch and every position.
     auto& e = prefill_[all_rows ? 1 : 0];
-    if (!e) e = std::make_unique<CudaRowsExecutor>(c_.build_graph(c_.n_batch, all_rows, false), RowsMode::PREFILL, shared_);
+    if (!e)
+      e = std::make_unique<CudaRowsExecutor>(c_.build_graph(c_.n_batch, all_rows, false), RowsMode::PREFILL, shared_);
     e->set_profile(slot(t));
     return e->prefill(ids, seq, pos);
   }
@@ -210,6 +211,7 @@ class CudaBackendEntry : public backend::Backend {
     return g.n_tokens() == 1 ? graph::run_passes(g, decoder_fusion_support(o.fuse, o.fold_norm, o.fold_swiglu))
                              : graph::run_passes(g, rows_fusion_support(o.fuse, o.merge_gate_up));
   }
+  graph::ChainCostModel chain_cost_model() const override { return cuda_chain_cost_model(); }
   backend::Capabilities capabilities() const override {
     backend::Capabilities c;
     c.device_argmax = c.device_sampling = c.chained_greedy = c.batched_decode = c.device_scores = true;
