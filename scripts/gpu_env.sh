@@ -35,6 +35,18 @@ gpu_env() {
   export TESSERA_SOURCE_DIR="$root"
 }
 
+# gpu_prebuilt: unpacks make_gpu_bundle.sh --prebuilt's binaries into $root/build-pre/bin (tessera, test_backends_cuda,
+# test_ops, tessera_bench_cuda and any extras) and puts their libraries on LD_LIBRARY_PATH (after gpu_env's); status 1
+# when the bundle has none. Binaries built here run there (glibc and libstdc++ are newer there).
+gpu_prebuilt() {
+  local pre="$root/.gpu-deps/prebuilt"
+  [ -f "$pre/bin.tar.xz" ] || { echo "gpu_prebuilt: no $pre/bin.tar.xz (make_gpu_bundle.sh --prebuilt DIR)" >&2; return 1; }
+  mkdir -p "$root/build-pre/bin" "$root/build-pre/lib" && tar -C "$root/build-pre/bin" -xJf "$pre/bin.tar.xz" &&
+    tar -C "$root/build-pre/lib" -xJf "$pre/lib.tar.xz" || return 1
+  export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$root/build-pre/lib"
+  head -1 "$pre/INFO"
+}
+
 # stage_model_parts: the model parts carried in .gpu-model-K (scripts/gpu_model_parts.sh: index "K N SHA256 NAME")
 # are copied to ~/.cache/tessera/parts/NAME/ (kept while the machine stays warm); once all N are there they are
 # joined into ~/.cache/tessera/models/NAME, checked against the sha256 (a mismatch is said and nothing is kept).

@@ -4,8 +4,10 @@
 #
 # Usage (here, in the repository root):
 #   scripts/make_gpu_bundle.sh                    # build dependencies only (scripts/gpu_check.sh builds there)
-#   scripts/make_gpu_bundle.sh --prebuilt DIR     # also the GPU test and bench binaries built here in DIR
-#                                                 # (e.g. build-cuda), as a fallback when the build there fails
+#   scripts/make_gpu_bundle.sh --prebuilt DIR     # also tessera, test_backends_cuda, test_ops and tessera_bench_cuda
+#                                                 # built here in DIR (sm_90a, e.g. build/), so no device time goes
+#                                                 # to building; TESSERA_PREBUILT_EXTRA="bin/experiments/exp_X ..." adds
+#                                                 # more. On the device: . scripts/gpu_env.sh; gpu_prebuilt
 #   scripts/make_gpu_bundle.sh --cudnn-only DIR   # only the cuDNN headers (below), into DIR/cudnn/include
 #
 # cuDNN attention (src/backends/cuda/attn_cudnn.cpp) needs headers only: the cuDNN frontend (header-only, PyPI
@@ -21,7 +23,7 @@
 #     CMAKE_PREFIX_PATH=.gpu-deps finds them), libgtest.a, libfmt.so, libpcre2-8.so, and pkgconf for
 #     pkg_check_modules (with .pc files rewritten to a relocatable prefix). Robust to the GPU machine's newer g++/glibc.
 #  2. Prebuilt (--prebuilt): binaries built here for sm_90a plus the shared libraries they need that the GPU machine
-#     lacks (libfmt, libcudart of this same CUDA 13.0). glibc and libstdc++ there are newer than here, so binaries
+#     lacks (everything but glibc, libstdc++, libgcc and the driver). glibc and libstdc++ there are newer than here, so binaries
 #     built here run there; no compile time is spent on the device. cuBLASLt (opened at run time) comes from the
 #     CUDA toolkit there.
 set -euo pipefail
@@ -112,25 +114,33 @@ else
 fi
 
 if [ -n "$prebuilt" ]; then
-  bin="$dest/prebuilt/bin"
-  lib="$dest/prebuilt/lib"
-  mkdir -p "$bin" "$lib"
-  for t in tests/test_backends_cuda bin/tessera_bench_cuda; do
+  # The binaries, stripped, in one tar.xz whose 256 MiB dictionary spans them all: each links the whole backend, so
+  # five 40 MB binaries pack into ~25 MB (the device tool carries 64 MiB at most). gpu_env.sh's gpu_prebuilt unpacks.
+  stage=$(mktemp -d)
+  mkdir -p "$stage/bin" "$stage/lib" "$dest/prebuilt"
+  for t in bin/tessera tests/test_backends_cuda tests/test_ops bin/tessera_bench_cuda ${TESSERA_PREBUILT_EXTRA:-}; do
     if [ ! -x "$prebuilt/$t" ]; then
-      echo "make_gpu_bundle: $prebuilt/$t is missing (cmake --build $prebuilt --target test_backends_cuda tessera_bench_cuda)" >&2
-      exit 1
+      case "$t" in
+        bin/tessera | tests/test_backends_cuda)
+          echo "make_gpu_bundle: $prebuilt/$t is missing (cmake --build $prebuilt --target tessera_cli test_backends_cuda)" >&2
+          exit 1 ;;
+        *) echo "make_gpu_bundle: $prebuilt/$t is not built; left out" >&2; continue ;;
+      esac
     fi
-    cp "$prebuilt/$t" "$bin/"
+    cp "$prebuilt/$t" "$stage/bin/" && strip "$stage/bin/$(basename "$t")"
   done
-  # Shared libraries the binaries load that the GPU machine may lack: everything ldd resolves outside the system
-  # directories and the CUDA driver.
-  for so in $(ldd "$bin"/* | awk '/=> \//{print $3}' | sort -u); do
-    case "$so" in
-      # libedit (with libbsd, libmd): tessera chat's line editing, a Debian library the GPU machine may lack
-      */libfmt.so*|*/libcudart.so*|*/libedit.so*|*/libbsd.so*|*/libmd.so*) cp -L "$so" "$lib/" ;;
+  tar -C "$stage/bin" -cf - . | xz -T1 --lzma2=preset=6,dict=256MiB > "$dest/prebuilt/bin.tar.xz"
+  # Shared libraries the binaries load that the GPU machine lacks: everything ldd resolves but glibc, libstdc++ and
+  # libgcc (newer there than here) and the CUDA driver (Graphviz, OpenBLAS, libedit, fmt, PCRE2, ... are not there).
+  for so in $(ldd "$stage"/bin/* | awk '/=> \//{print $3}' | sort -u); do
+    case "$(basename "$so")" in
+      libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | ld-linux* | libstdc++.so* | libgcc_s.so* | libcuda.so*) ;;
+      *) cp -L "$so" "$stage/lib/" ;;
     esac
   done
+  tar -C "$stage/lib" -cf - . | xz -T1 -6 > "$dest/prebuilt/lib.tar.xz"  # OpenBLAS alone is 36 MB unpacked
   { echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) from $prebuilt at commit $(git -C "$root" rev-parse --short HEAD)"
-    (cd "$bin" && sha256sum ./*); } > "$dest/prebuilt/INFO"
+    (cd "$stage/bin" && sha256sum ./*); } > "$dest/prebuilt/INFO"
+  rm -rf "$stage"
 fi
 echo "make_gpu_bundle: $(du -sh "$dest" | cut -f1) in $dest"
