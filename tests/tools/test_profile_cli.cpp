@@ -9,6 +9,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "test_util.h"
 
@@ -32,6 +34,27 @@ double sum_of(const json& rows, const char* key) {
   double s = 0;
   for (const json& r : rows) s += r[key].get<double>();
   return s;
+}
+
+// |node sum - wall| / wall of a phase: the share of the wall time no node accounts for.
+double wall_gap(const json& p) {
+  const double wall = p["wall_ms"].get<double>(), node = p["node_ms"].get<double>();
+  return wall > 0 ? std::fabs(node - wall) / wall : 1.0;
+}
+
+// `tessera profile ... --json`, run again (at most three times in all) while a phase's node times miss its wall time
+// by 10% or more: on this shared 2-core machine one descheduling of the process can stretch a 30 ms wall by more than
+// that. Work outside the timed nodes shows in every run, so check_phase still catches it.
+json run_profile(const std::string& args, const std::vector<std::string>& phases) {
+  json j;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    j = run_json(args);
+    if (j.is_null()) return j;
+    bool close = true;
+    for (const std::string& ph : phases) close = close && j.contains(ph) && wall_gap(j[ph]) < 0.10;
+    if (close) break;
+  }
+  return j;
 }
 
 void check_phase(const json& p, const std::string& what) {
@@ -59,7 +82,8 @@ void check_phase(const json& p, const std::string& what) {
 TEST(ProfileCli, NodeTimesAddUpToTheWallTime) {
   TESSERA_REQUIRE_DEFAULT_MODEL(model);
   const int n_gen = 8;
-  const json j = run_json("profile -m " + model + " -n " + std::to_string(n_gen) + " -t 2 --json --no-ceilings");
+  const json j = run_profile("profile -m " + model + " -n " + std::to_string(n_gen) + " -t 2 --json --no-ceilings",
+                             {"prefill", "decode"});
   ASSERT_TRUE(j.contains("prefill") && j.contains("decode"));
   check_phase(j["prefill"], "prefill");
   check_phase(j["decode"], "decode");
@@ -82,7 +106,7 @@ TEST(ProfileCli, NodeTimesAddUpToTheWallTime) {
 // With TEAL the decode's matmuls are matmul_sparse nodes: they count under their roles as the dense ones do.
 TEST(ProfileCli, SparseDecodeCountsUnderItsRoles) {
   TESSERA_REQUIRE_DEFAULT_MODEL(model);
-  const json j = run_json("profile -m " + model + " -n 4 -t 2 --json --no-ceilings --sparsity 0.5");
+  const json j = run_profile("profile -m " + model + " -n 4 -t 2 --json --no-ceilings --sparsity 0.5", {"decode"});
   ASSERT_TRUE(j.contains("decode"));
   bool sparse = false;
   for (const json& n : j["decode"]["nodes"]) sparse |= n["op"] == "matmul_sparse";
@@ -93,7 +117,8 @@ TEST(ProfileCli, SparseDecodeCountsUnderItsRoles) {
 TEST(ProfileCli, ChunkedPrefillAndText) {
   TESSERA_REQUIRE_DEFAULT_MODEL(model);
   // 40 random ids in chunks of 16, 16 and 8: every chunk's work and time is counted once.
-  const json j = run_json("profile -m " + model + " --prompt-tokens 40 -b 16 -n 2 -t 2 --json --no-ceilings");
+  const json j =
+      run_profile("profile -m " + model + " --prompt-tokens 40 -b 16 -n 2 -t 2 --json --no-ceilings", {"prefill"});
   EXPECT_EQ(j["prefill"]["chunks"], (std::vector<int>{16, 16, 8}));
   check_phase(j["prefill"], "chunked prefill");
   double expect = 0;
