@@ -40,7 +40,10 @@ gpu_env() {
 # when the bundle has none. Binaries built here run there (glibc and libstdc++ are newer there).
 gpu_prebuilt() {
   local pre="$root/.gpu-deps/prebuilt"
-  [ -f "$pre/bin.tar.xz" ] || { echo "gpu_prebuilt: no $pre/bin.tar.xz (make_gpu_bundle.sh --prebuilt DIR)" >&2; return 1; }
+  if [ ! -f "$pre/bin.tar.xz" ]; then
+    echo "gpu_prebuilt: no $pre/bin.tar.xz (make_gpu_bundle.sh --prebuilt DIR)" >&2
+    return 1
+  fi
   mkdir -p "$root/build-pre/bin" "$root/build-pre/lib" && tar -C "$root/build-pre/bin" -xJf "$pre/bin.tar.xz" &&
     tar -C "$root/build-pre/lib" -xJf "$pre/lib.tar.xz" || return 1
   export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$root/build-pre/lib"

@@ -23,8 +23,8 @@
 #     CMAKE_PREFIX_PATH=.gpu-deps finds them), libgtest.a, libfmt.so, libpcre2-8.so, and pkgconf for
 #     pkg_check_modules (with .pc files rewritten to a relocatable prefix). Robust to the GPU machine's newer g++/glibc.
 #  2. Prebuilt (--prebuilt): binaries built here for sm_90a plus the shared libraries they need that the GPU machine
-#     lacks (everything but glibc, libstdc++, libgcc and the driver). glibc and libstdc++ there are newer than here, so binaries
-#     built here run there; no compile time is spent on the device. cuBLASLt (opened at run time) comes from the
+#     lacks (everything but glibc, libstdc++, libgcc and the driver). glibc and libstdc++ there are newer than here, so
+#     binaries built here run there; no compile time is spent on the device. cuBLASLt (opened at run time) comes from the
 #     CUDA toolkit there.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -115,14 +115,16 @@ fi
 
 if [ -n "$prebuilt" ]; then
   # The binaries, stripped, in one tar.xz whose 256 MiB dictionary spans them all: each links the whole backend, so
-  # five 40 MB binaries pack into ~25 MB (the device tool carries 64 MiB at most). gpu_env.sh's gpu_prebuilt unpacks.
+  # the four 40 MB binaries pack into 25 MB (the device tool carries 64 MiB at most). gpu_env.sh's gpu_prebuilt
+  # unpacks them.
   stage=$(mktemp -d)
   mkdir -p "$stage/bin" "$stage/lib" "$dest/prebuilt"
   for t in bin/tessera tests/test_backends_cuda tests/test_ops bin/tessera_bench_cuda ${TESSERA_PREBUILT_EXTRA:-}; do
     if [ ! -x "$prebuilt/$t" ]; then
       case "$t" in
         bin/tessera | tests/test_backends_cuda)
-          echo "make_gpu_bundle: $prebuilt/$t is missing (cmake --build $prebuilt --target tessera_cli test_backends_cuda)" >&2
+          echo "make_gpu_bundle: $prebuilt/$t is missing" \
+            "(cmake --build $prebuilt --target tessera_cli test_backends_cuda)" >&2
           exit 1 ;;
         *) echo "make_gpu_bundle: $prebuilt/$t is not built; left out" >&2; continue ;;
       esac
@@ -134,7 +136,8 @@ if [ -n "$prebuilt" ]; then
   # libgcc (newer there than here) and the CUDA driver (Graphviz, OpenBLAS, libedit, fmt, PCRE2, ... are not there).
   for so in $(ldd "$stage"/bin/* | awk '/=> \//{print $3}' | sort -u); do
     case "$(basename "$so")" in
-      libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | ld-linux* | libstdc++.so* | libgcc_s.so* | libcuda.so*) ;;
+      libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | ld-linux* | libstdc++.so* | libgcc_s.so* | \
+        libcuda.so*) ;;
       *) cp -L "$so" "$stage/lib/" ;;
     esac
   done

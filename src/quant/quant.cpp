@@ -607,6 +607,16 @@ void convert_rows(DType from, const void* src, DType to, void* dst, int64_t n, i
   }
 }
 
+std::vector<float> dequantize_matrix(DType t, const void* src, int64_t n, int64_t k) {
+  std::vector<float> v;
+  if (src == nullptr || n <= 0 || k <= 0 || !can_dequantize(t) || k % dtype_info(t).block_size != 0) return v;
+  const uint64_t row = *dtype_row_bytes(t, static_cast<uint64_t>(k));
+  v.resize(static_cast<size_t>(n * k));
+  for (int64_t r = 0; r < n; ++r)
+    quant_traits(t).to_float(static_cast<const uint8_t*>(src) + static_cast<uint64_t>(r) * row, v.data() + r * k, k);
+  return v;
+}
+
 void q4_k_rows_as_q4_1(const void* src, void* dst, int64_t n, int64_t k) {
   TESSERA_CHECK(src != nullptr && dst != nullptr && n > 0 && k > 0 && k % kQKK == 0,
                 "q4_K rows as q4_1: null rows, or a row of {} elements (a multiple of 256 is needed)", k);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/dtype.h"
 #include "quant/format_traits.h"
@@ -65,6 +66,10 @@ double dot_q8_ref(DType t, const void* row, const BlockQ8Act* x, int64_t n);
 // load for a format it has no kernel for. dst holds n rows of `to` (dtype_row_bytes(to, k) each). Error when either
 // direction is unsupported or k is not a whole number of blocks of both formats.
 void convert_rows(DType from, const void* src, DType to, void* dst, int64_t n, int64_t k);
+
+// W [n, k] in format t as f32, row-major; empty (no Error) when t has no reader, src is null or k is not a whole
+// number of t's blocks: the matmul-chain rewrite's weight reader (graph::WeightValues) in both backends.
+std::vector<float> dequantize_matrix(DType t, const void* src, int64_t n, int64_t k);
 
 // q4_K rows W [n, k] as q4_1 rows (dst: n * k / 32 BlockQ4_1): each 32-element sub-block w = d sc q - dmin m becomes
 // the q4_1 block D = fp16(d sc), M = fp16(-dmin m) over the same 4-bit q, so the value differs from q4_K's by the

@@ -127,10 +127,10 @@ using detail::q4k_tile::kStages;
 using detail::q4k_tile::kStepK;
 using detail::q4k_tile::kXRow;
 using detail::q4k_tile::pack_bf16;
-using detail::q4k_tile::prmt;
 using detail::q4k_tile::raw_src;
 using detail::q4k_tile::row_lane;
 using detail::q4k_tile::RowLane;
+using detail::unit::byte_perm;
 
 // Byte offset of 16-byte chunk ch (0..7) of row r of a [rows][128 B] tile with the 128-byte swizzle.
 TESSERA_Q4KT_HD uint32_t x_off(int r, int ch) { return static_cast<uint32_t>(r * kXRow + ((ch ^ (r & 7)) << 4)); }
@@ -147,8 +147,8 @@ TESSERA_Q4KT_HD float fma_rn(float a, float b, float c) {
 // whose rounding can move the f32 value by a few ulps (src's form: q = (128 + q) - 128, then d q - m, each rounded).
 TESSERA_Q4KT_HD void codes4_ffma(uint32_t x, float d, float negc, uint32_t& lo, uint32_t& hi) {
   using format_detail::bits_to_float;
-  const float f[4] = {bits_to_float(prmt(x, 0x43u, 0x4055u)), bits_to_float(prmt(x, 0x43u, 0x4155u)),
-                      bits_to_float(prmt(x, 0x43u, 0x4255u)), bits_to_float(prmt(x, 0x43u, 0x4355u))};
+  const float f[4] = {bits_to_float(byte_perm(x, 0x43u, 0x4055u)), bits_to_float(byte_perm(x, 0x43u, 0x4155u)),
+                      bits_to_float(byte_perm(x, 0x43u, 0x4255u)), bits_to_float(byte_perm(x, 0x43u, 0x4355u))};
   float v[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) v[i] = fma_rn(d, f[i], negc);

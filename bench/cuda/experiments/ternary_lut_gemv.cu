@@ -702,42 +702,27 @@ int run(int reps) {
     // src's bf16 GEMV and src's tq2_0 GEMV, default launch shapes.
     Row bf{"src bf16", "", static_cast<double>(bf_bytes) / 1e6},
         src{"src tq2_0", "", static_cast<double>(tq_bytes) / 1e6};
-    {
-      const GemvConfig c = gemv_default_config(DType::BF16, n, k);
-      char cfg[64];
-      std::snprintf(cfg, sizeof cfg, "%d/%d/%d", c.threads, c.rows, c.unroll);
-      bf.config = cfg;
-      CK(cudaMemsetAsync(yp, 0xFF, y.bytes(), st));  // on st: fill_bytes is on the legacy stream
-      gemv(bw[0], in, yp, st, &c);
-      const int bad = count_bad(h, download_y(yp, n, st), kTolBf16, &bf.err);
-      if (bad) {
-        bf.failed = true, ++failures;
-      } else {
-        bf.graph_us = exp_common::graph_us(st, e0, e1, std::max(static_cast<int>(bw.size()), 10), reps, [&](int i) {
-          gemv(bw[static_cast<size_t>(i) % bw.size()], in, yp, st, &c);
-        });
-        bf.flushed_us = flushed.us([&] { gemv(bw[0], in, yp, st, &c); });
-      }
-      record(bf, bad);
-    }
-    {
-      const GemvConfig c = gemv_default_config(DType::TQ2_0, n, k);
+    // One of src's GEMVs at its default launch shape: checked, then timed over the rotating copies `ws`.
+    auto time_src = [&](Row& row, const std::vector<DeviceWeight>& ws, DType dtype, double tol) {
+      const GemvConfig c = gemv_default_config(dtype, n, k);
       char cfg[64];
       std::snprintf(cfg, sizeof cfg, "%d/%d/%d%s", c.threads, c.rows, c.unroll, c.stationary ? " stationary" : "");
-      src.config = cfg;
+      row.config = cfg;
       CK(cudaMemsetAsync(yp, 0xFF, y.bytes(), st));  // on st: fill_bytes is on the legacy stream
-      gemv(tq[0], in, yp, st, &c);
-      const int bad = count_bad(h, download_y(yp, n, st), kTolBlocks, &src.err);
+      gemv(ws[0], in, yp, st, &c);
+      const int bad = count_bad(h, download_y(yp, n, st), tol, &row.err);
       if (bad) {
-        src.failed = true, ++failures;
+        row.failed = true, ++failures;
       } else {
-        src.graph_us = exp_common::graph_us(st, e0, e1, std::max(static_cast<int>(tq.size()), 10), reps, [&](int i) {
-          gemv(tq[static_cast<size_t>(i) % tq.size()], in, yp, st, &c);
+        row.graph_us = exp_common::graph_us(st, e0, e1, std::max(static_cast<int>(ws.size()), 10), reps, [&](int i) {
+          gemv(ws[static_cast<size_t>(i) % ws.size()], in, yp, st, &c);
         });
-        src.flushed_us = flushed.us([&] { gemv(tq[0], in, yp, st, &c); });
+        row.flushed_us = flushed.us([&] { gemv(ws[0], in, yp, st, &c); });
       }
-      record(src, bad);
-    }
+      record(row, bad);
+    };
+    time_src(bf, bw, DType::BF16, kTolBf16);
+    time_src(src, tq, DType::TQ2_0, kTolBlocks);
     const double src_us = src.failed ? 0.0 : src.graph_us, bf_us = bf.failed ? 0.0 : bf.graph_us;
     print_row(bf, copy_gbps, src_us, bf_us);
     print_row(src, copy_gbps, src_us, bf_us);

@@ -220,14 +220,8 @@ graph::FusionSupport cpu_fusion_support(bool reference) {
   graph::FusionSupport f;
   if (reference) return f;
   f.chain_orders = graph::ChainCostModel{};
-  f.weight_values = [](const Tensor& w) {
-    std::vector<float> v;
-    if (w.shape.size() != 2 || w.data == nullptr || !can_dequantize(w.dtype) ||
-        w.shape[1] % dtype_info(w.dtype).block_size != 0)
-      return v;  // a format the CPU cannot read: the chain stays as built
-    v.resize(static_cast<size_t>(w.numel()));
-    convert_rows(w.dtype, w.data, DType::F32, v.data(), w.shape[0], w.shape[1]);
-    return v;
+  f.weight_values = [](const Tensor& w) {  // empty for a format the CPU cannot read: the chain stays as built
+    return w.shape.size() == 2 ? dequantize_matrix(w.dtype, w.data, w.shape[0], w.shape[1]) : std::vector<float>{};
   };
   f.lora_epilogue = true;
   return f;

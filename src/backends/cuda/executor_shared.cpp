@@ -93,15 +93,7 @@ std::string constant_key(const graph::Tensor& t) {
 graph::ChainCostModel cuda_chain_cost_model() { return graph::ChainCostModel{5e13, 3e12, 4}; }
 
 std::vector<float> cuda_weight_values(const graph::Tensor& w) {
-  std::vector<float> v;
-  if (w.shape.size() != 2 || w.data == nullptr || !can_dequantize(w.dtype)) return v;
-  const std::optional<uint64_t> row_bytes = dtype_row_bytes(w.dtype, static_cast<uint64_t>(w.shape[1]));
-  if (!row_bytes) return v;  // rows that are not whole blocks of the format
-  v.resize(static_cast<size_t>(w.numel()));
-  for (int64_t i = 0; i < w.shape[0]; ++i)
-    dequantize_row(w.dtype, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(i) * *row_bytes,
-                   v.data() + i * w.shape[1], w.shape[1]);
-  return v;
+  return w.shape.size() == 2 ? dequantize_matrix(w.dtype, w.data, w.shape[0], w.shape[1]) : std::vector<float>{};
 }
 
 const DeviceWeight& CudaShared::Impl::weight(const graph::Graph& g, const graph::Node& n, const graph::Tensor& t) {

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "graph/passes/fuse.h"
+#include "graph/passes/rewriter.h"
 
 namespace tessera::graph {
 
@@ -209,11 +210,9 @@ std::vector<Chain> find_chains(const Graph& g, const ChainCostModel& model) {
 
 Graph apply_chain_orders(const Graph& g, const ChainCostModel& model, const WeightValues& values) {
   TESSERA_CHECK(values != nullptr, "the matmul-chain rewrite needs a reader of weight values");
-  Graph r = g;  // gains the folded constants; its nodes are replaced at the end
-  std::vector<Node> nodes = g.nodes();
-  std::vector<bool> dropped(nodes.size(), false);
-  std::map<int, std::string> renamed;  // a rewritten node's output tensor: its new name
-  bool changed = false;
+  Graph r = g;  // gains the folded constants; its nodes are rewritten at the end
+  std::vector<bool> dropped(g.nodes().size(), false);
+  std::map<int, std::pair<Node, Tensor>> folded;  // at a chain factor's last node: the matmul by its constant
   for (const Chain& c : find_chains(g, model)) {
     if (c.best.splits == c.built.splits) continue;
     const size_t n = c.names.size();  // matrix 0 is x, matrix m >= 1 the weight of node c.nodes[m - 1]
@@ -278,47 +277,26 @@ Graph apply_chain_orders(const Graph& g, const ChainCostModel& model, const Weig
       Tensor out = r.tensor(last.output);
       op_info(Op::MATMUL).infer(r, f, out);  // shape [T, d(b+1)], the one `last` wrote; FLOPs and bytes
       TESSERA_CHECK(out.shape == r.tensor(last.output).shape, "chain rewrite: '{}' changed its output's shape", f.name);
-      f.output = last.output;
-      if (!out.is_output) renamed[last.output] = f.name;  // a graph output keeps its name: runtimes read it by name
-      nodes[static_cast<size_t>(node_of(b))] = std::move(f);
+      if (!out.is_output) out.name = f.name;  // a graph output keeps its name: runtimes read it by name
+      folded[node_of(b)] = {std::move(f), std::move(out)};
       for (size_t m = a; m < b; ++m) dropped[static_cast<size_t>(node_of(m))] = true;
-      changed = true;
     }
   }
-  if (!changed) return g;
-  // Drop the folded nodes and their outputs; renumber tensors (node sources keep indexing the graph passes start from).
-  std::vector<Tensor> all = r.tensors();
-  for (const auto& [t, name] : renamed) all[static_cast<size_t>(t)].name = name;
-  std::vector<bool> dead(all.size(), false);
-  for (size_t i = 0; i < nodes.size(); ++i)
-    if (dropped[i]) dead[static_cast<size_t>(nodes[i].output)] = true;
-  std::vector<int> remap(all.size(), -1);
-  std::vector<Tensor> tensors;
-  for (size_t t = 0; t < all.size(); ++t)
-    if (!dead[t]) {
-      remap[t] = static_cast<int>(tensors.size());
-      tensors.push_back(std::move(all[t]));
+  if (folded.empty()) return g;
+  // The chains' dropped nodes and their outputs go; a factor's last node is replaced by its matmul, whose output the
+  // chain's readers (a LoRA add) read in its stead (passes/rewriter.h renumbers).
+  Rewriter rw(r);
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const int id = static_cast<int>(i);
+    if (dropped[i]) {
+      rw.skip(id);
+    } else if (auto it = folded.find(id); it != folded.end()) {
+      rw.replace(g.node(id).output, rw.add(std::move(it->second.first), std::move(it->second.second)));
+    } else {
+      rw.keep(id);
     }
-  const auto map = [&](int t) {
-    if (t < 0) return t;
-    TESSERA_CHECK(remap[static_cast<size_t>(t)] >= 0, "chain rewrite: a dropped tensor is still read");
-    return remap[static_cast<size_t>(t)];
-  };
-  std::vector<Node> kept;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    if (dropped[i]) continue;
-    Node nd = std::move(nodes[i]);
-    for (int& t : nd.inputs) t = map(t);
-    nd.output = map(nd.output);
-    nd.fusion.norm_weight = map(nd.fusion.norm_weight);
-    nd.fusion.residual = map(nd.fusion.residual);
-    nd.fusion.norm_out = map(nd.fusion.norm_out);
-    tensors[static_cast<size_t>(nd.output)].producer = static_cast<int>(kept.size());
-    kept.push_back(std::move(nd));
   }
-  for (Tensor& t : tensors) t.alias = map(t.alias);
-  r.replace_contents(std::move(tensors), std::move(kept));
-  return r;
+  return rw.finish();
 }
 
 std::string format_chains(const Graph& g, const ChainCostModel& model) {

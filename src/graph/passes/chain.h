@@ -88,8 +88,8 @@ using WeightValues = std::function<std::vector<float>(const Tensor& weight)>;
 // of several, folded into an f32 constant (named after its node, "<node>.folded") in the order the DP chose for it,
 // accumulated in double; the node multiplying by a folded constant is a plain MATMUL named for the nodes it computes
 // (fused_from: the builder's nodes of its factor, so verify_rewrite accounts for each), with the role, layer, block
-// and source of the first of them, writing the chain's tensor those nodes wrote last (the chain's result keeps its
-// id, so its readers, a LoRA add, are unchanged). A chain is left as built where a folded weight has no data or no
+// and source of the first of them, whose output the chain's readers (a LoRA add) read in place of the tensor those
+// nodes wrote last. A chain is left as built where a folded weight has no data or no
 // values, or an intermediate it would drop is a graph output.
 Graph apply_chain_orders(const Graph& g, const ChainCostModel& model, const WeightValues& values);
 

@@ -28,6 +28,7 @@
 
 #include "api/model_impl.h"
 #include "backends/cuda/cuda_options.h"
+#include "backends/cuda/executor_common.h"
 #include "backends/cuda/kernels_lora.h"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/memory.h"
@@ -572,6 +573,21 @@ TEST(CudaLoraChain, PassesFoldLongPrefillChunksOnly) {
   EXPECT_EQ(folded_nodes(c.model, c.adapter, 256), 14);
   EXPECT_EQ(folded_nodes(c.model, c.adapter, 64), 0);
   EXPECT_EQ(folded_nodes(c.model, c.adapter, 1), 0);
+}
+
+// The device store's key for a graph-owned constant follows its contents, not its address: equal values in two
+// graphs share a key, and one changed value under the same name and shape does not (host code, no GPU).
+TEST(CudaLoraChain, ConstantKeysFollowContents) {
+  std::vector<float> v(64 * 48);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.01f * static_cast<float>(i % 97) - 0.3f;
+  graph::Graph a(1, 0), b(1, 0), c(1, 0);
+  const int ta = a.add_constant("blk.0.attn_q.folded", v, {64, 48});
+  const int tb = b.add_constant("blk.0.attn_q.folded", v, {64, 48});
+  v[1234] += 1e-6f;
+  const int tc = c.add_constant("blk.0.attn_q.folded", v, {64, 48});
+  ASSERT_NE(a.tensor(ta).data, b.tensor(tb).data);
+  EXPECT_EQ(cuda::constant_key(a.tensor(ta)), cuda::constant_key(b.tensor(tb)));
+  EXPECT_NE(cuda::constant_key(a.tensor(ta)), cuda::constant_key(c.tensor(tc)));
 }
 
 // A prompt of 300 tokens (every row's logits: the 256-row executor runs a chunk of 256 and one of 44, both folded),

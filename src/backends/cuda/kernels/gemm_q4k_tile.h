@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backends/cuda/kernels/quant_units.h"
 #include "quant/format_traits.h"
 #include "quant/half.h"
 
@@ -38,18 +39,6 @@ TESSERA_Q4KT_HD int64_t raw_src(int64_t row, int64_t nb, int s, int p) {
   return p < 2 ? blk * 128 + (s % 4) * 32 + p * 16 : blk * 16;
 }
 
-// PTX prmt (default mode; selectors here never set a nibble's sign bit).
-TESSERA_Q4KT_HD uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-#if defined(__CUDA_ARCH__)
-  return __byte_perm(a, b, sel);
-#else
-  const uint64_t v = static_cast<uint64_t>(b) << 32 | a;
-  uint32_t r = 0;
-  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((v >> (8 * ((sel >> (4 * i)) & 7))) & 0xFFu) << (8 * i);
-  return r;
-#endif
-}
-
 // Round to nearest even, as src's pack16x2 (device) and quant/half.h's f32_to_bf16 (host).
 TESSERA_Q4KT_HD uint32_t pack_bf16(float lo, float hi) {
 #if defined(__CUDA_ARCH__)
@@ -59,23 +48,6 @@ TESSERA_Q4KT_HD uint32_t pack_bf16(float lo, float hi) {
   return u;
 #else
   return static_cast<uint32_t>(f32_to_bf16(lo)) | static_cast<uint32_t>(f32_to_bf16(hi)) << 16;
-#endif
-}
-
-// Separately rounded products and differences (no contraction), as the expansion (gemm_convert.cu's ksb_lane) forms
-// them: the same f32 value, so the same bf16 weight.
-TESSERA_Q4KT_HD float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-TESSERA_Q4KT_HD float sub_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
 #endif
 }
 
@@ -102,7 +74,7 @@ TESSERA_Q4KT_HD void scale_min(uint32_t s0, uint32_t s1, uint32_t s2, int j, int
 // fma(d, 128 + q, -(128 d + m)), measured ~5% faster but moves 5 of 8,192 weights by one bf16 unit: not src's.)
 TESSERA_Q4KT_HD void codes4(uint32_t x, float d, float m, uint32_t& lo, uint32_t& hi) {
   const auto value = [&](uint32_t sel) {
-    return sub_rn(mul_rn(d, format_detail::bits_to_float(prmt(x, 0x43u, sel)) - 128.0f), m);
+    return unit::fsub(unit::fmul(d, format_detail::bits_to_float(unit::byte_perm(x, 0x43u, sel)) - 128.0f), m);
   };
   lo = pack_bf16(value(0x4055u), value(0x4155u));
   hi = pack_bf16(value(0x4255u), value(0x4355u));
@@ -121,14 +93,14 @@ struct RowLane {
 TESSERA_Q4KT_HD RowLane row_lane(const uint32_t* q32, const uint32_t (&h)[4], int c, int sub) {
   const int w = c >> 1;
   const uint32_t sel = (c & 1) ? 0x7632u : 0x5410u;  // bytes 2c, 2c + 1 of word w and of word w + 2
-  const uint32_t p0 = prmt(q32[w], q32[w + 2], sel), p1 = prmt(q32[w + 4], q32[w + 6], sel);
+  const uint32_t p0 = unit::byte_perm(q32[w], q32[w + 2], sel), p1 = unit::byte_perm(q32[w + 4], q32[w + 6], sel);
   const float d = format_detail::half_value(static_cast<uint16_t>(h[0] & 0xFFFFu));
   const float dmin = format_detail::half_value(static_cast<uint16_t>(h[0] >> 16));
   int sc, m;
   scale_min(h[1], h[2], h[3], 2 * sub, sc, m);
-  const float dl = mul_rn(d, static_cast<float>(sc)), ml = mul_rn(dmin, static_cast<float>(m));
+  const float dl = unit::fmul(d, static_cast<float>(sc)), ml = unit::fmul(dmin, static_cast<float>(m));
   scale_min(h[1], h[2], h[3], 2 * sub + 1, sc, m);
-  const float dh = mul_rn(d, static_cast<float>(sc)), mh = mul_rn(dmin, static_cast<float>(m));
+  const float dh = unit::fmul(d, static_cast<float>(sc)), mh = unit::fmul(dmin, static_cast<float>(m));
   return {p0, p1, dl, ml, dh, mh};
 }
 
