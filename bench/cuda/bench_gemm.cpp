@@ -7,7 +7,13 @@
 // rotating weight copies covering 4x the L2 (so small weights are still read from memory), event-timed replays,
 // median. Every timing includes what matmul does in front of the GEMM (x to bf16 or q8, dequantization).
 //
-// Usage: tessera_bench_gemm [--json FILE] [--quick] [--reps N]
+// --tile: instead, the quantized prefill GEMM of every format with a tile kernel (q4_K, q5_K, q6_K, q2_K, q3_K, q5_0,
+// q5_1, iq4_nl, iq4_xs): matmul_x16 (bf16 x, as prefill feeds it) under quant_gemm=expand (dequantize to bf16, then
+// cuBLASLt) and quant_gemm=tile (gemm_quant_tile.cu) at t = 64 .. 2048, per shape and summed over the layer's four
+// matrices, so that the auto rule's row limit (gemm_paths.h, quant_tile_auto_max_t) can be checked per format. Weights
+// are random bytes in the SPLIT_Q layout (both paths read the same bytes; timing does not depend on the values).
+//
+// Usage: tessera_bench_gemm [--json FILE] [--quick] [--reps N] [--tile [FMT,...]]
 #include <cuda_runtime_api.h>
 #include <fmt/core.h>
 
@@ -17,14 +23,18 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_options.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels/gemm_paths.h"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/memory.h"
+#include "backends/cuda/split_layout.h"
 #include "bench_util.h"
 #include "core/error.h"
 
@@ -38,9 +48,39 @@ struct Options {
   std::string json_path;
   bool quick = false;
   int reps = 15;
+  bool tile = false;
+  std::vector<DType> tile_formats;  // --tile's formats (empty: all with a tile kernel)
 };
 
 bool is_quant(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1; }
+
+// Bytes per block of a SPLIT_Q format's quants and scales (its tail included), or false for a format without one.
+bool split_bytes(DType d, int64_t& block, int64_t& quant, int64_t& scale) {
+  const auto set = [&](auto tag) {
+    using L = SplitLayout<decltype(tag)::value>;
+    block = Format<decltype(tag)::value>::kBlockSize;
+    quant = L::kQuantBytes;
+    scale = L::kScaleBytes + L::kTailBytes;
+    return true;
+  };
+  switch (d) {
+#define TESSERA_SPLIT_CASE(X) \
+  case DType::X:              \
+    return set(std::integral_constant<DType, DType::X>{});
+    TESSERA_SPLIT_CASE(Q4_K)
+    TESSERA_SPLIT_CASE(Q5_K)
+    TESSERA_SPLIT_CASE(Q6_K)
+    TESSERA_SPLIT_CASE(Q2_K)
+    TESSERA_SPLIT_CASE(Q3_K)
+    TESSERA_SPLIT_CASE(Q5_0)
+    TESSERA_SPLIT_CASE(Q5_1)
+    TESSERA_SPLIT_CASE(IQ4_NL)
+    TESSERA_SPLIT_CASE(IQ4_XS)
+#undef TESSERA_SPLIT_CASE
+    default:
+      return false;
+  }
+}
 
 class Bench {
  public:
@@ -63,6 +103,7 @@ class Bench {
 
   void ceilings();
   void suite();
+  void tile_suite();
   void write_json() const {
     if (opt_.json_path.empty()) return;
     json o = out_;
@@ -100,7 +141,15 @@ DeviceWeight Bench::random_weight(DType dtype, int64_t n, int64_t k) {
   w.dtype = dtype;
   w.n = n;
   w.k = k;
-  if (is_quant(dtype)) {
+  int64_t block = 0, qb = 0, sb = 0;
+  if (!is_quant(dtype) && split_bytes(dtype, block, qb, sb)) {
+    const uint64_t nb = static_cast<uint64_t>(n * k / block);
+    w.layout = GemvLayout::SPLIT_Q;
+    w.quants = DeviceBuffer(nb * qb);
+    w.scales = DeviceBuffer(nb * sb);
+    fill_random(FillKind::BYTES, w.quants.get(), nb * qb, 0, 0, seed_++, stream_);
+    fill_random(FillKind::BYTES, w.scales.get(), nb * sb, 0, 0, seed_++, stream_);
+  } else if (is_quant(dtype)) {
     const uint64_t qbytes = dtype == DType::Q8_0 ? n * k : n * k / 2;
     const uint64_t sbytes = (n * k / 32) * (dtype == DType::Q4_1 ? 4 : 2);
     w.layout = GemvLayout::SPLIT_Q;
@@ -209,6 +258,67 @@ void Bench::suite() {
   }
 }
 
+void Bench::tile_suite() {
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  const std::vector<Shape> shapes = {
+      {"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}};
+  std::vector<DType> formats = opt_.tile_formats;
+  if (formats.empty())
+    formats = {DType::Q4_K, DType::Q5_K, DType::Q6_K,   DType::Q2_K,  DType::Q3_K,
+               DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS};
+  std::vector<int64_t> ts = {64, 128, 256, 512, 1024, 2048};
+  if (opt_.quick) ts = {128, 512};
+  const int64_t max_t = ts.back(), max_k = 14336;
+  GemmWorkspace ws(max_t, max_k, 28672 * 4096);
+  DeviceBuffer y(sizeof(float) * max_t * 28672), x16(2 * max_t * max_k);
+  fill_random(FillKind::BF16, x16.get(), max_t * max_k, -1.0f, 1.0f, seed_++, stream_);
+  fmt::print("\n{:<7} {:<8} {:>5} {:>10} {:>10} {:>7} {:>8}\n", "fmt", "shape", "t", "expand us", "tile us", "ratio",
+             "auto");
+  for (const DType dtype : formats) {
+    if (!detail::gemm_quant_tile_format(dtype)) fail("tessera_bench_gemm: {} has no tile kernel", dtype_name(dtype));
+    std::vector<std::vector<DeviceWeight>> weights(shapes.size());
+    std::vector<int> copies(shapes.size());
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const uint64_t bytes = *dtype_row_bytes(dtype, static_cast<uint64_t>(shapes[i].k)) * shapes[i].n;
+      copies[i] = rotation(bytes);
+      for (int c = 0; c < copies[i]; ++c) weights[i].push_back(random_weight(dtype, shapes[i].n, shapes[i].k));
+    }
+    for (const int64_t t : ts) {
+      double layer[2] = {0, 0};
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        double us[2] = {0, 0};
+        for (int m = 0; m < 2; ++m) {
+          CudaOptions o = cuda_options();
+          o.quant_gemm = m == 0 ? QuantGemm::EXPAND : QuantGemm::TILE;
+          const CudaOptionsScope scope(o);
+          us[m] = time_graph(
+              [&](int j) { matmul_x16(weights[i][j % copies[i]], x16.get(), y.as<float>(), t, ws, stream_); },
+              std::max(copies[i], t >= 1024 ? 3 : 8));
+          layer[m] += us[m];
+        }
+        const bool auto_tile = detail::matmul_x16_path(weights[i][0], x16.get(), t) == GemmPath::TILE;
+        fmt::print("{:<7} {:<8} {:>5} {:>10.1f} {:>10.1f} {:>6.3f}x {:>8}\n", dtype_name(dtype), shapes[i].name, t,
+                   us[0], us[1], us[0] / us[1], auto_tile ? "tile" : "expand");
+        records_.push_back({{"dtype", dtype_name(dtype)},
+                            {"shape", shapes[i].name},
+                            {"n", shapes[i].n},
+                            {"k", shapes[i].k},
+                            {"t", t},
+                            {"expand_us", us[0]},
+                            {"tile_us", us[1]},
+                            {"auto", auto_tile ? "tile" : "expand"}});
+      }
+      fmt::print("{:<7} {:<8} {:>5} {:>10.1f} {:>10.1f} {:>6.3f}x\n", dtype_name(dtype), "layer", t, layer[0], layer[1],
+                 layer[0] / layer[1]);
+      records_.push_back(
+          {{"dtype", dtype_name(dtype)}, {"shape", "layer"}, {"t", t}, {"expand_us", layer[0]}, {"tile_us", layer[1]}});
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::cuda::bench
 
@@ -222,15 +332,33 @@ int main(int argc, char** argv) {
       opt.quick = true;
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
       opt.reps = std::max(3, std::atoi(argv[++i]));
-    else {
-      fmt::print(stderr, "usage: tessera_bench_gemm [--json FILE] [--quick] [--reps N]\n");
+    else if (!std::strcmp(argv[i], "--tile")) {
+      opt.tile = true;
+      if (i + 1 < argc && argv[i + 1][0] != '-') {
+        std::string list = argv[++i];
+        for (size_t at = 0; at <= list.size();) {
+          const size_t end = std::min(list.find(',', at), list.size());
+          const std::optional<tessera::DType> d = tessera::dtype_from_name(list.substr(at, end - at));
+          if (!d) {
+            fmt::print(stderr, "tessera_bench_gemm: --tile: unknown format '{}'\n", list.substr(at, end - at));
+            return 2;
+          }
+          opt.tile_formats.push_back(*d);
+          at = end + 1;
+        }
+      }
+    } else {
+      fmt::print(stderr, "usage: tessera_bench_gemm [--json FILE] [--quick] [--reps N] [--tile [FMT,...]]\n");
       return 2;
     }
   }
   try {
     Bench b(opt);
     b.ceilings();
-    b.suite();
+    if (opt.tile)
+      b.tile_suite();
+    else
+      b.suite();
     b.write_json();
   } catch (const std::exception& e) {
     fmt::print(stderr, "tessera_bench_gemm: {}\n", e.what());

@@ -195,10 +195,13 @@ const std::vector<Row>& rows() {
     v.push_back(matmul_row(DType::Q4_1, 3, 1000, 1536));  // N not a multiple of the CPU's 8-row groups
     v.push_back(matmul_row(DType::Q6_K, 1, 256, 1536));
     v.push_back(matmul_row(DType::Q4_K, 9, 1001, 768));  // N odd: a partial 8-row group and 16-row AVX-512 pass
-    // CUDA's q4_K tile GEMM (GemmPath::TILE, quant_gemm=auto up to 512 rows; the t = 64 row above takes it too): 128-
-    // token tiles with K split in 4 (520 rows: a partial last W tile), and 256-token tiles over two token tiles without
-    // a split (the partial sums would not fit the op's scratch), 264 rows: 8 past the last full W tile.
-    v.push_back(matmul_row(DType::Q4_K, 128, 520, 2048));
+    // CUDA's tile GEMM (GemmPath::TILE, quant_gemm=auto up to 512 rows; the t = 64 rows above take it too, for every
+    // format with a tile kernel): 128-token tiles with K split in 4 (520 rows: a partial last W tile), and for q4_K
+    // 256-token tiles over two token tiles without a split (the partial sums would not fit the op's scratch), 264 rows:
+    // 8 past the last full W tile.
+    for (const DType w : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K, DType::Q5_0, DType::Q5_1,
+                          DType::IQ4_NL, DType::IQ4_XS})
+      v.push_back(matmul_row(w, 128, 520, 2048));
     v.push_back(matmul_row(DType::Q4_K, 512, 264, 1536));
     v.push_back(matmul_row(DType::Q5_K, 67, 200, 256));
     // q2_K and q3_K as q4_K's and q5_K's rows: an odd N over several 4-row warps, a lone super-block per row, and the

@@ -72,8 +72,8 @@
 // loses from T = 1024 on; a src path would take it for T <= 512 and keep the expansion above. The exact form keeps
 // src's weights bit for bit at 1.06x (T = 512).
 //
-// In src since (GemmPath::TILE, src/backends/cuda/kernels/gemm_q4k_tile.cu; --cuda quant_gemm): the exact wgtsk form,
-// 256x128 above t = 128 and 128x128 up to it, its dequantization in gemm_q4k_tile.h, the split-K sum a kernel of its
+// In src since (GemmPath::TILE, src/backends/cuda/kernels/gemm_quant_tile.cu; --cuda quant_gemm): the exact wgtsk form,
+// 256x128 above t = 128 and 128x128 up to it, its dequantization in gemm_quant_tile.h, the split-K sum a kernel of its
 // own, PDL, rows past t or N masked. Here "src tile" runs src's launcher (the form "wgtsk 256x128" above, exact, before
 // the move) and "src" is matmul_x16 with quant_gemm=expand (the expansion: matmul_x16's default takes the tile path at
 // t <= 512 now).
@@ -99,7 +99,7 @@
 #include "backends/cuda/cuda_options.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels/gemm_paths.h"
-#include "backends/cuda/kernels/gemm_q4k_tile.h"
+#include "backends/cuda/kernels/gemm_quant_tile.h"
 #include "backends/cuda/kernels/mbarrier.cuh"
 #include "backends/cuda/kernels/tensor_map.cuh"
 #include "backends/cuda/kernels/wgmma.cuh"
@@ -117,7 +117,7 @@ namespace {
 
 // ---- Index math and dequantization shared by the kernels and the host emulation ----
 // The stage layout (kStepK, kXRow, kRawRow, kStages), raw_src, a lane's bytes and scales (row_lane) and the exact
-// dequantization are src's (gemm_q4k_tile.h, where the exact form moved); below is only what the experiment adds:
+// dequantization are src's (gemm_quant_tile.h, where the exact form moved); below is only what the experiment adds:
 // x_off (src loads x by TMA, whose swizzle the copy engine does), the one-FFMA dequantization and the ldmatrix
 // addressing.
 using detail::fence_proxy_async;  // before wgmma (async proxy) reads what cp.async (generic proxy) wrote
@@ -133,9 +133,9 @@ using detail::q4k_tile::RowLane;
 using detail::unit::byte_perm;
 
 // Byte offset of 16-byte chunk ch (0..7) of row r of a [rows][128 B] tile with the 128-byte swizzle.
-TESSERA_Q4KT_HD uint32_t x_off(int r, int ch) { return static_cast<uint32_t>(r * kXRow + ((ch ^ (r & 7)) << 4)); }
+TESSERA_TILE_HD uint32_t x_off(int r, int ch) { return static_cast<uint32_t>(r * kXRow + ((ch ^ (r & 7)) << 4)); }
 
-TESSERA_Q4KT_HD float fma_rn(float a, float b, float c) {
+TESSERA_TILE_HD float fma_rn(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)
   return __fmaf_rn(a, b, c);
 #else
@@ -145,7 +145,7 @@ TESSERA_Q4KT_HD float fma_rn(float a, float b, float c) {
 
 // src's codes4 (the same codes, bytes and pairs) with one FFMA a value: fma(d, 128 + q, negc), negc = -(128 d + m),
 // whose rounding can move the f32 value by a few ulps (src's form: q = (128 + q) - 128, then d q - m, each rounded).
-TESSERA_Q4KT_HD void codes4_ffma(uint32_t x, float d, float negc, uint32_t& lo, uint32_t& hi) {
+TESSERA_TILE_HD void codes4_ffma(uint32_t x, float d, float negc, uint32_t& lo, uint32_t& hi) {
   using format_detail::bits_to_float;
   const float f[4] = {bits_to_float(byte_perm(x, 0x43u, 0x4055u)), bits_to_float(byte_perm(x, 0x43u, 0x4155u)),
                       bits_to_float(byte_perm(x, 0x43u, 0x4255u)), bits_to_float(byte_perm(x, 0x43u, 0x4355u))};
@@ -157,7 +157,7 @@ TESSERA_Q4KT_HD void codes4_ffma(uint32_t x, float d, float negc, uint32_t& lo, 
 }
 
 // src's row_frags (the same fragment layout, the same bytes and scales: src's row_lane) with codes4_ffma.
-TESSERA_Q4KT_HD void row_frags_ffma(const uint32_t* q32, const uint32_t (&h)[4], int c, int sub,
+TESSERA_TILE_HD void row_frags_ffma(const uint32_t* q32, const uint32_t (&h)[4], int c, int sub,
                                     uint32_t (&out)[4][2]) {
   const RowLane r = row_lane(q32, h, c, sub);
   const float cl = -fma_rn(128.0f, r.dl, r.ml), ch = -fma_rn(128.0f, r.dh, r.mh);
@@ -167,10 +167,10 @@ TESSERA_Q4KT_HD void row_frags_ffma(const uint32_t* q32, const uint32_t (&h)[4],
   codes4_ffma((r.p1 >> 4) & 0x0F0F0F0Fu, r.dh, ch, out[3][0], out[3][1]);
 }
 
-// One W row's part of the A fragments of a step (gemm_q4k_tile.h's row_frags has the layout): kExact, src's
+// One W row's part of the A fragments of a step (gemm_quant_tile.h's row_frags has the layout): kExact, src's
 // row_frags (the expansion's value bit for bit); else row_frags_ffma.
 template <bool kExact>
-TESSERA_Q4KT_HD void form_row_frags(const uint32_t* q32, const uint32_t (&h)[4], int c, int sub,
+TESSERA_TILE_HD void form_row_frags(const uint32_t* q32, const uint32_t (&h)[4], int c, int sub,
                                     uint32_t (&out)[4][2]) {
   if constexpr (kExact)
     detail::q4k_tile::row_frags(q32, h, c, sub, out);
@@ -180,8 +180,8 @@ TESSERA_Q4KT_HD void form_row_frags(const uint32_t* q32, const uint32_t (&h)[4],
 
 // ldmatrix.x4 of a [16 tokens][16 k] block of x: lane l addresses row l % 8 of matrix l / 8, the matrices being
 // (tokens 0..7, k chunk 0), (0..7, chunk 1), (8..15, chunk 0), (8..15, chunk 1): the b0, b1 registers of two n8 tiles.
-TESSERA_Q4KT_HD int lm_token(int lane) { return ((lane >> 4) << 3) + (lane & 7); }
-TESSERA_Q4KT_HD int lm_chunk(int lane) { return (lane >> 3) & 1; }
+TESSERA_TILE_HD int lm_token(int lane) { return ((lane >> 4) << 3) + (lane & 7); }
+TESSERA_TILE_HD int lm_chunk(int lane) { return (lane >> 3) & 1; }
 
 // ---- Device helpers ----
 // The cp.async, wgmma and TMA wrappers are src's (kernels/wgmma.cuh); below are the experiment's own: ldmatrix and
@@ -794,9 +794,9 @@ void launch_wgp(const DeviceWeight& w, const __nv_bfloat16* x, float* y, int t, 
   CK(cudaGetLastError());
 }
 
-// src's TILE path (launch_gemm_q4k_tile: 128-token tiles up to t = 128, else 256), its split-K partial sums in g_parts.
+// src's TILE path (launch_gemm_quant_tile: 128-token tiles up to t = 128, else 256), its split-K partial sums in g_parts.
 void launch_src_tile(const DeviceWeight& w, const __nv_bfloat16* x, float* y, int t, cudaStream_t st) {
-  detail::launch_gemm_q4k_tile(w, x, y, false, t, false, g_parts, kPartsFloats, st);
+  detail::launch_gemm_quant_tile(w, x, y, false, t, false, g_parts, kPartsFloats, st);
 }
 
 struct TileForm {

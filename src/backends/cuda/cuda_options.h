@@ -69,10 +69,10 @@ enum class TealWalk : uint8_t {
 // Which path a quantized matmul of many rows takes where it would otherwise expand the matrix to bf16 for cuBLASLt
 // (gemm.cpp: matmul past the multi-row GEMV's rows, matmul_x16 and matmul_x16_out16 at every row count).
 enum class QuantGemm : uint8_t {
-  AUTO = 0,  // the default: q4_K's per-tile GEMM (kernels/gemm_q4k_tile.cu) up to kQ4kTileAutoMaxT = 512 rows, where
-             // it measured faster (H100, one Llama-3-8B layer: 1.56x the expansion at t = 256, 1.06x at 512, 0.93x at
-             // 1,024), the expansion above and for the other formats
-  TILE,      // q4_K's per-tile GEMM at every row count (the expansion for the other formats)
+  AUTO = 0,  // the default: the per-tile GEMM (kernels/gemm_quant_tile.cu) up to the rows where it measured faster
+             // (quant_tile_auto_max_t, gemm_paths.h: 256, 512 or 1,024 by format), the expansion above and for the
+             // formats without a tile kernel
+  TILE,      // the per-tile GEMM at every row count (the expansion for the formats without one)
   EXPAND,    // the expansion everywhere (the only path before the tile GEMM)
 };
 
@@ -83,7 +83,7 @@ struct CudaOptions {
   bool pdl = true;
   // cuDNN's fused SDPA for prefill attention where libcudnn loads (attn_cudnn.h); off: attn_prefill instead.
   bool cudnn = true;
-  // Quantized prefill GEMMs: q4_K's per-tile kernel or the bf16 expansion + cuBLASLt (QuantGemm above).
+  // Quantized prefill GEMMs: the per-tile kernel or the bf16 expansion + cuBLASLt (QuantGemm above).
   QuantGemm quant_gemm = QuantGemm::AUTO;
 
   // ---- [study] decode attention (kernels/attn_decode.cu) ----

@@ -13,11 +13,12 @@
 //    the model is never kept dequantized) and multiplied by the bf16 GEMM. The expansion costs one write and one
 //    read of N*K*2 bytes per call, small next to 2*t*N*K flops once t is in the hundreds; below that the multi-row
 //    GEMV's repeated passes over the 4/8-bit weights are cheaper.
-//  - q4_K up to kQ4kTileAutoMaxT = 512 rows (CudaOptions::quant_gemm): no expansion; x in bf16 and one kernel whose
-//    CTAs dequantize their W tiles into wgmma's register fragments (kernels/gemm_q4k_tile.cu, sm_90), to the same bf16
-//    weights as the expansion. Where the expansion is a large part of the call it wins (H100, one Llama-3-8B layer's
-//    four matrices: 1.88x at t = 128, 1.56x at 256, 1.06x at 512); from t = 1,024 on the GEMM dominates and
-//    cuBLASLt's is faster than the tile kernel's dequantization-bound loop (0.93x).
+//  - the formats with a tile kernel (q4_K, q5_K, q6_K, q2_K, q3_K, q5_0, q5_1, iq4_nl, iq4_xs) up to
+//    quant_tile_auto_max_t rows (256-1,024 by format; CudaOptions::quant_gemm): no expansion; x in bf16 and one kernel
+//    whose CTAs dequantize their W tiles into wgmma's register fragments (kernels/gemm_quant_tile.cu, sm_90), to the
+//    same bf16 weights as the expansion. For q4_K: Where the expansion is a large part of the call it wins (H100, one
+//    Llama-3-8B layer's four matrices: 1.88x at t = 128, 1.56x at 256, 1.06x at 512); from t = 1,024 on the GEMM
+//    dominates and cuBLASLt's is faster than the tile kernel's dequantization-bound loop (0.93x).
 //  - matmul_x16: the same cuBLASLt GEMMs fed a 16-bit x that its producer (rmsnorm, swiglu_rows) wrote directly. At
 //    prefill sizes the conversion of x is a memory-bound pass of its own (Llama-3-8B, t = 2048: down's x is
 //    [2048, 14336] f32, 117 MB read and 59 MB written per layer, ~60 us of ~350).
@@ -58,16 +59,16 @@ bool is_quant(DType t) { return gemv_quantized(t); }
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // Whether CudaOptions::quant_gemm sends a quantized GEMM of t rows to the per-tile kernel (before checking that the
-// kernel takes the weight, x and device: gemm_q4k_tile_supported).
+// kernel takes the weight, x and device: gemm_quant_tile_supported).
 bool quant_gemm_tile(DType dtype, int64_t t) {
-  if (dtype != DType::Q4_K) return false;
+  if (!detail::gemm_quant_tile_format(dtype)) return false;
   switch (cuda_options().quant_gemm) {
     case QuantGemm::TILE:
       return true;
     case QuantGemm::EXPAND:
       return false;
     default:
-      return t <= detail::kQ4kTileAutoMaxT;
+      return t <= detail::quant_tile_auto_max_t(dtype);
   }
 }
 
@@ -194,7 +195,7 @@ GemmWorkspace::GemmWorkspace(int64_t max_t, int64_t max_k, int64_t max_quant_nk)
   m.q8 = DeviceBuffer(static_cast<size_t>(elems));
   m.ds = DeviceBuffer(static_cast<size_t>(max_t * ((max_k + 31) / 32)) * sizeof(float2));
   m.deq = DeviceBuffer(static_cast<size_t>(max_quant_nk) * 2);
-  detail::gemm_q4k_tile_prepare();  // outside any graph capture (the matmuls may be captured)
+  detail::gemm_quant_tile_prepare();  // outside any graph capture (the matmuls may be captured)
 }
 GemmWorkspace::~GemmWorkspace() = default;
 int64_t GemmWorkspace::max_t() const { return impl_->max_t; }
@@ -203,15 +204,34 @@ int64_t GemmWorkspace::max_k() const { return impl_->max_k; }
 namespace {
 
 // The TILE path. Split-K's partial sums ([S, t, N] f32) go to the dequantization scratch, which this path leaves
-// unused; launch_gemm_q4k_tile splits only where they fit (a scratch of this matrix's N K bf16: S t <= K / 2).
+// unused; launch_gemm_quant_tile splits only where they fit (a scratch of this matrix's N K bf16: S t <= K / 2).
 void tile_gemm(const DeviceWeight& w, const void* x16, void* y, bool y16, int64_t t, GemmWorkspace::Impl& m,
                cudaStream_t stream, bool accumulate) {
-  detail::launch_gemm_q4k_tile(w, x16, y, y16, t, accumulate, m.deq.as<float>(), m.max_quant_nk / 2, stream);
+  detail::launch_gemm_quant_tile(w, x16, y, y16, t, accumulate, m.deq.as<float>(), m.max_quant_nk / 2, stream);
 }
 
 }  // namespace
 
 namespace detail {
+
+int64_t quant_tile_auto_max_t(DType dtype) {
+  switch (dtype) {
+    case DType::Q4_K:
+    case DType::Q5_0:
+      return 512;
+    case DType::Q5_1:
+    case DType::IQ4_NL:
+      return 1024;
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::IQ4_XS:
+      return 256;
+    default:
+      return 0;
+  }
+}
 
 const char* gemm_path_name(GemmPath path) {
   switch (path) {
@@ -220,14 +240,14 @@ const char* gemm_path_name(GemmPath path) {
     case GemmPath::CUBLAS:
       return "cublaslt";
     case GemmPath::TILE:
-      return "q4k_tile";
+      return "quant_tile";
     default:
       return "auto";
   }
 }
 
 GemmPath matmul_x16_path(const DeviceWeight& w, const void* x16, int64_t t) {
-  return quant_gemm_tile(w.dtype, t) && gemm_q4k_tile_supported(w, x16) ? GemmPath::TILE : GemmPath::CUBLAS;
+  return quant_gemm_tile(w.dtype, t) && gemm_quant_tile_supported(w, x16) ? GemmPath::TILE : GemmPath::CUBLAS;
 }
 
 GemmPath gemm_default_path(DType dtype, int64_t t, int64_t n, int64_t k) {
@@ -244,7 +264,7 @@ GemmPath gemm_default_path(DType dtype, int64_t t, int64_t n, int64_t k) {
   //    large matrices (>= 48M weights) cross over near t = 40, the small ones near t = 24.
   // At t = 2048 the bf16 GEMM runs at 654-743 TFLOP/s (85-97% of the 765 TFLOP/s 8192^3 peak), the quantized path at
   // 506-582 (66-76%: the expansion and x's conversion are not hidden).
-  //  - q4_K past the multi-row GEMV's rows: the per-tile GEMM where quant_gemm_tile says (header comment).
+  //  - past the multi-row GEMV's rows, the per-tile GEMM where quant_gemm_tile says (header comment).
   if (is_quant(dtype)) {
     const bool large = n * k >= (int64_t{48} << 20);
     if (t <= 16 || (large && t <= 40)) return GemmPath::ROWS;
@@ -295,12 +315,12 @@ void matmul_path(const DeviceWeight& w, const float* x, float* y, int64_t t, Gem
     // 16-byte loads of the multi-row GEMV, the tile GEMM needs an sm_90 device, and a quantized matrix larger than the
     // scratch cannot be expanded.
     if (path == GemmPath::ROWS && !quant && !aligned16(x)) path = GemmPath::CUBLAS;
-    if (path == GemmPath::TILE && !gemm_q4k_tile_supported(w, nullptr)) path = GemmPath::CUBLAS;
+    if (path == GemmPath::TILE && !gemm_quant_tile_supported(w, nullptr)) path = GemmPath::CUBLAS;
     if (path == GemmPath::CUBLAS && quant && w.n * w.k > m.max_quant_nk) path = GemmPath::ROWS;
   }
   if (path == GemmPath::TILE) {
     std::string why;
-    TESSERA_CHECK(gemm_q4k_tile_supported(w, nullptr, &why),
+    TESSERA_CHECK(gemm_quant_tile_supported(w, nullptr, &why),
                   "matmul: the {} weight [{}, {}] cannot take the tile path: {}", dtype_name(w.dtype), w.n, w.k, why);
     launch_f32_to_16bit(x, m.x16.get(), t * w.k, true, stream);
     tile_gemm(w, m.x16.get(), y, false, t, m, stream, accumulate);

@@ -9,7 +9,9 @@ namespace tessera::cuda {
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
   if (bytes == 0) return;
-  const cudaError_t err = cudaMalloc(&ptr_, bytes);
+  // Rounded up to 16 bytes (free: cudaMalloc's granule is larger): an aligned vector or cp.async that covers the last
+  // bytes stays inside the allocation (the tile GEMM reads q6_K's and q3_K's 2-byte d through its 4-byte window).
+  const cudaError_t err = cudaMalloc(&ptr_, (bytes + 15) / 16 * 16);
   if (err != cudaSuccess) {
     ptr_ = nullptr;
     bytes_ = 0;

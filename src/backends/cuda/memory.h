@@ -12,7 +12,8 @@ namespace tessera::cuda {
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  // Allocates `bytes` (0 gives an empty buffer). Fails with the size and the runtime's reason when out of memory.
+  // Allocates `bytes` (0 gives an empty buffer; the allocation is rounded up to 16 bytes, bytes() stays `bytes`).
+  // Fails with the size and the runtime's reason when out of memory.
   explicit DeviceBuffer(size_t bytes);
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& other) noexcept;

@@ -1,4 +1,4 @@
-// The driver's cuTensorMapEncodeTiled, for the kernels that load by TMA (attn_prefill_tma.cu, gemm_q4k_tile.cu). The
+// The driver's cuTensorMapEncodeTiled, for the kernels that load by TMA (attn_prefill_tma.cu, gemm_quant_tile.cu). The
 // runtime is linked statically and libcuda opened by it, so the driver entry point is looked up once through the
 // runtime rather than linked. Host code; included by .cu files only.
 #pragma once

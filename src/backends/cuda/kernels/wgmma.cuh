@@ -1,6 +1,6 @@
-// Hopper's asynchronous copies and warpgroup MMA as inline PTX: cp.async (16-byte copies, commit / wait groups), wgmma
+// Hopper's asynchronous copies and warpgroup MMA as inline PTX: cp.async (4-, 8- and 16-byte copies, commit / wait groups), wgmma
 // (fence, commit / wait groups, bf16 m64n128k16 and m64n256k16 with A from registers), the K-major shared-memory
-// descriptor and a 2-D TMA box load. Shared by the q4_K tile GEMM (gemm_q4k_tile.cu) and the experiment it was grown in
+// descriptor and a 2-D TMA box load. Shared by the quantized tile GEMM (gemm_quant_tile.cu) and the experiment it was grown in
 // (bench/cuda/experiments/quant_prefill_tile.cu). wgmma and cp.async.bulk.tensor exist on sm_90a only: call these from
 // code compiled for sm_90a alone (a kernel body under __CUDA_ARCH_FEAT_SM90_ALL, or a target built for sm_90a only).
 // Inline, so a translation unit (or a compute_90 pass) that calls none of them compiles none of them.
@@ -14,6 +14,13 @@ namespace tessera::cuda::detail {
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+// 8- and 4-byte copies (cp.async.ca: .cg takes 16 bytes only); src and dst aligned to the size.
+__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>

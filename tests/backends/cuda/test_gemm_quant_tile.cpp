@@ -1,5 +1,6 @@
-// q4_K's per-tile GEMM (GemmPath::TILE, kernels/gemm_q4k_tile.cu). Host (no GPU): its dequantization into wgmma's
-// register fragments, run through the same functions the kernel calls (gemm_q4k_tile.h), gives the expansion's bf16
+// The quantized per-tile GEMM (GemmPath::TILE, kernels/gemm_quant_tile.cu) of every format with a tile kernel. Host (no
+// GPU): its dequantization into wgmma's register fragments, run through the same functions the kernel calls
+// (gemm_quant_tile.h, gemm_tile_formats.h), gives the expansion's bf16
 // weights bit for bit, and gemm_default_path follows CudaOptions::quant_gemm. GPU: against the expansion + cuBLASLt
 // path (quant_gemm=expand) on the same bf16 x and the same bf16 weights, so the two differ only in the f32 summation
 // order, at prefill row counts (1 to 512: 128- and 256-token tiles, rows past t masked), Llama-3-8B's K (4096, 14336),
@@ -9,18 +10,20 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_options.h"
 #include "backends/cuda/kernels/gemm_paths.h"
-#include "backends/cuda/kernels/gemm_q4k_tile.h"
+#include "backends/cuda/kernels/gemm_tile_formats.h"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/split_layout.h"
 #include "core/error.h"
@@ -32,58 +35,104 @@ namespace tessera::cuda::test {
 namespace {
 
 using detail::GemmPath;
-namespace qt = detail::q4k_tile;
+namespace qt = detail::quant_tile;
 
-// Random q4_K rows [n, k] (GGUF layout) with every scale/min byte and qs byte random (all 6-bit scales and mins, the
-// high bits of sub-blocks 4-7 included, every nibble) and d, dmin fp16 in [1e-3, 1e-2) (finite weights of a trained
-// model's size). Faster than quantizing floats at Llama-3-8B's widths.
-std::vector<uint8_t> random_q4k(std::mt19937& rng, int64_t n, int64_t k) {
-  std::vector<uint8_t> q(static_cast<size_t>(n * k / 256) * sizeof(BlockQ4_K));
-  std::uniform_real_distribution<float> scale(1e-3f, 1e-2f);
-  for (size_t b = 0; b < q.size() / sizeof(BlockQ4_K); ++b) {
-    uint8_t* blk = q.data() + b * sizeof(BlockQ4_K);
-    const uint16_t d = f32_to_fp16(scale(rng)), dmin = f32_to_fp16(scale(rng));
-    std::memcpy(blk, &d, 2);
-    std::memcpy(blk + 2, &dmin, 2);
-    for (size_t i = 4; i < sizeof(BlockQ4_K); ++i) blk[i] = static_cast<uint8_t>(rng());
+// Every format with a tile kernel (gemm_tile_formats.h).
+constexpr DType kTileFormats[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K,   DType::Q2_K,  DType::Q3_K,
+                                  DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS};
+
+// Byte offsets of a GGML block's fp16 fields (d, and dmin or m where the format has one).
+std::vector<int> half_fields(DType d) {
+  switch (d) {
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q5_1:
+      return {0, 2};
+    case DType::Q6_K:
+      return {208};
+    case DType::Q2_K:
+      return {80, 82};
+    case DType::Q3_K:
+      return {108};
+    default:  // q5_0, iq4_nl, iq4_xs
+      return {0};
   }
+}
+
+// Random rows [n, k] (GGUF layout) of a format with every byte random but its fp16 fields (every code, scale and min
+// bit pattern, the high bits of packed scales included) and those in [1e-3, 1e-2) (finite weights of a trained
+// model's size). Faster than quantizing floats at Llama-3-8B's widths.
+std::vector<uint8_t> random_blocks(std::mt19937& rng, DType dtype, int64_t n, int64_t k) {
+  const FormatInfo& fi = *format_info(dtype);
+  std::vector<uint8_t> q(static_cast<size_t>(n * k / fi.block_size * fi.block_bytes));
+  for (uint8_t& b : q) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> scale(1e-3f, 1e-2f);
+  const std::vector<int> halves = half_fields(dtype);
+  for (size_t b = 0; b < q.size() / static_cast<size_t>(fi.block_bytes); ++b)
+    for (const int off : halves) {
+      const uint16_t h = f32_to_fp16(scale(rng));
+      std::memcpy(q.data() + b * static_cast<size_t>(fi.block_bytes) + off, &h, 2);
+    }
   return q;
 }
 
-// The weights as the expansion writes them: Format<Q4_K>::dequantize (gguf-py's arithmetic), rounded to bf16.
-std::vector<float> bf16_row(const std::vector<uint8_t>& q, int64_t k, int64_t r) {
+// The weights as the expansion writes them: Format<D>::dequantize (gguf-py's arithmetic), rounded to bf16.
+std::vector<float> bf16_row(DType dtype, const std::vector<uint8_t>& q, int64_t k, int64_t r) {
   std::vector<float> row(static_cast<size_t>(k));
-  dequantize_row(DType::Q4_K, q.data() + r * (k / 256) * static_cast<int64_t>(sizeof(BlockQ4_K)), row.data(), k);
+  const uint64_t row_bytes = *dtype_row_bytes(dtype, static_cast<uint64_t>(k));
+  dequantize_row(dtype, q.data() + r * static_cast<int64_t>(row_bytes), row.data(), k);
   for (float& v : row) v = bf16_to_f32(f32_to_bf16(v));
   return row;
 }
 
 // Host: each lane's fragments of each W row of each step, from the shared-memory row image the kernel's cp.async
-// builds (raw_src's bytes of the SPLIT_Q arrays), are the expansion's bf16 weights at the k the m16n8k16 A layout
-// gives that register, and the four lanes of a row cover the step's 64 values once each.
-TEST(CudaGemmQ4kTile, FragmentsAreTheExpansionsWeightsOnTheHost) {
-  std::mt19937 rng(test_seed());
-  constexpr int64_t kN = 24, kK = 1024, kNb = kK / 256;  // four super-blocks: every step's place in one
-  const std::vector<uint8_t> q = random_q4k(rng, kN, kK);
-  std::vector<uint8_t> quants(static_cast<size_t>(kN * kNb) * 128), heads(static_cast<size_t>(kN * kNb) * 16);
-  for (int64_t b = 0; b < kN * kNb; ++b) {
-    BlockQ4_K blk;
+// builds (TileFormat<D>::piece's bytes of the SPLIT_Q arrays, laid out as upload_weight lays them out), are the
+// expansion's bf16 weights at the k the m16n8k16 A layout gives that register, the four lanes of a row cover the step's
+// 64 values once each, and the pieces are aligned to their size and fill the image without overlap.
+template <DType D>
+void check_fragments(std::mt19937& rng, int64_t kN, int64_t kK) {
+  SCOPED_TRACE(::testing::Message() << "n=" << kN << " k=" << kK);
+  using F = qt::TileFormat<D>;
+  using L = SplitLayout<D>;
+  const std::vector<uint8_t> q = random_blocks(rng, D, kN, kK);
+  const int64_t nb = kN * kK / Format<D>::kBlockSize;
+  std::vector<uint8_t> quants(static_cast<size_t>(nb * L::kQuantBytes)),
+      scales(static_cast<size_t>(nb * (L::kScaleBytes + L::kTailBytes)));
+  for (int64_t b = 0; b < nb; ++b) {
+    typename Format<D>::Block blk;
     std::memcpy(&blk, q.data() + b * static_cast<int64_t>(sizeof(blk)), sizeof(blk));
-    split_block<DType::Q4_K>(blk, &quants[static_cast<size_t>(b) * 128], &heads[static_cast<size_t>(b) * 16], nullptr);
+    split_block<D>(blk, &quants[static_cast<size_t>(b * L::kQuantBytes)],
+                   &scales[static_cast<size_t>(b * L::kScaleBytes)],
+                   scales.data() + nb * L::kScaleBytes + b * L::kTailBytes);
   }
+  // As DeviceBuffer allocates: rounded up to 16 bytes (a 2-byte tail entry's 4-byte window may cover 2 bytes past).
+  quants.resize((quants.size() + 15) / 16 * 16);
+  scales.resize((scales.size() + 15) / 16 * 16);
+  static_assert(F::kRawRow % 16 == 0, "row images are 16-byte multiples");
   int bad = 0;
   for (int64_t r = 0; r < kN; ++r) {
-    const std::vector<float> want = bf16_row(q, kK, r);
+    const std::vector<float> want = bf16_row(D, q, kK, r);
     for (int s = 0; s < kK / qt::kStepK; ++s) {
-      uint32_t image[qt::kRawRow / 4];  // the row's 48 bytes of one raw stage
-      for (int p = 0; p < 3; ++p)
-        std::memcpy(reinterpret_cast<uint8_t*>(image) + 16 * p,
-                    (p < 2 ? quants.data() : heads.data()) + qt::raw_src(r, kNb, s, p), 16);
-      const uint32_t h[4] = {image[8], image[9], image[10], image[11]};
+      alignas(16) uint32_t image[F::kRawRow / 4] = {};
+      std::vector<int> owner(F::kRawRow, -1);
+      for (int p = 0; p < F::kPieces; ++p) {
+        const qt::Piece pc = F::piece(r, kN, kK, s, p);
+        ASSERT_TRUE(pc.bytes == 4 || pc.bytes == 8 || pc.bytes == 16) << "piece " << p;
+        ASSERT_EQ(pc.src % pc.bytes, 0) << "piece " << p << " source misaligned";
+        ASSERT_EQ(pc.dst % pc.bytes, 0) << "piece " << p << " destination misaligned";
+        const std::vector<uint8_t>& buf = pc.scales ? scales : quants;
+        ASSERT_TRUE(pc.src >= 0 && pc.src + pc.bytes <= static_cast<int64_t>(buf.size())) << "piece " << p;
+        ASSERT_TRUE(pc.dst >= 0 && pc.dst + pc.bytes <= F::kRawRow) << "piece " << p;
+        for (int i = pc.dst; i < pc.dst + pc.bytes; ++i) {
+          ASSERT_EQ(owner[static_cast<size_t>(i)], -1) << "pieces overlap at byte " << i;
+          owner[static_cast<size_t>(i)] = p;
+        }
+        std::memcpy(reinterpret_cast<uint8_t*>(image) + pc.dst, buf.data() + pc.src, static_cast<size_t>(pc.bytes));
+      }
       int hits[qt::kStepK] = {};
       for (int c = 0; c < 4; ++c) {
         uint32_t out[4][2];
-        qt::row_frags(image, h, c, s % 4, out);
+        qt::frags<D>(image, c, s, r, kK, out);
         for (int j = 0; j < 4; ++j)
           for (int half = 0; half < 2; ++half) {
             const int kk = 16 * j + 2 * c + 8 * half;  // within the step
@@ -92,53 +141,89 @@ TEST(CudaGemmQ4kTile, FragmentsAreTheExpansionsWeightsOnTheHost) {
             const size_t at = static_cast<size_t>(s * qt::kStepK + kk);
             const uint32_t w = f32_to_bf16(want[at]) | static_cast<uint32_t>(f32_to_bf16(want[at + 1])) << 16;
             if (out[j][half] != w && bad++ < 5)
-              ADD_FAILURE() << "row " << r << " k " << at << " lane c " << c << ": " << std::hex << out[j][half]
-                            << ", want " << w;
+              ADD_FAILURE() << dtype_name(D) << " row " << r << " k " << at << " lane c " << c << ": " << std::hex
+                            << out[j][half] << ", want " << w;
           }
       }
       for (int kk = 0; kk < qt::kStepK; ++kk) ASSERT_EQ(hits[kk], 1) << "step " << s << " k " << kk;
     }
   }
-  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(bad, 0) << dtype_name(D);
 }
 
-// Host: the default path of a q4_K matmul past the multi-row GEMV's rows under each quant_gemm; other formats keep
-// the expansion (cuBLASLt).
-TEST(CudaGemmQ4kTile, DefaultPathFollowsTheOption) {
+template <DType D>
+void check_fragments_if_tiled(std::mt19937& rng) {
+  if constexpr (qt::HasTileFormat<D>::value) {
+    SCOPED_TRACE(dtype_name(D));
+    // Four super-blocks a row (every step's place in one; 32 blocks of 32), and three (K / 256 odd, n odd: an odd
+    // number of super-blocks, so blocks of both parities in one row and a last block at an even index).
+    check_fragments<D>(rng, 6, 1024);
+    check_fragments<D>(rng, 5, 768);
+  } else {
+    ADD_FAILURE() << dtype_name(D) << " has no TileFormat";
+  }
+}
+
+TEST(CudaGemmQuantTile, FragmentsAreTheExpansionsWeightsOnTheHost) {
+  std::mt19937 rng(test_seed());
+  check_fragments_if_tiled<DType::Q4_K>(rng);
+  check_fragments_if_tiled<DType::Q5_K>(rng);
+  check_fragments_if_tiled<DType::Q6_K>(rng);
+  check_fragments_if_tiled<DType::Q2_K>(rng);
+  check_fragments_if_tiled<DType::Q3_K>(rng);
+  check_fragments_if_tiled<DType::Q5_0>(rng);
+  check_fragments_if_tiled<DType::Q5_1>(rng);
+  check_fragments_if_tiled<DType::IQ4_NL>(rng);
+  check_fragments_if_tiled<DType::IQ4_XS>(rng);
+  for (const DType d : kTileFormats) EXPECT_TRUE(detail::gemm_quant_tile_format(d)) << dtype_name(d);
+  for (const DType d : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::TQ2_0, DType::BF16})
+    EXPECT_FALSE(detail::gemm_quant_tile_format(d)) << dtype_name(d);
+}
+
+// Host: the default path of a matmul past the multi-row GEMV's rows under each quant_gemm, for a tiled format and for
+// one without a tile kernel (q4_0: the expansion).
+TEST(CudaGemmQuantTile, DefaultPathFollowsTheOption) {
   const auto path = [](QuantGemm mode, DType d, int64_t t) {
     CudaOptions o;
     o.quant_gemm = mode;
     const CudaOptionsScope scope(o);
     return detail::gemm_default_path(d, t, 4096, 4096);
   };
-  EXPECT_EQ(path(QuantGemm::AUTO, DType::Q4_K, 16), GemmPath::ROWS);
-  EXPECT_EQ(path(QuantGemm::TILE, DType::Q4_K, 16), GemmPath::ROWS);
-  EXPECT_EQ(path(QuantGemm::AUTO, DType::Q4_K, 17), GemmPath::TILE);
-  EXPECT_EQ(path(QuantGemm::AUTO, DType::Q4_K, detail::kQ4kTileAutoMaxT), GemmPath::TILE);
-  EXPECT_EQ(path(QuantGemm::AUTO, DType::Q4_K, detail::kQ4kTileAutoMaxT + 1), GemmPath::CUBLAS);
-  EXPECT_EQ(path(QuantGemm::TILE, DType::Q4_K, 2048), GemmPath::TILE);
-  EXPECT_EQ(path(QuantGemm::EXPAND, DType::Q4_K, 200), GemmPath::CUBLAS);
-  EXPECT_EQ(path(QuantGemm::TILE, DType::Q5_K, 200), GemmPath::CUBLAS);
+  for (const DType d : kTileFormats) {
+    SCOPED_TRACE(dtype_name(d));
+    EXPECT_EQ(path(QuantGemm::AUTO, d, 16), GemmPath::ROWS);
+    EXPECT_EQ(path(QuantGemm::TILE, d, 16), GemmPath::ROWS);
+    EXPECT_EQ(path(QuantGemm::AUTO, d, 17), GemmPath::TILE);
+    const int64_t max_t = detail::quant_tile_auto_max_t(d);
+    EXPECT_GE(max_t, 256);
+    EXPECT_EQ(path(QuantGemm::AUTO, d, max_t), GemmPath::TILE);
+    EXPECT_EQ(path(QuantGemm::AUTO, d, max_t + 1), GemmPath::CUBLAS);
+    EXPECT_EQ(path(QuantGemm::TILE, d, 2048), GemmPath::TILE);
+    EXPECT_EQ(path(QuantGemm::EXPAND, d, 200), GemmPath::CUBLAS);
+  }
+  EXPECT_EQ(detail::quant_tile_auto_max_t(DType::Q4_0), 0);
   EXPECT_EQ(path(QuantGemm::TILE, DType::Q4_0, 200), GemmPath::CUBLAS);
-  EXPECT_STREQ(detail::gemm_path_name(GemmPath::TILE), "q4k_tile");
+  EXPECT_EQ(path(QuantGemm::TILE, DType::Q8_0, 200), GemmPath::CUBLAS);
+  EXPECT_STREQ(detail::gemm_path_name(GemmPath::TILE), "quant_tile");
 }
 
 // ---- GPU ----
 
-// A q4_K weight on the host and the device, with each row's L2 norm of its bf16 weights.
-struct Q4k {
+// A quantized weight on the host and the device, with each row's L2 norm of its bf16 weights.
+struct QW {
+  DType dtype;
   int64_t n, k;
   std::vector<uint8_t> host;
   DeviceWeight dev;
   std::vector<double> norm;  // [n]
 };
 
-Q4k make_q4k(std::mt19937& rng, int64_t n, int64_t k) {
-  Q4k w{n, k, random_q4k(rng, n, k), {}, std::vector<double>(static_cast<size_t>(n))};
-  w.dev = upload_weight(DType::Q4_K, w.host.data(), n, k);
+QW make_weight(std::mt19937& rng, DType dtype, int64_t n, int64_t k) {
+  QW w{dtype, n, k, random_blocks(rng, dtype, n, k), {}, std::vector<double>(static_cast<size_t>(n))};
+  w.dev = upload_weight(dtype, w.host.data(), n, k);
   for (int64_t i = 0; i < n; ++i) {
     double ss = 0;
-    for (float v : bf16_row(w.host, k, i)) ss += double(v) * v;
+    for (float v : bf16_row(dtype, w.host, k, i)) ss += double(v) * v;
     w.norm[static_cast<size_t>(i)] = std::sqrt(ss);
   }
   return w;
@@ -174,12 +259,12 @@ X16 make_x16(std::mt19937& rng, int64_t t, int64_t k) {
 // doubled K slice by far.
 constexpr double kOrder = 1e-5;
 
-double unit(const Q4k& w, const X16& x, int64_t r, int64_t i) {
+double unit(const QW& w, const X16& x, int64_t r, int64_t i) {
   return w.norm[static_cast<size_t>(i)] * x.norm[static_cast<size_t>(r)] + 1e-30;
 }
 
 // matmul_x16 (y f32, or bf16 with y16) under one quant_gemm.
-void run_x16(QuantGemm mode, const Q4k& w, const void* x16, void* y, bool y16, int64_t t, GemmWorkspace& ws,
+void run_x16(QuantGemm mode, const QW& w, const void* x16, void* y, bool y16, int64_t t, GemmWorkspace& ws,
              bool accumulate) {
   CudaOptions o = cuda_options();
   o.quant_gemm = mode;
@@ -202,7 +287,7 @@ std::vector<float> download(const DeviceBuffer& y, int64_t count, bool y16) {
 // Tile against expansion over every output; tile against a double reference (x · the bf16 weights, plus y0) on 64
 // sampled outputs. y16: each side rounded once to bf16 (half a unit each), so the two may be one unit apart (2^-7
 // relative).
-void expect_tile_matches(const Q4k& w, const X16& x, const std::vector<float>& tile, const std::vector<float>& expand,
+void expect_tile_matches(const QW& w, const X16& x, const std::vector<float>& tile, const std::vector<float>& expand,
                          int64_t t, bool y16, const std::vector<float>* y0, std::mt19937& rng) {
   const int64_t n = w.n, k = w.k;
   const double round16 = y16 ? 1.0 / 128 : 0.0;
@@ -222,7 +307,7 @@ void expect_tile_matches(const Q4k& w, const X16& x, const std::vector<float>& t
   for (int sample = 0; sample < 64 && bad < 5; ++sample) {
     const int64_t r = static_cast<int64_t>(rng() % static_cast<uint32_t>(t));
     const int64_t i = static_cast<int64_t>(rng() % static_cast<uint32_t>(n));
-    const std::vector<float> wr = bf16_row(w.host, k, i);
+    const std::vector<float> wr = bf16_row(w.dtype, w.host, k, i);
     const size_t at = static_cast<size_t>(r * n + i);
     double want = y0 != nullptr ? (*y0)[at] : 0.0;
     for (int64_t j = 0; j < k; ++j) want += double(wr[static_cast<size_t>(j)]) * bf16_to_f32(x.bits[r * k + j]);
@@ -238,28 +323,34 @@ void expect_tile_matches(const Q4k& w, const X16& x, const std::vector<float>& t
 
 // Llama-3-8B's K and N a multiple of 128 (4096) or not (1000: the last W tile 104 rows; 8200: 8 rows), at t from one
 // row to 512: with 132 SMs, 4096 x 4096 splits K in 4 up to 256 rows and in 2 at 512, 1000 x 14336 in 4 everywhere,
-// 8200 x 4096 in 2 at t <= 256 and not at 512 (130 CTAs).
-TEST(CudaGemmQ4kTile, MatchesTheExpansion) {
+// 8200 x 4096 in 2 at t <= 256 and not at 512 (130 CTAs). q4_K at every shape and t; the other formats (the same
+// kernel, their own loads and dequantization) at 4096 x 4096 and 1000 x 14336 over fewer t.
+TEST(CudaGemmQuantTile, MatchesTheExpansion) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
-  const int64_t shapes[][2] = {{4096, 4096}, {1000, 14336}, {8200, 4096}};
   GemmWorkspace ws(512, 14336, 8200 * 4096);
   std::set<int> splits_seen;
-  for (const auto& s : shapes) {
-    const Q4k w = make_q4k(rng, s[0], s[1]);
-    std::string why;
-    ASSERT_TRUE(detail::gemm_q4k_tile_supported(w.dev, nullptr, &why)) << why;
-    for (const int64_t t : {1, 17, 128, 200, 512}) {
-      const int splits = detail::gemm_q4k_tile_splits(t, w.n, w.k, 8200 * 4096 / 2);
-      splits_seen.insert(splits);
-      SCOPED_TRACE(::testing::Message() << "n=" << w.n << " k=" << w.k << " t=" << t << " splits=" << splits);
-      const X16 x = make_x16(rng, t, w.k);
-      DeviceBuffer ya = poisoned(sizeof(float) * t * w.n), yb = poisoned(sizeof(float) * t * w.n);
-      run_x16(QuantGemm::TILE, w, x.dev.get(), ya.get(), false, t, ws, false);
-      run_x16(QuantGemm::EXPAND, w, x.dev.get(), yb.get(), false, t, ws, false);
-      synchronize();
-      expect_tile_matches(w, x, download(ya, t * w.n, false), download(yb, t * w.n, false), t, false, nullptr, rng);
-      if (HasFailure()) return;
+  for (const DType dtype : kTileFormats) {
+    const bool full = dtype == DType::Q4_K;
+    std::vector<std::array<int64_t, 2>> shapes = {{4096, 4096}, {1000, 14336}};
+    if (full) shapes.push_back({8200, 4096});
+    for (const auto& s : shapes) {
+      const QW w = make_weight(rng, dtype, s[0], s[1]);
+      std::string why;
+      ASSERT_TRUE(detail::gemm_quant_tile_supported(w.dev, nullptr, &why)) << dtype_name(dtype) << ": " << why;
+      for (const int64_t t : full ? std::vector<int64_t>{1, 17, 128, 200, 512} : std::vector<int64_t>{17, 200, 512}) {
+        const int splits = detail::gemm_quant_tile_splits(t, w.n, w.k, 8200 * 4096 / 2);
+        splits_seen.insert(splits);
+        SCOPED_TRACE(::testing::Message()
+                     << dtype_name(dtype) << " n=" << w.n << " k=" << w.k << " t=" << t << " splits=" << splits);
+        const X16 x = make_x16(rng, t, w.k);
+        DeviceBuffer ya = poisoned(sizeof(float) * t * w.n), yb = poisoned(sizeof(float) * t * w.n);
+        run_x16(QuantGemm::TILE, w, x.dev.get(), ya.get(), false, t, ws, false);
+        run_x16(QuantGemm::EXPAND, w, x.dev.get(), yb.get(), false, t, ws, false);
+        synchronize();
+        expect_tile_matches(w, x, download(ya, t * w.n, false), download(yb, t * w.n, false), t, false, nullptr, rng);
+        if (HasFailure()) return;
+      }
     }
   }
   EXPECT_TRUE(splits_seen.count(1) && (splits_seen.count(2) || splits_seen.count(4)))
@@ -267,14 +358,16 @@ TEST(CudaGemmQ4kTile, MatchesTheExpansion) {
 }
 
 // accumulate (y += x Wᵀ) with f32 and bf16 outputs, and bf16 outputs written: split (1000 x 14336 at 200 rows) and
-// unsplit (8200 x 4096 at 512).
-TEST(CudaGemmQ4kTile, AccumulateAndBf16Outputs) {
+// unsplit (8200 x 4096 at 512) for q4_K, split for q6_K (another row image, the same epilogue).
+TEST(CudaGemmQuantTile, AccumulateAndBf16Outputs) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
   GemmWorkspace ws(512, 14336, 8200 * 4096);
-  const int64_t cases[][3] = {{1000, 14336, 200}, {8200, 4096, 512}};
-  for (const auto& c : cases) {
-    const Q4k w = make_q4k(rng, c[0], c[1]);
+  const std::tuple<DType, int64_t, int64_t, int64_t> cases[] = {
+      {DType::Q4_K, 1000, 14336, 200}, {DType::Q4_K, 8200, 4096, 512}, {DType::Q6_K, 1000, 14336, 200}};
+  for (const auto& [dtype, cn, ck, ct] : cases) {
+    const int64_t c[3] = {cn, ck, ct};
+    const QW w = make_weight(rng, dtype, c[0], c[1]);
     const int64_t t = c[2], count = t * w.n;
     const X16 x = make_x16(rng, t, w.k);
     for (const bool y16 : {false, true})
@@ -303,13 +396,13 @@ TEST(CudaGemmQ4kTile, AccumulateAndBf16Outputs) {
 }
 
 // Two runs on NaN-poisoned outputs give the same bits: split-K's partial sums are added in a fixed order.
-TEST(CudaGemmQ4kTile, RunsAreBitForBitRepeatable) {
+TEST(CudaGemmQuantTile, RunsAreBitForBitRepeatable) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
   GemmWorkspace ws(512, 14336, 8200 * 4096);
   const int64_t cases[][3] = {{4096, 4096, 200}, {1000, 14336, 17}, {8200, 4096, 512}};
   for (const auto& c : cases) {
-    const Q4k w = make_q4k(rng, c[0], c[1]);
+    const QW w = make_weight(rng, DType::Q4_K, c[0], c[1]);
     const int64_t t = c[2], count = t * w.n;
     const X16 x = make_x16(rng, t, w.k);
     for (const bool y16 : {false, true}) {
@@ -328,13 +421,13 @@ TEST(CudaGemmQ4kTile, RunsAreBitForBitRepeatable) {
 
 // The tile path inside a captured CUDA graph (the tensor map, with x's address, is a kernel parameter; split-K's two
 // kernels both captured), replayed with new x values: the bits of a plain launch on the same x.
-TEST(CudaGemmQ4kTile, CapturedGraphReplaysWithNewInputs) {
+TEST(CudaGemmQuantTile, CapturedGraphReplaysWithNewInputs) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
-  const Q4k w = make_q4k(rng, 1000, 4096);
+  const QW w = make_weight(rng, DType::Q4_K, 1000, 4096);
   const int64_t t = 200;
   GemmWorkspace ws(t, w.k, w.n * w.k);
-  ASSERT_GT(detail::gemm_q4k_tile_splits(t, w.n, w.k, w.n * w.k / 2), 1) << "meant to capture the split form";
+  ASSERT_GT(detail::gemm_quant_tile_splits(t, w.n, w.k, w.n * w.k / 2), 1) << "meant to capture the split form";
   DeviceBuffer x16(2 * static_cast<size_t>(t * w.k)), yg(sizeof(float) * t * w.n), yd(sizeof(float) * t * w.n);
   cudaStream_t stream = nullptr;
   TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -366,10 +459,10 @@ TEST(CudaGemmQ4kTile, CapturedGraphReplaysWithNewInputs) {
 // quant_gemm=auto takes the tile path up to 512 rows and the expansion above, in matmul_x16 and in matmul (f32 x,
 // rounded to bf16 first): the tile kernel is deterministic, so its bits identify it. A misaligned x16 (TMA wants 16
 // bytes) falls back to the expansion even under quant_gemm=tile; other formats are refused by the tile path itself.
-TEST(CudaGemmQ4kTile, OptionRoutesAndFallsBack) {
+TEST(CudaGemmQuantTile, OptionRoutesAndFallsBack) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
-  const Q4k w = make_q4k(rng, 640, 2048);
+  const QW w = make_weight(rng, DType::Q4_K, 640, 2048);
   GemmWorkspace ws(600, 2048, 640 * 2048);
   const auto x16_bits = [&](QuantGemm mode, const void* x16, int64_t t) {
     DeviceBuffer y = poisoned(sizeof(float) * t * w.n);
@@ -390,7 +483,7 @@ TEST(CudaGemmQ4kTile, OptionRoutesAndFallsBack) {
     const std::vector<uint8_t> f32_input = to_host<uint8_t>(ym, ym.bytes());
     // The paths, asked directly: the expansion's cuBLASLt GEMM and the tile kernel can give the same bits (both run
     // wgmma over K in order, unsplit at this K), so equal outputs past the limit would not show the route.
-    const bool takes_tile = t <= detail::kQ4kTileAutoMaxT;
+    const bool takes_tile = t <= detail::quant_tile_auto_max_t(DType::Q4_K);
     EXPECT_EQ(detail::matmul_x16_path(w.dev, x.dev.get(), t) == detail::GemmPath::TILE, takes_tile)
         << "matmul_x16 under auto";
     EXPECT_EQ(detail::gemm_default_path(DType::Q4_K, t, w.n, w.k) == detail::GemmPath::TILE, takes_tile)
@@ -407,8 +500,8 @@ TEST(CudaGemmQ4kTile, OptionRoutesAndFallsBack) {
   std::memcpy(padded.data() + 4, x.bits.data(), x.bits.size() * 2);
   DeviceBuffer xs = to_device(padded), ya = poisoned(sizeof(float) * t * w.n), yb = poisoned(sizeof(float) * t * w.n);
   const void* shifted = static_cast<const uint16_t*>(xs.get()) + 4;
-  EXPECT_FALSE(detail::gemm_q4k_tile_supported(w.dev, shifted));
-  EXPECT_THROW(detail::launch_gemm_q4k_tile(w.dev, shifted, ya.get(), false, t, false, nullptr, 0, nullptr), Error);
+  EXPECT_FALSE(detail::gemm_quant_tile_supported(w.dev, shifted));
+  EXPECT_THROW(detail::launch_gemm_quant_tile(w.dev, shifted, ya.get(), false, t, false, nullptr, 0, nullptr), Error);
   EXPECT_NO_THROW(run_x16(QuantGemm::TILE, w, shifted, ya.get(), false, t, ws, false));
   run_x16(QuantGemm::EXPAND, w, x.dev.get(), yb.get(), false, t, ws, false);
   synchronize();
@@ -416,7 +509,7 @@ TEST(CudaGemmQ4kTile, OptionRoutesAndFallsBack) {
   // Another format: no tile path, and forcing it is an error.
   const std::vector<uint8_t> q40 = random_weight(rng, DType::Q4_0, 64, 256);
   const DeviceWeight w40 = upload_weight(DType::Q4_0, q40.data(), 64, 256);
-  EXPECT_FALSE(detail::gemm_q4k_tile_supported(w40, nullptr));
+  EXPECT_FALSE(detail::gemm_quant_tile_supported(w40, nullptr));
   DeviceBuffer xf(sizeof(float) * 64 * 256), y = poisoned(sizeof(float) * 64 * 64);
   EXPECT_THROW(detail::matmul_path(w40, xf.as<float>(), y.as<float>(), 64, ws, nullptr, false, GemmPath::TILE), Error);
   synchronize();
