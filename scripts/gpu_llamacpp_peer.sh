@@ -5,7 +5,9 @@
 #
 # Prepare here:   scripts/gpu_llamacpp_peer.sh --pack     (the source, trimmed to what llama-bench needs, into the
 #                                                          git-ignored .gpu-llama/, ~22 MB; needs scripts/build_llamacpp.sh --source)
-# GPU machine:    carry [".gpu-deps", ".gpu-llama"]; scripts/gpu_llamacpp_peer.sh [--arch A] [--file GGUF]... [FORMAT...]
+# GPU machine:    carry [".gpu-deps", ".gpu-llama"]; scripts/gpu_llamacpp_peer.sh [--prebuilt] [--arch A] [--file GGUF]...
+#                 [FORMAT...] (--prebuilt: Tessera from make_gpu_bundle.sh --prebuilt's binaries, gpu_env.sh's
+#                 gpu_prebuilt, instead of building it there)
 #                 (default formats q4_k q6_k, none when a --file is given: --file benches that GGUF as it is, e.g. a
 #                 real model staged with scripts/gpu_model_parts.sh; writes $OUT/peer_llamacpp.md and the raw logs)
 set -uo pipefail
@@ -26,8 +28,10 @@ if [ "${1:-}" = "--pack" ]; then
 fi
 arch=llama3-8b
 files=()
+prebuilt=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --prebuilt) prebuilt=1; shift ;;
     --arch) arch=$2; shift 2 ;;
     --file) files+=("$2"); shift 2 ;;
     *) break ;;
@@ -46,13 +50,19 @@ t0=$(date +%s)
     -DCMAKE_BUILD_TYPE=Release > "$OUT/llama_build.log" 2>&1 &&
   cmake --build build-llama --target llama-bench -j 10 >> "$OUT/llama_build.log" 2>&1; echo "llama.cpp build exit $?" ) &
 lp=$!
-scripts/gpu_check.sh --only build > "$OUT/tessera_build.log" 2>&1
+. "$root/scripts/gpu_env.sh"
+if [ "$prebuilt" = 1 ]; then
+  gpu_env
+  gpu_prebuilt > "$OUT/tessera_build.log" 2>&1 || { echo "gpu_llamacpp_peer: no prebuilt binaries" >&2; exit 1; }
+  cli=build-pre/bin/tessera
+else
+  scripts/gpu_check.sh --only build > "$OUT/tessera_build.log" 2>&1
+  cli=build-gpu/bin/tessera
+fi
 wait "$lp"
 echo "[$(( $(date +%s) - t0 ))s] builds done"
-. "$root/scripts/gpu_env.sh"
 gpu_env
 lb=build-llama/bin/llama-bench
-cli=build-gpu/bin/tessera
 md="$OUT/peer_llamacpp.md"
 echo "| model | test | llama.cpp tok/s | tessera tok/s | tessera / llama.cpp |" > "$md"
 echo "|---|---|---|---|---|" >> "$md"
