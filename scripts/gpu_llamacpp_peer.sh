@@ -3,13 +3,15 @@
 # source, CUDA, sm_90, flash attention on) beside `tessera bench --device cuda` on the same GGUF files, random weights at
 # Llama-3-8B's shape written by `tessera bench --write-model` in each weight format asked for.
 #
-# Prepare here:   scripts/gpu_llamacpp_peer.sh --pack     (the source, trimmed to what llama-bench needs, into the
-#                                                          git-ignored .gpu-llama/, ~22 MB; needs scripts/build_llamacpp.sh --source)
-# GPU machine:    carry [".gpu-deps", ".gpu-llama"]; scripts/gpu_llamacpp_peer.sh [--prebuilt] [--arch A] [--file GGUF]...
-#                 [FORMAT...] (--prebuilt: Tessera from make_gpu_bundle.sh --prebuilt's binaries, gpu_env.sh's
-#                 gpu_prebuilt, instead of building it there)
+# Prepare here:   scripts/gpu_llamacpp_peer.sh --pack   (the source, trimmed to what llama-bench needs, into the
+#                 git-ignored .gpu-llama/, ~22 MB; needs scripts/build_llamacpp.sh --source)
+# GPU machine:    carry [".gpu-deps", ".gpu-llama"];
+#                 scripts/gpu_llamacpp_peer.sh [--prebuilt] [--arch A] [--file GGUF]... [FORMAT...]
 #                 (default formats q4_k q6_k, none when a --file is given: --file benches that GGUF as it is, e.g. a
-#                 real model staged with scripts/gpu_model_parts.sh; writes $OUT/peer_llamacpp.md and the raw logs)
+#                 real model staged with scripts/gpu_model_parts.sh; writes $OUT/peer_llamacpp.md and the raw logs).
+#                 --prebuilt: Tessera from make_gpu_bundle.sh --prebuilt's binaries (gpu_env.sh's gpu_prebuilt)
+#                 instead of building it there. The device tool carries 64 MiB with the tree: keep only
+#                 .gpu-deps/prebuilt (the rest is for building there) and only bin/tessera in its bin.tar.xz.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

@@ -794,7 +794,8 @@ void launch_wgp(const DeviceWeight& w, const __nv_bfloat16* x, float* y, int t, 
   CK(cudaGetLastError());
 }
 
-// src's TILE path (launch_gemm_quant_tile: 128-token tiles up to t = 128, else 256), its split-K partial sums in g_parts.
+// src's TILE path (launch_gemm_quant_tile: 128-token tiles up to t = 128, else 256), its split-K partial sums
+// in g_parts.
 void launch_src_tile(const DeviceWeight& w, const __nv_bfloat16* x, float* y, int t, cudaStream_t st) {
   detail::launch_gemm_quant_tile(w, x, y, false, t, false, g_parts, kPartsFloats, st);
 }

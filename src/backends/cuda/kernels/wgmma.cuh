@@ -1,9 +1,10 @@
-// Hopper's asynchronous copies and warpgroup MMA as inline PTX: cp.async (4-, 8- and 16-byte copies, commit / wait groups), wgmma
-// (fence, commit / wait groups, bf16 m64n128k16 and m64n256k16 with A from registers), the K-major shared-memory
-// descriptor and a 2-D TMA box load. Shared by the quantized tile GEMM (gemm_quant_tile.cu) and the experiment it was grown in
-// (bench/cuda/experiments/quant_prefill_tile.cu). wgmma and cp.async.bulk.tensor exist on sm_90a only: call these from
-// code compiled for sm_90a alone (a kernel body under __CUDA_ARCH_FEAT_SM90_ALL, or a target built for sm_90a only).
-// Inline, so a translation unit (or a compute_90 pass) that calls none of them compiles none of them.
+// Hopper's asynchronous copies and warpgroup MMA as inline PTX: cp.async (4-, 8- and 16-byte copies, commit / wait
+// groups), wgmma (fence, commit / wait groups, bf16 m64n128k16 and m64n256k16 with A from registers), the K-major
+// shared-memory descriptor and a 2-D TMA box load. Shared by the quantized tile GEMM (gemm_quant_tile.cu) and the
+// experiment it was grown in (bench/cuda/experiments/quant_prefill_tile.cu). wgmma and cp.async.bulk.tensor exist on
+// sm_90a only: call these from code compiled for sm_90a alone (a kernel body under __CUDA_ARCH_FEAT_SM90_ALL, or a
+// target built for sm_90a only). Inline, so a translation unit (or a compute_90 pass) that calls none of them compiles
+// none of them.
 #pragma once
 
 #include <cuda.h>
