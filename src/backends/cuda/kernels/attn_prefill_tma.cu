@@ -28,6 +28,7 @@
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/mbarrier.cuh"
 #include "backends/cuda/kernels/tensor_map.cuh"
+#include "backends/cuda/kernels/wgmma.cuh"
 #include "backends/cuda/kernels_rows.h"
 
 namespace tessera::cuda {
@@ -48,22 +49,15 @@ struct TmaMaps {
   CUtensorMap q, k, v;
 };
 
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-// Keeps the compiler from moving registers an in-flight wgmma reads or writes (placed only outside the issue-wait
-// windows: inside one, ptxas serializes every wgmma of the kernel).
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
+// wgmma.cuh's fence_regs (accumulators) and one for the P fragments: both keep the compiler from moving registers an
+// in-flight wgmma reads or writes (placed only outside the issue-wait windows: inside one, ptxas serializes every wgmma
+// of the kernel).
+using detail::fence_regs;
 __device__ __forceinline__ void fence_regs(uint32_t (&r)[8][4]) {
 #pragma unroll
   for (int i = 0; i < 8; ++i)
@@ -81,30 +75,28 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       : "memory");
 }
 
-// Shared-memory matrix descriptors, 128-byte swizzle. K-major (Q, K): SBO = 1,024 B between groups of 8 rows. MN-major
-// (V as the B of O += P V): LBO = the 16 KB between the 64-column halves, SBO = 1,024 B between groups of 8 rows.
-__device__ __forceinline__ uint64_t desc_kmajor(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
+// Shared-memory matrix descriptors, 128-byte swizzle. K-major (Q, K): wgmma.cuh's desc_kmajor (SBO = 1,024 B between
+// groups of 8 rows). MN-major (V as the B of O += P V): LBO = the 16 KB between the 64-column halves, SBO = 1,024 B
+// between groups of 8 rows.
 __device__ __forceinline__ uint64_t desc_mnmajor(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(kHalfBytes >> 4) << 16) |
-         (64ull << 32) | (1ull << 62);
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(kHalfBytes >> 4) << 16) | (64ull << 32) |
+         (1ull << 62);
 }
 
 template <typename T>
 struct Wgmma;
-#define TESSERA_WGMMA_ACC                                                                                          \
+#define TESSERA_WGMMA_ACC                                                                                           \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
-  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "   \
+  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "  \
   "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define TESSERA_WGMMA_D(d)                                                                                            \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),       \
-      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),        \
-      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),       \
-      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),       \
-      "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),       \
-      "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),       \
-      "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),       \
+#define TESSERA_WGMMA_D(d)                                                                                    \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
+      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
+      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), \
+      "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), \
+      "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
+      "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), \
       "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 #define TESSERA_WGMMA_ACC32                                                                                         \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
@@ -164,7 +156,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     attn_prefill_tma_kernel(const __grid_constant__ TmaMaps maps, T* __restrict__ out, int64_t ld_out, int t, int p0,
                             int n_head, int n_kv, int seq, float scale_log2) {
   // wgmma, setmaxnreg and this TMA form exist on sm_90a only; the build's compute_90 PTX (for other GPUs) gets an
-  // empty kernel, which attn_prefill_tma_supported never lets run (it wants an sm_90 device, which runs the sm_90a code).
+  // empty kernel, which attn_prefill_tma_supported never lets run (it wants an sm_90 device, which runs the sm_90a
+  // code).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   __shared__ alignas(8) uint64_t bars[3 * kStages];
@@ -285,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       l_run[r] = fmaf(l_run[r], corr[r], sum);
     }
   };
-  const auto pack = [&](const float (&s)[64]) {
+  const auto pack = [&](const float(&s)[64]) {
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk)  // A operand of k step kk = accumulators 8 kk .. 8 kk + 7
 #pragma unroll
@@ -301,7 +294,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_fence();
     issue_s(s, 0);
     named_arrive(2 - wg);
-    wgmma_wait0();
+    wgmma_wait<0>();
     fence_regs(s);
     if (jm == 0)
       softmax(s, 0, corr, std::true_type{});
@@ -320,10 +313,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     issue_s(s, j);
     issue_pv(j - 1);
     named_arrive(2 - wg);
-    wgmma_wait1();  // S_j is ready; P_{j-1} V_{j-1} may still run
+    wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
     fence_regs(s);
     softmax(s, j, corr, masked);
-    wgmma_wait0();
+    wgmma_wait<0>();
     fence_regs(o);
     fence_regs(a);
     mbar_arrive(empty(j - 1));  // K_{j-1} and V_{j-1} read: the producer may refill the stage
@@ -342,7 +335,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   wgmma_fence();
   issue_pv(jl);
   if (wg == 0) named_arrive(2);
-  wgmma_wait0();
+  wgmma_wait<0>();
   fence_regs(o);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
