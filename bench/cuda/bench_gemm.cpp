@@ -56,30 +56,12 @@ bool is_quant(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DTy
 
 // Bytes per block of a SPLIT_Q format's quants and scales (its tail included), or false for a format without one.
 bool split_bytes(DType d, int64_t& block, int64_t& quant, int64_t& scale) {
-  const auto set = [&](auto tag) {
+  return with_split_layout(d, [&](auto tag) {
     using L = SplitLayout<decltype(tag)::value>;
     block = Format<decltype(tag)::value>::kBlockSize;
     quant = L::kQuantBytes;
     scale = L::kScaleBytes + L::kTailBytes;
-    return true;
-  };
-  switch (d) {
-#define TESSERA_SPLIT_CASE(X) \
-  case DType::X:              \
-    return set(std::integral_constant<DType, DType::X>{});
-    TESSERA_SPLIT_CASE(Q4_K)
-    TESSERA_SPLIT_CASE(Q5_K)
-    TESSERA_SPLIT_CASE(Q6_K)
-    TESSERA_SPLIT_CASE(Q2_K)
-    TESSERA_SPLIT_CASE(Q3_K)
-    TESSERA_SPLIT_CASE(Q5_0)
-    TESSERA_SPLIT_CASE(Q5_1)
-    TESSERA_SPLIT_CASE(IQ4_NL)
-    TESSERA_SPLIT_CASE(IQ4_XS)
-#undef TESSERA_SPLIT_CASE
-    default:
-      return false;
-  }
+  });
 }
 
 class Bench {

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "core/dtype.h"
 #include "quant/format_traits.h"
@@ -108,6 +109,40 @@ template <DType D>
 struct HasSplitLayout<D, decltype(void(SplitLayout<D>::kQuantBytes))> {
   static constexpr bool value = true;
 };
+
+// Every format with a SPLIT_Q layout (tq1_0 has none: upload_weight turns it into tq2_0).
+constexpr DType kSplitFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::IQ4_NL, DType::IQ4_XS,
+                                   DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q5_0,   DType::Q5_1,
+                                   DType::Q2_K, DType::Q3_K, DType::TQ2_0};
+
+// Calls f(std::integral_constant<DType, D>{}) when d is one of kSplitFormats and returns true; false for the others.
+// The run-time type to compile-time layout step of the code that works on any split format (upload_weight, the tile
+// GEMM's dispatch, the GEMM benchmark's random weights).
+template <typename Fn>
+bool with_split_layout(DType d, Fn&& f) {
+  switch (d) {
+#define TESSERA_SPLIT_CASE(X)                     \
+  case DType::X:                                  \
+    f(std::integral_constant<DType, DType::X>{}); \
+    return true;
+    TESSERA_SPLIT_CASE(Q8_0)
+    TESSERA_SPLIT_CASE(Q4_0)
+    TESSERA_SPLIT_CASE(Q4_1)
+    TESSERA_SPLIT_CASE(IQ4_NL)
+    TESSERA_SPLIT_CASE(IQ4_XS)
+    TESSERA_SPLIT_CASE(Q4_K)
+    TESSERA_SPLIT_CASE(Q5_K)
+    TESSERA_SPLIT_CASE(Q6_K)
+    TESSERA_SPLIT_CASE(Q5_0)
+    TESSERA_SPLIT_CASE(Q5_1)
+    TESSERA_SPLIT_CASE(Q2_K)
+    TESSERA_SPLIT_CASE(Q3_K)
+    TESSERA_SPLIT_CASE(TQ2_0)
+#undef TESSERA_SPLIT_CASE
+    default:
+      return false;
+  }
+}
 
 template <DType D>
 constexpr bool split_layout_is_consistent() {

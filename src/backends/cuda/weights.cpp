@@ -142,52 +142,12 @@ DeviceWeight upload_weight(DType dtype, const void* host, int64_t n, int64_t k) 
     return w;
   }
   std::vector<uint8_t> quants, scales;
-  switch (dtype) {
-    case DType::Q8_0:
-      split_blocks<DType::Q8_0>(host, n, k, quants, scales);
-      break;
-    case DType::Q4_0:
-      split_blocks<DType::Q4_0>(host, n, k, quants, scales);
-      break;
-    case DType::Q4_1:
-      split_blocks<DType::Q4_1>(host, n, k, quants, scales);
-      break;
-    case DType::IQ4_NL:
-      split_blocks<DType::IQ4_NL>(host, n, k, quants, scales);
-      break;
-    case DType::IQ4_XS:
-      split_blocks<DType::IQ4_XS>(host, n, k, quants, scales);
-      break;
-    case DType::TQ2_0:
-      split_blocks<DType::TQ2_0>(host, n, k, quants, scales);
-      break;
-    case DType::TQ1_0:  // the kernels read tq2_0's layout (exact: tq1_as_tq2)
-      split_blocks<DType::TQ2_0>(tq1_0_as_tq2_0(host, n, k).data(), n, k, quants, scales);
-      w.dtype = DType::TQ2_0;
-      break;
-    case DType::Q4_K:
-      split_blocks<DType::Q4_K>(host, n, k, quants, scales);
-      break;
-    case DType::Q5_K:
-      split_blocks<DType::Q5_K>(host, n, k, quants, scales);
-      break;
-    case DType::Q6_K:
-      split_blocks<DType::Q6_K>(host, n, k, quants, scales);
-      break;
-    case DType::Q5_0:
-      split_blocks<DType::Q5_0>(host, n, k, quants, scales);
-      break;
-    case DType::Q5_1:
-      split_blocks<DType::Q5_1>(host, n, k, quants, scales);
-      break;
-    case DType::Q2_K:
-      split_blocks<DType::Q2_K>(host, n, k, quants, scales);
-      break;
-    case DType::Q3_K:
-      split_blocks<DType::Q3_K>(host, n, k, quants, scales);
-      break;
-    default:
-      fail("cannot upload a {} weight: it has no split layout for the GPU", dtype_name(dtype));
+  if (dtype == DType::TQ1_0) {  // the kernels read tq2_0's layout (exact: tq1_as_tq2)
+    split_blocks<DType::TQ2_0>(tq1_0_as_tq2_0(host, n, k).data(), n, k, quants, scales);
+    w.dtype = DType::TQ2_0;
+  } else if (!with_split_layout(dtype,
+                                [&](auto tag) { split_blocks<decltype(tag)::value>(host, n, k, quants, scales); })) {
+    fail("cannot upload a {} weight: it has no split layout for the GPU", dtype_name(dtype));
   }
   w.layout = GemvLayout::SPLIT_Q;
   w.quants = DeviceBuffer(quants.size());

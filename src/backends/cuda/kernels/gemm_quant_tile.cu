@@ -83,8 +83,8 @@ __device__ __forceinline__ void cp_async_piece(uint32_t dst, const uint8_t* src,
 // Copy i of the step's kRows * kPieces: with three pieces a row (q4_K, iq4_nl, iq4_xs), row-major (i = 3 r + p: a
 // row's neighbouring 16-byte pieces in neighbouring lanes, one 32-byte sector a pair); with more, piece-major
 // (i = kRows p + r: every lane of a warp copies the same piece of 32 rows, so piece()'s branches and the copy's size
-// are warp-uniform). Row-major with 5-8 pieces measured 0.53-0.94x the expansion for q6_K and q3_K on the H100 (their
-// warps ran every piece's branch each step); piece-major: docs/CUDA_NOTES.md.
+// are warp-uniform). Row-major, q6_K (8 pieces) and q3_K (7) measured 0.89x and 0.94x the expansion at t = 64 on the
+// H100 (their warps ran every piece's branch each step); piece-major 1.28x and 1.52x (docs/CUDA_NOTES.md).
 template <DType D, int TOK>
 __device__ __forceinline__ void load_w_stage(const Ctx& cx, int slot, int s) {
   using F = TileFormat<D>;
@@ -295,31 +295,14 @@ int tile_tokens(int64_t t) { return t <= kQuantTileSmallT ? 128 : 256; }
 // Calls f(std::integral_constant<DType, D>{}) for a format with a tile kernel and returns true; false for the others.
 template <typename Fn>
 bool with_tile_format(DType d, Fn&& f) {
-  const auto call = [&](auto tag) {
+  bool tiled = false;
+  with_split_layout(d, [&](auto tag) {
     if constexpr (HasTileFormat<decltype(tag)::value>::value) {
       f(tag);
-      return true;
-    } else {
-      return false;
+      tiled = true;
     }
-  };
-  switch (d) {
-#define TESSERA_TILE_CASE(X) \
-  case DType::X:             \
-    return call(std::integral_constant<DType, DType::X>{});
-    TESSERA_TILE_CASE(Q4_K)
-    TESSERA_TILE_CASE(Q5_K)
-    TESSERA_TILE_CASE(Q6_K)
-    TESSERA_TILE_CASE(Q2_K)
-    TESSERA_TILE_CASE(Q3_K)
-    TESSERA_TILE_CASE(Q5_0)
-    TESSERA_TILE_CASE(Q5_1)
-    TESSERA_TILE_CASE(IQ4_NL)
-    TESSERA_TILE_CASE(IQ4_XS)
-#undef TESSERA_TILE_CASE
-    default:
-      return false;
-  }
+  });
+  return tiled;
 }
 
 template <DType D, int TOK, bool kY16>
@@ -340,8 +323,7 @@ bool device_ready() {
       (void)cudaGetLastError();
       return false;
     }
-    for (const DType d : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K, DType::Q5_0, DType::Q5_1,
-                          DType::IQ4_NL, DType::IQ4_XS})
+    for (const DType d : kSplitFormats)
       with_tile_format(d, [](auto tag) {
         constexpr DType D = decltype(tag)::value;
         allow_smem<D, 128, false>();
