@@ -38,9 +38,17 @@
 // 1e-6 per row: f32 accumulation of bf16 products; one missing channel is ~4e-4 of that sum); a failing one prints
 // FAIL and is not timed.
 //
-// Build here (no GPU needed): target exp_gemv_sparse_sweep. Run on the GPU machine (~30 s; writes
+// Graph timing (twenty-fourth session; `copies` > 0): each op also runs as one CUDA graph of `copies` back-to-back
+// calls, call i on its own copy of the weights (each larger than the L2), as a decode step runs its GEMVs; reported per
+// call in {braces}, with its ratio to the dense GEMV timed the same way. The flushed method charges every call a cold
+// start (a contiguous read of the 58.7 MB a 50% walk reads takes 27.5 us flushed, 21.3 in a graph:
+// exp_gather_ceiling), so the graph timing is the one that predicts decode.
+// Shapes (argv[3], indices into all_shapes; default "01"): 0 4096->14336, 1 14336->4096, 2 q|k|v 4096->6144, 3 o
+// 4096x4096, 4 gate|up 4096->28672. The "own" and "cl" forms became src's stripe form (gemv_sparse_cols.cu).
+//
+// Build here (no GPU needed): target exp_gemv_sparse_sweep. Run on the GPU machine (~30 s for two shapes; writes
 // $OUT/sparse_sweep.tsv when OUT is set):
-//   build-gpu/bin/experiments/exp_gemv_sparse_sweep [reps, default 200]
+//   build-gpu/bin/experiments/exp_gemv_sparse_sweep [reps, default 200] [copies, default 0] [shapes, default 01]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -397,6 +405,25 @@ const Variant kVarB[] = {{"own", true, 32, 1, "t256u8p"},           {"own", true
                          {"own", true, 32, 1, "t512u8p", true},     {"own", true, 32, 1, "t512u8p", false, 16},
                          {"own", true, 32, 1, "t512u8p", false, 32}};
 
+// The decoder's other stacks (twenty-fourth session): q|k|v 4096->6144, o 4096->4096, gate|up 4096->28672 (N = 6144,
+// 4096, 28672; the tiled copy unused: 64-row tiles).
+const Variant kVarQkv[] = {{"own", false, 48, 1, "t512u8p"},      {"own", false, 64, 1, "t512u8p"},
+                           {"own", false, 48, 1, "t256u8p"},      {"cl", false, 64, 2, "t512u8p-cl"},
+                           {"cl", false, 96, 2, "t512u8p-cl"},    {"cl", false, 128, 4, "t512u8p-cl"},
+                           {"cl", false, 192, 4, "t512u8p-cl"},   {"cl", false, 384, 8, "t512u8p-cl"},
+                           {"cl", false, 64, 4, "t256u8p-cl"},    {"split", false, 1024, 22, "t128u8p"},
+                           {"split", false, 1024, 22, "t256u8p"}};
+const Variant kVarO[] = {{"own", false, 32, 1, "t512u8p"},     {"own", false, 32, 1, "t256u8p"},
+                         {"cl", false, 64, 2, "t512u8p-cl"},   {"cl", false, 128, 4, "t512u8p-cl"},
+                         {"cl", false, 256, 8, "t512u8p-cl"},  {"cl", false, 32, 2, "t256u8p-cl"},
+                         {"cl", false, 64, 4, "t256u8p-cl"},   {"split", false, 1024, 33, "t256u8p"},
+                         {"split", false, 1024, 33, "t128u8p"}};
+const Variant kVarGu[] = {{"own", false, 256, 1, "t512u8p"},     {"own", false, 224, 1, "t512u8p"},
+                          {"own", false, 128, 1, "t512u8p", true}, {"own", false, 256, 1, "t1024u4p"},
+                          {"cl", false, 448, 2, "t512u8p-cl"},   {"cl", false, 512, 2, "t512u8p-cl"},
+                          {"cl", false, 896, 4, "t512u8p-cl"},   {"cl", false, 256, 2, "t512u8p-cl"},
+                          {"split", false, 1024, 5, "t256u8p"},  {"split", false, 1024, 10, "t128u8p"}};
+
 // bench_sparse.cpp's method: median µs of op over reps calls, L2 flushed (a memset of 2x L2) before each, each call
 // between its own pair of events.
 using exp_common::FlushedTimer;
@@ -406,10 +433,14 @@ struct Row {
   std::string shape, mode, name;
   int sp;
   double us, alone_us, gbps, ratio;
+  double graph_us = 0;  // per call in a graph of `copies` calls on distinct weight copies (0: not measured)
 };
 
 int run(int argc, char** argv) {
   const int reps = argc > 1 ? std::max(3, std::atoi(argv[1])) : 200;
+  // copies > 0: each op is also timed as a graph of `copies` back-to-back calls, call i on its own copy of the
+  // weights (each larger than the L2), as a decode step runs its GEMVs; 0: the flushed timing only.
+  const int copies = argc > 2 ? std::max(0, std::atoi(argv[2])) : 0;
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   cudaEvent_t e0, e1;
@@ -440,8 +471,17 @@ int run(int argc, char** argv) {
     const Variant* vars;
     size_t nvars;
   };
-  const Shape shapes[] = {{14336, 4096, 112, "4096->14336", kVarA, sizeof(kVarA) / sizeof(kVarA[0])},
-                          {4096, 14336, 32, "14336->4096", kVarB, sizeof(kVarB) / sizeof(kVarB[0])}};
+  const Shape all_shapes[] = {{14336, 4096, 112, "4096->14336", kVarA, sizeof(kVarA) / sizeof(kVarA[0])},
+                              {4096, 14336, 32, "14336->4096", kVarB, sizeof(kVarB) / sizeof(kVarB[0])},
+                              {6144, 4096, 64, "4096->6144", kVarQkv, sizeof(kVarQkv) / sizeof(kVarQkv[0])},
+                              {4096, 4096, 64, "4096->4096", kVarO, sizeof(kVarO) / sizeof(kVarO[0])},
+                              {28672, 4096, 64, "4096->28672", kVarGu, sizeof(kVarGu) / sizeof(kVarGu[0])}};
+  // argv[3]: which shapes (a string of indices into all_shapes, e.g. "234"; default "01", the first two).
+  const std::string which = argc > 3 ? argv[3] : "01";
+  std::vector<Shape> shapes;
+  for (char c : which)
+    if (c >= '0' && c < '0' + static_cast<int>(sizeof(all_shapes) / sizeof(all_shapes[0])))
+      shapes.push_back(all_shapes[c - '0']);
   const float sparsities[] = {0.40f, 0.50f};
   int failures = 0;
   std::vector<Row> rows;
@@ -470,6 +510,24 @@ int run(int argc, char** argv) {
     };
     DeviceBuffer tiled = repack(sh.tile), cm = repack(n);
     const SparseWeight cols = make_sparse_columns(w, st);
+    // The graph timing's copies (index 0: the originals above).
+    std::vector<DeviceWeight> wcs;
+    std::vector<SparseWeight> colcs;
+    std::vector<DeviceBuffer> tiledcs, cmcs;
+    for (int i = 1; i < copies; ++i) {
+      DeviceWeight wi;
+      wi.dtype = DType::BF16, wi.n = n, wi.k = k, wi.layout = GemvLayout::ROWS;
+      wi.quants = DeviceBuffer(hw.size() * 2);
+      wi.quants.upload(hw.data(), hw.size() * 2);
+      colcs.push_back(make_sparse_columns(wi, st));
+      tiledcs.push_back(repack(sh.tile));
+      cmcs.push_back(repack(n));
+      wcs.push_back(std::move(wi));
+    }
+    auto w_at = [&](int i) -> const DeviceWeight& { return i == 0 ? w : wcs[static_cast<size_t>(i - 1)]; };
+    auto cols_at = [&](int i) -> const SparseWeight& { return i == 0 ? cols : colcs[static_cast<size_t>(i - 1)]; };
+    auto tiled_at = [&](int i) -> const DeviceBuffer& { return i == 0 ? tiled : tiledcs[static_cast<size_t>(i - 1)]; };
+    auto cm_at = [&](int i) -> const DeviceBuffer& { return i == 0 ? cm : cmcs[static_cast<size_t>(i - 1)]; };
     const SparseWeight sw64 = make_sparse_weight(w, st);
     SparseGemvWorkspace ws(n);
     DeviceBuffer x(sizeof(float) * k), xz(sizeof(float) * k), y(sizeof(float) * n);
@@ -508,9 +566,9 @@ int run(int argc, char** argv) {
       const double sparse_bytes = static_cast<double>(m) * n * 2.0 + 4.0 * k + 4.0 * n;
       const double dense_bytes = static_cast<double>(n) * k * 2.0 + 4.0 * k + 4.0 * n;
       // Poisons y (NaN bits, or zero for the atomic forms), runs `op` once, counts the rows off the reference.
-      auto check = [&](const std::function<void()>& op, bool zero, double* max_rel) {
+      auto check = [&](const std::function<void(int)>& op, bool zero, double* max_rel) {
         CK(cudaMemsetAsync(y.get(), zero ? 0 : 0xFF, sizeof(float) * n, st));
-        op();
+        op(copies > 1 ? copies - 1 : 0);  // the last copy: checks that the copies hold the same weights
         CK(cudaGetLastError());
         CK(cudaStreamSynchronize(st));
         std::vector<float> h(static_cast<size_t>(n));
@@ -531,11 +589,14 @@ int run(int argc, char** argv) {
       double dense_us = 0;
       {
         double mr = 0;
-        const int bad = check([&] { gemv(w, in, y.as<float>(), st); }, false, &mr);
+        const int bad = check([&](int i) { gemv(w_at(i), in, y.as<float>(), st); }, false, &mr);
         // Dense sums every channel of the zeroed x: the same products as the reference plus exact zeros.
         if (bad) ++failures, std::printf("FAIL dense %s %d%%: %d rows (max rel %.1e)\n", sh.what, spi, bad, mr);
         dense_us = timer.us([&] { gemv(w, in, y.as<float>(), st); });
         rows.push_back({sh.what, "-", "src dense", spi, dense_us, 0, dense_bytes / (dense_us * 1e3), 1.0});
+        if (copies > 0)
+          rows.back().graph_us = exp_common::graph_us(st, e0, e1, copies, std::max(5, reps / 10),
+                                                      [&](int i) { gemv(w_at(i), in, y.as<float>(), st); });
         if (tsv)
           std::fprintf(tsv, "%s\t%d\t-\tsrc_dense\trows\t-\t-\t-\t-\t-\t-\t-\t%.3f\t\t%.1f\t1.000\t%d\t%.2e\n", sh.what,
                        spi, dense_us, dense_bytes / (dense_us * 1e3), bad, mr);
@@ -546,7 +607,7 @@ int run(int argc, char** argv) {
         const float* xin = thr_mode ? x.as<float>() : xz.as<float>();
         const float t = thr_mode ? thr : 0.0f;
         auto record = [&](const std::string& name, const char* layout, int R, const Kind* kd, int splits, int blocks,
-                          const std::function<void()>& op, const std::function<void()>& alone, bool zero) {
+                          const std::function<void(int)>& op, const std::function<void(int)>& alone, bool zero) {
           double mr = 0;
           const int bad = check(op, zero, &mr);
           if (bad) {
@@ -559,10 +620,11 @@ int run(int argc, char** argv) {
                            kd ? kd->pipe : 0, splits, blocks, bad, mr);
             return;
           }
-          const double us = timer.us(op);
-          const double al = alone ? timer.us(alone) : 0.0;
+          const double us = timer.us([&] { op(0); });
+          const double al = alone ? timer.us([&] { alone(0); }) : 0.0;
           const double gb = sparse_bytes / (us * 1e3);
           rows.push_back({sh.what, mode, name, spi, us, al, gb, us / dense_us});
+          if (copies > 0) rows.back().graph_us = exp_common::graph_us(st, e0, e1, copies, std::max(5, reps / 10), op);
           if (tsv)
             std::fprintf(tsv, "%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%.1f\t%.3f\t%d\t%.2e\n",
                          sh.what, spi, mode, name.c_str(), layout, R, kd ? kd->threads : 0, kd ? kd->unroll : 0,
@@ -570,11 +632,11 @@ int run(int argc, char** argv) {
         };
         record(
             "src cols", "cm", 0, nullptr, gemv_sparse_x_default_splits(cols), 0,
-            [&] { gemv_sparse_x(cols, xin, t, y.as<float>(), false, ws, st); }, nullptr, false);
+            [&](int i) { gemv_sparse_x(cols_at(i), xin, t, y.as<float>(), false, ws, st); }, nullptr, false);
         if (thr_mode)  // the list walk reads sparsify's list (built above from the raw x and thr)
           record(
               "src list", "tile64", 64, nullptr, gemv_sparse_default_splits(sw64), 0,
-              [&] { gemv_sparse(sw64, list.as<SparseEntry>(), count.as<int32_t>(), y.as<float>(), false, ws, st); },
+              [&](int) { gemv_sparse(sw64, list.as<SparseEntry>(), count.as<int32_t>(), y.as<float>(), false, ws, st); },
               nullptr, false);
         for (size_t vi = 0; vi < sh.nvars; ++vi) {
           const Variant& v = sh.vars[vi];
@@ -607,7 +669,9 @@ int run(int argc, char** argv) {
           cudaFuncAttributes fa{};
           CK(cudaFuncGetAttributes(&fa, kd.f));
           smem = std::min(smem, static_cast<size_t>(prop.sharedMemPerBlockOptin) - fa.sharedSizeBytes);
-          const uint8_t* wp = v.tiled ? tiled.as<uint8_t>() : cm.as<uint8_t>();
+          auto wp_at = [&, tiled_v = v.tiled](int i) {
+            return tiled_v ? tiled_at(i).as<uint8_t>() : cm_at(i).as<uint8_t>();
+          };
           // PDL as src's launches, and the slices as one cluster for the cluster kinds.
           cudaLaunchConfig_t cfg{};
           cfg.gridDim = grid;
@@ -639,17 +703,17 @@ int run(int argc, char** argv) {
             // Clusters resident at once ("mc"): fewer than grid.x means a second wave.
             std::snprintf(name + std::strlen(name), sizeof name - std::strlen(name), " mc%d", clusters);
           }
-          auto kernel = [&, a, cfg, at, wp] {
+          auto kernel = [&, a, cfg, at, wp_at](int i) {
             cudaLaunchConfig_t c = cfg;
             c.attrs = const_cast<cudaLaunchAttribute*>(at);  // the copy's own attributes
-            CK(cudaLaunchKernelEx(&c, kd.f, wp, xin, t, y.as<float>(), a));
+            CK(cudaLaunchKernelEx(&c, kd.f, wp_at(i), xin, t, y.as<float>(), a));
           };
           if (a.atomic)
             record(
                 name, v.tiled ? "tiled" : "cm", v.rows, &kd, v.splits, blocks,
-                [&, kernel] {
+                [&, kernel](int i) {
                   CK(cudaMemsetAsync(y.get(), 0, sizeof(float) * n, st));
-                  kernel();
+                  kernel(i);
                 },
                 kernel, true);
           else
@@ -665,9 +729,9 @@ int run(int argc, char** argv) {
   for (const Shape& sh : shapes)
     for (float sp : sparsities) {
       const int spi = static_cast<int>(std::lround(sp * 100));
-      double dense = 0;
+      double dense = 0, dense_g = 0;
       for (const Row& r : rows)
-        if (r.shape == sh.what && r.sp == spi && r.mode == "-") dense = r.us;
+        if (r.shape == sh.what && r.sp == spi && r.mode == "-") dense = r.us, dense_g = r.graph_us;
       for (const char* mode : {"zero", "thr"}) {
         std::vector<Row> mine, src;
         for (const Row& r : rows)
@@ -675,7 +739,11 @@ int run(int argc, char** argv) {
             (r.name.rfind("src", 0) == 0 ? src : mine).push_back(r);
         std::sort(mine.begin(), mine.end(), [](const Row& p, const Row& q) { return p.us < q.us; });
         std::printf("%s %d%% %s: dense %.2f", sh.what, spi, mode, dense);
-        for (const Row& r : src) std::printf(" | %s %.2f (%.0f; %.3f)", r.name.c_str(), r.us, r.gbps, r.ratio);
+        if (dense_g > 0) std::printf(" {graph %.2f}", dense_g);
+        for (const Row& r : src) {
+          std::printf(" | %s %.2f (%.0f; %.3f)", r.name.c_str(), r.us, r.gbps, r.ratio);
+          if (r.graph_us > 0) std::printf(" {graph %.2f; %.3f}", r.graph_us, r.graph_us / dense_g);
+        }
         std::printf("\n");
         // The fastest six, then the fastest of each form not among them.
         std::vector<std::string> shown;
@@ -687,6 +755,16 @@ int run(int argc, char** argv) {
           shown.push_back(form);
           std::printf("  %-34s %7.2f (%5.0f; %.3f)", r.name.c_str(), r.us, r.gbps, r.ratio);
           if (r.alone_us > 0) std::printf(" [%.2f]", r.alone_us);
+          if (r.graph_us > 0) std::printf(" {graph %.2f; %.3f}", r.graph_us, r.graph_us / dense_g);
+          std::printf("\n");
+        }
+        if (dense_g > 0 && !mine.empty()) {  // the fastest six in the graph timing
+          std::vector<Row> g = mine;
+          std::sort(g.begin(), g.end(), [](const Row& p, const Row& q) { return p.graph_us < q.graph_us; });
+          std::printf("  graph, fastest:");
+          for (size_t i = 0; i < g.size() && i < 6; ++i)
+            std::printf(" %s %.2f (%.0f GB/s; %.3f);", g[i].name.c_str(), g[i].graph_us,
+                        (g[i].gbps * g[i].us) / g[i].graph_us, g[i].graph_us / dense_g);
           std::printf("\n");
         }
         if (!mine.empty())
