@@ -8,6 +8,8 @@
 #
 # Prepare here first: scripts/make_gpu_bundle.sh (fills the git-ignored .gpu-deps/). Then, through the device tool,
 # with carry [".gpu-deps"]:   scripts/gpu_sparse.sh 2>&1 | tee $OUT/log
+# --prebuilt: no build there; the binaries built here instead (TESSERA_PREBUILT_EXTRA="bin/tessera_bench_sparse"
+# scripts/make_gpu_bundle.sh --prebuilt build, unpacked by gpu_env.sh's gpu_prebuilt into build-pre/bin).
 # Options: --no-e2e (skip the end-to-end decode), --only-e2e (only the end-to-end decode: a second call on the warm
 # machine), --e2e-quant (end to end also for q8_0 and q4_1 at 0 and 50%), --splits-sweep (the benchmark also times
 # every split count), --fast (the benchmark without taller tiles and most sweeps), --no-teal (no calibrated-threshold
@@ -21,6 +23,7 @@ e2e=1
 only_e2e=0
 bench=1
 quick_tests=0
+prebuilt=0
 e2e_formats="bf16"
 e2e_sparsities="0 0.4 0.5"
 teal_sparsities="0.4 0.5"
@@ -42,6 +45,7 @@ for a in "$@"; do
     --quant-sparsities=*) quant_sparsities=${a#*=} ;;
     --e2e-formats=*) e2e_formats=${a#*=} ;;
     --quick-tests) quick_tests=1 ;;
+    --prebuilt) prebuilt=1 ;;
     *) echo "gpu_sparse: unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -59,15 +63,22 @@ targets="test_backends_cuda test_ops tessera_bench_sparse"
 [ "$quick_tests" = 1 ] && targets="test_backends_cuda tessera_bench_sparse"
 [ "$e2e" = 1 ] && targets="$targets tessera_cli"
 [ "$only_e2e" = 1 ] && targets="tessera_cli"
-if gpu_build "$logb" $targets; then
+if [ "$prebuilt" = 1 ]; then
+  gpu_env
+  gpu_prebuilt || exit 1
+  say "- prebuilt: $(head -1 "$root/.gpu-deps/prebuilt/INFO")"
+  bin=build-pre/bin
+  tests=build-pre/bin
+elif gpu_build "$logb" $targets; then
   say "- build: ok ($(( $(date +%s) - t0 ))s)"
+  gpu_env
+  bin=build-gpu/bin
+  tests=build-gpu/tests
 else
   say "- build: FAILED"
   grep -E "error|FAILED" "$logb" | head -30 | tee -a "$summary"
   exit 1
 fi
-gpu_env
-bin=build-gpu/bin
 status=0
 
 # ---- tests: the kernels (tests/backends/cuda/test_gemv_sparse.cpp, and any CUDA test named *Sparse*/*Teal*), then
@@ -91,12 +102,12 @@ run_tests() {
   fi
   rm -f "$log"
 }
-run_tests "cuda sparse tests" build-gpu/tests/test_backends_cuda '*Sparse*:*Teal*:*SPARS*'
-[ "$quick_tests" = 0 ] && run_tests "op table sparse rows" build-gpu/tests/test_ops '*SPARS*:*Sparse*'
+run_tests "cuda sparse tests" $tests/test_backends_cuda '*Sparse*:*Teal*:*SPARS*'
+[ "$quick_tests" = 0 ] && run_tests "op table sparse rows" $tests/test_ops '*SPARS*:*Sparse*'
 # compute-sanitizer memcheck of the kernel tests (out-of-bounds list or weight reads would show here first).
 if [ "$quick_tests" = 0 ] && command -v compute-sanitizer > /dev/null; then
-  timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/tests/test_backends_cuda --gtest_color=no \
-    --gtest_filter='GemvSparse.*:-GemvSparse.QuantizedDecoderShapes' > "$OUT/sparse_memcheck.tmp" 2>&1
+  timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 $tests/test_backends_cuda --gtest_color=no \
+    --gtest_filter='GemvSparse.*:-GemvSparse.QuantizedDecoderShapes:GemvSparse.StripeFormDecoderShapes' > "$OUT/sparse_memcheck.tmp" 2>&1
   rc=$?
   say "- memcheck (GemvSparse.*): exit $rc, $(grep -c '^\[       OK \]' "$OUT/sparse_memcheck.tmp") passed"
   [ "$rc" -ne 0 ] && status=1 && grep -E 'ERROR SUMMARY|Invalid|at 0x' "$OUT/sparse_memcheck.tmp" | head -12 | tee -a "$summary"

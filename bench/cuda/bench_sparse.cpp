@@ -279,15 +279,19 @@ void SparseBench::run() {
               time_flushed([&] { gemv_sparse_x(*cols, x.as<float>(), th, ys.as<float>(), false, ws, stream_); });
           const double zus =
               time_flushed([&] { gemv_sparse_x(*cols, xz.as<float>(), 0.0f, ys.as<float>(), false, ws, stream_); });
-          const int csplits = gemv_sparse_x_default_splits(*cols);
+          // The default form: the stripe form where it runs (no partials), else the split form.
+          const auto [srows, sslices] = gemv_sparse_x_stripe_shape(*cols, x.as<float>());
+          const int csplits = srows > 0 ? 1 : gemv_sparse_x_default_splits(*cols);
+          const std::string form = srows > 0 ? fmt::format("stripes of {} rows x {} slices", srows, sslices)
+                                             : fmt::format("splits {}", csplits);
           const double cbytes = static_cast<double>(cnt) * static_cast<double>(cols->tile) * 2.0 +
                                 4.0 * static_cast<double>(s.k) + (csplits > 1 ? 8.0 * csplits * cols->tile : 0.0) +
                                 4.0 * static_cast<double>(s.n);
           const double cg = cbytes / (cus * 1e3);
           fmt::print(
               "      cols (channel-major, x thresholded in the GEMV): {:.2f} us ({:.2f} on the zeroed x), "
-              "splits {}, {:.0f} GB/s = {:.1f}% copy, / dense = {:.3f}, max rel {:.1e}{}\n",
-              cus, zus, csplits, cg, 100.0 * cg / copy_gbps_, cus / dense_us, crel, crel > 1e-4 ? "  MISMATCH" : "");
+              "{}, {:.0f} GB/s = {:.1f}% copy, / dense = {:.3f}, max rel {:.1e}{}\n",
+              cus, zus, form, cg, 100.0 * cg / copy_gbps_, cus / dense_us, crel, crel > 1e-4 ? "  MISMATCH" : "");
           results_[fmt::format("cols {} {} {}", dtype_name(dtype), s.what, static_cast<int>(std::lround(100 * sp)))] = {
               cus, dense_us};
           if (opt_.splits_sweep || (sp == 0.5f && (!opt_.fast || dtype == DType::BF16))) {
@@ -298,7 +302,7 @@ void SparseBench::run() {
                   [&] { gemv_sparse_x(*cols, x.as<float>(), th, ys.as<float>(), false, ws, stream_, nullptr, sp2); });
               line += fmt::format(" {}:{:.2f}", sp2, us);
             }
-            fmt::print("      cols splits sweep (splits:us):{}\n", line);
+            fmt::print("      cols, the split form by splits (splits:us):{}\n", line);
           }
         }
         if (opt_.splits_sweep || (sp == 0.5f && !opt_.fast)) {  // every split count at 50%, all with the flag

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/kernels/gemv_sparse.h"
@@ -251,10 +252,19 @@ TEST(GemvSparse, MatchesTheReferenceOnTheZeroedInput) {
 // the reference on the thresholded x; its counters as sparsify's. Threshold 0 on an x with zeros is the top-k path (the
 // GEMV reads SPARSIFY's zeroed row). A thread sums at most a slice's k / splits products in sequence, then the splits'
 // partials: (k + 64) * 2^-24 * mag bounds it.
+// stripe {rows, slices}: the stripe form at that shape (gemv_sparse_x_stripes) instead of gemv_sparse_x(splits).
 void check_gemv_sparse_x(DType dtype, int64_t n, int64_t k, float threshold, int splits, bool accumulate,
-                         std::mt19937& rng, bool zeroed = false) {
+                         std::mt19937& rng, bool zeroed = false, std::pair<int, int> stripe = {0, 0}) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n=" << n << " k=" << k << " threshold=" << threshold
-                                    << " splits=" << splits << " accumulate=" << accumulate << " zeroed=" << zeroed);
+                                    << " splits=" << splits << " accumulate=" << accumulate << " zeroed=" << zeroed
+                                    << " stripe rows=" << stripe.first << " slices=" << stripe.second);
+  const auto run = [&](const SparseWeight& sw, const float* x, float* y, bool acc, SparseGemvWorkspace& ws,
+                       unsigned long long* z) {
+    if (stripe.first > 0)
+      gemv_sparse_x_stripes(sw, x, threshold, y, acc, nullptr, z, stripe.first, stripe.second);
+    else
+      gemv_sparse_x(sw, x, threshold, y, acc, ws, nullptr, z, splits);
+  };
   const auto w_host = random_weight(rng, dtype, n, k);
   auto x = random_floats(rng, static_cast<size_t>(k));
   if (zeroed) x = sparsify_ref(x, 0.5f, -1.0f);
@@ -266,8 +276,7 @@ void check_gemv_sparse_x(DType dtype, int64_t n, int64_t k, float threshold, int
   zeros.fill_bytes(0);
   const auto y0 = random_floats(rng, static_cast<size_t>(n));
   DeviceBuffer yd = accumulate ? to_device(y0) : poisoned(sizeof(float) * n);
-  gemv_sparse_x(sw, xd.as<float>(), threshold, yd.as<float>(), accumulate, ws, nullptr, zeros.as<unsigned long long>(),
-                splits);
+  run(sw, xd.as<float>(), yd.as<float>(), accumulate, ws, zeros.as<unsigned long long>());
   synchronize();
   const auto y = to_host<float>(yd, static_cast<size_t>(n));
   const auto z = to_host<unsigned long long>(zeros, 2);
@@ -290,7 +299,7 @@ void check_gemv_sparse_x(DType dtype, int64_t n, int64_t k, float threshold, int
   }
   if (!accumulate) {  // the same x gives the same bits
     DeviceBuffer y2 = poisoned(sizeof(float) * n);
-    gemv_sparse_x(sw, xd.as<float>(), threshold, y2.as<float>(), false, ws, nullptr, nullptr, splits);
+    run(sw, xd.as<float>(), y2.as<float>(), false, ws, nullptr);
     synchronize();
     const auto again = to_host<float>(y2, static_cast<size_t>(n));
     ASSERT_EQ(std::memcmp(again.data(), y.data(), sizeof(float) * n), 0);
@@ -322,6 +331,75 @@ TEST(GemvSparse, ColumnsMatchTheReferenceOnTheThresholdedInput) {
       if ((k + 2047) / 2048 <= 1) check_gemv_sparse_x(dtype, n, k, 0.5f, 1, true, rng);
       if (::testing::Test::HasFatalFailure()) return;
     }
+  }
+}
+
+// The stripe form at every rows a block and 1-8 slices (clusters), on shapes with rows past the last full stripe, k
+// split unevenly and the 8B decoder's; its default shape where gemv_sparse_x takes it; the split form where it cannot.
+TEST(GemvSparse, StripeFormMatchesTheReference) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const DType dtype : {DType::BF16, DType::F16}) {
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{64, 256}, {100, 576}, {520, 2048}, {576, 1536}, {3000, 4096}}) {
+      const int64_t n_pad = (n + 63) / 64 * 64;
+      for (const int rows : {32, 64, 128, 256}) {
+        if (n_pad % rows != 0) continue;
+        for (const int slices : {1, 2, 3, 8}) {
+          check_gemv_sparse_x(dtype, n, k, 0.5f, 0, false, rng, false, {rows, slices});
+          check_gemv_sparse_x(dtype, n, k, 0.5f, 0, true, rng, false, {rows, slices});
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      }
+      check_gemv_sparse_x(dtype, n, k, 0.0f, 0, false, rng, true, {32, 2});  // SPARSIFY's zeroed row (top-k)
+      check_gemv_sparse_x(dtype, n, k, 2.0f, 0, false, rng, false, {64, 1});  // nothing kept
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  // Where the stripe form cannot run, gemv_sparse_x takes the split form: an x that is not 16-byte aligned (the same
+  // bits as the split form on an aligned copy), k over 65536 (16-bit list entries).
+  const auto w2 = random_weight(rng, DType::BF16, 576, 1024);
+  const SparseWeight sw2 = make_sparse_columns(upload_weight(DType::BF16, w2.data(), 576, 1024), nullptr);
+  const auto xh = random_floats(rng, 1025);
+  const DeviceBuffer xd = to_device(xh);
+  const DeviceBuffer xa = to_device(std::vector<float>(xh.begin() + 1, xh.end()));
+  const float* x_odd = xd.as<float>() + 1;
+  EXPECT_EQ(gemv_sparse_x_stripe_shape(sw2, x_odd), std::make_pair(0, 0));
+  EXPECT_GT(gemv_sparse_x_stripe_shape(sw2, xa.as<float>()).first, 0);
+  SparseGemvWorkspace ws(576);
+  DeviceBuffer y = poisoned(sizeof(float) * 576), y_split = poisoned(sizeof(float) * 576);
+  gemv_sparse_x(sw2, x_odd, 0.5f, y.as<float>(), false, ws, nullptr);
+  gemv_sparse_x(sw2, xa.as<float>(), 0.5f, y_split.as<float>(), false, ws, nullptr, nullptr,
+                gemv_sparse_x_default_splits(sw2));
+  synchronize();
+  const auto a = to_host<float>(y, 576), b = to_host<float>(y_split, 576);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof(float) * 576), 0);
+  SparseWeight wide;  // only the shape is read
+  wide.columns = true, wide.n = 64, wide.k = 70000, wide.tile = 64;
+  EXPECT_EQ(gemv_sparse_x_stripe_shape(wide, nullptr), std::make_pair(0, 0));
+  // gemv_sparse_x_stripes refuses what it cannot run: rows not 32-256 or not dividing the padded rows, 9 slices, a
+  // negative threshold.
+  EXPECT_THROW(gemv_sparse_x_stripes(sw2, nullptr, 0.0f, y.as<float>(), false, nullptr, nullptr, 48, 1), Error);
+  EXPECT_THROW(gemv_sparse_x_stripes(sw2, nullptr, 0.0f, y.as<float>(), false, nullptr, nullptr, 256, 1), Error);
+  EXPECT_THROW(gemv_sparse_x_stripes(sw2, nullptr, 0.0f, y.as<float>(), false, nullptr, nullptr, 64, 9), Error);
+  EXPECT_THROW(gemv_sparse_x_stripes(sw2, nullptr, -1.0f, y.as<float>(), false, nullptr, nullptr, 64, 1), Error);
+}
+
+// The 8B decoder's stacks (q|k|v, o, gate|up, down) through gemv_sparse_x's default: the stripe form.
+TEST(GemvSparse, StripeFormDecoderShapes) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}}) {
+    const auto w_host = random_weight(rng, DType::BF16, 64, k);  // the shape choice reads n, k and the padded n only
+    const DeviceWeight w = upload_weight(DType::BF16, w_host.data(), 64, k);
+    SparseWeight sw = make_sparse_columns(w, nullptr);
+    sw.n = n, sw.tile = static_cast<int>((n + 63) / 64 * 64);
+    const auto [rows, slices] = gemv_sparse_x_stripe_shape(sw, nullptr);
+    EXPECT_GT(rows, 0) << n << "x" << k;
+    EXPECT_EQ(sw.tile % std::max(rows, 1), 0);
+    EXPECT_GE(slices, 1);
+    check_gemv_sparse_x(DType::BF16, n, k, 0.6f, 0, true, rng);
+    check_gemv_sparse_x(DType::BF16, n, k, 0.6f, 0, false, rng);  // and the same bits twice
+    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 

@@ -106,12 +106,13 @@ void gemv_sparse(const SparseWeight& w, const SparseEntry* list /*[k]*/, const i
 // (7-15 us, 128 per token) made sparse decode slower than dense. This form reads x itself: each block thresholds its
 // slice of x (the calibrated-threshold rule, or threshold 0 on an x SPARSIFY's top-k already zeroed) and walks the
 // kept channels, each a 2 KB run of a column stored contiguously.
-// Measured (H100, L2 flushed, 2026-11-26, tessera_bench_sparse): at 50%, 4096->14336 33.1 us (tiled list walk 36.1,
-// dense 46.7), 14336->4096 36.8 us (36.4, 48.2), 4096x4096 19.9 us (17.4, 17.9): ~1.8 TB/s on the bytes read, short
-// of the 22 us. The other launch shapes (256 x 8, 128 x 16, 16 channels per group) were no faster, nor was
-// the software pipelining or the batched reduction of the partials: the limit is elsewhere (not yet profiled).
-// End to end (8B bf16, tg64): calibrated thresholds at 50% (53.6% achieved) 210.0 tok/s against dense 198.3; top-k
-// 50% (a SPARSIFY launch per input) 159.9.
+// Measured (H100, L2 flushed, 2026-11-26, tessera_bench_sparse): the split form at 50%, 4096->14336 33.1 us (tiled
+// list walk 36.1, dense 46.7), 14336->4096 36.8 us (36.4, 48.2), 4096x4096 19.9 us (17.4, 17.9). The limit is the
+// flushed method itself: a contiguous read of the 58.7 MB a 50% walk reads takes 27.5 us flushed (21.3 in a graph of
+// back-to-back calls), and a random half of 256 B-56 KB runs 27.5-29.8 (21.4-22.3): bench/cuda/experiments/
+// gather_ceiling.cu, twenty-fourth session. The stripe form (below, the default since then) takes 29.0 / 32.1 / 14.7
+// us flushed at those shapes, and end to end (8B bf16, tg64, calibrated thresholds at 50%, 53.6% achieved) 267.7
+// tok/s against dense 198.4 (1.35x; the split form 1.15x).
 
 // W [n, k] as data[c][r] = W[r, c], rows padded to a multiple of 64 (tile = the padded n, columns = true). bf16/f16.
 SparseWeight make_sparse_columns(const DeviceWeight& w, cudaStream_t stream);
@@ -121,8 +122,22 @@ int gemv_sparse_x_default_splits(const SparseWeight& w);
 
 // y[N] (+)= W · x' where x'[c] = x[c] if !(|x[c]| <= threshold) and x[c] != 0, else 0: SPARSIFY's calibrated-threshold
 // rule folded in (threshold >= 0; 0 keeps x's nonzero entries). Fixed summation order (the same x gives the same bits).
-// zeros: as sparsify's (the achieved-sparsity counters), or null. splits 0: the default; else at least k / 2048.
+// zeros: as sparsify's (the achieved-sparsity counters), or null. splits 0: the default, the stripe form below where it
+// runs (gemv_sparse_x_stripe_shape), else the split form; splits > 0: the split form with that many slices (at least
+// k / 2048). The split form: 1,024-row stripes, k in slices, the stripe's last block adding the slices' partials.
 void gemv_sparse_x(const SparseWeight& w, const float* x /*[k]*/, float threshold, float* y /*[N]*/, bool accumulate,
                    SparseGemvWorkspace& ws, cudaStream_t stream, unsigned long long* zeros = nullptr, int splits = 0);
+
+// The stripe form (gemv_sparse_cols.cu): a block of 512 threads owns `rows` output rows (32, 64, 128 or 256, dividing
+// the padded n) and walks every kept channel of its slice of k; `slices` > 1 (up to 8, sm_90) splits k over one
+// thread-block cluster whose sums meet in rank 0's shared memory. No workspace, no atomics, the same bits for the same
+// x. Needs k % 4 == 0, k <= 65536, x 16-byte aligned and the slice's list (6 bytes an entry) in shared memory.
+// In a CUDA graph of back-to-back calls on the H100 at 50%: 0.75x / 0.69x / 0.97x / 0.88x / 0.86x the split form's time
+// at 4096->6144, 4096x4096, 4096->28672, 4096->14336 and 14336->4096 (docs/TEAL.md, twenty-fourth session).
+// The default shape for w and x ({rows, slices}), or {0, 0} where gemv_sparse_x takes the split form.
+std::pair<int, int> gemv_sparse_x_stripe_shape(const SparseWeight& w, const float* x);
+// The stripe form at an explicit shape (tests, benchmarks); an error names what does not fit.
+void gemv_sparse_x_stripes(const SparseWeight& w, const float* x /*[k]*/, float threshold, float* y /*[N]*/,
+                           bool accumulate, cudaStream_t stream, unsigned long long* zeros, int rows, int slices);
 
 }  // namespace tessera::cuda

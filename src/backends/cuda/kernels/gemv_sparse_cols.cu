@@ -1,9 +1,14 @@
 // The channel-major sparse GEMV for bf16/f16 (gemv_sparse.h: make_sparse_columns, gemv_sparse_x): no list, no
 // SPARSIFY launch in front of it. Each block reads its slice of x itself, keeps the entries the threshold keeps
-// (ballots compact them into shared memory in ascending channel order), and walks them: per surviving channel a thread
-// loads 16 contiguous bytes (8 rows) of that channel's column, and the block's 128 threads read 2 KB of it in one run.
-// Slices (blockIdx.y) over k are summed by the stripe's last block in slice order: no value atomics.
+// (compacted into shared memory in ascending channel order), and walks them. Two forms over the same copy:
+// - the stripe form (the default where it fits): a block owns a stripe of 32-256 output rows and walks every kept
+//   channel of its slice of k; slices of one stripe are a thread-block cluster meeting in distributed shared memory;
+// - the split form: 1,024-row stripes, per surviving channel a thread loads 16 contiguous bytes (8 rows) of that
+//   channel's column, the block's 128 threads 2 KB of it in one run; slices (blockIdx.y) over k are summed by the
+//   stripe's last block in slice order.
+// Neither uses value atomics: repeatable bit for bit.
 #include <algorithm>
+#include <string>
 
 #include "backends/cuda/kernels/gemv_sparse_kernel.cuh"
 #include "core/error.h"
@@ -192,6 +197,182 @@ __global__ void sparse_cols_repack_kernel(const uint16_t* __restrict__ src /*[n,
   }
 }
 
+// ---- The stripe form (twenty-fourth session; the default where it fits) ----
+// Block (slice blockIdx.x, stripe blockIdx.y) owns the output rows [stripe * R, + R), R = G * 8, and walks every kept
+// channel of its slice of k: G threads read the stripe's R * 2 bytes of a channel's column, kStripeThreads / G channels
+// at a time. With one slice no block needs another's sums (no workspace, tickets or atomics); with more, the slices of
+// a stripe are one thread-block cluster and their sums meet in rank 0's shared memory, which adds them in rank order.
+// One wave of at most one block per SM (its shared-memory request keeps a second one off). In a graph of back-to-back
+// calls on the H100 at 50% (bench/cuda/experiments/gemv_sparse_sweep.cu, twenty-fourth session) it took 12.7 / 10.4 /
+// 43.7 / 23.8 / 25.8 us at q|k|v 4096->6144, o 4096x4096, gate|up 4096->28672, 4096->14336 and down 14336->4096,
+// against 17.1 / 15.1 / 45.1 / 27.0 / 30.0 for the split form below and 16.9 / 11.3 / 74.7 / 38.2 / 39.1 dense.
+constexpr int kStripeThreads = 512;
+constexpr int kStripeUnroll = 8;  // channels per pipeline group and slot
+constexpr int kStripeRpt = 8;     // rows per thread: one 16-byte load of a channel
+
+__device__ __forceinline__ bool sparse_keep(float v, float threshold) { return !(fabsf(v) <= threshold) && v != 0.0f; }
+
+// Dynamic shared memory: the slice's list (cap floats, then cap 16-bit channels), reused for the warps' partial sums
+// at the end; CL: rank 0's [slices][R] slots for the cluster's sums at red_off (past both).
+template <DType D, int G, bool CL>
+__global__ void __launch_bounds__(kStripeThreads, 1)
+    gemv_sparse_stripe_kernel(const uint8_t* __restrict__ w /*[k, n_pad]*/, const float* __restrict__ x /*[k]*/,
+                              float threshold, float* __restrict__ y /*[n]*/,
+                              unsigned long long* __restrict__ zeros, int n, int n_pad, int k, int cap, int red_off,
+                              bool accumulate) {
+  using F = FloatFmt<D>;
+  constexpr int T = kStripeThreads, U = kStripeUnroll, RPT = kStripeRpt, R = G * RPT, S = T / G;
+  constexpr int kWarps = T / kWarp;
+  static_assert(kWarp % G == 0, "a channel's run is a power-of-two share of a warp");
+  extern __shared__ __align__(16) uint8_t smem[];
+  float* s_val = reinterpret_cast<float*>(smem);
+  uint16_t* s_idx = reinterpret_cast<uint16_t*>(smem + 4 * static_cast<size_t>(cap));
+  __shared__ int s_scan[kWarp];
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & (kWarp - 1), warp = tid / kWarp;
+  const int slice = static_cast<int>(blockIdx.x), slices = static_cast<int>(gridDim.x);
+  const int row0 = static_cast<int>(blockIdx.y) * R;
+  const int nq = k / 4;
+  const int q0 = static_cast<int>(static_cast<long long>(nq) * slice / slices);
+  const int q1 = static_cast<int>(static_cast<long long>(nq) * (slice + 1) / slices);
+  if constexpr (CL) cluster_arrive_relaxed();  // this block runs: the others may store into it after their wait
+  pdl_wait();                                  // x is the previous kernel's output
+  // ---- The list: thread t compacts float4s [qa, qb) of the slice (contiguous, in thread order), one block scan ----
+  const int per = (q1 - q0 + T - 1) / T;
+  const int qa = min(q0 + tid * per, q1), qb = min(qa + per, q1);
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  int cnt = 0;
+#pragma unroll 4
+  for (int q = qa; q < qb; ++q) {
+    const float4 v = __ldg(x4 + q);
+    cnt += sparse_keep(v.x, threshold) + sparse_keep(v.y, threshold) + sparse_keep(v.z, threshold) +
+           sparse_keep(v.w, threshold);
+  }
+  int inc = cnt;
+#pragma unroll
+  for (int off = 1; off < kWarp; off <<= 1) {
+    const int o = __shfl_up_sync(0xffffffffu, inc, off);
+    if (lane >= off) inc += o;
+  }
+  if (lane == kWarp - 1) s_scan[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    int v = lane < kWarps ? s_scan[lane] : 0;
+#pragma unroll
+    for (int off = 1; off < kWarp; off <<= 1) {
+      const int o = __shfl_up_sync(0xffffffffu, v, off);
+      if (lane >= off) v += o;
+    }
+    s_scan[lane] = v;
+  }
+  __syncthreads();
+  const int m = s_scan[kWarps - 1];
+  int pos = (warp > 0 ? s_scan[warp - 1] : 0) + inc - cnt;
+  for (int q = qa; q < qb; ++q) {  // x again, from L1
+    const float4 v = __ldg(x4 + q);
+    const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (sparse_keep(e[i], threshold)) {
+        s_val[pos] = e[i];
+        s_idx[pos] = static_cast<uint16_t>(4 * q + i);
+        ++pos;
+      }
+  }
+  __syncthreads();
+  if (zeros != nullptr && blockIdx.y == 0 && tid == 0) {
+    atomicAdd(&zeros[0], static_cast<unsigned long long>(4 * (q1 - q0) - m));
+    atomicAdd(&zeros[1], static_cast<unsigned long long>(4 * (q1 - q0)));
+  }
+  // ---- The walk: slot `slot` takes entries slot, slot + S, ...; its G threads read the channel's R * 2 bytes ----
+  const int slot = tid / G, gi = tid - slot * G;
+  const size_t chan = static_cast<size_t>(n_pad) * 2;
+  const uint8_t* wb = w + static_cast<size_t>(row0 + gi * RPT) * 2;
+  float acc[RPT];
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) acc[r] = 0.0f;
+  constexpr int kStep = U * S, kSpan = (U - 1) * S;  // a group at j is whole when j + kSpan < m
+  // Whole groups load unconditionally, so the loads issue back to back; the last, partial group loads nothing past m.
+  auto load = [&](int j0, bool whole, uint4(&v)[U], float(&xs)[U]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = j0 + u * S;
+      const bool ok = whole || j < m;
+      xs[u] = ok ? s_val[j] : 0.0f;
+      v[u] = ok ? ld_stream16(wb + static_cast<size_t>(s_idx[j]) * chan) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  auto fma_group = [&](const uint4(&v)[U], const float(&xs)[U]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float f[8];
+      F::to_float(v[u], f);
+#pragma unroll
+      for (int r = 0; r < RPT; ++r) acc[r] = fmaf(f[r], xs[u], acc[r]);
+    }
+  };
+  int j = slot;
+  if (j + kSpan < m) {  // software-pipelined: the next whole group's loads issued before this group's FMAs
+    uint4 cur[U];
+    float xc[U];
+    load(j, true, cur, xc);
+    for (; j + kStep + kSpan < m; j += kStep) {
+      uint4 nxt[U];
+      float xn[U];
+      load(j + kStep, true, nxt, xn);
+      fma_group(cur, xc);
+#pragma unroll
+      for (int u = 0; u < U; ++u) cur[u] = nxt[u], xc[u] = xn[u];
+    }
+    fma_group(cur, xc);
+    j += kStep;
+  }
+  if (j < m) {
+    uint4 v[U];
+    float xs[U];
+    load(j, false, v, xs);
+    fma_group(v, xs);
+  }
+  // ---- The slots' sums in a fixed order: lanes l, l ^ G, ... of a warp hold the same rows; then the warps ----
+#pragma unroll
+  for (int off = G; off < kWarp; off <<= 1)
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+  __syncthreads();  // every list read done: the shared memory holds the partials now
+  float* part = reinterpret_cast<float*>(smem);
+  if (lane < G)
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) part[warp * R + lane * RPT + r] = acc[r];
+  __syncthreads();
+  float* red = reinterpret_cast<float*>(smem + red_off);  // CL: rank 0's slots
+  unsigned rank = 0;
+  if constexpr (CL) {
+    rank = cluster_rank();
+    cluster_wait_acquire();  // every block of the cluster runs (their arrive at the start)
+  }
+  for (int r = tid; r < R; r += T) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int p = 0; p < kWarps; ++p) sum += part[p * R + r];
+    const int row = row0 + r;
+    if constexpr (CL) {
+      store_cluster_f32(red + rank * R + r, 0, sum);
+    } else if (row < n) {
+      y[row] = accumulate ? y[row] + sum : sum;
+    }
+  }
+  if constexpr (CL) {
+    cluster_arrive_release();  // the remote stores before rank 0's reads
+    cluster_wait_acquire();
+    if (rank == 0)
+      for (int r = tid; r < R; r += T) {
+        float sum = 0.0f;
+        for (int i = 0; i < slices; ++i) sum += red[i * R + r];
+        const int row = row0 + r;
+        if (row < n) y[row] = accumulate ? y[row] + sum : sum;
+      }
+  }
+}
+
 int stripes_of(const SparseWeight& w) { return ceil_div(w.tile, kColShape.stripe()); }
 
 template <DType D>
@@ -204,7 +385,139 @@ void launch_cols(const SparseWeight& w, const float* x, float threshold, float* 
          w.tile, static_cast<int>(w.k), splits, accumulate);
 }
 
+// The stripe form's launch: smem bytes and whether the device runs clusters, then the kernel for (D, G, CL).
+struct StripeLaunch {
+  int cap = 0, red_off = 0;
+  size_t smem = 0;
+};
+
+int smem_optin() {  // the largest dynamic shared memory a block may ask for (this process's device)
+  static const int v = [] {
+    int dev = 0, optin = 0;
+    TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return optin - 1024;  // room for the kernels' static shared memory (s_scan: 128 bytes)
+  }();
+  return v;
+}
+
+bool device_has_clusters() {
+  static const bool v = [] {
+    int dev = 0, major = 0;
+    TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    return major >= 9;
+  }();
+  return v;
+}
+
+int smem_per_sm() {
+  static const int v = [] {
+    int dev = 0, b = 0;
+    TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&b, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    return b;
+  }();
+  return v;
+}
+
+// Shared memory for k split in `slices` at `rows` rows a block; smem 0 where it does not fit.
+StripeLaunch stripe_launch(int64_t k, int64_t n_pad, int rows, int slices) {
+  StripeLaunch l;
+  const int64_t nq = k / 4;
+  l.cap = static_cast<int>(4 * ((nq + slices - 1) / slices));
+  const int64_t list = (static_cast<int64_t>(l.cap) * 6 + 15) / 16 * 16;
+  const int64_t part = int64_t{kStripeThreads / kWarp} * rows * 4;
+  l.red_off = static_cast<int>(std::max(list, part));
+  int64_t smem = l.red_off + (slices > 1 ? int64_t{slices} * rows * 4 : 0);
+  // One wave of at most one block per SM: ask for more than half an SM's shared memory, so no second block fits.
+  if ((n_pad / rows) * slices <= sm_count()) smem = std::max<int64_t>(smem, smem_per_sm() / 2 + 1024);
+  if (smem > smem_optin()) return {};
+  l.smem = static_cast<size_t>(smem);
+  return l;
+}
+
+template <DType D, int G, bool CL>
+void launch_stripes_as(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
+                       cudaStream_t stream, unsigned long long* zeros, int slices, const StripeLaunch& l) {
+  static const bool opted_in = [] {  // over 48 KB of dynamic shared memory: an opt-in per kernel, once per process
+    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(gemv_sparse_stripe_kernel<D, G, CL>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin()));
+    return true;
+  }();
+  (void)opted_in;
+  constexpr int R = G * kStripeRpt;
+  const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(w.tile / R));
+  launch_cluster("gemv_sparse_stripe_kernel", gemv_sparse_stripe_kernel<D, G, CL>, grid, dim3(kStripeThreads), l.smem,
+                 stream, CL ? static_cast<unsigned>(slices) : 1u, w.data.as<uint8_t>(), x, threshold, y, zeros,
+                 static_cast<int>(w.n), w.tile, static_cast<int>(w.k), l.cap, l.red_off, accumulate);
+}
+
+template <DType D>
+void launch_stripes(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
+                    cudaStream_t stream, unsigned long long* zeros, int rows, int slices, const StripeLaunch& l) {
+  const bool cl = slices > 1;
+  switch (rows) {
+    case 32:
+      return cl ? launch_stripes_as<D, 4, true>(w, x, threshold, y, accumulate, stream, zeros, slices, l)
+                : launch_stripes_as<D, 4, false>(w, x, threshold, y, accumulate, stream, zeros, slices, l);
+    case 64:
+      return cl ? launch_stripes_as<D, 8, true>(w, x, threshold, y, accumulate, stream, zeros, slices, l)
+                : launch_stripes_as<D, 8, false>(w, x, threshold, y, accumulate, stream, zeros, slices, l);
+    case 128:
+      return cl ? launch_stripes_as<D, 16, true>(w, x, threshold, y, accumulate, stream, zeros, slices, l)
+                : launch_stripes_as<D, 16, false>(w, x, threshold, y, accumulate, stream, zeros, slices, l);
+    default:
+      return cl ? launch_stripes_as<D, 32, true>(w, x, threshold, y, accumulate, stream, zeros, slices, l)
+                : launch_stripes_as<D, 32, false>(w, x, threshold, y, accumulate, stream, zeros, slices, l);
+  }
+}
+
+// Why the stripe form cannot run (rows, slices) on w and x, or "" where it can.
+std::string stripe_refusal(const SparseWeight& w, const float* x, int rows, int slices) {
+  if (rows != 32 && rows != 64 && rows != 128 && rows != 256) return "rows " + num(rows) + " not 32, 64, 128 or 256";
+  if (w.tile % rows != 0) return "rows " + num(rows) + " do not divide the padded " + num(w.tile);
+  if (slices < 1 || slices > 8) return "slices " + num(slices) + " outside [1, 8]";
+  if (slices > 1 && !device_has_clusters()) return "slices above 1 need thread-block clusters (sm_90)";
+  if (w.k % 4 != 0 || w.k > 65536) return "k " + num(w.k) + " is not a multiple of 4 up to 65536";
+  if (x != nullptr && !aligned16(x)) return "x is not 16-byte aligned";
+  if (stripe_launch(w.k, w.tile, rows, slices).smem == 0) return "the slice's list does not fit shared memory";
+  return "";
+}
+
 }  // namespace
+
+// The default shape: about one wave of one block per SM. k split in two (a cluster) where the list is over twice the
+// rows; the fewest rows a block (32-256) that keep stripes x slices within the SMs; more slices (up to 8, at least
+// 512 channels each) while under half the SMs would run.
+std::pair<int, int> stripe_shape(const SparseWeight& w, const float* x) {
+  const int sms = sm_count();
+  const bool cl = device_has_clusters();
+  int slices = cl && w.k > 2 * w.n ? 2 : 1;
+  int rows = 0;
+  for (const int r : {32, 64, 128, 256})
+    if (w.tile % r == 0) {
+      rows = r;
+      if (ceil_div(w.tile, r) * slices <= sms) break;
+    }
+  const int stripes = ceil_div(w.tile, rows);
+  while (cl && slices < 8 && stripes * slices * 2 <= sms && w.k / (slices * 2) >= 512) slices *= 2;
+  while (cl && slices < 8 && stripe_launch(w.k, w.tile, rows, slices).smem == 0) slices *= 2;  // a long list
+  if (!stripe_refusal(w, x, rows, slices).empty()) return {0, 0};
+  return {rows, slices};
+}
+
+void stripes(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate, cudaStream_t stream,
+             unsigned long long* zeros, int rows, int slices) {
+  if (const std::string why = stripe_refusal(w, x, rows, slices); !why.empty())
+    fail("gemv_sparse_x: the stripe form cannot run: {}", why);
+  const StripeLaunch l = stripe_launch(w.k, w.tile, rows, slices);
+  if (w.dtype == DType::BF16)
+    launch_stripes<DType::BF16>(w, x, threshold, y, accumulate, stream, zeros, rows, slices, l);
+  else
+    launch_stripes<DType::F16>(w, x, threshold, y, accumulate, stream, zeros, rows, slices, l);
+}
+
 }  // namespace detail
 
 SparseWeight make_sparse_columns(const DeviceWeight& w, cudaStream_t stream) {
@@ -242,7 +555,11 @@ void gemv_sparse_x(const SparseWeight& w, const float* x, float threshold, float
   if (w.tile > ws.max_rows())
     fail("gemv_sparse: workspace sized for {} rows, the weight has {}", ws.max_rows(), w.tile);
   if (!(threshold >= 0.0f)) fail("gemv_sparse_x: threshold {} is negative", threshold);
-  if (splits == 0) splits = gemv_sparse_x_default_splits(w);
+  if (splits == 0) {
+    if (const auto [rows, slices] = detail::stripe_shape(w, x); rows > 0)
+      return detail::stripes(w, x, threshold, y, accumulate, stream, zeros, rows, slices);
+    splits = gemv_sparse_x_default_splits(w);
+  }
   const int64_t min_splits = (w.k + detail::kColMaxSlice - 1) / detail::kColMaxSlice;
   if (splits < min_splits || splits > SparseGemvWorkspace::kMaxSplits)
     fail("gemv_sparse_x: splits {} outside [{}, {}]", splits, min_splits, SparseGemvWorkspace::kMaxSplits);
@@ -250,6 +567,18 @@ void gemv_sparse_x(const SparseWeight& w, const float* x, float threshold, float
     detail::launch_cols<DType::BF16>(w, x, threshold, y, accumulate, ws, stream, zeros, splits);
   else
     detail::launch_cols<DType::F16>(w, x, threshold, y, accumulate, ws, stream, zeros, splits);
+}
+
+std::pair<int, int> gemv_sparse_x_stripe_shape(const SparseWeight& w, const float* x) {
+  if (!w.columns) fail("gemv_sparse_x: the weight is not the channel-major copy (make_sparse_columns)");
+  return detail::stripe_shape(w, x);
+}
+
+void gemv_sparse_x_stripes(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
+                           cudaStream_t stream, unsigned long long* zeros, int rows, int slices) {
+  if (!w.columns) fail("gemv_sparse_x: the weight is not the channel-major copy (make_sparse_columns)");
+  if (!(threshold >= 0.0f)) fail("gemv_sparse_x: threshold {} is negative", threshold);
+  detail::stripes(w, x, threshold, y, accumulate, stream, zeros, rows, slices);
 }
 
 }  // namespace tessera::cuda
