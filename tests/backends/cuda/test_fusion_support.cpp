@@ -8,6 +8,7 @@
 #include "backends/cuda/executor_common.h"
 #include "backends/cuda/session_cuda.h"
 #include "graph/passes/memory_plan.h"
+#include "graph/passes/sparsify.h"
 #include "models/llama.h"
 #include "models/model_graph.h"
 #include "models/model_weights.h"
@@ -158,7 +159,8 @@ TEST(CudaFusionSupport, RowsStacksResidualsAndAttention) {
 }
 
 // The in-place rule of the CUDA plans: an output takes an input's block only as a residual epilogue (every one of
-// them: the executors then need no copy), an ADD over its first operand, or the decoder's one-token LAST_ROW; inputs
+// them: the executors then need no copy), an ADD over its first operand, or the decoder's one-token LAST_ROW or
+// SPARSIFY; inputs
 // keep their own buffers; the logits' block is never shared.
 void expect_cuda_rules(const graph::Graph& r, const graph::MemoryPlan& mp, bool decoder) {
   for (size_t i = 0; i < r.nodes().size(); ++i) {
@@ -167,7 +169,9 @@ void expect_cuda_rules(const graph::Graph& r, const graph::MemoryPlan& mp, bool 
     if (graph::is_matmul_like(n.op) && n.fusion.residual >= 0) {
       EXPECT_EQ(taken, n.fusion.residual) << n.name;
     } else if (taken >= 0) {
-      EXPECT_TRUE((n.op == Op::ADD && taken == n.inputs[0]) || (decoder && n.op == Op::LAST_ROW)) << n.name;
+      EXPECT_TRUE((n.op == Op::ADD && taken == n.inputs[0]) || (decoder && n.op == Op::LAST_ROW) ||
+                  (decoder && n.op == Op::SPARSIFY && taken == n.inputs[0]))
+          << n.name;
     }
   }
   for (size_t t = 0; t < r.tensors().size(); ++t)
@@ -202,6 +206,36 @@ TEST(CudaMemoryPlan, DecoderPlanAtOneToken) {
                                                     decoder_fusion_support(fuse, fold, fold));
         EXPECT_EQ(plan_cuda_memory(deep, true).total, mp.total) << dtype_name(dt);
       }
+}
+
+// TEAL's decode graph (calibrated thresholds): every SPARSIFY writes over its input, so its launch can be skipped and
+// the RMSNorm before it fold into the sparse GEMVs (backend_cuda.cpp); the norm's output has no other reader.
+TEST(CudaMemoryPlan, DecoderPlanPutsSparsifyOverItsInput) {
+  for (DType dt : {DType::BF16, DType::Q4_1}) {
+    const ModelWeights w = tiny(dt);
+    graph::SparsifyOptions so;
+    so.thresholds.assign(2, {0.1f, 0.2f, 0.3f, 0.4f});
+    const graph::Graph g = graph::sparsify(build_llama_graph(w, {.n_tokens = 1, .n_ctx = 32}), so);
+    const graph::Graph r = graph::run_passes(g, decoder_fusion_support(true, true, true));
+    const graph::MemoryPlan mp = plan_cuda_memory(r, true);
+    const auto problems = graph::check_memory_plan(r, mp, {}, kArenaAlignment);
+    EXPECT_TRUE(problems.empty()) << dtype_name(dt) << ": " << problems.front();
+    expect_cuda_rules(r, mp, true);
+    int sparsify = 0, after_norm = 0;
+    for (size_t i = 0; i < r.nodes().size(); ++i) {
+      const graph::Node& n = r.nodes()[i];
+      if (n.op != Op::SPARSIFY) continue;
+      ++sparsify;
+      EXPECT_EQ(mp.in_place_input[i], n.inputs[0]) << n.name;
+      EXPECT_EQ(mp.offsets[size_t(n.output)], mp.offsets[size_t(n.inputs[0])]) << n.name;
+      const int p = r.tensor(n.inputs[0]).producer;
+      if (p >= 0 && r.node(p).op == Op::RMSNORM) ++after_norm;
+    }
+    EXPECT_EQ(sparsify, 8) << dtype_name(dt);  // 2 layers x (q|k|v, o, gate|up, down)
+    if (dt == DType::BF16) {
+      EXPECT_EQ(after_norm, 4);  // the attention and ffn norms of each layer
+    }
+  }
 }
 
 TEST(CudaMemoryPlan, RowsPlanWithSixteenBitCopies) {

@@ -384,6 +384,116 @@ TEST(GemvSparse, StripeFormMatchesTheReference) {
   EXPECT_THROW(gemv_sparse_x_stripes(sw2, nullptr, -1.0f, y.as<float>(), false, nullptr, nullptr, 64, 1), Error);
 }
 
+// The stripe form with the decoder's fusions (SparseXFusion): the RMSNorm in front (x is the norm's input; the
+// threshold applies to x * r * w) and the SwiGLU behind (w is [gate; up]), against a double reference. The threshold
+// sits in the widest gap between the normed magnitudes near the middle, so float and double keep the same entries.
+void check_fused(DType dtype, int64_t n_out, int64_t k, bool norm, bool swiglu, int rows, int slices,
+                 std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " n_out=" << n_out << " k=" << k << " norm=" << norm
+                                    << " swiglu=" << swiglu << " rows=" << rows << " slices=" << slices);
+  const int64_t n = swiglu ? 2 * n_out : n_out;
+  const auto w_host = random_weight(rng, dtype, n, k);
+  const auto x = random_floats(rng, static_cast<size_t>(k), -2.0f, 2.0f);
+  const auto g = random_floats(rng, static_cast<size_t>(k), 0.5f, 1.5f);
+  const float eps = 1e-5f;
+  std::vector<double> xn(static_cast<size_t>(k));
+  if (norm)
+    rmsnorm_ref(x.data(), g.data(), xn.data(), 1, k, eps);
+  else
+    std::copy(x.begin(), x.end(), xn.begin());
+  std::vector<double> mags(xn.size());
+  for (size_t i = 0; i < xn.size(); ++i) mags[i] = std::fabs(xn[i]);
+  std::sort(mags.begin(), mags.end());
+  size_t best = static_cast<size_t>(k) * 2 / 5;
+  for (size_t i = best; i < static_cast<size_t>(k) * 3 / 5; ++i)
+    if (mags[i + 1] - mags[i] > mags[best + 1] - mags[best]) best = i;
+  const auto threshold = static_cast<float>((mags[best] + mags[best + 1]) / 2);
+  ASSERT_GT(mags[best + 1] - mags[best], 1e-5 * mags[best + 1]);
+  std::vector<float> xz(static_cast<size_t>(k));
+  uint64_t want_zeros = 0;
+  for (size_t i = 0; i < xz.size(); ++i) {
+    xz[i] = std::fabs(xn[i]) <= threshold ? 0.0f : static_cast<float>(xn[i]);
+    want_zeros += xz[i] == 0.0f;
+  }
+  const DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
+  const SparseWeight sw = make_sparse_columns(w, nullptr);
+  DeviceBuffer xd = to_device(x), gd = to_device(g), zeros(2 * sizeof(unsigned long long));
+  zeros.fill_bytes(0);
+  DeviceBuffer yd = poisoned(sizeof(float) * n_out);
+  SparseXFusion fu;
+  fu.norm_w = norm ? gd.as<float>() : nullptr;
+  fu.norm_eps = eps;
+  fu.swiglu = swiglu;
+  if (rows > 0) {
+    gemv_sparse_x_stripes(sw, xd.as<float>(), threshold, yd.as<float>(), false, nullptr,
+                          zeros.as<unsigned long long>(), rows, slices, fu);
+  } else {
+    SparseGemvWorkspace ws(n);
+    gemv_sparse_x(sw, xd.as<float>(), threshold, yd.as<float>(), false, ws, nullptr, zeros.as<unsigned long long>(),
+                  0, fu);
+  }
+  synchronize();
+  const auto y = to_host<float>(yd, static_cast<size_t>(n_out));
+  const auto z = to_host<unsigned long long>(zeros, 2);
+  EXPECT_EQ(z[0], want_zeros);
+  EXPECT_EQ(z[1], static_cast<unsigned long long>(k));
+  std::vector<double> ref, mag;
+  gemv_ref(dtype, w_host, n, k, xz.data(), ref, mag);
+  // Each kept x' is within a few float roundings of the double one (x * r * w), and the sums as the plain form's.
+  const double rel = std::max(2e-5, (static_cast<double>(k) + 64) * std::ldexp(1.0, -24)) + 1e-6;
+  for (int64_t i = 0; i < n_out; ++i) {
+    double want = ref[static_cast<size_t>(i)], tol = rel * mag[static_cast<size_t>(i)] + 1e-30;
+    if (swiglu) {
+      const double gs = ref[static_cast<size_t>(i)], us = ref[static_cast<size_t>(n_out + i)];
+      const double dg = rel * mag[static_cast<size_t>(i)], du = rel * mag[static_cast<size_t>(n_out + i)];
+      const double silu = gs / (1.0 + std::exp(-gs));
+      want = silu * us;
+      tol = 1.2 * std::fabs(us) * dg + std::fabs(silu) * du + 1e-5 * std::fabs(want) + 1e-30;
+    }
+    ASSERT_TRUE(std::fabs(y[static_cast<size_t>(i)] - want) <= tol)
+        << "row " << i << ": " << y[static_cast<size_t>(i)] << " vs " << want << " (tol " << tol << ")";
+  }
+}
+
+TEST(GemvSparse, StripeFormFoldsRmsNormAndSwiGlu) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const DType dtype : {DType::BF16, DType::F16}) {
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{520, 2048}, {576, 1536}, {3000, 4096}})
+      for (const int slices : {1, 2}) {
+        check_fused(dtype, n, k, true, false, 32, slices, rng);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    for (const auto& [f, k] : {std::pair<int64_t, int64_t>{256, 576}, {448, 2048}, {1536, 576}})
+      for (const int rows : {32, 64, 128, 256}) {
+        if (f % rows != 0) continue;
+        check_fused(dtype, f, k, false, true, rows, 1, rng);
+        check_fused(dtype, f, k, true, true, rows, 1, rng);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+    // gemv_sparse_x's default shape with each fusion.
+    check_fused(dtype, 960, 576, true, false, 0, 0, rng);
+    check_fused(dtype, 1536, 576, true, true, 0, 0, rng);
+    check_fused(dtype, 576, 1536, false, false, 0, 0, rng);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  // What the fused forms refuse: SwiGLU over a cluster, SwiGLU rows that do not divide the gate rows, SwiGLU that
+  // accumulates, and a fusion on a weight the stripe form cannot run.
+  const auto w_host = random_weight(rng, DType::BF16, 2 * 96, 512);
+  const SparseWeight sw = make_sparse_columns(upload_weight(DType::BF16, w_host.data(), 2 * 96, 512), nullptr);
+  DeviceBuffer y(sizeof(float) * 2 * 96);
+  SparseXFusion sg;
+  sg.swiglu = true;
+  EXPECT_THROW(gemv_sparse_x_stripes(sw, nullptr, 0.0f, y.as<float>(), false, nullptr, nullptr, 32, 2, sg), Error);
+  EXPECT_THROW(gemv_sparse_x_stripes(sw, nullptr, 0.0f, y.as<float>(), false, nullptr, nullptr, 64, 1, sg), Error);
+  EXPECT_THROW(gemv_sparse_x_stripes(sw, nullptr, 0.0f, y.as<float>(), true, nullptr, nullptr, 32, 1, sg), Error);
+  EXPECT_EQ(gemv_sparse_x_stripe_shape(sw, nullptr, true), std::make_pair(32, 1));
+  SparseWeight wide;  // only the shape is read: k over 65536 has no stripe form, so no fusion either
+  wide.columns = true, wide.n = 64, wide.k = 70000, wide.tile = 64;
+  SparseGemvWorkspace ws(64);
+  EXPECT_THROW(gemv_sparse_x(wide, nullptr, 0.0f, y.as<float>(), false, ws, nullptr, nullptr, 0, sg), Error);
+}
+
 // The 8B decoder's stacks (q|k|v, o, gate|up, down) through gemv_sparse_x's default: the stripe form.
 TEST(GemvSparse, StripeFormDecoderShapes) {
   TESSERA_REQUIRE_GPU();

@@ -120,24 +120,36 @@ SparseWeight make_sparse_columns(const DeviceWeight& w, cudaStream_t stream);
 // Slices of k (blocks per stripe of rows) gemv_sparse_x uses by default (128 threads, 8 rows each, a block).
 int gemv_sparse_x_default_splits(const SparseWeight& w);
 
+// A producer and a consumer folded into the stripe form (the decoder's TEAL path: no rmsnorm or swiglu launch).
+struct SparseXFusion {
+  const float* norm_w = nullptr;  // RMSNorm in front: x is the norm's input, norm_w [k] its weight; the threshold
+  float norm_eps = 0.0f;          // applies to the norm's output (x * r * w, as rmsnorm computes it)
+  bool swiglu = false;  // SwiGLU behind: w is [gate; up] (2f rows) and y[f] = silu(gate . x') * (up . x')
+};
+
 // y[N] (+)= W · x' where x'[c] = x[c] if !(|x[c]| <= threshold) and x[c] != 0, else 0: SPARSIFY's calibrated-threshold
 // rule folded in (threshold >= 0; 0 keeps x's nonzero entries). Fixed summation order (the same x gives the same bits).
 // zeros: as sparsify's (the achieved-sparsity counters), or null. splits 0: the default, the stripe form below where it
 // runs (gemv_sparse_x_stripe_shape), else the split form; splits > 0: the split form with that many slices (at least
 // k / 2048). The split form: 1,024-row stripes, k in slices, the stripe's last block adding the slices' partials.
+// A fusion runs the stripe form only (an error where it cannot run; SwiGLU: not with accumulate).
 void gemv_sparse_x(const SparseWeight& w, const float* x /*[k]*/, float threshold, float* y /*[N]*/, bool accumulate,
-                   SparseGemvWorkspace& ws, cudaStream_t stream, unsigned long long* zeros = nullptr, int splits = 0);
+                   SparseGemvWorkspace& ws, cudaStream_t stream, unsigned long long* zeros = nullptr, int splits = 0,
+                   const SparseXFusion& fusion = {});
 
 // The stripe form (gemv_sparse_cols.cu): a block of 512 threads owns `rows` output rows (32, 64, 128 or 256, dividing
-// the padded n) and walks every kept channel of its slice of k; `slices` > 1 (up to 8, sm_90) splits k over one
-// thread-block cluster whose sums meet in rank 0's shared memory. No workspace, no atomics, the same bits for the same
-// x. Needs k % 4 == 0, k <= 65536, x 16-byte aligned and the slice's list (6 bytes an entry) in shared memory.
+// the padded n; SwiGLU: as many gate and up rows, dividing f) and walks every kept channel of its slice of k; `slices`
+// > 1 (up to 8, sm_90; not with SwiGLU) splits k over one thread-block cluster whose sums meet in rank 0's shared
+// memory. No workspace, no atomics, the same bits for the same x. Needs k % 4 == 0, k <= 65536, x 16-byte aligned and
+// the slice's list (6 bytes an entry) in shared memory.
 // In a CUDA graph of back-to-back calls on the H100 at 50%: 0.75x / 0.69x / 0.97x / 0.88x / 0.86x the split form's time
 // at 4096->6144, 4096x4096, 4096->28672, 4096->14336 and 14336->4096 (docs/TEAL.md, twenty-fourth session).
-// The default shape for w and x ({rows, slices}), or {0, 0} where gemv_sparse_x takes the split form.
-std::pair<int, int> gemv_sparse_x_stripe_shape(const SparseWeight& w, const float* x);
+// The default shape for w and x ({rows, slices}), or {0, 0} where gemv_sparse_x takes the split form (swiglu: where
+// the SwiGLU form cannot run).
+std::pair<int, int> gemv_sparse_x_stripe_shape(const SparseWeight& w, const float* x, bool swiglu = false);
 // The stripe form at an explicit shape (tests, benchmarks); an error names what does not fit.
 void gemv_sparse_x_stripes(const SparseWeight& w, const float* x /*[k]*/, float threshold, float* y /*[N]*/,
-                           bool accumulate, cudaStream_t stream, unsigned long long* zeros, int rows, int slices);
+                           bool accumulate, cudaStream_t stream, unsigned long long* zeros, int rows, int slices,
+                           const SparseXFusion& fusion = {});
 
 }  // namespace tessera::cuda

@@ -207,27 +207,38 @@ __global__ void sparse_cols_repack_kernel(const uint16_t* __restrict__ src /*[n,
 // 43.7 / 23.8 / 25.8 us at q|k|v 4096->6144, o 4096x4096, gate|up 4096->28672, 4096->14336 and down 14336->4096,
 // against 17.1 / 15.1 / 45.1 / 27.0 / 30.0 for the split form below and 16.9 / 11.3 / 74.7 / 38.2 / 39.1 dense.
 constexpr int kStripeThreads = 512;
-constexpr int kStripeUnroll = 8;  // channels per pipeline group and slot
-constexpr int kStripeRpt = 8;     // rows per thread: one 16-byte load of a channel
+constexpr int kStripeRpt = 8;  // rows per thread: one 16-byte load of a channel (SWIGLU: one of gate and one of up)
 
 __device__ __forceinline__ bool sparse_keep(float v, float threshold) { return !(fabsf(v) <= threshold) && v != 0.0f; }
 
+// The fused producer and consumer (gemv_sparse.h's SparseXFusion), as kernel arguments.
+struct StripeFusion {
+  const float* norm_w;  // [k] or null: x is RMSNorm's input; the block computes the norm's output itself
+  float norm_eps;
+  int f;  // SWIGLU: the gate rows (w is [gate; up], 2f rows); y[f] = silu(gate . x') * (up . x')
+};
+
 // Dynamic shared memory: the slice's list (cap floats, then cap 16-bit channels), reused for the warps' partial sums
-// at the end; CL: rank 0's [slices][R] slots for the cluster's sums at red_off (past both).
-template <DType D, int G, bool CL>
+// at the end; CL: rank 0's [slices][R] slots for the cluster's sums at red_off (past both). SWIGLU: a block owns R
+// gate rows and the same up rows (two 16-byte loads a channel, half the channels a group); no clusters.
+template <DType D, int G, bool CL, bool SWIGLU>
 __global__ void __launch_bounds__(kStripeThreads, 1)
     gemv_sparse_stripe_kernel(const uint8_t* __restrict__ w /*[k, n_pad]*/, const float* __restrict__ x /*[k]*/,
                               float threshold, float* __restrict__ y /*[n]*/,
                               unsigned long long* __restrict__ zeros, int n, int n_pad, int k, int cap, int red_off,
-                              bool accumulate) {
+                              bool accumulate, StripeFusion fu) {
   using F = FloatFmt<D>;
-  constexpr int T = kStripeThreads, U = kStripeUnroll, RPT = kStripeRpt, R = G * RPT, S = T / G;
+  constexpr int T = kStripeThreads, RPT = kStripeRpt, R = G * RPT, S = T / G;
+  constexpr int H = SWIGLU ? 2 : 1;  // row pieces a channel: gate and up
+  constexpr int U = 8 / H;           // channels per pipeline group and slot: 8 loads in flight per thread
   constexpr int kWarps = T / kWarp;
   static_assert(kWarp % G == 0, "a channel's run is a power-of-two share of a warp");
+  static_assert(!(SWIGLU && CL), "the SwiGLU form runs one slice");
   extern __shared__ __align__(16) uint8_t smem[];
   float* s_val = reinterpret_cast<float*>(smem);
   uint16_t* s_idx = reinterpret_cast<uint16_t*>(smem + 4 * static_cast<size_t>(cap));
   __shared__ int s_scan[kWarp];
+  __shared__ float s_rms[kWarps];
   const int tid = static_cast<int>(threadIdx.x), lane = tid & (kWarp - 1), warp = tid / kWarp;
   const int slice = static_cast<int>(blockIdx.x), slices = static_cast<int>(gridDim.x);
   const int row0 = static_cast<int>(blockIdx.y) * R;
@@ -236,14 +247,41 @@ __global__ void __launch_bounds__(kStripeThreads, 1)
   const int q1 = static_cast<int>(static_cast<long long>(nq) * (slice + 1) / slices);
   if constexpr (CL) cluster_arrive_relaxed();  // this block runs: the others may store into it after their wait
   pdl_wait();                                  // x is the previous kernel's output
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  // ---- The fused RMSNorm: every block sums the squares of all of x (from L2), then scales its slice's entries as
+  // rmsnorm_kernel does (x * r * w, r correctly rounded): the kept entries and their values are the norm's output's,
+  // up to the sum's order ----
+  float r = 1.0f;
+  const float4* g4 = reinterpret_cast<const float4*>(fu.norm_w);
+  if (fu.norm_w != nullptr) {
+    float ss = 0.0f;
+    for (int q = tid; q < nq; q += T) {
+      const float4 v = __ldg(x4 + q);
+      ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss))));
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) s_rms[warp] = ss;
+    __syncthreads();
+    float t = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kWarps; ++i) t += s_rms[i];
+    r = 1.0f / sqrtf(t / static_cast<float>(k) + fu.norm_eps);
+  }
+  auto entry = [&](int q) {  // x's float4 q, through the fused norm
+    float4 v = __ldg(x4 + q);
+    if (fu.norm_w != nullptr) {
+      const float4 g = __ldg(g4 + q);
+      v = make_float4(v.x * r * g.x, v.y * r * g.y, v.z * r * g.z, v.w * r * g.w);
+    }
+    return v;
+  };
   // ---- The list: thread t compacts float4s [qa, qb) of the slice (contiguous, in thread order), one block scan ----
   const int per = (q1 - q0 + T - 1) / T;
   const int qa = min(q0 + tid * per, q1), qb = min(qa + per, q1);
-  const float4* x4 = reinterpret_cast<const float4*>(x);
   int cnt = 0;
 #pragma unroll 4
   for (int q = qa; q < qb; ++q) {
-    const float4 v = __ldg(x4 + q);
+    const float4 v = entry(q);
     cnt += sparse_keep(v.x, threshold) + sparse_keep(v.y, threshold) + sparse_keep(v.z, threshold) +
            sparse_keep(v.w, threshold);
   }
@@ -268,7 +306,7 @@ __global__ void __launch_bounds__(kStripeThreads, 1)
   const int m = s_scan[kWarps - 1];
   int pos = (warp > 0 ? s_scan[warp - 1] : 0) + inc - cnt;
   for (int q = qa; q < qb; ++q) {  // x again, from L1
-    const float4 v = __ldg(x4 + q);
+    const float4 v = entry(q);
     const float e[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i)
@@ -283,51 +321,63 @@ __global__ void __launch_bounds__(kStripeThreads, 1)
     atomicAdd(&zeros[0], static_cast<unsigned long long>(4 * (q1 - q0) - m));
     atomicAdd(&zeros[1], static_cast<unsigned long long>(4 * (q1 - q0)));
   }
-  // ---- The walk: slot `slot` takes entries slot, slot + S, ...; its G threads read the channel's R * 2 bytes ----
+  // ---- The walk: slot `slot` takes entries slot, slot + S, ...; its G threads read the channel's R * 2 bytes (and
+  // SWIGLU the up rows' R * 2, f rows further) ----
   const int slot = tid / G, gi = tid - slot * G;
   const size_t chan = static_cast<size_t>(n_pad) * 2;
   const uint8_t* wb = w + static_cast<size_t>(row0 + gi * RPT) * 2;
-  float acc[RPT];
+  const size_t up = static_cast<size_t>(fu.f) * 2;
+  float acc[H][RPT];
 #pragma unroll
-  for (int r = 0; r < RPT; ++r) acc[r] = 0.0f;
+  for (int h = 0; h < H; ++h)
+#pragma unroll
+    for (int i = 0; i < RPT; ++i) acc[h][i] = 0.0f;
   constexpr int kStep = U * S, kSpan = (U - 1) * S;  // a group at j is whole when j + kSpan < m
   // Whole groups load unconditionally, so the loads issue back to back; the last, partial group loads nothing past m.
-  auto load = [&](int j0, bool whole, uint4(&v)[U], float(&xs)[U]) {
+  auto load = [&](int j0, bool whole, uint4(&v)[U][H], float(&xs)[U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int j = j0 + u * S;
       const bool ok = whole || j < m;
       xs[u] = ok ? s_val[j] : 0.0f;
-      v[u] = ok ? ld_stream16(wb + static_cast<size_t>(s_idx[j]) * chan) : make_uint4(0, 0, 0, 0);
+      const uint8_t* p = ok ? wb + static_cast<size_t>(s_idx[j]) * chan : nullptr;
+#pragma unroll
+      for (int h = 0; h < H; ++h) v[u][h] = ok ? ld_stream16(p + h * up) : make_uint4(0, 0, 0, 0);
     }
   };
-  auto fma_group = [&](const uint4(&v)[U], const float(&xs)[U]) {
+  auto fma_group = [&](const uint4(&v)[U][H], const float(&xs)[U]) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      float f[8];
-      F::to_float(v[u], f);
+    for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int r = 0; r < RPT; ++r) acc[r] = fmaf(f[r], xs[u], acc[r]);
-    }
+      for (int h = 0; h < H; ++h) {
+        float f[8];
+        F::to_float(v[u][h], f);
+#pragma unroll
+        for (int i = 0; i < RPT; ++i) acc[h][i] = fmaf(f[i], xs[u], acc[h][i]);
+      }
   };
   int j = slot;
   if (j + kSpan < m) {  // software-pipelined: the next whole group's loads issued before this group's FMAs
-    uint4 cur[U];
+    uint4 cur[U][H];
     float xc[U];
     load(j, true, cur, xc);
     for (; j + kStep + kSpan < m; j += kStep) {
-      uint4 nxt[U];
+      uint4 nxt[U][H];
       float xn[U];
       load(j + kStep, true, nxt, xn);
       fma_group(cur, xc);
 #pragma unroll
-      for (int u = 0; u < U; ++u) cur[u] = nxt[u], xc[u] = xn[u];
+      for (int u = 0; u < U; ++u) {
+        xc[u] = xn[u];
+#pragma unroll
+        for (int h = 0; h < H; ++h) cur[u][h] = nxt[u][h];
+      }
     }
     fma_group(cur, xc);
     j += kStep;
   }
   if (j < m) {
-    uint4 v[U];
+    uint4 v[U][H];
     float xs[U];
     load(j, false, v, xs);
     fma_group(v, xs);
@@ -336,12 +386,16 @@ __global__ void __launch_bounds__(kStripeThreads, 1)
 #pragma unroll
   for (int off = G; off < kWarp; off <<= 1)
 #pragma unroll
-    for (int r = 0; r < RPT; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+    for (int h = 0; h < H; ++h)
+#pragma unroll
+      for (int i = 0; i < RPT; ++i) acc[h][i] += __shfl_xor_sync(0xffffffffu, acc[h][i], off);
   __syncthreads();  // every list read done: the shared memory holds the partials now
-  float* part = reinterpret_cast<float*>(smem);
+  float* part = reinterpret_cast<float*>(smem);  // [H][kWarps][R]
   if (lane < G)
 #pragma unroll
-    for (int r = 0; r < RPT; ++r) part[warp * R + lane * RPT + r] = acc[r];
+    for (int h = 0; h < H; ++h)
+#pragma unroll
+      for (int i = 0; i < RPT; ++i) part[(h * kWarps + warp) * R + lane * RPT + i] = acc[h][i];
   __syncthreads();
   float* red = reinterpret_cast<float*>(smem + red_off);  // CL: rank 0's slots
   unsigned rank = 0;
@@ -349,25 +403,31 @@ __global__ void __launch_bounds__(kStripeThreads, 1)
     rank = cluster_rank();
     cluster_wait_acquire();  // every block of the cluster runs (their arrive at the start)
   }
-  for (int r = tid; r < R; r += T) {
-    float sum = 0.0f;
+  for (int i = tid; i < R; i += T) {
+    float sum[H];
 #pragma unroll
-    for (int p = 0; p < kWarps; ++p) sum += part[p * R + r];
-    const int row = row0 + r;
+    for (int h = 0; h < H; ++h) {
+      sum[h] = 0.0f;
+#pragma unroll
+      for (int p = 0; p < kWarps; ++p) sum[h] += part[(h * kWarps + p) * R + i];
+    }
+    const int row = row0 + i;
     if constexpr (CL) {
-      store_cluster_f32(red + rank * R + r, 0, sum);
+      store_cluster_f32(red + rank * R + i, 0, sum[0]);
+    } else if constexpr (SWIGLU) {
+      if (row < fu.f) y[row] = silu_mul(sum[0], sum[H - 1]);
     } else if (row < n) {
-      y[row] = accumulate ? y[row] + sum : sum;
+      y[row] = accumulate ? y[row] + sum[0] : sum[0];
     }
   }
   if constexpr (CL) {
     cluster_arrive_release();  // the remote stores before rank 0's reads
     cluster_wait_acquire();
     if (rank == 0)
-      for (int r = tid; r < R; r += T) {
+      for (int i = tid; i < R; i += T) {
         float sum = 0.0f;
-        for (int i = 0; i < slices; ++i) sum += red[i * R + r];
-        const int row = row0 + r;
+        for (int c = 0; c < slices; ++c) sum += red[c * R + i];
+        const int row = row0 + i;
         if (row < n) y[row] = accumulate ? y[row] + sum : sum;
       }
   }
@@ -421,67 +481,77 @@ int smem_per_sm() {
   return v;
 }
 
-// Shared memory for k split in `slices` at `rows` rows a block; smem 0 where it does not fit.
-StripeLaunch stripe_launch(int64_t k, int64_t n_pad, int rows, int slices) {
+// Shared memory for k split in `slices` at `rows` rows a block (SWIGLU: rows gate rows and as many up rows); smem 0
+// where it does not fit.
+StripeLaunch stripe_launch(int64_t k, int64_t n_pad, int rows, int slices, bool swiglu) {
   StripeLaunch l;
   const int64_t nq = k / 4;
   l.cap = static_cast<int>(4 * ((nq + slices - 1) / slices));
   const int64_t list = (static_cast<int64_t>(l.cap) * 6 + 15) / 16 * 16;
-  const int64_t part = int64_t{kStripeThreads / kWarp} * rows * 4;
+  const int64_t part = int64_t{kStripeThreads / kWarp} * rows * 4 * (swiglu ? 2 : 1);
   l.red_off = static_cast<int>(std::max(list, part));
   int64_t smem = l.red_off + (slices > 1 ? int64_t{slices} * rows * 4 : 0);
   // One wave of at most one block per SM: ask for more than half an SM's shared memory, so no second block fits.
-  if ((n_pad / rows) * slices <= sm_count()) smem = std::max<int64_t>(smem, smem_per_sm() / 2 + 1024);
+  const int64_t blocks = (swiglu ? n_pad / 2 / rows : n_pad / rows) * slices;
+  if (blocks <= sm_count()) smem = std::max<int64_t>(smem, smem_per_sm() / 2 + 1024);
   if (smem > smem_optin()) return {};
   l.smem = static_cast<size_t>(smem);
   return l;
 }
 
-template <DType D, int G, bool CL>
+template <DType D, int G, bool CL, bool SWIGLU>
 void launch_stripes_as(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
-                       cudaStream_t stream, unsigned long long* zeros, int slices, const StripeLaunch& l) {
+                       cudaStream_t stream, unsigned long long* zeros, int slices, const StripeLaunch& l,
+                       const StripeFusion& fu) {
   static const bool opted_in = [] {  // over 48 KB of dynamic shared memory: an opt-in per kernel, once per process
-    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(gemv_sparse_stripe_kernel<D, G, CL>,
+    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(gemv_sparse_stripe_kernel<D, G, CL, SWIGLU>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin()));
     return true;
   }();
   (void)opted_in;
   constexpr int R = G * kStripeRpt;
-  const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(w.tile / R));
-  launch_cluster("gemv_sparse_stripe_kernel", gemv_sparse_stripe_kernel<D, G, CL>, grid, dim3(kStripeThreads), l.smem,
-                 stream, CL ? static_cast<unsigned>(slices) : 1u, w.data.as<uint8_t>(), x, threshold, y, zeros,
-                 static_cast<int>(w.n), w.tile, static_cast<int>(w.k), l.cap, l.red_off, accumulate);
+  const int stripes = SWIGLU ? fu.f / R : w.tile / R;
+  const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(stripes));
+  launch_cluster("gemv_sparse_stripe_kernel", gemv_sparse_stripe_kernel<D, G, CL, SWIGLU>, grid, dim3(kStripeThreads),
+                 l.smem, stream, CL ? static_cast<unsigned>(slices) : 1u, w.data.as<uint8_t>(), x, threshold, y,
+                 zeros, static_cast<int>(w.n), w.tile, static_cast<int>(w.k), l.cap, l.red_off, accumulate, fu);
+}
+
+template <DType D, int G>
+void launch_stripes_g(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
+                      cudaStream_t stream, unsigned long long* zeros, int slices, const StripeLaunch& l,
+                      const StripeFusion& fu) {
+  if (fu.f > 0) return launch_stripes_as<D, G, false, true>(w, x, threshold, y, false, stream, zeros, 1, l, fu);
+  if (slices > 1) return launch_stripes_as<D, G, true, false>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
+  launch_stripes_as<D, G, false, false>(w, x, threshold, y, accumulate, stream, zeros, 1, l, fu);
 }
 
 template <DType D>
 void launch_stripes(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
-                    cudaStream_t stream, unsigned long long* zeros, int rows, int slices, const StripeLaunch& l) {
-  const bool cl = slices > 1;
+                    cudaStream_t stream, unsigned long long* zeros, int rows, int slices, const StripeLaunch& l,
+                    const StripeFusion& fu) {
   switch (rows) {
-    case 32:
-      return cl ? launch_stripes_as<D, 4, true>(w, x, threshold, y, accumulate, stream, zeros, slices, l)
-                : launch_stripes_as<D, 4, false>(w, x, threshold, y, accumulate, stream, zeros, slices, l);
-    case 64:
-      return cl ? launch_stripes_as<D, 8, true>(w, x, threshold, y, accumulate, stream, zeros, slices, l)
-                : launch_stripes_as<D, 8, false>(w, x, threshold, y, accumulate, stream, zeros, slices, l);
-    case 128:
-      return cl ? launch_stripes_as<D, 16, true>(w, x, threshold, y, accumulate, stream, zeros, slices, l)
-                : launch_stripes_as<D, 16, false>(w, x, threshold, y, accumulate, stream, zeros, slices, l);
-    default:
-      return cl ? launch_stripes_as<D, 32, true>(w, x, threshold, y, accumulate, stream, zeros, slices, l)
-                : launch_stripes_as<D, 32, false>(w, x, threshold, y, accumulate, stream, zeros, slices, l);
+    case 32: return launch_stripes_g<D, 4>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
+    case 64: return launch_stripes_g<D, 8>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
+    case 128: return launch_stripes_g<D, 16>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
+    default: return launch_stripes_g<D, 32>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
   }
 }
 
-// Why the stripe form cannot run (rows, slices) on w and x, or "" where it can.
-std::string stripe_refusal(const SparseWeight& w, const float* x, int rows, int slices) {
+// Why the stripe form cannot run (rows, slices) on w and x, or "" where it can. swiglu: w is [gate; up].
+std::string stripe_refusal(const SparseWeight& w, const float* x, int rows, int slices, bool swiglu) {
   if (rows != 32 && rows != 64 && rows != 128 && rows != 256) return "rows " + num(rows) + " not 32, 64, 128 or 256";
-  if (w.tile % rows != 0) return "rows " + num(rows) + " do not divide the padded " + num(w.tile);
   if (slices < 1 || slices > 8) return "slices " + num(slices) + " outside [1, 8]";
+  if (swiglu) {
+    if (w.n % 2 != 0 || (w.n / 2) % rows != 0) return "rows " + num(rows) + " do not divide the gate rows";
+    if (slices != 1) return "the SwiGLU form runs one slice";
+  } else if (w.tile % rows != 0) {
+    return "rows " + num(rows) + " do not divide the padded " + num(w.tile);
+  }
   if (slices > 1 && !device_has_clusters()) return "slices above 1 need thread-block clusters (sm_90)";
   if (w.k % 4 != 0 || w.k > 65536) return "k " + num(w.k) + " is not a multiple of 4 up to 65536";
   if (x != nullptr && !aligned16(x)) return "x is not 16-byte aligned";
-  if (stripe_launch(w.k, w.tile, rows, slices).smem == 0) return "the slice's list does not fit shared memory";
+  if (stripe_launch(w.k, w.tile, rows, slices, swiglu).smem == 0) return "the slice's list does not fit shared memory";
   return "";
 }
 
@@ -489,33 +559,37 @@ std::string stripe_refusal(const SparseWeight& w, const float* x, int rows, int 
 
 // The default shape: about one wave of one block per SM. k split in two (a cluster) where the list is over twice the
 // rows; the fewest rows a block (32-256) that keep stripes x slices within the SMs; more slices (up to 8, at least
-// 512 channels each) while under half the SMs would run.
-std::pair<int, int> stripe_shape(const SparseWeight& w, const float* x) {
+// 512 channels each) while under half the SMs would run. SWIGLU: the gate rows' stripes, one slice.
+std::pair<int, int> stripe_shape(const SparseWeight& w, const float* x, bool swiglu) {
   const int sms = sm_count();
-  const bool cl = device_has_clusters();
+  const bool cl = device_has_clusters() && !swiglu;
+  const int64_t rows_total = swiglu ? w.n / 2 : w.tile;
   int slices = cl && w.k > 2 * w.n ? 2 : 1;
   int rows = 0;
   for (const int r : {32, 64, 128, 256})
-    if (w.tile % r == 0) {
+    if (rows_total % r == 0) {
       rows = r;
-      if (ceil_div(w.tile, r) * slices <= sms) break;
+      if (ceil_div(rows_total, r) * slices <= sms) break;
     }
-  const int stripes = ceil_div(w.tile, rows);
+  if (rows == 0) return {0, 0};
+  const int stripes = ceil_div(rows_total, rows);
   while (cl && slices < 8 && stripes * slices * 2 <= sms && w.k / (slices * 2) >= 512) slices *= 2;
-  while (cl && slices < 8 && stripe_launch(w.k, w.tile, rows, slices).smem == 0) slices *= 2;  // a long list
-  if (!stripe_refusal(w, x, rows, slices).empty()) return {0, 0};
+  while (cl && slices < 8 && stripe_launch(w.k, w.tile, rows, slices, false).smem == 0) slices *= 2;  // a long list
+  if (!stripe_refusal(w, x, rows, slices, swiglu).empty()) return {0, 0};
   return {rows, slices};
 }
 
 void stripes(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate, cudaStream_t stream,
-             unsigned long long* zeros, int rows, int slices) {
-  if (const std::string why = stripe_refusal(w, x, rows, slices); !why.empty())
+             unsigned long long* zeros, int rows, int slices, const SparseXFusion& fusion) {
+  if (const std::string why = stripe_refusal(w, x, rows, slices, fusion.swiglu); !why.empty())
     fail("gemv_sparse_x: the stripe form cannot run: {}", why);
-  const StripeLaunch l = stripe_launch(w.k, w.tile, rows, slices);
+  if (fusion.swiglu && accumulate) fail("gemv_sparse_x: the SwiGLU form does not accumulate");
+  const StripeLaunch l = stripe_launch(w.k, w.tile, rows, slices, fusion.swiglu);
+  const StripeFusion fu{fusion.norm_w, fusion.norm_eps, fusion.swiglu ? static_cast<int>(w.n / 2) : 0};
   if (w.dtype == DType::BF16)
-    launch_stripes<DType::BF16>(w, x, threshold, y, accumulate, stream, zeros, rows, slices, l);
+    launch_stripes<DType::BF16>(w, x, threshold, y, accumulate, stream, zeros, rows, slices, l, fu);
   else
-    launch_stripes<DType::F16>(w, x, threshold, y, accumulate, stream, zeros, rows, slices, l);
+    launch_stripes<DType::F16>(w, x, threshold, y, accumulate, stream, zeros, rows, slices, l, fu);
 }
 
 }  // namespace detail
@@ -550,14 +624,17 @@ int gemv_sparse_x_default_splits(const SparseWeight& w) {
 }
 
 void gemv_sparse_x(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
-                   SparseGemvWorkspace& ws, cudaStream_t stream, unsigned long long* zeros, int splits) {
+                   SparseGemvWorkspace& ws, cudaStream_t stream, unsigned long long* zeros, int splits,
+                   const SparseXFusion& fusion) {
   if (!w.columns) fail("gemv_sparse_x: the weight is not the channel-major copy (make_sparse_columns)");
   if (w.tile > ws.max_rows())
     fail("gemv_sparse: workspace sized for {} rows, the weight has {}", ws.max_rows(), w.tile);
   if (!(threshold >= 0.0f)) fail("gemv_sparse_x: threshold {} is negative", threshold);
-  if (splits == 0) {
-    if (const auto [rows, slices] = detail::stripe_shape(w, x); rows > 0)
-      return detail::stripes(w, x, threshold, y, accumulate, stream, zeros, rows, slices);
+  const bool fused = fusion.norm_w != nullptr || fusion.swiglu;
+  if (splits == 0 || fused) {
+    if (const auto [rows, slices] = detail::stripe_shape(w, x, fusion.swiglu); rows > 0)
+      return detail::stripes(w, x, threshold, y, accumulate, stream, zeros, rows, slices, fusion);
+    if (fused) fail("gemv_sparse_x: a fused RMSNorm or SwiGLU needs the stripe form, which cannot run this weight");
     splits = gemv_sparse_x_default_splits(w);
   }
   const int64_t min_splits = (w.k + detail::kColMaxSlice - 1) / detail::kColMaxSlice;
@@ -569,16 +646,17 @@ void gemv_sparse_x(const SparseWeight& w, const float* x, float threshold, float
     detail::launch_cols<DType::F16>(w, x, threshold, y, accumulate, ws, stream, zeros, splits);
 }
 
-std::pair<int, int> gemv_sparse_x_stripe_shape(const SparseWeight& w, const float* x) {
+std::pair<int, int> gemv_sparse_x_stripe_shape(const SparseWeight& w, const float* x, bool swiglu) {
   if (!w.columns) fail("gemv_sparse_x: the weight is not the channel-major copy (make_sparse_columns)");
-  return detail::stripe_shape(w, x);
+  return detail::stripe_shape(w, x, swiglu);
 }
 
 void gemv_sparse_x_stripes(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
-                           cudaStream_t stream, unsigned long long* zeros, int rows, int slices) {
+                           cudaStream_t stream, unsigned long long* zeros, int rows, int slices,
+                           const SparseXFusion& fusion) {
   if (!w.columns) fail("gemv_sparse_x: the weight is not the channel-major copy (make_sparse_columns)");
   if (!(threshold >= 0.0f)) fail("gemv_sparse_x: threshold {} is negative", threshold);
-  detail::stripes(w, x, threshold, y, accumulate, stream, zeros, rows, slices);
+  detail::stripes(w, x, threshold, y, accumulate, stream, zeros, rows, slices, fusion);
 }
 
 }  // namespace tessera::cuda
