@@ -145,7 +145,19 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 
 inline std::string num(int64_t v) { return std::to_string(v); }
 
-// The current device's multiprocessor count (cached per process; Tessera drives one device per process).
+// An attribute of the current device, read once per process (Tessera drives one device per process).
+template <cudaDeviceAttr A>
+int device_attribute() {
+  static const int v = [] {
+    int dev = 0, x = 0;
+    TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&x, A, dev));
+    return x;
+  }();
+  return v;
+}
+
+// The current device's multiprocessor count.
 int sm_count();
 
 // Asks L2 to fetch the line holding p (no register, no fault on an address past the end): bytes in flight for the

@@ -35,15 +35,7 @@ EarlyL2 early_l2() {
   return e;
 }
 
-int sm_count() {
-  static int cached = [] {
-    int dev = 0, n = 0;
-    TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
-    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return cached;
-}
+int sm_count() { return device_attribute<cudaDevAttrMultiProcessorCount>(); }
 
 namespace {
 

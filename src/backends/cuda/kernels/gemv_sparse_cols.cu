@@ -451,35 +451,10 @@ struct StripeLaunch {
   size_t smem = 0;
 };
 
-int smem_optin() {  // the largest dynamic shared memory a block may ask for (this process's device)
-  static const int v = [] {
-    int dev = 0, optin = 0;
-    TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
-    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    return optin - 1024;  // room for the kernels' static shared memory (s_scan: 128 bytes)
-  }();
-  return v;
-}
-
-bool device_has_clusters() {
-  static const bool v = [] {
-    int dev = 0, major = 0;
-    TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
-    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    return major >= 9;
-  }();
-  return v;
-}
-
-int smem_per_sm() {
-  static const int v = [] {
-    int dev = 0, b = 0;
-    TESSERA_CUDA_CHECK(cudaGetDevice(&dev));
-    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&b, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    return b;
-  }();
-  return v;
-}
+// The largest dynamic shared memory a block may ask for, less room for the kernels' static shared memory.
+int smem_optin() { return device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>() - 1024; }
+bool device_has_clusters() { return device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9; }
+int smem_per_sm() { return device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(); }
 
 // Shared memory for k split in `slices` at `rows` rows a block (SWIGLU: rows gate rows and as many up rows); smem 0
 // where it does not fit.
