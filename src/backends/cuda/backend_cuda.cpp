@@ -165,19 +165,7 @@ struct CudaDecoder::Impl {
   // GEMVs then read the untouched x there). A quantized GEMV without its walk (CudaOptions::teal_walk) likewise, its
   // input's quantize_q8 applying the threshold. Top-k, another reader, or the quantized walks (which read the list)
   // keep the launch. The flags are final when compile ends, before the first launch reads them.
-  // An RMSNorm folded into the sparse GEMVs behind its SPARSIFY (calibrated thresholds, bf16/f16 weights): no rmsnorm
-  // launch; the GEMVs read its input and weight (SparseXFusion::norm_w), by the norm's output tensor id.
-  struct FoldedNorm {
-    const float* x;
-    const float* w;
-    float eps;
-  };
-  std::unordered_map<int, FoldedNorm> sparse_norms;
-  bool fold_norm_into_sparse(int id_in_g) const;
-  // The stripe form's shape for MATMUL_SPARSE m's bf16/f16 weight (its stack's rows), before its copy exists.
-  std::pair<int, int> sparse_stripe_shape(const graph::Node& m, bool swiglu) const;
   struct SparseList {
-    const FoldedNorm* norm = nullptr;  // the RMSNorm in front, folded into the readers (launch stays false)
     float threshold = -1.0f;  // >= 0: calibrated thresholds
     bool in_place = false;    // the output's storage is the input's
     bool launch = false;      // the sparsify launch runs (writes the zeroed row, counts the achieved sparsity)
@@ -321,11 +309,6 @@ void CudaDecoder::Impl::compile() {
   pos_dev = positions_id >= 0 ? static_cast<int32_t*>(ptr[static_cast<size_t>(positions_id)])
                               : static_cast<int32_t*>(alloc(sizeof(int32_t)));
   for (size_t i = 0; i < g.nodes().size(); ++i) compile_node(static_cast<int>(i));
-  for (const auto& [t, sl] : sparse_lists)  // a folded RMSNorm never writes its output: nothing may read it
-    TESSERA_CHECK(sl->norm == nullptr || !sl->launch,
-                  "cuda backend: internal error: the RMSNorm before '{}' was folded into its sparse GEMVs, but the "
-                  "SPARSIFY launch that reads its output runs",
-                  g.tensor(t).name);
   drop_launches_for_timing();
   logits_id = g.find_role(graph::IoRole::LOGITS);
   TESSERA_CHECK(logits_id >= 0 && g.tensor(logits_id).dtype == DType::F32,
@@ -336,46 +319,6 @@ void CudaDecoder::Impl::compile() {
       cudaHostAlloc(reinterpret_cast<void**>(&host_logits), static_cast<size_t>(vocab) * sizeof(float), 0));
   argmax_ws = std::make_unique<ArgmaxWorkspace>(vocab);
   argmax_out = DeviceBuffer(2 * sizeof(int32_t));
-}
-
-std::pair<int, int> CudaDecoder::Impl::sparse_stripe_shape(const graph::Node& m, bool swiglu) const {
-  SparseWeight desc;  // the copy's shape only: rows, channels, rows padded to 64 (make_sparse_columns)
-  desc.columns = true;
-  for (int i = 0; i < std::max(1, m.fusion.n_weights); ++i) {
-    const graph::Tensor& t = g.tensor(m.inputs.at(static_cast<size_t>(1 + i)));
-    if (t.shape.size() != 2 || (t.dtype != DType::BF16 && t.dtype != DType::F16)) return {0, 0};
-    desc.n += t.shape[0];
-    desc.k = t.shape[1];
-  }
-  desc.tile = static_cast<int>((desc.n + 63) / 64 * 64);
-  return gemv_sparse_x_stripe_shape(desc, nullptr, swiglu);
-}
-
-// TEAL's RMSNorm -> SPARSIFY -> sparse GEMVs, with calibrated thresholds and bf16/f16 weights: the GEMVs (the stripe
-// form) compute the norm themselves from its input, so the rmsnorm launch goes (as the dense GEMVs' norm prologue).
-// Only where nothing else reads the norm's or SPARSIFY's output, SPARSIFY's output lies over its input (its launch is
-// skipped), every reader runs the stripe form, and the norm's input outlives them.
-bool CudaDecoder::Impl::fold_norm_into_sparse(int id_in_g) const {
-  const graph::Node& n = g.node(id_in_g);
-  if (!fold_norm || n.fusion.in_producer || g.tensor(n.output).numel() % 4 != 0) return false;
-  const auto& readers = consumers[static_cast<size_t>(n.output)];
-  if (readers.size() != 1) return false;
-  const int sp = readers[0];
-  const graph::Node& s = g.node(sp);
-  if (s.op != Op::SPARSIFY || !(s.params.sparse_threshold >= 0.0f) ||
-      plan.offsets[static_cast<size_t>(s.output)] != plan.offsets[static_cast<size_t>(n.output)])
-    return false;
-  const int x = n.inputs.at(0);
-  int last = sp;
-  for (int c : consumers[static_cast<size_t>(s.output)]) {
-    const graph::Node& m = g.node(c);
-    if (m.op != Op::MATMUL_SPARSE || m.fusion.norm_weight >= 0 || m.fusion.norm_out >= 0 || m.fusion.lora > 0)
-      return false;
-    const bool swiglu = m.fusion.swiglu && fold_swiglu;
-    if (sparse_stripe_shape(m, false).first == 0 && !(swiglu && sparse_stripe_shape(m, true).first > 0)) return false;
-    last = std::max(last, c);
-  }
-  return plan.last_use[static_cast<size_t>(x)] > last;
 }
 
 bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
@@ -464,7 +407,6 @@ bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
     ptr[static_cast<size_t>(out)] = planned(n, out);
     y = act(out);
     if (wp->n != 2 * f) unsupported(n, "its stacked weight is not [gate; up] for its output");
-    gate_up = y;  // a placeholder: the [gate; up] buffer is allocated below unless the SwiGLU folds into the GEMV
   } else if (n_weights > 1) {
     if (f != wp->n) unsupported(n, "its output is not the stack's width");
     ptr[static_cast<size_t>(out)] = planned(n, out);
@@ -492,16 +434,8 @@ bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
   const int32_t* count = sl->count;
   const float* xs = act(n.inputs.at(0));  // SPARSIFY's output: the zeroed x, or (launch skipped) x itself
   SparseXFusion fusion;
-  const bool swiglu_node = gate_up != nullptr;
-  gate_up = nullptr;
-  if (sl->norm != nullptr) {  // the RMSNorm folded in: x is its input
-    if (!columns) unsupported(n, "its RMSNorm was folded into a sparse GEMV it has not");
-    xs = sl->norm->x;
-    fusion.norm_w = sl->norm->w;
-    fusion.norm_eps = sl->norm->eps;
-  }
   // SwiGLU in the stripe form's epilogue (no [gate; up] output, no swiglu launch) where that form runs this weight.
-  if (swiglu_node) {
+  if (n.fusion.swiglu) {
     if (columns && fold_swiglu && gemv_sparse_x_stripe_shape(*swp, xs, true).first > 0)
       fusion.swiglu = true;
     else
@@ -565,10 +499,6 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       const float* w = vector_f32(n, in(1));
       float* y = new_act();
       const int64_t d = ot.numel();
-      if (fold_norm_into_sparse(id_in_g)) {  // its readers' sparse GEMVs compute it (TEAL with calibrated thresholds)
-        sparse_norms[out] = {x, w, n.params.eps};
-        return;
-      }
       int8_t* q = nullptr;
       float2* ds = nullptr;
       if (d % 32 == 0 && feeds_quantized_matmul(out)) {
@@ -593,7 +523,6 @@ void CudaDecoder::Impl::compile_node(int id_in_g) {
       sl->count = static_cast<int32_t*>(alloc(sizeof(int32_t)));
       sl->threshold = n.params.sparse_threshold;
       sl->in_place = y == x;
-      if (const auto f = sparse_norms.find(in(0)); f != sparse_norms.end()) sl->norm = &f->second;
       sl->launch = sl->threshold < 0;  // top-k needs the select; the readers may add reasons (compile_sparse_matmul)
       const float sp = n.params.sparsity, th = n.params.sparse_threshold;
       unsigned long long* zeros = sparsity_counters();

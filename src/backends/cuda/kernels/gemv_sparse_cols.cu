@@ -211,10 +211,8 @@ constexpr int kStripeRpt = 8;  // rows per thread: one 16-byte load of a channel
 
 __device__ __forceinline__ bool sparse_keep(float v, float threshold) { return !(fabsf(v) <= threshold) && v != 0.0f; }
 
-// The fused producer and consumer (gemv_sparse.h's SparseXFusion), as kernel arguments.
+// The fused consumer (gemv_sparse.h's SparseXFusion), as a kernel argument.
 struct StripeFusion {
-  const float* norm_w;  // [k] or null: x is RMSNorm's input; the block computes the norm's output itself
-  float norm_eps;
   int f;  // SWIGLU: the gate rows (w is [gate; up], 2f rows); y[f] = silu(gate . x') * (up . x')
 };
 
@@ -238,7 +236,6 @@ __global__ void __launch_bounds__(kStripeThreads, 1)
   float* s_val = reinterpret_cast<float*>(smem);
   uint16_t* s_idx = reinterpret_cast<uint16_t*>(smem + 4 * static_cast<size_t>(cap));
   __shared__ int s_scan[kWarp];
-  __shared__ float s_rms[kWarps];
   const int tid = static_cast<int>(threadIdx.x), lane = tid & (kWarp - 1), warp = tid / kWarp;
   const int slice = static_cast<int>(blockIdx.x), slices = static_cast<int>(gridDim.x);
   const int row0 = static_cast<int>(blockIdx.y) * R;
@@ -248,40 +245,13 @@ __global__ void __launch_bounds__(kStripeThreads, 1)
   if constexpr (CL) cluster_arrive_relaxed();  // this block runs: the others may store into it after their wait
   pdl_wait();                                  // x is the previous kernel's output
   const float4* x4 = reinterpret_cast<const float4*>(x);
-  // ---- The fused RMSNorm: every block sums the squares of all of x (from L2), then scales its slice's entries as
-  // rmsnorm_kernel does (x * r * w, r correctly rounded): the kept entries and their values are the norm's output's,
-  // up to the sum's order ----
-  float r = 1.0f;
-  const float4* g4 = reinterpret_cast<const float4*>(fu.norm_w);
-  if (fu.norm_w != nullptr) {
-    float ss = 0.0f;
-    for (int q = tid; q < nq; q += T) {
-      const float4 v = __ldg(x4 + q);
-      ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss))));
-    }
-    ss = warp_sum(ss);
-    if (lane == 0) s_rms[warp] = ss;
-    __syncthreads();
-    float t = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kWarps; ++i) t += s_rms[i];
-    r = 1.0f / sqrtf(t / static_cast<float>(k) + fu.norm_eps);
-  }
-  auto entry = [&](int q) {  // x's float4 q, through the fused norm
-    float4 v = __ldg(x4 + q);
-    if (fu.norm_w != nullptr) {
-      const float4 g = __ldg(g4 + q);
-      v = make_float4(v.x * r * g.x, v.y * r * g.y, v.z * r * g.z, v.w * r * g.w);
-    }
-    return v;
-  };
   // ---- The list: thread t compacts float4s [qa, qb) of the slice (contiguous, in thread order), one block scan ----
   const int per = (q1 - q0 + T - 1) / T;
   const int qa = min(q0 + tid * per, q1), qb = min(qa + per, q1);
   int cnt = 0;
 #pragma unroll 4
   for (int q = qa; q < qb; ++q) {
-    const float4 v = entry(q);
+    const float4 v = __ldg(x4 + q);
     cnt += sparse_keep(v.x, threshold) + sparse_keep(v.y, threshold) + sparse_keep(v.z, threshold) +
            sparse_keep(v.w, threshold);
   }
@@ -306,7 +276,7 @@ __global__ void __launch_bounds__(kStripeThreads, 1)
   const int m = s_scan[kWarps - 1];
   int pos = (warp > 0 ? s_scan[warp - 1] : 0) + inc - cnt;
   for (int q = qa; q < qb; ++q) {  // x again, from L1
-    const float4 v = entry(q);
+    const float4 v = __ldg(x4 + q);
     const float e[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i)
@@ -560,7 +530,7 @@ void stripes(const SparseWeight& w, const float* x, float threshold, float* y, b
     fail("gemv_sparse_x: the stripe form cannot run: {}", why);
   if (fusion.swiglu && accumulate) fail("gemv_sparse_x: the SwiGLU form does not accumulate");
   const StripeLaunch l = stripe_launch(w.k, w.tile, rows, slices, fusion.swiglu);
-  const StripeFusion fu{fusion.norm_w, fusion.norm_eps, fusion.swiglu ? static_cast<int>(w.n / 2) : 0};
+  const StripeFusion fu{fusion.swiglu ? static_cast<int>(w.n / 2) : 0};
   if (w.dtype == DType::BF16)
     launch_stripes<DType::BF16>(w, x, threshold, y, accumulate, stream, zeros, rows, slices, l, fu);
   else
@@ -605,11 +575,11 @@ void gemv_sparse_x(const SparseWeight& w, const float* x, float threshold, float
   if (w.tile > ws.max_rows())
     fail("gemv_sparse: workspace sized for {} rows, the weight has {}", ws.max_rows(), w.tile);
   if (!(threshold >= 0.0f)) fail("gemv_sparse_x: threshold {} is negative", threshold);
-  const bool fused = fusion.norm_w != nullptr || fusion.swiglu;
+  const bool fused = fusion.swiglu;
   if (splits == 0 || fused) {
     if (const auto [rows, slices] = detail::stripe_shape(w, x, fusion.swiglu); rows > 0)
       return detail::stripes(w, x, threshold, y, accumulate, stream, zeros, rows, slices, fusion);
-    if (fused) fail("gemv_sparse_x: a fused RMSNorm or SwiGLU needs the stripe form, which cannot run this weight");
+    if (fused) fail("gemv_sparse_x: a fused SwiGLU needs the stripe form, which cannot run this weight");
     splits = gemv_sparse_x_default_splits(w);
   }
   const int64_t min_splits = (w.k + detail::kColMaxSlice - 1) / detail::kColMaxSlice;
