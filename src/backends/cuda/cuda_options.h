@@ -106,7 +106,7 @@ struct CudaOptions {
   bool fuse = true;         // merged GEMVs (q|k|v, gate|up) and residual adds folded into GEMVs
   bool fuse_attn = true;    // RoPE + cache store inside the attention launch
   bool fold_norm = true;    // RMSNorm folded into the float-weight GEMVs after it
-  bool fold_swiglu = true;  // SwiGLU folded into the float gate|up GEMV
+  bool fold_swiglu = true;  // SwiGLU folded into the float gate|up GEMV (dense, or TEAL's stripe-form sparse walk)
   bool attn_q8 = true;      // attention writes the quantized o-projection's 8-bit input itself
   QuantNorm quant_norm = QuantNorm::AUTO;
   TealWalk teal_walk = TealWalk::AUTO;
