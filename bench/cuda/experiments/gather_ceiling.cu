@@ -117,9 +117,11 @@ int main(int argc, char** argv) {
   pats.push_back({"contiguous half", 4096, {}});
   for (int i = 0; i < static_cast<int>(kBytes / 4096 / 2); ++i) pats.back().runs.push_back(i);
   for (int u : {256, 512, 1024, 2048, 4096, 8192, 16384, 28672, 57344})
-    pats.push_back(make_pattern("50% of " + std::to_string(u) + " B runs", u, 0.5, 0x5EED0000u + static_cast<uint64_t>(u)));
+    pats.push_back(
+        make_pattern("50% of " + std::to_string(u) + " B runs", u, 0.5, 0x5EED0000u + static_cast<uint64_t>(u)));
   for (int u : {2048, 28672})
-    pats.push_back(make_pattern("60% of " + std::to_string(u) + " B runs", u, 0.6, 0x5EED1000u + static_cast<uint64_t>(u)));
+    pats.push_back(
+        make_pattern("60% of " + std::to_string(u) + " B runs", u, 0.6, 0x5EED1000u + static_cast<uint64_t>(u)));
 
   FlushedTimer timer(st, reps, static_cast<size_t>(prop.l2CacheSize));
   const int sms = prop.multiProcessorCount;

@@ -407,22 +407,20 @@ const Variant kVarB[] = {{"own", true, 32, 1, "t256u8p"},           {"own", true
 
 // The decoder's other stacks (twenty-fourth session): q|k|v 4096->6144, o 4096->4096, gate|up 4096->28672 (N = 6144,
 // 4096, 28672; the tiled copy unused: 64-row tiles).
-const Variant kVarQkv[] = {{"own", false, 48, 1, "t512u8p"},      {"own", false, 64, 1, "t512u8p"},
-                           {"own", false, 48, 1, "t256u8p"},      {"cl", false, 64, 2, "t512u8p-cl"},
-                           {"cl", false, 96, 2, "t512u8p-cl"},    {"cl", false, 128, 4, "t512u8p-cl"},
-                           {"cl", false, 192, 4, "t512u8p-cl"},   {"cl", false, 384, 8, "t512u8p-cl"},
-                           {"cl", false, 64, 4, "t256u8p-cl"},    {"split", false, 1024, 22, "t128u8p"},
-                           {"split", false, 1024, 22, "t256u8p"}};
-const Variant kVarO[] = {{"own", false, 32, 1, "t512u8p"},     {"own", false, 32, 1, "t256u8p"},
-                         {"cl", false, 64, 2, "t512u8p-cl"},   {"cl", false, 128, 4, "t512u8p-cl"},
-                         {"cl", false, 256, 8, "t512u8p-cl"},  {"cl", false, 32, 2, "t256u8p-cl"},
-                         {"cl", false, 64, 4, "t256u8p-cl"},   {"split", false, 1024, 33, "t256u8p"},
-                         {"split", false, 1024, 33, "t128u8p"}};
-const Variant kVarGu[] = {{"own", false, 256, 1, "t512u8p"},     {"own", false, 224, 1, "t512u8p"},
+const Variant kVarQkv[] = {
+    {"own", false, 48, 1, "t512u8p"},      {"own", false, 64, 1, "t512u8p"},     {"own", false, 48, 1, "t256u8p"},
+    {"cl", false, 64, 2, "t512u8p-cl"},    {"cl", false, 96, 2, "t512u8p-cl"},   {"cl", false, 128, 4, "t512u8p-cl"},
+    {"cl", false, 192, 4, "t512u8p-cl"},   {"cl", false, 384, 8, "t512u8p-cl"},  {"cl", false, 64, 4, "t256u8p-cl"},
+    {"split", false, 1024, 22, "t128u8p"}, {"split", false, 1024, 22, "t256u8p"}};
+const Variant kVarO[] = {
+    {"own", false, 32, 1, "t512u8p"},    {"own", false, 32, 1, "t256u8p"},      {"cl", false, 64, 2, "t512u8p-cl"},
+    {"cl", false, 128, 4, "t512u8p-cl"}, {"cl", false, 256, 8, "t512u8p-cl"},   {"cl", false, 32, 2, "t256u8p-cl"},
+    {"cl", false, 64, 4, "t256u8p-cl"},  {"split", false, 1024, 33, "t256u8p"}, {"split", false, 1024, 33, "t128u8p"}};
+const Variant kVarGu[] = {{"own", false, 256, 1, "t512u8p"},       {"own", false, 224, 1, "t512u8p"},
                           {"own", false, 128, 1, "t512u8p", true}, {"own", false, 256, 1, "t1024u4p"},
-                          {"cl", false, 448, 2, "t512u8p-cl"},   {"cl", false, 512, 2, "t512u8p-cl"},
-                          {"cl", false, 896, 4, "t512u8p-cl"},   {"cl", false, 256, 2, "t512u8p-cl"},
-                          {"split", false, 1024, 5, "t256u8p"},  {"split", false, 1024, 10, "t128u8p"}};
+                          {"cl", false, 448, 2, "t512u8p-cl"},     {"cl", false, 512, 2, "t512u8p-cl"},
+                          {"cl", false, 896, 4, "t512u8p-cl"},     {"cl", false, 256, 2, "t512u8p-cl"},
+                          {"split", false, 1024, 5, "t256u8p"},    {"split", false, 1024, 10, "t128u8p"}};
 
 // bench_sparse.cpp's method: median µs of op over reps calls, L2 flushed (a memset of 2x L2) before each, each call
 // between its own pair of events.
@@ -636,7 +634,9 @@ int run(int argc, char** argv) {
         if (thr_mode)  // the list walk reads sparsify's list (built above from the raw x and thr)
           record(
               "src list", "tile64", 64, nullptr, gemv_sparse_default_splits(sw64), 0,
-              [&](int) { gemv_sparse(sw64, list.as<SparseEntry>(), count.as<int32_t>(), y.as<float>(), false, ws, st); },
+              [&](int) {
+                gemv_sparse(sw64, list.as<SparseEntry>(), count.as<int32_t>(), y.as<float>(), false, ws, st);
+              },
               nullptr, false);
         for (size_t vi = 0; vi < sh.nvars; ++vi) {
           const Variant& v = sh.vars[vi];

@@ -41,9 +41,9 @@ graph::MemoryPlanOptions cuda_memory_plan_options(bool decoder) {
   o.write_over_input = [decoder](const graph::Node& n, size_t j) {
     if (j != 0) return false;
     if (n.op == graph::Op::ADD) return n.inputs.size() == 2 && n.inputs[0] != n.inputs[1];
-    // The decoder's SPARSIFY over its input (the row is staged in shared memory before any write): with calibrated
-    // thresholds its launch is then skipped where every reader thresholds x itself (the bf16/f16 sparse GEMVs, a
-    // quantized GEMV's q8 input), and the RMSNorm before it folds into those GEMVs (backend_cuda.cpp). Without this
+    // The decoder's SPARSIFY over its input (its kernel stages the row in shared memory, or reads each entry before
+    // the lane that owns it writes it): with calibrated thresholds its launch is then skipped where every reader
+    // thresholds x itself (the bf16/f16 sparse GEMVs, a quantized GEMV's q8 input; backend_cuda.cpp). Without this
     // the output had a block of its own and the launch always ran (until the twenty-fourth session).
     if (decoder && n.op == graph::Op::SPARSIFY) return true;
     return decoder && n.op == graph::Op::LAST_ROW;  // T = 1: the last row is the row, no launch

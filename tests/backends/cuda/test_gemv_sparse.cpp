@@ -340,7 +340,8 @@ TEST(GemvSparse, StripeFormMatchesTheReference) {
   TESSERA_REQUIRE_GPU();
   std::mt19937 rng(test_seed());
   for (const DType dtype : {DType::BF16, DType::F16}) {
-    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{64, 256}, {100, 576}, {520, 2048}, {576, 1536}, {3000, 4096}}) {
+    for (const auto& [n, k] :
+         {std::pair<int64_t, int64_t>{64, 256}, {100, 576}, {520, 2048}, {576, 1536}, {3000, 4096}}) {
       const int64_t n_pad = (n + 63) / 64 * 64;
       for (const int rows : {32, 64, 128, 256}) {
         if (n_pad % rows != 0) continue;
@@ -350,7 +351,7 @@ TEST(GemvSparse, StripeFormMatchesTheReference) {
           if (::testing::Test::HasFatalFailure()) return;
         }
       }
-      check_gemv_sparse_x(dtype, n, k, 0.0f, 0, false, rng, true, {32, 2});  // SPARSIFY's zeroed row (top-k)
+      check_gemv_sparse_x(dtype, n, k, 0.0f, 0, false, rng, true, {32, 2});   // SPARSIFY's zeroed row (top-k)
       check_gemv_sparse_x(dtype, n, k, 2.0f, 0, false, rng, false, {64, 1});  // nothing kept
       if (::testing::Test::HasFatalFailure()) return;
     }
@@ -413,12 +414,12 @@ void check_swiglu(DType dtype, int64_t f, int64_t k, int rows, std::mt19937& rng
   SparseXFusion fu;
   fu.swiglu = true;
   if (rows > 0) {
-    gemv_sparse_x_stripes(sw, xd.as<float>(), threshold, yd.as<float>(), false, nullptr,
-                          zeros.as<unsigned long long>(), rows, 1, fu);
+    gemv_sparse_x_stripes(sw, xd.as<float>(), threshold, yd.as<float>(), false, nullptr, zeros.as<unsigned long long>(),
+                          rows, 1, fu);
   } else {  // gemv_sparse_x's default shape
     SparseGemvWorkspace ws(n);
-    gemv_sparse_x(sw, xd.as<float>(), threshold, yd.as<float>(), false, ws, nullptr, zeros.as<unsigned long long>(),
-                  0, fu);
+    gemv_sparse_x(sw, xd.as<float>(), threshold, yd.as<float>(), false, ws, nullptr, zeros.as<unsigned long long>(), 0,
+                  fu);
   }
   synchronize();
   const auto y = to_host<float>(yd, static_cast<size_t>(f));

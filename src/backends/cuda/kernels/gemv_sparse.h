@@ -111,8 +111,9 @@ void gemv_sparse(const SparseWeight& w, const SparseEntry* list /*[k]*/, const i
 // flushed method itself: a contiguous read of the 58.7 MB a 50% walk reads takes 27.5 us flushed (21.3 in a graph of
 // back-to-back calls), and a random half of 256 B-56 KB runs 27.5-29.8 (21.4-22.3): bench/cuda/experiments/
 // gather_ceiling.cu, twenty-fourth session. The stripe form (below, the default since then) takes 29.0 / 32.1 / 14.7
-// us flushed at those shapes, and end to end (8B bf16, tg64, calibrated thresholds at 50%, 53.6% achieved) 267.7
-// tok/s against dense 198.4 (1.35x; the split form 1.15x).
+// us flushed at those shapes. End to end (8B bf16, tg128, calibrated thresholds at 50%, 55.2% achieved): 267.7
+// tok/s with the stripe form alone (1.35x dense; the split form 1.15x), 310.5 (1.57x) with the SwiGLU fold and the
+// SPARSIFY launch really skipped (backend_cuda.cpp).
 
 // W [n, k] as data[c][r] = W[r, c], rows padded to a multiple of 64 (tile = the padded n, columns = true). bf16/f16.
 SparseWeight make_sparse_columns(const DeviceWeight& w, cudaStream_t stream);
@@ -142,8 +143,8 @@ void gemv_sparse_x(const SparseWeight& w, const float* x /*[k]*/, float threshol
 // > 1 (up to 8, sm_90; not with SwiGLU) splits k over one thread-block cluster whose sums meet in rank 0's shared
 // memory. No workspace, no atomics, the same bits for the same x. Needs k % 4 == 0, k <= 65536, x 16-byte aligned and
 // the slice's list (6 bytes an entry) in shared memory.
-// In a CUDA graph of back-to-back calls on the H100 at 50%: 0.75x / 0.69x / 0.97x / 0.88x / 0.86x the split form's time
-// at 4096->6144, 4096x4096, 4096->28672, 4096->14336 and 14336->4096 (docs/TEAL.md, twenty-fourth session).
+// In a CUDA graph of back-to-back calls on the H100 at 50%: 0.74x / 0.69x / 0.97x / 0.88x / 0.85x the split form's
+// time at 4096->6144, 4096x4096, 4096->28672, 4096->14336 and 14336->4096 (docs/TEAL.md, twenty-fourth session).
 // The default shape for w and x ({rows, slices}), or {0, 0} where gemv_sparse_x takes the split form (swiglu: where
 // the SwiGLU form cannot run).
 std::pair<int, int> gemv_sparse_x_stripe_shape(const SparseWeight& w, const float* x, bool swiglu = false);

@@ -204,8 +204,8 @@ __global__ void sparse_cols_repack_kernel(const uint16_t* __restrict__ src /*[n,
 // a stripe are one thread-block cluster and their sums meet in rank 0's shared memory, which adds them in rank order.
 // One wave of at most one block per SM (its shared-memory request keeps a second one off). In a graph of back-to-back
 // calls on the H100 at 50% (bench/cuda/experiments/gemv_sparse_sweep.cu, twenty-fourth session) it took 12.7 / 10.4 /
-// 43.7 / 23.8 / 25.8 us at q|k|v 4096->6144, o 4096x4096, gate|up 4096->28672, 4096->14336 and down 14336->4096,
-// against 17.1 / 15.1 / 45.1 / 27.0 / 30.0 for the split form below and 16.9 / 11.3 / 74.7 / 38.2 / 39.1 dense.
+// 43.9 / 23.8 / 25.6 us at q|k|v 4096->6144, o 4096x4096, gate|up 4096->28672, 4096->14336 and down 14336->4096,
+// against 17.1 / 15.2 / 45.0 / 27.0 / 30.0 for the split form below and 16.9 / 11.3 / 74.7 / 38.2 / 39.1 dense.
 constexpr int kStripeThreads = 512;
 constexpr int kStripeRpt = 8;  // rows per thread: one 16-byte load of a channel (SWIGLU: one of gate and one of up)
 
@@ -222,9 +222,8 @@ struct StripeFusion {
 template <DType D, int G, bool CL, bool SWIGLU>
 __global__ void __launch_bounds__(kStripeThreads, 1)
     gemv_sparse_stripe_kernel(const uint8_t* __restrict__ w /*[k, n_pad]*/, const float* __restrict__ x /*[k]*/,
-                              float threshold, float* __restrict__ y /*[n]*/,
-                              unsigned long long* __restrict__ zeros, int n, int n_pad, int k, int cap, int red_off,
-                              bool accumulate, StripeFusion fu) {
+                              float threshold, float* __restrict__ y /*[n]*/, unsigned long long* __restrict__ zeros,
+                              int n, int n_pad, int k, int cap, int red_off, bool accumulate, StripeFusion fu) {
   using F = FloatFmt<D>;
   constexpr int T = kStripeThreads, RPT = kStripeRpt, R = G * RPT, S = T / G;
   constexpr int H = SWIGLU ? 2 : 1;  // row pieces a channel: gate and up
@@ -359,7 +358,7 @@ __global__ void __launch_bounds__(kStripeThreads, 1)
     for (int h = 0; h < H; ++h)
 #pragma unroll
       for (int i = 0; i < RPT; ++i) acc[h][i] += __shfl_xor_sync(0xffffffffu, acc[h][i], off);
-  __syncthreads();  // every list read done: the shared memory holds the partials now
+  __syncthreads();                               // every list read done: the shared memory holds the partials now
   float* part = reinterpret_cast<float*>(smem);  // [H][kWarps][R]
   if (lane < G)
 #pragma unroll
@@ -415,7 +414,7 @@ void launch_cols(const SparseWeight& w, const float* x, float threshold, float* 
          w.tile, static_cast<int>(w.k), splits, accumulate);
 }
 
-// The stripe form's launch: smem bytes and whether the device runs clusters, then the kernel for (D, G, CL).
+// A stripe-form launch's list capacity, the offset of rank 0's cluster slots and the shared memory it asks for.
 struct StripeLaunch {
   int cap = 0, red_off = 0;
   size_t smem = 0;
@@ -458,8 +457,8 @@ void launch_stripes_as(const SparseWeight& w, const float* x, float threshold, f
   const int stripes = SWIGLU ? fu.f / R : w.tile / R;
   const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(stripes));
   launch_cluster("gemv_sparse_stripe_kernel", gemv_sparse_stripe_kernel<D, G, CL, SWIGLU>, grid, dim3(kStripeThreads),
-                 l.smem, stream, CL ? static_cast<unsigned>(slices) : 1u, w.data.as<uint8_t>(), x, threshold, y,
-                 zeros, static_cast<int>(w.n), w.tile, static_cast<int>(w.k), l.cap, l.red_off, accumulate, fu);
+                 l.smem, stream, CL ? static_cast<unsigned>(slices) : 1u, w.data.as<uint8_t>(), x, threshold, y, zeros,
+                 static_cast<int>(w.n), w.tile, static_cast<int>(w.k), l.cap, l.red_off, accumulate, fu);
 }
 
 template <DType D, int G>
@@ -467,7 +466,8 @@ void launch_stripes_g(const SparseWeight& w, const float* x, float threshold, fl
                       cudaStream_t stream, unsigned long long* zeros, int slices, const StripeLaunch& l,
                       const StripeFusion& fu) {
   if (fu.f > 0) return launch_stripes_as<D, G, false, true>(w, x, threshold, y, false, stream, zeros, 1, l, fu);
-  if (slices > 1) return launch_stripes_as<D, G, true, false>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
+  if (slices > 1)
+    return launch_stripes_as<D, G, true, false>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
   launch_stripes_as<D, G, false, false>(w, x, threshold, y, accumulate, stream, zeros, 1, l, fu);
 }
 
@@ -476,10 +476,14 @@ void launch_stripes(const SparseWeight& w, const float* x, float threshold, floa
                     cudaStream_t stream, unsigned long long* zeros, int rows, int slices, const StripeLaunch& l,
                     const StripeFusion& fu) {
   switch (rows) {
-    case 32: return launch_stripes_g<D, 4>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
-    case 64: return launch_stripes_g<D, 8>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
-    case 128: return launch_stripes_g<D, 16>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
-    default: return launch_stripes_g<D, 32>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
+    case 32:
+      return launch_stripes_g<D, 4>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
+    case 64:
+      return launch_stripes_g<D, 8>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
+    case 128:
+      return launch_stripes_g<D, 16>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
+    default:
+      return launch_stripes_g<D, 32>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
   }
 }
 
