@@ -139,6 +139,10 @@ void add_backend_flags(CLI::App& app, BackendFlags& f) {
   app.add_option("--cpu-isa", f.cpu_isa,
                  "CPU kernels' instruction set: scalar, avx2, avx2_vnni or avx512_vnni "
                  "(default: the best this CPU runs)");
+  app.add_option("--cpu-teal-walk", f.cpu_teal_walk,
+                 "TEAL on the CPU (--sparsity, --teal): all walks the kept channels with the sparse kernels; none (the "
+                 "default) runs the dense kernels on the zeroed input, which measured faster (docs/TEAL.md)")
+      ->check(CLI::IsMember({"all", "none"}));
 }
 
 std::vector<std::string> backend_options(const BackendFlags& f, const std::string& device) {
@@ -147,8 +151,11 @@ std::vector<std::string> backend_options(const BackendFlags& f, const std::strin
         fmt::format("--cuda {} sets a CUDA option, but the device is {} (add --device cuda)", f.cuda[0], device));
   if (!f.cpu_isa.empty() && device != "cpu")
     throw Error(fmt::format("--cpu-isa {} sets the CPU's kernels, but the device is {}", f.cpu_isa, device));
+  if (!f.cpu_teal_walk.empty() && device != "cpu")
+    throw Error(fmt::format("--cpu-teal-walk {} sets the CPU's kernels, but the device is {}", f.cpu_teal_walk, device));
   std::vector<std::string> out = f.cuda;
   if (!f.cpu_isa.empty()) out.push_back("isa=" + f.cpu_isa);
+  if (!f.cpu_teal_walk.empty()) out.push_back("teal_walk=" + f.cpu_teal_walk);
   return out;
 }
 

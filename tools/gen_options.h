@@ -23,6 +23,7 @@ struct NglFlag {
 struct BackendFlags {
   std::vector<std::string> cuda;
   std::string cpu_isa;
+  std::string cpu_teal_walk;  // --cpu-teal-walk all|none
 };
 void add_backend_flags(CLI::App& app, BackendFlags& f);
 std::vector<std::string> backend_options(const BackendFlags& f, const std::string& device);

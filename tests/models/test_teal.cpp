@@ -51,9 +51,14 @@ TEST(Teal, SparseDecodeMatchesTheDenseMatmulOnTheSameZeros) {
   for (const std::string dtype : {"q4_1", "q8_0", "f16"}) {
     const Model m = small(3, dtype);
     const std::vector<int32_t> prompt = {7, 8, 9};
-    // A: decode token 10 through MATMUL_SPARSE. B: all four tokens in one chunk with every row sparsified and the
-    // dense matmul (several rows): the last row is the same computation up to float summation order.
-    Session a(m, {.n_ctx = 32, .n_threads = 2, .sparsity = 0.5f, .sparsify_prefill = true});
+    // A: decode token 10 through MATMUL_SPARSE's sparse kernels (teal_walk=all). B: all four tokens in one chunk with
+    // every row sparsified and the dense matmul (several rows): the last row is the same computation up to float
+    // summation order. C: the default, the dense kernel on the zeroed decode row: the same again.
+    Session a(m, {.n_ctx = 32,
+                  .n_threads = 2,
+                  .backend_options = {"teal_walk=all"},
+                  .sparsity = 0.5f,
+                  .sparsify_prefill = true});
     a.eval(prompt);
     a.reset_achieved_sparsity();
     const std::span<const float> sa = a.eval(std::vector<int32_t>{10});
@@ -69,6 +74,12 @@ TEST(Teal, SparseDecodeMatchesTheDenseMatmulOnTheSameZeros) {
       den += lb[i] * lb[i];
     }
     EXPECT_LT(num / den, 1e-6) << dtype;  // a wrong skipped column moves logits by O(1)
+    Session c(m, {.n_ctx = 32, .n_threads = 2, .sparsity = 0.5f, .sparsify_prefill = true});
+    c.eval(prompt);
+    const std::span<const float> sc = c.eval(std::vector<int32_t>{10});
+    double nc = 0;
+    for (size_t i = 0; i < la.size(); ++i) nc += (sc[i] - lb[i]) * (sc[i] - lb[i]);
+    EXPECT_LT(nc / den, 1e-6) << dtype;
     Session dense(m, {.n_ctx = 32, .n_threads = 2});
     const std::span<const float> sd = dense.eval(std::vector<int32_t>{7, 8, 9, 10});
     const std::vector<float> ld(sd.begin(), sd.end());
@@ -76,6 +87,16 @@ TEST(Teal, SparseDecodeMatchesTheDenseMatmulOnTheSameZeros) {
     for (size_t i = 0; i < la.size(); ++i) dn += (la[i] - ld[i]) * (la[i] - ld[i]);
     EXPECT_GT(dn / den, 1e-6) << dtype;  // and sparsity did change something
   }
+}
+
+// The CPU's TEAL switch ("teal_walk=all|none", --cpu-teal-walk): checked when the session opens.
+TEST(Teal, CpuTealWalkOptionIsChecked) {
+  const Model m = small(1);
+  EXPECT_NO_THROW(Session(m, {.n_ctx = 16, .backend_options = {"teal_walk=all"}, .sparsity = 0.5f}));
+  EXPECT_NO_THROW(Session(m, {.n_ctx = 16, .backend_options = {"teal_walk=none"}}));
+  EXPECT_THROW(Session(m, {.n_ctx = 16, .backend_options = {"teal_walk=some"}}), Error);
+  EXPECT_THROW(Session(m, {.n_ctx = 16, .backend_options = {"teal_walk"}}), Error);
+  EXPECT_THROW(Session(m, {.n_ctx = 16, .backend_options = {"walk=all"}}), Error);
 }
 
 // tessera calibrate's uniform thresholds on the default model: each (layer, input) threshold zeroes the target share of

@@ -259,7 +259,7 @@ OpGraph mlgru(std::mt19937& rng, int64_t t, int64_t d, int64_t n_past) {
 }
 
 std::vector<float> run_cpu(const OpGraph& og, bool reference) {
-  cpu::CpuBackend be({.n_threads = 2, .reference = reference}, nullptr);
+  cpu::CpuBackend be({.n_threads = 2, .reference = reference, .teal_walk = true}, nullptr);  // TEAL's sparse kernels
   std::map<std::string, std::vector<uint8_t>> caches = og.caches;  // fresh storage per run
   std::vector<cpu::StateBinding> state;
   for (auto& [name, bytes] : caches) {  // bound by the role and layer the case gave each cache

@@ -30,6 +30,14 @@ TEST(TealCli, FlagsReachTheSessionAndAreReported) {
   EXPECT_NE(out.find("give one of them"), std::string::npos) << out;
   ASSERT_EQ(run_command(cli_path() + " bench -m " + model + " -p 0 -n 4 -r 1 -t 2 --sparsity 0.5", &out), 0) << out;
   EXPECT_NE(out.find("achieved activation sparsity 50.0%"), std::string::npos) << out;
+  // --cpu-teal-walk: the sparse kernels (all) or the dense ones on the zeroed input (none, the default); CPU only.
+  ASSERT_EQ(run_command(cli_path() + " bench -m " + model + " -p 0 -n 4 -r 1 -t 2 --sparsity 0.5 --cpu-teal-walk all",
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("achieved activation sparsity 50.0%"), std::string::npos) << out;
+  EXPECT_NE(run_command(cli_path() + " run -m " + model + " -p hi -n 2 --sparsity 0.5 --cpu-teal-walk some", &out), 0);
+  EXPECT_NE(out.find("--cpu-teal-walk"), std::string::npos) << out;
 
   const auto dir = std::filesystem::temp_directory_path();
   const std::string text = (dir / "tessera_teal_cli.txt").string(), thr = (dir / "tessera_teal_cli.json").string();

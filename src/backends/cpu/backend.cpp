@@ -312,8 +312,10 @@ std::unique_ptr<Plan> CpuBackend::compile(const graph::Graph& g, const std::vect
         } else if (!options_.reference) {
           s.w = &weights_->get(in(1));
         }
-        // No sparse kernel (scalar ISA, a format without one): the dense kernel on the zeroed x, same values.
-        if (!options_.reference && n.op == Op::MATMUL_SPARSE) s.sw = weights_->get_sparse(in(1));
+        // The walk only with BackendOptions::teal_walk, and where the ISA has a sparse kernel for the format; else the
+        // dense kernel on the zeroed x, the same values.
+        if (!options_.reference && options_.teal_walk && n.op == Op::MATMUL_SPARSE)
+          s.sw = weights_->get_sparse(in(1));
         s.t = in(0).shape[0];
         s.n = in(1).shape[0];
         s.k = in(1).shape[1];

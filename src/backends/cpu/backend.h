@@ -35,6 +35,12 @@ struct BackendOptions {
   // The kernels' instruction set (`--cpu-isa scalar|avx2|avx2_vnni|avx512_vnni`, parse_isa); empty: the best this
   // CPU runs. Process-wide: the backend's constructor sets active_isa() (an ISA the CPU lacks is a tessera::Error).
   std::optional<Isa> isa;
+  // TEAL's MATMUL_SPARSE (`--cpu-teal-walk`, "teal_walk=all|none"): true walks the surviving channels of the sparse
+  // copy (kernels/matmul_sparse.h); false (the default) runs the dense kernel on the zeroed input, the same values up
+  // to summation order. On the 2-core AMD EPYC dev machine (twenty-fourth session, default model as Q4_1, Q8_0 and F16,
+  // `--teal` 50%, 2 threads) the walk decoded at 0.63x / 0.83x / 0.94x of dense and the dense kernel on the zeroed x
+  // at 0.96x / 0.96x / 0.99x: the walks skip arithmetic but still touch about every cache line (docs/TEAL.md).
+  bool teal_walk = false;
 };
 
 // Matmul weights prepared for the fast kernels, shared by every plan and session of one model: the repacked copy

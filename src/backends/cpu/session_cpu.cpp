@@ -23,15 +23,22 @@ class CpuWeightStore : public backend::WeightStore {
   std::shared_ptr<WeightCache> cache = std::make_shared<WeightCache>();
 };
 
-// The CPU's switches: "isa=NAME" (the kernels' instruction set).
+// The CPU's switches: "isa=NAME" (the kernels' instruction set), "teal_walk=all|none" (TEAL's sparse kernels).
 BackendOptions backend_options(const backend::SessionConfig& c) {
   BackendOptions o{c.n_threads, c.reference};
   for (const std::string& kv : c.options) {
     const size_t eq = kv.find('=');
-    const std::string key = kv.substr(0, eq);
-    TESSERA_CHECK(eq != std::string::npos && key == "isa",
-                  "cpu backend: unknown option '{}' (the cpu backend takes isa=scalar|avx2|avx2_vnni|avx512_vnni)", kv);
-    o.isa = parse_isa(kv.substr(eq + 1));
+    const std::string key = kv.substr(0, eq), value = eq == std::string::npos ? "" : kv.substr(eq + 1);
+    if (eq != std::string::npos && key == "isa") {
+      o.isa = parse_isa(value);
+    } else if (eq != std::string::npos && key == "teal_walk") {
+      TESSERA_CHECK(value == "all" || value == "none", "cpu backend: teal_walk={} (it takes all or none)", value);
+      o.teal_walk = value == "all";
+    } else {
+      fail("cpu backend: unknown option '{}' (the cpu backend takes isa=scalar|avx2|avx2_vnni|avx512_vnni and "
+           "teal_walk=all|none)",
+           kv);
+    }
   }
   return o;
 }
