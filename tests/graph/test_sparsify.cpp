@@ -71,6 +71,18 @@ TEST(Sparsify, OneNodePerBlockInputAndSparseMatmulsAtDecode) {
   EXPECT_NE(s.node(s.find_node("blk.1.attn_q")).inputs[0], s.node(s.find_node("blk.1.ffn_up")).inputs[0]);
   EXPECT_EQ(s.node(s.find_node("output")).op, Op::MATMUL);  // the output projection stays dense
   EXPECT_EQ(s.tensor(s.node(s.find_node("output")).inputs[0]).name, "blk.1.ffn_residual");
+  // Node::source indexes this graph (a backend's profile and drop_ops name nodes by it), SPARSIFY nodes included, and
+  // a backend's passes keep pointing at the right nodes.
+  for (size_t i = 0; i < s.nodes().size(); ++i)
+    EXPECT_EQ(s.nodes()[i].source, static_cast<int>(i)) << s.nodes()[i].name;
+  const Graph fused = run_passes(s, FusionSupport{});
+  for (const Node& n : fused.nodes())
+    if (n.source >= 0) {
+      EXPECT_EQ(s.node(n.source).op == Op::SPARSIFY, n.op == Op::SPARSIFY) << n.name;
+      if (n.fusion.fused_from.empty()) {
+        EXPECT_EQ(s.node(n.source).name, n.name);
+      }
+    }
 }
 
 TEST(Sparsify, PrefillStaysDenseUnlessAskedAndThenKeepsDenseMatmuls) {

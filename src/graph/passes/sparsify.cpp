@@ -47,6 +47,7 @@ Graph sparsify(const Graph& g, const SparsifyOptions& o) {
   nodes.reserve(g.nodes().size() + g.nodes().size() / 4);
   std::unordered_map<int, int> sparse_of;  // input tensor -> its sparsified tensor
   const bool swap = o.sparse_matmul && g.n_tokens() == 1;
+  std::vector<int> moved(g.nodes().size(), -1);  // g's node i is nodes[moved[i]]
   for (const Node& src : g.nodes()) {
     Node n = src;
     const SparseInput which = sparse_input_of(n.role);
@@ -76,14 +77,22 @@ Graph sparsify(const Graph& g, const SparsifyOptions& o) {
         Node checked = s;
         tensors.push_back(out);
         op_info(Op::SPARSIFY).infer(g, checked, tensors.back());  // the shape check and cost (x is a tensor of g)
+        checked.source = static_cast<int>(nodes.size());          // a node of this graph's own, as a builder's
         nodes.push_back(std::move(checked));
         it = sparse_of.emplace(x, s.output).first;
       }
       n.inputs[0] = it->second;
       if (swap) n.op = Op::MATMUL_SPARSE;
     }
+    moved[static_cast<size_t>(&src - g.nodes().data())] = static_cast<int>(nodes.size());
     nodes.push_back(std::move(n));
   }
+  // Node::source indexes the graph a backend is given, which is this one: the inserted SPARSIFY nodes shift every
+  // later node (before the twenty-fourth session they kept g's indices, so CUDA's profile and drop_ops named the
+  // wrong nodes under TEAL).
+  for (Node& n : nodes)
+    if (n.op != Op::SPARSIFY && n.source >= 0 && static_cast<size_t>(n.source) < moved.size())
+      n.source = moved[static_cast<size_t>(n.source)];
   for (size_t i = 0; i < nodes.size(); ++i)
     tensors[static_cast<size_t>(nodes[i].output)].producer = static_cast<int>(i);
   Graph r = g;
