@@ -64,6 +64,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels/gemv_common.cuh"
 #include "backends/cuda/kernels/gemv_sparse.h"
+#include "backends/cuda/kernels/gemv_sparse_kernel.cuh"
 #include "backends/cuda/memory.h"
 #include "exp_common.cuh"
 #include "quant/half.h"
@@ -83,8 +84,6 @@ struct SxArgs {
   bool atomic;  // y[row] += the block's sums with red.global.add (y zeroed or holding the residual), else stored
   bool accumulate;  // stored form: y += instead of y =
 };
-
-__device__ __forceinline__ bool sx_keep(float v, float threshold) { return !(fabsf(v) <= threshold) && v != 0.0f; }
 
 __device__ __forceinline__ void sx_prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 
@@ -129,34 +128,17 @@ __global__ void __launch_bounds__(T, 1)
 #pragma unroll 4
   for (int q = qa; q < qb; ++q) {
     const float4 v = __ldg(x4 + q);
-    cnt += sx_keep(v.x, threshold) + sx_keep(v.y, threshold) + sx_keep(v.z, threshold) + sx_keep(v.w, threshold);
+    cnt += sparse_keep(v.x, threshold) + sparse_keep(v.y, threshold) + sparse_keep(v.z, threshold) +
+           sparse_keep(v.w, threshold);
   }
-  int inc = cnt;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const int o = __shfl_up_sync(0xffffffffu, inc, off);
-    if (lane >= off) inc += o;
-  }
-  if (lane == 31) s_scan[warp] = inc;
-  __syncthreads();
-  if (warp == 0) {
-    int v = lane < kWarps ? s_scan[lane] : 0;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const int o = __shfl_up_sync(0xffffffffu, v, off);
-      if (lane >= off) v += o;
-    }
-    s_scan[lane] = v;
-  }
-  __syncthreads();
-  const int m = s_scan[kWarps - 1];
-  int pos = (warp > 0 ? s_scan[warp - 1] : 0) + inc - cnt;
+  int m = 0;
+  int pos = block_scan_excl(cnt, &m, s_scan);
   for (int q = qa; q < qb; ++q) {  // x again, from L1
     const float4 v = __ldg(x4 + q);
     const float e[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      if (sx_keep(e[i], threshold)) {
+      if (sparse_keep(e[i], threshold)) {
         s_val[pos] = e[i];
         s_idx[pos] = static_cast<uint16_t>(4 * q + i);
         ++pos;

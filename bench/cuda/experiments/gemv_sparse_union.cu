@@ -28,6 +28,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/gemv_sparse.h"
+#include "backends/cuda/kernels/gemv_sparse_kernel.cuh"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/memory.h"
 #include "exp_common.cuh"
@@ -36,8 +37,6 @@
 namespace tessera::cuda::detail {
 
 constexpr int kUT = 512;  // threads a block
-
-__device__ __forceinline__ bool u_keep(float v, float t) { return !(fabsf(v) <= t) && v != 0.0f; }
 
 // Block (slice blockIdx.x, stripe blockIdx.y): rows [stripe * R, + R) of y[r, :] for the NR rows, over the channels of
 // its slice that any row keeps. Dynamic shared memory: the list's values [cap][NR], then its 16-bit channels [cap];
@@ -70,36 +69,18 @@ __global__ void __launch_bounds__(kUT, 1)
   for (int c = ca; c < cb; ++c) {
     bool any = false;
 #pragma unroll
-    for (int r = 0; r < NR; ++r) any |= u_keep(x[static_cast<size_t>(r) * k + c], t[r]);
+    for (int r = 0; r < NR; ++r) any |= sparse_keep(x[static_cast<size_t>(r) * k + c], t[r]);
     cnt += any;
   }
-  int inc = cnt;
-#pragma unroll
-  for (int off = 1; off < kWarp; off <<= 1) {
-    const int o = __shfl_up_sync(0xffffffffu, inc, off);
-    if (lane >= off) inc += o;
-  }
-  if (lane == kWarp - 1) s_scan[warp] = inc;
-  __syncthreads();
-  if (warp == 0) {
-    int v = lane < kWarps ? s_scan[lane] : 0;
-#pragma unroll
-    for (int off = 1; off < kWarp; off <<= 1) {
-      const int o = __shfl_up_sync(0xffffffffu, v, off);
-      if (lane >= off) v += o;
-    }
-    s_scan[lane] = v;
-  }
-  __syncthreads();
-  const int m = s_scan[kWarps - 1];
-  int pos = (warp > 0 ? s_scan[warp - 1] : 0) + inc - cnt;
+  int m = 0;
+  int pos = block_scan_excl(cnt, &m, s_scan);
   for (int c = ca; c < cb; ++c) {
     float v[NR];
     bool any = false;
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
       v[r] = x[static_cast<size_t>(r) * k + c];
-      const bool keep = u_keep(v[r], t[r]);
+      const bool keep = sparse_keep(v[r], t[r]);
       any |= keep;
       v[r] = keep ? v[r] : 0.0f;
     }

@@ -12,34 +12,7 @@ namespace {
 
 // ---- SPARSIFY ----
 
-constexpr int kSpThreads = 1024;      // one block per row: 32 warps, so the warp totals fit one warp's scan
-
-// Block-wide exclusive prefix sum of v (every thread of the 1024 calls it); *total gets the sum of all v.
-__device__ __forceinline__ int block_scan_excl(int v, int* total, int* smem /*[32]*/) {
-  const int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp;
-  int inc = v;
-#pragma unroll
-  for (int off = 1; off < kWarp; off <<= 1) {
-    const int o = __shfl_up_sync(0xffffffffu, inc, off);
-    if (lane >= off) inc += o;
-  }
-  if (lane == kWarp - 1) smem[warp] = inc;
-  __syncthreads();
-  if (warp == 0) {
-    int s = smem[lane];
-#pragma unroll
-    for (int off = 1; off < kWarp; off <<= 1) {
-      const int o = __shfl_up_sync(0xffffffffu, s, off);
-      if (lane >= off) s += o;
-    }
-    smem[lane] = s;
-  }
-  __syncthreads();
-  const int base = warp > 0 ? smem[warp - 1] : 0;
-  *total = smem[kWarp - 1];
-  __syncthreads();  // smem is reused by the next call
-  return base + inc - v;
-}
+constexpr int kSpThreads = 1024;  // one block per row: 32 warps, so the warp totals fit one warp's scan
 
 __device__ __forceinline__ uint32_t mag_key(float v) { return __float_as_uint(v) & 0x7fffffffu; }
 

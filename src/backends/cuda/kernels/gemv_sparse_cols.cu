@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(THREADS)
   unsigned bal[kRounds];
 #pragma unroll
   for (int i = 0; i < kRounds; ++i) {
-    const bool keep = !(fabsf(xv[i]) <= threshold) && xv[i] != 0.0f;  // 0 past the slice: never kept
+    const bool keep = sparse_keep(xv[i], threshold);  // 0 past the slice: never kept
     bal[i] = __ballot_sync(0xffffffffu, keep);
     if (lane == 0) s_cnt[i][warp] = __popc(bal[i]);
   }
@@ -209,21 +209,15 @@ __global__ void sparse_cols_repack_kernel(const uint16_t* __restrict__ src /*[n,
 constexpr int kStripeThreads = 512;
 constexpr int kStripeRpt = 8;  // rows per thread: one 16-byte load of a channel (SWIGLU: one of gate and one of up)
 
-__device__ __forceinline__ bool sparse_keep(float v, float threshold) { return !(fabsf(v) <= threshold) && v != 0.0f; }
-
-// The fused consumer (gemv_sparse.h's SparseXFusion), as a kernel argument.
-struct StripeFusion {
-  int f;  // SWIGLU: the gate rows (w is [gate; up], 2f rows); y[f] = silu(gate . x') * (up . x')
-};
-
 // Dynamic shared memory: the slice's list (cap floats, then cap 16-bit channels), reused for the warps' partial sums
 // at the end; CL: rank 0's [slices][R] slots for the cluster's sums at red_off (past both). SWIGLU: a block owns R
-// gate rows and the same up rows (two 16-byte loads a channel, half the channels a group); no clusters.
+// gate rows and the same up rows, f rows further (two 16-byte loads a channel, half the channels a group), and
+// writes y[f] = silu(gate . x') * (up . x'); no clusters.
 template <DType D, int G, bool CL, bool SWIGLU>
 __global__ void __launch_bounds__(kStripeThreads, 1)
     gemv_sparse_stripe_kernel(const uint8_t* __restrict__ w /*[k, n_pad]*/, const float* __restrict__ x /*[k]*/,
                               float threshold, float* __restrict__ y /*[n]*/, unsigned long long* __restrict__ zeros,
-                              int n, int n_pad, int k, int cap, int red_off, bool accumulate, StripeFusion fu) {
+                              int n, int n_pad, int k, int cap, int red_off, bool accumulate, int f) {
   using F = FloatFmt<D>;
   constexpr int T = kStripeThreads, RPT = kStripeRpt, R = G * RPT, S = T / G;
   constexpr int H = SWIGLU ? 2 : 1;  // row pieces a channel: gate and up
@@ -254,26 +248,8 @@ __global__ void __launch_bounds__(kStripeThreads, 1)
     cnt += sparse_keep(v.x, threshold) + sparse_keep(v.y, threshold) + sparse_keep(v.z, threshold) +
            sparse_keep(v.w, threshold);
   }
-  int inc = cnt;
-#pragma unroll
-  for (int off = 1; off < kWarp; off <<= 1) {
-    const int o = __shfl_up_sync(0xffffffffu, inc, off);
-    if (lane >= off) inc += o;
-  }
-  if (lane == kWarp - 1) s_scan[warp] = inc;
-  __syncthreads();
-  if (warp == 0) {
-    int v = lane < kWarps ? s_scan[lane] : 0;
-#pragma unroll
-    for (int off = 1; off < kWarp; off <<= 1) {
-      const int o = __shfl_up_sync(0xffffffffu, v, off);
-      if (lane >= off) v += o;
-    }
-    s_scan[lane] = v;
-  }
-  __syncthreads();
-  const int m = s_scan[kWarps - 1];
-  int pos = (warp > 0 ? s_scan[warp - 1] : 0) + inc - cnt;
+  int m = 0;
+  int pos = block_scan_excl(cnt, &m, s_scan);
   for (int q = qa; q < qb; ++q) {  // x again, from L1
     const float4 v = __ldg(x4 + q);
     const float e[4] = {v.x, v.y, v.z, v.w};
@@ -295,7 +271,7 @@ __global__ void __launch_bounds__(kStripeThreads, 1)
   const int slot = tid / G, gi = tid - slot * G;
   const size_t chan = static_cast<size_t>(n_pad) * 2;
   const uint8_t* wb = w + static_cast<size_t>(row0 + gi * RPT) * 2;
-  const size_t up = static_cast<size_t>(fu.f) * 2;
+  const size_t up = static_cast<size_t>(f) * 2;
   float acc[H][RPT];
 #pragma unroll
   for (int h = 0; h < H; ++h)
@@ -384,7 +360,7 @@ __global__ void __launch_bounds__(kStripeThreads, 1)
     if constexpr (CL) {
       store_cluster_f32(red + rank * R + i, 0, sum[0]);
     } else if constexpr (SWIGLU) {
-      if (row < fu.f) y[row] = silu_mul(sum[0], sum[H - 1]);
+      if (row < f) y[row] = silu_mul(sum[0], sum[H - 1]);
     } else if (row < n) {
       y[row] = accumulate ? y[row] + sum[0] : sum[0];
     }
@@ -445,8 +421,7 @@ StripeLaunch stripe_launch(int64_t k, int64_t n_pad, int rows, int slices, bool 
 
 template <DType D, int G, bool CL, bool SWIGLU>
 void launch_stripes_as(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
-                       cudaStream_t stream, unsigned long long* zeros, int slices, const StripeLaunch& l,
-                       const StripeFusion& fu) {
+                       cudaStream_t stream, unsigned long long* zeros, int slices, const StripeLaunch& l, int f) {
   static const bool opted_in = [] {  // over 48 KB of dynamic shared memory: an opt-in per kernel, once per process
     TESSERA_CUDA_CHECK(cudaFuncSetAttribute(gemv_sparse_stripe_kernel<D, G, CL, SWIGLU>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin()));
@@ -454,36 +429,35 @@ void launch_stripes_as(const SparseWeight& w, const float* x, float threshold, f
   }();
   (void)opted_in;
   constexpr int R = G * kStripeRpt;
-  const int stripes = SWIGLU ? fu.f / R : w.tile / R;
+  const int stripes = SWIGLU ? f / R : w.tile / R;
   const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(stripes));
   launch_cluster("gemv_sparse_stripe_kernel", gemv_sparse_stripe_kernel<D, G, CL, SWIGLU>, grid, dim3(kStripeThreads),
                  l.smem, stream, CL ? static_cast<unsigned>(slices) : 1u, w.data.as<uint8_t>(), x, threshold, y, zeros,
-                 static_cast<int>(w.n), w.tile, static_cast<int>(w.k), l.cap, l.red_off, accumulate, fu);
+                 static_cast<int>(w.n), w.tile, static_cast<int>(w.k), l.cap, l.red_off, accumulate, f);
 }
 
 template <DType D, int G>
 void launch_stripes_g(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
-                      cudaStream_t stream, unsigned long long* zeros, int slices, const StripeLaunch& l,
-                      const StripeFusion& fu) {
-  if (fu.f > 0) return launch_stripes_as<D, G, false, true>(w, x, threshold, y, false, stream, zeros, 1, l, fu);
+                      cudaStream_t stream, unsigned long long* zeros, int slices, const StripeLaunch& l, int f) {
+  if (f > 0) return launch_stripes_as<D, G, false, true>(w, x, threshold, y, false, stream, zeros, 1, l, f);
   if (slices > 1)
-    return launch_stripes_as<D, G, true, false>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
-  launch_stripes_as<D, G, false, false>(w, x, threshold, y, accumulate, stream, zeros, 1, l, fu);
+    return launch_stripes_as<D, G, true, false>(w, x, threshold, y, accumulate, stream, zeros, slices, l, f);
+  launch_stripes_as<D, G, false, false>(w, x, threshold, y, accumulate, stream, zeros, 1, l, f);
 }
 
 template <DType D>
 void launch_stripes(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
                     cudaStream_t stream, unsigned long long* zeros, int rows, int slices, const StripeLaunch& l,
-                    const StripeFusion& fu) {
+                    int f) {
   switch (rows) {
     case 32:
-      return launch_stripes_g<D, 4>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
+      return launch_stripes_g<D, 4>(w, x, threshold, y, accumulate, stream, zeros, slices, l, f);
     case 64:
-      return launch_stripes_g<D, 8>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
+      return launch_stripes_g<D, 8>(w, x, threshold, y, accumulate, stream, zeros, slices, l, f);
     case 128:
-      return launch_stripes_g<D, 16>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
+      return launch_stripes_g<D, 16>(w, x, threshold, y, accumulate, stream, zeros, slices, l, f);
     default:
-      return launch_stripes_g<D, 32>(w, x, threshold, y, accumulate, stream, zeros, slices, l, fu);
+      return launch_stripes_g<D, 32>(w, x, threshold, y, accumulate, stream, zeros, slices, l, f);
   }
 }
 
@@ -534,11 +508,11 @@ void stripes(const SparseWeight& w, const float* x, float threshold, float* y, b
     fail("gemv_sparse_x: the stripe form cannot run: {}", why);
   if (fusion.swiglu && accumulate) fail("gemv_sparse_x: the SwiGLU form does not accumulate");
   const StripeLaunch l = stripe_launch(w.k, w.tile, rows, slices, fusion.swiglu);
-  const StripeFusion fu{fusion.swiglu ? static_cast<int>(w.n / 2) : 0};
+  const int f = fusion.swiglu ? static_cast<int>(w.n / 2) : 0;  // the gate rows
   if (w.dtype == DType::BF16)
-    launch_stripes<DType::BF16>(w, x, threshold, y, accumulate, stream, zeros, rows, slices, l, fu);
+    launch_stripes<DType::BF16>(w, x, threshold, y, accumulate, stream, zeros, rows, slices, l, f);
   else
-    launch_stripes<DType::F16>(w, x, threshold, y, accumulate, stream, zeros, rows, slices, l, fu);
+    launch_stripes<DType::F16>(w, x, threshold, y, accumulate, stream, zeros, rows, slices, l, f);
 }
 
 }  // namespace detail

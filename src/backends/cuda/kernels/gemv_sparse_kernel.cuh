@@ -14,6 +14,39 @@ void launch_sparse_quant(const SparseWeight& w, const SparseEntry* list, const i
 constexpr int kGemvThreads = 256;
 constexpr int kGemvUnroll = 4;
 
+// SPARSIFY's calibrated rule, as the channel-major GEMVs apply it to x themselves: kept when !(|v| <= threshold) and
+// v != 0 (threshold 0: x's nonzero entries, for an x SPARSIFY's top-k already zeroed; a NaN is kept).
+__device__ __forceinline__ bool sparse_keep(float v, float threshold) { return !(fabsf(v) <= threshold) && v != 0.0f; }
+
+// Block-wide exclusive prefix sum of v (every thread of a block of at most 1024 calls it); *total gets the sum of all
+// v. smem: 32 ints, free again when it returns.
+__device__ __forceinline__ int block_scan_excl(int v, int* total, int* smem /*[32]*/) {
+  const int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp;
+  const int warps = static_cast<int>(blockDim.x) / kWarp;
+  int inc = v;
+#pragma unroll
+  for (int off = 1; off < kWarp; off <<= 1) {
+    const int o = __shfl_up_sync(0xffffffffu, inc, off);
+    if (lane >= off) inc += o;
+  }
+  if (lane == kWarp - 1) smem[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    int s = lane < warps ? smem[lane] : 0;
+#pragma unroll
+    for (int off = 1; off < kWarp; off <<= 1) {
+      const int o = __shfl_up_sync(0xffffffffu, s, off);
+      if (lane >= off) s += o;
+    }
+    smem[lane] = s;
+  }
+  __syncthreads();
+  const int base = warp > 0 ? smem[warp - 1] : 0;
+  *total = smem[warps - 1];
+  __syncthreads();  // smem is reused by the next call
+  return base + inc - v;
+}
+
 // The end of every sparse GEMV block (tile blockIdx.x, slice blockIdx.y of `splits`): each thread holds RPT rows'
 // sums (rows g * RPT .. of the tile, g = threadIdx.x % G with G = TILE / RPT threads per channel); they meet in shared
 // memory in a fixed order, and with splits > 1 each block stores its TILE partial sums and the tile's last block (a
