@@ -175,7 +175,7 @@ struct CudaDecoder::Impl {
     int32_t* count = nullptr;
   };
   std::unordered_map<int, std::unique_ptr<SparseList>> sparse_lists;
-  std::unordered_map<const DeviceWeight*, std::unique_ptr<SparseWeight>> sparse_weights;
+  std::unordered_map<const DeviceWeight*, std::unique_ptr<SparseWeight>> sparse_weights;  // quantized (float: CudaShared)
   std::unique_ptr<SparseGemvWorkspace> sparse_ws;
   // A MATMUL_SPARSE as a sparse GEMV; false where it has none (the K-quants, an input that is not a SPARSIFY
   // output, a fused RMSNorm epilogue): the caller compiles it as the dense MATMUL on the zeroed input, the same values.
@@ -371,8 +371,10 @@ bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
     sl->launch = true;
     sl->list_used = true;
   }
+  // bf16/f16: the model's one channel-major copy (CudaShared, shared with the batched-decode executor).
+  const SparseWeight* swp = columns ? &sh->sparse_columns(*wp) : nullptr;
   std::unique_ptr<SparseWeight>& sw = sparse_weights[wp];
-  if (!sw && q4k) {
+  if (!columns && !sw && q4k) {
     std::vector<uint8_t> q41(static_cast<size_t>(wp->n) * *dtype_row_bytes(DType::Q4_1, wp->k));
     q4_k_rows_as_q4_1(q4k_rows.data(), q41.data(), wp->n, wp->k);
     const DeviceWeight w41 = upload_weight(DType::Q4_1, q41.data(), wp->n, wp->k);
@@ -380,10 +382,11 @@ bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));  // w41 is freed here, its sparse copy made
     bytes += sw->data.bytes();
   }
-  if (!sw) {
-    sw = std::make_unique<SparseWeight>(columns ? make_sparse_columns(*wp, stream) : make_sparse_weight(*wp, stream));
+  if (!columns && !sw) {
+    sw = std::make_unique<SparseWeight>(make_sparse_weight(*wp, stream));
     bytes += sw->data.bytes();
   }
+  if (!columns) swp = sw.get();
   if (!sparse_ws) {
     // One workspace for every sparse GEMV of the graph: sized for the tallest weight (stacks: the members' rows).
     int64_t max_n = 0;
@@ -428,7 +431,6 @@ bool CudaDecoder::Impl::compile_sparse_matmul(int id_in_g) {
     ptr[static_cast<size_t>(out)] = planned(n, out);
     y = act(out);
   }
-  const SparseWeight* swp = sw.get();
   SparseGemvWorkspace* ws = sparse_ws.get();
   const SparseEntry* list = sl->list;
   const int32_t* count = sl->count;

@@ -177,6 +177,7 @@ const std::vector<Key>& keys() {
       flag("out16", &CudaOptions::out16),
       flag("merge_gate_up", &CudaOptions::merge_gate_up),
       flag("lora_side", &CudaOptions::lora_side),
+      flag("teal_union", &CudaOptions::teal_union),
   };
   return k;
 }

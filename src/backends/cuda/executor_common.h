@@ -15,6 +15,7 @@
 #include "backends/cuda/backend_cuda.h"
 #include "backends/cuda/cuda_options.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/kernels/gemv_sparse.h"
 #include "backends/cuda/kernels_lora.h"
 #include "backends/cuda/kernels_rows.h"
 #include "backends/cuda/memory.h"
@@ -71,6 +72,8 @@ struct DeviceWeights {
   std::map<std::vector<const void*>, std::unique_ptr<DeviceWeight>> stacks;
   std::map<std::string, std::unique_ptr<DeviceLora>> loras;
   std::map<std::string, std::unique_ptr<DeviceAugmented>> augmented;
+  // TEAL's channel-major copies of float weights (and stacks), by the device weight they copy.
+  std::map<const DeviceWeight*, std::unique_ptr<SparseWeight>> sparse_columns;
 };
 
 struct CudaShared::Impl {
@@ -115,6 +118,9 @@ struct CudaShared::Impl {
   // Host W [rows, k] in t's format uploaded as it is, or converted to weight_formats()'s fallback first when no
   // kernel reads that format (with the format's notice); unsupported(n, ...) when Tessera cannot read it.
   DeviceWeight upload_any(const graph::Node& n, const graph::Tensor& t, const void* host, int64_t rows, int64_t k);
+  // The channel-major copy of bf16/f16 weight w (make_sparse_columns) for TEAL's sparse GEMVs: made on first use on
+  // this stream and kept with the model's weights, so the decoder and the batched-decode executor share one.
+  const SparseWeight& sparse_columns(const DeviceWeight& w);
   // Device storage of KV_CACHE tensor t (every slot): allocated zeroed the first time its role and layer are seen.
   // A recurrent state (IoRole::STATE, f32 [D + 1]) is one such tensor per slot, slot s at s * (D + 1) floats.
   void* cache(const graph::Tensor& t);

@@ -43,6 +43,17 @@ namespace tessera::cuda {
 
 using graph::Op;
 
+namespace {
+
+// Whether TEAL's two-row decode walks the union of the rows' masks over w (CudaOptions::teal_union): float weights
+// in rows, the layout make_sparse_columns copies.
+bool teal_union_takes(const DeviceWeight& w) {
+  return cuda_options().teal_union && (w.dtype == DType::BF16 || w.dtype == DType::F16) &&
+         w.layout == GemvLayout::ROWS;
+}
+
+}  // namespace
+
 struct CudaRowsExecutor::Impl {
   graph::Graph src;  // the graph given: profiles index its nodes (Node::source)
   graph::Graph g;    // src rewritten by the graph passes (rows_fusion_support): what compile() runs
@@ -548,6 +559,16 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
                             }});
         return;
       }
+      // TEAL's batched decode at two rows (CudaOptions::teal_union): a matmul reading SPARSIFY's zeroed rows (the
+      // pass swaps in MATMUL_SPARSE at one token only) walks the union of the rows' kept channels once (threshold 0:
+      // their nonzeros), over the model's channel-major copy (shared with the decoder).
+      const int x_producer = g.tensor(in(0)).producer;
+      const bool sparse_x = x_producer >= 0 && g.node(x_producer).op == Op::SPARSIFY;
+      const SparseWeight* union_w = nullptr;
+      if (sparse_x && mode == RowsMode::BATCH && T >= 2 && !y16 && x_width == wp->k && teal_union_takes(*wp)) {
+        union_w = &sh->sparse_columns(*wp);
+        if (!gemv_sparse_x_rows_runs(*union_w, x, 2) || union_w->n != y_width) union_w = nullptr;
+      }
       launches.push_back({id, [=](cudaStream_t s, const RunArgs& a) {
                             const int64_t rows = sc ? a.t : fixed;
                             const int64_t r0 = logits ? std::clamp<int64_t>(a.logits_row0, 0, rows) : 0;
@@ -557,7 +578,9 @@ void CudaRowsExecutor::Impl::compile_node(int id_in_g) {
                                                                  static_cast<size_t>(rows * y_width) * sizeof(float),
                                                                  cudaMemcpyDeviceToDevice, s));
                             float* yr = y + r0 * y_width;
-                            if (rows >= h.min_t && y16)
+                            if (union_w != nullptr && rows == 2 && r0 == 0 && rows < h.min_t)
+                              gemv_sparse_x_rows(*union_w, x, 2, 0.0f, y, accumulate, s);
+                            else if (rows >= h.min_t && y16)
                               matmul_x16_out16(*wp, h.buf, y, rows, *shp->gemm, s);
                             else if (rows >= h.min_t)
                               matmul_x16(*wp, static_cast<char*>(h.buf) + static_cast<size_t>(r0 * x_width) * h_elem,

@@ -132,6 +132,16 @@ DeviceWeight CudaShared::Impl::upload_any(const graph::Node& n, const graph::Ten
   return upload_weight(*as, converted.data(), rows, k);
 }
 
+const SparseWeight& CudaShared::Impl::sparse_columns(const DeviceWeight& w) {
+  std::unique_ptr<SparseWeight>& sw = store->sparse_columns[&w];
+  if (!sw) {
+    sw = std::make_unique<SparseWeight>(make_sparse_columns(w, stream));
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));  // complete before another session's stream may read it
+    bytes += sw->data.bytes();
+  }
+  return *sw;
+}
+
 const DeviceWeight& CudaShared::Impl::stack(const graph::Graph& g, const graph::Node& n,
                                             const std::vector<const graph::Tensor*>& members) {
   std::vector<const void*> key;

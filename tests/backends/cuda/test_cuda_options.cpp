@@ -79,6 +79,7 @@ TEST(CudaOptions, EveryKeyRoundTrips) {
                          "merge_gate_up=0",
                          "lora_side=0",
                          "teal_walk=all",
+                         "teal_union=0",
                          "quant_gemm=expand"})
     parse_cuda_option(o, kv);
   const std::string text = format_cuda_options(o);
@@ -96,6 +97,7 @@ TEST(CudaOptions, EveryKeyRoundTrips) {
   EXPECT_TRUE(back.early_l2.bulk);
   EXPECT_EQ(back.quant_norm, QuantNorm::ALL);
   EXPECT_EQ(back.quant_gemm, QuantGemm::EXPAND);
+  EXPECT_FALSE(back.teal_union);
   EXPECT_EQ(back.drop_ops, (std::vector<std::string>{"rmsnorm", "swiglu"}));
 }
 

@@ -489,6 +489,123 @@ TEST(GemvSparse, StripeFormDecoderShapes) {
   }
 }
 
+// TEAL's two-row decode (gemv_sparse_x_rows): x [2, k] with the rows' masks apart (each row thresholded on its own;
+// zeroed: each row's own top-k 50%, threshold 0, as the batched decoder reads SPARSIFY's rows), one walk over the
+// union, against the reference per row on that row's thresholded x; y [2, n] accumulated onto or written; the same
+// bits twice. stripe {rows, slices}: that shape (gemv_sparse_x_stripes with two rows) instead of the default.
+void check_gemv_sparse_x_rows(DType dtype, int64_t n, int64_t k, float threshold, bool accumulate, std::mt19937& rng,
+                              bool zeroed = false, std::pair<int, int> stripe = {0, 0}) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " two rows n=" << n << " k=" << k << " threshold="
+                                    << threshold << " accumulate=" << accumulate << " zeroed=" << zeroed
+                                    << " stripe rows=" << stripe.first << " slices=" << stripe.second);
+  const auto w_host = random_weight(rng, dtype, n, k);
+  std::vector<float> x = random_floats(rng, static_cast<size_t>(2 * k));
+  if (zeroed)
+    for (int r = 0; r < 2; ++r) {
+      const std::vector<float> row(x.begin() + r * k, x.begin() + (r + 1) * k);
+      const std::vector<float> z = sparsify_ref(row, 0.5f, -1.0f);
+      std::copy(z.begin(), z.end(), x.begin() + r * k);
+    }
+  const DeviceWeight w = upload_weight(dtype, w_host.data(), n, k);
+  const SparseWeight sw = make_sparse_columns(w, nullptr);
+  DeviceBuffer xd = to_device(x);
+  const auto y0 = random_floats(rng, static_cast<size_t>(2 * n));
+  const auto run = [&](float* y, bool acc) {
+    if (stripe.first > 0)
+      gemv_sparse_x_stripes(sw, xd.as<float>(), threshold, y, acc, nullptr, nullptr, stripe.first, stripe.second, {},
+                            2);
+    else
+      gemv_sparse_x_rows(sw, xd.as<float>(), 2, threshold, y, acc, nullptr);
+  };
+  DeviceBuffer yd = accumulate ? to_device(y0) : poisoned(sizeof(float) * 2 * n);
+  run(yd.as<float>(), accumulate);
+  synchronize();
+  const auto y = to_host<float>(yd, static_cast<size_t>(2 * n));
+  const double rel = std::max(2e-5, (static_cast<double>(k) + 64) * std::ldexp(1.0, -24));
+  size_t union_kept = 0;
+  for (int64_t c = 0; c < k; ++c)
+    union_kept += (std::fabs(x[c]) > threshold && x[c] != 0) || (std::fabs(x[k + c]) > threshold && x[k + c] != 0);
+  if (threshold > 0 && threshold < 1) {  // the masks differ: the union is more than either row's
+    EXPECT_GT(union_kept, static_cast<size_t>((1.0 - threshold) * k * 1.1));
+  }
+  for (int r = 0; r < 2; ++r) {
+    std::vector<float> xz(x.begin() + r * k, x.begin() + (r + 1) * k);
+    for (float& v : xz)
+      if (std::fabs(v) <= threshold) v = 0.0f;
+    std::vector<double> ref, mag;
+    gemv_ref(dtype, w_host, n, k, xz.data(), ref, mag);
+    for (int64_t i = 0; i < n; ++i) {
+      const double base = accumulate ? y0[static_cast<size_t>(r * n + i)] : 0.0;
+      const double want = ref[i] + base;
+      const double tol = rel * mag[i] + (accumulate ? 1e-6 * std::fabs(base) : 0.0) + 1e-30;
+      ASSERT_TRUE(std::fabs(y[static_cast<size_t>(r * n + i)] - want) <= tol)
+          << "row " << r << ", output " << i << ": " << y[static_cast<size_t>(r * n + i)] << " vs " << want
+          << " (tol " << tol << ")";
+    }
+  }
+  if (!accumulate) {
+    DeviceBuffer y2 = poisoned(sizeof(float) * 2 * n);
+    run(y2.as<float>(), false);
+    synchronize();
+    const auto again = to_host<float>(y2, static_cast<size_t>(2 * n));
+    ASSERT_EQ(std::memcmp(again.data(), y.data(), sizeof(float) * 2 * n), 0);
+  }
+}
+
+TEST(GemvSparse, TwoRowsWalkTheUnionOfTheirMasks) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  for (const DType dtype : {DType::BF16, DType::F16}) {
+    // Rows past the last full stripe, k split over a cluster (k > 2n), the smollm2 stacks.
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{100, 576},
+                               {960, 576},
+                               {3072, 576},
+                               {576, 1536},
+                               {520, 2048},
+                               {3000, 4096}}) {
+      for (const float th : {0.0f, 0.5f, 0.9f}) {
+        check_gemv_sparse_x_rows(dtype, n, k, th, false, rng);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+      check_gemv_sparse_x_rows(dtype, n, k, 0.5f, true, rng);
+      check_gemv_sparse_x_rows(dtype, n, k, 0.0f, true, rng, true);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  // Every rows a block and clusters of 2-8 at explicit shapes.
+  for (const int rows : {32, 64, 128, 256})
+    for (const int slices : {1, 2, 3, 8}) {
+      check_gemv_sparse_x_rows(DType::BF16, 1024, 2048, 0.5f, slices == 3, rng, false, {rows, slices});
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  // The 8B decoder's gate|up and down, as the batched decoder runs them (zeroed rows, down accumulating).
+  check_gemv_sparse_x_rows(DType::BF16, 28672, 4096, 0.0f, false, rng, true);
+  check_gemv_sparse_x_rows(DType::BF16, 4096, 14336, 0.0f, true, rng, true);
+}
+
+TEST(GemvSparse, TwoRowsRefuseWhatTheyCannotRun) {
+  TESSERA_REQUIRE_GPU();
+  std::mt19937 rng(test_seed());
+  const auto w_host = random_weight(rng, DType::BF16, 128, 256);
+  const DeviceWeight w = upload_weight(DType::BF16, w_host.data(), 128, 256);
+  const SparseWeight sw = make_sparse_columns(w, nullptr);
+  DeviceBuffer x = to_device(random_floats(rng, 3 * 256));
+  DeviceBuffer y = poisoned(sizeof(float) * 3 * 128);
+  DeviceBuffer zeros(2 * sizeof(unsigned long long));
+  EXPECT_TRUE(gemv_sparse_x_rows_runs(sw, x.as<float>(), 2));
+  EXPECT_FALSE(gemv_sparse_x_rows_runs(sw, x.as<float>(), 3));
+  EXPECT_FALSE(gemv_sparse_x_rows_runs(sw, x.as<float>() + 1, 2));  // not 16-byte aligned
+  EXPECT_THROW(gemv_sparse_x_rows(sw, x.as<float>(), 3, 0.0f, y.as<float>(), false, nullptr), Error);
+  EXPECT_THROW(gemv_sparse_x_rows(sw, x.as<float>(), 2, -1.0f, y.as<float>(), false, nullptr), Error);
+  // no achieved-sparsity counters for two rows (their SPARSIFY counts); no SwiGLU form for two rows
+  EXPECT_THROW(gemv_sparse_x_stripes(sw, x.as<float>(), 0.0f, y.as<float>(), false, nullptr,
+                                     zeros.as<unsigned long long>(), 64, 1, {}, 2),
+               Error);
+  EXPECT_THROW(gemv_sparse_x_stripes(sw, x.as<float>(), 0.0f, y.as<float>(), false, nullptr, nullptr, 64, 1,
+                                     SparseXFusion{.swiglu = true}, 2),
+               Error);
+}
+
 // The decoder's quantized shapes (smollm2: q|k|v 960 x 576, gate|up 3072 x 576, down 576 x 1536) through the list
 // walk, accumulating as the residual GEMVs do.
 TEST(GemvSparse, QuantizedDecoderShapes) {

@@ -146,11 +146,24 @@ void gemv_sparse_x(const SparseWeight& w, const float* x /*[k]*/, float threshol
 // In a CUDA graph of back-to-back calls on the H100 at 50%: 0.74x / 0.69x / 0.97x / 0.88x / 0.85x the split form's
 // time at 4096->6144, 4096x4096, 4096->28672, 4096->14336 and 14336->4096 (docs/TEAL.md, twenty-fourth session).
 // The default shape for w and x ({rows, slices}), or {0, 0} where gemv_sparse_x takes the split form (swiglu: where
-// the SwiGLU form cannot run).
-std::pair<int, int> gemv_sparse_x_stripe_shape(const SparseWeight& w, const float* x, bool swiglu = false);
-// The stripe form at an explicit shape (tests, benchmarks); an error names what does not fit.
+// the SwiGLU form cannot run). n_rows: for gemv_sparse_x_rows' rows.
+std::pair<int, int> gemv_sparse_x_stripe_shape(const SparseWeight& w, const float* x, bool swiglu = false,
+                                               int n_rows = 1);
+// The stripe form at an explicit shape (tests, benchmarks); an error names what does not fit. n_rows: as
+// gemv_sparse_x_rows (x [n_rows, k], y [n_rows, N]; no counters for 2).
 void gemv_sparse_x_stripes(const SparseWeight& w, const float* x /*[k]*/, float threshold, float* y /*[N]*/,
                            bool accumulate, cudaStream_t stream, unsigned long long* zeros, int rows, int slices,
-                           const SparseXFusion& fusion = {});
+                           const SparseXFusion& fusion = {}, int n_rows = 1);
+
+// TEAL's batched decode over the union of the rows' masks: y[r] (+)= W · x_r' for the n_rows (1 or 2) rows of
+// x [n_rows, k] and y [n_rows, N] (row strides k and N), x_r' as gemv_sparse_x's rule per row. One stripe-form walk
+// over the channels any row keeps, each 16-byte load of W feeding every row's sums (each row's own values, 0 where it
+// dropped a channel another kept). Independent rows at 50% keep 75% of the channels together; on the H100 at the 8B
+// shapes (exp_gemv_sparse_union, in a graph, 25th session) two rows took 0.82x / 0.85x the dense two-row matmul's time
+// at gate|up 4096->28672 and down 14336->4096, 0.99x at q|k|v and 1.05x at o; four rows (94% kept) lose everywhere.
+// No sparsity counters: that path's SPARSIFY counts. gemv_sparse_x_rows_runs: whether the stripe form runs it.
+bool gemv_sparse_x_rows_runs(const SparseWeight& w, const float* x, int n_rows);
+void gemv_sparse_x_rows(const SparseWeight& w, const float* x /*[n_rows, k]*/, int n_rows, float threshold,
+                        float* y /*[n_rows, N]*/, bool accumulate, cudaStream_t stream);
 
 }  // namespace tessera::cuda

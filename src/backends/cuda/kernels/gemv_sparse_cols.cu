@@ -209,25 +209,29 @@ __global__ void sparse_cols_repack_kernel(const uint16_t* __restrict__ src /*[n,
 constexpr int kStripeThreads = 512;
 constexpr int kStripeRpt = 8;  // rows per thread: one 16-byte load of a channel (SWIGLU: one of gate and one of up)
 
-// Dynamic shared memory: the slice's list (cap floats, then cap 16-bit channels), reused for the warps' partial sums
-// at the end; CL: rank 0's [slices][R] slots for the cluster's sums at red_off (past both). SWIGLU: a block owns R
-// gate rows and the same up rows, f rows further (two 16-byte loads a channel, half the channels a group), and
-// writes y[f] = silu(gate . x') * (up . x'); no clusters.
-template <DType D, int G, bool CL, bool SWIGLU>
+// Dynamic shared memory: the slice's list (cap entries of NR floats, then cap 16-bit channels), reused for the warps'
+// partial sums at the end; CL: rank 0's [slices][NR][R] slots for the cluster's sums at red_off (past both). SWIGLU: a
+// block owns R gate rows and the same up rows, f rows further (two 16-byte loads a channel, half the channels a group),
+// and writes y[f] = silu(gate . x') * (up . x'); no clusters, one row. NR rows (TEAL's batched decode, x [NR, k] and
+// y [NR, n]): the list holds the channels any row keeps, each with every row's value (0 where that row dropped it),
+// and each 16-byte load of the weight feeds NR rows' sums.
+template <DType D, int G, bool CL, bool SWIGLU, int NR>
 __global__ void __launch_bounds__(kStripeThreads, 1)
-    gemv_sparse_stripe_kernel(const uint8_t* __restrict__ w /*[k, n_pad]*/, const float* __restrict__ x /*[k]*/,
-                              float threshold, float* __restrict__ y /*[n]*/, unsigned long long* __restrict__ zeros,
+    gemv_sparse_stripe_kernel(const uint8_t* __restrict__ w /*[k, n_pad]*/, const float* __restrict__ x /*[NR, k]*/,
+                              float threshold, float* __restrict__ y /*[NR, n]*/, unsigned long long* __restrict__ zeros,
                               int n, int n_pad, int k, int cap, int red_off, bool accumulate, int f) {
   using F = FloatFmt<D>;
   constexpr int T = kStripeThreads, RPT = kStripeRpt, R = G * RPT, S = T / G;
   constexpr int H = SWIGLU ? 2 : 1;  // row pieces a channel: gate and up
-  constexpr int U = 8 / H;           // channels per pipeline group and slot: 8 loads in flight per thread
+  constexpr int U = 8 / (H * NR);    // channels per pipeline group and slot (registers: loads in flight vs sums)
   constexpr int kWarps = T / kWarp;
   static_assert(kWarp % G == 0, "a channel's run is a power-of-two share of a warp");
   static_assert(!(SWIGLU && CL), "the SwiGLU form runs one slice");
+  static_assert(!(SWIGLU && NR > 1), "the SwiGLU form runs one row");
+  static_assert(NR == 1 || NR == 2, "one or two rows");
   extern __shared__ __align__(16) uint8_t smem[];
-  float* s_val = reinterpret_cast<float*>(smem);
-  uint16_t* s_idx = reinterpret_cast<uint16_t*>(smem + 4 * static_cast<size_t>(cap));
+  float* s_val = reinterpret_cast<float*>(smem);                                            // [cap][NR]
+  uint16_t* s_idx = reinterpret_cast<uint16_t*>(smem + 4 * NR * static_cast<size_t>(cap));  // [cap]
   __shared__ int s_scan[kWarp];
   const int tid = static_cast<int>(threadIdx.x), lane = tid & (kWarp - 1), warp = tid / kWarp;
   const int slice = static_cast<int>(blockIdx.x), slices = static_cast<int>(gridDim.x);
@@ -237,32 +241,75 @@ __global__ void __launch_bounds__(kStripeThreads, 1)
   const int q1 = static_cast<int>(static_cast<long long>(nq) * (slice + 1) / slices);
   if constexpr (CL) cluster_arrive_relaxed();  // this block runs: the others may store into it after their wait
   pdl_wait();                                  // x is the previous kernel's output
-  const float4* x4 = reinterpret_cast<const float4*>(x);
   // ---- The list: thread t compacts float4s [qa, qb) of the slice (contiguous, in thread order), one block scan ----
   const int per = (q1 - q0 + T - 1) / T;
   const int qa = min(q0 + tid * per, q1), qb = min(qa + per, q1);
-  int cnt = 0;
-#pragma unroll 4
-  for (int q = qa; q < qb; ++q) {
-    const float4 v = __ldg(x4 + q);
-    cnt += sparse_keep(v.x, threshold) + sparse_keep(v.y, threshold) + sparse_keep(v.z, threshold) +
-           sparse_keep(v.w, threshold);
-  }
   int m = 0;
-  int pos = block_scan_excl(cnt, &m, s_scan);
-  for (int q = qa; q < qb; ++q) {  // x again, from L1
-    const float4 v = __ldg(x4 + q);
-    const float e[4] = {v.x, v.y, v.z, v.w};
+  int pos = 0;
+  if constexpr (NR == 1) {
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    int cnt = 0;
+#pragma unroll 4
+    for (int q = qa; q < qb; ++q) {
+      const float4 v = __ldg(x4 + q);
+      cnt += sparse_keep(v.x, threshold) + sparse_keep(v.y, threshold) + sparse_keep(v.z, threshold) +
+             sparse_keep(v.w, threshold);
+    }
+    pos = block_scan_excl(cnt, &m, s_scan);
+    for (int q = qa; q < qb; ++q) {  // x again, from L1
+      const float4 v = __ldg(x4 + q);
+      const float e[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      if (sparse_keep(e[i], threshold)) {
-        s_val[pos] = e[i];
-        s_idx[pos] = static_cast<uint16_t>(4 * q + i);
-        ++pos;
+      for (int i = 0; i < 4; ++i)
+        if (sparse_keep(e[i], threshold)) {
+          s_val[pos] = e[i];
+          s_idx[pos] = static_cast<uint16_t>(4 * q + i);
+          ++pos;
+        }
+    }
+  } else {
+    // Row r's float4 q with the entries it drops zeroed; an entry joins the list where any row keeps it.
+    const auto row4 = [&](int r, int q, float(&e)[4]) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(x + static_cast<size_t>(r) * k) + q);
+      e[0] = sparse_keep(v.x, threshold) ? v.x : 0.0f;
+      e[1] = sparse_keep(v.y, threshold) ? v.y : 0.0f;
+      e[2] = sparse_keep(v.z, threshold) ? v.z : 0.0f;
+      e[3] = sparse_keep(v.w, threshold) ? v.w : 0.0f;
+    };
+    int cnt = 0;
+#pragma unroll 4
+    for (int q = qa; q < qb; ++q) {
+      unsigned any = 0;
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+        float e[4];
+        row4(r, q, e);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) any |= static_cast<unsigned>(e[i] != 0.0f) << i;
       }
+      cnt += __popc(any);
+    }
+    pos = block_scan_excl(cnt, &m, s_scan);
+    for (int q = qa; q < qb; ++q) {  // x again, from L1
+      float e[NR][4];
+#pragma unroll
+      for (int r = 0; r < NR; ++r) row4(r, q, e[r]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        bool any = false;
+#pragma unroll
+        for (int r = 0; r < NR; ++r) any |= e[r][i] != 0.0f;
+        if (any) {
+#pragma unroll
+          for (int r = 0; r < NR; ++r) s_val[pos * NR + r] = e[r][i];
+          s_idx[pos] = static_cast<uint16_t>(4 * q + i);
+          ++pos;
+        }
+      }
+    }
   }
   __syncthreads();
-  if (zeros != nullptr && blockIdx.y == 0 && tid == 0) {
+  if (zeros != nullptr && blockIdx.y == 0 && tid == 0) {  // one row only (the host refuses counters for more)
     atomicAdd(&zeros[0], static_cast<unsigned long long>(4 * (q1 - q0) - m));
     atomicAdd(&zeros[1], static_cast<unsigned long long>(4 * (q1 - q0)));
   }
@@ -272,25 +319,28 @@ __global__ void __launch_bounds__(kStripeThreads, 1)
   const size_t chan = static_cast<size_t>(n_pad) * 2;
   const uint8_t* wb = w + static_cast<size_t>(row0 + gi * RPT) * 2;
   const size_t up = static_cast<size_t>(f) * 2;
-  float acc[H][RPT];
+  float acc[NR][H][RPT];
 #pragma unroll
-  for (int h = 0; h < H; ++h)
+  for (int r = 0; r < NR; ++r)
 #pragma unroll
-    for (int i = 0; i < RPT; ++i) acc[h][i] = 0.0f;
+    for (int h = 0; h < H; ++h)
+#pragma unroll
+      for (int i = 0; i < RPT; ++i) acc[r][h][i] = 0.0f;
   constexpr int kStep = U * S, kSpan = (U - 1) * S;  // a group at j is whole when j + kSpan < m
   // Whole groups load unconditionally, so the loads issue back to back; the last, partial group loads nothing past m.
-  auto load = [&](int j0, bool whole, uint4(&v)[U][H], float(&xs)[U]) {
+  auto load = [&](int j0, bool whole, uint4(&v)[U][H], float(&xs)[U][NR]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int j = j0 + u * S;
       const bool ok = whole || j < m;
-      xs[u] = ok ? s_val[j] : 0.0f;
+#pragma unroll
+      for (int r = 0; r < NR; ++r) xs[u][r] = ok ? s_val[j * NR + r] : 0.0f;
       const uint8_t* p = ok ? wb + static_cast<size_t>(s_idx[j]) * chan : nullptr;
 #pragma unroll
       for (int h = 0; h < H; ++h) v[u][h] = ok ? ld_stream16(p + h * up) : make_uint4(0, 0, 0, 0);
     }
   };
-  auto fma_group = [&](const uint4(&v)[U][H], const float(&xs)[U]) {
+  auto fma_group = [&](const uint4(&v)[U][H], const float(&xs)[U][NR]) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -298,22 +348,25 @@ __global__ void __launch_bounds__(kStripeThreads, 1)
         float f[8];
         F::to_float(v[u][h], f);
 #pragma unroll
-        for (int i = 0; i < RPT; ++i) acc[h][i] = fmaf(f[i], xs[u], acc[h][i]);
+        for (int r = 0; r < NR; ++r)
+#pragma unroll
+          for (int i = 0; i < RPT; ++i) acc[r][h][i] = fmaf(f[i], xs[u][r], acc[r][h][i]);
       }
   };
   int j = slot;
   if (j + kSpan < m) {  // software-pipelined: the next whole group's loads issued before this group's FMAs
     uint4 cur[U][H];
-    float xc[U];
+    float xc[U][NR];
     load(j, true, cur, xc);
     for (; j + kStep + kSpan < m; j += kStep) {
       uint4 nxt[U][H];
-      float xn[U];
+      float xn[U][NR];
       load(j + kStep, true, nxt, xn);
       fma_group(cur, xc);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        xc[u] = xn[u];
+#pragma unroll
+        for (int r = 0; r < NR; ++r) xc[u][r] = xn[u][r];
 #pragma unroll
         for (int h = 0; h < H; ++h) cur[u][h] = nxt[u][h];
       }
@@ -323,7 +376,7 @@ __global__ void __launch_bounds__(kStripeThreads, 1)
   }
   if (j < m) {
     uint4 v[U][H];
-    float xs[U];
+    float xs[U][NR];
     load(j, false, v, xs);
     fma_group(v, xs);
   }
@@ -331,49 +384,57 @@ __global__ void __launch_bounds__(kStripeThreads, 1)
 #pragma unroll
   for (int off = G; off < kWarp; off <<= 1)
 #pragma unroll
-    for (int h = 0; h < H; ++h)
+    for (int r = 0; r < NR; ++r)
 #pragma unroll
-      for (int i = 0; i < RPT; ++i) acc[h][i] += __shfl_xor_sync(0xffffffffu, acc[h][i], off);
+      for (int h = 0; h < H; ++h)
+#pragma unroll
+        for (int i = 0; i < RPT; ++i) acc[r][h][i] += __shfl_xor_sync(0xffffffffu, acc[r][h][i], off);
   __syncthreads();                               // every list read done: the shared memory holds the partials now
-  float* part = reinterpret_cast<float*>(smem);  // [H][kWarps][R]
+  float* part = reinterpret_cast<float*>(smem);  // [NR][H][kWarps][R]
   if (lane < G)
 #pragma unroll
-    for (int h = 0; h < H; ++h)
+    for (int r = 0; r < NR; ++r)
 #pragma unroll
-      for (int i = 0; i < RPT; ++i) part[(h * kWarps + warp) * R + lane * RPT + i] = acc[h][i];
+      for (int h = 0; h < H; ++h)
+#pragma unroll
+        for (int i = 0; i < RPT; ++i) part[((r * H + h) * kWarps + warp) * R + lane * RPT + i] = acc[r][h][i];
   __syncthreads();
-  float* red = reinterpret_cast<float*>(smem + red_off);  // CL: rank 0's slots
+  float* red = reinterpret_cast<float*>(smem + red_off);  // CL: rank 0's slots [slices][NR][R]
   unsigned rank = 0;
   if constexpr (CL) {
     rank = cluster_rank();
     cluster_wait_acquire();  // every block of the cluster runs (their arrive at the start)
   }
-  for (int i = tid; i < R; i += T) {
+  for (int e = tid; e < NR * R; e += T) {
+    const int r = e / R, i = e - r * R;
     float sum[H];
 #pragma unroll
     for (int h = 0; h < H; ++h) {
       sum[h] = 0.0f;
 #pragma unroll
-      for (int p = 0; p < kWarps; ++p) sum[h] += part[(h * kWarps + p) * R + i];
+      for (int p = 0; p < kWarps; ++p) sum[h] += part[((r * H + h) * kWarps + p) * R + i];
     }
     const int row = row0 + i;
+    float* yr = y + static_cast<size_t>(r) * n;
     if constexpr (CL) {
-      store_cluster_f32(red + rank * R + i, 0, sum[0]);
+      store_cluster_f32(red + (rank * NR + r) * R + i, 0, sum[0]);
     } else if constexpr (SWIGLU) {
       if (row < f) y[row] = silu_mul(sum[0], sum[H - 1]);
     } else if (row < n) {
-      y[row] = accumulate ? y[row] + sum[0] : sum[0];
+      yr[row] = accumulate ? yr[row] + sum[0] : sum[0];
     }
   }
   if constexpr (CL) {
     cluster_arrive_release();  // the remote stores before rank 0's reads
     cluster_wait_acquire();
     if (rank == 0)
-      for (int i = tid; i < R; i += T) {
+      for (int e = tid; e < NR * R; e += T) {
+        const int r = e / R, i = e - r * R;
         float sum = 0.0f;
-        for (int c = 0; c < slices; ++c) sum += red[c * R + i];
+        for (int c = 0; c < slices; ++c) sum += red[(c * NR + r) * R + i];
         const int row = row0 + i;
-        if (row < n) y[row] = accumulate ? y[row] + sum : sum;
+        float* yr = y + static_cast<size_t>(r) * n;
+        if (row < n) yr[row] = accumulate ? yr[row] + sum : sum;
       }
   }
 }
@@ -401,16 +462,16 @@ int smem_optin() { return device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOpt
 bool device_has_clusters() { return device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9; }
 int smem_per_sm() { return device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(); }
 
-// Shared memory for k split in `slices` at `rows` rows a block (SWIGLU: rows gate rows and as many up rows); smem 0
-// where it does not fit.
-StripeLaunch stripe_launch(int64_t k, int64_t n_pad, int rows, int slices, bool swiglu) {
+// Shared memory for k split in `slices` at `rows` rows a block and nr input rows (SWIGLU: rows gate rows and as many
+// up rows); smem 0 where it does not fit.
+StripeLaunch stripe_launch(int64_t k, int64_t n_pad, int rows, int slices, bool swiglu, int nr) {
   StripeLaunch l;
   const int64_t nq = k / 4;
   l.cap = static_cast<int>(4 * ((nq + slices - 1) / slices));
-  const int64_t list = (static_cast<int64_t>(l.cap) * 6 + 15) / 16 * 16;
-  const int64_t part = int64_t{kStripeThreads / kWarp} * rows * 4 * (swiglu ? 2 : 1);
+  const int64_t list = (static_cast<int64_t>(l.cap) * (4 * nr + 2) + 15) / 16 * 16;
+  const int64_t part = int64_t{kStripeThreads / kWarp} * rows * 4 * (swiglu ? 2 : 1) * nr;
   l.red_off = static_cast<int>(std::max(list, part));
-  int64_t smem = l.red_off + (slices > 1 ? int64_t{slices} * rows * 4 : 0);
+  int64_t smem = l.red_off + (slices > 1 ? int64_t{slices} * nr * rows * 4 : 0);
   // One wave of at most one block per SM: ask for more than half an SM's shared memory, so no second block fits.
   const int64_t blocks = (swiglu ? n_pad / 2 / rows : n_pad / rows) * slices;
   if (blocks <= sm_count()) smem = std::max<int64_t>(smem, smem_per_sm() / 2 + 1024);
@@ -419,11 +480,11 @@ StripeLaunch stripe_launch(int64_t k, int64_t n_pad, int rows, int slices, bool 
   return l;
 }
 
-template <DType D, int G, bool CL, bool SWIGLU>
+template <DType D, int G, bool CL, bool SWIGLU, int NR>
 void launch_stripes_as(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
                        cudaStream_t stream, unsigned long long* zeros, int slices, const StripeLaunch& l, int f) {
   static const bool opted_in = [] {  // over 48 KB of dynamic shared memory: an opt-in per kernel, once per process
-    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(gemv_sparse_stripe_kernel<D, G, CL, SWIGLU>,
+    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(gemv_sparse_stripe_kernel<D, G, CL, SWIGLU, NR>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin()));
     return true;
   }();
@@ -431,50 +492,55 @@ void launch_stripes_as(const SparseWeight& w, const float* x, float threshold, f
   constexpr int R = G * kStripeRpt;
   const int stripes = SWIGLU ? f / R : w.tile / R;
   const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(stripes));
-  launch_cluster("gemv_sparse_stripe_kernel", gemv_sparse_stripe_kernel<D, G, CL, SWIGLU>, grid, dim3(kStripeThreads),
-                 l.smem, stream, CL ? static_cast<unsigned>(slices) : 1u, w.data.as<uint8_t>(), x, threshold, y, zeros,
-                 static_cast<int>(w.n), w.tile, static_cast<int>(w.k), l.cap, l.red_off, accumulate, f);
+  launch_cluster("gemv_sparse_stripe_kernel", gemv_sparse_stripe_kernel<D, G, CL, SWIGLU, NR>, grid,
+                 dim3(kStripeThreads), l.smem, stream, CL ? static_cast<unsigned>(slices) : 1u, w.data.as<uint8_t>(),
+                 x, threshold, y, zeros, static_cast<int>(w.n), w.tile, static_cast<int>(w.k), l.cap, l.red_off,
+                 accumulate, f);
 }
 
-template <DType D, int G>
+template <DType D, int G, int NR>
 void launch_stripes_g(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
                       cudaStream_t stream, unsigned long long* zeros, int slices, const StripeLaunch& l, int f) {
-  if (f > 0) return launch_stripes_as<D, G, false, true>(w, x, threshold, y, false, stream, zeros, 1, l, f);
+  if constexpr (NR == 1)
+    if (f > 0) return launch_stripes_as<D, G, false, true, 1>(w, x, threshold, y, false, stream, zeros, 1, l, f);
   if (slices > 1)
-    return launch_stripes_as<D, G, true, false>(w, x, threshold, y, accumulate, stream, zeros, slices, l, f);
-  launch_stripes_as<D, G, false, false>(w, x, threshold, y, accumulate, stream, zeros, 1, l, f);
+    return launch_stripes_as<D, G, true, false, NR>(w, x, threshold, y, accumulate, stream, zeros, slices, l, f);
+  launch_stripes_as<D, G, false, false, NR>(w, x, threshold, y, accumulate, stream, zeros, 1, l, f);
 }
 
-template <DType D>
+template <DType D, int NR>
 void launch_stripes(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
                     cudaStream_t stream, unsigned long long* zeros, int rows, int slices, const StripeLaunch& l,
                     int f) {
   switch (rows) {
     case 32:
-      return launch_stripes_g<D, 4>(w, x, threshold, y, accumulate, stream, zeros, slices, l, f);
+      return launch_stripes_g<D, 4, NR>(w, x, threshold, y, accumulate, stream, zeros, slices, l, f);
     case 64:
-      return launch_stripes_g<D, 8>(w, x, threshold, y, accumulate, stream, zeros, slices, l, f);
+      return launch_stripes_g<D, 8, NR>(w, x, threshold, y, accumulate, stream, zeros, slices, l, f);
     case 128:
-      return launch_stripes_g<D, 16>(w, x, threshold, y, accumulate, stream, zeros, slices, l, f);
+      return launch_stripes_g<D, 16, NR>(w, x, threshold, y, accumulate, stream, zeros, slices, l, f);
     default:
-      return launch_stripes_g<D, 32>(w, x, threshold, y, accumulate, stream, zeros, slices, l, f);
+      return launch_stripes_g<D, 32, NR>(w, x, threshold, y, accumulate, stream, zeros, slices, l, f);
   }
 }
 
-// Why the stripe form cannot run (rows, slices) on w and x, or "" where it can. swiglu: w is [gate; up].
-std::string stripe_refusal(const SparseWeight& w, const float* x, int rows, int slices, bool swiglu) {
+// Why the stripe form cannot run (rows, slices) on w and nr rows of x, or "" where it can. swiglu: w is [gate; up].
+std::string stripe_refusal(const SparseWeight& w, const float* x, int rows, int slices, bool swiglu, int nr) {
   if (rows != 32 && rows != 64 && rows != 128 && rows != 256) return "rows " + num(rows) + " not 32, 64, 128 or 256";
   if (slices < 1 || slices > 8) return "slices " + num(slices) + " outside [1, 8]";
+  if (nr != 1 && nr != 2) return "input rows " + num(nr) + " not 1 or 2";
   if (swiglu) {
     if (w.n % 2 != 0 || (w.n / 2) % rows != 0) return "rows " + num(rows) + " do not divide the gate rows";
     if (slices != 1) return "the SwiGLU form runs one slice";
+    if (nr != 1) return "the SwiGLU form runs one input row";
   } else if (w.tile % rows != 0) {
     return "rows " + num(rows) + " do not divide the padded " + num(w.tile);
   }
   if (slices > 1 && !device_has_clusters()) return "slices above 1 need thread-block clusters (sm_90)";
   if (w.k % 4 != 0 || w.k > 65536) return "k " + num(w.k) + " is not a multiple of 4 up to 65536";
   if (x != nullptr && !aligned16(x)) return "x is not 16-byte aligned";
-  if (stripe_launch(w.k, w.tile, rows, slices, swiglu).smem == 0) return "the slice's list does not fit shared memory";
+  if (stripe_launch(w.k, w.tile, rows, slices, swiglu, nr).smem == 0)
+    return "the slice's list does not fit shared memory";
   return "";
 }
 
@@ -482,8 +548,9 @@ std::string stripe_refusal(const SparseWeight& w, const float* x, int rows, int 
 
 // The default shape: about one wave of one block per SM. k split in two (a cluster) where the list is over twice the
 // rows; the fewest rows a block (32-256) that keep stripes x slices within the SMs; more slices (up to 8, at least
-// 512 channels each) while under half the SMs would run. SWIGLU: the gate rows' stripes, one slice.
-std::pair<int, int> stripe_shape(const SparseWeight& w, const float* x, bool swiglu) {
+// 512 channels each) while under half the SMs would run. SWIGLU: the gate rows' stripes, one slice. nr rows of x: the
+// same shape, more slices while their list does not fit.
+std::pair<int, int> stripe_shape(const SparseWeight& w, const float* x, bool swiglu, int nr) {
   const int sms = sm_count();
   const bool cl = device_has_clusters() && !swiglu;
   const int64_t rows_total = swiglu ? w.n / 2 : w.tile;
@@ -497,22 +564,27 @@ std::pair<int, int> stripe_shape(const SparseWeight& w, const float* x, bool swi
   if (rows == 0) return {0, 0};
   const int stripes = ceil_div(rows_total, rows);
   while (cl && slices < 8 && stripes * slices * 2 <= sms && w.k / (slices * 2) >= 512) slices *= 2;
-  while (cl && slices < 8 && stripe_launch(w.k, w.tile, rows, slices, false).smem == 0) slices *= 2;  // a long list
-  if (!stripe_refusal(w, x, rows, slices, swiglu).empty()) return {0, 0};
+  while (cl && slices < 8 && stripe_launch(w.k, w.tile, rows, slices, false, nr).smem == 0) slices *= 2;  // long list
+  if (!stripe_refusal(w, x, rows, slices, swiglu, nr).empty()) return {0, 0};
   return {rows, slices};
 }
 
 void stripes(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate, cudaStream_t stream,
-             unsigned long long* zeros, int rows, int slices, const SparseXFusion& fusion) {
-  if (const std::string why = stripe_refusal(w, x, rows, slices, fusion.swiglu); !why.empty())
+             unsigned long long* zeros, int rows, int slices, const SparseXFusion& fusion, int nr) {
+  if (const std::string why = stripe_refusal(w, x, rows, slices, fusion.swiglu, nr); !why.empty())
     fail("gemv_sparse_x: the stripe form cannot run: {}", why);
   if (fusion.swiglu && accumulate) fail("gemv_sparse_x: the SwiGLU form does not accumulate");
-  const StripeLaunch l = stripe_launch(w.k, w.tile, rows, slices, fusion.swiglu);
+  if (nr > 1 && zeros != nullptr) fail("gemv_sparse_x: no sparsity counters for several rows (their SPARSIFY counts)");
+  const StripeLaunch l = stripe_launch(w.k, w.tile, rows, slices, fusion.swiglu, nr);
   const int f = fusion.swiglu ? static_cast<int>(w.n / 2) : 0;  // the gate rows
-  if (w.dtype == DType::BF16)
-    launch_stripes<DType::BF16>(w, x, threshold, y, accumulate, stream, zeros, rows, slices, l, f);
+  const bool bf16 = w.dtype == DType::BF16;
+  if (nr == 2)
+    return bf16 ? launch_stripes<DType::BF16, 2>(w, x, threshold, y, accumulate, stream, zeros, rows, slices, l, f)
+                : launch_stripes<DType::F16, 2>(w, x, threshold, y, accumulate, stream, zeros, rows, slices, l, f);
+  if (bf16)
+    launch_stripes<DType::BF16, 1>(w, x, threshold, y, accumulate, stream, zeros, rows, slices, l, f);
   else
-    launch_stripes<DType::F16>(w, x, threshold, y, accumulate, stream, zeros, rows, slices, l, f);
+    launch_stripes<DType::F16, 1>(w, x, threshold, y, accumulate, stream, zeros, rows, slices, l, f);
 }
 
 }  // namespace detail
@@ -555,8 +627,8 @@ void gemv_sparse_x(const SparseWeight& w, const float* x, float threshold, float
   if (!(threshold >= 0.0f)) fail("gemv_sparse_x: threshold {} is negative", threshold);
   const bool fused = fusion.swiglu;
   if (splits == 0 || fused) {
-    if (const auto [rows, slices] = detail::stripe_shape(w, x, fusion.swiglu); rows > 0)
-      return detail::stripes(w, x, threshold, y, accumulate, stream, zeros, rows, slices, fusion);
+    if (const auto [rows, slices] = detail::stripe_shape(w, x, fusion.swiglu, 1); rows > 0)
+      return detail::stripes(w, x, threshold, y, accumulate, stream, zeros, rows, slices, fusion, 1);
     if (fused) fail("gemv_sparse_x: a fused SwiGLU needs the stripe form, which cannot run this weight");
     splits = gemv_sparse_x_default_splits(w);
   }
@@ -569,17 +641,33 @@ void gemv_sparse_x(const SparseWeight& w, const float* x, float threshold, float
     detail::launch_cols<DType::F16>(w, x, threshold, y, accumulate, ws, stream, zeros, splits);
 }
 
-std::pair<int, int> gemv_sparse_x_stripe_shape(const SparseWeight& w, const float* x, bool swiglu) {
+std::pair<int, int> gemv_sparse_x_stripe_shape(const SparseWeight& w, const float* x, bool swiglu, int n_rows) {
   if (!w.columns) fail("gemv_sparse_x: the weight is not the channel-major copy (make_sparse_columns)");
-  return detail::stripe_shape(w, x, swiglu);
+  return detail::stripe_shape(w, x, swiglu, n_rows);
 }
 
 void gemv_sparse_x_stripes(const SparseWeight& w, const float* x, float threshold, float* y, bool accumulate,
                            cudaStream_t stream, unsigned long long* zeros, int rows, int slices,
-                           const SparseXFusion& fusion) {
+                           const SparseXFusion& fusion, int n_rows) {
   if (!w.columns) fail("gemv_sparse_x: the weight is not the channel-major copy (make_sparse_columns)");
   if (!(threshold >= 0.0f)) fail("gemv_sparse_x: threshold {} is negative", threshold);
-  detail::stripes(w, x, threshold, y, accumulate, stream, zeros, rows, slices, fusion);
+  detail::stripes(w, x, threshold, y, accumulate, stream, zeros, rows, slices, fusion, n_rows);
+}
+
+bool gemv_sparse_x_rows_runs(const SparseWeight& w, const float* x, int n_rows) {
+  return w.columns && (n_rows == 1 || n_rows == 2) && detail::stripe_shape(w, x, false, n_rows).first > 0;
+}
+
+void gemv_sparse_x_rows(const SparseWeight& w, const float* x, int n_rows, float threshold, float* y, bool accumulate,
+                        cudaStream_t stream) {
+  if (!w.columns) fail("gemv_sparse_x: the weight is not the channel-major copy (make_sparse_columns)");
+  if (!(threshold >= 0.0f)) fail("gemv_sparse_x: threshold {} is negative", threshold);
+  if (n_rows != 1 && n_rows != 2) fail("gemv_sparse_x_rows: {} rows (one or two)", n_rows);
+  const auto [rows, slices] = detail::stripe_shape(w, x, false, n_rows);
+  if (rows == 0)
+    fail("gemv_sparse_x_rows: the stripe form cannot run {}x{} at {} rows: {}", w.n, w.k, n_rows,
+         detail::stripe_refusal(w, x, 32, 1, false, n_rows));
+  detail::stripes(w, x, threshold, y, accumulate, stream, nullptr, rows, slices, {}, n_rows);
 }
 
 }  // namespace tessera::cuda
