@@ -232,46 +232,53 @@ TEST(CudaTeal, BatchedDecodeThresholdsEveryRow) {
   }
 }
 // TEAL's two-row decode over the union of the rows' masks (teal_union=1, the default) against the dense matmul on the
-// same zeroed rows (teal_union=0): the same values summed in another order, so the
-// logits agree to rounding (an entry within rounding of a later layer's top-k cut may flip: a looser bound) and are
-// not bit for bit the same (which would mean the walk never ran). Three rows run dense under either.
+// same zeroed rows (teal_union=0): the same values summed in another order. Each trial is one two-row step after the
+// same two 4-token prompts (prefilled by the multi-row GEMV, the same bits in both sessions), so the two runs differ
+// by rounding only, and that only where an entry within rounding of a later top-k cut falls on the other side of it
+// (on this random two-layer model one such flip moves the logits by ~0.2 relative L2; the full CUDA suite met one in
+// the twenty-fifth session). So: at most two of the eight trials may differ beyond 1e-4, none beyond 0.6, and the
+// union's logits are not bit for bit the dense ones (which would mean the walk never ran). The options are set per
+// session and read when its executors compile: the two sessions of a trial run one after the other.
 TEST(CudaTeal, TwoRowDecodeUnionMatchesDense) {
   TESSERA_REQUIRE_GPU();
+  constexpr int kTrials = 8;
   for (const std::string dtype : {"bf16", "f16"}) {
     const Model m = make_random_model({.arch = "smollm2-135m", .dtype = dtype, .seed = 9, .n_layers = 2});
-    std::map<std::string, std::vector<float>> logits;
-    std::map<std::string, double> sparsity;
-    for (const std::string u : {"1", "0"}) {
-      SessionOptions o{.n_ctx = 96, .n_batch = 16, .device = "cuda", .n_seq = 3};
-      o.sparsity = 0.5f;
-      o.backend_options = {"teal_union=" + u};
-      Session gpu(m, o);
-      for (int s = 0; s < 3; ++s) gpu.eval_seq(s, random_ids(4 + 3 * s, 49152, 300 + uint32_t(s)), false);
-      gpu.reset_achieved_sparsity();
-      for (int step = 0; step < 6; ++step) {
-        // two rows, then all three (dense in both), in turn
-        const std::vector<int32_t> seqs = step % 2 ? std::vector<int32_t>{2, 0, 1} : std::vector<int32_t>{1, 2};
-        const std::vector<int32_t> ids = random_ids(seqs.size(), 49152, 400 + uint32_t(step));
-        const std::span<const float> out = gpu.decode_batch(ids, seqs);
-        logits[u].insert(logits[u].end(), out.begin(), out.end());
+    int close = 0;
+    double worst = 0, best = 1;
+    bool differs = false;
+    for (int trial = 0; trial < kTrials; ++trial) {
+      std::map<std::string, std::vector<float>> logits;
+      std::map<std::string, double> sparsity;
+      const std::vector<int32_t> seqs = trial % 2 ? std::vector<int32_t>{1, 0} : std::vector<int32_t>{0, 1};
+      for (const std::string u : {"1", "0"}) {
+        SessionOptions o{.n_ctx = 32, .n_batch = 16, .device = "cuda", .n_seq = 2};
+        o.sparsity = 0.5f;
+        o.backend_options = {"teal_union=" + u};
+        Session gpu(m, o);
+        for (int s = 0; s < 2; ++s) gpu.eval_seq(s, random_ids(4, 49152, 300 + uint32_t(10 * trial + s)), false);
+        gpu.reset_achieved_sparsity();
+        const std::span<const float> out = gpu.decode_batch(random_ids(2, 49152, 400 + uint32_t(trial)), seqs);
+        logits[u].assign(out.begin(), out.end());
+        sparsity[u] = gpu.achieved_sparsity();
       }
-      sparsity[u] = gpu.achieved_sparsity();
+      const std::vector<float>& a = logits["1"];
+      const std::vector<float>& b = logits["0"];
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(a[i])) << dtype << " logit " << i;
+        differs |= a[i] != b[i];
+      }
+      const double rel = cuda::test::rel_l2(a.data(), b.data(), a.size());
+      close += rel <= 1e-4;
+      worst = std::max(worst, rel), best = std::min(best, rel);
+      EXPECT_NEAR(sparsity["1"], sparsity["0"], 0.01) << dtype << " trial " << trial;
     }
-    const std::vector<float>& a = logits["1"];
-    const std::vector<float>& b = logits["0"];
-    ASSERT_EQ(a.size(), b.size());
-    float most = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_TRUE(std::isfinite(a[i])) << dtype << " logit " << i;
-      most = std::max(most, std::fabs(a[i] - b[i]));
-    }
-    const double rel = cuda::test::rel_l2(a.data(), b.data(), a.size());
-    std::cout << dtype << " two-row decode, union walk against dense on the zeroed rows: relative L2 " << rel
-              << ", largest difference " << most << ", achieved sparsity " << sparsity["1"] << " / "
-              << sparsity["0"] << "\n";
-    EXPECT_LE(rel, 1e-3) << dtype;
-    EXPECT_GT(most, 0.0f) << dtype << ": bit for bit the dense result: the union walk did not run";
-    EXPECT_NEAR(sparsity["1"], sparsity["0"], 1e-3) << dtype;
+    std::cout << dtype << " two-row decode, union walk against dense on the zeroed rows: " << close << " of "
+              << kTrials << " trials within 1e-4 relative L2 (best " << best << ", worst " << worst << ")\n";
+    EXPECT_GE(close, kTrials - 2) << dtype;
+    EXPECT_LE(worst, 0.6) << dtype;
+    EXPECT_TRUE(differs) << dtype << ": bit for bit the dense result: the union walk did not run";
   }
 }
 
