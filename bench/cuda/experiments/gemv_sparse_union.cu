@@ -1,7 +1,8 @@
 // TEAL in batched decode (issue 23's must-have: "union of the rows' masks or dense, whichever measures faster"):
-// written in the twenty-fourth session, run on the H100 in the twenty-fifth (docs/TEAL.md, "Batched decode"): at two
-// rows the union walk took 0.82x / 0.85x the dense time at gate|up and down (50%, in a graph), 0.99x at q|k|v, 1.05x
-// at o; at four and eight rows it lost everywhere. src took the two-row form (gemv_sparse_x_rows, teal_union).
+// written in the twenty-fourth session, run on the H100 in the twenty-fifth (docs/TEAL.md, "The twenty-fifth
+// session"): at two rows this file's union walk took 0.82x / 0.85x the dense time at gate|up and down (50%, in a
+// graph), 0.99x at q|k|v, 1.05x at o, and src's pipelined form of it (gemv_sparse_x_rows, timed here too) 0.80x /
+// 0.86x / 0.93x / 0.95x; at four rows the union lost everywhere. src took the two-row form (--cuda teal_union).
 //
 // A batch of N decode rows, each thresholded on its own (calibrated thresholds), reads one weight. Three ways:
 //   dense   src's matmul (kernels_rows.h) on the zeroed rows: what decode_batch runs today;

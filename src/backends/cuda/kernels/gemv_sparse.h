@@ -159,8 +159,9 @@ void gemv_sparse_x_stripes(const SparseWeight& w, const float* x /*[k]*/, float 
 // x [n_rows, k] and y [n_rows, N] (row strides k and N), x_r' as gemv_sparse_x's rule per row. One stripe-form walk
 // over the channels any row keeps, each 16-byte load of W feeding every row's sums (each row's own values, 0 where it
 // dropped a channel another kept). Independent rows at 50% keep 75% of the channels together; on the H100 at the 8B
-// shapes (exp_gemv_sparse_union, in a graph, 25th session) two rows took 0.82x / 0.85x the dense two-row matmul's time
-// at gate|up 4096->28672 and down 14336->4096, 0.99x at q|k|v and 1.05x at o; four rows (94% kept) lose everywhere.
+// shapes at 50% (exp_gemv_sparse_union, in a graph, twenty-fifth session) two rows took 0.80x / 0.86x / 0.93x / 0.95x
+// the dense two-row matmul's time at gate|up 4096->28672, down 14336->4096, q|k|v 4096->6144 and o 4096x4096; four
+// rows (94% kept) lost everywhere (docs/TEAL.md).
 // No sparsity counters: that path's SPARSIFY counts. gemv_sparse_x_rows_runs: whether the stripe form runs it.
 bool gemv_sparse_x_rows_runs(const SparseWeight& w, const float* x, int n_rows);
 void gemv_sparse_x_rows(const SparseWeight& w, const float* x /*[n_rows, k]*/, int n_rows, float threshold,
