@@ -13,6 +13,7 @@ CudaOptions& slot() {
   static CudaOptions o;
   return o;
 }
+uint64_t generation = 0;
 
 std::vector<std::string_view> split(std::string_view s, char sep) {
   std::vector<std::string_view> out;
@@ -203,7 +204,10 @@ void set_cuda_options(const CudaOptions& o) {
   TESSERA_CHECK(o.chain_steps >= 1 && o.chain_steps <= 16, "cuda option chain_steps: {} is outside 1-16",
                 o.chain_steps);
   slot() = o;
+  ++generation;
 }
+
+uint64_t cuda_options_generation() { return generation; }
 
 void parse_cuda_option(CudaOptions& o, std::string_view key_value) {
   const size_t eq = key_value.find('=');

@@ -135,6 +135,10 @@ const CudaOptions& cuda_options();
 // Checks o (tessera::Error naming the first bad field: a GEMV shape that gemv_configs() lacks, a chunk that is not
 // a multiple of 64, chain_steps outside 1-16, ...) and makes it the process's options.
 void set_cuda_options(const CudaOptions& o);
+// How many times set_cuda_options has replaced the options: a CUDA session re-applies its own at each entry when
+// another session (or a test) has set them since, so sessions alive together with different options each compile and
+// launch with theirs.
+uint64_t cuda_options_generation();
 
 // Sets one field from "key=value" (the key is the field's name; bools take 0/1, on/off, true/false; gemv_shapes takes
 // "NxK=threads/rows/unroll/prefetch[,...]", early_l2 "blocks/bytes[/bulk]", quant_norm "auto|q4_1|all|none", quant_gemm

@@ -35,11 +35,10 @@ class CudaSession : public backend::DeviceSession {
     // f32 is opt-in on the GPU too (f32 models keep f32 precision; the default stays f16: half the cache bytes).
     TESSERA_CHECK(c.kv_dtype == DType::F16 || c.kv_dtype == DType::F32,
                   "kv cache type {} is not supported on device 'cuda' (f16 or f32)", dtype_name(c.kv_dtype));
-    // Every session sets the process's options: the defaults with its own switches (so one session's switches never
-    // leak into the next).
-    CudaOptions opts;
-    for (const std::string& kv : c.options) parse_cuda_option(opts, kv);
-    set_cuda_options(opts);
+    // Every session runs with the defaults and its own switches (so one session's switches never leak into another):
+    // set here and again at each entry after another session set its own (own_options).
+    for (const std::string& kv : c.options) parse_cuda_option(opts_, kv);
+    own_options();
     // Uploading every weight now (the decoder's graph names them all) keeps it out of the first prompt's timing.
     CudaBackendOptions bo;
     bo.n_ctx = c.n_ctx;  // graphs with a recurrent state and no KV cache take the session's context
@@ -61,6 +60,7 @@ class CudaSession : public backend::DeviceSession {
   }
 
   std::span<const float> eval(int64_t seq, std::span<const int32_t> ids, int64_t pos, bool all_rows) override {
+    own_options();
     const int64_t t = static_cast<int64_t>(ids.size());
     const StateStep st = state_step(seq, pos, t);
     if (t == 1 && seq == 0) {  // the decoder: merged GEMVs, CUDA graph replay
@@ -83,6 +83,7 @@ class CudaSession : public backend::DeviceSession {
 
   std::span<const backend::RowScore> eval_scores(int64_t seq, std::span<const int32_t> ids, int64_t pos,
                                                  std::span<const int32_t> targets) override {
+    own_options();
     const StateStep st = state_step(seq, pos, static_cast<int64_t>(ids.size()));
     auto& e = prefill_[1];  // the all-row graph: its logits stay on the device, reduced there
     if (!e) e = std::make_unique<CudaRowsExecutor>(c_.build_graph(c_.n_batch, true, false), RowsMode::PREFILL, shared_);
@@ -95,6 +96,7 @@ class CudaSession : public backend::DeviceSession {
 
   std::span<const float> decode_rows(std::span<const int32_t> ids, std::span<const int32_t> seqs,
                                      std::span<const int32_t> pos) override {
+    own_options();
     std::vector<StateStep> st;
     for (size_t i = 0; i < ids.size(); ++i) st.push_back(state_step(seqs[i], pos[i], 1));
     CudaRowsExecutor& e = batch(static_cast<int64_t>(ids.size()));
@@ -104,6 +106,7 @@ class CudaSession : public backend::DeviceSession {
 
   std::vector<int32_t> decode_rows_argmax(std::span<const int32_t> ids, std::span<const int32_t> seqs,
                                           std::span<const int32_t> pos) override {
+    own_options();
     std::vector<StateStep> st;
     for (size_t i = 0; i < ids.size(); ++i) st.push_back(state_step(seqs[i], pos[i], 1));
     if (ids.size() == 1 && seqs[0] == 0) {  // the decoder (CUDA graph, merged GEMVs) and its device argmax
@@ -118,6 +121,7 @@ class CudaSession : public backend::DeviceSession {
 
   int64_t generate_greedy(int32_t token, int64_t pos, int64_t n,
                           const std::function<bool(int32_t)>& on_token) override {
+    own_options();
     StateStep st = state_step(0, pos, 0);
     decoder_->set_profile(slot(1));
     const int64_t done = decoder_->generate_greedy(token, pos, n, on_token);
@@ -127,6 +131,7 @@ class CudaSession : public backend::DeviceSession {
 
   std::optional<std::pair<int32_t, int32_t>> decode_sample(int32_t token, int64_t pos,
                                                            const backend::SampleRequest& r) override {
+    own_options();
     if (!device_sample_) return std::nullopt;
     const StateStep st = state_step(0, pos, 1);
     const DeviceSamplingParams p{r.temperature,       r.top_k,           r.top_p, r.min_p, r.repeat_penalty,
@@ -153,6 +158,13 @@ class CudaSession : public backend::DeviceSession {
   }
 
  private:
+  // This session's options made the process's (cuda_options), where another session or a test has set others since:
+  // executors compile lazily and launches read them, so each session runs with its own.
+  void own_options() {
+    if (options_generation_ == cuda_options_generation() && options_generation_ != 0) return;
+    set_cuda_options(opts_);
+    options_generation_ = cuda_options_generation();
+  }
   // The profile vector of steps of n_tokens rows (null when not profiling); executors size it to their graph.
   std::vector<uint64_t>* slot(int64_t n_tokens) { return profiling_ ? &profile_[n_tokens] : nullptr; }
   CudaRowsExecutor& batch(int64_t rows) {
@@ -188,6 +200,8 @@ class CudaSession : public backend::DeviceSession {
   }
 
   backend::SessionConfig c_;
+  CudaOptions opts_;                  // the defaults with this session's switches
+  uint64_t options_generation_ = 0;  // cuda_options_generation() when own_options last set opts_
   bool has_state_ = false;
   std::vector<int64_t> state_pos_;  // per slot, with has_state_: the tokens its state has absorbed
   std::shared_ptr<CudaShared> shared_;

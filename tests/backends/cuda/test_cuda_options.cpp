@@ -142,6 +142,19 @@ TEST(CudaOptions, TealWalkValuesRoundTrip) {
   EXPECT_THROW(parse_cuda_option(o, "teal_walk=q4_1"), Error);
 }
 
+// Each set_cuda_options is a new generation (CUDA sessions re-apply their own options when it moved), a refused one
+// is not.
+TEST(CudaOptions, EverySetIsANewGeneration) {
+  const CudaOptions saved = cuda_options();
+  const uint64_t g0 = cuda_options_generation();
+  set_cuda_options(saved);
+  EXPECT_EQ(cuda_options_generation(), g0 + 1);
+  CudaOptions bad;
+  bad.attn_chunk = 65;
+  EXPECT_THROW(set_cuda_options(bad), Error);
+  EXPECT_EQ(cuda_options_generation(), g0 + 1);
+}
+
 TEST(CudaOptions, BadValuesAreErrors) {
   CudaOptions o;
   EXPECT_THROW(parse_cuda_option(o, "pdl"), Error);             // not key=value

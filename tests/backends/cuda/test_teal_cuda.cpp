@@ -282,5 +282,40 @@ TEST(CudaTeal, TwoRowDecodeUnionMatchesDense) {
   }
 }
 
+// CUDA options are process-wide, and a session's executors compile lazily: two sessions alive together with different
+// options each run with their own (own_options in session_cuda.cpp). Before, the one opened last set them for both, so
+// A's two-row executor, compiled after B opened, took B's teal_union=0. A's step must give the bits A alone gives.
+TEST(CudaTeal, SessionsAliveTogetherKeepTheirOwnOptions) {
+  TESSERA_REQUIRE_GPU();
+  const Model m = make_random_model({.arch = "smollm2-135m", .dtype = "bf16", .seed = 9, .n_layers = 2});
+  const auto options = [](const std::string& union_on) {
+    SessionOptions o{.n_ctx = 32, .n_batch = 16, .device = "cuda", .n_seq = 2};
+    o.sparsity = 0.5f;
+    o.backend_options = {"teal_union=" + union_on};
+    return o;
+  };
+  const auto step = [&](Session& s) {
+    for (int q = 0; q < 2; ++q) s.eval_seq(q, random_ids(4, 49152, 500 + uint32_t(q)), false);
+    const std::span<const float> out = s.decode_batch(random_ids(2, 49152, 600), std::vector<int32_t>{0, 1});
+    return std::vector<float>(out.begin(), out.end());
+  };
+  std::vector<float> alone_union, alone_dense;
+  {
+    Session a(m, options("1"));
+    alone_union = step(a);
+  }
+  {
+    Session b(m, options("0"));
+    alone_dense = step(b);
+  }
+  ASSERT_NE(alone_union, alone_dense) << "the union walk and the dense matmul gave the same bits: nothing to tell apart";
+  Session a(m, options("1"));
+  Session b(m, options("0"));  // opened last: its options were the process's
+  const std::vector<float> got_a = step(a);
+  const std::vector<float> got_b = step(b);
+  EXPECT_EQ(got_a, alone_union) << "session A did not run with its own teal_union=1";
+  EXPECT_EQ(got_b, alone_dense) << "session B did not run with its own teal_union=0";
+}
+
 }  // namespace
 }  // namespace tessera
