@@ -461,16 +461,14 @@ TEST(CudaLoraStacked, SideStreamGivesTheSameBits) {
   go.lora = ad.specs();
   go.device = "cuda";
   const int64_t vocab = m.spec().n_vocab;
-  const cuda::CudaOptions saved = cuda::cuda_options();
   std::vector<float> runs[2];
   for (const bool side : {false, true}) {
-    cuda::CudaOptions o = saved;
-    o.lora_side = side;
-    cuda::set_cuda_options(o);
+    // The session's own switch: a session runs with the defaults and its backend options (set_cuda_options before it
+    // opened would be replaced when it opens; it was, so until the twenty-fifth session both runs took the side stream).
+    go.backend_options = {side ? "lora_side=1" : "lora_side=0"};
     Session gpu(m, go);
     runs[side] = prefill_and_decode(gpu, vocab, 600);
   }
-  cuda::set_cuda_options(saved);
   ASSERT_EQ(runs[0].size(), runs[1].size());
   size_t differ = 0;
   for (size_t i = 0; i < runs[0].size(); ++i) differ += std::memcmp(&runs[0][i], &runs[1][i], sizeof(float)) != 0;
