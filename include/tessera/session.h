@@ -38,8 +38,9 @@ struct SessionOptions {
   int64_t n_seq = 1;
   // Switches of the device's backend, "key=value" each, checked when the session opens (one sentence naming an unknown
   // key or a bad value). cpu: "isa=scalar|avx2|avx2_vnni|avx512_vnni" (the kernels' instruction set; default the best
-  // this CPU runs), "teal_walk=all|none" (TEAL's sparse kernels, or (default) the dense ones on the zeroed input). cuda: the fields of cuda::CudaOptions (src/backends/cuda/cuda_options.h: "graph=0", "sample=0",
-  // "attn_tma=0", ...), process-wide: the last session opened sets them for every CUDA session of the process.
+  // this CPU runs), "teal_walk=all|none" (TEAL's sparse kernels, or (default) the dense ones on the zeroed input).
+  // cuda: the fields of cuda::CudaOptions (src/backends/cuda/cuda_options.h: "graph=0", "sample=0", "attn_tma=0",
+  // ...); the process holds one set, which each CUDA session makes its own again whenever another set others.
   std::vector<std::string> backend_options;
   // TEAL activation sparsity (docs/TEAL.md): zero this share of each matmul input's entries by magnitude, per token
   // (top-k), in the blocks' q|k|v, o, gate|up and down inputs; decode then skips the weights of zeroed inputs.

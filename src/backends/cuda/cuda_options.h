@@ -2,7 +2,8 @@
 // few a user sets, and what became of the rest).
 //
 // How launch code reads it: a process-wide `cuda_options()`, set by `set_cuda_options()` before the first launch (by
-// the CUDA backend from its options when it is made, once wired; tests and benchmarks between launches). Not a
+// each CUDA session from its backend options, again at each call after another set others; tests and benchmarks
+// between launches). Not a
 // parameter of every launch function, because (1) the kernel entry points of kernels.h and kernels_rows.h are called
 // from ~40 places in the executors, and the decode attention / GEMV choices below are made deep inside those launchers
 // (a CUDA graph captures whatever they choose); (2) Tessera drives one device per process, and PDL was already

@@ -1,6 +1,7 @@
 #include "backends/cuda/session_cuda.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <exception>
 #include <map>
 #include <thread>
@@ -161,7 +162,7 @@ class CudaSession : public backend::DeviceSession {
   // This session's options made the process's (cuda_options), where another session or a test has set others since:
   // executors compile lazily and launches read them, so each session runs with its own.
   void own_options() {
-    if (options_generation_ == cuda_options_generation() && options_generation_ != 0) return;
+    if (options_generation_ == cuda_options_generation()) return;
     set_cuda_options(opts_);
     options_generation_ = cuda_options_generation();
   }
@@ -201,7 +202,7 @@ class CudaSession : public backend::DeviceSession {
 
   backend::SessionConfig c_;
   CudaOptions opts_;                  // the defaults with this session's switches
-  uint64_t options_generation_ = 0;  // cuda_options_generation() when own_options last set opts_
+  uint64_t options_generation_ = UINT64_MAX;  // cuda_options_generation() when own_options last set opts_
   bool has_state_ = false;
   std::vector<int64_t> state_pos_;  // per slot, with has_state_: the tokens its state has absorbed
   std::shared_ptr<CudaShared> shared_;
